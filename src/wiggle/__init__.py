@@ -1,0 +1,44 @@
+"""Wiggle for Python: a durable workflow engine with worker-side local execution modes."""
+
+from ._model import ExecutionMode, Handback, NodeKind, RetryPolicy, WorkflowDefinition
+from ._version import __version__
+from .client import AsyncClient, Client, HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
+from .errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermanentError,
+    Unavailable,
+    WiggleError,
+    WorkflowFailed,
+)
+from .worker import Step, Worker, WorkerOptions
+from .workflow import Blueprint, Branch, Workflow
+
+__all__ = [
+    "__version__",
+    "AsyncClient",
+    "Blueprint",
+    "Branch",
+    "Client",
+    "ExecutionMode",
+    "FailedPrecondition",
+    "Handback",
+    "HistoryEntry",
+    "InstanceInfo",
+    "InvalidArgument",
+    "NodeKind",
+    "NotFound",
+    "PermanentError",
+    "RetryPolicy",
+    "Step",
+    "TokenInfo",
+    "Unavailable",
+    "WiggleError",
+    "Worker",
+    "WorkerOptions",
+    "Workflow",
+    "WorkflowDefinition",
+    "WorkflowFailed",
+    "WorkflowInfo",
+]

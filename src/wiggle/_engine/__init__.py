@@ -1,0 +1,1 @@
+"""The engine: pure state transitions shared by every store."""

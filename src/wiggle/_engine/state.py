@@ -1,0 +1,154 @@
+"""Runtime state: instances, tokens, join bookkeeping and history entries.
+
+Plain mutable msgspec Structs: the engine mutates them inside one transition; a store loads them,
+hands them to the engine under the instance lock, and persists what the transition changed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "Instance",
+    "Token",
+    "JoinState",
+    "HistoryEntry",
+    "Changes",
+    "InstanceState",
+    "new_instance_id",
+    "token_instance_id",
+    "now_millis",
+    "ACTIVE_TOKEN_STATUSES",
+    "FINISHED_INSTANCE_STATUSES",
+]
+
+RUNNING = "RUNNING"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+CANCELLED = "CANCELLED"
+FINISHED_INSTANCE_STATUSES = frozenset({COMPLETED, FAILED, CANCELLED})
+ACTIVE_TOKEN_STATUSES = frozenset({"READY", "RUNNING", "WAITING", "AWAITING", "JOINED"})
+
+
+def now_millis() -> int:
+    """Wall-clock milliseconds since the epoch (the unit of every timestamp)."""
+    return time.time_ns() // 1_000_000
+
+
+_last_id_ms = 0
+_id_counter = 0
+
+
+def new_instance_id(now: int | None = None) -> str:
+    """A unique, URL-safe, time-sortable instance id: ``wi-`` + 12 hex ms + 4 hex seq + 8 hex random."""
+    global _last_id_ms, _id_counter
+    ms = now_millis() if now is None else now
+    if ms <= _last_id_ms:
+        ms = _last_id_ms
+        _id_counter += 1
+    else:
+        _last_id_ms = ms
+        _id_counter = 0
+    return f"wi-{ms:012x}{_id_counter & 0xFFFF:04x}{os.urandom(4).hex()}"
+
+
+def token_instance_id(token_id: str) -> str:
+    """Token ids are ``<instance id>.<n>``: the instance a token belongs to, without a lookup."""
+    instance_id, _, _ = token_id.rpartition(".")
+    return instance_id
+
+
+class JoinState(msgspec.Struct):
+    """One fork's barrier: the fork-time context and the branch contexts that have arrived."""
+
+    fork_node: str
+    branch_count: int
+    base: dict[str, Any]
+    arrived: dict[str, dict[str, Any]] = {}  # branch index (as str, for JSON) -> branch context
+    joined_tokens: list[str] = []
+
+
+class Instance(msgspec.Struct):
+    """One run of a workflow version."""
+
+    id: str
+    workflow: str
+    version: str
+    status: str
+    context: dict[str, Any]
+    correlation_id: str = ""
+    reason: str = ""
+    error: str = ""
+    created_at: int = 0
+    updated_at: int = 0
+    finished_at: int = 0
+    token_seq: int = 0
+    joins: dict[str, JoinState] = {}
+    steps: int = 0  # worker steps applied so far (the runaway guard)
+
+
+class Token(msgspec.Struct):
+    """Where execution is. Advanced in place from node to node; ``context`` is None on the main line."""
+
+    id: str
+    instance_id: str
+    node_id: str
+    status: str
+    kind: str = "TASK"
+    queue: str = ""
+    attempt: int = 1
+    available_at: int = 0
+    lease_owner: str = ""
+    lease_expires_at: int = 0
+    last_error: str = ""
+    context: dict[str, Any] | None = None  # a fork branch's own context
+    fork_stack: list[tuple[str, int]] = []  # (join group id, branch index), innermost last
+    started_at: int = 0  # when the current attempt was claimed
+    local_run_owner: str = ""
+    local_run_steps: int = 0
+    created_at: int = 0
+    finished_at: int = 0
+
+
+class HistoryEntry(msgspec.Struct):
+    """One step attempt, or one server-side event, of an instance."""
+
+    instance_id: str
+    token_id: str
+    node_id: str
+    kind: str
+    attempt: int
+    worker_id: str
+    started_at: int
+    ended_at: int
+    outcome: str
+    error: str = ""
+
+
+class Changes:
+    """What one transition changed, for the store to persist and the server to announce."""
+
+    __slots__ = ("tokens", "history", "ready_queues", "finished", "timers", "instance_changed", "created")
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, Token] = {}  # every token created or changed (finished ones too)
+        self.history: list[HistoryEntry] = []
+        self.ready_queues: set[str] = set()  # queues that gained a READY token
+        self.finished = False  # the instance reached a final status
+        self.timers = False  # a new timer or deadline exists
+        self.instance_changed = False
+        self.created = False  # the instance is new (start)
+
+
+class InstanceState:
+    """An instance and its active tokens, as loaded by a store under the instance lock."""
+
+    __slots__ = ("instance", "tokens")
+
+    def __init__(self, instance: Instance, tokens: dict[str, Token]) -> None:
+        self.instance = instance
+        self.tokens = tokens

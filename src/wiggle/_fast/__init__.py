@@ -1,0 +1,67 @@
+"""The hot paths, and the one place that picks their implementation.
+
+``WIGGLE_IMPL`` is read once, at import: ``auto`` (default) uses the compiled Cython twins when
+they import and the pure-Python twins otherwise, recording why in ``IMPL_REASON``; ``cython``
+insists on the compiled twins (ImportError otherwise); ``python`` uses the pure twins. Nothing
+else in Wiggle imports a ``*_c`` or ``*_py`` module.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+__all__ = [
+    "IMPL",
+    "IMPL_REASON",
+    "CompiledGraph",
+    "successor",
+    "classify",
+    "diff",
+    "apply_diff",
+    "fold_diffs",
+    "fold_join",
+    "JoinConflict",
+    "encode_batch",
+    "decode_batch",
+]
+
+_CHOICES = ("auto", "cython", "python")
+_wanted = os.environ.get("WIGGLE_IMPL", "auto").strip().lower() or "auto"
+if _wanted not in _CHOICES:
+    raise ImportError(f"WIGGLE_IMPL={_wanted!r} is not one of {', '.join(_CHOICES)}")
+
+if TYPE_CHECKING:
+    from .batch_py import decode_batch, encode_batch
+    from .merge_py import JoinConflict, apply_diff, diff, fold_diffs, fold_join
+    from .traversal_py import CompiledGraph, classify, successor
+
+    IMPL: str
+    IMPL_REASON: str
+elif _wanted == "python":
+    from .batch_py import decode_batch, encode_batch
+    from .merge_py import JoinConflict, apply_diff, diff, fold_diffs, fold_join
+    from .traversal_py import CompiledGraph, classify, successor
+
+    IMPL = "python"
+    IMPL_REASON = "WIGGLE_IMPL=python"
+else:
+    try:
+        from .batch_c import decode_batch, encode_batch
+        from .merge_c import JoinConflict, apply_diff, diff, fold_diffs, fold_join
+        from .traversal_c import CompiledGraph, classify, successor
+    except ImportError as exc:
+        if _wanted == "cython":
+            raise ImportError(
+                f"WIGGLE_IMPL=cython but the compiled extensions do not import ({exc}); "
+                "reinstall with a C compiler available, or set WIGGLE_IMPL=auto"
+            ) from exc
+        from .batch_py import decode_batch, encode_batch
+        from .merge_py import JoinConflict, apply_diff, diff, fold_diffs, fold_join
+        from .traversal_py import CompiledGraph, classify, successor
+
+        IMPL = "python"
+        IMPL_REASON = f"compiled extensions not importable: {exc}"
+    else:
+        IMPL = "cython"
+        IMPL_REASON = "compiled extensions imported" + (" (WIGGLE_IMPL=cython)" if _wanted == "cython" else "")

@@ -1,0 +1,109 @@
+"""Graph traversal, the pure-Python reference twin of traversal_c.pyx (design doc §7).
+
+The one place that decides, for a worker step, what runs next and whether a worker may run it
+locally. The server's drive loop and the worker's local driver both call it, so the two can
+never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from .._model import Handback, Node, NodeKind, WorkflowDefinition
+
+__all__ = ["CompiledGraph", "successor", "classify"]
+
+# Kind codes of CompiledGraph.kinds (the Cython twin keeps them in a C int array).
+TASK, PREDICATE, SLEEP, FORK, JOIN, USER_TASK, END = range(7)
+_KIND_CODE = {
+    NodeKind.TASK: TASK,
+    NodeKind.PREDICATE: PREDICATE,
+    NodeKind.SLEEP: SLEEP,
+    NodeKind.FORK: FORK,
+    NodeKind.JOIN: JOIN,
+    NodeKind.USER_TASK: USER_TASK,
+    NodeKind.END: END,
+}
+_BOUNDARY = {
+    SLEEP: Handback.SLEEP,
+    FORK: Handback.FORK,
+    JOIN: Handback.JOIN,
+    USER_TASK: Handback.USER_TASK,
+    END: Handback.TERMINAL,
+}
+
+
+def successor(node: Node, predicate_value: bool = True) -> str | None:
+    """The node after a completed worker step: a task's ``next``; a predicate's ``next`` or ``alt_next``."""
+    if node.kind is NodeKind.PREDICATE and not predicate_value:
+        return node.alt_next
+    return node.next
+
+
+def classify(next_node: Node, queues: Collection[str], default_queue: str) -> Handback | None:
+    """Why a worker serving ``queues`` must hand back at ``next_node``; None if it may run it locally."""
+    kind = next_node.kind
+    if kind is NodeKind.TASK or kind is NodeKind.PREDICATE:
+        queue = next_node.queue or default_queue
+        return None if queue in queues else Handback.OTHER_QUEUE
+    return _BOUNDARY[_KIND_CODE[kind]]
+
+
+class CompiledGraph:
+    """A definition's graph as flat arrays indexed by node number, for fast repeated walks.
+
+    ``kinds[i]`` is a kind code, ``nexts[i]``/``alts[i]`` successor indexes (-1: none),
+    ``queues[i]`` the resolved queue of a worker step (the workflow name by default), and
+    ``checkpoints[i]`` whether a LOCAL_ASYNC run must flush after node ``i``.
+    """
+
+    __slots__ = ("ids", "index", "kinds", "nexts", "alts", "queues", "checkpoints")
+
+    def __init__(self, definition: WorkflowDefinition) -> None:
+        self.ids: list[str] = [n.id for n in definition.nodes]
+        self.index: dict[str, int] = {node_id: i for i, node_id in enumerate(self.ids)}
+        self.kinds: list[int] = [_KIND_CODE[n.kind] for n in definition.nodes]
+        self.nexts: list[int] = [self.index[n.next] if n.next is not None else -1 for n in definition.nodes]
+        self.alts: list[int] = [self.index[n.alt_next] if n.alt_next is not None else -1 for n in definition.nodes]
+        self.queues: list[str] = [n.queue or definition.name for n in definition.nodes]
+        marks = set(definition.checkpoints)
+        self.checkpoints: list[bool] = [n.id in marks for n in definition.nodes]
+
+    def successor(self, node_id: str, predicate_value: bool = True) -> str | None:
+        """The node after the worker step ``node_id`` (see the module function)."""
+        i = self.index[node_id]
+        j = self.alts[i] if self.kinds[i] == PREDICATE and not predicate_value else self.nexts[i]
+        return self.ids[j] if j >= 0 else None
+
+    def classify(self, node_id: str, queues: Collection[str]) -> Handback | None:
+        """Why a worker serving ``queues`` must hand back at ``node_id``; None to run it locally."""
+        i = self.index[node_id]
+        kind = self.kinds[i]
+        if kind == TASK or kind == PREDICATE:
+            return None if self.queues[i] in queues else Handback.OTHER_QUEUE
+        return _BOUNDARY[kind]
+
+    def is_checkpoint(self, node_id: str) -> bool:
+        """True if a LOCAL_ASYNC run must flush right after ``node_id``."""
+        return self.checkpoints[self.index[node_id]]
+
+    def plan(self, node_id: str, queues: Collection[str], max_steps: int) -> list[str]:
+        """The straight run of locally runnable steps from ``node_id`` (inclusive) along ``next`` edges.
+
+        Stops before a boundary, after a predicate (its branch is unknown until it runs), after a
+        checkpoint, or at ``max_steps`` (0: no cap). The worker uses it to size a local run.
+        """
+        out: list[str] = []
+        i = self.index[node_id]
+        limit = max_steps if max_steps > 0 else len(self.ids) + 1
+        seen = 0
+        while i >= 0 and seen < limit:
+            kind = self.kinds[i]
+            if not (kind == TASK or kind == PREDICATE) or self.queues[i] not in queues:
+                break
+            out.append(self.ids[i])
+            seen += 1
+            if kind == PREDICATE or self.checkpoints[i]:
+                break
+            i = self.nexts[i]
+        return out

@@ -1,0 +1,1 @@
+"""Generated gRPC and protobuf code (scripts/gen_protos.py); never edit by hand."""

@@ -1,0 +1,391 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterWorkflowRequest(_message.Message):
+    __slots__ = ("definition_json",)
+    DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
+    definition_json: bytes
+    def __init__(self, definition_json: _Optional[bytes] = ...) -> None: ...
+
+class GetWorkflowRequest(_message.Message):
+    __slots__ = ("name", "version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class WorkflowInfo(_message.Message):
+    __slots__ = ("name", "version", "definition_json", "registered_at", "created")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    definition_json: bytes
+    registered_at: int
+    created: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., definition_json: _Optional[bytes] = ..., registered_at: _Optional[int] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class ListWorkflowsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListWorkflowsResponse(_message.Message):
+    __slots__ = ("workflows",)
+    WORKFLOWS_FIELD_NUMBER: _ClassVar[int]
+    workflows: _containers.RepeatedCompositeFieldContainer[WorkflowInfo]
+    def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
+
+class StartInstanceRequest(_message.Message):
+    __slots__ = ("workflow", "version", "context_json", "correlation_id")
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    workflow: str
+    version: str
+    context_json: bytes
+    correlation_id: str
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+
+class TokenInfo(_message.Message):
+    __slots__ = ("token_id", "node_id", "status", "attempt", "lease_owner", "lease_expires_at", "available_at", "last_error", "local_run_owner", "local_run_steps", "queue")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RUN_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RUN_STEPS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    node_id: str
+    status: str
+    attempt: int
+    lease_owner: str
+    lease_expires_at: int
+    available_at: int
+    last_error: str
+    local_run_owner: str
+    local_run_steps: int
+    queue: str
+    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., available_at: _Optional[int] = ..., last_error: _Optional[str] = ..., local_run_owner: _Optional[str] = ..., local_run_steps: _Optional[int] = ..., queue: _Optional[str] = ...) -> None: ...
+
+class InstanceInfo(_message.Message):
+    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_MODE_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    workflow: str
+    version: str
+    status: str
+    context_json: bytes
+    correlation_id: str
+    reason: str
+    error: str
+    created_at: int
+    updated_at: int
+    finished_at: int
+    tokens: _containers.RepeatedCompositeFieldContainer[TokenInfo]
+    execution_mode: str
+    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ...) -> None: ...
+
+class GetInstanceRequest(_message.Message):
+    __slots__ = ("instance_id", "wait_millis")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    wait_millis: int
+    def __init__(self, instance_id: _Optional[str] = ..., wait_millis: _Optional[int] = ...) -> None: ...
+
+class ListInstancesRequest(_message.Message):
+    __slots__ = ("workflow", "status", "correlation_id", "created_after", "created_before", "page_size", "page_token")
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    workflow: str
+    status: str
+    correlation_id: str
+    created_after: int
+    created_before: int
+    page_size: int
+    page_token: str
+    def __init__(self, workflow: _Optional[str] = ..., status: _Optional[str] = ..., correlation_id: _Optional[str] = ..., created_after: _Optional[int] = ..., created_before: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListInstancesResponse(_message.Message):
+    __slots__ = ("instances", "next_page_token")
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    instances: _containers.RepeatedCompositeFieldContainer[InstanceInfo]
+    next_page_token: str
+    def __init__(self, instances: _Optional[_Iterable[_Union[InstanceInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelInstanceRequest(_message.Message):
+    __slots__ = ("instance_id", "reason")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    reason: str
+    def __init__(self, instance_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelInstanceResponse(_message.Message):
+    __slots__ = ("instance", "changed", "message")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    instance: InstanceInfo
+    changed: bool
+    message: str
+    def __init__(self, instance: _Optional[_Union[InstanceInfo, _Mapping]] = ..., changed: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CompleteUserTaskRequest(_message.Message):
+    __slots__ = ("instance_id", "task_name", "payload_json")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    task_name: str
+    payload_json: bytes
+    def __init__(self, instance_id: _Optional[str] = ..., task_name: _Optional[str] = ..., payload_json: _Optional[bytes] = ...) -> None: ...
+
+class GetHistoryRequest(_message.Message):
+    __slots__ = ("instance_id",)
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    def __init__(self, instance_id: _Optional[str] = ...) -> None: ...
+
+class HistoryEntry(_message.Message):
+    __slots__ = ("token_id", "node_id", "attempt", "worker_id", "started_at", "ended_at", "outcome", "error", "kind")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    node_id: str
+    attempt: int
+    worker_id: str
+    started_at: int
+    ended_at: int
+    outcome: str
+    error: str
+    kind: str
+    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[int] = ..., ended_at: _Optional[int] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class GetHistoryResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[HistoryEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ...) -> None: ...
+
+class PollTasksRequest(_message.Message):
+    __slots__ = ("worker_id", "queues", "max_tasks", "wait_millis")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    max_tasks: int
+    wait_millis: int
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., wait_millis: _Optional[int] = ...) -> None: ...
+
+class TaskActivation(_message.Message):
+    __slots__ = ("task_id", "instance_id", "workflow", "version", "node_id", "attempt", "context_json", "lease_owner", "lease_expires_at", "queue", "kind", "correlation_id", "execution_mode", "max_local_steps", "lease_millis")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_MODE_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    instance_id: str
+    workflow: str
+    version: str
+    node_id: str
+    attempt: int
+    context_json: bytes
+    lease_owner: str
+    lease_expires_at: int
+    queue: str
+    kind: str
+    correlation_id: str
+    execution_mode: str
+    max_local_steps: int
+    lease_millis: int
+    def __init__(self, task_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., context_json: _Optional[bytes] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., queue: _Optional[str] = ..., kind: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_mode: _Optional[str] = ..., max_local_steps: _Optional[int] = ..., lease_millis: _Optional[int] = ...) -> None: ...
+
+class PollTasksResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskActivation]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskActivation, _Mapping]]] = ...) -> None: ...
+
+class CompleteTaskRequest(_message.Message):
+    __slots__ = ("task_id", "lease_owner", "context_json", "predicate_value")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
+    PREDICATE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    lease_owner: str
+    context_json: bytes
+    predicate_value: bool
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ...) -> None: ...
+
+class FailTaskRequest(_message.Message):
+    __slots__ = ("task_id", "lease_owner", "message", "retryable")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    lease_owner: str
+    message: str
+    retryable: bool
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class HeartbeatTaskRequest(_message.Message):
+    __slots__ = ("task_id", "lease_owner")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    lease_owner: str
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ...) -> None: ...
+
+class ReportResult(_message.Message):
+    __slots__ = ("instance_status", "lease_expires_at")
+    INSTANCE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    instance_status: str
+    lease_expires_at: int
+    def __init__(self, instance_status: _Optional[str] = ..., lease_expires_at: _Optional[int] = ...) -> None: ...
+
+class StepFailure(_message.Message):
+    __slots__ = ("message", "retryable")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    retryable: bool
+    def __init__(self, message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class StepResult(_message.Message):
+    __slots__ = ("node_id", "context_json", "predicate_value", "failure")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
+    PREDICATE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    context_json: bytes
+    predicate_value: bool
+    failure: StepFailure
+    def __init__(self, node_id: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ..., failure: _Optional[_Union[StepFailure, _Mapping]] = ...) -> None: ...
+
+class AdvanceRunRequest(_message.Message):
+    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    STEPS_BATCH_FIELD_NUMBER: _ClassVar[int]
+    HANDBACK_REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    lease_owner: str
+    steps: _containers.RepeatedCompositeFieldContainer[StepResult]
+    final: bool
+    steps_batch: bytes
+    handback_reason: str
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ...) -> None: ...
+
+class AdvanceRunResult(_message.Message):
+    __slots__ = ("instance_status", "lease_expires_at", "parked_task_id", "token_status", "applied_steps")
+    INSTANCE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    PARKED_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_STATUS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_STEPS_FIELD_NUMBER: _ClassVar[int]
+    instance_status: str
+    lease_expires_at: int
+    parked_task_id: str
+    token_status: str
+    applied_steps: int
+    def __init__(self, instance_status: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., parked_task_id: _Optional[str] = ..., token_status: _Optional[str] = ..., applied_steps: _Optional[int] = ...) -> None: ...
+
+class RpcError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class WorkerMessage(_message.Message):
+    __slots__ = ("request_id", "poll", "complete", "fail", "heartbeat", "advance")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    POLL_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    FAIL_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    ADVANCE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    poll: PollTasksRequest
+    complete: CompleteTaskRequest
+    fail: FailTaskRequest
+    heartbeat: HeartbeatTaskRequest
+    advance: AdvanceRunRequest
+    def __init__(self, request_id: _Optional[int] = ..., poll: _Optional[_Union[PollTasksRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatTaskRequest, _Mapping]] = ..., advance: _Optional[_Union[AdvanceRunRequest, _Mapping]] = ...) -> None: ...
+
+class ServerMessage(_message.Message):
+    __slots__ = ("request_id", "tasks", "report", "advanced", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    ADVANCED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    tasks: PollTasksResponse
+    report: ReportResult
+    advanced: AdvanceRunResult
+    error: RpcError
+    def __init__(self, request_id: _Optional[int] = ..., tasks: _Optional[_Union[PollTasksResponse, _Mapping]] = ..., report: _Optional[_Union[ReportResult, _Mapping]] = ..., advanced: _Optional[_Union[AdvanceRunResult, _Mapping]] = ..., error: _Optional[_Union[RpcError, _Mapping]] = ...) -> None: ...

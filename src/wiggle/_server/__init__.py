@@ -1,0 +1,1 @@
+"""The gRPC server: configuration, service, process lifecycle."""

@@ -1,0 +1,187 @@
+"""The server process: a grpc.aio server, the clock duties, health and metrics, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from .._engine.engine import Engine, EngineConfig
+from .._engine.state import now_millis
+from .._rpc import wiggle_pb2_grpc as pb_grpc
+from .._storage.base import Store
+from .._storage.memory import MemoryStore
+from .config import ServerConfig
+from .service import ControlPlane, Metrics
+
+__all__ = ["WiggleServer", "make_store", "serve"]
+
+log = logging.getLogger("wiggle.server")
+
+SERVICE_NAME = "wiggle.v1.WiggleControlPlane"
+MAX_MESSAGE_BYTES = 64 << 20
+CLOCK_IDLE_SECONDS = 1.0  # the clock duty re-checks at least this often (other nodes' timers)
+PURGE_EVERY_SECONDS = 60.0
+PURGE_BATCH = 1000
+
+
+def engine_config(config: ServerConfig) -> EngineConfig:
+    """The engine's share of the server settings."""
+    return EngineConfig(
+        lease_millis=config.lease_millis,
+        execution_mode=config.execution_mode,
+        max_local_steps=config.max_local_steps,
+        max_payload_bytes=config.max_payload_bytes,
+        max_instance_steps=config.max_instance_steps,
+    )
+
+
+def make_store(config: ServerConfig, engine: Engine) -> Store:
+    """The in-memory store, or the PostgreSQL store when a database URL is set."""
+    if not config.database_url:
+        return MemoryStore(engine)
+    try:
+        from .._storage.postgres import PostgresStore
+    except ImportError as exc:
+        raise SystemExit(
+            f"WIGGLE_DATABASE_URL is set but the PostgreSQL driver is missing ({exc}); "
+            "pip install 'wiggle-workflows[postgres]'"
+        ) from None
+    return PostgresStore(engine, config.database_url, schema=config.database_schema, pool_size=config.pool_size)
+
+
+class WiggleServer:
+    """One server process. ``await start()``, then ``await stop()``."""
+
+    def __init__(self, config: ServerConfig | None = None, store: Store | None = None) -> None:
+        self.config = config or ServerConfig()
+        self.engine = store.engine if store is not None else Engine(engine_config(self.config))
+        self.store = store or make_store(self.config, self.engine)
+        self.metrics = Metrics()
+        self.service = ControlPlane(self.store, self.metrics)
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stopping = asyncio.Event()
+        self._metrics_server: Any = None
+
+    @property
+    def target(self) -> str:
+        """host:port to connect to."""
+        return f"{self.config.host}:{self.port}"
+
+    async def start(self) -> int:
+        """Open the store, bind, start serving and the clock duties; returns the bound port."""
+        await self.store.open()
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 1 if self.config.processes > 1 else 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        ]
+        server = grpc.aio.server(options=options)
+        pb_grpc.add_WiggleControlPlaneServicer_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        self.port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        if self.port == 0:
+            raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
+        await server.start()
+        self._server = server
+        await _set_health(self._health, "", health_pb2.HealthCheckResponse.SERVING)
+        await _set_health(self._health, SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self._tasks.append(asyncio.ensure_future(self._clock_loop()))
+        self._tasks.append(asyncio.ensure_future(self._purge_loop()))
+        if self.config.metrics_port:
+            self._start_metrics()
+        log.info(
+            "wiggle server on %s (%s store, default mode %s)",
+            self.target,
+            "postgres" if self.config.database_url else "memory",
+            self.config.execution_mode.value,
+        )
+        return self.port
+
+    def _start_metrics(self) -> None:
+        try:
+            from .metrics_http import start_metrics_server
+        except ImportError as exc:  # the metrics extra is not installed
+            log.warning("WIGGLE_METRICS_PORT is set but metrics are unavailable: %s", exc)
+            return
+        self._metrics_server = start_metrics_server(self.config.host, self.config.metrics_port, self)
+
+    async def _clock_loop(self) -> None:
+        notifier = self.store.notifier
+        while not self._stopping.is_set():
+            try:
+                await self.store.run_clock_duties(now_millis())
+                due = await self.store.next_due_at()
+            except Exception as exc:  # the database is down: keep trying, never die
+                log.warning("clock duties failed: %s", exc)
+                due = None
+            timeout = CLOCK_IDLE_SECONDS
+            if due is not None:
+                timeout = min(timeout, max((due - now_millis()) / 1000, 0.0))
+            await notifier.wait_clock(timeout)
+
+    async def _purge_loop(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), PURGE_EVERY_SECONDS)
+            if self._stopping.is_set():
+                return
+            try:
+                cutoff = now_millis() - self.config.retention_seconds * 1000
+                while await self.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
+                    await asyncio.sleep(0)
+            except Exception as exc:
+                log.warning("retention purge failed: %s", exc)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting calls, let in-flight ones finish for up to ``grace`` seconds, close the store."""
+        self._stopping.set()
+        await _set_health(self._health, "", health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._server is not None:
+            await self._server.stop(grace)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        await self.store.close()
+
+    async def wait(self) -> None:
+        """Block until the gRPC server terminates."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+
+async def _set_health(servicer: Any, service: str, status: Any) -> None:
+    result = servicer.set(service, status)
+    if asyncio.iscoroutine(result):
+        await result
+
+
+async def serve(config: ServerConfig, ready: Any = None) -> None:
+    """Run a server until SIGINT/SIGTERM, then stop gracefully."""
+    server = WiggleServer(config)
+    await server.start()
+    if ready is not None:
+        ready(server)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping (grace 5 s)")
+    await server.stop(5.0)

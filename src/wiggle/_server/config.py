@@ -1,0 +1,84 @@
+"""Server configuration: WIGGLE_* environment variables, the same names as CLI flags."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import msgspec
+
+from .._model import ExecutionMode
+from ..errors import InvalidArgument
+
+__all__ = ["ServerConfig", "SETTINGS"]
+
+
+class ServerConfig(msgspec.Struct, kw_only=True):
+    """Every server setting. ``from_env`` reads WIGGLE_<FIELD NAME IN CAPITALS>."""
+
+    host: str = "127.0.0.1"
+    port: int = 7233
+    database_url: str = ""  # empty: the in-memory store
+    database_schema: str = "wiggle"
+    execution_mode: ExecutionMode = ExecutionMode.SERVER  # what a definition's DEFAULT resolves to
+    lease_millis: int = 30_000
+    max_local_steps: int = 1000
+    max_payload_bytes: int = 1 << 20
+    max_instance_steps: int = 100_000
+    retention_seconds: int = 3 * 24 * 3600
+    metrics_port: int = 0  # > 0: serve Prometheus metrics on http://host:metrics_port/metrics
+    pool_size: int = 10
+    processes: int = 1
+
+
+#: (field, env var, help) for every setting, in the order the README documents them.
+SETTINGS: list[tuple[str, str, str]] = [
+    ("host", "WIGGLE_HOST", "address the gRPC server binds (default 127.0.0.1)"),
+    ("port", "WIGGLE_PORT", "gRPC port (default 7233; 0 picks a free port)"),
+    ("database_url", "WIGGLE_DATABASE_URL", "postgresql:// URL; unset: the in-memory store"),
+    ("database_schema", "WIGGLE_DATABASE_SCHEMA", "PostgreSQL schema holding Wiggle's tables (default wiggle)"),
+    ("execution_mode", "WIGGLE_EXECUTION_MODE", "what DEFAULT resolves to: SERVER, LOCAL_SYNC or LOCAL_ASYNC"),
+    ("lease_millis", "WIGGLE_LEASE_MILLIS", "how long a claimed step is leased before it is redelivered (30000)"),
+    ("max_local_steps", "WIGGLE_MAX_LOCAL_STEPS", "server cap on one local run's length; 0: none (1000)"),
+    ("max_payload_bytes", "WIGGLE_MAX_PAYLOAD_BYTES", "limit on a context, step result or payload (1 MiB)"),
+    ("max_instance_steps", "WIGGLE_MAX_INSTANCE_STEPS", "runaway guard: steps one instance may take (100000)"),
+    ("retention_seconds", "WIGGLE_RETENTION", "seconds finished instances are kept before purge (259200)"),
+    ("metrics_port", "WIGGLE_METRICS_PORT", "port of the Prometheus /metrics endpoint; 0: off"),
+    ("pool_size", "WIGGLE_POOL_SIZE", "PostgreSQL connections per server process (10)"),
+    ("processes", "WIGGLE_PROCESSES", "server processes sharing the port (PostgreSQL only) (1)"),
+]
+
+
+def _convert(field: str, raw: str) -> object:
+    default = getattr(ServerConfig(), field)
+    if isinstance(default, ExecutionMode):
+        try:
+            return ExecutionMode(raw.strip().upper())
+        except ValueError:
+            raise InvalidArgument(
+                f"execution mode {raw!r} is not one of SERVER, LOCAL_SYNC, LOCAL_ASYNC"
+            ) from None
+    if isinstance(default, int):
+        try:
+            return int(raw)
+        except ValueError:
+            raise InvalidArgument(f"{field} must be an integer, got {raw!r}") from None
+    return raw
+
+
+def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = None) -> ServerConfig:
+    """Settings from ``env`` (default os.environ), overridden by non-None ``values`` (CLI flags)."""
+    env = os.environ if env is None else env
+    kwargs: dict[str, object] = {}
+    for field, var, _ in SETTINGS:
+        if var in env and env[var] != "":
+            kwargs[field] = _convert(field, env[var])
+        value = values.get(field)
+        if value is not None:
+            kwargs[field] = _convert(field, str(value)) if isinstance(value, str) else value
+    if "execution_mode" in kwargs and kwargs["execution_mode"] is ExecutionMode.DEFAULT:
+        raise InvalidArgument("WIGGLE_EXECUTION_MODE must be SERVER, LOCAL_SYNC or LOCAL_ASYNC, not DEFAULT")
+    return ServerConfig(**kwargs)  # type: ignore[arg-type]
+
+
+ServerConfig.from_env = staticmethod(lambda env=None: from_mapping({}, env))  # type: ignore[attr-defined]

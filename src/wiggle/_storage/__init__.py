@@ -1,0 +1,1 @@
+"""Stores: the Store protocol, the in-memory store and the PostgreSQL store."""

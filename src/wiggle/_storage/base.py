@@ -1,0 +1,228 @@
+"""The Store protocol: what the server asks of a store, and the pieces every store shares.
+
+A store keeps definitions, instances, tokens and history; it loads an instance under a lock,
+runs one engine transition and persists the resulting ``Changes`` atomically (acknowledging
+only after the commit). Waiting (long-poll, await-completion) goes through ``Notifier``.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
+from .._engine.state import HistoryEntry, Instance, Token
+from .._model import WorkflowDefinition
+
+__all__ = ["Store", "WorkflowRecord", "InstanceView", "InstanceQuery", "Notifier", "StoreStats"]
+
+
+class WorkflowRecord(msgspec.Struct):
+    """A registered definition version."""
+
+    loaded: LoadedDefinition
+    registered_at: int
+
+
+class InstanceView(msgspec.Struct):
+    """An instance and its active tokens, as returned to clients."""
+
+    instance: Instance
+    tokens: list[Token]
+
+
+class InstanceQuery(msgspec.Struct):
+    """Filters and paging for ListInstances (empty / 0 means no filter)."""
+
+    workflow: str = ""
+    status: str = ""
+    correlation_id: str = ""
+    created_after: int = 0
+    created_before: int = 0
+    page_size: int = 50
+    page_token: str = ""  # the last instance id of the previous page
+
+
+class StoreStats(msgspec.Struct):
+    """Counters a store keeps for metrics and the benchmark (transactions committed)."""
+
+    transactions: int = 0
+
+
+class Notifier:
+    """Wakes long-polling workers when a queue gains READY tokens, and waiters when instances finish."""
+
+    def __init__(self) -> None:
+        self._queue_waiters: dict[str, set[asyncio.Event]] = {}
+        self._instance_waiters: dict[str, set[asyncio.Event]] = {}
+        self._any_waiters: set[asyncio.Event] = set()
+
+    def work_ready(self, queues: Iterable[str]) -> None:
+        """Wake every poller waiting on one of ``queues``."""
+        for queue in queues:
+            waiters = self._queue_waiters.get(queue)
+            if waiters:
+                for event in waiters:
+                    event.set()
+
+    def clock_changed(self) -> None:
+        """A timer or deadline was added: wake the clock duty so it can re-plan its sleep."""
+        for event in self._any_waiters:
+            event.set()
+
+    def instance_finished(self, instance_id: str) -> None:
+        """Wake whoever awaits ``instance_id``."""
+        for event in self._instance_waiters.get(instance_id, ()):
+            event.set()
+
+    async def wait_work(self, queues: Iterable[str], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for work on ``queues``; True if woken."""
+        if timeout <= 0:
+            return False
+        event = asyncio.Event()
+        qs = list(queues)
+        for q in qs:
+            self._queue_waiters.setdefault(q, set()).add(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            for q in qs:
+                waiters = self._queue_waiters.get(q)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._queue_waiters[q]
+
+    async def wait_clock(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds, or until a new timer appears."""
+        event = asyncio.Event()
+        self._any_waiters.add(event)
+        try:
+            await asyncio.wait_for(event.wait(), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self._any_waiters.discard(event)
+
+    async def wait_instance(self, instance_id: str, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for ``instance_id`` to finish."""
+        event = asyncio.Event()
+        self._instance_waiters.setdefault(instance_id, set()).add(event)
+        try:
+            await asyncio.wait_for(event.wait(), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            waiters = self._instance_waiters.get(instance_id)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._instance_waiters[instance_id]
+
+
+class Store(abc.ABC):
+    """What the server needs from a store. Every mutation is atomic per instance."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.notifier = Notifier()
+        self.stats = StoreStats()
+
+    async def open(self) -> None:
+        """Connect, migrate, load caches."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    # definitions
+    @abc.abstractmethod
+    async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:
+        """Store a validated definition; (record, created). Re-registering is a no-op."""
+
+    @abc.abstractmethod
+    async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
+        """A definition by name and version (latest if empty); NotFound naming what is missing."""
+
+    @abc.abstractmethod
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        """Every registered version (of ``name``), oldest first."""
+
+    # instances
+    @abc.abstractmethod
+    async def start(self, name: str, version: str, context: dict[str, Any], correlation_id: str) -> InstanceView:
+        """Start an instance of ``name`` (latest version unless pinned)."""
+
+    @abc.abstractmethod
+    async def get_instance(self, instance_id: str) -> InstanceView:
+        """An instance with its active tokens; NotFound if unknown."""
+
+    @abc.abstractmethod
+    async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
+        """A page of instances, newest first, and the next page token ('' on the last page)."""
+
+    @abc.abstractmethod
+    async def history(self, instance_id: str) -> list[HistoryEntry]:
+        """Every recorded step attempt and event of an instance, in order."""
+
+    @abc.abstractmethod
+    async def cancel(self, instance_id: str, reason: str) -> tuple[InstanceView, bool]:
+        """Cancel; (view, changed). A finished instance is left alone (changed False)."""
+
+    @abc.abstractmethod
+    async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
+        """Complete the user task ``name`` the instance awaits."""
+
+    # workers
+    @abc.abstractmethod
+    async def claim(self, worker_id: str, queues: list[str], max_tasks: int) -> list[Claimed]:
+        """Lease up to ``max_tasks`` due READY tokens on ``queues``, oldest first; never one token twice."""
+
+    @abc.abstractmethod
+    async def complete(
+        self, token_id: str, owner: str, context: dict[str, Any] | None, predicate_value: bool | None
+    ) -> str:
+        """CompleteTask; returns the instance status."""
+
+    @abc.abstractmethod
+    async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
+        """FailTask; returns the instance status."""
+
+    @abc.abstractmethod
+    async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
+        """Extend a lease; (instance status, new expiry)."""
+
+    @abc.abstractmethod
+    async def advance_run(
+        self, token_id: str, owner: str, steps: list[tuple[Any, ...]], final: bool, reason: str
+    ) -> AdvanceOutcome:
+        """AdvanceRun (see Engine.advance_run)."""
+
+    # clock duties
+    @abc.abstractmethod
+    async def run_clock_duties(self, now: int) -> int:
+        """Fire due timers, expire leases, apply user-task deadlines; the number of actions taken."""
+
+    @abc.abstractmethod
+    async def next_due_at(self) -> int | None:
+        """When the clock duty next has something to do (ms), or None if nothing is scheduled."""
+
+    @abc.abstractmethod
+    async def next_ready_at(self, queues: list[str]) -> int | None:
+        """The earliest future ``available_at`` of a READY token on ``queues`` (a delayed retry)."""
+
+    async def purge_finished(self, older_than: int, limit: int) -> int:
+        """Delete up to ``limit`` instances finished before ``older_than`` (ms); how many went."""
+        return 0
+
+    # convenience for Claimed -> activation context
+    @staticmethod
+    def claimed_context(claimed: Claimed) -> dict[str, Any]:
+        """The input a worker receives for a claimed token."""
+        return claimed.context

@@ -1,0 +1,292 @@
+"""The in-memory store: the embedded default, no setup, one process, nothing survives a restart.
+
+Every engine transition runs synchronously between two awaits, so each mutation is atomic on the
+event loop: no two requests ever see or change an instance half-way, and a claim can never hand
+one token to two workers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Any
+
+from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
+from .._engine.state import (
+    FINISHED_INSTANCE_STATUSES,
+    Changes,
+    HistoryEntry,
+    InstanceState,
+    Token,
+    new_instance_id,
+    now_millis,
+    token_instance_id,
+)
+from .._model import WorkflowDefinition, validate_name
+from ..errors import NotFound
+from .base import InstanceQuery, InstanceView, Store, WorkflowRecord
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore(Store):
+    """Definitions, instances and history in dicts; READY tokens and timers in heaps."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self._definitions: dict[tuple[str, str], WorkflowRecord] = {}
+        self._latest: dict[str, str] = {}
+        self._instances: dict[str, InstanceState] = {}
+        self._history: dict[str, list[HistoryEntry]] = {}
+        self._ready: dict[str, list[tuple[int, int, str]]] = {}  # queue -> heap of (available_at, seq, token)
+        self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
+        self._seq = itertools.count()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _state_of_token(self, token_id: str) -> InstanceState:
+        state = self._instances.get(token_instance_id(token_id))
+        if state is None:
+            raise NotFound(f"token {token_id} does not exist")
+        return state
+
+    def _loaded(self, state: InstanceState) -> LoadedDefinition:
+        return self._definitions[(state.instance.workflow, state.instance.version)].loaded
+
+    def _apply(self, state: InstanceState, changes: Changes) -> None:
+        """Index what a transition changed and wake whoever waits for it (the "commit")."""
+        self.stats.transactions += 1
+        for token in changes.tokens.values():
+            status = token.status
+            if status == "READY":
+                heapq.heappush(self._ready.setdefault(token.queue, []), (token.available_at, next(self._seq), token.id))
+            elif status == "RUNNING":
+                heapq.heappush(self._timers, (token.lease_expires_at, next(self._seq), token.id))
+            elif status == "WAITING" or (status == "AWAITING" and token.available_at > 0):
+                heapq.heappush(self._timers, (token.available_at, next(self._seq), token.id))
+        if changes.history:
+            self._history.setdefault(state.instance.id, []).extend(changes.history)
+        if changes.ready_queues:
+            self.notifier.work_ready(changes.ready_queues)
+        if changes.timers:
+            self.notifier.clock_changed()
+        if changes.finished:
+            self.notifier.instance_finished(state.instance.id)
+
+    @staticmethod
+    def _view(state: InstanceState) -> InstanceView:
+        return InstanceView(state.instance, list(state.tokens.values()))
+
+    # ------------------------------------------------------------------ definitions
+
+    async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:
+        loaded = LoadedDefinition(definition)
+        key = (definition.name, loaded.version)
+        existing = self._definitions.get(key)
+        if existing is not None:
+            return existing, False
+        record = WorkflowRecord(loaded, now_millis())
+        self._definitions[key] = record
+        self._latest[definition.name] = loaded.version
+        return record, True
+
+    async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
+        validate_name(name, "workflow")
+        if not version:
+            latest = self._latest.get(name)
+            if latest is None:
+                raise NotFound(f"workflow {name!r} is not registered")
+            version = latest
+        record = self._definitions.get((name, version))
+        if record is None:
+            if name not in self._latest:
+                raise NotFound(f"workflow {name!r} is not registered")
+            raise NotFound(f"workflow {name!r} has no version {version!r}")
+        return record
+
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        records = [r for (n, _), r in self._definitions.items() if not name or n == name]
+        return sorted(records, key=lambda r: (r.loaded.definition.name, r.registered_at))
+
+    # ------------------------------------------------------------------ instances
+
+    async def start(self, name: str, version: str, context: dict[str, Any], correlation_id: str) -> InstanceView:
+        record = await self.get_workflow(name, version)
+        now = now_millis()
+        state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
+        self._instances[state.instance.id] = state
+        self._apply(state, changes)
+        return self._view(state)
+
+    def _get(self, instance_id: str) -> InstanceState:
+        state = self._instances.get(instance_id)
+        if state is None:
+            raise NotFound(f"instance {instance_id} does not exist")
+        return state
+
+    async def get_instance(self, instance_id: str) -> InstanceView:
+        return self._view(self._get(instance_id))
+
+    async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
+        out: list[InstanceView] = []
+        size = query.page_size
+        # Ids are time-sortable: newest first, and the page token is the last id returned.
+        for instance_id in sorted(self._instances, reverse=True):
+            if query.page_token and instance_id >= query.page_token:
+                continue
+            inst = self._instances[instance_id].instance
+            if query.workflow and inst.workflow != query.workflow:
+                continue
+            if query.status and inst.status != query.status:
+                continue
+            if query.correlation_id and inst.correlation_id != query.correlation_id:
+                continue
+            if query.created_after and inst.created_at < query.created_after:
+                continue
+            if query.created_before and inst.created_at >= query.created_before:
+                continue
+            out.append(self._view(self._instances[instance_id]))
+            if len(out) > size:
+                break
+        if len(out) > size:
+            out = out[:size]
+            return out, out[-1].instance.id
+        return out, ""
+
+    async def history(self, instance_id: str) -> list[HistoryEntry]:
+        self._get(instance_id)
+        return list(self._history.get(instance_id, ()))
+
+    async def cancel(self, instance_id: str, reason: str) -> tuple[InstanceView, bool]:
+        state = self._get(instance_id)
+        changed, changes = self.engine.cancel(state, reason, now_millis())
+        if changed:
+            self._apply(state, changes)
+        return self._view(state), changed
+
+    async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
+        state = self._get(instance_id)
+        changes = self.engine.complete_user_task(self._loaded(state), state, name, payload, now_millis())
+        self._apply(state, changes)
+        return self._view(state)
+
+    # ------------------------------------------------------------------ workers
+
+    async def claim(self, worker_id: str, queues: list[str], max_tasks: int) -> list[Claimed]:
+        now = now_millis()
+        out: list[Claimed] = []
+        while len(out) < max_tasks:
+            best_queue = None
+            best: tuple[int, int, str] | None = None
+            for queue in queues:
+                heap = self._ready.get(queue)
+                while heap:
+                    entry = heap[0]
+                    token = self._live_ready(entry, queue)
+                    if token is None:
+                        heapq.heappop(heap)
+                        continue
+                    if entry[0] <= now and (best is None or entry < best):
+                        best, best_queue = entry, queue
+                    break
+            if best is None or best_queue is None:
+                break
+            heapq.heappop(self._ready[best_queue])
+            state = self._state_of_token(best[2])
+            token = state.tokens[best[2]]
+            changes = Changes()
+            claimed = self.engine.claim(self._loaded(state), state, token, worker_id, now, changes)
+            self._apply(state, changes)
+            out.append(claimed)
+        return out
+
+    def _live_ready(self, entry: tuple[int, int, str], queue: str) -> Token | None:
+        state = self._instances.get(token_instance_id(entry[2]))
+        if state is None or state.instance.status in FINISHED_INSTANCE_STATUSES:
+            return None
+        token = state.tokens.get(entry[2])
+        if token is None or token.status != "READY" or token.available_at != entry[0] or token.queue != queue:
+            return None
+        return token
+
+    async def complete(
+        self, token_id: str, owner: str, context: dict[str, Any] | None, predicate_value: bool | None
+    ) -> str:
+        state = self._state_of_token(token_id)
+        changes = self.engine.complete(
+            self._loaded(state), state, token_id, owner, now_millis(), context=context, predicate_value=predicate_value
+        )
+        self._apply(state, changes)
+        return state.instance.status
+
+    async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
+        state = self._state_of_token(token_id)
+        changes = self.engine.fail(self._loaded(state), state, token_id, owner, message, retryable, now_millis())
+        self._apply(state, changes)
+        return state.instance.status
+
+    async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
+        state = self._state_of_token(token_id)
+        expires, changes = self.engine.heartbeat(state, token_id, owner, now_millis())
+        self._apply(state, changes)
+        return state.instance.status, expires
+
+    async def advance_run(
+        self, token_id: str, owner: str, steps: list[tuple[Any, ...]], final: bool, reason: str
+    ) -> AdvanceOutcome:
+        state = self._state_of_token(token_id)
+        outcome, changes = self.engine.advance_run(
+            self._loaded(state), state, token_id, owner, steps, final, now_millis(), reason
+        )
+        self._apply(state, changes)
+        return outcome
+
+    # ------------------------------------------------------------------ clock duties
+
+    async def run_clock_duties(self, now: int) -> int:
+        actions = 0
+        while self._timers and self._timers[0][0] <= now:
+            due, _, token_id = heapq.heappop(self._timers)
+            state = self._instances.get(token_instance_id(token_id))
+            if state is None or state.instance.status in FINISHED_INSTANCE_STATUSES:
+                continue
+            token = state.tokens.get(token_id)
+            if token is None:
+                continue
+            loaded = self._loaded(state)
+            if token.status == "RUNNING" and token.lease_expires_at == due:
+                changes = self.engine.expire_lease(loaded, state, token, now)
+            elif token.status == "WAITING" and token.available_at == due:
+                changes = self.engine.fire_timer(loaded, state, token, now)
+            elif token.status == "AWAITING" and token.available_at == due:
+                changes = self.engine.user_task_deadline(loaded, state, token, now)
+            else:
+                continue  # stale entry: the token moved on since
+            self._apply(state, changes)
+            actions += 1
+        return actions
+
+    async def next_due_at(self) -> int | None:
+        return self._timers[0][0] if self._timers else None
+
+    async def next_ready_at(self, queues: list[str]) -> int | None:
+        best: int | None = None
+        for queue in queues:
+            heap = self._ready.get(queue)
+            while heap and self._live_ready(heap[0], queue) is None:
+                heapq.heappop(heap)
+            if heap and (best is None or heap[0][0] < best):
+                best = heap[0][0]
+        return best
+
+    async def purge_finished(self, older_than: int, limit: int) -> int:
+        doomed = [
+            i
+            for i, s in self._instances.items()
+            if s.instance.status in FINISHED_INSTANCE_STATUSES and s.instance.finished_at < older_than
+        ][:limit]
+        for instance_id in doomed:
+            del self._instances[instance_id]
+            self._history.pop(instance_id, None)
+        return len(doomed)
+

@@ -1,0 +1,355 @@
+"""The ``wiggle`` command: run a server, a demo, and operate instances from a shell.
+
+Exit codes: 0 success; 1 the instance FAILED or was CANCELLED (``start --wait``, ``get`` of a
+failed instance with ``--check``); 2 bad arguments (INVALID_ARGUMENT); 3 not found; 4 refused by
+the state (FAILED_PRECONDITION); 5 server unreachable or unavailable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+
+from datetime import datetime, timezone
+from typing import Any
+
+import grpc
+import msgspec
+
+from ._version import __version__
+from .errors import WiggleError
+
+__all__ = ["main"]
+
+EXIT_CODES = {
+    grpc.StatusCode.INVALID_ARGUMENT: 2,
+    grpc.StatusCode.NOT_FOUND: 3,
+    grpc.StatusCode.FAILED_PRECONDITION: 4,
+    grpc.StatusCode.UNAVAILABLE: 5,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 5,
+}
+
+
+def _impl_line() -> str:
+    from . import _fast
+
+    return f"hot paths: {_fast.IMPL} ({_fast.IMPL_REASON})"
+
+
+def _when(ms: int) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(msgspec.to_builtins(value), indent=2, sort_keys=True))
+
+
+def _print_instance(info: Any, history: list[Any] | None = None) -> None:
+    print(f"instance   {info.instance_id}")
+    print(f"workflow   {info.workflow} (version {info.version})")
+    print(f"status     {info.status}" + (f"  reason: {info.reason}" if info.reason else ""))
+    if info.error:
+        print(f"error      {info.error}")
+    if info.correlation_id:
+        print(f"correlation {info.correlation_id}")
+    print(f"created    {_when(info.created_at)}   finished {_when(info.finished_at)}")
+    print(f"context    {json.dumps(info.context, sort_keys=True)}")
+    for t in info.tokens:
+        line = f"  token {t.token_id} at {t.node_id}: {t.status} (attempt {t.attempt})"
+        if t.lease_owner:
+            line += f" leased to {t.lease_owner}"
+        if t.local_run_owner:
+            line += f"; in a local run by {t.local_run_owner} ({t.local_run_steps} steps reported)"
+        if t.last_error:
+            line += f"; last error: {t.last_error}"
+        print(line)
+    if history is not None:
+        print("history")
+        for e in history:
+            took = f"{e.ended_at - e.started_at} ms" if e.started_at else ""
+            line = f"  {_when(e.ended_at)}  {e.node_id:<20} #{e.attempt} {e.outcome:<10} {took:>8} {e.worker_id}"
+            if e.error:
+                line += f"  error: {e.error}"
+            print(line)
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    if text.startswith("@"):
+        with open(text[1:], encoding="utf-8") as fh:
+            text = fh.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"wiggle: {what} is not valid JSON: {exc}") from None
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from ._server.app import serve
+    from ._server.config import SETTINGS, from_mapping
+
+    values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
+    config = from_mapping(values)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.processes > 1:
+        if not config.database_url:
+            raise SystemExit("wiggle: --processes > 1 needs a PostgreSQL database (--database-url)")
+        return _run_processes(config.processes)
+    asyncio.run(serve(config, ready=lambda s: print(f"wiggle server listening on {s.target}", flush=True)))
+    return 0
+
+
+def _run_processes(n: int) -> int:
+    """N server processes sharing the port (SO_REUSEPORT); the kernel spreads connections."""
+    env = dict(os.environ, WIGGLE_PROCESSES="1", WIGGLE_REUSEPORT="1")
+    argv = [a for a in sys.argv[1:] if not a.startswith("--processes")]
+    children = [subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(n)]
+    try:
+        return max(child.wait() for child in children)
+    except KeyboardInterrupt:
+        for child in children:
+            child.terminate()
+        return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from ._server.config import from_mapping
+
+    config = from_mapping({"database_url": args.database_url, "database_schema": args.database_schema})
+    if not config.database_url:
+        raise SystemExit("wiggle: migrate needs --database-url or WIGGLE_DATABASE_URL")
+    from ._storage.postgres import migrate
+
+    applied = asyncio.run(migrate(config.database_url, config.database_schema))
+    print(f"schema {config.database_schema!r}: {applied} migration(s) applied; up to date")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from . import _demo
+    from ._model import ExecutionMode
+    from .testing import EmbeddedServer
+
+    mode = ExecutionMode(args.mode.upper())
+
+    async def run() -> int:
+        async with EmbeddedServer() as server:
+            print(f"embedded server (in-memory store) on {server.target}")
+            worker = subprocess.Popen([sys.executable, "-m", "wiggle._demo", server.target, mode.value])
+            print(f"worker process pid {worker.pid} serving workflow demo-orders in {mode.value} mode")
+            try:
+                client = server.client
+                await client.register(_demo.blueprint(mode))
+                ids = []
+                for i in range(args.instances):
+                    order = _demo.Order(order_id=f"order-{i + 1}", quantity=i + 1, in_stock=(i % 4 != 3))
+                    info = await client.start("demo-orders", order, correlation_id=order.order_id)
+                    ids.append(info.instance_id)
+                    print(f"started {info.instance_id} for {order.order_id}")
+                ok = True
+                for instance_id in ids:
+                    info = await client.wait(instance_id, timeout=60)
+                    history = await client.history(instance_id)
+                    steps = " -> ".join(f"{e.node_id}{'(retry)' if e.outcome == 'RETRY' else ''}" for e in history if e.kind in ("TASK", "PREDICATE"))
+                    extra = f" ({info.reason})" if info.reason else ""
+                    print(f"{info.correlation_id}: {info.status}{extra}  steps: {steps}  total_cents={info.context.get('total_cents')}")
+                    ok = ok and info.status == "COMPLETED"
+                print("all instances COMPLETED" if ok else "some instances did not complete")
+                return 0 if ok else 1
+            finally:
+                worker.terminate()
+                try:
+                    worker.wait(10)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+
+    return asyncio.run(run())
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from .client import Client
+
+    return Client(args.target)
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        info = client.start(args.workflow, _json_arg(args.context, "--context") or {}, version=args.version or "", correlation_id=args.correlation_id or "")
+        if args.wait:
+            info = client.wait(info.instance_id, timeout=args.timeout)
+        _print_json(info) if args.json else _print_instance(info)
+        if args.wait and info.status in ("FAILED", "CANCELLED"):
+            return 1
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        info = client.get(args.instance_id)
+        history = client.history(args.instance_id) if args.history else None
+        if args.json:
+            _print_json({"instance": info, "history": history} if history is not None else info)
+        else:
+            _print_instance(info, history)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        info, changed = client.cancel(args.instance_id, args.reason)
+        if args.json:
+            _print_json({"instance": info, "changed": changed})
+        else:
+            print(f"{info.instance_id}: {'cancelled' if changed else f'already {info.status}; nothing changed'}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        items, next_token = client.list(
+            workflow=args.workflow or "",
+            status=(args.status or "").upper(),
+            correlation_id=args.correlation_id or "",
+            page_size=args.page_size,
+            page_token=args.page_token or "",
+        )
+        if args.json:
+            _print_json({"instances": items, "next_page_token": next_token})
+            return 0
+        for i in items:
+            print(f"{i.instance_id}  {i.workflow:<20} {i.status:<10} {_when(i.created_at)}  {i.correlation_id}")
+        if next_token:
+            print(f"more: --page-token {next_token}")
+    return 0
+
+
+def cmd_complete_task(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        info = client.complete_user_task(args.instance_id, args.name, _json_arg(args.data, "--data") or {})
+        _print_json(info) if args.json else _print_instance(info)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    print(f"wiggle {__version__} on Python {sys.version.split()[0]}")
+    print(_impl_line())
+    try:
+        import psycopg
+
+        print(f"postgres driver: psycopg {psycopg.__version__}")
+    except ImportError:
+        print("postgres driver: not installed (pip install 'wiggle-workflows[postgres]')")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        from bench import e2e  # type: ignore[import-not-found]
+    except ImportError:
+        sys.path.insert(0, os.getcwd())
+        try:
+            from bench import e2e  # type: ignore[import-not-found]
+        except ImportError:
+            raise SystemExit("wiggle: bench needs the repository's bench/ folder (run it from a checkout)") from None
+    return int(e2e.main(args.bench_args))
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ._server.config import SETTINGS
+
+    parser = argparse.ArgumentParser(prog="wiggle", description="Wiggle for Python: a durable workflow engine.")
+    parser.add_argument("--version", action="version", version=f"wiggle {__version__}; {_impl_line()}")
+    parser.add_argument("--target", default=os.environ.get("WIGGLE_TARGET", "127.0.0.1:7233"), help="server host:port (WIGGLE_TARGET)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("server", help="run a server (in-memory unless --database-url)")
+    for field, var, text in SETTINGS:
+        p.add_argument("--" + field.replace("_", "-"), dest=field, default=None, help=f"{text} [{var}]")
+    p.set_defaults(func=cmd_server)
+
+    p = sub.add_parser("migrate", help="create or migrate the PostgreSQL schema, then exit")
+    p.add_argument("--database-url", default=None)
+    p.add_argument("--database-schema", default=None)
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("demo", help="embedded server + a worker process + a sample workflow")
+    p.add_argument("--instances", type=int, default=8)
+    p.add_argument("--mode", default="LOCAL_SYNC", help="SERVER, LOCAL_SYNC or LOCAL_ASYNC")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("start", help="start an instance")
+    p.add_argument("workflow")
+    p.add_argument("--context", help="JSON object (or @file)")
+    p.add_argument("--version", dest="version")
+    p.add_argument("--correlation-id")
+    p.add_argument("--wait", action="store_true", help="wait until it finishes; exit 1 if it FAILED or was CANCELLED")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("get", help="show an instance")
+    p.add_argument("instance_id")
+    p.add_argument("--history", action="store_true", help="with every step attempt")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("cancel", help="cancel an instance")
+    p.add_argument("instance_id")
+    p.add_argument("--reason", default="cancelled by operator")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("list", help="list instances, newest first")
+    p.add_argument("--workflow")
+    p.add_argument("--status")
+    p.add_argument("--correlation-id")
+    p.add_argument("--page-size", type=int, default=50)
+    p.add_argument("--page-token")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("complete-task", help="complete a user task")
+    p.add_argument("instance_id")
+    p.add_argument("name")
+    p.add_argument("--data", help="JSON object merged into the context (or @file)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_complete_task)
+
+    p = sub.add_parser("doctor", help="show the installation: version, hot-path implementation, drivers")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("bench", help="the end-to-end benchmark (see bench/README.md)", add_help=False)
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``wiggle`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except WiggleError as exc:
+        print(f"wiggle: {exc.code.name}: {exc}", file=sys.stderr)
+        return EXIT_CODES.get(exc.code, 1)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,433 @@
+"""The workflow DSL: describe a graph of Python steps, compile it to a definition + handler table.
+
+::
+
+    wf = (
+        Workflow.define("orders", Order)          # Order: a msgspec.Struct, or dict
+        .execution(ExecutionMode.LOCAL_SYNC)
+        .step(validate)
+        .gate(in_stock)                           # False: COMPLETED with reason "gated:in_stock"
+        .step(charge, queue="payments", retry=RetryPolicy.exponential(5, 0.1))
+        .checkpoint()
+        .choose(is_big, if_true=lambda b: b.step(review), if_false=lambda b: b.step(auto_ok))
+        .fork(lambda b: b.step(pack), lambda b: b.step(invoice)).join()
+        .sleep("cool-off", timedelta(minutes=5))
+        .user_task("approval", timeout=timedelta(days=1), on_timeout=lambda b: b.step(escalate))
+    )
+    blueprint = wf.build()
+
+Durability, by execution mode (read this before choosing one):
+
+- SERVER and LOCAL_SYNC commit every step before the next one runs: after an unclean worker
+  death (kill -9, OOM, lost host) at most the one step in flight runs again.
+- LOCAL_ASYNC commits a whole local run at once, at its handback (or every
+  ``local_batch_size`` steps, or at a ``.checkpoint()``): an unclean worker death re-runs every
+  step of the run since its last flush. A graceful ``Worker.close()`` flushes first and loses
+  nothing.
+- Execution is at-least-once in every mode. A step with a side effect that must not repeat
+  (charging a card, sending an email) belongs in a SERVER or LOCAL_SYNC workflow, behind an
+  idempotency key, or directly before a ``.checkpoint()`` so it is committed on its own.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Generic, TypeVar, Union
+
+import msgspec
+
+from ._model import ExecutionMode, Node, NodeKind, RetryPolicy, WorkflowDefinition, validate_name
+from .errors import InvalidArgument
+
+__all__ = ["Workflow", "Branch", "Blueprint", "HandlerKind"]
+
+C = TypeVar("C")
+BranchSpec = Union["Branch[Any]", Callable[["Branch[Any]"], "Branch[Any] | None"], None]
+
+
+class HandlerKind:
+    """What a handler is called for."""
+
+    TASK = "TASK"
+    PREDICATE = "PREDICATE"
+    COMBINE = "COMBINE"
+
+
+class _Item:
+    pass
+
+
+class _Step(_Item):
+    def __init__(self, fn: Callable[..., Any], name: str, queue: str | None, retry: RetryPolicy | None) -> None:
+        self.fn, self.name, self.queue, self.retry = fn, name, queue, retry
+        self.checkpoint = False
+
+
+class _Gate(_Step):
+    pass
+
+
+class _Choose(_Item):
+    def __init__(self, step: _Step, if_true: Branch[Any], if_false: Branch[Any]) -> None:
+        self.step, self.if_true, self.if_false = step, if_true, if_false
+
+
+class _Loop(_Item):
+    def __init__(self, step: _Step, body: Branch[Any]) -> None:
+        self.step, self.body = step, body
+
+
+class _Sleep(_Item):
+    def __init__(self, name: str, millis: int) -> None:
+        self.name, self.millis = name, millis
+
+
+class _Fork(_Item):
+    def __init__(self, name: str, branches: list[Branch[Any]]) -> None:
+        self.name, self.branches = name, branches
+        self.join_name = ""
+        self.combine: Callable[..., Any] | None = None
+        self.combine_queue: str | None = None
+
+
+class _UserTask(_Item):
+    def __init__(self, name: str, timeout_millis: int, on_timeout: Branch[Any] | None) -> None:
+        self.name, self.timeout_millis, self.on_timeout = name, timeout_millis, on_timeout
+
+
+class _End(_Item):
+    def __init__(self, reason: str | None, success: bool) -> None:
+        self.reason, self.success = reason, success
+
+
+def _millis(value: timedelta | float | int, what: str) -> int:
+    if isinstance(value, timedelta):
+        ms = int(value.total_seconds() * 1000)
+    elif isinstance(value, (int, float)):
+        ms = int(value * 1000)
+    else:
+        raise InvalidArgument(f"{what} must be a timedelta or seconds, got {type(value).__name__}")
+    if ms < 0:
+        raise InvalidArgument(f"{what} must not be negative")
+    return ms
+
+
+class Branch(Generic[C]):
+    """A sequence of nodes: the body of a workflow, a choose arm, a fork branch or a loop body."""
+
+    def __init__(self, root: Workflow[Any] | None = None) -> None:
+        self._items: list[_Item] = []
+        self._root: Workflow[Any] = root if root is not None else self  # type: ignore[assignment]
+
+    # -------------------------------------------------------------- building
+
+    def _add(self, item: _Item) -> None:
+        if self._items and isinstance(self._items[-1], _End):
+            raise InvalidArgument("nothing can follow .end() in the same branch")
+        self._items.append(item)
+
+    def _sub(self, spec: BranchSpec, what: str) -> Branch[C]:
+        if spec is None:
+            return Branch(self._root)
+        if isinstance(spec, Branch):
+            return spec
+        if callable(spec):
+            b: Branch[C] = Branch(self._root)
+            out = spec(b)
+            return out if isinstance(out, Branch) else b
+        raise InvalidArgument(f"{what} must be a Branch or a function building one, got {type(spec).__name__}")
+
+    def _step(self, cls: type[_Step], fn: Callable[..., Any], name: str | None, queue: str | None, retry: RetryPolicy | None) -> _Step:
+        if not callable(fn):
+            raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
+        node_id = self._root._unique(validate_name(name or fn.__name__, "step name"))
+        if queue is not None:
+            validate_name(queue, "queue")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgument(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        return cls(fn, node_id, queue, retry)
+
+    def step(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Branch[C]:
+        """A TASK: ``fn(ctx) -> ctx`` (or ``async def``); its result becomes the context (None: unchanged).
+
+        ``queue`` defaults to the workflow's name. ``retry`` defaults to the workflow's policy.
+        Raise ``wiggle.PermanentError`` to fail without retrying.
+        """
+        self._add(self._step(_Step, fn, name, queue, retry))
+        return self
+
+    def gate(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Branch[C]:
+        """A PREDICATE that ends the instance early: False ends it COMPLETED with reason ``gated:<name>``."""
+        self._add(self._step(_Gate, fn, name, queue, retry))
+        return self
+
+    def checkpoint(self) -> Branch[C]:
+        """Commit right after the previous step, even in LOCAL_ASYNC (part of the version hash).
+
+        Put it after a step whose side effect must not be repeated by a LOCAL_ASYNC replay.
+        """
+        last = self._items[-1] if self._items else None
+        step = last.step if isinstance(last, (_Choose, _Loop)) else last
+        if not isinstance(step, _Step):
+            raise InvalidArgument(".checkpoint() must directly follow a step or gate")
+        step.checkpoint = True
+        return self
+
+    def choose(
+        self,
+        predicate: Callable[..., Any],
+        *,
+        if_true: BranchSpec = None,
+        if_false: BranchSpec = None,
+        name: str | None = None,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Branch[C]:
+        """Run ``predicate(ctx) -> bool`` and follow ``if_true`` or ``if_false``; both arms rejoin after."""
+        step = self._step(_Step, predicate, name, queue, retry)
+        self._add(_Choose(step, self._sub(if_true, "if_true"), self._sub(if_false, "if_false")))
+        return self
+
+    def loop(
+        self,
+        predicate: Callable[..., Any],
+        body: BranchSpec,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Branch[C]:
+        """While ``predicate(ctx)`` is True run ``body``, then go on. The runaway guard
+        (WIGGLE_MAX_INSTANCE_STEPS) fails an instance whose loop never exits."""
+        step = self._step(_Step, predicate, name, queue, retry)
+        self._add(_Loop(step, self._sub(body, "body")))
+        return self
+
+    def sleep(self, name: str, duration: timedelta | float) -> Branch[C]:
+        """A server-side timer: no worker is held; continues after ``duration`` (never early)."""
+        self._add(_Sleep(self._root._unique(validate_name(name, "sleep name")), _millis(duration, "sleep duration")))
+        return self
+
+    def fork(self, *branches: BranchSpec, name: str | None = None) -> Branch[C]:
+        """Run the branches in parallel, each on its own copy of the context, then ``.join()``."""
+        if not branches:
+            raise InvalidArgument("fork() needs at least one branch")
+        fork_name = self._root._unique(validate_name(name or "fork", "fork name"))
+        built = [self._sub(b, f"fork branch {i}") for i, b in enumerate(branches)]
+        self._add(_Fork(fork_name, built))
+        return self
+
+    def join(
+        self, combine: Callable[..., Any] | None = None, *, name: str | None = None, queue: str | None = None
+    ) -> Branch[C]:
+        """Close the preceding fork. Branch changes are folded in branch order; when two branches
+        changed the same key, ``combine(base, [branch contexts]) -> ctx`` decides, or without one the
+        instance fails naming the key."""
+        last = self._items[-1] if self._items else None
+        if not isinstance(last, _Fork) or last.join_name:
+            raise InvalidArgument(".join() must directly follow .fork(...)")
+        last.join_name = self._root._unique(validate_name(name or last.name.replace("fork", "join", 1) or "join", "join name"))
+        last.combine = combine
+        last.combine_queue = queue
+        return self
+
+    def user_task(
+        self,
+        name: str,
+        *,
+        timeout: timedelta | float | None = None,
+        on_timeout: BranchSpec = None,
+    ) -> Branch[C]:
+        """Park until a person or system completes task ``name`` (its payload merges into the context).
+
+        With ``timeout`` and no ``on_timeout``, a missed deadline fails the instance with
+        "user task '<name>' timed out"; with ``on_timeout`` the instance runs that branch instead.
+        """
+        ms = _millis(timeout, "timeout") if timeout is not None else 0
+        task_name = validate_name(name, "user task name")
+        if task_name in self._root._names:
+            raise InvalidArgument(f"user task name {name!r} is already used by another node")
+        self._root._names.add(task_name)
+        self._add(_UserTask(task_name, ms, self._sub(on_timeout, "on_timeout") if on_timeout is not None else None))
+        return self
+
+    def end(self, reason: str | None = None, *, success: bool = True) -> Branch[C]:
+        """End the instance here: COMPLETED (or FAILED with ``success=False``) with ``reason``."""
+        self._add(_End(reason, success))
+        return self
+
+
+class Workflow(Branch[C]):
+    """A workflow under construction. Start with ``Workflow.define(name, ContextType)``."""
+
+    def __init__(self, name: str, context_type: type[C]) -> None:
+        self._names: set[str] = set()
+        super().__init__(self)
+        self.name = validate_name(name, "workflow name")
+        self.context_type = context_type
+        self._mode = ExecutionMode.DEFAULT
+        self._max_local_steps = 0
+        self._default_retry: RetryPolicy | None = None
+        self._counter = 0
+
+    @classmethod
+    def define(cls, name: str, context_type: type[C] = dict) -> Workflow[C]:  # type: ignore[assignment]
+        """Begin a workflow whose context is ``context_type``: a ``msgspec.Struct`` subclass or ``dict``."""
+        if context_type is not dict and not (isinstance(context_type, type) and issubclass(context_type, msgspec.Struct)):
+            raise InvalidArgument(f"context type must be dict or a msgspec.Struct subclass, got {context_type!r}")
+        return cls(name, context_type)
+
+    def _unique(self, name: str) -> str:
+        candidate = name
+        n = 1
+        while candidate in self._names:
+            n += 1
+            candidate = f"{name}.{n}"
+        self._names.add(candidate)
+        return candidate
+
+    def execution(self, mode: ExecutionMode | str, *, max_steps: int = 0) -> Workflow[C]:
+        """Choose the execution mode (part of the version); ``max_steps`` caps one local run.
+
+        SERVER and LOCAL_SYNC re-run at most one step after an unclean worker death; LOCAL_ASYNC
+        re-runs the unflushed local run, so its steps must be idempotent (see the module docs).
+        """
+        try:
+            self._mode = ExecutionMode(mode if isinstance(mode, str) else mode.value)
+        except ValueError:
+            raise InvalidArgument(f"execution mode {mode!r} is not SERVER, LOCAL_SYNC, LOCAL_ASYNC or DEFAULT") from None
+        if max_steps < 0:
+            raise InvalidArgument("max_steps must be >= 0")
+        self._max_local_steps = max_steps
+        return self
+
+    def retry(self, policy: RetryPolicy) -> Workflow[C]:
+        """The default retry policy of this workflow's steps (else 3 attempts, 1 s then 2 s apart)."""
+        if not isinstance(policy, RetryPolicy):
+            raise InvalidArgument(f"retry must be a RetryPolicy, got {type(policy).__name__}")
+        self._default_retry = policy
+        return self
+
+    def build(self) -> Blueprint[C]:
+        """Compile to a validated definition and its handler table."""
+        compiler = _Compiler(self.name)
+        first = compiler.sequence(self, compiler.final_end())
+        definition = WorkflowDefinition(
+            name=self.name,
+            start_node=first,
+            nodes=tuple(reversed(compiler.nodes)),
+            execution_mode=self._mode,
+            checkpoints=tuple(sorted(compiler.checkpoints)),
+            max_local_steps=self._max_local_steps,
+            default_retry=self._default_retry,
+        ).validate()
+        return Blueprint(definition, compiler.handlers, self.context_type)
+
+
+class _Compiler:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nodes: list[Node] = []
+        self.handlers: dict[str, tuple[str, Callable[..., Any]]] = {}
+        self.checkpoints: set[str] = set()
+        self._end: str | None = None
+        self._ids: set[str] = set()
+
+    def _node(self, node: Node) -> str:
+        if node.id in self._ids:
+            raise InvalidArgument(f"duplicate node id {node.id!r}")
+        self._ids.add(node.id)
+        self.nodes.append(node)
+        return node.id
+
+    def final_end(self) -> str:
+        if self._end is None:
+            self._end = self._node(Node(id="end", kind=NodeKind.END)) if "end" not in self._ids else "end"
+        return self._end
+
+    def _worker(self, step: _Step, kind: NodeKind, next_id: str, alt: str | None) -> str:
+        self.handlers[step.name] = (HandlerKind.PREDICATE if kind is NodeKind.PREDICATE else HandlerKind.TASK, step.fn)
+        if step.checkpoint:
+            self.checkpoints.add(step.name)
+        return self._node(Node(id=step.name, kind=kind, next=next_id, alt_next=alt, queue=step.queue, retry=step.retry))
+
+    def sequence(self, branch: Branch[Any], next_id: str) -> str:
+        current = next_id
+        for item in reversed(branch._items):
+            current = self.item(item, current)
+        return current
+
+    def item(self, item: _Item, next_id: str) -> str:
+        if isinstance(item, _Gate):
+            end = self._node(Node(id=f"gated.{item.name}", kind=NodeKind.END, reason=f"gated:{item.name}"))
+            return self._worker(item, NodeKind.PREDICATE, next_id, end)
+        if isinstance(item, _Step):
+            return self._worker(item, NodeKind.TASK, next_id, None)
+        if isinstance(item, _Choose):
+            yes = self.sequence(item.if_true, next_id)
+            no = self.sequence(item.if_false, next_id)
+            return self._worker(item.step, NodeKind.PREDICATE, yes, no)
+        if isinstance(item, _Loop):
+            body = self.sequence(item.body, item.step.name)
+            return self._worker(item.step, NodeKind.PREDICATE, body, next_id)
+        if isinstance(item, _Sleep):
+            return self._node(Node(id=item.name, kind=NodeKind.SLEEP, sleep_millis=item.millis, next=next_id))
+        if isinstance(item, _Fork):
+            join_id = item.join_name or (item.name.replace("fork", "join", 1) if item.name.startswith("fork") else f"{item.name}.join")
+            self._node(Node(id=join_id, kind=NodeKind.JOIN, fork=item.name, combine=item.combine is not None, queue=item.combine_queue, next=next_id))
+            if item.combine is not None:
+                self.handlers[join_id] = (HandlerKind.COMBINE, item.combine)
+            firsts = tuple(self.sequence(b, join_id) for b in item.branches)
+            return self._node(Node(id=item.name, kind=NodeKind.FORK, branches=firsts, join=join_id))
+        if isinstance(item, _UserTask):
+            alt = self.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
+            return self._node(Node(id=item.name, kind=NodeKind.USER_TASK, timeout_millis=item.timeout_millis, alt_next=alt, next=next_id))
+        if isinstance(item, _End):
+            n = sum(1 for node in self.nodes if node.kind is NodeKind.END)
+            return self._node(Node(id=f"end.{n}", kind=NodeKind.END, reason=item.reason, success=item.success))
+        raise AssertionError(item)  # pragma: no cover
+
+
+class Blueprint(Generic[C]):
+    """A compiled workflow: the definition the server keeps and the handlers a worker runs."""
+
+    def __init__(
+        self,
+        definition: WorkflowDefinition,
+        handlers: dict[str, tuple[str, Callable[..., Any]]],
+        context_type: type[C],
+    ) -> None:
+        self.definition = definition
+        self.handlers = handlers
+        self.context_type = context_type
+        self.version = definition.content_version()
+        self.is_async = {node: inspect.iscoroutinefunction(fn) for node, (_, fn) in handlers.items()}
+
+    @property
+    def name(self) -> str:
+        """The workflow name."""
+        return self.definition.name
+
+    def queues(self) -> set[str]:
+        """Every queue this blueprint's worker steps run on."""
+        nodes = self.definition.node_map()
+        return {nodes[n].queue or self.name for n in self.handlers}
+
+    def __repr__(self) -> str:
+        return f"<Blueprint {self.name} version {self.version} ({len(self.definition.nodes)} nodes)>"
