@@ -6,7 +6,10 @@ import sys
 
 def test_demo_completes_every_instance() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "wiggle.cli", "demo", "--instances", "4"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "wiggle.cli", "demo", "--instances", "4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all instances COMPLETED" in result.stdout

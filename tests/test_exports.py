@@ -3,10 +3,31 @@
 import wiggle
 
 EXPECTED = {
-    "__version__", "AsyncClient", "Blueprint", "Branch", "Client", "ExecutionMode", "FailedPrecondition",
-    "Handback", "HistoryEntry", "InstanceInfo", "InvalidArgument", "NodeKind", "NotFound", "PermanentError",
-    "RetryPolicy", "Step", "TokenInfo", "Unavailable", "WiggleError", "Worker", "WorkerOptions", "Workflow",
-    "WorkflowDefinition", "WorkflowFailed", "WorkflowInfo",
+    "__version__",
+    "AsyncClient",
+    "Blueprint",
+    "Branch",
+    "Client",
+    "ExecutionMode",
+    "FailedPrecondition",
+    "Handback",
+    "HistoryEntry",
+    "InstanceInfo",
+    "InvalidArgument",
+    "NodeKind",
+    "NotFound",
+    "PermanentError",
+    "RetryPolicy",
+    "Step",
+    "TokenInfo",
+    "Unavailable",
+    "WiggleError",
+    "Worker",
+    "WorkerOptions",
+    "Workflow",
+    "WorkflowDefinition",
+    "WorkflowFailed",
+    "WorkflowInfo",
 }
 
 

@@ -121,7 +121,9 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def fixed(attempts: int, delay_seconds: float) -> RetryPolicy:
         """Up to ``attempts`` attempts, ``delay_seconds`` apart."""
         ms = int(delay_seconds * 1000)
-        return RetryPolicy(max_attempts=attempts, initial_backoff_millis=ms, multiplier=1.0, max_backoff_millis=ms)
+        return RetryPolicy(
+            max_attempts=attempts, initial_backoff_millis=ms, multiplier=1.0, max_backoff_millis=ms
+        )
 
     @staticmethod
     def exponential(
@@ -171,7 +173,9 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def check(self, where: str) -> None:
         """Raise InvalidArgument if a field is out of range."""
         if self.max_attempts < 0:
-            raise InvalidArgument(f"{where}: retry max_attempts must be >= 0 (0 = forever), got {self.max_attempts}")
+            raise InvalidArgument(
+                f"{where}: retry max_attempts must be >= 0 (0 = forever), got {self.max_attempts}"
+            )
         if self.initial_backoff_millis < 0 or self.max_backoff_millis < 0:
             raise InvalidArgument(f"{where}: retry backoffs must be >= 0 milliseconds")
         if self.multiplier < 1.0:
@@ -268,7 +272,9 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
                     raise InvalidArgument(f"node {node.id!r} ({node.kind.value}) needs a {field!r} edge")
                 return
             if target not in nodes:
-                raise InvalidArgument(f"node {node.id!r}: {field!r} points to {target!r}, which does not exist")
+                raise InvalidArgument(
+                    f"node {node.id!r}: {field!r} points to {target!r}, which does not exist"
+                )
 
         for node in self.nodes:
             kind = node.kind
@@ -293,7 +299,9 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
                 edge(node, "join", node.join, True)
                 j = nodes[node.join]
                 if j.kind is not NodeKind.JOIN or j.fork != node.id:
-                    raise InvalidArgument(f"fork {node.id!r}: its join {node.join!r} is not a JOIN of this fork")
+                    raise InvalidArgument(
+                        f"fork {node.id!r}: its join {node.join!r} is not a JOIN of this fork"
+                    )
             elif kind is NodeKind.JOIN:
                 if node.fork is None or node.fork not in nodes or nodes[node.fork].kind is not NodeKind.FORK:
                     raise InvalidArgument(f"join {node.id!r} does not name the FORK it closes")
@@ -318,7 +326,9 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
         reachable = _closure([self.start_node], lambda n: _out_edges(nodes[n]))
         for node in self.nodes:
             if node.id not in reachable:
-                raise InvalidArgument(f"node {node.id!r} is unreachable from the start node {self.start_node!r}")
+                raise InvalidArgument(
+                    f"node {node.id!r} is unreachable from the start node {self.start_node!r}"
+                )
         reverse: dict[str, list[str]] = {n: [] for n in nodes}
         for node in self.nodes:
             for target in _out_edges(node):
@@ -335,9 +345,11 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
             if node.kind is NodeKind.FORK:
                 assert node.join is not None
                 for b in node.branches:
-                    seen = _closure([b], lambda n: [] if n == node.join else _out_edges(nodes[n]))
+                    seen = _closure([b], lambda n, stop=node.join: [] if n == stop else _out_edges(nodes[n]))
                     if node.join not in seen:
-                        raise InvalidArgument(f"fork {node.id!r}: branch {b!r} never reaches join {node.join!r}")
+                        raise InvalidArgument(
+                            f"fork {node.id!r}: branch {b!r} never reaches join {node.join!r}"
+                        )
         return self
 
 

@@ -14,7 +14,6 @@ import logging
 import os
 import subprocess
 import sys
-
 from datetime import datetime, timezone
 from typing import Any
 
@@ -74,7 +73,9 @@ def _print_instance(info: Any, history: list[Any] | None = None) -> None:
         print("history")
         for e in history:
             took = f"{e.ended_at - e.started_at} ms" if e.started_at else ""
-            line = f"  {_when(e.ended_at)}  {e.node_id:<20} #{e.attempt} {e.outcome:<10} {took:>8} {e.worker_id}"
+            line = (
+                f"  {_when(e.ended_at)}  {e.node_id:<20} #{e.attempt} {e.outcome:<10} {took:>8} {e.worker_id}"
+            )
             if e.error:
                 line += f"  error: {e.error}"
             print(line)
@@ -161,9 +162,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 for instance_id in ids:
                     info = await client.wait(instance_id, timeout=60)
                     history = await client.history(instance_id)
-                    steps = " -> ".join(f"{e.node_id}{'(retry)' if e.outcome == 'RETRY' else ''}" for e in history if e.kind in ("TASK", "PREDICATE"))
+                    steps = " -> ".join(
+                        f"{e.node_id}{'(retry)' if e.outcome == 'RETRY' else ''}"
+                        for e in history
+                        if e.kind in ("TASK", "PREDICATE")
+                    )
                     extra = f" ({info.reason})" if info.reason else ""
-                    print(f"{info.correlation_id}: {info.status}{extra}  steps: {steps}  total_cents={info.context.get('total_cents')}")
+                    print(
+                        f"{info.correlation_id}: {info.status}{extra}  steps: {steps}  total_cents={info.context.get('total_cents')}"
+                    )
                     ok = ok and info.status == "COMPLETED"
                 print("all instances COMPLETED" if ok else "some instances did not complete")
                 return 0 if ok else 1
@@ -185,7 +192,12 @@ def _client(args: argparse.Namespace) -> Any:
 
 def cmd_start(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        info = client.start(args.workflow, _json_arg(args.context, "--context") or {}, version=args.version or "", correlation_id=args.correlation_id or "")
+        info = client.start(
+            args.workflow,
+            _json_arg(args.context, "--context") or {},
+            version=args.version or "",
+            correlation_id=args.correlation_id or "",
+        )
         if args.wait:
             info = client.wait(info.instance_id, timeout=args.timeout)
         _print_json(info) if args.json else _print_instance(info)
@@ -211,7 +223,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({"instance": info, "changed": changed})
         else:
-            print(f"{info.instance_id}: {'cancelled' if changed else f'already {info.status}; nothing changed'}")
+            print(
+                f"{info.instance_id}: {'cancelled' if changed else f'already {info.status}; nothing changed'}"
+            )
     return 0
 
 
@@ -228,7 +242,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             _print_json({"instances": items, "next_page_token": next_token})
             return 0
         for i in items:
-            print(f"{i.instance_id}  {i.workflow:<20} {i.status:<10} {_when(i.created_at)}  {i.correlation_id}")
+            print(
+                f"{i.instance_id}  {i.workflow:<20} {i.status:<10} {_when(i.created_at)}  {i.correlation_id}"
+            )
         if next_token:
             print(f"more: --page-token {next_token}")
     return 0
@@ -261,7 +277,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         try:
             from bench import e2e  # type: ignore[import-not-found]
         except ImportError:
-            raise SystemExit("wiggle: bench needs the repository's bench/ folder (run it from a checkout)") from None
+            raise SystemExit(
+                "wiggle: bench needs the repository's bench/ folder (run it from a checkout)"
+            ) from None
     return int(e2e.main(args.bench_args))
 
 
@@ -271,9 +289,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from ._server.config import SETTINGS
 
-    parser = argparse.ArgumentParser(prog="wiggle", description="Wiggle for Python: a durable workflow engine.")
+    parser = argparse.ArgumentParser(
+        prog="wiggle", description="Wiggle for Python: a durable workflow engine."
+    )
     parser.add_argument("--version", action="version", version=f"wiggle {__version__}; {_impl_line()}")
-    parser.add_argument("--target", default=os.environ.get("WIGGLE_TARGET", "127.0.0.1:7233"), help="server host:port (WIGGLE_TARGET)")
+    parser.add_argument(
+        "--target",
+        default=os.environ.get("WIGGLE_TARGET", "127.0.0.1:7233"),
+        help="server host:port (WIGGLE_TARGET)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("server", help="run a server (in-memory unless --database-url)")
@@ -296,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", help="JSON object (or @file)")
     p.add_argument("--version", dest="version")
     p.add_argument("--correlation-id")
-    p.add_argument("--wait", action="store_true", help="wait until it finishes; exit 1 if it FAILED or was CANCELLED")
+    p.add_argument(
+        "--wait", action="store_true", help="wait until it finishes; exit 1 if it FAILED or was CANCELLED"
+    )
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_start)
@@ -352,4 +378,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

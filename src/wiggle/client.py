@@ -18,7 +18,15 @@ from ._rpc import wiggle_pb2_grpc as pb_grpc
 from .errors import WiggleError, WorkflowFailed, error_from_rpc
 from .workflow import Blueprint
 
-__all__ = ["Client", "AsyncClient", "InstanceInfo", "TokenInfo", "HistoryEntry", "WorkflowInfo", "DEFAULT_TARGET"]
+__all__ = [
+    "Client",
+    "AsyncClient",
+    "InstanceInfo",
+    "TokenInfo",
+    "HistoryEntry",
+    "WorkflowInfo",
+    "DEFAULT_TARGET",
+]
 
 DEFAULT_TARGET = "127.0.0.1:7233"
 FINISHED = ("COMPLETED", "FAILED", "CANCELLED")
@@ -167,7 +175,13 @@ def _history_from_pb(msg: pb.GetHistoryResponse) -> list[HistoryEntry]:
 
 
 def _list_request(
-    workflow: str, status: str, correlation_id: str, created_after: int, created_before: int, page_size: int, page_token: str
+    workflow: str,
+    status: str,
+    correlation_id: str,
+    created_after: int,
+    created_before: int,
+    page_size: int,
+    page_token: str,
 ) -> pb.ListInstancesRequest:
     return pb.ListInstancesRequest(
         workflow=workflow,
@@ -212,7 +226,11 @@ class Client:
 
     def register(self, workflow: Blueprint[Any] | WorkflowDefinition) -> WorkflowInfo:
         """Register a workflow version (a no-op if this exact graph is registered already)."""
-        return _workflow_from_pb(self._call("RegisterWorkflow", pb.RegisterWorkflowRequest(definition_json=_to_definition_json(workflow))))
+        return _workflow_from_pb(
+            self._call(
+                "RegisterWorkflow", pb.RegisterWorkflowRequest(definition_json=_to_definition_json(workflow))
+            )
+        )
 
     def get_workflow(self, name: str, version: str = "") -> WorkflowInfo:
         """A registered workflow (the latest version unless ``version`` is given)."""
@@ -220,12 +238,24 @@ class Client:
 
     def list_workflows(self, name: str = "") -> list[WorkflowInfo]:
         """Every registered workflow version (of ``name``)."""
-        return [_workflow_from_pb(w) for w in self._call("ListWorkflows", pb.ListWorkflowsRequest(name=name)).workflows]
+        return [
+            _workflow_from_pb(w)
+            for w in self._call("ListWorkflows", pb.ListWorkflowsRequest(name=name)).workflows
+        ]
 
-    def start(self, workflow: str | Blueprint[Any], context: Any = None, *, version: str = "", correlation_id: str = "") -> InstanceInfo:
+    def start(
+        self,
+        workflow: str | Blueprint[Any],
+        context: Any = None,
+        *,
+        version: str = "",
+        correlation_id: str = "",
+    ) -> InstanceInfo:
         """Start an instance; ``context`` is a dict or msgspec.Struct. Pins ``version`` if given."""
         name = workflow.name if isinstance(workflow, Blueprint) else workflow
-        request = pb.StartInstanceRequest(workflow=name, version=version, context_json=_context_json(context), correlation_id=correlation_id)
+        request = pb.StartInstanceRequest(
+            workflow=name, version=version, context_json=_context_json(context), correlation_id=correlation_id
+        )
         return instance_from_pb(self._call("StartInstance", request))
 
     def get(self, instance_id: str) -> InstanceInfo:
@@ -239,7 +269,11 @@ class Client:
             remaining = deadline - time.monotonic()
             wait_ms = max(int(min(remaining, 30.0) * 1000), 0)
             info = instance_from_pb(
-                self._call("GetInstance", pb.GetInstanceRequest(instance_id=instance_id, wait_millis=wait_ms), timeout=wait_ms / 1000 + 30)
+                self._call(
+                    "GetInstance",
+                    pb.GetInstanceRequest(instance_id=instance_id, wait_millis=wait_ms),
+                    timeout=wait_ms / 1000 + 30,
+                )
             )
             if info.finished or remaining <= 0:
                 return info
@@ -263,17 +297,26 @@ class Client:
         page_token: str = "",
     ) -> tuple[list[InstanceInfo], str]:
         """One page of instances (newest first) and the next page token ('' on the last page)."""
-        response = self._call("ListInstances", _list_request(workflow, status, correlation_id, created_after, created_before, page_size, page_token))
+        response = self._call(
+            "ListInstances",
+            _list_request(
+                workflow, status, correlation_id, created_after, created_before, page_size, page_token
+            ),
+        )
         return [instance_from_pb(i) for i in response.instances], response.next_page_token
 
     def cancel(self, instance_id: str, reason: str = "cancelled") -> tuple[InstanceInfo, bool]:
         """Cancel a running instance; (snapshot, changed). A finished instance is left as it is."""
-        response = self._call("CancelInstance", pb.CancelInstanceRequest(instance_id=instance_id, reason=reason))
+        response = self._call(
+            "CancelInstance", pb.CancelInstanceRequest(instance_id=instance_id, reason=reason)
+        )
         return instance_from_pb(response.instance), response.changed
 
     def complete_user_task(self, instance_id: str, name: str, data: Any = None) -> InstanceInfo:
         """Complete the user task ``name``; ``data`` (a dict) merges into the context."""
-        request = pb.CompleteUserTaskRequest(instance_id=instance_id, task_name=name, payload_json=_context_json(data))
+        request = pb.CompleteUserTaskRequest(
+            instance_id=instance_id, task_name=name, payload_json=_context_json(data)
+        )
         return instance_from_pb(self._call("CompleteUserTask", request))
 
     def history(self, instance_id: str) -> list[HistoryEntry]:
@@ -312,25 +355,45 @@ class AsyncClient:
 
     async def register(self, workflow: Blueprint[Any] | WorkflowDefinition) -> WorkflowInfo:
         """See Client.register."""
-        return _workflow_from_pb(await self._call("RegisterWorkflow", pb.RegisterWorkflowRequest(definition_json=_to_definition_json(workflow))))
+        return _workflow_from_pb(
+            await self._call(
+                "RegisterWorkflow", pb.RegisterWorkflowRequest(definition_json=_to_definition_json(workflow))
+            )
+        )
 
     async def get_workflow(self, name: str, version: str = "") -> WorkflowInfo:
         """See Client.get_workflow."""
-        return _workflow_from_pb(await self._call("GetWorkflow", pb.GetWorkflowRequest(name=name, version=version)))
+        return _workflow_from_pb(
+            await self._call("GetWorkflow", pb.GetWorkflowRequest(name=name, version=version))
+        )
 
     async def list_workflows(self, name: str = "") -> list[WorkflowInfo]:
         """See Client.list_workflows."""
-        return [_workflow_from_pb(w) for w in (await self._call("ListWorkflows", pb.ListWorkflowsRequest(name=name))).workflows]
+        return [
+            _workflow_from_pb(w)
+            for w in (await self._call("ListWorkflows", pb.ListWorkflowsRequest(name=name))).workflows
+        ]
 
-    async def start(self, workflow: str | Blueprint[Any], context: Any = None, *, version: str = "", correlation_id: str = "") -> InstanceInfo:
+    async def start(
+        self,
+        workflow: str | Blueprint[Any],
+        context: Any = None,
+        *,
+        version: str = "",
+        correlation_id: str = "",
+    ) -> InstanceInfo:
         """See Client.start."""
         name = workflow.name if isinstance(workflow, Blueprint) else workflow
-        request = pb.StartInstanceRequest(workflow=name, version=version, context_json=_context_json(context), correlation_id=correlation_id)
+        request = pb.StartInstanceRequest(
+            workflow=name, version=version, context_json=_context_json(context), correlation_id=correlation_id
+        )
         return instance_from_pb(await self._call("StartInstance", request))
 
     async def get(self, instance_id: str) -> InstanceInfo:
         """See Client.get."""
-        return instance_from_pb(await self._call("GetInstance", pb.GetInstanceRequest(instance_id=instance_id)))
+        return instance_from_pb(
+            await self._call("GetInstance", pb.GetInstanceRequest(instance_id=instance_id))
+        )
 
     async def wait(self, instance_id: str, timeout: float = 60.0) -> InstanceInfo:
         """See Client.wait."""
@@ -339,7 +402,11 @@ class AsyncClient:
             remaining = deadline - time.monotonic()
             wait_ms = max(int(min(remaining, 30.0) * 1000), 0)
             info = instance_from_pb(
-                await self._call("GetInstance", pb.GetInstanceRequest(instance_id=instance_id, wait_millis=wait_ms), timeout=wait_ms / 1000 + 30)
+                await self._call(
+                    "GetInstance",
+                    pb.GetInstanceRequest(instance_id=instance_id, wait_millis=wait_ms),
+                    timeout=wait_ms / 1000 + 30,
+                )
             )
             if info.finished or remaining <= 0:
                 return info
@@ -363,17 +430,26 @@ class AsyncClient:
         page_token: str = "",
     ) -> tuple[list[InstanceInfo], str]:
         """See Client.list."""
-        response = await self._call("ListInstances", _list_request(workflow, status, correlation_id, created_after, created_before, page_size, page_token))
+        response = await self._call(
+            "ListInstances",
+            _list_request(
+                workflow, status, correlation_id, created_after, created_before, page_size, page_token
+            ),
+        )
         return [instance_from_pb(i) for i in response.instances], response.next_page_token
 
     async def cancel(self, instance_id: str, reason: str = "cancelled") -> tuple[InstanceInfo, bool]:
         """See Client.cancel."""
-        response = await self._call("CancelInstance", pb.CancelInstanceRequest(instance_id=instance_id, reason=reason))
+        response = await self._call(
+            "CancelInstance", pb.CancelInstanceRequest(instance_id=instance_id, reason=reason)
+        )
         return instance_from_pb(response.instance), response.changed
 
     async def complete_user_task(self, instance_id: str, name: str, data: Any = None) -> InstanceInfo:
         """See Client.complete_user_task."""
-        request = pb.CompleteUserTaskRequest(instance_id=instance_id, task_name=name, payload_json=_context_json(data))
+        request = pb.CompleteUserTaskRequest(
+            instance_id=instance_id, task_name=name, payload_json=_context_json(data)
+        )
         return instance_from_pb(await self._call("CompleteUserTask", request))
 
     async def history(self, instance_id: str) -> list[HistoryEntry]:

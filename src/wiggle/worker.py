@@ -34,7 +34,7 @@ from . import _fast
 from ._model import ExecutionMode, Handback
 from ._rpc import wiggle_pb2 as pb
 from ._rpc import wiggle_pb2_grpc as pb_grpc
-from .client import CHANNEL_OPTIONS, AsyncClient
+from .client import AsyncClient
 from .errors import PermanentError
 from .workflow import Blueprint, HandlerKind
 
@@ -193,7 +193,11 @@ class _Stream:
                     continue
                 body = message.WhichOneof("body")
                 if body == "error":
-                    future.set_exception(_StreamError(_CODES.get(message.error.code, grpc.StatusCode.UNKNOWN), message.error.message))
+                    future.set_exception(
+                        _StreamError(
+                            _CODES.get(message.error.code, grpc.StatusCode.UNKNOWN), message.error.message
+                        )
+                    )
                 else:
                     future.set_result(getattr(message, body))
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
@@ -207,10 +211,12 @@ class _Stream:
                     if isinstance(error, grpc.RpcError):
                         future.set_exception(error)
                     else:
-                        future.set_exception(_StreamError(grpc.StatusCode.UNAVAILABLE, "worker stream closed"))
+                        future.set_exception(
+                            _StreamError(grpc.StatusCode.UNAVAILABLE, "worker stream closed")
+                        )
 
     async def call(self, method: str, request: Any, timeout: float) -> Any:
-        call = await self._ensure()
+        await self._ensure()
         self._next_id += 1
         rid = self._next_id
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -269,7 +275,9 @@ class Worker:
         if self.options.transport not in ("stream", "unary"):
             raise ValueError("transport must be 'stream' or 'unary'")
         self._target = client_or_target
-        self._client: AsyncClient | None = client_or_target if isinstance(client_or_target, AsyncClient) else None
+        self._client: AsyncClient | None = (
+            client_or_target if isinstance(client_or_target, AsyncClient) else None
+        )
         self._own_client = self._client is None
         self.blueprints = list(blueprints)
         if not self.blueprints:
@@ -287,7 +295,9 @@ class Worker:
             raise ValueError("the worker serves no queues")
         self.queues: frozenset[str] = frozenset(queues)
         self._queue_list = sorted(self.queues)
-        self.worker_id = self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+        self.worker_id = (
+            self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+        )
         self.stats = WorkerStats()
         self._running = False
         self._closing = False
@@ -310,7 +320,9 @@ class Worker:
             self._client = AsyncClient(self._target)
         stub = pb_grpc.WiggleControlPlaneStub(self._client.channel)
         self._transport = _Stream(stub) if self.options.transport == "stream" else _Unary(stub)
-        self._pool = ThreadPoolExecutor(self.options.threads or self.options.concurrency, thread_name_prefix="wiggle-step")
+        self._pool = ThreadPoolExecutor(
+            self.options.threads or self.options.concurrency, thread_name_prefix="wiggle-step"
+        )
         self._slots = asyncio.Semaphore(self.options.concurrency)
         if self.options.register:
             for bp in self.blueprints:
@@ -464,7 +476,9 @@ class Worker:
     async def _probe_advance(self, act: pb.TaskActivation) -> None:
         """Does the server implement AdvanceRun? (An empty, non-final AdvanceRun is a heartbeat.)"""
         try:
-            await self._rpc("AdvanceRun", pb.AdvanceRunRequest(task_id=act.task_id, lease_owner=act.lease_owner))
+            await self._rpc(
+                "AdvanceRun", pb.AdvanceRunRequest(task_id=act.task_id, lease_owner=act.lease_owner)
+            )
             self._advance_supported = True
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
@@ -546,13 +560,17 @@ class Worker:
                     continue
                 log.info("%s refused: %s", method, exc.details())
                 return None
-        log.warning("%s gave up after retries; the lease will expire and the step will be redelivered", method)
+        log.warning(
+            "%s gave up after retries; the lease will expire and the step will be redelivered", method
+        )
         return None
 
     async def _report_fail(self, act: pb.TaskActivation, message: str, retryable: bool) -> None:
         await self._report(
             "FailTask",
-            pb.FailTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner, message=message, retryable=retryable),
+            pb.FailTaskRequest(
+                task_id=act.task_id, lease_owner=act.lease_owner, message=message, retryable=retryable
+            ),
         )
 
     async def _heartbeat_loop(self, act: pb.TaskActivation, run: _LocalRun | None) -> None:
@@ -718,4 +736,3 @@ class _LocalRun:
         if result.lease_expires_at:
             self.lease_expires_at = result.lease_expires_at
         return True
-

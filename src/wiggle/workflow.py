@@ -60,7 +60,9 @@ class _Item:
 
 
 class _Step(_Item):
-    def __init__(self, fn: Callable[..., Any], name: str, queue: str | None, retry: RetryPolicy | None) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], name: str, queue: str | None, retry: RetryPolicy | None
+    ) -> None:
         self.fn, self.name, self.queue, self.retry = fn, name, queue, retry
         self.checkpoint = False
 
@@ -137,9 +139,18 @@ class Branch(Generic[C]):
             b: Branch[C] = Branch(self._root)
             out = spec(b)
             return out if isinstance(out, Branch) else b
-        raise InvalidArgument(f"{what} must be a Branch or a function building one, got {type(spec).__name__}")
+        raise InvalidArgument(
+            f"{what} must be a Branch or a function building one, got {type(spec).__name__}"
+        )
 
-    def _step(self, cls: type[_Step], fn: Callable[..., Any], name: str | None, queue: str | None, retry: RetryPolicy | None) -> _Step:
+    def _step(
+        self,
+        cls: type[_Step],
+        fn: Callable[..., Any],
+        name: str | None,
+        queue: str | None,
+        retry: RetryPolicy | None,
+    ) -> _Step:
         if not callable(fn):
             raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
         node_id = self._root._unique(validate_name(name or fn.__name__, "step name"))
@@ -221,7 +232,9 @@ class Branch(Generic[C]):
 
     def sleep(self, name: str, duration: timedelta | float) -> Branch[C]:
         """A server-side timer: no worker is held; continues after ``duration`` (never early)."""
-        self._add(_Sleep(self._root._unique(validate_name(name, "sleep name")), _millis(duration, "sleep duration")))
+        self._add(
+            _Sleep(self._root._unique(validate_name(name, "sleep name")), _millis(duration, "sleep duration"))
+        )
         return self
 
     def fork(self, *branches: BranchSpec, name: str | None = None) -> Branch[C]:
@@ -242,7 +255,9 @@ class Branch(Generic[C]):
         last = self._items[-1] if self._items else None
         if not isinstance(last, _Fork) or last.join_name:
             raise InvalidArgument(".join() must directly follow .fork(...)")
-        last.join_name = self._root._unique(validate_name(name or last.name.replace("fork", "join", 1) or "join", "join name"))
+        last.join_name = self._root._unique(
+            validate_name(name or last.name.replace("fork", "join", 1) or "join", "join name")
+        )
         last.combine = combine
         last.combine_queue = queue
         return self
@@ -264,7 +279,9 @@ class Branch(Generic[C]):
         if task_name in self._root._names:
             raise InvalidArgument(f"user task name {name!r} is already used by another node")
         self._root._names.add(task_name)
-        self._add(_UserTask(task_name, ms, self._sub(on_timeout, "on_timeout") if on_timeout is not None else None))
+        self._add(
+            _UserTask(task_name, ms, self._sub(on_timeout, "on_timeout") if on_timeout is not None else None)
+        )
         return self
 
     def end(self, reason: str | None = None, *, success: bool = True) -> Branch[C]:
@@ -289,8 +306,12 @@ class Workflow(Branch[C]):
     @classmethod
     def define(cls, name: str, context_type: type[C] = dict) -> Workflow[C]:  # type: ignore[assignment]
         """Begin a workflow whose context is ``context_type``: a ``msgspec.Struct`` subclass or ``dict``."""
-        if context_type is not dict and not (isinstance(context_type, type) and issubclass(context_type, msgspec.Struct)):
-            raise InvalidArgument(f"context type must be dict or a msgspec.Struct subclass, got {context_type!r}")
+        if context_type is not dict and not (
+            isinstance(context_type, type) and issubclass(context_type, msgspec.Struct)
+        ):
+            raise InvalidArgument(
+                f"context type must be dict or a msgspec.Struct subclass, got {context_type!r}"
+            )
         return cls(name, context_type)
 
     def _unique(self, name: str) -> str:
@@ -311,7 +332,9 @@ class Workflow(Branch[C]):
         try:
             self._mode = ExecutionMode(mode if isinstance(mode, str) else mode.value)
         except ValueError:
-            raise InvalidArgument(f"execution mode {mode!r} is not SERVER, LOCAL_SYNC, LOCAL_ASYNC or DEFAULT") from None
+            raise InvalidArgument(
+                f"execution mode {mode!r} is not SERVER, LOCAL_SYNC, LOCAL_ASYNC or DEFAULT"
+            ) from None
         if max_steps < 0:
             raise InvalidArgument("max_steps must be >= 0")
         self._max_local_steps = max_steps
@@ -362,10 +385,15 @@ class _Compiler:
         return self._end
 
     def _worker(self, step: _Step, kind: NodeKind, next_id: str, alt: str | None) -> str:
-        self.handlers[step.name] = (HandlerKind.PREDICATE if kind is NodeKind.PREDICATE else HandlerKind.TASK, step.fn)
+        self.handlers[step.name] = (
+            HandlerKind.PREDICATE if kind is NodeKind.PREDICATE else HandlerKind.TASK,
+            step.fn,
+        )
         if step.checkpoint:
             self.checkpoints.add(step.name)
-        return self._node(Node(id=step.name, kind=kind, next=next_id, alt_next=alt, queue=step.queue, retry=step.retry))
+        return self._node(
+            Node(id=step.name, kind=kind, next=next_id, alt_next=alt, queue=step.queue, retry=step.retry)
+        )
 
     def sequence(self, branch: Branch[Any], next_id: str) -> str:
         current = next_id
@@ -389,18 +417,39 @@ class _Compiler:
         if isinstance(item, _Sleep):
             return self._node(Node(id=item.name, kind=NodeKind.SLEEP, sleep_millis=item.millis, next=next_id))
         if isinstance(item, _Fork):
-            join_id = item.join_name or (item.name.replace("fork", "join", 1) if item.name.startswith("fork") else f"{item.name}.join")
-            self._node(Node(id=join_id, kind=NodeKind.JOIN, fork=item.name, combine=item.combine is not None, queue=item.combine_queue, next=next_id))
+            join_id = item.join_name or (
+                item.name.replace("fork", "join", 1) if item.name.startswith("fork") else f"{item.name}.join"
+            )
+            self._node(
+                Node(
+                    id=join_id,
+                    kind=NodeKind.JOIN,
+                    fork=item.name,
+                    combine=item.combine is not None,
+                    queue=item.combine_queue,
+                    next=next_id,
+                )
+            )
             if item.combine is not None:
                 self.handlers[join_id] = (HandlerKind.COMBINE, item.combine)
             firsts = tuple(self.sequence(b, join_id) for b in item.branches)
             return self._node(Node(id=item.name, kind=NodeKind.FORK, branches=firsts, join=join_id))
         if isinstance(item, _UserTask):
             alt = self.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
-            return self._node(Node(id=item.name, kind=NodeKind.USER_TASK, timeout_millis=item.timeout_millis, alt_next=alt, next=next_id))
+            return self._node(
+                Node(
+                    id=item.name,
+                    kind=NodeKind.USER_TASK,
+                    timeout_millis=item.timeout_millis,
+                    alt_next=alt,
+                    next=next_id,
+                )
+            )
         if isinstance(item, _End):
             n = sum(1 for node in self.nodes if node.kind is NodeKind.END)
-            return self._node(Node(id=f"end.{n}", kind=NodeKind.END, reason=item.reason, success=item.success))
+            return self._node(
+                Node(id=f"end.{n}", kind=NodeKind.END, reason=item.reason, success=item.success)
+            )
         raise AssertionError(item)  # pragma: no cover
 
 

@@ -109,7 +109,9 @@ class Engine:
             raise InvalidArgument(f"{what} must be a JSON object, got {type(value).__name__}")
         size = len(_json.encode(value))
         if size > self.config.max_payload_bytes:
-            raise InvalidArgument(f"{what} is {size} bytes; the limit is {self.config.max_payload_bytes} bytes")
+            raise InvalidArgument(
+                f"{what} is {size} bytes; the limit is {self.config.max_payload_bytes} bytes"
+            )
         return value
 
     def decode_object(self, data: bytes, what: str) -> dict[str, Any]:
@@ -117,7 +119,9 @@ class Engine:
         if not data:
             return {}
         if len(data) > self.config.max_payload_bytes:
-            raise InvalidArgument(f"{what} is {len(data)} bytes; the limit is {self.config.max_payload_bytes} bytes")
+            raise InvalidArgument(
+                f"{what} is {len(data)} bytes; the limit is {self.config.max_payload_bytes} bytes"
+            )
         try:
             value = msgspec.json.decode(data)
         except msgspec.DecodeError as exc:
@@ -155,7 +159,9 @@ class Engine:
         changes.tokens[token.id] = token
         return token
 
-    def _finish_token(self, state: InstanceState, token: Token, status: str, now: int, changes: Changes) -> None:
+    def _finish_token(
+        self, state: InstanceState, token: Token, status: str, now: int, changes: Changes
+    ) -> None:
         token.status = status
         token.finished_at = now
         token.lease_owner = ""
@@ -211,7 +217,9 @@ class Engine:
 
     # ------------------------------------------------------------------ drive
 
-    def drive(self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes) -> None:
+    def drive(
+        self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
+    ) -> None:
         """Move ``token`` (and any tokens it spawns) until each is parked (semantics: node rules)."""
         pending = [token]
         moves = 0
@@ -270,7 +278,12 @@ class Engine:
                             self._end_instance(state, COMPLETED, now, changes, reason=node.reason or "")
                         else:
                             self._end_instance(
-                                state, FAILED, now, changes, reason=node.reason or "", error=node.reason or node.id
+                                state,
+                                FAILED,
+                                now,
+                                changes,
+                                reason=node.reason or "",
+                                error=node.reason or node.id,
                             )
                     break
                 if kind is NodeKind.FORK:
@@ -279,7 +292,11 @@ class Engine:
                     group = f"{tok.id}@{node.id}@{state.instance.token_seq}"
                     state.instance.joins = dict(state.instance.joins)
                     state.instance.joins[group] = JoinState(
-                        fork_node=node.id, branch_count=len(node.branches), base=base, arrived={}, joined_tokens=[]
+                        fork_node=node.id,
+                        branch_count=len(node.branches),
+                        base=base,
+                        arrived={},
+                        joined_tokens=[],
                     )
                     changes.instance_changed = True
                     for index, first in enumerate(node.branches):
@@ -399,7 +416,13 @@ class Engine:
     # ------------------------------------------------------------------ claim & reports
 
     def claim(
-        self, loaded: LoadedDefinition, state: InstanceState, token: Token, owner: str, now: int, changes: Changes
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        token: Token,
+        owner: str,
+        now: int,
+        changes: Changes,
     ) -> Claimed:
         """Lease a READY token to ``owner``; the caller has checked it is due and on a served queue."""
         token.status = "RUNNING"
@@ -422,7 +445,8 @@ class Engine:
         inst = state.instance
         if inst.status in FINISHED_INSTANCE_STATUSES:
             raise AlreadyFinished(
-                f"instance {inst.id} is {inst.status}; the report on token {token_id} was refused", inst.status
+                f"instance {inst.id} is {inst.status}; the report on token {token_id} was refused",
+                inst.status,
             )
         token = state.tokens.get(token_id)
         if token is None:
@@ -453,10 +477,19 @@ class Engine:
             if predicate_value is None:
                 # A predicate reported as a task: non-retryable failure naming the type.
                 return self._fail_step(
-                    loaded, state, token, node, "predicate returned a context, not a bool", False, now, changes
+                    loaded,
+                    state,
+                    token,
+                    node,
+                    "predicate returned a context, not a bool",
+                    False,
+                    now,
+                    changes,
                 )
         elif predicate_value is not None:
-            raise InvalidArgument(f"node {node.id!r} is a {node.kind.value}, not a PREDICATE: send context_json")
+            raise InvalidArgument(
+                f"node {node.id!r} is a {node.kind.value}, not a PREDICATE: send context_json"
+            )
         if context is not None:
             try:
                 self.check_context(context, "step result")
@@ -470,7 +503,9 @@ class Engine:
         else:
             if context is not None:
                 self._set_context(state, token, context, changes)
-            next_id = loaded.graph.successor(node.id, bool(predicate_value) if predicate_value is not None else True)
+            next_id = loaded.graph.successor(
+                node.id, bool(predicate_value) if predicate_value is not None else True
+            )
         assert next_id is not None
         if not self._count_step(state, token, now, changes):
             return changes
@@ -534,7 +569,17 @@ class Engine:
         changes.instance_changed = True
         worker = worker or token.lease_owner
         if retryable and policy.allows_another(token.attempt):
-            self._record(state, token, node, "RETRY", now, changes, error=message, worker=worker, started=token.started_at)
+            self._record(
+                state,
+                token,
+                node,
+                "RETRY",
+                now,
+                changes,
+                error=message,
+                worker=worker,
+                started=token.started_at,
+            )
             delay = policy.backoff_millis(token.attempt, self.rng)
             token.attempt += 1
             token.status = "READY"
@@ -550,7 +595,9 @@ class Engine:
             if delay > 0:
                 changes.timers = True
             return changes
-        self._record(state, token, node, "FAILED", now, changes, error=message, worker=worker, started=token.started_at)
+        self._record(
+            state, token, node, "FAILED", now, changes, error=message, worker=worker, started=token.started_at
+        )
         token.last_error = message
         self._finish_token(state, token, FAILED, now, changes)
         self._fail_instance(state, f"{node.id}: {message}", now, changes)
@@ -608,7 +655,9 @@ class Engine:
                 )
             node = loaded.nodes[node_id]
             if node.kind not in _WORKER_KINDS:
-                raise FailedPrecondition(f"AdvanceRun step {index}: node {node_id!r} is a {node.kind.value}, not a worker step")
+                raise FailedPrecondition(
+                    f"AdvanceRun step {index}: node {node_id!r} is a {node.kind.value}, not a worker step"
+                )
             if loaded.queue_of(node) != token.queue:
                 raise FailedPrecondition(
                     f"AdvanceRun step {index}: node {node_id!r} is on queue {loaded.queue_of(node)!r}, "
@@ -621,7 +670,9 @@ class Engine:
                 break
             if node.kind is NodeKind.PREDICATE:
                 if tag != "P":
-                    raise FailedPrecondition(f"AdvanceRun step {index}: node {node_id!r} is a PREDICATE; report its branch")
+                    raise FailedPrecondition(
+                        f"AdvanceRun step {index}: node {node_id!r} is a PREDICATE; report its branch"
+                    )
                 value = bool(step[2])
             else:
                 if tag == "T":
@@ -630,7 +681,9 @@ class Engine:
                 elif tag == "C":
                     new_context = step[2] if step[2] is not None else new_context
                 else:
-                    raise FailedPrecondition(f"AdvanceRun step {index}: node {node_id!r} is a TASK; report its context")
+                    raise FailedPrecondition(
+                        f"AdvanceRun step {index}: node {node_id!r} is a TASK; report its context"
+                    )
                 value = True
             applied.append((node_id, value))
             contexts.append(new_context)
@@ -703,7 +756,15 @@ class Engine:
         """A lease ran out: a retryable failure "lease expired (worker unreachable)"."""
         node = loaded.nodes[token.node_id]
         return self._fail_step(
-            loaded, state, token, node, "lease expired (worker unreachable)", True, now, Changes(), token.lease_owner
+            loaded,
+            state,
+            token,
+            node,
+            "lease expired (worker unreachable)",
+            True,
+            now,
+            Changes(),
+            token.lease_owner,
         )
 
     def fire_timer(self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int) -> Changes:
@@ -720,7 +781,9 @@ class Engine:
         self.drive(loaded, state, token, now, changes)
         return changes
 
-    def user_task_deadline(self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int) -> Changes:
+    def user_task_deadline(
+        self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int
+    ) -> Changes:
         """A user task's deadline passed: continue at its on-timeout node, or fail the instance."""
         changes = Changes()
         node = loaded.nodes[token.node_id]
@@ -763,7 +826,11 @@ class Engine:
             awaited = sorted(t.node_id for t in state.tokens.values() if t.status == "AWAITING")
             raise FailedPrecondition(
                 f"instance {inst.id} is not waiting on user task {name!r}"
-                + (f" (it waits on {', '.join(map(repr, awaited))})" if awaited else " (it waits on no user task)")
+                + (
+                    f" (it waits on {', '.join(map(repr, awaited))})"
+                    if awaited
+                    else " (it waits on no user task)"
+                )
             )
         token = min(waiting, key=lambda t: t.created_at)
         node = loaded.nodes[name]
@@ -771,7 +838,9 @@ class Engine:
         merged = {**self.context_of(state, token), **payload}
         self.check_context(merged, "context after the payload")
         self._set_context(state, token, merged, changes)
-        self._record(state, token, node, "COMPLETED", now, changes, worker="(user task)", started=token.created_at)
+        self._record(
+            state, token, node, "COMPLETED", now, changes, worker="(user task)", started=token.created_at
+        )
         assert node.next is not None
         self._move(token, node.next)
         inst.updated_at = now

@@ -64,4 +64,6 @@ else:
         IMPL_REASON = f"compiled extensions not importable: {exc}"
     else:
         IMPL = "cython"
-        IMPL_REASON = "compiled extensions imported" + (" (WIGGLE_IMPL=cython)" if _wanted == "cython" else "")
+        IMPL_REASON = "compiled extensions imported" + (
+            " (WIGGLE_IMPL=cython)" if _wanted == "cython" else ""
+        )

@@ -64,7 +64,9 @@ class CompiledGraph:
         self.index: dict[str, int] = {node_id: i for i, node_id in enumerate(self.ids)}
         self.kinds: list[int] = [_KIND_CODE[n.kind] for n in definition.nodes]
         self.nexts: list[int] = [self.index[n.next] if n.next is not None else -1 for n in definition.nodes]
-        self.alts: list[int] = [self.index[n.alt_next] if n.alt_next is not None else -1 for n in definition.nodes]
+        self.alts: list[int] = [
+            self.index[n.alt_next] if n.alt_next is not None else -1 for n in definition.nodes
+        ]
         self.queues: list[str] = [n.queue or definition.name for n in definition.nodes]
         marks = set(definition.checkpoints)
         self.checkpoints: list[bool] = [n.id in marks for n in definition.nodes]

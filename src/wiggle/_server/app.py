@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from typing import Any
 
@@ -52,7 +53,9 @@ def make_store(config: ServerConfig, engine: Engine) -> Store:
             f"WIGGLE_DATABASE_URL is set but the PostgreSQL driver is missing ({exc}); "
             "pip install 'wiggle-workflows[postgres]'"
         ) from None
-    return PostgresStore(engine, config.database_url, schema=config.database_schema, pool_size=config.pool_size)
+    return PostgresStore(
+        engine, config.database_url, schema=config.database_schema, pool_size=config.pool_size
+    )
 
 
 class WiggleServer:
@@ -82,7 +85,10 @@ class WiggleServer:
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 1 if self.config.processes > 1 else 0),
+            (
+                "grpc.so_reuseport",
+                1 if self.config.processes > 1 or os.environ.get("WIGGLE_REUSEPORT") == "1" else 0,
+            ),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
         ]

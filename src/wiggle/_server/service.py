@@ -148,7 +148,9 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
 
     # ------------------------------------------------------------------ conversions
 
-    def _workflow_info(self, record: WorkflowRecord, created: bool = False, body: bool = True) -> pb.WorkflowInfo:
+    def _workflow_info(
+        self, record: WorkflowRecord, created: bool = False, body: bool = True
+    ) -> pb.WorkflowInfo:
         return pb.WorkflowInfo(
             name=record.loaded.definition.name,
             version=record.loaded.version,
@@ -235,7 +237,9 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             instances=[self._instance_info(v, with_tokens=False) for v in views], next_page_token=next_token
         )
 
-    async def CancelInstance(self, request: pb.CancelInstanceRequest, context: Any) -> pb.CancelInstanceResponse:
+    async def CancelInstance(
+        self, request: pb.CancelInstanceRequest, context: Any
+    ) -> pb.CancelInstanceResponse:
         view, changed = await self.store.cancel(request.instance_id, request.reason or "cancelled")
         message = "cancelled" if changed else f"instance is already {view.instance.status}; nothing changed"
         return pb.CancelInstanceResponse(instance=self._instance_info(view), changed=changed, message=message)
@@ -392,19 +396,27 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
                     result = await self.dispatch("PollTasks", message.poll)
                     reply = pb.ServerMessage(request_id=rid, tasks=result)
                 elif body == "complete":
-                    reply = pb.ServerMessage(request_id=rid, report=await self.dispatch("CompleteTask", message.complete))
+                    reply = pb.ServerMessage(
+                        request_id=rid, report=await self.dispatch("CompleteTask", message.complete)
+                    )
                 elif body == "fail":
-                    reply = pb.ServerMessage(request_id=rid, report=await self.dispatch("FailTask", message.fail))
+                    reply = pb.ServerMessage(
+                        request_id=rid, report=await self.dispatch("FailTask", message.fail)
+                    )
                 elif body == "heartbeat":
                     reply = pb.ServerMessage(
                         request_id=rid, report=await self.dispatch("HeartbeatTask", message.heartbeat)
                     )
                 elif body == "advance":
-                    reply = pb.ServerMessage(request_id=rid, advanced=await self.dispatch("AdvanceRun", message.advance))
+                    reply = pb.ServerMessage(
+                        request_id=rid, advanced=await self.dispatch("AdvanceRun", message.advance)
+                    )
                 else:
                     raise InvalidArgument("WorkerMessage has no body")
             except WiggleError as exc:
-                reply = pb.ServerMessage(request_id=rid, error=pb.RpcError(code=exc.code.value[0], message=str(exc)))
+                reply = pb.ServerMessage(
+                    request_id=rid, error=pb.RpcError(code=exc.code.value[0], message=str(exc))
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -135,10 +135,10 @@ class Store(abc.ABC):
         self.notifier = Notifier()
         self.stats = StoreStats()
 
-    async def open(self) -> None:
+    async def open(self) -> None:  # noqa: B027 (optional hook: the memory store needs none)
         """Connect, migrate, load caches."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (optional hook)
         """Release connections."""
 
     # definitions
@@ -156,7 +156,9 @@ class Store(abc.ABC):
 
     # instances
     @abc.abstractmethod
-    async def start(self, name: str, version: str, context: dict[str, Any], correlation_id: str) -> InstanceView:
+    async def start(
+        self, name: str, version: str, context: dict[str, Any], correlation_id: str
+    ) -> InstanceView:
         """Start an instance of ``name`` (latest version unless pinned)."""
 
     @abc.abstractmethod

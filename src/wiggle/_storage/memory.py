@@ -59,7 +59,9 @@ class MemoryStore(Store):
         for token in changes.tokens.values():
             status = token.status
             if status == "READY":
-                heapq.heappush(self._ready.setdefault(token.queue, []), (token.available_at, next(self._seq), token.id))
+                heapq.heappush(
+                    self._ready.setdefault(token.queue, []), (token.available_at, next(self._seq), token.id)
+                )
             elif status == "RUNNING":
                 heapq.heappush(self._timers, (token.lease_expires_at, next(self._seq), token.id))
             elif status == "WAITING" or (status == "AWAITING" and token.available_at > 0):
@@ -110,7 +112,9 @@ class MemoryStore(Store):
 
     # ------------------------------------------------------------------ instances
 
-    async def start(self, name: str, version: str, context: dict[str, Any], correlation_id: str) -> InstanceView:
+    async def start(
+        self, name: str, version: str, context: dict[str, Any], correlation_id: str
+    ) -> InstanceView:
         record = await self.get_workflow(name, version)
         now = now_millis()
         state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
@@ -214,14 +218,22 @@ class MemoryStore(Store):
     ) -> str:
         state = self._state_of_token(token_id)
         changes = self.engine.complete(
-            self._loaded(state), state, token_id, owner, now_millis(), context=context, predicate_value=predicate_value
+            self._loaded(state),
+            state,
+            token_id,
+            owner,
+            now_millis(),
+            context=context,
+            predicate_value=predicate_value,
         )
         self._apply(state, changes)
         return state.instance.status
 
     async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
         state = self._state_of_token(token_id)
-        changes = self.engine.fail(self._loaded(state), state, token_id, owner, message, retryable, now_millis())
+        changes = self.engine.fail(
+            self._loaded(state), state, token_id, owner, message, retryable, now_millis()
+        )
         self._apply(state, changes)
         return state.instance.status
 
@@ -289,4 +301,3 @@ class MemoryStore(Store):
             del self._instances[instance_id]
             self._history.pop(instance_id, None)
         return len(doomed)
-

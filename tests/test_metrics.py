@@ -1,0 +1,44 @@
+"""The Prometheus endpoint shows RPC counts and local-run handbacks."""
+
+import socket
+import urllib.request
+
+import msgspec
+
+from wiggle import ExecutionMode, Workflow
+from wiggle.testing import EmbeddedServer
+
+
+class Ctx(msgspec.Struct):
+    n: int = 0
+
+
+def bump(c: Ctx) -> Ctx:
+    c.n += 1
+    return c
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_metrics_endpoint_reports_rpcs_and_handbacks() -> None:
+    port = _free_port()
+    bp = (
+        Workflow.define("metrics-wf", Ctx)
+        .execution(ExecutionMode.LOCAL_ASYNC)
+        .step(bump)
+        .step(bump, name="again")
+        .build()
+    )
+    async with EmbeddedServer(metrics_port=port) as server:
+        async with server.worker([bp]):
+            info = await server.client.start(bp, Ctx())
+            done = await server.client.result(info.instance_id, timeout=20)
+            assert done.context == {"n": 2}
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'wiggle_rpc_calls_total{method="AdvanceRun"}' in body
+    assert 'wiggle_local_run_handbacks_total{reason="TERMINAL"} 1.0' in body
+    assert "wiggle_local_run_steps_bucket" in body
