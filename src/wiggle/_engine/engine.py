@@ -429,10 +429,11 @@ class Engine:
         token.lease_owner = owner
         token.lease_expires_at = now + self.config.lease_millis
         token.started_at = now
-        token.local_run_owner = ""
+        mode = self.resolve_mode(loaded)
+        # In a LOCAL_* mode the holder may run ahead before it reports: say so on the token.
+        token.local_run_owner = owner if mode is not ExecutionMode.SERVER and token.kind != "JOIN" else ""
         token.local_run_steps = 0
         changes.tokens[token.id] = token
-        mode = self.resolve_mode(loaded)
         return Claimed(
             token=token,
             instance=state.instance,
