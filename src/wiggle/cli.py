@@ -271,11 +271,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     try:
-        from bench import e2e  # type: ignore[import-not-found]
+        from bench import e2e
     except ImportError:
         sys.path.insert(0, os.getcwd())
         try:
-            from bench import e2e  # type: ignore[import-not-found]
+            from bench import e2e
         except ImportError:
             raise SystemExit(
                 "wiggle: bench needs the repository's bench/ folder (run it from a checkout)"

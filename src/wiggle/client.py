@@ -6,6 +6,7 @@ user tasks. Errors arrive as ``wiggle.errors`` exceptions carrying the server's 
 
 from __future__ import annotations
 
+import builtins
 import time
 from typing import Any
 
@@ -236,7 +237,7 @@ class Client:
         """A registered workflow (the latest version unless ``version`` is given)."""
         return _workflow_from_pb(self._call("GetWorkflow", pb.GetWorkflowRequest(name=name, version=version)))
 
-    def list_workflows(self, name: str = "") -> list[WorkflowInfo]:
+    def list_workflows(self, name: str = "") -> builtins.list[WorkflowInfo]:
         """Every registered workflow version (of ``name``)."""
         return [
             _workflow_from_pb(w)
@@ -295,7 +296,7 @@ class Client:
         created_before: int = 0,
         page_size: int = 50,
         page_token: str = "",
-    ) -> tuple[list[InstanceInfo], str]:
+    ) -> tuple[builtins.list[InstanceInfo], str]:
         """One page of instances (newest first) and the next page token ('' on the last page)."""
         response = self._call(
             "ListInstances",
@@ -319,7 +320,7 @@ class Client:
         )
         return instance_from_pb(self._call("CompleteUserTask", request))
 
-    def history(self, instance_id: str) -> list[HistoryEntry]:
+    def history(self, instance_id: str) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""
         return _history_from_pb(self._call("GetHistory", pb.GetHistoryRequest(instance_id=instance_id)))
 
@@ -367,7 +368,7 @@ class AsyncClient:
             await self._call("GetWorkflow", pb.GetWorkflowRequest(name=name, version=version))
         )
 
-    async def list_workflows(self, name: str = "") -> list[WorkflowInfo]:
+    async def list_workflows(self, name: str = "") -> builtins.list[WorkflowInfo]:
         """See Client.list_workflows."""
         return [
             _workflow_from_pb(w)
@@ -428,7 +429,7 @@ class AsyncClient:
         created_before: int = 0,
         page_size: int = 50,
         page_token: str = "",
-    ) -> tuple[list[InstanceInfo], str]:
+    ) -> tuple[builtins.list[InstanceInfo], str]:
         """See Client.list."""
         response = await self._call(
             "ListInstances",
@@ -452,7 +453,7 @@ class AsyncClient:
         )
         return instance_from_pb(await self._call("CompleteUserTask", request))
 
-    async def history(self, instance_id: str) -> list[HistoryEntry]:
+    async def history(self, instance_id: str) -> builtins.list[HistoryEntry]:
         """See Client.history."""
         return _history_from_pb(await self._call("GetHistory", pb.GetHistoryRequest(instance_id=instance_id)))
 

@@ -122,7 +122,7 @@ class _Unary:
         pass
 
 
-class _StreamError(grpc.RpcError):
+class _StreamError(grpc.RpcError):  # type: ignore[misc]  # grpc ships no type stubs
     """An error reply on the worker stream, shaped like an AioRpcError."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:

@@ -44,6 +44,8 @@ from .errors import InvalidArgument
 __all__ = ["Workflow", "Branch", "Blueprint", "HandlerKind"]
 
 C = TypeVar("C")
+B = TypeVar("B", bound="Branch[Any]")
+W = TypeVar("W", bound="Workflow[Any]")
 BranchSpec = Union["Branch[Any]", Callable[["Branch[Any]"], "Branch[Any] | None"], None]
 
 
@@ -130,13 +132,13 @@ class Branch(Generic[C]):
             raise InvalidArgument("nothing can follow .end() in the same branch")
         self._items.append(item)
 
-    def _sub(self, spec: BranchSpec, what: str) -> Branch[C]:
+    def _sub(self, spec: BranchSpec, what: str) -> Branch[Any]:
         if spec is None:
             return Branch(self._root)
         if isinstance(spec, Branch):
             return spec
         if callable(spec):
-            b: Branch[C] = Branch(self._root)
+            b: Branch[Any] = Branch(self._root)
             out = spec(b)
             return out if isinstance(out, Branch) else b
         raise InvalidArgument(
@@ -161,13 +163,13 @@ class Branch(Generic[C]):
         return cls(fn, node_id, queue, retry)
 
     def step(
-        self,
+        self: B,
         fn: Callable[..., Any],
         *,
         name: str | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
-    ) -> Branch[C]:
+    ) -> B:
         """A TASK: ``fn(ctx) -> ctx`` (or ``async def``); its result becomes the context (None: unchanged).
 
         ``queue`` defaults to the workflow's name. ``retry`` defaults to the workflow's policy.
@@ -177,18 +179,18 @@ class Branch(Generic[C]):
         return self
 
     def gate(
-        self,
+        self: B,
         fn: Callable[..., Any],
         *,
         name: str | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
-    ) -> Branch[C]:
+    ) -> B:
         """A PREDICATE that ends the instance early: False ends it COMPLETED with reason ``gated:<name>``."""
         self._add(self._step(_Gate, fn, name, queue, retry))
         return self
 
-    def checkpoint(self) -> Branch[C]:
+    def checkpoint(self: B) -> B:
         """Commit right after the previous step, even in LOCAL_ASYNC (part of the version hash).
 
         Put it after a step whose side effect must not be repeated by a LOCAL_ASYNC replay.
@@ -201,7 +203,7 @@ class Branch(Generic[C]):
         return self
 
     def choose(
-        self,
+        self: B,
         predicate: Callable[..., Any],
         *,
         if_true: BranchSpec = None,
@@ -209,35 +211,35 @@ class Branch(Generic[C]):
         name: str | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
-    ) -> Branch[C]:
+    ) -> B:
         """Run ``predicate(ctx) -> bool`` and follow ``if_true`` or ``if_false``; both arms rejoin after."""
         step = self._step(_Step, predicate, name, queue, retry)
         self._add(_Choose(step, self._sub(if_true, "if_true"), self._sub(if_false, "if_false")))
         return self
 
     def loop(
-        self,
+        self: B,
         predicate: Callable[..., Any],
         body: BranchSpec,
         *,
         name: str | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
-    ) -> Branch[C]:
+    ) -> B:
         """While ``predicate(ctx)`` is True run ``body``, then go on. The runaway guard
         (WIGGLE_MAX_INSTANCE_STEPS) fails an instance whose loop never exits."""
         step = self._step(_Step, predicate, name, queue, retry)
         self._add(_Loop(step, self._sub(body, "body")))
         return self
 
-    def sleep(self, name: str, duration: timedelta | float) -> Branch[C]:
+    def sleep(self: B, name: str, duration: timedelta | float) -> B:
         """A server-side timer: no worker is held; continues after ``duration`` (never early)."""
         self._add(
             _Sleep(self._root._unique(validate_name(name, "sleep name")), _millis(duration, "sleep duration"))
         )
         return self
 
-    def fork(self, *branches: BranchSpec, name: str | None = None) -> Branch[C]:
+    def fork(self: B, *branches: BranchSpec, name: str | None = None) -> B:
         """Run the branches in parallel, each on its own copy of the context, then ``.join()``."""
         if not branches:
             raise InvalidArgument("fork() needs at least one branch")
@@ -247,8 +249,8 @@ class Branch(Generic[C]):
         return self
 
     def join(
-        self, combine: Callable[..., Any] | None = None, *, name: str | None = None, queue: str | None = None
-    ) -> Branch[C]:
+        self: B, combine: Callable[..., Any] | None = None, *, name: str | None = None, queue: str | None = None
+    ) -> B:
         """Close the preceding fork. Branch changes are folded in branch order; when two branches
         changed the same key, ``combine(base, [branch contexts]) -> ctx`` decides, or without one the
         instance fails naming the key."""
@@ -263,12 +265,12 @@ class Branch(Generic[C]):
         return self
 
     def user_task(
-        self,
+        self: B,
         name: str,
         *,
         timeout: timedelta | float | None = None,
         on_timeout: BranchSpec = None,
-    ) -> Branch[C]:
+    ) -> B:
         """Park until a person or system completes task ``name`` (its payload merges into the context).
 
         With ``timeout`` and no ``on_timeout``, a missed deadline fails the instance with
@@ -284,7 +286,7 @@ class Branch(Generic[C]):
         )
         return self
 
-    def end(self, reason: str | None = None, *, success: bool = True) -> Branch[C]:
+    def end(self: B, reason: str | None = None, *, success: bool = True) -> B:
         """End the instance here: COMPLETED (or FAILED with ``success=False``) with ``reason``."""
         self._add(_End(reason, success))
         return self
@@ -323,7 +325,7 @@ class Workflow(Branch[C]):
         self._names.add(candidate)
         return candidate
 
-    def execution(self, mode: ExecutionMode | str, *, max_steps: int = 0) -> Workflow[C]:
+    def execution(self: W, mode: ExecutionMode | str, *, max_steps: int = 0) -> W:
         """Choose the execution mode (part of the version); ``max_steps`` caps one local run.
 
         SERVER and LOCAL_SYNC re-run at most one step after an unclean worker death; LOCAL_ASYNC
@@ -340,7 +342,7 @@ class Workflow(Branch[C]):
         self._max_local_steps = max_steps
         return self
 
-    def retry(self, policy: RetryPolicy) -> Workflow[C]:
+    def retry(self: W, policy: RetryPolicy) -> W:
         """The default retry policy of this workflow's steps (else 3 attempts, 1 s then 2 s apart)."""
         if not isinstance(policy, RetryPolicy):
             raise InvalidArgument(f"retry must be a RetryPolicy, got {type(policy).__name__}")
