@@ -159,6 +159,7 @@ class _Stream:
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._outgoing: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        self.on_orphan_tasks: Any = None  # called with activations nobody waits for any more
 
     async def _ensure(self) -> Any:
         if self._call is not None:
@@ -189,9 +190,11 @@ class _Stream:
                 if message is grpc.aio.EOF:
                     break
                 future = self._pending.pop(message.request_id, None)
-                if future is None or future.done():
-                    continue
                 body = message.WhichOneof("body")
+                if future is None or future.done():
+                    if body == "tasks" and message.tasks.tasks and self.on_orphan_tasks is not None:
+                        self.on_orphan_tasks(list(message.tasks.tasks))  # claimed after we stopped waiting
+                    continue
                 if body == "error":
                     future.set_exception(
                         _StreamError(
@@ -228,7 +231,16 @@ class _Stream:
             return await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
             self._pending.pop(rid, None)
+            self._cancel_remote(rid)
             raise _StreamError(grpc.StatusCode.DEADLINE_EXCEEDED, f"{method} timed out") from None
+        except asyncio.CancelledError:
+            self._pending.pop(rid, None)
+            self._cancel_remote(rid)
+            raise
+
+    def _cancel_remote(self, rid: int) -> None:
+        if self._call is not None:
+            self._outgoing.put_nowait(pb.WorkerMessage(request_id=rid, cancel=pb.CancelRequest(request_id=rid)))
 
     async def close(self) -> None:
         call = self._call
@@ -307,6 +319,7 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None
         self._transport: _Unary | _Stream | None = None
         self._advance_supported: bool | None = None
+        self._orphans: set[asyncio.Task[Any]] = set()
         self._lease_millis = 30_000
 
     # -------------------------------------------------------------- lifecycle
@@ -319,7 +332,12 @@ class Worker:
             assert isinstance(self._target, str)
             self._client = AsyncClient(self._target)
         stub = pb_grpc.WiggleControlPlaneStub(self._client.channel)
-        self._transport = _Stream(stub) if self.options.transport == "stream" else _Unary(stub)
+        if self.options.transport == "stream":
+            stream = _Stream(stub)
+            stream.on_orphan_tasks = self._hand_back_orphans
+            self._transport = stream
+        else:
+            self._transport = _Unary(stub)
         self._pool = ThreadPoolExecutor(
             self.options.threads or self.options.concurrency, thread_name_prefix="wiggle-step"
         )
@@ -346,6 +364,9 @@ class Worker:
             done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
             for task in pending:
                 task.cancel()
+        await asyncio.sleep(0.05)  # let a reply to the abandoned poll arrive and be handed back
+        if self._orphans:
+            await asyncio.wait(set(self._orphans), timeout=5.0)
         if self._transport is not None:
             await self._transport.close()
         if self._pool is not None:
@@ -429,6 +450,16 @@ class Worker:
                 task = asyncio.ensure_future(self._execute(activation))
                 self._tasks.add(task)
                 task.add_done_callback(self._task_done)
+
+    def _hand_back_orphans(self, activations: list[pb.TaskActivation]) -> None:
+        """A poll we abandoned claimed these anyway: hand them back at once, attempt unspent."""
+        for act in activations:
+            request = pb.AdvanceRunRequest(
+                task_id=act.task_id, lease_owner=act.lease_owner, final=True, handback_reason=Handback.SHUTDOWN.value
+            )
+            task = asyncio.ensure_future(self._report("AdvanceRun", request))
+            self._orphans.add(task)
+            task.add_done_callback(self._orphans.discard)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -679,6 +710,15 @@ class _LocalRun:
                     if outcome is None:
                         self.batch.append(("T", node_id, {}, []))
                     else:
+                        limit = act.max_payload_bytes
+                        if limit:
+                            size = len(_encode(outcome))
+                            if size > limit:
+                                # The server would refuse it: fail this step for good, as SERVER mode does.
+                                message = f"step result is {size} bytes; the limit is {limit} bytes"
+                                self.batch.append(("F", node_id, message, False))
+                                await self._flush(True, Handback.RETRY)
+                                return
                         changed, removed = _fast.diff(context, outcome)
                         self.batch.append(("T", node_id, changed, removed))
                         context = outcome

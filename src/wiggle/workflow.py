@@ -102,8 +102,8 @@ class _UserTask(_Item):
 
 
 class _End(_Item):
-    def __init__(self, reason: str | None, success: bool) -> None:
-        self.reason, self.success = reason, success
+    def __init__(self, node_id: str, reason: str | None, success: bool) -> None:
+        self.node_id, self.reason, self.success = node_id, reason, success
 
 
 def _millis(value: timedelta | float | int, what: str) -> int:
@@ -288,7 +288,7 @@ class Branch(Generic[C]):
 
     def end(self: B, reason: str | None = None, *, success: bool = True) -> B:
         """End the instance here: COMPLETED (or FAILED with ``success=False``) with ``reason``."""
-        self._add(_End(reason, success))
+        self._add(_End(self._root._unique("end"), reason, success))
         return self
 
 
@@ -296,7 +296,7 @@ class Workflow(Branch[C]):
     """A workflow under construction. Start with ``Workflow.define(name, ContextType)``."""
 
     def __init__(self, name: str, context_type: type[C]) -> None:
-        self._names: set[str] = set()
+        self._names: set[str] = {"end"}  # the implicit END at the end of the main line
         super().__init__(self)
         self.name = validate_name(name, "workflow name")
         self.context_type = context_type
@@ -352,7 +352,9 @@ class Workflow(Branch[C]):
     def build(self) -> Blueprint[C]:
         """Compile to a validated definition and its handler table."""
         compiler = _Compiler(self.name)
-        first = compiler.sequence(self, compiler.final_end())
+        first = compiler.sequence(self, "end")
+        if first == "end" or any("end" in (n.next, n.alt_next) for n in compiler.nodes):
+            compiler.nodes.insert(0, Node(id="end", kind=NodeKind.END))
         definition = WorkflowDefinition(
             name=self.name,
             start_node=first,
@@ -371,7 +373,6 @@ class _Compiler:
         self.nodes: list[Node] = []
         self.handlers: dict[str, tuple[str, Callable[..., Any]]] = {}
         self.checkpoints: set[str] = set()
-        self._end: str | None = None
         self._ids: set[str] = set()
 
     def _node(self, node: Node) -> str:
@@ -380,11 +381,6 @@ class _Compiler:
         self._ids.add(node.id)
         self.nodes.append(node)
         return node.id
-
-    def final_end(self) -> str:
-        if self._end is None:
-            self._end = self._node(Node(id="end", kind=NodeKind.END)) if "end" not in self._ids else "end"
-        return self._end
 
     def _worker(self, step: _Step, kind: NodeKind, next_id: str, alt: str | None) -> str:
         self.handlers[step.name] = (

@@ -719,12 +719,12 @@ class Engine:
             del applied[k:]
             new_context = contexts[k - 1] if k > 0 else context
             worker_steps = len(applied)
-        for node_id, value in applied:
+        for done, (node_id, value) in enumerate(applied):
             node = loaded.nodes[node_id]
             self._record(state, token, node, "COMPLETED", now, changes, worker=owner, started=started)
             started = now
             if not self._count_step(state, token, now, changes):
-                return AdvanceOutcome(inst.status, 0, token.id, token.status, index), changes
+                return AdvanceOutcome(inst.status, 0, token.id, token.status, done), changes
             self._move(token, graph.successor(node_id, value) or "")
         if new_context is not context:
             self._set_context(state, token, new_context, changes)
@@ -755,6 +755,8 @@ class Engine:
 
     def expire_lease(self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int) -> Changes:
         """A lease ran out: a retryable failure "lease expired (worker unreachable)"."""
+        if token.status != "RUNNING" or token.lease_expires_at > now:
+            return Changes()
         node = loaded.nodes[token.node_id]
         return self._fail_step(
             loaded,

@@ -223,7 +223,7 @@ class PollTasksRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., wait_millis: _Optional[int] = ...) -> None: ...
 
 class TaskActivation(_message.Message):
-    __slots__ = ("task_id", "instance_id", "workflow", "version", "node_id", "attempt", "context_json", "lease_owner", "lease_expires_at", "queue", "kind", "correlation_id", "execution_mode", "max_local_steps", "lease_millis")
+    __slots__ = ("task_id", "instance_id", "workflow", "version", "node_id", "attempt", "context_json", "lease_owner", "lease_expires_at", "queue", "kind", "correlation_id", "execution_mode", "max_local_steps", "lease_millis", "max_payload_bytes")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
@@ -239,6 +239,7 @@ class TaskActivation(_message.Message):
     EXECUTION_MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     instance_id: str
     workflow: str
@@ -254,7 +255,8 @@ class TaskActivation(_message.Message):
     execution_mode: str
     max_local_steps: int
     lease_millis: int
-    def __init__(self, task_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., context_json: _Optional[bytes] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., queue: _Optional[str] = ..., kind: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_mode: _Optional[str] = ..., max_local_steps: _Optional[int] = ..., lease_millis: _Optional[int] = ...) -> None: ...
+    max_payload_bytes: int
+    def __init__(self, task_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., context_json: _Optional[bytes] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., queue: _Optional[str] = ..., kind: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_mode: _Optional[str] = ..., max_local_steps: _Optional[int] = ..., lease_millis: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
 
 class PollTasksResponse(_message.Message):
     __slots__ = ("tasks",)
@@ -361,20 +363,28 @@ class RpcError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("request_id", "poll", "complete", "fail", "heartbeat", "advance")
+    __slots__ = ("request_id", "poll", "complete", "fail", "heartbeat", "advance", "cancel")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     POLL_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     FAIL_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     ADVANCE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     poll: PollTasksRequest
     complete: CompleteTaskRequest
     fail: FailTaskRequest
     heartbeat: HeartbeatTaskRequest
     advance: AdvanceRunRequest
-    def __init__(self, request_id: _Optional[int] = ..., poll: _Optional[_Union[PollTasksRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatTaskRequest, _Mapping]] = ..., advance: _Optional[_Union[AdvanceRunRequest, _Mapping]] = ...) -> None: ...
+    cancel: CancelRequest
+    def __init__(self, request_id: _Optional[int] = ..., poll: _Optional[_Union[PollTasksRequest, _Mapping]] = ..., complete: _Optional[_Union[CompleteTaskRequest, _Mapping]] = ..., fail: _Optional[_Union[FailTaskRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatTaskRequest, _Mapping]] = ..., advance: _Optional[_Union[AdvanceRunRequest, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequest, _Mapping]] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    def __init__(self, request_id: _Optional[int] = ...) -> None: ...
 
 class ServerMessage(_message.Message):
     __slots__ = ("request_id", "tasks", "report", "advanced", "error")

@@ -302,6 +302,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             execution_mode=claimed.execution_mode,
             max_local_steps=claimed.max_local_steps,
             lease_millis=self.engine.config.lease_millis,
+            max_payload_bytes=self.engine.config.max_payload_bytes,
         )
 
     async def CompleteTask(self, request: pb.CompleteTaskRequest, context: Any) -> pb.ReportResult:
@@ -431,12 +432,25 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
                 )
             replies.put_nowait(reply)
 
+        by_id: dict[int, asyncio.Task[None]] = {}
+
+        def forget(task: asyncio.Task[None], rid: int) -> None:
+            pending.discard(task)
+            if by_id.get(rid) is task:
+                del by_id[rid]
+
         async def read() -> None:
             try:
                 async for message in request_iterator:
+                    if message.WhichOneof("body") == "cancel":
+                        doomed = by_id.get(message.cancel.request_id)
+                        if doomed is not None:
+                            doomed.cancel()
+                        continue
                     task = asyncio.ensure_future(handle(message))
                     pending.add(task)
-                    task.add_done_callback(pending.discard)
+                    by_id[message.request_id] = task
+                    task.add_done_callback(functools.partial(forget, rid=message.request_id))
             finally:
                 if pending:
                     await asyncio.gather(*pending, return_exceptions=True)

@@ -74,6 +74,16 @@ class Notifier:
         for event in self._any_waiters:
             event.set()
 
+    def wake_all(self) -> None:
+        """Wake every waiter (after a lost notification channel: they re-check for themselves)."""
+        for waiters in list(self._queue_waiters.values()):
+            for event in waiters:
+                event.set()
+        for waiters in list(self._instance_waiters.values()):
+            for event in waiters:
+                event.set()
+        self.clock_changed()
+
     def instance_finished(self, instance_id: str) -> None:
         """Wake whoever awaits ``instance_id``."""
         for event in self._instance_waiters.get(instance_id, ()):

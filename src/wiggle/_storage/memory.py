@@ -133,7 +133,7 @@ class MemoryStore(Store):
 
     async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
         out: list[InstanceView] = []
-        size = query.page_size
+        size = max(query.page_size, 1)
         # Ids are time-sortable: newest first, and the page token is the last id returned.
         for instance_id in sorted(self._instances, reverse=True):
             if query.page_token and instance_id >= query.page_token:

@@ -1,0 +1,1063 @@
+"""The PostgreSQL store: production storage, and what lets several servers form a cluster.
+
+Every mutation is one transaction under the instance row lock (``SELECT ... FOR UPDATE``): load
+the instance and its active tokens, run one engine transition, write what it changed, commit,
+then wake whoever waits. Statements of a transaction are pipelined: a mutation costs two round
+trips (lock + load, then writes + COMMIT). Claims take due READY tokens with ``FOR UPDATE SKIP
+LOCKED`` on the token *and* its instance row, so a claim never waits for (nor deadlocks with) a
+mutation in progress and never hands one token to two workers.
+
+Several server processes on one database cooperate through PostgreSQL only:
+
+- ``LISTEN``/``NOTIFY`` wake long-polling workers, instance waiters and the clock duty on every
+  node (one background listener connection per store, reconnected when it drops);
+- the clock duties (timers, lease expiry, user-task deadlines) run on the one node holding a
+  session-level advisory lock on a dedicated connection; when that node dies its session ends,
+  the lock is released and another node takes over at its next tick. Each duty action re-checks
+  the token under the instance lock, so even two leaders at once could not fire a timer twice.
+
+Transient database errors (serialization failures, deadlocks, a lost connection) are retried a
+bounded number of times; then the call fails with ``Unavailable`` (gRPC UNAVAILABLE). No raw
+psycopg error leaves this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
+from .._engine.state import (
+    ACTIVE_TOKEN_STATUSES,
+    Changes,
+    HistoryEntry,
+    Instance,
+    InstanceState,
+    JoinState,
+    Token,
+    new_instance_id,
+    now_millis,
+    token_instance_id,
+)
+from .._model import WorkflowDefinition, definition_from_json, validate_name
+from ..errors import InvalidArgument, NotFound, Unavailable, WiggleError
+from .base import InstanceQuery, InstanceView, Store, WorkflowRecord
+
+__all__ = ["PostgresStore", "SchemaTooNew", "migrate", "migration_files"]
+
+log = logging.getLogger("wiggle.postgres")
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[Any]
+
+_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")  # leaves room for the "_work" channel suffix
+_MIGRATION_RE = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
+
+# TCP keepalives on every connection: a peer that vanished silently (no RST) is noticed in about
+# 25 s instead of the kernel's minutes, so the listener reconnects and a dead leader lets go.
+_KEEPALIVES: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+_encode = msgspec.json.Encoder().encode
+_decode_context = msgspec.json.Decoder(dict[str, Any]).decode
+_decode_joins = msgspec.json.Decoder(dict[str, JoinState]).decode
+_decode_fork_stack = msgspec.json.Decoder(list[tuple[str, int]]).decode
+
+_ACTIVE = "(" + ", ".join(f"'{s}'" for s in sorted(ACTIVE_TOKEN_STATUSES)) + ")"
+
+# Columns are named after the Struct fields, in field order, so rows and Structs map positionally
+# (msgspec.structs.astuple one way, Token(*row) the other). A new field needs a migration.
+_TOKEN_FIELDS: tuple[str, ...] = Token.__struct_fields__
+_INSTANCE_FIELDS: tuple[str, ...] = Instance.__struct_fields__
+_TOKEN_COLS = ", ".join(_TOKEN_FIELDS)
+_INSTANCE_COLS = ", ".join(_INSTANCE_FIELDS)
+_HISTORY_COLS = ", ".join(HistoryEntry.__struct_fields__)
+_N_TOKEN = len(_TOKEN_FIELDS)
+_N_INSTANCE = len(_INSTANCE_FIELDS)
+_T_CONTEXT = _TOKEN_FIELDS.index("context")
+_T_FORK_STACK = _TOKEN_FIELDS.index("fork_stack")
+_I_CONTEXT = _INSTANCE_FIELDS.index("context")
+_I_JOINS = _INSTANCE_FIELDS.index("joins")
+_TOKEN_IMMUTABLE = ("id", "instance_id", "created_at")
+_TOKEN_UPDATED = [i for i, f in enumerate(_TOKEN_FIELDS) if f not in _TOKEN_IMMUTABLE]
+_INSTANCE_IMMUTABLE = ("id", "workflow", "version", "context", "correlation_id", "created_at")
+_INSTANCE_UPDATED = [i for i, f in enumerate(_INSTANCE_FIELDS) if f not in _INSTANCE_IMMUTABLE]
+
+
+def _prefixed(cols: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
+
+
+class SchemaTooNew(WiggleError):
+    """The database schema was migrated by a newer Wiggle than this one: refuse to touch it."""
+
+
+# ---------------------------------------------------------------------- migrations
+
+
+def migration_files() -> list[tuple[int, str, str]]:
+    """The packaged migrations as (version, file name, SQL), oldest first."""
+    out = []
+    for entry in resources.files(__package__).joinpath("migrations").iterdir():
+        match = _MIGRATION_RE.match(entry.name)
+        if match:
+            out.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    out.sort()
+    return out
+
+
+def _lock_key(purpose: str, schema: str) -> int:
+    """A stable bigint advisory-lock key per (purpose, schema): clusters on other schemas don't collide."""
+    digest = hashlib.sha256(f"wiggle:{purpose}:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _check_schema(schema: str) -> str:
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise InvalidArgument(
+            f"database schema {schema!r} is not a plain identifier (letters, digits, '_', at most 48 characters)"
+        )
+    return schema
+
+
+async def _migrate(conn: Conn, schema: str) -> int:
+    """Apply the missing migrations on ``conn`` (autocommit) under the migration advisory lock."""
+    ident = sql.Identifier(schema)
+    key = _lock_key("migrate", schema)
+    files = migration_files()
+    newest = files[-1][0] if files else 0
+    await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        async with conn.transaction():
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+            await conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.schema_version ("
+                    "version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)"
+                ).format(ident)
+            )
+        cur = await conn.execute(
+            sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(ident)
+        )
+        row = await cur.fetchone()
+        current = int(row[0]) if row else 0
+        if current > newest:
+            raise SchemaTooNew(
+                f"database schema {schema!r} is at version {current}, but this Wiggle knows migrations only up to "
+                f"version {newest}: it was migrated by a newer Wiggle. Upgrade this server (or use another schema)."
+            )
+        applied = 0
+        for version, name, text in files:
+            if version <= current:
+                continue
+            async with conn.transaction():
+                await conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+                await conn.execute(text.encode())  # no parameters: several statements in one go
+                await conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.schema_version (version, name, applied_at) VALUES (%s, %s, %s)"
+                    ).format(ident),
+                    (version, name, now_millis()),
+                )
+            log.info("applied migration %s to schema %s", name, schema)
+            applied += 1
+        return applied
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+async def migrate(url: str, schema: str = "wiggle") -> int:
+    """Create or upgrade Wiggle's tables in ``schema``; how many migrations were applied (0: up to date).
+
+    Safe to run from several processes at once (a PostgreSQL advisory lock serializes them).
+    Raises SchemaTooNew if the database was migrated by a newer Wiggle, Unavailable if it cannot
+    be reached.
+    """
+    _check_schema(schema)
+    try:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
+            return await _migrate(conn, schema)
+    except psycopg.OperationalError as exc:
+        raise Unavailable(f"database unavailable: {_short(exc)}") from exc
+    except psycopg.Error as exc:
+        raise WiggleError(f"database error while migrating schema {schema!r}: {_short(exc)}") from exc
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------------- row <-> struct
+
+
+def _instance_from(row: Any, o: int = 0) -> Instance:
+    values = list(row[o : o + _N_INSTANCE])
+    values[_I_CONTEXT] = _decode_context(values[_I_CONTEXT])
+    values[_I_JOINS] = _decode_joins(values[_I_JOINS])
+    return Instance(*values)
+
+
+def _token_from(row: Any, o: int = 0) -> Token:
+    values = list(row[o : o + _N_TOKEN])
+    context = values[_T_CONTEXT]
+    fork_stack = values[_T_FORK_STACK]
+    values[_T_CONTEXT] = None if context is None else _decode_context(context)
+    values[_T_FORK_STACK] = [] if fork_stack is None else _decode_fork_stack(fork_stack)
+    return Token(*values)
+
+
+def _token_seq(token: Token) -> int:
+    return int(token.id.rpartition(".")[2] or 0)
+
+
+def _views(rows: list[Any]) -> list[InstanceView]:
+    """Instances with their active tokens from rows of (instance columns, token columns or NULLs)."""
+    views: list[InstanceView] = []
+    for row in rows:
+        if not views or views[-1].instance.id != row[0]:
+            views.append(InstanceView(_instance_from(row), []))
+        if row[_N_INSTANCE] is not None:
+            views[-1].tokens.append(_token_from(row, _N_INSTANCE))
+    for view in views:
+        view.tokens.sort(key=_token_seq)
+    return views
+
+
+def _token_row(t: Token) -> list[Any]:
+    """Every column of a token, in column order."""
+    values = list(msgspec.structs.astuple(t))
+    values[_T_CONTEXT] = None if t.context is None else _encode(t.context)
+    values[_T_FORK_STACK] = _encode(t.fork_stack) if t.fork_stack else None  # NULL off the fork lines
+    return values
+
+
+def _token_update(t: Token) -> list[Any]:
+    """The SET values of a token's UPDATE, then its id."""
+    values = _token_row(t)
+    return [values[i] for i in _TOKEN_UPDATED] + [t.id]
+
+
+def _instance_row(inst: Instance) -> list[Any]:
+    values = list(msgspec.structs.astuple(inst))
+    values[_I_CONTEXT] = _encode(inst.context)
+    values[_I_JOINS] = _encode(inst.joins)
+    return values
+
+
+class _Queries:
+    """Every statement, rendered once with the schema quoted."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema).as_string()
+
+        def q(text: str) -> str:
+            return text.replace("{s}", s)
+
+        self.lock_instance = q(f"SELECT {_INSTANCE_COLS} FROM {{s}}.instances WHERE id = %s FOR UPDATE")
+        self.active_tokens = q(
+            f"SELECT {_TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = %s AND status IN {_ACTIVE}"
+        )
+        # An instance (or a page of them) with its active tokens, in one statement: one snapshot.
+        with_tokens = (
+            f"SELECT i.*, {_prefixed(_TOKEN_COLS, 't')} FROM (SELECT {_INSTANCE_COLS} FROM {{s}}.instances "
+            "WHERE {where}) i "
+            f"LEFT JOIN {{s}}.tokens t ON t.instance_id = i.id AND t.status IN {_ACTIVE} ORDER BY i.id DESC"
+        )
+        self.view = q(with_tokens.replace("{where}", "id = %s"))
+        self.list_instances = q(with_tokens.replace("{where}", "{where} ORDER BY id DESC LIMIT %s"))
+        self.insert_instance = q(
+            f"INSERT INTO {{s}}.instances ({_INSTANCE_COLS}) VALUES ({', '.join(['%s'] * _N_INSTANCE)})"
+        )
+        instance_set = ", ".join(f"{_INSTANCE_FIELDS[i]} = %s" for i in _INSTANCE_UPDATED)
+        self.update_instance = q(f"UPDATE {{s}}.instances SET {instance_set}, context = %s WHERE id = %s")
+        self.update_instance_keep_context = q(f"UPDATE {{s}}.instances SET {instance_set} WHERE id = %s")
+        self.insert_token = q(
+            f"INSERT INTO {{s}}.tokens ({_TOKEN_COLS}) VALUES ({', '.join(['%s'] * _N_TOKEN)})"
+        )
+        token_set = ", ".join(f"{_TOKEN_FIELDS[i]} = %s" for i in _TOKEN_UPDATED)
+        self.update_token = q(f"UPDATE {{s}}.tokens SET {token_set} WHERE id = %s")
+        self.insert_history = q(
+            f"INSERT INTO {{s}}.history ({_HISTORY_COLS}) VALUES ({', '.join(['%s'] * 10)})"
+        )
+        self.history = q(f"SELECT {_HISTORY_COLS} FROM {{s}}.history WHERE instance_id = %s ORDER BY seq")
+        self.instance_exists = q("SELECT 1 FROM {s}.instances WHERE id = %s")
+        self.notify = q("SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)")
+        claim = (
+            f"SELECT {_prefixed(_TOKEN_COLS, 't')}, {_prefixed(_INSTANCE_COLS, 'i')} "
+            "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
+            "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s AND i.status = 'RUNNING' "
+            "ORDER BY t.available_at LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
+        )
+        # One queue: an ordered scan of tokens_ready, stopping after LIMIT rows that could be locked.
+        self.claim_one = q(claim.replace("{queue}", "%s"))
+        # Several: the same per queue (a "queue = ANY" scan would sort every due token), then the
+        # oldest of those. It may lock up to LIMIT tokens per queue for the transaction's few
+        # milliseconds; the ones not taken stay READY (next_ready_at makes pollers look again).
+        self.claim_many = q(
+            "SELECT c.* FROM unnest(%s::text[]) AS qs(queue) CROSS JOIN LATERAL ("
+            + claim.replace("{queue}", "qs.queue")
+            + ") c ORDER BY c.available_at LIMIT %s"
+        )
+        self.next_ready = q(
+            "SELECT min(x.available_at) FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
+            "SELECT available_at FROM {s}.tokens WHERE status = 'READY' AND queue = qs.queue "
+            "ORDER BY available_at LIMIT 1) x"
+        )
+        self.due = q(
+            "(SELECT id FROM {s}.tokens WHERE status = 'RUNNING' AND lease_expires_at <= %(now)s "
+            "ORDER BY lease_expires_at LIMIT %(n)s) UNION ALL "
+            "(SELECT id FROM {s}.tokens WHERE (status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)) "
+            "AND available_at <= %(now)s ORDER BY available_at LIMIT %(n)s)"
+        )
+        self.next_due = q(
+            "SELECT LEAST((SELECT min(lease_expires_at) FROM {s}.tokens WHERE status = 'RUNNING'), "
+            "(SELECT min(available_at) FROM {s}.tokens "
+            "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)))"
+        )
+        self.purge = q(
+            "WITH doomed AS (SELECT id FROM {s}.instances WHERE status <> 'RUNNING' AND finished_at < %s "
+            "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED), "
+            "gone_tokens AS (DELETE FROM {s}.tokens WHERE instance_id IN (SELECT id FROM doomed)), "
+            "gone_history AS (DELETE FROM {s}.history WHERE instance_id IN (SELECT id FROM doomed)) "
+            "DELETE FROM {s}.instances WHERE id IN (SELECT id FROM doomed) RETURNING id"
+        )
+        self.insert_definition = q(
+            "INSERT INTO {s}.definitions (name, version, definition, registered_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (name, version) DO NOTHING RETURNING registered_at"
+        )
+        self.definition = q(
+            "SELECT definition, registered_at FROM {s}.definitions WHERE name = %s AND version = %s"
+        )
+        self.latest_version = q(
+            "SELECT version FROM {s}.definitions WHERE name = %s ORDER BY registered_at DESC, seq DESC LIMIT 1"
+        )
+        self.definitions = q(
+            "SELECT name, version, registered_at, definition FROM {s}.definitions "
+            "WHERE %s = '' OR name = %s ORDER BY name, registered_at, seq"
+        )
+
+
+class PostgresStore(Store):
+    """Definitions, instances, tokens and history in PostgreSQL (``schema``, default "wiggle").
+
+    ``pool_size`` bounds the connections of this process's pool; the store also keeps one
+    LISTEN connection and, on demand, one clock-leadership connection. ``acquire_timeout`` is
+    how long a call waits for a pooled connection and ``max_attempts`` how often a transient
+    failure is tried before the call fails with Unavailable.
+    """
+
+    CLOCK_BATCH = 200  # per kind (leases; timers and deadlines) per run_clock_duties call
+
+    def __init__(
+        self,
+        engine: Engine,
+        url: str,
+        schema: str = "wiggle",
+        pool_size: int = 10,
+        *,
+        acquire_timeout: float = 5.0,
+        max_attempts: int = 3,
+    ) -> None:
+        super().__init__(engine)
+        self.url = url
+        self.schema = _check_schema(schema)
+        self.pool_size = max(1, pool_size)
+        self.acquire_timeout = acquire_timeout
+        self.max_attempts = max(1, max_attempts)
+        self.node_id = os.urandom(6).hex()  # tags our own NOTIFYs, so the listener skips them
+        self._q = _Queries(schema)
+        self._records: dict[tuple[str, str], WorkflowRecord] = {}
+        self._pool: AsyncConnectionPool | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._leader_conn: Conn | None = None
+        self._leader = False
+        self._leader_lock = asyncio.Lock()
+        self._clock_key = _lock_key("clock", schema)
+        prefix = schema[:48]
+        self.channel_work = f"{prefix}_work"
+        self.channel_finished = f"{prefix}_finished"
+        self.channel_clock = f"{prefix}_clock"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        await self._retry_connect("migrating", lambda: migrate(self.url, self.schema))
+        pool: AsyncConnectionPool = AsyncConnectionPool(
+            self.url,
+            min_size=min(2, self.pool_size),
+            max_size=self.pool_size,
+            open=False,
+            timeout=self.acquire_timeout,
+            # autocommit: a read is one statement, one round trip; mutations open their own transactions
+            kwargs={"application_name": f"wiggle-{self.node_id}", "autocommit": True, **_KEEPALIVES},
+            name=f"wiggle-{self.node_id}",
+        )
+        try:
+            await pool.open(wait=True, timeout=max(self.acquire_timeout, 1.0))
+        except psycopg.OperationalError as exc:
+            await pool.close()
+            raise Unavailable(f"database unavailable: {_short(exc)}") from exc
+        self._pool = pool
+        try:
+            conn = await self._retry_connect("listening", self._listen_connection)
+        except BaseException:
+            await self.close()
+            raise
+        self._listener = asyncio.ensure_future(self._listen_forever(conn))
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+            self._listener = None
+        async with self._leader_lock:
+            await self._drop_leadership()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    @property
+    def is_clock_leader(self) -> bool:
+        """True while this store holds the clock-duty advisory lock."""
+        return self._leader
+
+    async def _retry_connect(self, what: str, connect: Callable[[], Awaitable[T]]) -> T:
+        delay = 0.05
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return await connect()
+            except Unavailable as exc:
+                last: BaseException = exc
+            except psycopg.OperationalError as exc:
+                last = exc
+            if attempt < self.max_attempts:
+                await asyncio.sleep(delay)
+                delay *= 4
+        log.warning("database unavailable while %s: %s", what, last)
+        message = str(last) if isinstance(last, Unavailable) else f"database unavailable: {_short(last)}"
+        raise Unavailable(message) from last
+
+    # ------------------------------------------------------------------ cross-node wake-ups
+
+    async def _listen_connection(self) -> Conn:
+        conn = await psycopg.AsyncConnection.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=10,
+            application_name=f"wiggle-listen-{self.node_id}",
+            **_KEEPALIVES,
+        )
+        try:
+            for channel in (self.channel_work, self.channel_finished, self.channel_clock):
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _listen_forever(self, conn: Conn | None) -> None:
+        delay = 0.1
+        while True:
+            try:
+                if conn is None:
+                    conn = await self._listen_connection()
+                    log.info("notification listener reconnected")
+                    self._wake_everyone()  # we may have missed notifications while disconnected
+                    delay = 0.1
+                while True:
+                    async for note in conn.notifies(timeout=30.0):
+                        self._dispatch(note.channel, note.payload)
+                    await conn.execute("SELECT 1")  # a silent network failure shows up here
+            except asyncio.CancelledError:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                raise
+            except Exception as exc:
+                log.warning("notification listener lost its connection (%s); reconnecting", _short(exc))
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                conn = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        node, _, value = payload.partition(":")
+        if node == self.node_id:
+            return  # announced locally right after our own commit
+        if channel == self.channel_work:
+            self.notifier.work_ready((value,))
+        elif channel == self.channel_finished:
+            self.notifier.instance_finished(value)
+        elif channel == self.channel_clock and self._leader:
+            self.notifier.clock_changed()  # only the leader's clock loop has anything to re-plan
+
+    def _wake_everyone(self) -> None:
+        self.notifier.wake_all()
+
+    def _announce(self, instance_id: str, changes: Changes) -> None:
+        if changes.ready_queues:
+            self.notifier.work_ready(changes.ready_queues)
+        if changes.timers:
+            self.notifier.clock_changed()
+        if changes.finished:
+            self.notifier.instance_finished(instance_id)
+
+    def _notifications(
+        self, instance_id: str, changes: Changes, channels: list[str], payloads: list[str]
+    ) -> None:
+        for queue in changes.ready_queues:
+            channels.append(self.channel_work)
+            payloads.append(f"{self.node_id}:{queue}")
+        if changes.timers:
+            channels.append(self.channel_clock)
+            payloads.append(self.node_id)
+        if changes.finished:
+            channels.append(self.channel_finished)
+            payloads.append(f"{self.node_id}:{instance_id}")
+
+    # ------------------------------------------------------------------ transactions
+
+    async def _run(self, what: str, body: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``body`` on a pooled connection, retrying transient failures; Unavailable at the end."""
+        pool = self._pool
+        if pool is None:
+            raise Unavailable(f"the PostgreSQL store is not open ({what})")
+        delay = 0.02
+        last: BaseException | None = None
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                async with pool.connection() as conn:
+                    return await body(conn)
+            except WiggleError:
+                raise
+            except pg_errors.TransactionRollback as exc:  # serialization failure, deadlock
+                last = exc
+                log.debug("%s: transaction rolled back (%s), attempt %d", what, _short(exc), attempt)
+            except psycopg.OperationalError as exc:  # connection lost, server shutting down, pool timeout
+                last = exc
+                log.warning(
+                    "%s: database error (%s), attempt %d of %d", what, _short(exc), attempt, self.max_attempts
+                )
+                if attempt < self.max_attempts:
+                    with contextlib.suppress(Exception):
+                        await pool.check()  # drop the pool's other dead connections before retrying
+            except psycopg.Error as exc:
+                log.exception("%s: unexpected database error", what)
+                raise WiggleError(f"database error in {what}: {_short(exc)}") from exc
+            if attempt < self.max_attempts:
+                await asyncio.sleep(delay)
+                delay *= 4
+        raise Unavailable(f"database unavailable: {_short(last) if last else what}") from last
+
+    async def _fetch(self, what: str, query: str, params: Any = None, binary: bool = False) -> list[Any]:
+        """The rows of one statement (autocommit: its own snapshot, one round trip)."""
+
+        async def body(conn: Conn) -> list[Any]:
+            cur = await conn.execute(query, params, binary=binary)
+            return await cur.fetchall()
+
+        return await self._run(what, body)
+
+    async def _loaded_record(self, conn: Conn, name: str, version: str) -> WorkflowRecord:
+        record = self._records.get((name, version))
+        if record is None:
+            cur = await conn.execute(self._q.definition, (name, version), binary=True)
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFound(f"workflow {name!r} has no version {version!r}")
+            record = self._cache(name, version, row[0], row[1])
+        return record
+
+    def _cache(self, name: str, version: str, data: bytes, registered_at: int) -> WorkflowRecord:
+        record = self._records.get((name, version))
+        if record is None:
+            record = WorkflowRecord(
+                LoadedDefinition(definition_from_json(bytes(data)), version), registered_at
+            )
+            self._records[(name, version)] = record
+        return record
+
+    async def _write(
+        self,
+        conn: Conn,
+        state: InstanceState,
+        changes: Changes,
+        existing: set[str] | frozenset[str],
+        original_context: Any,
+        channels: list[str],
+        payloads: list[str],
+    ) -> bool:
+        """Queue the statements persisting ``changes`` (pipeline mode); False if there was nothing to write."""
+        inst = state.instance
+        q = self._q
+        wrote = False
+        if changes.created:
+            await conn.execute(q.insert_instance, _instance_row(inst))
+            wrote = True
+        elif changes.instance_changed:
+            values = list(msgspec.structs.astuple(inst))
+            values[_I_JOINS] = _encode(inst.joins)
+            common = [values[i] for i in _INSTANCE_UPDATED]
+            # The engine replaces the context, never edits it in place (advance_run relies on it too).
+            if inst.context is original_context:
+                await conn.execute(q.update_instance_keep_context, (*common, inst.id))
+            else:
+                await conn.execute(q.update_instance, (*common, _encode(inst.context), inst.id))
+            wrote = True
+        if changes.tokens:
+            updates = [_token_update(t) for t in changes.tokens.values() if t.id in existing]
+            inserts = [_token_row(t) for t in changes.tokens.values() if t.id not in existing]
+            cur = conn.cursor()
+            if updates:
+                await cur.executemany(q.update_token, updates)
+            if inserts:
+                await cur.executemany(q.insert_token, inserts)
+            wrote = True
+        if changes.history:
+            await conn.cursor().executemany(
+                q.insert_history, [msgspec.structs.astuple(h) for h in changes.history]
+            )
+            wrote = True
+        self._notifications(inst.id, changes, channels, payloads)
+        return wrote
+
+    async def _mutate(
+        self,
+        what: str,
+        instance_id: str,
+        missing: str,
+        action: Callable[[LoadedDefinition, InstanceState, int], tuple[T, Changes]],
+    ) -> tuple[T, InstanceState]:
+        """Lock the instance, load its active tokens, run ``action``, persist, commit, announce."""
+        if not instance_id:
+            raise NotFound(missing)
+        q = self._q
+
+        async def body(conn: Conn) -> tuple[T, InstanceState, Changes, bool]:
+            channels: list[str] = []
+            payloads: list[str] = []
+            async with conn.pipeline() as pipeline:
+                async with conn.transaction():
+                    cur_i = await conn.execute(q.lock_instance, (instance_id,), binary=True)
+                    cur_t = await conn.execute(q.active_tokens, (instance_id,), binary=True)
+                    await pipeline.sync()
+                    row = await cur_i.fetchone()
+                    if row is None:
+                        raise NotFound(missing)
+                    instance = _instance_from(row)
+                    tokens = sorted((_token_from(r) for r in await cur_t.fetchall()), key=_token_seq)
+                    state = InstanceState(instance, {t.id: t for t in tokens})
+                    existing = frozenset(state.tokens)
+                    original_context = instance.context
+                    record = await self._loaded_record(conn, instance.workflow, instance.version)
+                    result, changes = action(record.loaded, state, now_millis())
+                    wrote = await self._write(
+                        conn, state, changes, existing, original_context, channels, payloads
+                    )
+                    if channels:
+                        await conn.execute(q.notify, (channels, payloads))
+            return result, state, changes, wrote
+
+        result, state, changes, wrote = await self._run(what, body)
+        if wrote:
+            self.stats.transactions += 1
+        self._announce(state.instance.id, changes)
+        return result, state
+
+    @staticmethod
+    def _view(state: InstanceState) -> InstanceView:
+        return InstanceView(state.instance, list(state.tokens.values()))
+
+    # ------------------------------------------------------------------ definitions
+
+    async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:
+        loaded = LoadedDefinition(definition)
+        key = (definition.name, loaded.version)
+        cached = self._records.get(key)
+        if cached is not None:
+            return cached, False
+
+        async def body(conn: Conn) -> tuple[WorkflowRecord, bool]:
+            cur = await conn.execute(
+                self._q.insert_definition, (definition.name, loaded.version, loaded.json, now_millis())
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                return self._records.setdefault(key, WorkflowRecord(loaded, row[0])), True
+            cur = await conn.execute(self._q.definition, key, binary=True)
+            existing = await cur.fetchone()
+            if existing is None:  # pragma: no cover - definitions are never deleted
+                raise NotFound(f"workflow {definition.name!r} has no version {loaded.version!r}")
+            return self._cache(definition.name, loaded.version, existing[0], existing[1]), False
+
+        record, created = await self._run("register", body)
+        if created:
+            self.stats.transactions += 1
+        return record, created
+
+    async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
+        validate_name(name, "workflow")
+        if version and (name, version) in self._records:
+            return self._records[(name, version)]
+
+        async def body(conn: Conn) -> WorkflowRecord:
+            wanted = version
+            if not wanted:
+                cur = await conn.execute(self._q.latest_version, (name,))
+                row = await cur.fetchone()
+                if row is None:
+                    raise NotFound(f"workflow {name!r} is not registered")
+                wanted = row[0]
+                if (name, wanted) in self._records:
+                    return self._records[(name, wanted)]
+            cur = await conn.execute(self._q.definition, (name, wanted), binary=True)
+            row = await cur.fetchone()
+            if row is not None:
+                return self._cache(name, wanted, row[0], row[1])
+            cur = await conn.execute(self._q.latest_version, (name,))
+            if await cur.fetchone() is None:
+                raise NotFound(f"workflow {name!r} is not registered")
+            raise NotFound(f"workflow {name!r} has no version {wanted!r}")
+
+        return await self._run("get_workflow", body)
+
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        rows = await self._fetch("list_workflows", self._q.definitions, (name, name), binary=True)
+        return [self._cache(r[0], r[1], r[3], r[2]) for r in rows]
+
+    # ------------------------------------------------------------------ instances
+
+    async def start(
+        self, name: str, version: str, context: dict[str, Any], correlation_id: str
+    ) -> InstanceView:
+        record = await self.get_workflow(name, version)
+        instance_id = new_instance_id()
+        attempts = 0
+
+        async def body(conn: Conn) -> tuple[InstanceState, Changes] | None:
+            nonlocal attempts
+            attempts += 1
+            state, changes = self.engine.start(
+                record.loaded, instance_id, context, correlation_id, now_millis()
+            )
+            channels: list[str] = []
+            payloads: list[str] = []
+            try:
+                async with conn.pipeline():
+                    async with conn.transaction():
+                        await self._write(conn, state, changes, frozenset(), None, channels, payloads)
+                        if channels:
+                            await conn.execute(self._q.notify, (channels, payloads))
+            except pg_errors.UniqueViolation:
+                if attempts > 1:
+                    return None  # an earlier attempt did commit (its acknowledgement was lost)
+                raise
+            return state, changes
+
+        outcome = await self._run("start", body)
+        if outcome is None:
+            return await self.get_instance(instance_id)
+        state, changes = outcome
+        self.stats.transactions += 1
+        self._announce(instance_id, changes)
+        return self._view(state)
+
+    async def get_instance(self, instance_id: str) -> InstanceView:
+        views = _views(await self._fetch("get_instance", self._q.view, (instance_id,), binary=True))
+        if not views:
+            raise NotFound(f"instance {instance_id} does not exist")
+        return views[0]
+
+    async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
+        size = max(query.page_size, 1)
+        conds: list[str] = []
+        params: list[Any] = []
+        for cond, value in (
+            ("id < %s", query.page_token),
+            ("workflow = %s", query.workflow),
+            ("status = %s", query.status),
+            # the redundant "<> ''" lets even a generic plan use the partial index
+            ("correlation_id = %s AND correlation_id <> ''", query.correlation_id),
+            ("created_at >= %s", query.created_after),
+            ("created_at < %s", query.created_before),
+        ):
+            if value:
+                conds.append(cond)
+                params.append(value)
+        text = self._q.list_instances.replace("{where}", " AND ".join(conds) or "TRUE")
+        params.append(size + 1)
+        views = _views(await self._fetch("list_instances", text, params, binary=True))
+        if len(views) > size:
+            views = views[:size]
+            return views, views[-1].instance.id
+        return views, ""
+
+    async def history(self, instance_id: str) -> list[HistoryEntry]:
+        rows = await self._fetch("history", self._q.history, (instance_id,))
+        if not rows and not await self._fetch("history", self._q.instance_exists, (instance_id,)):
+            raise NotFound(f"instance {instance_id} does not exist")
+        return [HistoryEntry(*r) for r in rows]
+
+    async def cancel(self, instance_id: str, reason: str) -> tuple[InstanceView, bool]:
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[bool, Changes]:
+            return self.engine.cancel(state, reason, now)
+
+        changed, state = await self._mutate(
+            "cancel", instance_id, f"instance {instance_id} does not exist", action
+        )
+        return self._view(state), changed
+
+    async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            return None, self.engine.complete_user_task(loaded, state, name, payload, now)
+
+        _, state = await self._mutate(
+            "complete_user_task", instance_id, f"instance {instance_id} does not exist", action
+        )
+        return self._view(state)
+
+    # ------------------------------------------------------------------ workers
+
+    async def claim(self, worker_id: str, queues: list[str], max_tasks: int) -> list[Claimed]:
+        if not queues or max_tasks <= 0:
+            return []
+        q = self._q
+        text = q.claim_one if len(queues) == 1 else q.claim_many
+        queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
+
+        async def body(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
+            out: list[Claimed] = []
+            announced: list[tuple[str, Changes]] = []
+            async with conn.pipeline() as pipeline:
+                async with conn.transaction():
+                    now = now_millis()
+                    params = (queue_param, now, max_tasks) + ((max_tasks,) if len(queues) > 1 else ())
+                    cur = await conn.execute(text, params, binary=True)
+                    await pipeline.sync()
+                    rows = await cur.fetchall()
+                    if not rows:
+                        return out, announced
+                    states: dict[str, tuple[InstanceState, Changes]] = {}
+                    for row in rows:
+                        token = _token_from(row)
+                        entry = states.get(token.instance_id)
+                        if entry is None:
+                            entry = (InstanceState(_instance_from(row, _N_TOKEN), {}), Changes())
+                            states[token.instance_id] = entry
+                        state, changes = entry
+                        state.tokens[token.id] = token
+                        record = await self._loaded_record(
+                            conn, state.instance.workflow, state.instance.version
+                        )
+                        out.append(self.engine.claim(record.loaded, state, token, worker_id, now, changes))
+                    channels: list[str] = []
+                    payloads: list[str] = []
+                    for state, changes in states.values():
+                        await self._write(
+                            conn,
+                            state,
+                            changes,
+                            frozenset(state.tokens),
+                            state.instance.context,
+                            channels,
+                            payloads,
+                        )
+                        announced.append((state.instance.id, changes))
+                    if channels:
+                        await conn.execute(q.notify, (channels, payloads))
+            return out, announced
+
+        claimed, announced = await self._run("claim", body)
+        if claimed:
+            self.stats.transactions += 1
+        for instance_id, changes in announced:
+            self._announce(instance_id, changes)
+        return claimed
+
+    async def complete(
+        self, token_id: str, owner: str, context: dict[str, Any] | None, predicate_value: bool | None
+    ) -> str:
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            changes = self.engine.complete(
+                loaded, state, token_id, owner, now, context=context, predicate_value=predicate_value
+            )
+            return None, changes
+
+        _, state = await self._mutate(
+            "complete", token_instance_id(token_id), f"token {token_id} does not exist", action
+        )
+        return state.instance.status
+
+    async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            return None, self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
+
+        _, state = await self._mutate(
+            "fail", token_instance_id(token_id), f"token {token_id} does not exist", action
+        )
+        return state.instance.status
+
+    async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
+            return self.engine.heartbeat(state, token_id, owner, now)
+
+        expires, state = await self._mutate(
+            "heartbeat", token_instance_id(token_id), f"token {token_id} does not exist", action
+        )
+        return state.instance.status, expires
+
+    async def advance_run(
+        self, token_id: str, owner: str, steps: list[tuple[Any, ...]], final: bool, reason: str
+    ) -> AdvanceOutcome:
+        def action(
+            loaded: LoadedDefinition, state: InstanceState, now: int
+        ) -> tuple[AdvanceOutcome, Changes]:
+            return self.engine.advance_run(loaded, state, token_id, owner, steps, final, now, reason)
+
+        outcome, _ = await self._mutate(
+            "advance_run", token_instance_id(token_id), f"token {token_id} does not exist", action
+        )
+        return outcome
+
+    # ------------------------------------------------------------------ clock duties
+
+    async def _drop_leadership(self) -> None:
+        conn, self._leader_conn = self._leader_conn, None
+        was_leader, self._leader = self._leader, False
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            if was_leader:
+                log.info("giving up clock-duty leadership of schema %s", self.schema)
+                # Unlock explicitly: the session's end would release it too, but only once the
+                # server has noticed, and the next leader should not have to wait for that.
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (self._clock_key,))
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+    async def _ensure_leader(self) -> bool:
+        """Hold (or try to take) the clock-duty advisory lock on the dedicated connection."""
+        async with self._leader_lock:
+            if self._pool is None:
+                return False
+            try:
+                if self._leader_conn is None:
+                    self._leader_conn = await psycopg.AsyncConnection.connect(
+                        self.url,
+                        autocommit=True,
+                        connect_timeout=10,
+                        application_name=f"wiggle-clock-{self.node_id}",
+                        **_KEEPALIVES,
+                    )
+                conn = self._leader_conn
+                if self._leader:
+                    await conn.execute("SELECT 1")  # still our session, so still our lock
+                    return True
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._clock_key,))
+                row = await cur.fetchone()
+                if row is not None and row[0]:
+                    self._leader = True
+                    log.info(
+                        "this node (%s) now runs the clock duties of schema %s", self.node_id, self.schema
+                    )
+                return self._leader
+            except psycopg.Error as exc:
+                log.warning("clock-duty leadership connection failed: %s", _short(exc))
+                await self._drop_leadership()
+                return False
+
+    async def run_clock_duties(self, now: int) -> int:
+        if not await self._ensure_leader():
+            return 0
+
+        rows = await self._fetch("clock duties", self._q.due, {"now": now, "n": self.CLOCK_BATCH})
+        token_ids = list(dict.fromkeys(r[0] for r in rows))
+        if not token_ids:
+            return 0
+        gate = asyncio.Semaphore(max(1, self.pool_size // 2))
+
+        async def one(token_id: str) -> int:
+            async with gate:
+                return await self._clock_action(token_id, now)
+
+        results = await asyncio.gather(*(one(t) for t in token_ids), return_exceptions=True)
+        actions = 0
+        for result in results:
+            if isinstance(result, Unavailable):
+                raise result
+            if isinstance(result, BaseException):
+                if not isinstance(result, NotFound):  # purged meanwhile: nothing to do
+                    log.error("clock duty failed", exc_info=result)
+                continue
+            actions += result
+        return actions
+
+    async def _clock_action(self, token_id: str, now: int) -> int:
+        def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes]:
+            token = state.tokens.get(token_id)
+            if token is None:
+                return 0, Changes()  # finished or moved on since it was found due
+            if token.status == "RUNNING" and token.lease_expires_at <= now:
+                return 1, self.engine.expire_lease(loaded, state, token, now)
+            if token.status == "WAITING" and token.available_at <= now:
+                return 1, self.engine.fire_timer(loaded, state, token, now)
+            if token.status == "AWAITING" and 0 < token.available_at <= now:
+                return 1, self.engine.user_task_deadline(loaded, state, token, now)
+            return 0, Changes()
+
+        acted, _ = await self._mutate(
+            "clock duty", token_instance_id(token_id), f"token {token_id} does not exist", action
+        )
+        return acted
+
+    async def next_due_at(self) -> int | None:
+        # Only the leader has clock duties; the others idle and retry the lock at the next tick.
+        if not self._leader:
+            return None
+
+        ((due,),) = await self._fetch("next_due_at", self._q.next_due)
+        return None if due is None else int(due)
+
+    async def next_ready_at(self, queues: list[str]) -> int | None:
+        if not queues:
+            return None
+
+        ((earliest,),) = await self._fetch("next_ready_at", self._q.next_ready, (list(queues),))
+        if earliest is None:
+            return None
+        now = now_millis()
+        # A due token that claim() skipped is locked by a transaction in flight: look again shortly.
+        return earliest if earliest > now else now + 50
+
+    async def purge_finished(self, older_than: int, limit: int) -> int:
+        if limit <= 0:
+            return 0
+
+        count = len(await self._fetch("purge_finished", self._q.purge, (older_than, limit)))
+        if count:
+            self.stats.transactions += 1
+        return count

@@ -1,0 +1,70 @@
+"""Fixtures every test module may use.
+
+``eventually`` polls a condition without blocking the event loop (the embedded server runs on
+the test's own loop, so a blocking sleep would stall it). ``trace`` records what handlers did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from wiggle import Step
+
+Condition = Callable[[], "bool | Awaitable[bool]"]
+
+
+async def _eventually(
+    condition: Condition, timeout: float = 10.0, interval: float = 0.01, what: str = ""
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
+        await asyncio.sleep(interval)
+
+
+@pytest.fixture
+def eventually() -> Callable[..., Awaitable[None]]:
+    """``await eventually(lambda: cond, timeout=5, what="...")``; the condition may be async."""
+    return _eventually
+
+
+class Trace:
+    """What handlers did, in order: node names, attempts and worker ids (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.steps: list[str] = []
+        self.attempts: dict[str, list[int]] = defaultdict(list)
+        self.workers: dict[str, list[str]] = defaultdict(list)
+        self.runs: Counter[tuple[str, str, int]] = Counter()  # (instance, node, attempt)
+        self.times: dict[str, list[float]] = defaultdict(list)
+
+    def hit(self, name: str) -> Step:
+        """Record that the handler ``name`` runs now (inside a handler: Step.current() is set)."""
+        info = Step.current()
+        with self._lock:
+            self.steps.append(name)
+            self.attempts[name].append(info.attempt)
+            self.workers[name].append(info.worker_id)
+            self.runs[(info.instance_id, info.node_id, info.attempt)] += 1
+            self.times[name].append(time.monotonic())
+        return info
+
+
+@pytest.fixture
+def trace() -> Trace:
+    """A fresh Trace."""
+    return Trace()

@@ -1,0 +1,682 @@
+"""The PostgreSQL store against a real server: the store contract, restarts, and clustering.
+
+Each test gets its own schema (tests/pg.py); PostgreSQL being down fails the suite, never skips it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgspec
+import psycopg
+import pytest
+from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from psycopg import sql
+
+from wiggle._engine.engine import Engine, EngineConfig
+from wiggle._engine.state import now_millis
+from wiggle._model import ExecutionMode, Node, NodeKind, RetryPolicy, WorkflowDefinition
+from wiggle._storage.base import InstanceQuery
+from wiggle._storage.postgres import PostgresStore, SchemaTooNew, migrate, migration_files
+from wiggle.errors import AlreadyFinished, FailedPrecondition, NotFound, Unavailable
+
+pytestmark = pytest.mark.postgres
+
+LEASE = 60_000
+
+
+def linear(name: str = "linear", steps: int = 3, retry: RetryPolicy | None = None) -> WorkflowDefinition:
+    ids = [f"s{i}" for i in range(steps)]
+    nodes = [
+        Node(id=ids[i], kind=NodeKind.TASK, next=ids[i + 1] if i + 1 < steps else "end", retry=retry)
+        for i in range(steps)
+    ]
+    return WorkflowDefinition(name=name, start_node=ids[0], nodes=(*nodes, Node(id="end", kind=NodeKind.END)))
+
+
+def sleeper(millis: int) -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="sleeper",
+        start_node="nap",
+        nodes=(
+            Node(id="nap", kind=NodeKind.SLEEP, sleep_millis=millis, next="after"),
+            Node(id="after", kind=NodeKind.TASK, next="end"),
+            Node(id="end", kind=NodeKind.END),
+        ),
+    )
+
+
+def forked() -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="forked",
+        start_node="fork",
+        nodes=(
+            Node(id="fork", kind=NodeKind.FORK, branches=("a", "b"), join="join"),
+            Node(id="a", kind=NodeKind.TASK, next="join"),
+            Node(id="b", kind=NodeKind.TASK, next="join"),
+            Node(id="join", kind=NodeKind.JOIN, fork="fork", next="end"),
+            Node(id="end", kind=NodeKind.END),
+        ),
+    )
+
+
+def approval(timeout_millis: int = 0) -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="approval",
+        start_node="approve",
+        nodes=(
+            Node(id="approve", kind=NodeKind.USER_TASK, next="end", timeout_millis=timeout_millis),
+            Node(id="end", kind=NodeKind.END),
+        ),
+    )
+
+
+@pytest.fixture
+async def open_store(pg_schema: str) -> AsyncIterator[Callable[..., Any]]:  # noqa: F811
+    """Open PostgresStores on this test's schema (several = several servers); all closed at the end."""
+    stores: list[PostgresStore] = []
+
+    async def factory(lease_millis: int = LEASE, **kwargs: Any) -> PostgresStore:
+        kwargs.setdefault("pool_size", 4)
+        store = PostgresStore(
+            Engine(EngineConfig(lease_millis=lease_millis)),
+            kwargs.pop("url", TEST_DATABASE_URL),
+            pg_schema,
+            **kwargs,
+        )
+        await store.open()
+        stores.append(store)
+        return store
+
+    yield factory
+    for store in stores:
+        await store.close()
+
+
+@pytest.fixture
+async def store(open_store: Callable[..., Any]) -> PostgresStore:
+    return await open_store()
+
+
+# ---------------------------------------------------------------------- definitions
+
+
+async def test_register_is_idempotent_and_not_found_names_what_is_missing(store: PostgresStore) -> None:
+    record, created = await store.register(linear())
+    assert created
+    again, created_again = await store.register(linear())
+    assert not created_again and again.loaded.version == record.loaded.version
+    assert again.registered_at == record.registered_at
+
+    v2, created = await store.register(linear(steps=2))
+    assert created and v2.loaded.version != record.loaded.version
+    assert (await store.get_workflow("linear")).loaded.version == v2.loaded.version  # latest
+    assert (await store.get_workflow("linear", record.loaded.version)).loaded.version == record.loaded.version
+    listed = await store.list_workflows("linear")
+    assert [r.loaded.version for r in listed] == [record.loaded.version, v2.loaded.version]
+    assert await store.list_workflows("nope") == []
+
+    with pytest.raises(NotFound, match="workflow 'nope' is not registered"):
+        await store.get_workflow("nope")
+    with pytest.raises(NotFound, match="workflow 'nope' is not registered"):
+        await store.get_workflow("nope", "abc")
+    with pytest.raises(NotFound, match="workflow 'linear' has no version 'abc'"):
+        await store.get_workflow("linear", "abc")
+    with pytest.raises(NotFound, match="instance wi-missing does not exist"):
+        await store.get_instance("wi-missing")
+    with pytest.raises(NotFound, match="token wi-missing.1 does not exist"):
+        await store.complete("wi-missing.1", "w", {}, None)
+
+
+async def test_definitions_are_shared_between_servers(open_store: Callable[..., Any]) -> None:
+    a = await open_store()
+    b = await open_store()
+    record, _ = await a.register(linear())
+    assert (await b.get_workflow("linear")).loaded.version == record.loaded.version
+    _, created = await b.register(linear())
+    assert not created
+    view = await b.start("linear", "", {}, "")
+    assert view.instance.version == record.loaded.version
+
+
+# ---------------------------------------------------------------------- the token lifecycle
+
+
+async def test_linear_workflow_start_claim_complete(store: PostgresStore) -> None:
+    await store.register(linear())
+    view = await store.start("linear", "", {"n": 0}, "order-1")
+    inst = view.instance
+    assert inst.status == "RUNNING" and inst.correlation_id == "order-1"
+    assert [(t.node_id, t.status, t.queue) for t in view.tokens] == [("s0", "READY", "linear")]
+
+    for step in range(3):
+        claimed = await store.claim("w1", ["linear"], 10)
+        assert len(claimed) == 1
+        c = claimed[0]
+        assert c.token.node_id == f"s{step}" and c.token.status == "RUNNING" and c.token.lease_owner == "w1"
+        assert c.token.attempt == 1 and c.context == {"n": step} and c.instance.id == inst.id
+        assert c.execution_mode == "SERVER"
+        assert await store.claim("w2", ["linear"], 10) == []  # leased: nobody else gets it
+        status = await store.complete(c.token.id, "w1", {"n": step + 1}, None)
+        assert status == ("COMPLETED" if step == 2 else "RUNNING")
+
+    done = await store.get_instance(inst.id)
+    assert done.instance.status == "COMPLETED" and done.instance.context == {"n": 3}
+    assert done.instance.finished_at > 0 and done.tokens == []
+    history = await store.history(inst.id)
+    assert [(h.node_id, h.outcome) for h in history] == [
+        ("s0", "COMPLETED"),
+        ("s1", "COMPLETED"),
+        ("s2", "COMPLETED"),
+        ("end", "END"),
+    ]
+    assert history[0].worker_id == "w1"
+    assert await store.claim("w1", ["linear"], 10) == []
+    assert store.stats.transactions >= 7
+    with pytest.raises(AlreadyFinished):
+        await store.complete(c.token.id, "w1", {}, None)
+
+
+async def test_retry_with_backoff_then_success(store: PostgresStore) -> None:
+    await store.register(linear(steps=1, retry=RetryPolicy.fixed(3, 0.3)))
+    view = await store.start("linear", "", {}, "")
+    (c,) = await store.claim("w", ["linear"], 1)
+    before = now_millis()
+    assert await store.fail(c.token.id, "w", "boom", True) == "RUNNING"
+    (token,) = (await store.get_instance(view.instance.id)).tokens
+    assert token.status == "READY" and token.attempt == 2 and token.last_error == "boom"
+    assert token.available_at >= before + 300
+    assert await store.claim("w", ["linear"], 1) == []  # not yet due
+    next_ready = await store.next_ready_at(["linear", "other"])
+    assert next_ready == token.available_at
+    await asyncio.sleep(max(token.available_at - now_millis(), 0) / 1000 + 0.02)
+    (again,) = await store.claim("w", ["linear"], 1)
+    assert again.token.id == c.token.id and again.token.attempt == 2
+    assert await store.complete(again.token.id, "w", {"ok": True}, None) == "COMPLETED"
+    assert [h.outcome for h in await store.history(view.instance.id)] == ["RETRY", "COMPLETED", "END"]
+    assert await store.next_ready_at(["linear"]) is None
+
+
+async def test_claim_serves_the_oldest_due_token_across_queues(store: PostgresStore) -> None:
+    await store.register(linear("first", steps=1))
+    await store.register(linear("second", steps=1))
+    older = (await store.start("first", "", {}, "")).instance.id
+    await asyncio.sleep(0.005)
+    newer = (await store.start("second", "", {}, "")).instance.id
+    assert await store.claim("w", ["nobody"], 5) == []
+    (a,) = await store.claim("w", ["second", "first"], 1)
+    (b,) = await store.claim("w", ["second", "first"], 1)
+    assert (a.instance.id, b.instance.id) == (older, newer)
+    assert (a.token.queue, b.token.queue) == ("first", "second")
+
+
+async def test_last_attempt_fails_the_instance(store: PostgresStore) -> None:
+    await store.register(linear(steps=1, retry=RetryPolicy.none()))
+    view = await store.start("linear", "", {}, "")
+    (c,) = await store.claim("w", ["linear"], 1)
+    assert await store.fail(c.token.id, "w", "bad input", False) == "FAILED"
+    inst = (await store.get_instance(view.instance.id)).instance
+    assert inst.status == "FAILED" and inst.error == "s0: bad input"
+
+
+async def test_advance_run_applies_a_local_run_atomically(store: PostgresStore) -> None:
+    local = msgspec.structs.replace(linear(steps=3), execution_mode=ExecutionMode.LOCAL_ASYNC)
+    await store.register(local)
+    view = await store.start("linear", "", {"n": 0}, "")
+    (c,) = await store.claim("w", ["linear"], 1)
+    assert c.execution_mode == "LOCAL_ASYNC"
+    with pytest.raises(FailedPrecondition, match="nothing was applied"):
+        await store.advance_run(c.token.id, "w", [("C", "s1", {"n": 9})], False, "")
+    outcome = await store.advance_run(
+        c.token.id, "w", [("C", "s0", {"n": 1}), ("T", "s1", {"n": 2}, [])], False, ""
+    )
+    assert outcome.applied_steps == 2 and outcome.token_status == "RUNNING" and outcome.lease_expires_at > 0
+    (token,) = (await store.get_instance(view.instance.id)).tokens
+    assert token.node_id == "s2" and token.status == "RUNNING" and token.local_run_owner == "w"
+    assert (await store.get_instance(view.instance.id)).instance.context == {"n": 2}
+    outcome = await store.advance_run(c.token.id, "w", [("C", "s2", {"n": 3})], True, "")
+    assert outcome.instance_status == "COMPLETED"
+    done = await store.get_instance(view.instance.id)
+    assert done.instance.context == {"n": 3} and done.instance.steps == 3
+    assert [h.node_id for h in await store.history(view.instance.id)] == ["s0", "s1", "s2", "end"]
+
+
+async def test_wrong_owner_is_refused_and_changes_nothing(store: PostgresStore) -> None:
+    await store.register(linear())
+    view = await store.start("linear", "", {"a": 1}, "")
+    (c,) = await store.claim("owner", ["linear"], 1)
+    before = await store.get_instance(view.instance.id)
+    history = await store.history(view.instance.id)
+    transactions = store.stats.transactions
+    with pytest.raises(FailedPrecondition, match="leased to 'owner', not 'thief'"):
+        await store.complete(c.token.id, "thief", {"a": 2}, None)
+    with pytest.raises(FailedPrecondition):
+        await store.fail(c.token.id, "thief", "x", True)
+    with pytest.raises(FailedPrecondition):
+        await store.heartbeat(c.token.id, "thief")
+    with pytest.raises(FailedPrecondition, match="not active"):
+        await store.complete(f"{view.instance.id}.99", "owner", {}, None)
+    after = await store.get_instance(view.instance.id)
+    assert after.instance == before.instance and after.tokens == before.tokens
+    assert await store.history(view.instance.id) == history
+    assert store.stats.transactions == transactions
+    status, expires = await store.heartbeat(c.token.id, "owner")
+    assert status == "RUNNING" and expires >= c.token.lease_expires_at
+
+
+async def test_lease_expiry_via_clock_duties(store: PostgresStore) -> None:
+    await store.register(linear(steps=1))
+    view = await store.start("linear", "", {}, "")
+    (c,) = await store.claim("gone", ["linear"], 1)
+    assert await store.run_clock_duties(now_millis()) == 0  # not expired yet
+    assert store.is_clock_leader
+    assert await store.next_due_at() == c.token.lease_expires_at
+    assert await store.run_clock_duties(c.token.lease_expires_at) == 1
+    (token,) = (await store.get_instance(view.instance.id)).tokens
+    assert token.status == "READY" and token.attempt == 2
+    assert token.last_error == "lease expired (worker unreachable)"
+    with pytest.raises(FailedPrecondition, match="READY, not RUNNING"):
+        await store.complete(c.token.id, "gone", {}, None)
+    assert await store.run_clock_duties(c.token.lease_expires_at + 10) == 0  # once
+    (token,) = (await store.get_instance(view.instance.id)).tokens
+    assert token.attempt == 2
+
+
+async def test_sleep_fires_once_never_early_and_survives_a_restart(open_store: Callable[..., Any]) -> None:
+    first = await open_store()
+    await first.register(sleeper(400))
+    view = await first.start("sleeper", "", {"x": 1}, "")
+    (token,) = view.tokens
+    assert token.status == "WAITING"
+    due = token.available_at
+    await first.close()  # a server restart
+
+    second = await open_store()
+    assert await second.run_clock_duties(due - 1) == 0  # never early
+    assert (await second.get_instance(view.instance.id)).tokens[0].status == "WAITING"
+    assert await second.next_due_at() == due
+    await asyncio.sleep(max(due - now_millis(), 0) / 1000)
+    fired_at = max(now_millis(), due)
+    assert await second.run_clock_duties(fired_at) == 1
+    (token,) = (await second.get_instance(view.instance.id)).tokens
+    assert token.status == "READY" and token.node_id == "after"
+    assert await second.run_clock_duties(fired_at + 1000) == 0  # exactly once
+    assert [h.outcome for h in await second.history(view.instance.id)] == ["SLEPT"]
+    (c,) = await second.claim("w", ["sleeper"], 5)
+    assert c.context == {"x": 1}
+    assert await second.complete(c.token.id, "w", None, None) == "COMPLETED"
+
+
+async def test_fork_join_round_trips_branch_state(store: PostgresStore) -> None:
+    await store.register(forked())
+    view = await store.start("forked", "", {"base": 1}, "")
+    assert sorted(t.node_id for t in view.tokens) == ["a", "b"]
+    claimed = await store.claim("w", ["forked"], 10)
+    assert len(claimed) == 2
+    for c in claimed:
+        assert c.token.fork_stack and c.context == {"base": 1}
+        assert await store.complete(c.token.id, "w", {"base": 1, c.token.node_id: True}, None)
+    done = await store.get_instance(view.instance.id)
+    assert done.instance.status == "COMPLETED"
+    assert done.instance.context == {"base": 1, "a": True, "b": True}
+    assert done.instance.joins == {}
+
+
+async def test_user_task_completion_and_deadline(store: PostgresStore) -> None:
+    await store.register(approval())
+    view = await store.start("approval", "", {"amount": 5}, "")
+    assert view.tokens[0].status == "AWAITING"
+    assert await store.run_clock_duties(now_millis()) == 0 and store.is_clock_leader
+    assert await store.next_due_at() is None  # no deadline: nothing for the clock to do
+    with pytest.raises(NotFound):
+        await store.complete_user_task(view.instance.id, "nope", {})
+    done = await store.complete_user_task(view.instance.id, "approve", {"ok": True})
+    assert done.instance.status == "COMPLETED" and done.instance.context == {"amount": 5, "ok": True}
+    with pytest.raises(FailedPrecondition):
+        await store.complete_user_task(view.instance.id, "approve", {})
+
+    await store.register(approval(timeout_millis=1000))
+    timed = await store.start("approval", "", {}, "")
+    deadline = timed.tokens[0].available_at
+    assert await store.run_clock_duties(deadline - 1) == 0
+    assert await store.run_clock_duties(deadline) == 1
+    failed = (await store.get_instance(timed.instance.id)).instance
+    assert failed.status == "FAILED" and "timed out" in failed.error
+
+
+async def test_cancel(store: PostgresStore) -> None:
+    await store.register(linear())
+    view = await store.start("linear", "", {}, "")
+    (c,) = await store.claim("w", ["linear"], 1)
+    cancelled, changed = await store.cancel(view.instance.id, "user asked")
+    assert changed and cancelled.instance.status == "CANCELLED" and cancelled.tokens == []
+    assert cancelled.instance.reason == "user asked"
+    again, changed = await store.cancel(view.instance.id, "twice")
+    assert not changed and again.instance.reason == "user asked"
+    with pytest.raises(AlreadyFinished):
+        await store.heartbeat(c.token.id, "w")
+    with pytest.raises(NotFound):
+        await store.cancel("wi-nope", "x")
+
+
+async def test_list_instances_newest_first_with_filters_and_pages(store: PostgresStore) -> None:
+    await store.register(linear())
+    await store.register(sleeper(60_000))
+    ids = []
+    for i in range(5):
+        ids.append((await store.start("linear", "", {}, f"c{i % 2}")).instance.id)
+    other = (await store.start("sleeper", "", {}, "")).instance.id
+    await store.cancel(ids[0], "x")
+
+    views, token = await store.list_instances(InstanceQuery(page_size=4))
+    assert [v.instance.id for v in views] == [other, *reversed(ids[2:])] and token == views[-1].instance.id
+    views2, token2 = await store.list_instances(InstanceQuery(page_size=4, page_token=token))
+    assert [v.instance.id for v in views2] == [ids[1], ids[0]] and token2 == ""
+    assert views[1].tokens and views[1].tokens[0].status == "READY"
+
+    only = await store.list_instances(InstanceQuery(workflow="sleeper"))
+    assert [v.instance.id for v in only[0]] == [other]
+    cancelled = await store.list_instances(InstanceQuery(status="CANCELLED"))
+    assert [v.instance.id for v in cancelled[0]] == [ids[0]] and cancelled[0][0].tokens == []
+    c1 = await store.list_instances(InstanceQuery(correlation_id="c1"))
+    assert [v.instance.id for v in c1[0]] == [ids[3], ids[1]]
+    created = (await store.get_instance(ids[2])).instance.created_at
+    window = await store.list_instances(
+        InstanceQuery(workflow="linear", created_after=created, created_before=created + 1)
+    )
+    assert ids[2] in [v.instance.id for v in window[0]]
+    assert all(v.instance.created_at == created for v in window[0])
+
+
+# ---------------------------------------------------------------------- concurrency and clustering
+
+
+async def _claim_all(stores: list[PostgresStore], workers: int) -> list[tuple[str, str, int]]:
+    """Workers claiming and completing until the queue stays empty; every (token, node, attempt) they got.
+
+    Half of them poll two queues, so both claim queries (one queue, several queues) compete.
+    """
+    seen: list[tuple[str, str, int]] = []
+
+    async def worker(store: PostgresStore, name: str, queues: list[str]) -> None:
+        idle = 0
+        while idle < 3:
+            claimed = await store.claim(name, queues, 3)
+            if not claimed:
+                idle += 1
+                await asyncio.sleep(0.01)
+                continue
+            idle = 0
+            for c in claimed:
+                seen.append((c.token.id, c.token.node_id, c.token.attempt))
+                await store.complete(c.token.id, name, {"by": name}, None)
+
+    await asyncio.gather(
+        *(
+            worker(stores[i % len(stores)], f"w{i}", ["linear"] if i % 2 else ["elsewhere", "linear"])
+            for i in range(workers)
+        )
+    )
+    return seen
+
+
+async def test_concurrent_claims_never_hand_out_a_token_twice(store: PostgresStore) -> None:
+    await store.register(linear(steps=1))
+    ids = [(await store.start("linear", "", {}, "")).instance.id for _ in range(60)]
+    seen = await _claim_all([store], 8)
+    assert len(seen) == len(set(seen)) == 60
+    for instance_id in ids:
+        assert (await store.get_instance(instance_id)).instance.status == "COMPLETED"
+
+
+async def test_two_servers_share_the_work_without_duplicates(open_store: Callable[..., Any]) -> None:
+    a = await open_store()
+    b = await open_store()
+    await a.register(linear(steps=2))
+    for _ in range(40):
+        await a.start("linear", "", {}, "")
+    seen = await _claim_all([a, b], 8)
+    assert len(seen) == len(set(seen)) == 80  # 40 instances x 2 steps, each claimed once
+    views, _ = await b.list_instances(InstanceQuery(status="COMPLETED", page_size=100))
+    assert len(views) == 40
+
+
+async def test_work_on_one_server_wakes_pollers_on_another(open_store: Callable[..., Any]) -> None:
+    a = await open_store()
+    b = await open_store()
+    await a.register(linear(steps=1))
+    waiter = asyncio.ensure_future(b.notifier.wait_work(["linear"], 5.0))
+    await asyncio.sleep(0.05)
+    started = asyncio.get_running_loop().time()
+    view = await a.start("linear", "", {}, "")
+    assert await waiter is True
+    assert asyncio.get_running_loop().time() - started < 2.0
+
+    finished = asyncio.ensure_future(b.notifier.wait_instance(view.instance.id, 5.0))
+    await asyncio.sleep(0.05)
+    (c,) = await a.claim("w", ["linear"], 1)
+    await a.complete(c.token.id, "w", {}, None)
+    await asyncio.wait_for(finished, 2.0)
+
+
+async def test_only_one_server_runs_the_clock_duties(open_store: Callable[..., Any]) -> None:
+    a = await open_store()
+    b = await open_store()
+    await a.register(sleeper(10))
+    view = await a.start("sleeper", "", {}, "")
+    due = view.tokens[0].available_at
+    assert await a.run_clock_duties(due - 5) == 0
+    assert a.is_clock_leader
+    assert await b.run_clock_duties(due + 100) == 0  # b is not the leader: it does nothing
+    assert not b.is_clock_leader and await b.next_due_at() is None
+    await a.close()  # the leader goes away; b takes over at its next tick
+    assert await b.run_clock_duties(due + 100) == 1
+    assert b.is_clock_leader
+
+
+async def test_leadership_moves_when_the_leader_connection_dies(open_store: Callable[..., Any]) -> None:
+    a = await open_store()
+    b = await open_store()
+    assert await a.run_clock_duties(now_millis()) == 0 and a.is_clock_leader
+    await _terminate(f"wiggle-clock-{a.node_id}")
+    assert await b.run_clock_duties(now_millis()) == 0 and b.is_clock_leader
+    assert await a.run_clock_duties(now_millis()) == 0 and not a.is_clock_leader
+
+
+async def _terminate(application_name: str) -> int:
+    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+            (application_name,),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        # wait until the backends are really gone (terminate only signals them)
+        for _ in range(100):
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+            )
+            left = await cur.fetchone()
+            if left is not None and left[0] == 0:
+                break
+            await asyncio.sleep(0.02)
+        return int(row[0])
+
+
+async def test_lost_connections_are_retried_transparently(store: PostgresStore) -> None:
+    await store.register(linear())
+    view = await store.start("linear", "", {}, "")
+    assert await _terminate(f"wiggle-{store.node_id}") >= 1  # every pooled connection dies
+    assert (await store.get_instance(view.instance.id)).instance.status == "RUNNING"
+    (c,) = await store.claim("w", ["linear"], 1)
+    assert await store.complete(c.token.id, "w", {}, None) == "RUNNING"
+
+    # the listener reconnects too
+    await _terminate(f"wiggle-listen-{store.node_id}")
+    other = PostgresStore(store.engine, TEST_DATABASE_URL, store.schema, pool_size=2)
+    await other.open()
+    try:
+        for _ in range(100):
+            waiter = asyncio.ensure_future(store.notifier.wait_work(["linear"], 0.2))
+            await asyncio.sleep(0.01)
+            await other.start("linear", "", {}, "")
+            if await waiter:
+                break
+        else:
+            pytest.fail("the listener never reconnected")
+    finally:
+        await other.close()
+
+
+# ---------------------------------------------------------------------- housekeeping
+
+
+async def test_purge_finished(store: PostgresStore) -> None:
+    await store.register(linear(steps=1))
+    finished = []
+    for _ in range(3):
+        view = await store.start("linear", "", {}, "")
+        (c,) = await store.claim("w", ["linear"], 1)
+        await store.complete(c.token.id, "w", {}, None)
+        finished.append(view.instance.id)
+    running = (await store.start("linear", "", {}, "")).instance.id
+    cutoff = now_millis() + 1
+    assert await store.purge_finished(0, 10) == 0  # nothing finished before the epoch
+    assert await store.purge_finished(cutoff, 2) == 2
+    assert await store.purge_finished(cutoff, 2) == 1
+    assert await store.purge_finished(cutoff, 2) == 0
+    for instance_id in finished:
+        with pytest.raises(NotFound):
+            await store.history(instance_id)
+    assert (await store.get_instance(running)).instance.status == "RUNNING"
+    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL) as conn:
+        s = sql.Identifier(store.schema)
+        for table in ("tokens", "history"):
+            cur = await conn.execute(
+                sql.SQL("SELECT count(*) FROM {}.{} WHERE instance_id = ANY(%s)").format(
+                    s, sql.Identifier(table)
+                ),
+                (finished,),
+            )
+            assert (await cur.fetchone()) == (0,)
+
+
+async def test_migrations_are_idempotent_and_a_newer_schema_is_refused(pg_schema: str) -> None:  # noqa: F811
+    newest = migration_files()[-1][0]
+    assert await migrate(TEST_DATABASE_URL, pg_schema) == len(migration_files())
+    assert await migrate(TEST_DATABASE_URL, pg_schema) == 0
+    results = await asyncio.gather(*(migrate(TEST_DATABASE_URL, pg_schema) for _ in range(3)))
+    assert results == [0, 0, 0]
+
+    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.schema_version (version, name, applied_at) VALUES (%s, 'future.sql', 0)"
+            ).format(sql.Identifier(pg_schema)),
+            (newest + 1,),
+        )
+    with pytest.raises(SchemaTooNew, match=f"version {newest + 1}.*up to version {newest}"):
+        await migrate(TEST_DATABASE_URL, pg_schema)
+    store = PostgresStore(Engine(), TEST_DATABASE_URL, pg_schema)
+    with pytest.raises(SchemaTooNew):
+        await store.open()
+    await store.close()
+
+
+async def test_servers_starting_together_migrate_once(pg_schema: str) -> None:  # noqa: F811
+    stores = [PostgresStore(Engine(), TEST_DATABASE_URL, pg_schema, pool_size=1) for _ in range(3)]
+    try:
+        await asyncio.gather(*(s.open() for s in stores))
+        async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL) as conn:
+            cur = await conn.execute(
+                sql.SQL("SELECT version FROM {}.schema_version ORDER BY version").format(
+                    sql.Identifier(pg_schema)
+                )
+            )
+            assert [r[0] for r in await cur.fetchall()] == [v for v, _, _ in migration_files()]
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_unreachable_database_is_unavailable() -> None:
+    store = PostgresStore(Engine(), "postgresql://postgres@127.0.0.1:1/test", "wiggle", max_attempts=2)
+    with pytest.raises(Unavailable, match="database unavailable"):
+        await store.open()
+    await store.close()
+    with pytest.raises(Unavailable):
+        await migrate("postgresql://postgres@127.0.0.1:1/test", "wiggle")
+
+
+async def test_database_going_away_is_unavailable_not_a_raw_error(open_store: Callable[..., Any]) -> None:
+    async with _Proxy(5432) as proxy:
+        store = await open_store(
+            url=f"postgresql://postgres@127.0.0.1:{proxy.port}/test", acquire_timeout=0.3
+        )
+        await store.register(linear())
+        view = await store.start("linear", "", {}, "")
+        proxy.down()
+        with pytest.raises(Unavailable, match="database unavailable"):
+            await store.get_instance(view.instance.id)
+        with pytest.raises(Unavailable):
+            await store.claim("w", ["linear"], 1)
+        proxy.up()  # the pool reconnects in the background (with backoff): calls succeed again
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:
+            try:
+                assert (await store.get_instance(view.instance.id)).instance.status == "RUNNING"
+                break
+            except Unavailable:
+                assert asyncio.get_running_loop().time() < deadline, "the store never recovered"
+
+
+class _Proxy:
+    """A TCP proxy to PostgreSQL that can be cut (existing connections dropped, new ones refused)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._open = True
+
+    async def __aenter__(self) -> _Proxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.down()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    def down(self) -> None:
+        self._open = False
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    def up(self) -> None:
+        self._open = True
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self._open:
+            writer.transport.abort()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers.discard(writer)
+        self._writers.discard(up_writer)
