@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -273,6 +274,12 @@ class _Queries:
             return text.replace("{s}", s)
 
         self.lock_instance = q(f"SELECT {_INSTANCE_COLS} FROM {{s}}.instances WHERE id = %s FOR UPDATE")
+        self.lock_instances = q(
+            f"SELECT {_INSTANCE_COLS} FROM {{s}}.instances WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+        )
+        self.active_tokens_many = q(
+            f"SELECT {_TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = ANY(%s) AND status IN {_ACTIVE}"
+        )
         self.active_tokens = q(
             f"SELECT {_TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = %s AND status IN {_ACTIVE}"
         )
@@ -356,6 +363,18 @@ class _Queries:
         )
 
 
+class _Job:
+    """One queued mutation: which instance, what to do, and whom to answer after the commit."""
+
+    __slots__ = ("instance_id", "missing", "action", "future")
+
+    def __init__(self, instance_id: str, missing: str, action: Any, future: asyncio.Future[Any]) -> None:
+        self.instance_id = instance_id
+        self.missing = missing
+        self.action = action
+        self.future = future
+
+
 class PostgresStore(Store):
     """Definitions, instances, tokens and history in PostgreSQL (``schema``, default "wiggle").
 
@@ -366,6 +385,7 @@ class PostgresStore(Store):
     """
 
     CLOCK_BATCH = 200  # per kind (leases; timers and deadlines) per run_clock_duties call
+    MAX_GROUP = 128  # mutations committed together at most
 
     def __init__(
         self,
@@ -392,6 +412,10 @@ class PostgresStore(Store):
         self._leader = False
         self._leader_lock = asyncio.Lock()
         self._clock_key = _lock_key("clock", schema)
+        # Group-commit committers: enough to overlap one group's commit with the next one's work.
+        self.committers = max(1, min(4, self.pool_size - 2))
+        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self._committers: set[asyncio.Task[None]] = set()
         prefix = schema[:48]
         self.channel_work = f"{prefix}_work"
         self.channel_finished = f"{prefix}_finished"
@@ -427,6 +451,16 @@ class PostgresStore(Store):
         self._listener = asyncio.ensure_future(self._listen_forever(conn))
 
     async def close(self) -> None:
+        for task in list(self._committers):
+            task.cancel()
+        for task in list(self._committers):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._committers.clear()
+        while not self._jobs.empty():
+            job = self._jobs.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(Unavailable("the store is closing"))
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -612,38 +646,62 @@ class PostgresStore(Store):
         payloads: list[str],
     ) -> bool:
         """Queue the statements persisting ``changes`` (pipeline mode); False if there was nothing to write."""
-        inst = state.instance
+        return await self._write_many(
+            conn, [(state, changes, original_context)], existing, channels, payloads
+        )
+
+    async def _write_many(
+        self,
+        conn: Conn,
+        items: list[tuple[InstanceState, Changes, Any]],
+        existing: set[str] | frozenset[str],
+        channels: list[str],
+        payloads: list[str],
+    ) -> bool:
+        """Persist the changes of several instances with one statement per kind of row."""
         q = self._q
-        wrote = False
-        if changes.created:
-            await conn.execute(q.insert_instance, _instance_row(inst))
-            wrote = True
-        elif changes.instance_changed:
-            values = list(msgspec.structs.astuple(inst))
-            values[_I_JOINS] = _encode(inst.joins)
-            common = [values[i] for i in _INSTANCE_UPDATED]
-            # The engine replaces the context, never edits it in place (advance_run relies on it too).
-            if inst.context is original_context:
-                await conn.execute(q.update_instance_keep_context, (*common, inst.id))
-            else:
-                await conn.execute(q.update_instance, (*common, _encode(inst.context), inst.id))
-            wrote = True
-        if changes.tokens:
-            updates = [_token_update(t) for t in changes.tokens.values() if t.id in existing]
-            inserts = [_token_row(t) for t in changes.tokens.values() if t.id not in existing]
-            cur = conn.cursor()
-            if updates:
-                await cur.executemany(q.update_token, updates)
-            if inserts:
-                await cur.executemany(q.insert_token, inserts)
-            wrote = True
-        if changes.history:
-            await conn.cursor().executemany(
-                q.insert_history, [msgspec.structs.astuple(h) for h in changes.history]
-            )
-            wrote = True
-        self._notifications(inst.id, changes, channels, payloads)
-        return wrote
+        new_instances: list[Any] = []
+        keep_context: list[Any] = []
+        with_context: list[Any] = []
+        token_updates: list[Any] = []
+        token_inserts: list[Any] = []
+        history: list[Any] = []
+        for state, changes, original_context in items:
+            inst = state.instance
+            if changes.created:
+                new_instances.append(_instance_row(inst))
+            elif changes.instance_changed:
+                values = list(msgspec.structs.astuple(inst))
+                values[_I_JOINS] = _encode(inst.joins)
+                common = [values[i] for i in _INSTANCE_UPDATED]
+                # The engine replaces the context, never edits it in place (advance_run relies on it too).
+                if inst.context is original_context:
+                    keep_context.append((*common, inst.id))
+                else:
+                    with_context.append((*common, _encode(inst.context), inst.id))
+            for t in changes.tokens.values():
+                if t.id in existing:
+                    token_updates.append(_token_update(t))
+                else:
+                    token_inserts.append(_token_row(t))
+            history.extend(msgspec.structs.astuple(h) for h in changes.history)
+            self._notifications(inst.id, changes, channels, payloads)
+        cur = conn.cursor()
+        for statement, rows in (
+            (q.insert_instance, new_instances),
+            (q.update_instance_keep_context, keep_context),
+            (q.update_instance, with_context),
+            (q.update_token, token_updates),
+            (q.insert_token, token_inserts),
+            (q.insert_history, history),
+        ):
+            if len(rows) == 1:
+                await conn.execute(statement, rows[0])
+            elif rows:
+                await cur.executemany(statement, rows)
+        return bool(
+            new_instances or keep_context or with_context or token_updates or token_inserts or history
+        )
 
     async def _mutate(
         self,
@@ -652,41 +710,109 @@ class PostgresStore(Store):
         missing: str,
         action: Callable[[LoadedDefinition, InstanceState, int], tuple[T, Changes]],
     ) -> tuple[T, InstanceState]:
-        """Lock the instance, load its active tokens, run ``action``, persist, commit, announce."""
+        """Lock the instance, load its active tokens, run ``action``, persist, commit, announce.
+
+        Group commit: concurrent mutations queue up and a few committer tasks each take every
+        queued mutation into one transaction (instances locked in id order, so two committers
+        never deadlock), apply them in arrival order, write the union of their changes and
+        commit once. Every caller is answered only after that commit.
+        """
         if not instance_id:
             raise NotFound(missing)
-        q = self._q
-
-        async def body(conn: Conn) -> tuple[T, InstanceState, Changes, bool]:
-            channels: list[str] = []
-            payloads: list[str] = []
-            async with conn.pipeline() as pipeline:
-                async with conn.transaction():
-                    cur_i = await conn.execute(q.lock_instance, (instance_id,), binary=True)
-                    cur_t = await conn.execute(q.active_tokens, (instance_id,), binary=True)
-                    await pipeline.sync()
-                    row = await cur_i.fetchone()
-                    if row is None:
-                        raise NotFound(missing)
-                    instance = _instance_from(row)
-                    tokens = sorted((_token_from(r) for r in await cur_t.fetchall()), key=_token_seq)
-                    state = InstanceState(instance, {t.id: t for t in tokens})
-                    existing = frozenset(state.tokens)
-                    original_context = instance.context
-                    record = await self._loaded_record(conn, instance.workflow, instance.version)
-                    result, changes = action(record.loaded, state, now_millis())
-                    wrote = await self._write(
-                        conn, state, changes, existing, original_context, channels, payloads
-                    )
-                    if channels:
-                        await conn.execute(q.notify, (channels, payloads))
-            return result, state, changes, wrote
-
-        result, state, changes, wrote = await self._run(what, body)
-        if wrote:
-            self.stats.transactions += 1
-        self._announce(state.instance.id, changes)
+        job = _Job(instance_id, missing, action, asyncio.get_running_loop().create_future())
+        self._jobs.put_nowait(job)
+        if len(self._committers) < self.committers:
+            self._committers.add(asyncio.ensure_future(self._committer()))
+        result, state = await job.future
         return result, state
+
+    async def _committer(self) -> None:
+        jobs = self._jobs
+        while True:
+            first = await jobs.get()
+            batch = [first]
+            while len(batch) < self.MAX_GROUP and not jobs.empty():
+                batch.append(jobs.get_nowait())
+            try:
+                outcomes = await self._run("commit", functools.partial(self._commit_group, batch=batch))
+            except asyncio.CancelledError:
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(Unavailable("the store is closing"))
+                raise
+            except BaseException as exc:  # Unavailable, or a bug: every job of the group learns it
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+                continue
+            wrote, announce, results = outcomes
+            if wrote:
+                self.stats.transactions += 1
+            for instance_id, changes in announce:
+                self._announce(instance_id, changes)
+            for job, outcome in zip(batch, results, strict=True):
+                if job.future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    job.future.set_exception(outcome)
+                else:
+                    job.future.set_result(outcome)
+
+    async def _commit_group(
+        self, conn: Conn, batch: list[_Job]
+    ) -> tuple[bool, list[tuple[str, Changes]], list[Any]]:
+        q = self._q
+        ids = sorted({job.instance_id for job in batch})
+        results: list[Any] = []
+        announce: list[tuple[str, Changes]] = []
+        channels: list[str] = []
+        payloads: list[str] = []
+        wrote = False
+        async with conn.pipeline() as pipeline:
+            async with conn.transaction():
+                cur_i = await conn.execute(q.lock_instances, (ids,), binary=True)
+                cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
+                await pipeline.sync()
+                states: dict[str, InstanceState] = {}
+                for row in await cur_i.fetchall():
+                    instance = _instance_from(row)
+                    states[instance.id] = InstanceState(instance, {})
+                for token in sorted((_token_from(r) for r in await cur_t.fetchall()), key=_token_seq):
+                    st = states.get(token.instance_id)
+                    if st is not None:
+                        st.tokens[token.id] = token
+                existing = {token_id for st in states.values() for token_id in st.tokens}
+                originals = {iid: st.instance.context for iid, st in states.items()}
+                merged: dict[str, Changes] = {}
+                for job in batch:
+                    state = states.get(job.instance_id)
+                    if state is None:
+                        results.append(NotFound(job.missing))
+                        continue
+                    record = await self._loaded_record(conn, state.instance.workflow, state.instance.version)
+                    try:
+                        result, changes = job.action(record.loaded, state, now_millis())
+                    except WiggleError as exc:
+                        results.append(exc)  # validated before any change: nothing to undo
+                        continue
+                    results.append((result, state))
+                    into = merged.get(job.instance_id)
+                    if into is None:
+                        merged[job.instance_id] = changes
+                    else:
+                        into.tokens.update(changes.tokens)
+                        into.history.extend(changes.history)
+                        into.ready_queues |= changes.ready_queues
+                        into.finished = into.finished or changes.finished
+                        into.timers = into.timers or changes.timers
+                        into.instance_changed = into.instance_changed or changes.instance_changed
+                items = [(states[iid], changes, originals[iid]) for iid, changes in merged.items()]
+                wrote = await self._write_many(conn, items, existing, channels, payloads)
+                announce.extend(merged.items())
+                if channels:
+                    unique = dict.fromkeys(zip(channels, payloads, strict=True))
+                    await conn.execute(q.notify, ([c for c, _ in unique], [p for _, p in unique]))
+        return wrote, announce, results
 
     @staticmethod
     def _view(state: InstanceState) -> InstanceView:
@@ -876,17 +1002,10 @@ class PostgresStore(Store):
                         out.append(self.engine.claim(record.loaded, state, token, worker_id, now, changes))
                     channels: list[str] = []
                     payloads: list[str] = []
-                    for state, changes in states.values():
-                        await self._write(
-                            conn,
-                            state,
-                            changes,
-                            frozenset(state.tokens),
-                            state.instance.context,
-                            channels,
-                            payloads,
-                        )
-                        announced.append((state.instance.id, changes))
+                    existing = {t for state, _ in states.values() for t in state.tokens}
+                    items = [(state, changes, state.instance.context) for state, changes in states.values()]
+                    await self._write_many(conn, items, existing, channels, payloads)
+                    announced.extend((state.instance.id, changes) for state, changes in states.values())
                     if channels:
                         await conn.execute(q.notify, (channels, payloads))
             return out, announced
