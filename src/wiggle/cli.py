@@ -270,16 +270,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    try:
-        from bench import e2e
-    except ImportError:
-        sys.path.insert(0, os.getcwd())
-        try:
-            from bench import e2e
-        except ImportError:
-            raise SystemExit(
-                "wiggle: bench needs the repository's bench/ folder (run it from a checkout)"
-            ) from None
+    from ._bench import e2e
+
     return int(e2e.main(args.bench_args))
 
 
@@ -366,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wiggle`` command."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "bench":  # every later argument belongs to the benchmark's own parser
+        return cmd_bench(argparse.Namespace(bench_args=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -170,12 +170,20 @@ class _Stream:
                 self._outgoing = outgoing
 
                 async def requests() -> Any:
-                    # gRPC allows one write at a time: every caller enqueues, this one writes.
+                    # gRPC allows one write at a time: every caller enqueues, this one writes
+                    # whatever is queued as one frame.
                     while True:
                         message = await outgoing.get()
                         if message is None:
                             return
-                        yield message
+                        frame = [message]
+                        while not outgoing.empty():
+                            more = outgoing.get_nowait()
+                            if more is None:
+                                yield pb.WorkerBatch(messages=frame)
+                                return
+                            frame.append(more)
+                        yield pb.WorkerBatch(messages=frame)
 
                 call = self.stub.WorkerSession(requests())
                 self._call = call
@@ -186,23 +194,11 @@ class _Stream:
         error: BaseException | None = None
         try:
             while True:
-                message = await call.read()
-                if message is grpc.aio.EOF:
+                frame = await call.read()
+                if frame is grpc.aio.EOF:
                     break
-                future = self._pending.pop(message.request_id, None)
-                body = message.WhichOneof("body")
-                if future is None or future.done():
-                    if body == "tasks" and message.tasks.tasks and self.on_orphan_tasks is not None:
-                        self.on_orphan_tasks(list(message.tasks.tasks))  # claimed after we stopped waiting
-                    continue
-                if body == "error":
-                    future.set_exception(
-                        _StreamError(
-                            _CODES.get(message.error.code, grpc.StatusCode.UNKNOWN), message.error.message
-                        )
-                    )
-                else:
-                    future.set_result(getattr(message, body))
+                for message in frame.messages:
+                    self._deliver(message)
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
             error = exc
         finally:
@@ -217,6 +213,19 @@ class _Stream:
                         future.set_exception(
                             _StreamError(grpc.StatusCode.UNAVAILABLE, "worker stream closed")
                         )
+
+    def _deliver(self, message: pb.ServerMessage) -> None:
+        future = self._pending.pop(message.request_id, None)
+        body = message.WhichOneof("body")
+        if future is None or future.done():
+            if body == "tasks" and message.tasks.tasks and self.on_orphan_tasks is not None:
+                self.on_orphan_tasks(list(message.tasks.tasks))  # claimed after we stopped waiting
+            return
+        if body == "error":
+            code = _CODES.get(message.error.code, grpc.StatusCode.UNKNOWN)
+            future.set_exception(_StreamError(code, message.error.message))
+        else:
+            future.set_result(getattr(message, body))
 
     async def call(self, method: str, request: Any, timeout: float) -> Any:
         await self._ensure()
@@ -240,7 +249,9 @@ class _Stream:
 
     def _cancel_remote(self, rid: int) -> None:
         if self._call is not None:
-            self._outgoing.put_nowait(pb.WorkerMessage(request_id=rid, cancel=pb.CancelRequest(request_id=rid)))
+            self._outgoing.put_nowait(
+                pb.WorkerMessage(request_id=rid, cancel=pb.CancelRequest(request_id=rid))
+            )
 
     async def close(self) -> None:
         call = self._call
@@ -320,6 +331,10 @@ class Worker:
         self._transport: _Unary | _Stream | None = None
         self._advance_supported: bool | None = None
         self._orphans: set[asyncio.Task[Any]] = set()
+        self._probe: asyncio.Future[None] | None = None
+        # in-flight steps and local runs, heartbeated by one loop: task id -> (activation, run, since)
+        self._watched: dict[str, tuple[pb.TaskActivation, _LocalRun | None, float]] = {}
+        self._heartbeater: asyncio.Task[None] | None = None
         self._lease_millis = 30_000
 
     # -------------------------------------------------------------- lifecycle
@@ -367,6 +382,11 @@ class Worker:
         await asyncio.sleep(0.05)  # let a reply to the abandoned poll arrive and be handed back
         if self._orphans:
             await asyncio.wait(set(self._orphans), timeout=5.0)
+        if self._heartbeater is not None:
+            self._heartbeater.cancel()
+            with contextlib.suppress(BaseException):
+                await self._heartbeater
+            self._heartbeater = None
         if self._transport is not None:
             await self._transport.close()
         if self._pool is not None:
@@ -455,7 +475,10 @@ class Worker:
         """A poll we abandoned claimed these anyway: hand them back at once, attempt unspent."""
         for act in activations:
             request = pb.AdvanceRunRequest(
-                task_id=act.task_id, lease_owner=act.lease_owner, final=True, handback_reason=Handback.SHUTDOWN.value
+                task_id=act.task_id,
+                lease_owner=act.lease_owner,
+                final=True,
+                handback_reason=Handback.SHUTDOWN.value,
             )
             task = asyncio.ensure_future(self._report("AdvanceRun", request))
             self._orphans.add(task)
@@ -498,7 +521,11 @@ class Worker:
             and act.execution_mode in (ExecutionMode.LOCAL_SYNC.value, ExecutionMode.LOCAL_ASYNC.value)
         )
         if local and self._advance_supported is None:
-            await self._probe_advance(act)
+            if self._probe is None:
+                self._probe = asyncio.ensure_future(self._probe_advance(act))
+            await asyncio.shield(self._probe)
+            if self._advance_supported is None:
+                self._probe = None  # inconclusive (the token moved on?): the next activation asks again
         if local and self._advance_supported:
             await _LocalRun(self, loaded, act).run()
         else:
@@ -556,7 +583,7 @@ class Worker:
         """SERVER style: one step, CompleteTask or FailTask."""
         context = _decode(act.context_json) if act.context_json else {}
         info = self._step_info(loaded, act, act.node_id, act.attempt)
-        heartbeat = asyncio.ensure_future(self._heartbeat_loop(act, None))
+        self._watch(act, None)
         kind = loaded.blueprint.handlers[act.node_id][0]
         try:
             try:
@@ -566,7 +593,7 @@ class Worker:
                 await self._report_fail(act, _describe(exc), not isinstance(exc, PermanentError))
                 return
         finally:
-            heartbeat.cancel()
+            self._unwatch(act)
         if isinstance(outcome, _Failure):
             await self._report_fail(act, outcome.message, outcome.retryable)
             return
@@ -604,22 +631,37 @@ class Worker:
             ),
         )
 
-    async def _heartbeat_loop(self, act: pb.TaskActivation, run: _LocalRun | None) -> None:
+    def _watch(self, act: pb.TaskActivation, run: _LocalRun | None) -> None:
+        """Heartbeat ``act`` while it runs (one loop serves every in-flight step of this worker)."""
+        self._watched[act.task_id] = (act, run, time.monotonic())
+        if self._heartbeater is None or self._heartbeater.done():
+            self._heartbeater = asyncio.ensure_future(self._heartbeat_loop())
+
+    def _unwatch(self, act: pb.TaskActivation) -> None:
+        self._watched.pop(act.task_id, None)
+
+    async def _heartbeat_loop(self) -> None:
         interval = self.options.heartbeat_seconds or max(self._lease_millis / 3000, 0.05)
-        request = pb.HeartbeatTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner)
-        while True:
+        while self._watched or self._running:
             await asyncio.sleep(interval)
-            try:
-                result = await self._rpc("HeartbeatTask", request)
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                    log.info("step %s of %s abandoned: %s", act.node_id, act.instance_id, exc.details())
-                    if run is not None:
-                        run.abandoned = True
-                    return
-                continue
-            if run is not None:
-                run.lease_expires_at = max(run.lease_expires_at, result.lease_expires_at)
+            now = time.monotonic()
+            due = [(a, r) for a, r, since in list(self._watched.values()) if now - since >= interval * 0.9]
+            if due:
+                await asyncio.gather(*(self._heartbeat(a, r) for a, r in due))
+
+    async def _heartbeat(self, act: pb.TaskActivation, run: _LocalRun | None) -> None:
+        request = pb.HeartbeatTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner)
+        try:
+            result = await self._rpc("HeartbeatTask", request)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and act.task_id in self._watched:
+                log.info("step %s of %s abandoned: %s", act.node_id, act.instance_id, exc.details())
+                if run is not None:
+                    run.abandoned = True
+                self._unwatch(act)
+            return
+        if run is not None:
+            run.lease_expires_at = max(run.lease_expires_at, result.lease_expires_at)
 
 
 # ---------------------------------------------------------------------- the local-run driver
@@ -660,7 +702,12 @@ def _outcome(kind: str, node_id: str, result: Any, before: dict[str, Any]) -> An
 
 
 class _LocalRun:
-    """One claimed token driven locally through consecutive same-queue steps (design doc §4, §8)."""
+    """One claimed token driven locally through consecutive same-queue steps (design doc §4, §8).
+
+    Consecutive *sync* handlers run back to back inside one thread-pool call (a "segment"), up
+    to the next flush point, so a long LOCAL_ASYNC run pays one thread hop, not one per step.
+    ``async def`` handlers run on the event loop, one at a time.
+    """
 
     def __init__(self, worker: Worker, loaded: _Loaded, act: pb.TaskActivation) -> None:
         self.worker = worker
@@ -672,85 +719,127 @@ class _LocalRun:
         self.abandoned = False
         self.steps_run = 0
         self.last_flush = time.monotonic()
+        self.max_steps = act.max_local_steps
+        # where the run is: the node to run next, its context and attempt
+        self.node_id = act.node_id
+        self.context: dict[str, Any] = _decode(act.context_json) if act.context_json else {}
+        self.attempt = act.attempt
 
     def _lease_low(self) -> bool:
         lease_ms = self.act.lease_millis or self.worker._lease_millis
         remaining = self.lease_expires_at - time.time() * 1000
         return remaining < lease_ms * self.worker.options.lease_margin
 
+    def _after(self, kind: str, outcome: Any) -> tuple[str, Handback | None]:
+        """Record a step's outcome and decide: ("next", None), ("flush", None), ("handback", reason)."""
+        node_id = self.node_id
+        graph = self.loaded.graph
+        self.steps_run += 1
+        if isinstance(outcome, _Failure):
+            # A mid-run failure: flush the successful prefix with the failure (the server retries).
+            self.batch.append(("F", node_id, outcome.message, outcome.retryable))
+            return "handback", Handback.RETRY
+        if kind == HandlerKind.PREDICATE:
+            self.batch.append(("P", node_id, outcome))
+            next_id = graph.successor(node_id, outcome)
+        else:
+            if outcome is None:
+                self.batch.append(("T", node_id, {}, []))
+            else:
+                limit = self.act.max_payload_bytes
+                if limit:
+                    size = len(_encode(outcome))
+                    if size > limit:
+                        # The server would refuse it: fail this step for good, as SERVER mode does.
+                        message = f"step result is {size} bytes; the limit is {limit} bytes"
+                        self.batch.append(("F", node_id, message, False))
+                        return "handback", Handback.RETRY
+                changed, removed = _fast.diff(self.context, outcome)
+                self.batch.append(("T", node_id, changed, removed))
+                self.context = outcome
+            next_id = graph.successor(node_id, True)
+        assert next_id is not None
+        worker = self.worker
+        reason = graph.classify(next_id, worker.queues)
+        if reason is None:
+            if worker._closing:
+                reason = Handback.SHUTDOWN
+            elif self.abandoned:
+                reason = Handback.NOT_RUNNING
+            elif self.max_steps and self.steps_run >= self.max_steps:
+                reason = Handback.MAX_STEPS
+            elif self._lease_low():
+                reason = Handback.LEASE_BUDGET
+        if reason is not None:
+            return "handback", reason
+        self.node_id = next_id
+        self.attempt = 1
+        opts = worker.options
+        if (
+            self.sync
+            or len(self.batch) >= opts.local_batch_size
+            or graph.is_checkpoint(node_id)
+            or (opts.flush_interval > 0 and time.monotonic() - self.last_flush >= opts.flush_interval)
+        ):
+            return "flush", None
+        return "next", None
+
+    def _sync_segment(self) -> tuple[str, Handback | None]:
+        """Run sync handlers back to back (in a pool thread) until a flush point or an async handler."""
+        blueprint = self.loaded.blueprint
+        worker = self.worker
+        while True:
+            node_id = self.node_id
+            if blueprint.is_async[node_id]:
+                return "async", None
+            kind, fn = blueprint.handlers[node_id]
+            info = worker._step_info(self.loaded, self.act, node_id, self.attempt)
+            token = _current_step.set(info)
+            try:
+                worker.stats.steps += 1
+                outcome = _outcome(
+                    kind, node_id, fn(_typed(self.context, blueprint.context_type)), self.context
+                )
+            except Exception as exc:
+                outcome = _Failure(_describe(exc), not isinstance(exc, PermanentError))
+            finally:
+                _current_step.reset(token)
+            decision = self._after(kind, outcome)
+            if decision[0] != "next":
+                return decision
+
     async def run(self) -> None:
         worker = self.worker
-        act = self.act
-        graph = self.loaded.graph
-        opts = worker.options
-        max_steps = act.max_local_steps
-        context: dict[str, Any] = _decode(act.context_json) if act.context_json else {}
-        node_id = act.node_id
-        attempt = act.attempt
-        heartbeat = asyncio.ensure_future(worker._heartbeat_loop(act, self))
+        loop = asyncio.get_running_loop()
+        blueprint = self.loaded.blueprint
+        worker._watch(self.act, self)
         try:
             while True:
-                kind = self.loaded.blueprint.handlers[node_id][0]
-                info = worker._step_info(self.loaded, act, node_id, attempt)
-                try:
-                    result = await worker.call_handler(self.loaded, node_id, context, info)
-                    outcome = _outcome(kind, node_id, result, context)
-                except Exception as exc:
-                    outcome = _Failure(_describe(exc), not isinstance(exc, PermanentError))
-                self.steps_run += 1
-                if isinstance(outcome, _Failure):
-                    # A mid-run failure: flush the successful prefix with the failure (server applies retry).
-                    self.batch.append(("F", node_id, outcome.message, outcome.retryable))
-                    await self._flush(True, Handback.RETRY)
-                    return
-                if kind == HandlerKind.PREDICATE:
-                    self.batch.append(("P", node_id, outcome))
-                    next_id = graph.successor(node_id, outcome)
+                node_id = self.node_id
+                if blueprint.is_async[node_id]:
+                    kind = blueprint.handlers[node_id][0]
+                    info = worker._step_info(self.loaded, self.act, node_id, self.attempt)
+                    try:
+                        result = await worker.call_handler(self.loaded, node_id, self.context, info)
+                        outcome = _outcome(kind, node_id, result, self.context)
+                    except Exception as exc:
+                        outcome = _Failure(_describe(exc), not isinstance(exc, PermanentError))
+                    decision = self._after(kind, outcome)
                 else:
-                    if outcome is None:
-                        self.batch.append(("T", node_id, {}, []))
-                    else:
-                        limit = act.max_payload_bytes
-                        if limit:
-                            size = len(_encode(outcome))
-                            if size > limit:
-                                # The server would refuse it: fail this step for good, as SERVER mode does.
-                                message = f"step result is {size} bytes; the limit is {limit} bytes"
-                                self.batch.append(("F", node_id, message, False))
-                                await self._flush(True, Handback.RETRY)
-                                return
-                        changed, removed = _fast.diff(context, outcome)
-                        self.batch.append(("T", node_id, changed, removed))
-                        context = outcome
-                    next_id = graph.successor(node_id, True)
-                assert next_id is not None
-                reason = graph.classify(next_id, worker.queues)
-                if reason is None:
-                    if worker._closing:
-                        reason = Handback.SHUTDOWN
-                    elif self.abandoned:
-                        reason = Handback.NOT_RUNNING
-                    elif max_steps and self.steps_run >= max_steps:
-                        reason = Handback.MAX_STEPS
-                    elif self._lease_low():
-                        reason = Handback.LEASE_BUDGET
-                if reason is not None:
+                    assert worker._pool is not None
+                    ctx = contextvars.copy_context()
+                    decision = await loop.run_in_executor(worker._pool, ctx.run, self._sync_segment)
+                what, reason = decision
+                if what == "handback":
                     await self._flush(True, reason)
                     return
-                if (
-                    self.sync
-                    or len(self.batch) >= opts.local_batch_size
-                    or graph.is_checkpoint(node_id)
-                    or (opts.flush_interval > 0 and time.monotonic() - self.last_flush >= opts.flush_interval)
-                ):
+                if what == "flush":
                     if not await self._flush(False, None):
                         return
-                node_id = next_id
-                attempt = 1
         except _Abandon:
             return
         finally:
-            heartbeat.cancel()
+            worker._unwatch(self.act)
             worker.stats.local_run_lengths.append(self.steps_run)
 
     async def _flush(self, final: bool, reason: Handback | None) -> bool:

@@ -399,3 +399,15 @@ class ServerMessage(_message.Message):
     advanced: AdvanceRunResult
     error: RpcError
     def __init__(self, request_id: _Optional[int] = ..., tasks: _Optional[_Union[PollTasksResponse, _Mapping]] = ..., report: _Optional[_Union[ReportResult, _Mapping]] = ..., advanced: _Optional[_Union[AdvanceRunResult, _Mapping]] = ..., error: _Optional[_Union[RpcError, _Mapping]] = ...) -> None: ...
+
+class WorkerBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[WorkerMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[WorkerMessage, _Mapping]]] = ...) -> None: ...
+
+class ServerBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ServerMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ServerMessage, _Mapping]]] = ...) -> None: ...

@@ -106,8 +106,8 @@ class WiggleControlPlaneStub:
                 _registered_method=True)
         self.WorkerSession = channel.stream_stream(
                 '/wiggle.v1.WiggleControlPlane/WorkerSession',
-                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.WorkerMessage.SerializeToString,
-                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ServerMessage.FromString,
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.FromString,
                 _registered_method=True)
 
 
@@ -206,7 +206,7 @@ class WiggleControlPlaneServicer:
 
     def WorkerSession(self, request_iterator, context):
         """The Python worker's fast path: the same worker messages, multiplexed over one long-lived
-        bidirectional stream. Each reply carries the request_id of the message it answers.
+        bidirectional stream, several per frame. Each reply carries the request_id it answers.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -287,8 +287,8 @@ def add_WiggleControlPlaneServicer_to_server(servicer, server):
             ),
             'WorkerSession': grpc.stream_stream_rpc_method_handler(
                     servicer.WorkerSession,
-                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.WorkerMessage.FromString,
-                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ServerMessage.SerializeToString,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -694,8 +694,8 @@ class WiggleControlPlane:
             request_iterator,
             target,
             '/wiggle.v1.WiggleControlPlane/WorkerSession',
-            wiggle_dot___rpc_dot_wiggle__pb2.WorkerMessage.SerializeToString,
-            wiggle_dot___rpc_dot_wiggle__pb2.ServerMessage.FromString,
+            wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.FromString,
             options,
             channel_credentials,
             insecure,

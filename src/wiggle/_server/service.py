@@ -383,8 +383,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
     # ------------------------------------------------------------------ the worker stream
 
     async def WorkerSession(
-        self, request_iterator: AsyncIterator[pb.WorkerMessage], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ServerMessage]:
+        self, request_iterator: AsyncIterator[pb.WorkerBatch], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ServerBatch]:
         """Serve multiplexed worker messages; replies go out as each request finishes."""
         replies: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
@@ -441,16 +441,17 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
 
         async def read() -> None:
             try:
-                async for message in request_iterator:
-                    if message.WhichOneof("body") == "cancel":
-                        doomed = by_id.get(message.cancel.request_id)
-                        if doomed is not None:
-                            doomed.cancel()
-                        continue
-                    task = asyncio.ensure_future(handle(message))
-                    pending.add(task)
-                    by_id[message.request_id] = task
-                    task.add_done_callback(functools.partial(forget, rid=message.request_id))
+                async for frame in request_iterator:
+                    for message in frame.messages:
+                        if message.WhichOneof("body") == "cancel":
+                            doomed = by_id.get(message.cancel.request_id)
+                            if doomed is not None:
+                                doomed.cancel()
+                            continue
+                        task = asyncio.ensure_future(handle(message))
+                        pending.add(task)
+                        by_id[message.request_id] = task
+                        task.add_done_callback(functools.partial(forget, rid=message.request_id))
             finally:
                 if pending:
                     await asyncio.gather(*pending, return_exceptions=True)
@@ -458,11 +459,19 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
 
         reader = asyncio.ensure_future(read())
         try:
-            while True:
+            done = False
+            while not done:
                 reply = await replies.get()
                 if reply is None:
                     break
-                yield reply
+                frame = [reply]
+                while not replies.empty():  # every reply ready now goes out in the same frame
+                    more = replies.get_nowait()
+                    if more is None:
+                        done = True
+                        break
+                    frame.append(more)
+                yield pb.ServerBatch(messages=frame)
         finally:
             reader.cancel()
             for task in list(pending):

@@ -1,0 +1,265 @@
+"""Subprocess entry points of the end-to-end benchmark (bench/e2e.py starts them; not for people).
+
+Two roles, both driven over stdin/stdout with one JSON object per line:
+
+``server``  runs a WiggleServer on a free port (in-memory, or PostgreSQL with --database-url).
+            Prints ``{"event": "ready", "port": ...}``; answers ``stats`` with the server's RPC
+            counters and the store's committed transactions; ``stop`` (or EOF on stdin, or
+            SIGTERM) stops it gracefully and prints ``{"event": "stopped"}``.
+
+``worker``  connects and registers the benchmark workflow, prints ``{"event": "ready"}``, waits
+            for ``go`` before it starts pulling (so the driver times only the drain), prints
+            ``{"event": "progress", "steps": N}`` a few times a second, and on ``stop`` (or EOF)
+            closes gracefully and prints ``{"event": "stats", ...}``.
+
+Both die with the driver: PR_SET_PDEATHSIG (Linux) kills them if the driver goes away, and EOF
+on stdin makes them stop. Logs go to stderr (the driver keeps them in a file).
+
+The benchmark workflow is ``blueprint(mode, steps)``: a linear pipeline of ``steps`` trivial
+TASK steps; step ``s<i>`` sets ``ctx["s<i>"] = i`` and increments ``ctx["count"]``. An instance
+started with ``{"n": k, "count": 0}`` must finish with exactly
+``{"n": k, "count": steps, "s1": 1, ..., "s<steps>": steps}`` (``expected_context``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from wiggle import ExecutionMode, PermanentError, Workflow
+from wiggle.workflow import Blueprint
+
+__all__ = ["blueprint", "expected_context", "workflow_name", "main"]
+
+FAULTS = ("", "context", "fail")
+
+
+# ---------------------------------------------------------------------- the workflow
+
+
+def workflow_name(mode: str, steps: int) -> str:
+    """The benchmark workflow's name for ``mode`` (SERVER, LOCAL_SYNC, LOCAL_ASYNC)."""
+    return f"bench-{mode.lower().replace('_', '-')}-{steps}"
+
+
+def _make_step(i: int, handler: str, fault: str) -> Any:
+    key = f"s{i}"
+
+    def apply(ctx: dict[str, Any]) -> dict[str, Any]:
+        if fault and i == 1 and ctx.get("n") == 0:  # --fault: break instance 0 on purpose
+            if fault == "fail":
+                raise PermanentError("injected fault (--fault fail)")
+            ctx[key] = -1
+            ctx["count"] = ctx.get("count", 0) + 1
+            return ctx
+        ctx[key] = i
+        ctx["count"] = ctx.get("count", 0) + 1
+        return ctx
+
+    if handler == "async":
+
+        async def astep(ctx: dict[str, Any]) -> dict[str, Any]:
+            return apply(ctx)
+
+        return astep
+    return apply
+
+
+def blueprint(mode: str, steps: int, handler: str = "sync", fault: str = "") -> Blueprint[dict[str, Any]]:
+    """The linear ``steps``-step benchmark workflow in execution mode ``mode``.
+
+    ``handler`` ("sync" or "async") and ``fault`` change only the handlers, never the definition,
+    so every variant has the same version.
+    """
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    wf = Workflow.define(workflow_name(mode, steps), dict).execution(ExecutionMode(mode))
+    for i in range(1, steps + 1):
+        wf.step(_make_step(i, handler, fault), name=f"s{i}")
+    return wf.build()
+
+
+def expected_context(n: int, steps: int) -> dict[str, Any]:
+    """The final context of the instance started with ``{"n": n, "count": 0}``."""
+    ctx: dict[str, Any] = {"n": n, "count": steps}
+    for i in range(1, steps + 1):
+        ctx[f"s{i}"] = i
+    return ctx
+
+
+# ---------------------------------------------------------------------- plumbing
+
+
+def _die_with_parent() -> None:
+    """Get SIGKILL when the driver dies (Linux); exit now if it is already gone."""
+    parent = os.environ.get("WIGGLE_BENCH_PARENT")
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if parent and os.getppid() != int(parent):
+        os._exit(3)
+
+
+def _emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def _commands(loop: asyncio.AbstractEventLoop) -> asyncio.Queue[str | None]:
+    """Lines from stdin (stripped); None at EOF."""
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def read() -> None:
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(queue.put_nowait, line.strip())
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=read, name="bench-stdin", daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, queue.put_nowait, None)
+    return queue
+
+
+# ---------------------------------------------------------------------- roles
+
+
+async def run_server(args: argparse.Namespace) -> int:
+    from wiggle import _fast
+    from wiggle._server.app import WiggleServer
+    from wiggle._server.config import from_mapping
+
+    values: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "processes": 1}
+    values["database_url"] = args.database_url or ""
+    if args.schema:
+        values["database_schema"] = args.schema
+    config = from_mapping(values)
+    commands = _commands(asyncio.get_running_loop())
+    server = WiggleServer(config)
+    port = await server.start()
+    _emit(
+        "ready",
+        port=port,
+        pid=os.getpid(),
+        impl=_fast.IMPL,
+        impl_reason=_fast.IMPL_REASON,
+        store=type(server.store).__name__,
+        pool_size=config.pool_size,
+        lease_millis=config.lease_millis,
+    )
+    try:
+        while True:
+            command = await commands.get()
+            if command is None or command == "stop":
+                break
+            if command == "stats":
+                _emit(
+                    "stats",
+                    metrics=server.metrics.snapshot(),
+                    transactions=server.store.stats.transactions,
+                    time=time.time(),
+                )
+    finally:
+        await server.stop(grace=2.0)
+    _emit("stopped")
+    return 0
+
+
+async def _register(client: Any, bp: Blueprint[Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await client.register(bp)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def run_worker(args: argparse.Namespace) -> int:
+    from wiggle import _fast
+    from wiggle.client import AsyncClient
+    from wiggle.worker import Worker, WorkerOptions
+
+    commands = _commands(asyncio.get_running_loop())
+    bp = blueprint(args.mode, args.steps, args.handler, args.fault)
+    client = AsyncClient(args.target)
+    try:
+        await _register(client, bp, 30.0)
+        _emit("ready", pid=os.getpid(), impl=_fast.IMPL, version=bp.version)
+        command = await commands.get()
+        if command != "go":
+            return 0
+        options = WorkerOptions(
+            concurrency=args.concurrency,
+            local_batch_size=args.batch_size,
+            transport=args.transport,
+            register=False,
+            worker_id=f"bench-w{args.index}-{os.getpid()}",
+        )
+        worker = Worker(client, [bp], options)
+        await worker.start()
+        stop = asyncio.ensure_future(commands.get())
+        last = -1
+        while not stop.done():
+            if worker.stats.steps != last:
+                last = worker.stats.steps
+                _emit("progress", steps=last)
+            await asyncio.wait({stop}, timeout=0.2)
+        await worker.close(timeout=10.0)
+        lengths = worker.stats.local_run_lengths
+        _emit(
+            "stats",
+            steps=worker.stats.steps,
+            calls=dict(worker.stats.calls),
+            handbacks=dict(worker.stats.handbacks),
+            local_runs=len(lengths),
+            local_run_steps=sum(lengths),
+            local_run_max=max(lengths) if lengths else 0,
+        )
+        return 0
+    finally:
+        await client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wiggle._bench.worker", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="role", required=True)
+    p = sub.add_parser("server")
+    p.add_argument("--database-url", default="")
+    p.add_argument("--schema", default="")
+    p = sub.add_parser("worker")
+    p.add_argument("--target", required=True)
+    p.add_argument(
+        "--mode", required=True, choices=[m.value for m in ExecutionMode if m is not ExecutionMode.DEFAULT]
+    )
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--transport", choices=("stream", "unary"), default="stream")
+    p.add_argument("--handler", choices=("sync", "async"), default="sync")
+    p.add_argument("--fault", choices=FAULTS, default="")
+    p.add_argument("--index", type=int, default=0)
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    role = run_server if args.role == "server" else run_worker
+    try:
+        return asyncio.run(role(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""The end-to-end benchmark (bench/e2e.py), run small: it finishes, verifies, and counts sensibly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+E2E = ROOT / "bench" / "e2e.py"
+SMALL = [
+    "--steps",
+    "5",
+    "--instances",
+    "20",
+    "--workers",
+    "2",
+    "--concurrency",
+    "4",
+    "--no-progress",
+    "--json",
+]
+PG_URL = os.environ.get("WIGGLE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _run(args: list[str], tmp: Path, timeout: float = 240) -> tuple[int, dict[str, Any] | None, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WIGGLE_BENCH_")}
+    env["TMPDIR"] = str(tmp)  # the logs a failed run keeps land in pytest's temporary directory
+    env.pop("WIGGLE_DATABASE_URL", None)
+    env.pop("WIGGLE_EXECUTION_MODE", None)
+    result = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    doc = None
+    if result.stdout.strip().startswith("{"):
+        doc = json.loads(result.stdout)
+    return result.returncode, doc, result.stdout + result.stderr
+
+
+def _by_mode(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["mode"]: m for m in doc["modes"]}
+
+
+def _check_counts(modes: dict[str, dict[str, Any]], steps: int, instances: int) -> None:
+    for name, m in modes.items():
+        assert m["ok"], (name, m.get("problems"))
+        assert m["instances"] == instances
+        assert m["instances_per_s"] > 0 and m["steps_per_s"] > 0
+        assert 0 <= m["latency_ms"]["p50"] <= m["latency_ms"]["p99"]
+        assert m["handler_executions"] >= steps * instances
+        assert m["store_transactions"] > 0
+        assert m["cpu_s"]["server"] is not None and m["cpu_s"]["workers"] is not None
+    server, sync, lasync = modes["SERVER"], modes["LOCAL_SYNC"], modes["LOCAL_ASYNC"]
+    rpc = {name: m["rpc_per_instance"] for name, m in modes.items()}
+    # SERVER: one CompleteTask per step, no local runs.
+    assert rpc["SERVER"].get("CompleteTask", 0) >= steps
+    assert rpc["SERVER"].get("AdvanceRun", 0) == 0
+    # LOCAL_SYNC: one AdvanceRun per step (plus at most one probe per in-flight slot), no CompleteTask.
+    assert rpc["LOCAL_SYNC"].get("CompleteTask", 0) == 0
+    assert steps <= rpc["LOCAL_SYNC"]["AdvanceRun"] <= steps + 1
+    # LOCAL_ASYNC: the whole run in (about) one AdvanceRun.
+    assert rpc["LOCAL_ASYNC"].get("CompleteTask", 0) == 0
+    assert rpc["LOCAL_ASYNC"]["AdvanceRun"] <= rpc["SERVER"]["CompleteTask"] / steps + 1
+    # Fewer round trips and commits the more local the mode.
+    assert (
+        lasync["worker_rpcs_per_instance"]
+        < sync["worker_rpcs_per_instance"]
+        < server["worker_rpcs_per_instance"]
+    )
+    assert lasync["store_tx_per_instance"] < server["store_tx_per_instance"]
+    assert rpc["LOCAL_ASYNC"].get("PollTasks", 0) < rpc["SERVER"]["PollTasks"]
+
+
+@pytest.mark.timeout(300)
+def test_small_benchmark_in_memory_verifies_every_mode(tmp_path: Path) -> None:
+    code, doc, output = _run([str(E2E), *SMALL, "--modes", "SERVER,LOCAL_SYNC,LOCAL_ASYNC"], tmp_path)
+    assert code == 0, output
+    assert doc is not None and doc["ok"], output
+    assert doc["environment"]["store"] == "memory"
+    modes = _by_mode(doc)
+    assert list(modes) == ["SERVER", "LOCAL_SYNC", "LOCAL_ASYNC"]
+    _check_counts(modes, steps=5, instances=20)
+    assert all(m["pg_xact_commit"] is None for m in modes.values())
+    assert "RESULT: OK - verified all 20 instances COMPLETED" in output
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("fault", "says"), [("context", "wrong final context"), ("fail", "not COMPLETED")])
+def test_a_wrong_result_exits_nonzero_without_figures(fault: str, says: str, tmp_path: Path) -> None:
+    args = [
+        str(E2E),
+        "--steps",
+        "3",
+        "--instances",
+        "6",
+        "--workers",
+        "1",
+        "--concurrency",
+        "2",
+        "--no-progress",
+        "--json",
+        "--modes",
+        "LOCAL_ASYNC",
+        "--fault",
+        fault,
+    ]
+    code, doc, output = _run(args, tmp_path)
+    assert code == 1, output
+    assert doc is not None and doc["ok"] is False
+    (mode,) = doc["modes"]
+    assert mode["ok"] is False
+    assert any(says in p for p in mode["problems"]), mode["problems"]
+    assert "(n=0)" in " ".join(mode["problems"])  # names the broken instance
+    assert "instances_per_s" not in mode and "inst/s" not in output
+    assert "RESULT: WRONG" in output
+
+
+@pytest.mark.timeout(200)
+def test_wiggle_bench_subcommand_runs_the_same_benchmark(tmp_path: Path) -> None:
+    # `--` keeps the wiggle parser from reading the benchmark's flags as its own.
+    args = [
+        "-m",
+        "wiggle.cli",
+        "bench",
+        "--",
+        "--steps",
+        "2",
+        "--instances",
+        "5",
+        "--workers",
+        "1",
+        "--concurrency",
+        "2",
+        "--modes",
+        "LOCAL_SYNC",
+        "--no-progress",
+        "--json",
+    ]
+    code, doc, output = _run(args, tmp_path)
+    assert code == 0, output
+    assert doc is not None and doc["ok"], output
+    assert _by_mode(doc)["LOCAL_SYNC"]["handler_executions"] >= 10
+
+
+def test_bad_arguments_exit_2(tmp_path: Path) -> None:
+    code, _, output = _run([str(E2E), "--modes", "DEFAULT"], tmp_path, timeout=60)
+    assert code == 2, output
+    assert "not one of" in output
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(400)
+@pytest.mark.skipif(
+    os.environ.get("WIGGLE_TEST_POSTGRES") != "1", reason="set WIGGLE_TEST_POSTGRES=1 to run on PostgreSQL"
+)
+def test_small_benchmark_on_postgres(tmp_path: Path) -> None:
+    code, doc, output = _run(
+        [str(E2E), *SMALL, "--modes", "SERVER,LOCAL_SYNC,LOCAL_ASYNC", "--database-url", PG_URL], tmp_path
+    )
+    assert code == 0, output
+    assert doc is not None and doc["ok"], output
+    assert doc["environment"]["store"].startswith("postgresql")
+    modes = _by_mode(doc)
+    _check_counts(modes, steps=5, instances=20)
+    for m in modes.values():
+        assert m["pg_xact_commit"] is not None and m["pg_xact_commit"] > 0
+    assert modes["LOCAL_ASYNC"]["pg_xact_per_instance"] < modes["SERVER"]["pg_xact_per_instance"]
+    # The benchmark cleans up: neither its database nor its schemas are left.
+    import psycopg
+
+    env = doc["environment"]
+    assert len(env["schemas"]) == 3
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        if env["own_database"]:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_database WHERE datname = %s", (env["database"],)
+            ).fetchone()
+            assert row is not None and row[0] == 0, env["database"]
+        else:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = ANY(%s)", (env["schemas"],)
+            ).fetchone()
+            assert row is not None and row[0] == 0, env["schemas"]
