@@ -66,13 +66,24 @@ class Step(msgspec.Struct, frozen=True):
         return _current_step.get()
 
 
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
 class WorkerOptions(msgspec.Struct, kw_only=True):
     """How a worker runs.
 
     concurrency: steps (or local runs) in flight at once. queues: the queues served (default:
     every queue of the registered blueprints). local_batch_size: LOCAL_ASYNC flushes after this
-    many buffered steps. flush_interval: LOCAL_ASYNC also flushes when this many seconds passed
-    since the last flush (0: only by size, checkpoint and handback). use_local_modes: False makes
+    many buffered steps (default WIGGLE_LOCAL_BATCH_SIZE or 64). flush_interval: LOCAL_ASYNC also
+    flushes when this many seconds passed since the last flush (default
+    WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS / 1000, else 0: only by size, checkpoint and handback). use_local_modes: False makes
     the worker ignore execution_mode and report every step with CompleteTask (SERVER style).
     transport: "stream" multiplexes every call over one bidirectional stream (fast path);
     "unary" uses one RPC per call (the documented contract).
@@ -83,8 +94,10 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     worker_id: str = ""
     poll_wait_seconds: float = 10.0
     heartbeat_seconds: float = 0.0  # 0: a third of the server's lease
-    local_batch_size: int = 64
-    flush_interval: float = 0.0
+    local_batch_size: int = msgspec.field(default_factory=lambda: _env_int("WIGGLE_LOCAL_BATCH_SIZE", 64))
+    flush_interval: float = msgspec.field(
+        default_factory=lambda: _env_int("WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS", 0) / 1000
+    )
     lease_margin: float = 0.25  # hand back when less than this share of the lease is left
     use_local_modes: bool = True
     transport: str = "stream"

@@ -51,7 +51,7 @@ SETTINGS: list[tuple[str, str, str]] = [
         "WIGGLE_LEASE_MILLIS",
         "how long a claimed step is leased before it is redelivered (30000)",
     ),
-    ("max_local_steps", "WIGGLE_MAX_LOCAL_STEPS", "server cap on one local run's length; 0: none (1000)"),
+    ("max_local_steps", "WIGGLE_LOCAL_MAX_STEPS", "server cap on one local run's length; 0: none (1000)"),
     ("max_payload_bytes", "WIGGLE_MAX_PAYLOAD_BYTES", "limit on a context, step result or payload (1 MiB)"),
     (
         "max_instance_steps",
