@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -112,16 +113,27 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 
 def _run_processes(n: int) -> int:
-    """N server processes sharing the port (SO_REUSEPORT); the kernel spreads connections."""
+    """N server processes sharing the port (SO_REUSEPORT); the kernel spreads connections.
+
+    SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully.
+    """
     env = dict(os.environ, WIGGLE_PROCESSES="1", WIGGLE_REUSEPORT="1")
-    argv = [a for a in sys.argv[1:] if not a.startswith("--processes")]
+    # argparse keeps the last value of a repeated flag: the children each run one process.
+    argv = [*sys.argv[1:], "--processes", "1"]
     children = [subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(n)]
-    try:
-        return max(child.wait() for child in children)
-    except KeyboardInterrupt:
+
+    def forward(signum: int, _frame: object) -> None:
         for child in children:
-            child.terminate()
-        return 0
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return max((abs(c) for c in codes), default=0)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
