@@ -42,9 +42,17 @@ def main() -> int:
         produced = out / "wiggle" / "_rpc"
         target = ROOT / "src" / "wiggle" / "_rpc"
         if check:
-            drift = [n for n in GENERATED if not (target / n).exists() or not filecmp.cmp(produced / n, target / n, shallow=False)]
+            drift = [
+                n
+                for n in GENERATED
+                if not (target / n).exists() or not filecmp.cmp(produced / n, target / n, shallow=False)
+            ]
             if drift:
-                print("generated code drifted from proto/: " + ", ".join(drift) + "; run python scripts/gen_protos.py")
+                print(
+                    "generated code drifted from proto/: "
+                    + ", ".join(drift)
+                    + "; run python scripts/gen_protos.py"
+                )
                 return 1
             print("generated code matches proto/")
             return 0

@@ -249,7 +249,11 @@ class Branch(Generic[C]):
         return self
 
     def join(
-        self: B, combine: Callable[..., Any] | None = None, *, name: str | None = None, queue: str | None = None
+        self: B,
+        combine: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
     ) -> B:
         """Close the preceding fork. Branch changes are folded in branch order; when two branches
         changed the same key, ``combine(base, [branch contexts]) -> ctx`` decides, or without one the
