@@ -462,6 +462,175 @@ async def test_work_on_one_server_wakes_pollers_on_another(open_store: Callable[
     await asyncio.wait_for(finished, 2.0)
 
 
+TRICKY = "he said \"hi\" \\ {a,b} NULL 'x' , é ✓\n\t"
+
+
+async def _tricky_scenario(store: PostgresStore) -> list[Any]:
+    """A fork, concurrent completes and a retried failure, full of values that need escaping."""
+    context = {TRICKY: [TRICKY, None, 1.5, {"": ""}], "NULL": "NULL", "": "{}"}
+    views = [await store.start("forked", "", context, TRICKY) for _ in range(3)]
+    retry = await store.start("retrying", "", {}, "")
+    claimed = await store.claim("w", ["forked"], 10)
+    assert len(claimed) == 6
+    claimed.sort(key=lambda c: c.token.id)
+    await asyncio.gather(
+        *(store.complete(c.token.id, "w", {**c.context, c.token.node_id: TRICKY}, None) for c in claimed)
+    )
+    (c,) = await store.claim("w", ["retrying"], 1)
+    assert await store.fail(c.token.id, "w", TRICKY, True) == "RUNNING"
+    out: list[Any] = []
+    for view in [*views, retry]:
+        got = await store.get_instance(view.instance.id)
+        inst = got.instance
+        out.append((inst.status, inst.context, inst.correlation_id, inst.error, inst.token_seq, inst.steps))
+        out.append(
+            sorted(
+                (t.node_id, t.status, t.attempt, t.last_error, t.context, t.fork_stack) for t in got.tokens
+            )
+        )
+        history = await store.history(view.instance.id)
+        # the order of a and b depends on which commit locked the instance first
+        out.append(sorted((h.node_id, h.kind, h.attempt, h.worker_id, h.outcome, h.error) for h in history))
+    (c,) = await store.claim("w", ["retrying"], 1)  # leave nothing for the next run on this schema
+    assert await store.complete(c.token.id, "w", {}, None) == "COMPLETED"
+    return out
+
+
+async def test_set_based_writes_round_trip_every_value(open_store: Callable[..., Any]) -> None:
+    """Rows written by one unnest() statement read back exactly as per-row statements write them."""
+    results = []
+    for min_rows in (1, 1000):  # every write set-based; none
+        store = await open_store()
+        store.SET_WRITE_MIN_ROWS = min_rows
+        await store.register(forked())
+        await store.register(
+            linear("retrying", steps=1, retry=RetryPolicy(max_attempts=2, initial_backoff_millis=0))
+        )
+        results.append(await _tricky_scenario(store))
+        await store.close()
+    assert results[0] == results[1]
+    flat = repr(results[0])
+    assert flat.count(repr(TRICKY)) >= 10 and "COMPLETED" in flat and "'NULL': 'NULL'" in flat
+    retried_instance, (retried_token,), _ = results[0][-3:]
+    assert retried_instance[0] == "RUNNING" and retried_token[1:4] == ("READY", 2, TRICKY)
+
+
+async def test_set_based_history_keeps_its_order(open_store: Callable[..., Any]) -> None:
+    store = await open_store()
+    store.SET_WRITE_MIN_ROWS = 1
+    await store.register(forked())
+    view = await store.start("forked", "", {}, "")
+    for c in sorted(await store.claim("w", ["forked"], 10), key=lambda c: c.token.node_id):
+        await store.complete(c.token.id, "w", {**c.context, c.token.node_id: 1}, None)
+    history = await store.history(view.instance.id)
+    # the last complete writes three entries in one statement: they keep their order
+    assert [(h.node_id, h.outcome) for h in history] == [
+        ("fork", "FORKED"),
+        ("a", "COMPLETED"),
+        ("b", "COMPLETED"),
+        ("join", "JOINED"),
+        ("end", "END"),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def _raw_listener(channel: str) -> AsyncIterator[Callable[[], Any]]:
+    """A plain LISTEN connection on ``channel`` (not a Wiggle node); yields 'drain its notifications'."""
+    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+        async def drain() -> list[str]:
+            async with contextlib.aclosing(conn.notifies(timeout=0.3)) as notes:
+                return [n.payload async for n in notes]
+
+        yield drain
+
+
+async def _work_round(store: PostgresStore) -> str:
+    """Start a one-step instance and run it to the end: READY, claimed, finished."""
+    view = await store.start("linear", "", {}, "")
+    (c,) = await store.claim("w", ["linear"], 1)
+    assert await store.complete(c.token.id, "w", {}, None) == "COMPLETED"
+    return view.instance.id
+
+
+async def test_a_lone_server_sends_no_notify(open_store: Callable[..., Any]) -> None:
+    a = await open_store()
+    await a.register(linear(steps=1))
+    async with _raw_listener(a.channel_work) as drain:
+        assert a.peers == 0  # the raw listener is no Wiggle node
+        waiter = asyncio.ensure_future(a.notifier.wait_work(["linear"], 5.0))
+        await asyncio.sleep(0.05)
+        await a.start("linear", "", {}, "")
+        assert await asyncio.wait_for(waiter, 1.0) is True  # local waiters still wake, after the commit
+        (c,) = await a.claim("w", ["linear"], 1)
+        await a.complete(c.token.id, "w", {}, None)
+        await _work_round(a)
+        assert await drain() == []
+    assert a.notifies_sent == 0
+
+
+async def test_servers_notify_each_other_only_while_a_peer_is_connected(
+    open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(PostgresStore, "PEER_CHECK_SECONDS", 0.1)
+    a = await open_store()
+    await a.register(linear(steps=1))
+    async with _raw_listener(a.channel_work) as drain:
+        await _work_round(a)
+        assert a.notifies_sent == 0 and await drain() == []
+
+        b = await open_store()
+        assert b.peers == 1  # counted when it opened
+        for _ in range(100):  # a hears b's hello (or counts it) within milliseconds
+            if a.peers:
+                break
+            await asyncio.sleep(0.01)
+        assert a.peers == 1
+        # a token made READY on a wakes a poller waiting on b, promptly
+        waiter = asyncio.ensure_future(b.notifier.wait_work(["linear"], 5.0))
+        await asyncio.sleep(0.05)
+        started = asyncio.get_running_loop().time()
+        view = await a.start("linear", "", {}, "")
+        assert await asyncio.wait_for(waiter, 2.0) is True
+        assert asyncio.get_running_loop().time() - started < 1.0
+        finished = asyncio.ensure_future(b.notifier.wait_instance(view.instance.id, 5.0))
+        await asyncio.sleep(0.05)
+        (c,) = await a.claim("w", ["linear"], 1)
+        await a.complete(c.token.id, "w", {}, None)
+        await asyncio.wait_for(finished, 2.0)
+        assert a.notifies_sent >= 2
+        assert f"{a.node_id}:linear" in await drain()
+
+        await b.close()  # the last peer leaves: a notices at its next count and stops notifying
+        for _ in range(200):
+            if not a.peers:
+                break
+            await asyncio.sleep(0.01)
+        assert a.peers == 0
+        sent = a.notifies_sent
+        await drain()
+        await _work_round(a)
+        assert a.notifies_sent == sent and await drain() == []
+
+
+async def test_other_schemas_are_not_peers(open_store: Callable[..., Any]) -> None:
+    a = await open_store()
+    other = PostgresStore(a.engine, TEST_DATABASE_URL, a.schema + "_x", pool_size=2)
+    try:
+        await other.open()
+        await asyncio.sleep(0.1)
+        assert a.peers == 0 and other.peers == 0
+        assert len(a.application_name) <= 63 and a.application_name.startswith(a.app_prefix)
+        assert a.app_prefix != other.app_prefix
+    finally:
+        await other.close()
+        async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+            await conn.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(other.schema))
+            )
+
+
 async def test_only_one_server_runs_the_clock_duties(open_store: Callable[..., Any]) -> None:
     a = await open_store()
     b = await open_store()
@@ -481,7 +650,7 @@ async def test_leadership_moves_when_the_leader_connection_dies(open_store: Call
     a = await open_store()
     b = await open_store()
     assert await a.run_clock_duties(now_millis()) == 0 and a.is_clock_leader
-    await _terminate(f"wiggle-clock-{a.node_id}")
+    await _terminate(f"{a.application_name}:clock")
     assert await b.run_clock_duties(now_millis()) == 0 and b.is_clock_leader
     assert await a.run_clock_duties(now_millis()) == 0 and not a.is_clock_leader
 
@@ -509,13 +678,13 @@ async def _terminate(application_name: str) -> int:
 async def test_lost_connections_are_retried_transparently(store: PostgresStore) -> None:
     await store.register(linear())
     view = await store.start("linear", "", {}, "")
-    assert await _terminate(f"wiggle-{store.node_id}") >= 1  # every pooled connection dies
+    assert await _terminate(store.application_name) >= 1  # every pooled connection dies
     assert (await store.get_instance(view.instance.id)).instance.status == "RUNNING"
     (c,) = await store.claim("w", ["linear"], 1)
     assert await store.complete(c.token.id, "w", {}, None) == "RUNNING"
 
     # the listener reconnects too
-    await _terminate(f"wiggle-listen-{store.node_id}")
+    await _terminate(f"{store.application_name}:listen")
     other = PostgresStore(store.engine, TEST_DATABASE_URL, store.schema, pool_size=2)
     await other.open()
     try:

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
-from .._engine.state import HistoryEntry, Instance, Token
+from .._engine.state import Changes, HistoryEntry, Instance, Token
 from .._model import WorkflowDefinition
 
-__all__ = ["Store", "WorkflowRecord", "InstanceView", "InstanceQuery", "Notifier", "StoreStats"]
+__all__ = [
+    "Store",
+    "WorkflowRecord",
+    "InstanceView",
+    "InstanceQuery",
+    "Notifier",
+    "StoreStats",
+    "ready_counts",
+]
 
 
 class WorkflowRecord(msgspec.Struct):
@@ -53,21 +61,86 @@ class StoreStats(msgspec.Struct):
     transactions: int = 0
 
 
+class _WorkWaiter:
+    """One long-poll waiting for work on some queues: its future is True once woken, False at the timeout."""
+
+    __slots__ = ("future", "queues", "woken_for")
+
+    def __init__(self, future: asyncio.Future[bool], queues: list[str]) -> None:
+        self.future = future
+        self.queues = queues
+        self.woken_for: str | None = None  # the queue whose counted wake-up this waiter took
+
+
+def ready_counts(changes: Changes) -> dict[str, int]:
+    """How many tokens each queue of ``changes.ready_queues`` gained (at least 1 per queue named)."""
+    counts = dict.fromkeys(changes.ready_queues, 0)
+    for token in changes.tokens.values():
+        if token.status == "READY" and token.queue in counts:
+            counts[token.queue] += 1
+    for queue, n in counts.items():
+        if n == 0:
+            counts[queue] = 1  # named but not found (merged away): one wake-up is harmless
+    return counts
+
+
+def _time_out(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
 class Notifier:
-    """Wakes long-polling workers when a queue gains READY tokens, and waiters when instances finish."""
+    """Wakes long-polling workers when a queue gains READY tokens, and waiters when instances finish.
+
+    Work wake-ups are counted: a queue that gained ``n`` READY tokens wakes its ``n`` longest-waiting
+    pollers (first in, first out), not all of them, so pollers don't stampede for one token and then
+    re-query. A woken poller that finds nothing (another poller took the token first) just waits
+    again. A woken waiter leaves every queue it waited on, so it is never counted twice; one that is
+    cancelled after being picked hands its wake-up on to the next waiter of that queue.
+    """
 
     def __init__(self) -> None:
-        self._queue_waiters: dict[str, set[asyncio.Event]] = {}
+        # queue -> its waiters in arrival order (a dict used as an ordered set)
+        self._queue_waiters: dict[str, dict[_WorkWaiter, None]] = {}
         self._instance_waiters: dict[str, set[asyncio.Event]] = {}
         self._any_waiters: set[asyncio.Event] = set()
 
-    def work_ready(self, queues: Iterable[str]) -> None:
-        """Wake every poller waiting on one of ``queues``."""
+    def work_ready(self, queues: Iterable[str], counts: Mapping[str, int] | None = None) -> None:
+        """Wake pollers of ``queues``: ``counts[queue]`` of them, oldest first, or all if the count is unknown.
+
+        ``counts`` is how many tokens each queue just gained; a queue it does not name (or no
+        ``counts`` at all, as for a notification from another node) wakes every waiter.
+        """
         for queue in queues:
             waiters = self._queue_waiters.get(queue)
-            if waiters:
-                for event in waiters:
-                    event.set()
+            if not waiters:
+                continue
+            n = None if counts is None else counts.get(queue)
+            if n is None:
+                for waiter in list(waiters):
+                    self._wake(waiter, None)
+                continue
+            while n > 0 and waiters:
+                waiter = next(iter(waiters))  # the oldest: a woken waiter leaves every queue
+                if self._wake(waiter, queue):
+                    n -= 1
+
+    def _wake(self, waiter: _WorkWaiter, queue: str | None) -> bool:
+        """Wake ``waiter`` (for a counted wake-up of ``queue``); False if it had already stopped waiting."""
+        self._forget(waiter)
+        if waiter.future.done():
+            return False  # timed out or cancelled, its task not yet resumed: not a wake-up
+        waiter.future.set_result(True)
+        waiter.woken_for = queue
+        return True
+
+    def _forget(self, waiter: _WorkWaiter) -> None:
+        for q in waiter.queues:
+            waiters = self._queue_waiters.get(q)
+            if waiters is not None:
+                waiters.pop(waiter, None)
+                if not waiters:
+                    del self._queue_waiters[q]
 
     def clock_changed(self) -> None:
         """A timer or deadline was added: wake the clock duty so it can re-plan its sleep."""
@@ -77,10 +150,10 @@ class Notifier:
     def wake_all(self) -> None:
         """Wake every waiter (after a lost notification channel: they re-check for themselves)."""
         for waiters in list(self._queue_waiters.values()):
-            for event in waiters:
-                event.set()
-        for waiters in list(self._instance_waiters.values()):
-            for event in waiters:
+            for waiter in list(waiters):
+                self._wake(waiter, None)
+        for events in list(self._instance_waiters.values()):
+            for event in events:
                 event.set()
         self.clock_changed()
 
@@ -93,22 +166,22 @@ class Notifier:
         """Wait up to ``timeout`` seconds for work on ``queues``; True if woken."""
         if timeout <= 0:
             return False
-        event = asyncio.Event()
-        qs = list(queues)
-        for q in qs:
-            self._queue_waiters.setdefault(q, set()).add(event)
+        loop = asyncio.get_running_loop()
+        waiter = _WorkWaiter(loop.create_future(), list(dict.fromkeys(queues)))
+        for q in waiter.queues:
+            self._queue_waiters.setdefault(q, {})[waiter] = None
+        timer = loop.call_later(timeout, _time_out, waiter.future)
         try:
-            await asyncio.wait_for(event.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            return await waiter.future
+        except BaseException:
+            # Cancelled after being picked for a counted wake-up: pass it on, or the work it
+            # announced could sit unclaimed until some other poller's timeout.
+            if waiter.woken_for is not None:
+                self.work_ready((waiter.woken_for,), {waiter.woken_for: 1})
+            raise
         finally:
-            for q in qs:
-                waiters = self._queue_waiters.get(q)
-                if waiters is not None:
-                    waiters.discard(event)
-                    if not waiters:
-                        del self._queue_waiters[q]
+            timer.cancel()
+            self._forget(waiter)
 
     async def wait_clock(self, timeout: float) -> None:
         """Sleep up to ``timeout`` seconds, or until a new timer appears."""

@@ -7,6 +7,7 @@ one token to two workers.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from typing import Any
@@ -37,6 +38,7 @@ class MemoryStore(Store):
         self._definitions: dict[tuple[str, str], WorkflowRecord] = {}
         self._latest: dict[str, str] = {}
         self._instances: dict[str, InstanceState] = {}
+        self._ids: list[str] = []  # every instance id, ascending (ids are time-sortable: appended in order)
         self._history: dict[str, list[HistoryEntry]] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}  # queue -> heap of (available_at, seq, token)
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
@@ -56,12 +58,17 @@ class MemoryStore(Store):
     def _apply(self, state: InstanceState, changes: Changes) -> None:
         """Index what a transition changed and wake whoever waits for it (the "commit")."""
         self.stats.transactions += 1
+        ready: dict[str, int] | None = None  # queue -> tokens that became READY: wake that many pollers
         for token in changes.tokens.values():
             status = token.status
             if status == "READY":
                 heapq.heappush(
                     self._ready.setdefault(token.queue, []), (token.available_at, next(self._seq), token.id)
                 )
+                if ready is None:
+                    ready = {token.queue: 1}
+                else:
+                    ready[token.queue] = ready.get(token.queue, 0) + 1
             elif status == "RUNNING":
                 heapq.heappush(self._timers, (token.lease_expires_at, next(self._seq), token.id))
             elif status == "WAITING" or (status == "AWAITING" and token.available_at > 0):
@@ -69,7 +76,8 @@ class MemoryStore(Store):
         if changes.history:
             self._history.setdefault(state.instance.id, []).extend(changes.history)
         if changes.ready_queues:
-            self.notifier.work_ready(changes.ready_queues)
+            # a queue named without a READY token to count (never expected) wakes all its pollers
+            self.notifier.work_ready(changes.ready_queues, ready or {})
         if changes.timers:
             self.notifier.clock_changed()
         if changes.finished:
@@ -118,7 +126,13 @@ class MemoryStore(Store):
         record = await self.get_workflow(name, version)
         now = now_millis()
         state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
-        self._instances[state.instance.id] = state
+        instance_id = state.instance.id
+        self._instances[instance_id] = state
+        ids = self._ids
+        if not ids or ids[-1] < instance_id:
+            ids.append(instance_id)
+        else:  # pragma: no cover - ids are generated in increasing order
+            bisect.insort(ids, instance_id)
         self._apply(state, changes)
         return self._view(state)
 
@@ -134,11 +148,14 @@ class MemoryStore(Store):
     async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
         out: list[InstanceView] = []
         size = max(query.page_size, 1)
-        # Ids are time-sortable: newest first, and the page token is the last id returned.
-        for instance_id in sorted(self._instances, reverse=True):
-            if query.page_token and instance_id >= query.page_token:
-                continue
-            inst = self._instances[instance_id].instance
+        ids = self._ids
+        instances = self._instances
+        # Ids are time-sortable: newest first, and the page token is the last id returned, so a
+        # page starts right below it (found by bisection, not by walking the newer ids).
+        end = bisect.bisect_left(ids, query.page_token) if query.page_token else len(ids)
+        for i in range(end - 1, -1, -1):
+            state = instances[ids[i]]
+            inst = state.instance
             if query.workflow and inst.workflow != query.workflow:
                 continue
             if query.status and inst.status != query.status:
@@ -149,7 +166,7 @@ class MemoryStore(Store):
                 continue
             if query.created_before and inst.created_at >= query.created_before:
                 continue
-            out.append(self._view(self._instances[instance_id]))
+            out.append(self._view(state))
             if len(out) > size:
                 break
         if len(out) > size:
@@ -300,4 +317,6 @@ class MemoryStore(Store):
         for instance_id in doomed:
             del self._instances[instance_id]
             self._history.pop(instance_id, None)
+        if doomed:
+            self._ids = [i for i in self._ids if i in self._instances]
         return len(doomed)
