@@ -66,6 +66,7 @@ log = logging.getLogger("wiggle.postgres")
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[Any]
 
+ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much after its id's time
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")  # leaves room for the "_work" channel suffix
 _MIGRATION_RE = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
 
@@ -1128,6 +1129,14 @@ class PostgresStore(Store):
             if value:
                 conds.append(cond)
                 params.append(value)
+        # Instance ids start with their creation millisecond (new_instance_id), taken just before
+        # created_at: id bounds let the primary key skip finished rows outside the time range.
+        if query.created_after:
+            conds.append("id >= %s")
+            params.append(f"wi-{max(query.created_after - ID_CLOCK_SLACK_MILLIS, 0):012x}")
+        if query.created_before:
+            conds.append("id < %s")
+            params.append(f"wi-{query.created_before:012x}")
         text = self._q.list_instances.replace("{where}", " AND ".join(conds) or "TRUE")
         params.append(size + 1)
         views = _views(await self._fetch("list_instances", text, params, binary=True))
