@@ -1,0 +1,108 @@
+"""The operator commands against a running server: start, get --history, list, cancel, complete-task."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from typing import Any
+
+from wiggle import Workflow
+from wiggle.testing import EmbeddedServer
+
+
+def bump(ctx: dict[str, Any]) -> dict[str, Any]:
+    return {**ctx, "n": ctx.get("n", 0) + 1}
+
+
+async def wiggle(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real command in a subprocess without blocking the embedded server's loop."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "wiggle.cli", "--target", target, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_start_get_list_cancel_and_complete_task() -> None:
+    approval = (
+        Workflow.define("cli-approval")
+        .step(bump)
+        .user_task("approve", timeout=timedelta(minutes=5))
+        .step(bump, name="after")
+        .build()
+    )
+    async with EmbeddedServer() as server:
+        async with server.worker([approval]):
+            target = server.target
+            started = await wiggle(target, "start", "cli-approval", "--context", '{"n": 1}', "--json")
+            assert started.returncode == 0, started.stderr
+            instance_id = json.loads(started.stdout)["instance_id"]
+
+            async def awaiting() -> None:
+                while True:
+                    info = await server.client.get(instance_id)
+                    if any(t.status == "AWAITING" for t in info.tokens):
+                        return
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(awaiting(), 20)
+            wrong = await wiggle(target, "complete-task", instance_id, "nope", "--data", "{}")
+            assert wrong.returncode == 3, wrong.stderr  # NOT_FOUND: no such user task
+            done = await wiggle(
+                target, "complete-task", instance_id, "approve", "--data", '{"ok": true}', "--json"
+            )
+            assert done.returncode == 0, done.stderr
+            final = await server.client.wait(instance_id, timeout=20)
+            assert final.status == "COMPLETED" and final.context == {"n": 3, "ok": True}
+
+            shown = await wiggle(target, "get", instance_id, "--history", "--json")
+            assert shown.returncode == 0, shown.stderr
+            body = json.loads(shown.stdout)
+            assert body["instance"]["status"] == "COMPLETED"
+            nodes = [e["node_id"] for e in body["history"] if e["outcome"] == "COMPLETED"]
+            assert nodes == ["bump", "approve", "after"]
+            text = await wiggle(target, "get", instance_id, "--history")
+            assert "history" in text.stdout and "approve" in text.stdout
+
+            second = json.loads((await wiggle(target, "start", "cli-approval", "--json")).stdout)[
+                "instance_id"
+            ]
+            listed = await wiggle(target, "list", "--workflow", "cli-approval", "--page-size", "1", "--json")
+            page = json.loads(listed.stdout)
+            assert [i["instance_id"] for i in page["instances"]] == [second]  # newest first
+            assert page["next_page_token"] == second
+            rest = await wiggle(
+                target, "list", "--workflow", "cli-approval", "--page-token", second, "--json"
+            )
+            assert [i["instance_id"] for i in json.loads(rest.stdout)["instances"]] == [instance_id]
+
+            cancelled = await wiggle(target, "cancel", second, "--reason", "not needed", "--json")
+            assert json.loads(cancelled.stdout)["changed"] is True
+            again = await wiggle(target, "cancel", second, "--json")
+            assert json.loads(again.stdout)["changed"] is False  # already finished: not an error
+            info = await server.client.get(second)
+            assert info.status == "CANCELLED" and info.reason == "not needed"
+
+            waited = await wiggle(target, "start", "cli-approval", "--wait", "--timeout", "0.5", "--json")
+            assert json.loads(waited.stdout)["status"] == "RUNNING"  # still awaiting its user task
+            missing = await wiggle(target, "get", "wi-doesnotexist")
+            assert missing.returncode == 3 and "NOT_FOUND" in missing.stderr
+            bad = await wiggle(target, "start", "cli-approval", "--context", "[1, 2]")
+            assert bad.returncode == 2 and "INVALID_ARGUMENT" in bad.stderr
+
+
+async def test_health_service_reports_serving() -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async with EmbeddedServer() as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "wiggle.v1.WiggleControlPlane"):
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
