@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
-from .._engine.state import Changes, HistoryEntry, Instance, Token
+from .._engine.state import Changes, HistoryEntry, Instance, InstanceState, Token
 from .._model import WorkflowDefinition
 
 __all__ = [
@@ -305,6 +305,11 @@ class Store(abc.ABC):
     async def purge_finished(self, older_than: int, limit: int) -> int:
         """Delete up to ``limit`` instances finished before ``older_than`` (ms); how many went."""
         return 0
+
+    @staticmethod
+    def _view(state: InstanceState) -> InstanceView:
+        """An instance and its active tokens, as returned to clients."""
+        return InstanceView(state.instance, list(state.tokens.values()))
 
     # convenience for Claimed -> activation context
     @staticmethod

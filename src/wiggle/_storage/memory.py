@@ -83,10 +83,6 @@ class MemoryStore(Store):
         if changes.finished:
             self.notifier.instance_finished(state.instance.id)
 
-    @staticmethod
-    def _view(state: InstanceState) -> InstanceView:
-        return InstanceView(state.instance, list(state.tokens.values()))
-
     # ------------------------------------------------------------------ definitions
 
     async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:

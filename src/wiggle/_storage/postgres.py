@@ -1008,10 +1008,6 @@ class PostgresStore(Store):
                     self.notifies_sent += 1
         return wrote, announce, results
 
-    @staticmethod
-    def _view(state: InstanceState) -> InstanceView:
-        return InstanceView(state.instance, list(state.tokens.values()))
-
     # ------------------------------------------------------------------ definitions
 
     async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:
