@@ -1,0 +1,92 @@
+"""WorkerOptions.sync_handlers: quick sync handlers skip the thread hop, slow ones never block the loop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from wiggle import ExecutionMode, Step, WorkerOptions, Workflow
+from wiggle.testing import EmbeddedServer
+from wiggle.worker import _InlinePolicy
+
+
+def quick() -> None:
+    pass
+
+
+def test_auto_promotes_after_eight_quick_runs_in_a_row() -> None:
+    policy = _InlinePolicy("auto", 0.5)
+    for _ in range(7):
+        policy.observe(quick, 0.0001, inline=False)
+    assert not policy.inline(quick)
+    policy.observe(quick, 0.01, inline=False)  # one slow run starts the count again
+    for _ in range(7):
+        policy.observe(quick, 0.0001, inline=False)
+    assert not policy.inline(quick)
+    policy.observe(quick, 0.0001, inline=False)
+    assert policy.inline(quick)
+
+
+def test_auto_demotes_for_good_after_one_slow_inline_run() -> None:
+    policy = _InlinePolicy("auto", 0.5)
+    for _ in range(8):
+        policy.observe(quick, 0.0001, inline=False)
+    assert policy.inline(quick)
+    policy.observe(quick, 0.004, inline=True)  # under 10x the threshold: still trusted
+    assert policy.inline(quick)
+    policy.observe(quick, 0.006, inline=True)
+    assert not policy.inline(quick)
+    for _ in range(20):
+        policy.observe(quick, 0.0001, inline=False)
+    assert not policy.inline(quick)
+
+
+def test_fixed_modes_and_bad_mode() -> None:
+    assert _InlinePolicy("inline", 0.5).inline(quick)
+    assert not _InlinePolicy("thread", 0.5).inline(quick)
+    with pytest.raises(ValueError, match="sync_handlers"):
+        _InlinePolicy("sometimes", 0.5)
+
+
+@pytest.mark.parametrize("mode", [ExecutionMode.SERVER, ExecutionMode.LOCAL_SYNC, ExecutionMode.LOCAL_ASYNC])
+async def test_quick_handlers_move_to_the_loop_and_slow_ones_stay_in_the_pool(mode: ExecutionMode) -> None:
+    where: list[tuple[str, str, int]] = []
+    slow_now = threading.Event()
+
+    def fast_step(ctx: dict[str, Any]) -> dict[str, Any]:
+        where.append(("fast", threading.current_thread().name, Step.current().attempt))
+        return {**ctx, "n": ctx.get("n", 0) + 1}
+
+    def sometimes_slow(ctx: dict[str, Any]) -> dict[str, Any]:
+        where.append(("slow", threading.current_thread().name, Step.current().attempt))
+        if slow_now.is_set():
+            time.sleep(0.02)  # 40x the threshold
+        return ctx
+
+    bp = (
+        Workflow.define(f"inline-{mode.value.lower()}")
+        .execution(mode)
+        .step(fast_step)
+        .step(sometimes_slow)
+        .build()
+    )
+    async with EmbeddedServer() as server:
+        async with server.worker([bp], WorkerOptions(transport="unary")) as worker:
+            for i in range(14):
+                if i == 10:
+                    slow_now.set()
+                info = await server.client.start(bp, {})
+                done = await server.client.result(info.instance_id, timeout=20)
+                assert done.context == {"n": 1}
+            policy = worker._inline
+    main = threading.main_thread().name
+    fast = [thread for name, thread, _ in where if name == "fast"]
+    slow = [thread for name, thread, _ in where if name == "slow"]
+    assert all(t != main for t in fast[:8])  # proven in the pool first
+    assert all(t == main for t in fast[8:])  # then inline, on the event loop's thread
+    assert slow[-1] != main  # the handler that blocked once went back to the pool for good
+    assert policy.quick[sometimes_slow] == -1
+    assert all(attempt == 1 for _, _, attempt in where)  # Step.current() works in both places
