@@ -37,7 +37,7 @@ import msgspec
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
 from .._engine.state import (
@@ -358,6 +358,13 @@ class PostgresStore(Store):
                     return await body(conn)
             except WiggleError:
                 raise
+            except PoolTimeout as exc:
+                # No connection for acquire_timeout seconds: the database is down (the pool keeps
+                # reconnecting in the background). Waiting as long again per attempt would only
+                # delay the UNAVAILABLE that callers retry on.
+                raise Unavailable(
+                    f"database unavailable: no connection within {self.acquire_timeout:g} s ({_short(exc)})"
+                ) from exc
             except pg_errors.TransactionRollback as exc:  # serialization failure, deadlock
                 last = exc
                 log.debug("%s: transaction rolled back (%s), attempt %d", what, _short(exc), attempt)
