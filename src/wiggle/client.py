@@ -16,7 +16,7 @@ import msgspec
 from ._model import WorkflowDefinition
 from ._rpc import wiggle_pb2 as pb
 from ._rpc import wiggle_pb2_grpc as pb_grpc
-from .errors import WiggleError, WorkflowFailed, error_from_rpc
+from .errors import WorkflowFailed, error_from_rpc
 from .workflow import Blueprint
 
 __all__ = [
@@ -456,6 +456,3 @@ class AsyncClient:
     async def history(self, instance_id: str) -> builtins.list[HistoryEntry]:
         """See Client.history."""
         return _history_from_pb(await self._call("GetHistory", pb.GetHistoryRequest(instance_id=instance_id)))
-
-
-_ = WiggleError  # re-exported via wiggle.errors

@@ -205,7 +205,6 @@ _BODY = {
     "HeartbeatTask": "heartbeat",
     "AdvanceRun": "advance",
 }
-_REPLY = {"tasks": "tasks", "report": "report", "advanced": "advanced"}
 
 
 class _Stream:

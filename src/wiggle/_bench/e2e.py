@@ -65,6 +65,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ..worker import _env_int as worker_env_int
+
 __all__ = ["main", "parse_args"]
 
 HERE = Path(__file__).resolve().parent
@@ -91,13 +93,10 @@ class BenchError(Exception):
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
     try:
-        return int(raw)
-    except ValueError:
-        raise SystemExit(f"e2e: {name} must be an integer, got {raw!r}") from None
+        return worker_env_int(name, default)
+    except ValueError as exc:
+        raise SystemExit(f"e2e: {exc}") from None
 
 
 def _positive(text: str) -> int:

@@ -850,7 +850,3 @@ class Engine:
         changes.instance_changed = True
         self.drive(loaded, state, token, now, changes)
         return changes
-
-    def mark_cancelled_report(self, state: InstanceState) -> str:
-        """The status to tell a worker whose report arrived after its instance finished."""
-        return state.instance.status

@@ -143,6 +143,16 @@ class Changes:
         self.instance_changed = False
         self.created = False  # the instance is new (start)
 
+    def absorb(self, later: Changes) -> None:
+        """Add what a later transition of the same instance changed (one commit for both)."""
+        self.tokens.update(later.tokens)
+        self.history.extend(later.history)
+        self.ready_queues |= later.ready_queues
+        self.finished = self.finished or later.finished
+        self.timers = self.timers or later.timers
+        self.instance_changed = self.instance_changed or later.instance_changed
+        self.created = self.created or later.created
+
 
 class InstanceState:
     """An instance and its active tokens, as loaded by a store under the instance lock."""

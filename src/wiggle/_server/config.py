@@ -14,7 +14,7 @@ __all__ = ["ServerConfig", "SETTINGS"]
 
 
 class ServerConfig(msgspec.Struct, kw_only=True):
-    """Every server setting. ``from_env`` reads WIGGLE_<FIELD NAME IN CAPITALS>."""
+    """Every server setting; ``from_mapping`` reads them from WIGGLE_* variables and CLI flags."""
 
     host: str = "127.0.0.1"
     port: int = 7233
@@ -95,6 +95,3 @@ def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = N
     if "execution_mode" in kwargs and kwargs["execution_mode"] is ExecutionMode.DEFAULT:
         raise InvalidArgument("WIGGLE_EXECUTION_MODE must be SERVER, LOCAL_SYNC or LOCAL_ASYNC, not DEFAULT")
     return ServerConfig(**kwargs)  # type: ignore[arg-type]
-
-
-ServerConfig.from_env = staticmethod(lambda env=None: from_mapping({}, env))  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._storage.base import InstanceQuery, InstanceView, Store, WorkflowRecord
-from ..errors import InvalidArgument, Unavailable, WiggleError
+from ..errors import InvalidArgument, WiggleError
 
 __all__ = ["ControlPlane", "Metrics"]
 
@@ -490,8 +490,3 @@ def _history_entry(e: HistoryEntry) -> pb.HistoryEntry:
         error=e.error,
         kind=e.kind,
     )
-
-
-def unavailable(message: str) -> Unavailable:
-    """An UNAVAILABLE error (the database is down)."""
-    return Unavailable(message)

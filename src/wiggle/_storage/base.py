@@ -310,9 +310,3 @@ class Store(abc.ABC):
     def _view(state: InstanceState) -> InstanceView:
         """An instance and its active tokens, as returned to clients."""
         return InstanceView(state.instance, list(state.tokens.values()))
-
-    # convenience for Claimed -> activation context
-    @staticmethod
-    def claimed_context(claimed: Claimed) -> dict[str, Any]:
-        """The input a worker receives for a claimed token."""
-        return claimed.context

@@ -279,7 +279,7 @@ class PostgresStore(Store):
                 if conn is None:
                     conn = await self._listen_connection()
                     log.info("notification listener reconnected")
-                    self._wake_everyone()  # we may have missed notifications while disconnected
+                    self.notifier.wake_all()  # we may have missed notifications while disconnected
                     delay = 0.1
                 while True:
                     interval = self.PEER_CHECK_SECONDS
@@ -316,9 +316,6 @@ class PostgresStore(Store):
             self.notifier.clock_changed()  # only the leader's clock loop has anything to re-plan
         elif channel == self.channel_peers:
             self.peers = max(self.peers, 1)  # a node joined: notify from now on (recounted soon)
-
-    def _wake_everyone(self) -> None:
-        self.notifier.wake_all()
 
     def _announce(self, instance_id: str, changes: Changes) -> None:
         if changes.ready_queues:
@@ -578,12 +575,7 @@ class PostgresStore(Store):
                     if into is None:
                         merged[job.instance_id] = changes
                     else:
-                        into.tokens.update(changes.tokens)
-                        into.history.extend(changes.history)
-                        into.ready_queues |= changes.ready_queues
-                        into.finished = into.finished or changes.finished
-                        into.timers = into.timers or changes.timers
-                        into.instance_changed = into.instance_changed or changes.instance_changed
+                        into.absorb(changes)
                 items = [(states[iid], changes, originals[iid]) for iid, changes in merged.items()]
                 wrote = await self._write_many(conn, items, existing, channels, payloads)
                 announce.extend(merged.items())
