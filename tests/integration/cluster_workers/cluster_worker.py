@@ -1,4 +1,4 @@
-"""A worker process for tests/test_cluster.py.
+"""A worker process for tests/integration/test_cluster.py.
 
     python cluster_worker.py TARGET DIR --worker-id ID [--flows a,b] [--transport stream|unary]
 

@@ -1,4 +1,4 @@
-"""Workflows shared by tests/test_cluster.py and the worker processes it starts.
+"""Workflows shared by tests/integration/test_cluster.py and the worker processes it starts.
 
 Both sides build the same blueprints (same graph, so the same version); only the worker
 processes run the handlers. Every handler execution appends one JSON line to

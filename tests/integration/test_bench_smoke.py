@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 E2E = ROOT / "bench" / "e2e.py"
 SMALL = [
     "--steps",

@@ -1,7 +1,7 @@
 """End to end over real gRPC: typed contexts, crashes and redelivery, exclusivity, RPC budgets,
 and compatibility between workers and servers of different capabilities.
 
-Crash tests run workers as separate processes (tests/workers/run_worker.py) against an embedded
+Crash tests run workers as separate processes (tests/integration/workers/run_worker.py) against an embedded
 server in this process, and kill them with SIGKILL (an unclean death) or SIGTERM (a graceful
 close). Executions are counted through files, so they are seen across processes.
 """

@@ -13,7 +13,7 @@ database and schema, worker processes spread across them, and crashes of every p
 
 Every test runs in its own schema (tests/pg.py), so two runs at once never collide; PostgreSQL
 being unreachable fails these tests, never skips them. Handlers run in worker processes
-(tests/cluster_workers/) and record each execution and each acknowledged report to files.
+(tests/integration/cluster_workers/) and record each execution and each acknowledged report to files.
 """
 
 from __future__ import annotations

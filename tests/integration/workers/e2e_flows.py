@@ -1,4 +1,4 @@
-"""Workflows shared by tests/test_e2e_worker.py and the worker processes it starts.
+"""Workflows shared by tests/integration/test_e2e_worker.py and the worker processes it starts.
 
 Both sides build the same blueprint (same name, same graph, so the same version); only the
 worker process runs the handlers. Each execution leaves one file in ``<dir>/exec/`` so the test
