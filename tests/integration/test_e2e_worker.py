@@ -544,7 +544,7 @@ class OldControlPlane(ControlPlane):
 async def test_worker_falls_back_to_server_style_without_advance_run(transport: str, trace) -> None:
     bp = linear("compat-old-server", ExecutionMode.LOCAL_ASYNC, 3, trace)
     server = EmbeddedServer()
-    server.server.service = OldControlPlane(server.server.store, server.server.metrics)
+    server.server.service = OldControlPlane(server.server.instances, server.server.metrics)
     async with server:
         async with server.worker(
             [bp], WorkerOptions(transport=transport, concurrency=1, poll_wait_seconds=1)

@@ -6,6 +6,7 @@ hands them to the engine under the instance lock, and persists what the transiti
 
 from __future__ import annotations
 
+import enum
 import os
 import time
 from typing import Any
@@ -22,16 +23,55 @@ __all__ = [
     "new_instance_id",
     "token_instance_id",
     "now_millis",
+    "InstanceStatus",
+    "TokenStatus",
     "ACTIVE_TOKEN_STATUSES",
     "FINISHED_INSTANCE_STATUSES",
 ]
 
-RUNNING = "RUNNING"
-COMPLETED = "COMPLETED"
-FAILED = "FAILED"
-CANCELLED = "CANCELLED"
-FINISHED_INSTANCE_STATUSES = frozenset({COMPLETED, FAILED, CANCELLED})
-ACTIVE_TOKEN_STATUSES = frozenset({"READY", "RUNNING", "WAITING", "AWAITING", "JOINED"})
+
+class InstanceStatus(str, enum.Enum):
+    """An instance's status: RUNNING until it reaches one of the three final ones.
+
+    A ``str`` enum whose names equal their values, so a member compares and hashes equal to the
+    plain string a store or the wire carries ("RUNNING" == InstanceStatus.RUNNING).
+    """
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class TokenStatus(str, enum.Enum):
+    """A token's status (docs/glossary.md): five active ones, then DONE, FAILED or CANCELLED."""
+
+    READY = "READY"  # dispatchable (a delayed retry is READY with a future available_at)
+    RUNNING = "RUNNING"  # leased to a worker (owner + expiry)
+    WAITING = "WAITING"  # a SLEEP timer
+    AWAITING = "AWAITING"  # a user task, optionally with a deadline
+    JOINED = "JOINED"  # arrived at a join barrier
+    DONE = "DONE"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+RUNNING = InstanceStatus.RUNNING
+COMPLETED = InstanceStatus.COMPLETED
+FAILED = InstanceStatus.FAILED
+CANCELLED = InstanceStatus.CANCELLED
+FINISHED_INSTANCE_STATUSES = frozenset(
+    {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
+)
+ACTIVE_TOKEN_STATUSES = frozenset(
+    {TokenStatus.READY, TokenStatus.RUNNING, TokenStatus.WAITING, TokenStatus.AWAITING, TokenStatus.JOINED}
+)
 
 
 def now_millis() -> int:

@@ -18,6 +18,7 @@ from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._storage.base import Store
 from .._storage.memory import MemoryStore
 from .config import ServerConfig
+from .instances import Instances
 from .service import ControlPlane, Metrics
 
 __all__ = ["WiggleServer", "make_store", "serve"]
@@ -66,7 +67,8 @@ class WiggleServer:
         self.engine = store.engine if store is not None else Engine(engine_config(self.config))
         self.store = store or make_store(self.config, self.engine)
         self.metrics = Metrics()
-        self.service = ControlPlane(self.store, self.metrics)
+        self.instances = Instances(self.store)
+        self.service = ControlPlane(self.instances, self.metrics)
         self.port = 0
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()

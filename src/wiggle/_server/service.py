@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,12 +15,13 @@ import msgspec
 
 from .. import _fast
 from .._engine.engine import Claimed
-from .._engine.state import FINISHED_INSTANCE_STATUSES, HistoryEntry, Token, now_millis
+from .._engine.state import FINISHED_INSTANCE_STATUSES, HistoryEntry, Token
 from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
-from .._storage.base import InstanceQuery, InstanceView, Store, WorkflowRecord
+from .._storage.base import InstanceQuery, InstanceView, WorkflowRecord
 from ..errors import InvalidArgument, WiggleError
+from .instances import Instances
 
 __all__ = ["ControlPlane", "Metrics"]
 
@@ -29,7 +29,6 @@ log = logging.getLogger("wiggle.server")
 _encode = msgspec.json.Encoder().encode
 T = TypeVar("T")
 
-MAX_POLL_WAIT_MILLIS = 60_000
 MAX_TASKS_PER_POLL = 256
 
 
@@ -84,11 +83,11 @@ def token_info(token: Token) -> pb.TokenInfo:
 
 
 class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
-    """WiggleControlPlane over a Store."""
+    """WiggleControlPlane over the instance layer."""
 
-    def __init__(self, store: Store, metrics: Metrics | None = None) -> None:
-        self.store = store
-        self.engine = store.engine
+    def __init__(self, instances: Instances, metrics: Metrics | None = None) -> None:
+        self.instances = instances
+        self.engine = instances.engine
         self.metrics = metrics or Metrics()
         self._wrap_methods()
 
@@ -182,16 +181,16 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         if len(request.definition_json) > self.engine.config.max_payload_bytes:
             raise InvalidArgument("definition_json exceeds the payload limit")
         definition = definition_from_json(request.definition_json)
-        record, created = await self.store.register(definition)
+        record, created = await self.instances.register(definition)
         if created:
             log.info("registered workflow %s version %s", definition.name, record.loaded.version)
         return self._workflow_info(record, created)
 
     async def GetWorkflow(self, request: pb.GetWorkflowRequest, context: Any) -> pb.WorkflowInfo:
-        return self._workflow_info(await self.store.get_workflow(request.name, request.version))
+        return self._workflow_info(await self.instances.get_workflow(request.name, request.version))
 
     async def ListWorkflows(self, request: pb.ListWorkflowsRequest, context: Any) -> pb.ListWorkflowsResponse:
-        records = await self.store.list_workflows(request.name)
+        records = await self.instances.list_workflows(request.name)
         return pb.ListWorkflowsResponse(workflows=[self._workflow_info(r) for r in records])
 
     # ------------------------------------------------------------------ instances
@@ -201,20 +200,11 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         if request.correlation_id:
             validate_name(request.correlation_id, "correlation_id")
         ctx = self.engine.decode_object(request.context_json, "context_json")
-        view = await self.store.start(request.workflow, request.version, ctx, request.correlation_id)
+        view = await self.instances.start(request.workflow, request.version, ctx, request.correlation_id)
         return self._instance_info(view)
 
     async def GetInstance(self, request: pb.GetInstanceRequest, context: Any) -> pb.InstanceInfo:
-        view = await self.store.get_instance(request.instance_id)
-        if request.wait_millis > 0 and view.instance.status not in FINISHED_INSTANCE_STATUSES:
-            deadline = time.monotonic() + min(request.wait_millis, MAX_POLL_WAIT_MILLIS) / 1000
-            while view.instance.status not in FINISHED_INSTANCE_STATUSES:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                # Bounded waits: a finish on another server node is seen within a second.
-                await self.store.notifier.wait_instance(request.instance_id, min(remaining, 1.0))
-                view = await self.store.get_instance(request.instance_id)
+        view = await self.instances.wait_finished(request.instance_id, request.wait_millis / 1000)
         return self._instance_info(view)
 
     async def ListInstances(self, request: pb.ListInstancesRequest, context: Any) -> pb.ListInstancesResponse:
@@ -232,7 +222,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             page_size=size,
             page_token=request.page_token,
         )
-        views, next_token = await self.store.list_instances(query)
+        views, next_token = await self.instances.list_instances(query)
         return pb.ListInstancesResponse(
             instances=[self._instance_info(v, with_tokens=False) for v in views], next_page_token=next_token
         )
@@ -240,18 +230,18 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
     async def CancelInstance(
         self, request: pb.CancelInstanceRequest, context: Any
     ) -> pb.CancelInstanceResponse:
-        view, changed = await self.store.cancel(request.instance_id, request.reason or "cancelled")
+        view, changed = await self.instances.cancel(request.instance_id, request.reason or "cancelled")
         message = "cancelled" if changed else f"instance is already {view.instance.status}; nothing changed"
         return pb.CancelInstanceResponse(instance=self._instance_info(view), changed=changed, message=message)
 
     async def CompleteUserTask(self, request: pb.CompleteUserTaskRequest, context: Any) -> pb.InstanceInfo:
         validate_name(request.task_name, "task_name")
         payload = self.engine.decode_object(request.payload_json, "payload_json")
-        view = await self.store.complete_user_task(request.instance_id, request.task_name, payload)
+        view = await self.instances.complete_user_task(request.instance_id, request.task_name, payload)
         return self._instance_info(view)
 
     async def GetHistory(self, request: pb.GetHistoryRequest, context: Any) -> pb.GetHistoryResponse:
-        entries = await self.store.history(request.instance_id)
+        entries = await self.instances.history(request.instance_id)
         return pb.GetHistoryResponse(entries=[_history_entry(e) for e in entries])
 
     # ------------------------------------------------------------------ workers
@@ -269,19 +259,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         max_tasks = request.max_tasks or 1
         if not 1 <= max_tasks <= MAX_TASKS_PER_POLL:
             raise InvalidArgument(f"max_tasks must be between 1 and {MAX_TASKS_PER_POLL}, got {max_tasks}")
-        wait = min(max(request.wait_millis, 0), MAX_POLL_WAIT_MILLIS) / 1000
-        deadline = time.monotonic() + wait
-        while True:
-            claimed = await self.store.claim(request.worker_id, queues, max_tasks)
-            if claimed:
-                return pb.PollTasksResponse(tasks=[self._activation(c) for c in claimed])
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return pb.PollTasksResponse()
-            next_ready = await self.store.next_ready_at(queues)
-            if next_ready is not None:
-                remaining = min(remaining, max((next_ready - now_millis()) / 1000, 0.001))
-            await self.store.notifier.wait_work(queues, remaining)
+        claimed = await self.instances.poll(request.worker_id, queues, max_tasks, request.wait_millis / 1000)
+        return pb.PollTasksResponse(tasks=[self._activation(c) for c in claimed])
 
     def _activation(self, claimed: Claimed) -> pb.TaskActivation:
         token = claimed.token
@@ -316,7 +295,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             ctx = self._decode_result(request.context_json)
         elif which == "predicate_value":
             value = request.predicate_value
-        status = await self.store.complete(request.task_id, request.lease_owner, ctx, value)
+        status = await self.instances.complete(request.task_id, request.lease_owner, ctx, value)
         return pb.ReportResult(instance_status=status)
 
     def _decode_result(self, data: bytes) -> dict[str, Any]:
@@ -332,7 +311,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         return await self._FailTask(request)
 
     async def _FailTask(self, request: pb.FailTaskRequest) -> pb.ReportResult:
-        status = await self.store.fail(
+        status = await self.instances.fail(
             request.task_id, request.lease_owner, request.message or "step failed", request.retryable
         )
         return pb.ReportResult(instance_status=status)
@@ -341,7 +320,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         return await self._HeartbeatTask(request)
 
     async def _HeartbeatTask(self, request: pb.HeartbeatTaskRequest) -> pb.ReportResult:
-        status, expires = await self.store.heartbeat(request.task_id, request.lease_owner)
+        status, expires = await self.instances.heartbeat(request.task_id, request.lease_owner)
         return pb.ReportResult(instance_status=status, lease_expires_at=expires)
 
     async def AdvanceRun(self, request: pb.AdvanceRunRequest, context: Any) -> pb.AdvanceRunResult:
@@ -357,7 +336,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
                 raise InvalidArgument(str(exc)) from None
         else:
             steps = [self._step_from_pb(i, s) for i, s in enumerate(request.steps)]
-        outcome = await self.store.advance_run(
+        outcome = await self.instances.advance_run(
             request.task_id, request.lease_owner, steps, request.final, request.handback_reason
         )
         if request.final or outcome.token_status != "RUNNING":
