@@ -427,7 +427,7 @@ async def test_cancel_while_a_step_runs_refuses_the_late_completion(mode: Execut
                     await eventually(
                         lambda: worker.stats.local_run_lengths == [1], what="the local run to end"
                     )
-                    assert worker.stats.calls["AdvanceRun"] == 2  # the probe and the (ignored) handback
+                    assert worker.stats.calls["AdvanceRun"] == 1  # the (ignored) handback; no probe
                 await asyncio.sleep(0.1)
                 final = await server.client.get(info.instance_id)
                 history_after = await server.client.history(info.instance_id)
@@ -464,7 +464,7 @@ async def test_rpc_and_commit_counts_per_mode(
     options = WorkerOptions(transport="unary", local_batch_size=batch, concurrency=1, poll_wait_seconds=5)
     report = "CompleteTask" if mode is ExecutionMode.SERVER else "AdvanceRun"
     other = "AdvanceRun" if mode is ExecutionMode.SERVER else "CompleteTask"
-    probe = 0 if mode is ExecutionMode.SERVER else 1  # one empty AdvanceRun per worker: is it implemented?
+    probe = 0  # no probe AdvanceRun: a LOCAL_* activation says the server implements it
     async with EmbeddedServer() as server:
         store = server.server.store
         async with server.worker([bp], options) as worker:
@@ -553,7 +553,9 @@ async def test_worker_falls_back_to_server_style_without_advance_run(transport: 
             results = [await server.client.wait(i, timeout=15) for i in ids]
     assert [r.status for r in results] == ["COMPLETED", "COMPLETED"]
     assert all(r.context == {"s1": True, "s2": True, "s3": True} for r in results)
-    assert worker.stats.calls["AdvanceRun"] == 1  # the probe, once
+    assert worker.stats.calls["AdvanceRun"] == 1  # the first local run's handback, once
     assert worker.stats.calls["CompleteTask"] == 6
-    assert Counter(trace.steps) == {"s1": 2, "s2": 2, "s3": 2}
+    # Without a probe the first run learns at its handback: s1 is reported SERVER style, and s2,
+    # s3 (run locally, never committed) run again SERVER style, as after a LOCAL_ASYNC crash.
+    assert Counter(trace.steps) == {"s1": 2, "s2": 3, "s3": 3}
     assert worker.stats.local_run_lengths == []  # no local runs: every step went SERVER style

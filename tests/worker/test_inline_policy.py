@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from wiggle import ExecutionMode, Step, WorkerOptions, Workflow
+from wiggle._worker.handlers import InlinePolicy as _InlinePolicy
 from wiggle.testing import EmbeddedServer
-from wiggle.worker import _InlinePolicy
 
 
 def quick() -> None:

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..worker import _env_int as worker_env_int
+from .._env import env_int as worker_env_int
 
 __all__ = ["main", "parse_args"]
 

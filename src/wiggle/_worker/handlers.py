@@ -1,0 +1,278 @@
+"""Calling handlers: sync or async, with typed contexts and ``Step.current()``; what they return.
+
+A handler receives its context as the blueprint's context type (a ``msgspec.Struct`` or a dict)
+and returns the new context, None, or (a predicate) a bool. ``outcome_of`` turns that into what a
+report carries, or a non-retryable ``Failure`` that names the problem. Sync handlers run in the
+thread pool, or inline on the event loop once the ``InlinePolicy`` trusts them to be quick
+(WorkerOptions.sync_handlers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import msgspec
+
+from .. import _fast
+from .._rpc import wiggle_pb2 as pb
+from ..errors import PermanentError
+from ..workflow import Blueprint, HandlerKind
+
+__all__ = [
+    "Step",
+    "WorkerStats",
+    "LoadedBlueprint",
+    "InlinePolicy",
+    "Failure",
+    "Outcome",
+    "Context",
+    "Handler",
+    "outcome_of",
+    "failure_of",
+    "HandlerCaller",
+]
+
+log = logging.getLogger("wiggle.worker")
+
+#: A context as JSON carries it: what the server sends and what a report returns.
+Context = dict[str, Any]
+#: A user's handler, as a blueprint holds it (its argument types are the blueprint's context type).
+Handler = Callable[..., Any]
+
+T = TypeVar("T")
+
+_current_step: contextvars.ContextVar[Step] = contextvars.ContextVar("wiggle_step")
+
+
+class Step(msgspec.Struct, frozen=True):
+    """What a running handler can know about its step: ``Step.current()`` inside a handler."""
+
+    instance_id: str
+    workflow: str
+    version: str
+    node_id: str
+    attempt: int  # 1-based: failures of this step so far + 1
+    task_id: str
+    worker_id: str
+    correlation_id: str
+    execution_mode: str
+
+    @staticmethod
+    def current() -> Step:
+        """The step being executed; LookupError outside a handler."""
+        return _current_step.get()
+
+
+class WorkerStats:
+    """Counters of what this worker did (tests and the benchmark read them)."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()  # RPCs sent, by method
+        self.steps = 0  # handler executions
+        self.handbacks: Counter[str] = Counter()
+        self.local_run_lengths: list[int] = []
+
+
+class LoadedBlueprint:
+    """A blueprint with what the worker needs at hand: its compiled graph and its nodes."""
+
+    __slots__ = ("blueprint", "graph", "nodes")
+
+    def __init__(self, blueprint: Blueprint[Any]) -> None:
+        self.blueprint = blueprint
+        self.graph = _fast.CompiledGraph(blueprint.definition)
+        self.nodes = blueprint.definition.node_map()
+
+
+class InlinePolicy:
+    """Decides, per sync handler, whether to skip the thread hop (WorkerOptions.sync_handlers)."""
+
+    PROMOTE_AFTER = 8  # quick runs in a row before a handler runs inline
+
+    def __init__(self, mode: str, threshold_ms: float) -> None:
+        if mode not in ("auto", "thread", "inline"):
+            raise ValueError("sync_handlers must be 'auto', 'thread' or 'inline'")
+        self.mode = mode
+        self.threshold = threshold_ms / 1000
+        self.quick: dict[Handler, int] = {}  # handler -> quick runs in a row (-1: never inline again)
+
+    def inline(self, fn: Handler) -> bool:
+        """Run ``fn`` on the event loop?"""
+        if self.mode != "auto":
+            return self.mode == "inline"
+        return self.quick.get(fn, 0) >= self.PROMOTE_AFTER
+
+    def observe(self, fn: Handler, seconds: float, inline: bool) -> None:
+        """Record how long a run of ``fn`` took (called from pool threads too: plain int updates)."""
+        if self.mode != "auto":
+            return
+        count = self.quick.get(fn, 0)
+        if count < 0:
+            return
+        if inline:
+            if seconds > self.threshold * 10:
+                self.quick[fn] = -1  # it blocked the loop once: never again
+                log.info(
+                    "handler %s took %.1f ms inline; it runs in the thread pool from now on",
+                    getattr(fn, "__name__", fn),
+                    seconds * 1000,
+                )
+        elif seconds <= self.threshold:
+            self.quick[fn] = count + 1
+        else:
+            self.quick[fn] = 0
+
+
+class Failure:
+    """A step that failed: the message reported and whether the server may retry it."""
+
+    __slots__ = ("message", "retryable")
+
+    def __init__(self, message: str, retryable: bool) -> None:
+        self.message = message
+        self.retryable = retryable
+
+    def __repr__(self) -> str:
+        return f"Failure({self.message!r}, retryable={self.retryable})"
+
+
+#: What a step produced: a TASK's or COMBINE's new context (None: a TASK left it unchanged), a
+#: PREDICATE's branch, or a Failure.
+Outcome = Context | bool | None | Failure
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """The Failure a raising handler reports: retryable unless it raised PermanentError."""
+    text = str(exc)
+    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return Failure(message, not isinstance(exc, PermanentError))
+
+
+def outcome_of(kind: str, node_id: str, result: object, before: Context) -> Outcome:
+    """A handler's result as a context dict / bool, or a non-retryable Failure naming the problem."""
+    if kind == HandlerKind.PREDICATE:
+        if not isinstance(result, bool):
+            return Failure(f"predicate {node_id!r} returned {type(result).__name__}, not bool", False)
+        return result
+    if result is None:
+        base: Context = before.get("base", {})
+        return None if kind == HandlerKind.TASK else base
+    if isinstance(result, dict):
+        return result
+    if isinstance(result, msgspec.Struct):
+        converted: Context = msgspec.to_builtins(result)
+        return converted
+    return Failure(f"step {node_id!r} returned {type(result).__name__}; return the context (or None)", False)
+
+
+def _typed(value: Context, ctype: type[Any]) -> object:
+    """The context as the blueprint's context type (a copy when the type is dict)."""
+    if ctype is dict:
+        return dict(value)
+    return msgspec.convert(value, ctype)
+
+
+def timed_call(
+    policy: InlinePolicy, fn: Handler, args: tuple[object, ...], info: Step, inline: bool
+) -> object:
+    """Call a sync handler with its Step set, and tell the policy how long it took."""
+    token = _current_step.set(info)
+    started = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        policy.observe(fn, time.perf_counter() - started, inline)
+        _current_step.reset(token)
+
+
+class HandlerCaller:
+    """Runs a blueprint's handlers for this worker: where (loop, pool, inline) and with which Step."""
+
+    def __init__(self, policy: InlinePolicy, stats: WorkerStats, worker_id: str) -> None:
+        self.policy = policy
+        self.stats = stats
+        self.worker_id = worker_id
+        self.pool: ThreadPoolExecutor | None = None  # set by the worker on start
+
+    def step_info(self, act: pb.TaskActivation, node_id: str, attempt: int) -> Step:
+        """The Step a handler sees for ``node_id`` of the activation ``act``."""
+        return Step(
+            instance_id=act.instance_id,
+            workflow=act.workflow,
+            version=act.version,
+            node_id=node_id,
+            attempt=attempt,
+            task_id=act.task_id,
+            worker_id=self.worker_id,
+            correlation_id=act.correlation_id,
+            execution_mode=act.execution_mode,
+        )
+
+    def arguments(self, loaded: LoadedBlueprint, kind: str, context: Context) -> tuple[object, ...]:
+        """The handler's arguments: the typed context, or for a COMBINE the base and the branches."""
+        ctype = loaded.blueprint.context_type
+        if kind == HandlerKind.COMBINE:
+            base = _typed(context["base"], ctype)
+            branches = [_typed(b, ctype) for b in context["branches"]]
+            return (base, branches)
+        return (_typed(context, ctype),)
+
+    async def call(self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step) -> object:
+        """Run the handler of ``node_id`` on ``context``; returns its raw result (exceptions propagate)."""
+        kind, fn = loaded.blueprint.handlers[node_id]
+        args = self.arguments(loaded, kind, context)
+        self.stats.steps += 1
+        if loaded.blueprint.is_async[node_id]:
+            token = _current_step.set(info)
+            try:
+                result: object = await fn(*args)
+                return result
+            finally:
+                _current_step.reset(token)
+        if self.policy.inline(fn):
+            return timed_call(self.policy, fn, args, info, True)
+        return await self.in_pool(timed_call, self.policy, fn, args, info, False)
+
+    async def run(
+        self, loaded: LoadedBlueprint, act: pb.TaskActivation, node_id: str, context: Context, attempt: int
+    ) -> Outcome:
+        """Run one step on the event loop's side and return its Outcome (a raise becomes a Failure)."""
+        kind = loaded.blueprint.handlers[node_id][0]
+        info = self.step_info(act, node_id, attempt)
+        try:
+            result = await self.call(loaded, node_id, context, info)
+        except Exception as exc:  # the handler raised: that is the step's outcome
+            return failure_of(exc)
+        return outcome_of(kind, node_id, result, context)
+
+    def run_sync(
+        self,
+        loaded: LoadedBlueprint,
+        act: pb.TaskActivation,
+        node_id: str,
+        context: Context,
+        attempt: int,
+        inline: bool,
+    ) -> Outcome:
+        """Run one sync step right here (a pool thread, or the loop when ``inline``)."""
+        kind, fn = loaded.blueprint.handlers[node_id]
+        info = self.step_info(act, node_id, attempt)
+        self.stats.steps += 1
+        try:
+            result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
+        except Exception as exc:
+            return failure_of(exc)
+        return outcome_of(kind, node_id, result, context)
+
+    async def in_pool(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn(*args)`` in the thread pool with the caller's contextvars."""
+        assert self.pool is not None, "the worker is not started"
+        ctx = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self.pool, ctx.run, fn, *args)

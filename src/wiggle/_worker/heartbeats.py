@@ -1,0 +1,96 @@
+"""Heartbeats: one loop renews the lease of every in-flight step of a worker.
+
+A step is watched from the moment it starts until it is reported. The loop sends HeartbeatTask for
+each watched step not renewed within the interval (``heartbeat_seconds``, or a third of the
+server's lease). A FAILED_PRECONDITION answer means the step was taken away (its instance was
+cancelled or its lease lost): the step's ``Lease`` is marked abandoned, so a local run stops at
+its next step boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from .._rpc import wiggle_pb2 as pb
+from .transport import DEFAULT_TIMEOUT, Transport
+
+__all__ = ["Heartbeats", "Lease"]
+
+log = logging.getLogger("wiggle.worker")
+
+
+class Lease:
+    """What the heartbeats learn about a local run's lease: its expiry, and whether it was lost."""
+
+    __slots__ = ("expires_at", "abandoned")
+
+    def __init__(self, expires_at: int) -> None:
+        self.expires_at = expires_at  # epoch millis
+        self.abandoned = False
+
+
+class Heartbeats:
+    """Watches in-flight steps and renews their leases while ``running()`` or any is watched."""
+
+    def __init__(self, transport: Transport, heartbeat_seconds: float, running: Callable[[], bool]) -> None:
+        self.transport = transport
+        self.heartbeat_seconds = heartbeat_seconds
+        self.running = running
+        #: the server's lease length, as the last activation said (until one arrives: 30 s)
+        self.lease_millis = 30_000
+        # task id -> (activation, the local run's lease or None, watched since)
+        self.watched: dict[str, tuple[pb.TaskActivation, Lease | None, float]] = {}
+        self._loop: asyncio.Task[None] | None = None
+
+    def watch(self, act: pb.TaskActivation, lease: Lease | None = None) -> None:
+        """Heartbeat ``act`` until unwatched; ``lease`` (a local run's) learns renewals and loss."""
+        self.watched[act.task_id] = (act, lease, time.monotonic())
+        if self._loop is None or self._loop.done():
+            self._loop = asyncio.ensure_future(self._run())
+
+    def unwatch(self, act: pb.TaskActivation) -> None:
+        """Stop heartbeating ``act`` (reported, or handed back)."""
+        self.watched.pop(act.task_id, None)
+
+    async def close(self) -> None:
+        """Stop the loop."""
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(BaseException):
+                await self._loop
+            self._loop = None
+
+    def interval(self) -> float:
+        """Seconds between heartbeats of one step."""
+        return self.heartbeat_seconds or max(self.lease_millis / 3000, 0.05)
+
+    async def _run(self) -> None:
+        interval = self.interval()
+        while self.watched or self.running():
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            due = [
+                (a, lease) for a, lease, since in list(self.watched.values()) if now - since >= interval * 0.9
+            ]
+            if due:
+                await asyncio.gather(*(self._beat(a, lease) for a, lease in due))
+
+    async def _beat(self, act: pb.TaskActivation, lease: Lease | None) -> None:
+        request = pb.HeartbeatTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner)
+        try:
+            result = await self.transport.heartbeat(request, DEFAULT_TIMEOUT)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and act.task_id in self.watched:
+                log.info("step %s of %s abandoned: %s", act.node_id, act.instance_id, exc.details())
+                if lease is not None:
+                    lease.abandoned = True
+                self.unwatch(act)
+            return
+        if lease is not None:
+            lease.expires_at = max(lease.expires_at, result.lease_expires_at)

@@ -1,0 +1,294 @@
+"""The local-run driver: one claimed token driven through consecutive same-queue steps.
+
+In LOCAL_SYNC and LOCAL_ASYNC (see ``ExecutionMode`` in wiggle/_model.py) the worker keeps the
+claimed token and runs the steps that follow it on the same queue itself, reporting them with
+AdvanceRun: every step in LOCAL_SYNC, at flush points in LOCAL_ASYNC (``local_batch_size`` steps, a
+``.checkpoint()`` step, ``flush_interval``), and at the handback, when the next node is not one it
+may run (``CompiledGraph.classify``), the worker closes, the lease runs low, the run reached
+``max_local_steps`` or the instance stopped running.
+
+Consecutive sync handlers run back to back inside one thread-pool call (a "segment") up to the
+next flush point, so a long LOCAL_ASYNC run pays one thread hop, not one per step; ``async def``
+handlers run on the event loop, one at a time.
+
+No probe: a LOCAL_* activation says its server implements AdvanceRun (the two arrived together,
+proto/wiggle/_rpc/wiggle.proto). A server that answers UNIMPLEMENTED anyway (another
+implementation of the protocol) still gets every step: the run reports its first step, the one
+it claimed, with CompleteTask or FailTask, the steps it ran after that are dropped and run again
+SERVER style (as after an unclean LOCAL_ASYNC death), and the worker runs every later activation
+SERVER style.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import msgspec
+
+from .. import _fast
+from .._engine.state import InstanceStatus, TokenStatus
+from .._model import ExecutionMode, Handback
+from .._rpc import wiggle_pb2 as pb
+from ..workflow import HandlerKind
+from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, WorkerStats
+from .heartbeats import Heartbeats, Lease
+from .options import WorkerOptions
+from .records import ContextDiff, StepRecord, encode_records, step_record
+from .reporter import AdvanceUnsupported, Reporter
+from .server_step import decode_context, report_outcome
+
+__all__ = ["Decision", "AdvanceSupport", "LocalRunEnv", "LocalRun"]
+
+log = logging.getLogger("wiggle.worker")
+_encode = msgspec.json.Encoder().encode
+
+
+class Decision(enum.Enum):
+    """What a local run does after a step."""
+
+    NEXT = "next"  # run the next step, keep buffering
+    FLUSH = "flush"  # commit the buffered steps (AdvanceRun, not final), then run the next step
+    HANDBACK = "handback"  # commit the buffered steps and hand the token back (AdvanceRun, final)
+
+
+class _Stop(enum.Enum):
+    """Why a sync segment stopped before running a step (the driver carries on elsewhere)."""
+
+    ASYNC = "async"  # the next handler is ``async def``: run it on the event loop
+    THREAD = "thread"  # the next handler is not trusted inline: run the segment in the pool
+
+
+class Decided(NamedTuple):
+    """A decision and, for a handback, its reason."""
+
+    decision: Decision
+    reason: Handback | None = None
+
+
+class AdvanceSupport:
+    """What this worker learned about its server's AdvanceRun: None until the first answer."""
+
+    __slots__ = ("supported",)
+
+    def __init__(self) -> None:
+        self.supported: bool | None = None
+
+
+class LocalRunEnv(NamedTuple):
+    """Everything a local run uses of its worker."""
+
+    caller: HandlerCaller
+    reporter: Reporter
+    heartbeats: Heartbeats
+    options: WorkerOptions
+    stats: WorkerStats
+    queues: frozenset[str]
+    closing: Callable[[], bool]
+    advance: AdvanceSupport
+
+
+class _Abandon(Exception):
+    """The server refused a report: the instance finished or the lease was lost."""
+
+
+class LocalRun:
+    """One claimed token driven locally; ``await LocalRun(env, loaded, act).run()``."""
+
+    def __init__(self, env: LocalRunEnv, loaded: LoadedBlueprint, act: pb.TaskActivation) -> None:
+        self.env = env
+        self.loaded = loaded
+        self.act = act
+        self.sync = act.execution_mode == ExecutionMode.LOCAL_SYNC.value
+        self.batch: list[StepRecord] = []
+        self.lease = Lease(act.lease_expires_at)
+        self.steps_run = 0
+        self.last_flush = time.monotonic()
+        self.max_steps = act.max_local_steps
+        # where the run is: the node to run next, its context and attempt
+        self.node_id = act.node_id
+        self.context: Context = decode_context(act)
+        self.attempt = act.attempt
+        # the claimed step's (kind, outcome), kept until the first flush is accepted: a server
+        # without AdvanceRun gets it SERVER style (module docstring)
+        self.first: tuple[str, Outcome] | None = None
+        self.fell_back = False
+
+    # ------------------------------------------------------------------ deciding
+
+    def _lease_low(self) -> bool:
+        lease_ms = self.act.lease_millis or self.env.heartbeats.lease_millis
+        remaining = self.lease.expires_at - time.time() * 1000
+        return remaining < lease_ms * self.env.options.lease_margin
+
+    def after(self, kind: str, outcome: Outcome) -> Decided:
+        """Record a step's outcome and decide what comes next."""
+        node_id = self.node_id
+        graph = self.loaded.graph
+        self.steps_run += 1
+        if self.steps_run == 1:
+            self.first = (kind, outcome)
+        if isinstance(outcome, Failure):
+            # A mid-run failure: flush the successful prefix with the failure (the server retries).
+            self.batch.append(step_record(node_id, outcome))
+            return Decided(Decision.HANDBACK, Handback.RETRY)
+        if kind == HandlerKind.PREDICATE:
+            value = bool(outcome)
+            self.batch.append(step_record(node_id, value))
+            next_id = graph.successor(node_id, value)
+        else:
+            if outcome is None:
+                self.batch.append(step_record(node_id, ContextDiff({}, [])))
+            else:
+                assert isinstance(outcome, dict)
+                limit = self.act.max_payload_bytes
+                if limit:
+                    size = len(_encode(outcome))
+                    if size > limit:
+                        # The server would refuse it: fail this step for good, as SERVER mode does.
+                        message = f"step result is {size} bytes; the limit is {limit} bytes"
+                        self.batch.append(step_record(node_id, Failure(message, False)))
+                        return Decided(Decision.HANDBACK, Handback.RETRY)
+                changed, removed = _fast.diff(self.context, outcome)
+                self.batch.append(step_record(node_id, ContextDiff(changed, removed)))
+                self.context = outcome
+            next_id = graph.successor(node_id, True)
+        assert next_id is not None
+        reason = graph.classify(next_id, self.env.queues)
+        if reason is None:
+            if self.env.closing():
+                reason = Handback.SHUTDOWN
+            elif self.lease.abandoned:
+                reason = Handback.NOT_RUNNING
+            elif self.max_steps and self.steps_run >= self.max_steps:
+                reason = Handback.MAX_STEPS
+            elif self._lease_low():
+                reason = Handback.LEASE_BUDGET
+        if reason is not None:
+            return Decided(Decision.HANDBACK, reason)
+        self.node_id = next_id
+        self.attempt = 1
+        opts = self.env.options
+        if (
+            self.sync
+            or len(self.batch) >= opts.local_batch_size
+            or graph.is_checkpoint(node_id)
+            or (opts.flush_interval > 0 and time.monotonic() - self.last_flush >= opts.flush_interval)
+        ):
+            return Decided(Decision.FLUSH)
+        return Decided(Decision.NEXT)
+
+    # ------------------------------------------------------------------ running
+
+    def sync_segment(self, inline: bool = False) -> Decided | _Stop:
+        """Run sync handlers back to back until a flush point or an async handler.
+
+        In a pool thread (``inline`` False), or on the event loop for as long as each handler
+        is one the inline policy trusts to be quick (else THREAD: hand the rest to the pool).
+        """
+        blueprint = self.loaded.blueprint
+        caller = self.env.caller
+        while True:
+            node_id = self.node_id
+            if blueprint.is_async[node_id]:
+                return _Stop.ASYNC
+            kind, fn = blueprint.handlers[node_id]
+            if inline and not caller.policy.inline(fn):
+                return _Stop.THREAD
+            outcome = caller.run_sync(self.loaded, self.act, node_id, self.context, self.attempt, inline)
+            step = self.after(kind, outcome)
+            if step.decision is not Decision.NEXT:
+                return step
+
+    async def _next_step(self) -> Decided | _Stop:
+        """Run the next step (or sync segment) wherever it belongs."""
+        blueprint = self.loaded.blueprint
+        node_id = self.node_id
+        caller = self.env.caller
+        if blueprint.is_async[node_id]:
+            kind = blueprint.handlers[node_id][0]
+            outcome = await caller.run(self.loaded, self.act, node_id, self.context, self.attempt)
+            return self.after(kind, outcome)
+        result: Decided | _Stop = _Stop.THREAD
+        if caller.policy.inline(blueprint.handlers[node_id][1]):
+            result = self.sync_segment(inline=True)
+        if result is _Stop.THREAD:
+            result = await caller.in_pool(self.sync_segment)
+        return result
+
+    async def run(self) -> None:
+        """Drive the run to its handback (or until the server stops it)."""
+        env = self.env
+        env.heartbeats.watch(self.act, self.lease)
+        try:
+            while True:
+                step = await self._next_step()
+                if isinstance(step, _Stop):
+                    continue  # the next handler is async (or went back to the pool): go round
+                if step.decision is Decision.HANDBACK:
+                    await self.flush(True, step.reason)
+                    return
+                if step.decision is Decision.FLUSH and not await self.flush(False, None):
+                    return
+        except _Abandon:
+            return
+        finally:
+            env.heartbeats.unwatch(self.act)
+            if not self.fell_back:
+                env.stats.local_run_lengths.append(self.steps_run)
+
+    async def flush(self, final: bool, reason: Handback | None) -> bool:
+        """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""
+        request = pb.AdvanceRunRequest(
+            task_id=self.act.task_id,
+            lease_owner=self.act.lease_owner,
+            steps_batch=encode_records(self.batch),
+            final=final,
+            handback_reason=reason.value if reason is not None else "",
+        )
+        self.batch = []
+        self.last_flush = time.monotonic()
+        stats = self.env.stats
+        try:
+            result = await self.env.reporter.advance(request)
+        except AdvanceUnsupported:
+            await self._fall_back()
+            return False
+        if reason is not None:
+            stats.handbacks[reason.value] += 1
+        if result is None:
+            raise _Abandon()
+        self.env.advance.supported = True
+        self.first = None
+        if result.instance_status != InstanceStatus.RUNNING or (
+            not final and result.token_status != TokenStatus.RUNNING
+        ):
+            if not final:
+                stats.handbacks[Handback.NOT_RUNNING.value] += 1
+            return False
+        if result.lease_expires_at:
+            self.lease.expires_at = result.lease_expires_at
+        return True
+
+    async def _fall_back(self) -> None:
+        """The server has no AdvanceRun: report the claimed step SERVER style, and stop here."""
+        if self.env.advance.supported is not False:
+            log.warning("server has no AdvanceRun; running every workflow in SERVER style")
+        self.env.advance.supported = False
+        if self.first is None:
+            # An earlier flush of this run was accepted: the claimed step is committed, and the
+            # lease on the token the run holds now expires, so the server redelivers it.
+            log.error(
+                "AdvanceRun became unimplemented mid-run; the lease expires and the step is redelivered"
+            )
+            raise _Abandon()
+        if self.steps_run > 1:
+            log.info(
+                "%d locally run steps of %s run again SERVER style", self.steps_run - 1, self.act.instance_id
+            )
+        kind, outcome = self.first
+        self.fell_back = True
+        await report_outcome(self.env.reporter, self.act, kind, outcome)

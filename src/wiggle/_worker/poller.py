@@ -1,0 +1,139 @@
+"""The pull loop: claim as many activations as there are free slots, run each as its own task.
+
+A worker holds ``concurrency`` slots. The loop waits for one free slot, takes every other free one
+(up to ``concurrency``), and long-polls PollTasks for that many; each activation runs as a task
+that frees its slot when it ends. A failed poll backs off (0.1 s doubling to 5 s) and tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+import grpc
+
+from .._model import Handback
+from .._rpc import wiggle_pb2 as pb
+from .reporter import AdvanceUnsupported, Reporter
+from .transport import Transport
+
+__all__ = ["Poller"]
+
+log = logging.getLogger("wiggle.worker")
+
+Execute = Callable[[pb.TaskActivation], Awaitable[None]]
+
+
+class Poller:
+    """Pulls activations for ``queues`` and runs ``execute`` on each, at most ``concurrency`` at once."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        reporter: Reporter,
+        worker_id: str,
+        queues: Sequence[str],
+        concurrency: int,
+        poll_wait_seconds: float,
+        execute: Execute,
+    ) -> None:
+        self.transport = transport
+        self.reporter = reporter
+        self.worker_id = worker_id
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.poll_wait_seconds = poll_wait_seconds
+        self.execute = execute
+        self.running = False
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._orphans: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(concurrency)
+        self._loop: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start pulling."""
+        self.running = True
+        self._loop = asyncio.ensure_future(self._run())
+
+    async def stop(self, timeout: float) -> None:
+        """Stop pulling; wait up to ``timeout`` seconds for running activations (then cancel them)."""
+        self.running = False
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(BaseException):
+                await self._loop
+        if self.tasks:
+            _, pending = await asyncio.wait(set(self.tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+        await asyncio.sleep(0.05)  # let a reply to the abandoned poll arrive and be handed back
+        if self._orphans:
+            await asyncio.wait(set(self._orphans), timeout=5.0)
+
+    def hand_back_orphans(self, activations: list[pb.TaskActivation]) -> None:
+        """A poll we abandoned claimed these anyway: hand them back at once, attempt unspent."""
+        for act in activations:
+            request = pb.AdvanceRunRequest(
+                task_id=act.task_id,
+                lease_owner=act.lease_owner,
+                final=True,
+                handback_reason=Handback.SHUTDOWN.value,
+            )
+            task = asyncio.ensure_future(self._hand_back(request))
+            self._orphans.add(task)
+            task.add_done_callback(self._orphans.discard)
+
+    async def _hand_back(self, request: pb.AdvanceRunRequest) -> None:
+        with contextlib.suppress(AdvanceUnsupported):  # an old server: the lease expires instead
+            await self.reporter.advance(request)
+
+    async def _run(self) -> None:
+        slots = self._slots
+        backoff = 0.1
+        while self.running:
+            await slots.acquire()
+            free = 1
+            while not slots.locked():
+                await slots.acquire()
+                free += 1
+                if free >= self.concurrency:
+                    break
+            try:
+                request = pb.PollTasksRequest(
+                    worker_id=self.worker_id,
+                    queues=self.queues,
+                    max_tasks=free,
+                    wait_millis=int(self.poll_wait_seconds * 1000),
+                )
+                response = await self.transport.poll(request, self.poll_wait_seconds + 30)
+                backoff = 0.1
+            except asyncio.CancelledError:
+                for _ in range(free):
+                    slots.release()
+                raise
+            except grpc.RpcError as exc:
+                for _ in range(free):
+                    slots.release()
+                code = exc.code() if hasattr(exc, "code") else None
+                if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED):
+                    log.error("PollTasks refused: %s", exc.details() if hasattr(exc, "details") else exc)
+                else:
+                    log.debug("PollTasks failed (%s); retrying in %.1f s", code, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            tasks = list(response.tasks)
+            for _ in range(free - len(tasks)):
+                slots.release()
+            for activation in tasks:
+                task = asyncio.ensure_future(self.execute(activation))
+                self.tasks.add(task)
+                task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("worker task crashed", exc_info=task.exception())

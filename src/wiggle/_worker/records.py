@@ -1,0 +1,44 @@
+"""AdvanceRun step records: the one function that builds them, and their encoding.
+
+Today a record is the tuple ``wiggle._fast`` encodes (its batch module documents the shapes:
+``("T", node, changed, removed)``, ``("P", node, value)``, ``("F", node, message, retryable)``).
+Every record the local-run driver sends is built by ``step_record``, so changing the record type
+(for example to msgspec Structs) changes this module only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .. import _fast
+from .handlers import Failure
+
+__all__ = ["StepRecord", "ContextDiff", "StepResult", "step_record", "encode_records"]
+
+#: One executed step as the AdvanceRun batch carries it.
+StepRecord = tuple[Any, ...]
+
+
+class ContextDiff(NamedTuple):
+    """A TASK's result as a shallow diff of the context: keys set to new values, keys removed."""
+
+    changed: dict[str, Any]
+    removed: list[str]
+
+
+#: What a step did, as recorded: a TASK's diff, a PREDICATE's branch, or a failure.
+StepResult = ContextDiff | bool | Failure
+
+
+def step_record(node_id: str, result: StepResult) -> StepRecord:
+    """The AdvanceRun record of ``node_id`` having produced ``result``."""
+    if isinstance(result, Failure):
+        return ("F", node_id, result.message, result.retryable)
+    if isinstance(result, bool):
+        return ("P", node_id, result)
+    return ("T", node_id, result.changed, result.removed)
+
+
+def encode_records(records: list[StepRecord]) -> bytes:
+    """The ``steps_batch`` bytes of an AdvanceRunRequest."""
+    return _fast.encode_batch(records)

@@ -1,0 +1,71 @@
+"""Sending a step's report: retried while the server is away, dropped when it refuses.
+
+A refusal (FAILED_PRECONDITION, NOT_FOUND, ...) means the instance moved on without this step
+(cancelled, finished, or the lease was lost): the report is logged and dropped, and the caller
+stops. UNAVAILABLE and DEADLINE_EXCEEDED mean the server restarts or its database is away: the
+report is retried with backoff, then given up (the lease expires and the step is redelivered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from .._rpc import wiggle_pb2 as pb
+from .transport import DEFAULT_TIMEOUT, Transport
+
+__all__ = ["Reporter", "AdvanceUnsupported"]
+
+log = logging.getLogger("wiggle.worker")
+
+R = TypeVar("R")
+
+_RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class AdvanceUnsupported(Exception):
+    """The server answered AdvanceRun with UNIMPLEMENTED: it predates local execution."""
+
+
+class Reporter:
+    """Reports over a Transport with the retry-or-drop policy of the module docstring."""
+
+    ATTEMPTS = 8
+
+    def __init__(self, transport: Transport, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.transport = transport
+        self.timeout = timeout
+
+    async def complete(self, request: pb.CompleteTaskRequest) -> pb.ReportResult | None:
+        """CompleteTask; None if refused or given up."""
+        return await self._send("CompleteTask", lambda: self.transport.complete(request, self.timeout))
+
+    async def fail(self, request: pb.FailTaskRequest) -> pb.ReportResult | None:
+        """FailTask; None if refused or given up."""
+        return await self._send("FailTask", lambda: self.transport.fail(request, self.timeout))
+
+    async def advance(self, request: pb.AdvanceRunRequest) -> pb.AdvanceRunResult | None:
+        """AdvanceRun; None if refused or given up; AdvanceUnsupported from a server without it."""
+        return await self._send("AdvanceRun", lambda: self.transport.advance(request, self.timeout))
+
+    async def _send(self, name: str, send: Callable[[], Awaitable[R]]) -> R | None:
+        delay = 0.1
+        for _ in range(self.ATTEMPTS):
+            try:
+                return await send()
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code in _RETRIED:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 3.0)
+                    continue
+                if code == grpc.StatusCode.UNIMPLEMENTED and name == "AdvanceRun":
+                    raise AdvanceUnsupported(exc.details()) from None
+                log.info("%s refused: %s", name, exc.details())
+                return None
+        log.warning("%s gave up after retries; the lease will expire and the step will be redelivered", name)
+        return None

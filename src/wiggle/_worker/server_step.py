@@ -1,0 +1,71 @@
+"""SERVER style: run one claimed step, report it with CompleteTask or FailTask.
+
+Used for every SERVER-mode activation, for LOCAL_* ones the worker may not drive locally (a
+blueprint version it does not have exactly, a JOIN, ``use_local_modes=False``), and by a local run
+that learns the server has no AdvanceRun (it reports the one step it ran this way).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .._rpc import wiggle_pb2 as pb
+from ..workflow import HandlerKind
+from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome
+from .heartbeats import Heartbeats
+from .reporter import Reporter
+
+__all__ = ["run_server_step", "report_outcome", "report_failure", "decode_context"]
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+def decode_context(act: pb.TaskActivation) -> Context:
+    """The activation's context (the server sends JSON objects only; empty means {})."""
+    if not act.context_json:
+        return {}
+    context: Context = _decode(act.context_json)
+    return context
+
+
+async def run_server_step(
+    caller: HandlerCaller,
+    reporter: Reporter,
+    heartbeats: Heartbeats,
+    loaded: LoadedBlueprint,
+    act: pb.TaskActivation,
+) -> None:
+    """Run the activation's step, heartbeating while it runs, and report its outcome."""
+    context = decode_context(act)
+    heartbeats.watch(act)
+    try:
+        outcome = await caller.run(loaded, act, act.node_id, context, act.attempt)
+    finally:
+        heartbeats.unwatch(act)
+    await report_outcome(reporter, act, loaded.blueprint.handlers[act.node_id][0], outcome)
+
+
+async def report_outcome(reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome) -> None:
+    """CompleteTask with the outcome, or FailTask if it is a Failure."""
+    if isinstance(outcome, Failure):
+        await report_failure(reporter, act, outcome)
+        return
+    request = pb.CompleteTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner)
+    if kind == HandlerKind.PREDICATE:
+        request.predicate_value = bool(outcome)
+    elif outcome is not None:
+        request.context_json = _encode(outcome)
+    await reporter.complete(request)
+
+
+async def report_failure(reporter: Reporter, act: pb.TaskActivation, failure: Failure) -> None:
+    """FailTask: the server retries the step (if retryable and its policy allows) or fails it."""
+    await reporter.fail(
+        pb.FailTaskRequest(
+            task_id=act.task_id,
+            lease_owner=act.lease_owner,
+            message=failure.message,
+            retryable=failure.retryable,
+        )
+    )

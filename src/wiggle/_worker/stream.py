@@ -1,0 +1,190 @@
+"""The stream transport: every worker call multiplexed over one WorkerSession stream.
+
+Each request carries a request id; the server answers, in any order, with a ServerMessage naming
+it (proto/wiggle/_rpc/wiggle.proto, ``WorkerSession``). The stream reconnects on the next call
+after it breaks; calls in flight when it breaks fail with the stream's error (UNAVAILABLE when it
+just closed), so the reporter retries them like any unary call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from .._rpc import wiggle_pb2 as pb
+from .._rpc import wiggle_pb2_grpc as pb_grpc
+
+__all__ = ["StreamTransport", "StreamError"]
+
+
+class StreamError(grpc.RpcError):  # type: ignore[misc]  # grpc ships no type stubs
+    """An error reply on the worker stream, shaped like an AioRpcError (``code()``, ``details()``)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        """The gRPC status code the server (or the stream) gave."""
+        return self._code
+
+    def details(self) -> str:
+        """The error message."""
+        return self._details
+
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+OrphanHandler = Callable[[list[pb.TaskActivation]], None]
+
+
+class StreamTransport:
+    """The Transport over one WorkerSession stream; reconnects when it breaks."""
+
+    def __init__(self, stub: pb_grpc.WiggleControlPlaneStub) -> None:
+        self.stub = stub
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._pending: dict[int, asyncio.Future[pb.ServerMessage]] = {}
+        self._next_id = 0
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._outgoing: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        #: called with activations claimed by a poll nobody waits for any more (timed out, cancelled)
+        self.on_orphan_tasks: OrphanHandler | None = None
+
+    # ------------------------------------------------------------------ the five calls
+
+    async def poll(self, request: pb.PollTasksRequest, timeout: float) -> pb.PollTasksResponse:
+        """PollTasks over the stream."""
+        reply = await self._call_with(pb.WorkerMessage(poll=request), "PollTasks", timeout)
+        return reply.tasks
+
+    async def complete(self, request: pb.CompleteTaskRequest, timeout: float) -> pb.ReportResult:
+        """CompleteTask over the stream."""
+        reply = await self._call_with(pb.WorkerMessage(complete=request), "CompleteTask", timeout)
+        return reply.report
+
+    async def fail(self, request: pb.FailTaskRequest, timeout: float) -> pb.ReportResult:
+        """FailTask over the stream."""
+        reply = await self._call_with(pb.WorkerMessage(fail=request), "FailTask", timeout)
+        return reply.report
+
+    async def heartbeat(self, request: pb.HeartbeatTaskRequest, timeout: float) -> pb.ReportResult:
+        """HeartbeatTask over the stream."""
+        reply = await self._call_with(pb.WorkerMessage(heartbeat=request), "HeartbeatTask", timeout)
+        return reply.report
+
+    async def advance(self, request: pb.AdvanceRunRequest, timeout: float) -> pb.AdvanceRunResult:
+        """AdvanceRun over the stream."""
+        reply = await self._call_with(pb.WorkerMessage(advance=request), "AdvanceRun", timeout)
+        return reply.advanced
+
+    async def close(self) -> None:
+        """End the stream and stop reading it."""
+        call = self._call
+        self._call = None
+        if call is not None:
+            self._outgoing.put_nowait(None)
+            call.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reader
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _call_with(self, message: pb.WorkerMessage, name: str, timeout: float) -> pb.ServerMessage:
+        """Send ``message`` under a fresh request id and wait for the reply naming it."""
+        await self._ensure()
+        self._next_id += 1
+        rid = self._next_id
+        message.request_id = rid
+        future: asyncio.Future[pb.ServerMessage] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        self._outgoing.put_nowait(message)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            self._pending.pop(rid, None)
+            self._cancel_remote(rid)
+            raise StreamError(grpc.StatusCode.DEADLINE_EXCEEDED, f"{name} timed out") from None
+        except asyncio.CancelledError:
+            self._pending.pop(rid, None)
+            self._cancel_remote(rid)
+            raise
+
+    async def _ensure(self) -> None:
+        if self._call is not None:
+            return
+        async with self._lock:
+            if self._call is None:
+                outgoing: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+                self._outgoing = outgoing
+                call = self.stub.WorkerSession(_frames(outgoing))
+                self._call = call
+                self._reader = asyncio.ensure_future(self._read(call))
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+        error: BaseException | None = None
+        try:
+            while True:
+                frame = await call.read()
+                if frame is grpc.aio.EOF:
+                    break
+                for message in frame.messages:
+                    self._deliver(message)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
+            error = exc
+        finally:
+            if self._call is call:
+                self._call = None
+            pending, self._pending = self._pending, {}
+            for future in pending.values():
+                if not future.done():
+                    if isinstance(error, grpc.RpcError):
+                        future.set_exception(error)
+                    else:
+                        future.set_exception(StreamError(grpc.StatusCode.UNAVAILABLE, "worker stream closed"))
+
+    def _deliver(self, message: pb.ServerMessage) -> None:
+        future = self._pending.pop(message.request_id, None)
+        body = message.WhichOneof("body")
+        if future is None or future.done():
+            if body == "tasks" and message.tasks.tasks and self.on_orphan_tasks is not None:
+                self.on_orphan_tasks(list(message.tasks.tasks))  # claimed after we stopped waiting
+            return
+        if body == "error":
+            code = _CODES.get(message.error.code, grpc.StatusCode.UNKNOWN)
+            future.set_exception(StreamError(code, message.error.message))
+        else:
+            future.set_result(message)
+
+    def _cancel_remote(self, rid: int) -> None:
+        if self._call is not None:
+            self._outgoing.put_nowait(
+                pb.WorkerMessage(request_id=rid, cancel=pb.CancelRequest(request_id=rid))
+            )
+
+
+async def _frames(outgoing: asyncio.Queue[pb.WorkerMessage | None]) -> AsyncIterator[pb.WorkerBatch]:
+    """The request side of the stream: whatever is queued, one frame per write.
+
+    gRPC allows one write at a time on a stream, so every caller enqueues and this generator
+    writes; several messages queued meanwhile go out as one WorkerBatch. None ends the stream.
+    """
+    while True:
+        message = await outgoing.get()
+        if message is None:
+            return
+        frame = [message]
+        while not outgoing.empty():
+            more = outgoing.get_nowait()
+            if more is None:
+                yield pb.WorkerBatch(messages=frame)
+                return
+            frame.append(more)
+        yield pb.WorkerBatch(messages=frame)

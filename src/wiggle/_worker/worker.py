@@ -1,0 +1,231 @@
+"""The Worker: wires options, transport, handlers, the pull loop, heartbeats and local runs together.
+
+Lifecycle only; each job lives in its own module of this package (see ``__init__``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .._model import ExecutionMode
+from .._rpc import wiggle_pb2 as pb
+from .._rpc import wiggle_pb2_grpc as pb_grpc
+from ..client import AsyncClient
+from ..workflow import Blueprint
+from .handlers import Context, Failure, HandlerCaller, InlinePolicy, LoadedBlueprint, Step, WorkerStats
+from .heartbeats import Heartbeats
+from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
+from .options import WorkerOptions, check_options
+from .poller import Poller
+from .reporter import Reporter
+from .server_step import report_failure, run_server_step
+from .stream import StreamTransport
+from .transport import CountedTransport, Transport, UnaryTransport
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("wiggle.worker")
+
+_LOCAL_MODES = (ExecutionMode.LOCAL_SYNC.value, ExecutionMode.LOCAL_ASYNC.value)
+
+
+class Worker:
+    """Runs the steps of ``blueprints`` pulled from a server.
+
+    ``Worker("127.0.0.1:7233", [blueprint], WorkerOptions(concurrency=16))``; then ``run()``
+    (blocking, stops on SIGINT/SIGTERM), or ``await start()`` ... ``await close()``.
+    """
+
+    def __init__(
+        self,
+        client_or_target: AsyncClient | str,
+        blueprints: Iterable[Blueprint[Any]],
+        options: WorkerOptions | None = None,
+    ) -> None:
+        self.options = options or WorkerOptions()
+        check_options(self.options)
+        self._target = client_or_target
+        self._client: AsyncClient | None = (
+            client_or_target if isinstance(client_or_target, AsyncClient) else None
+        )
+        self._own_client = self._client is None
+        self.blueprints = list(blueprints)
+        if not self.blueprints:
+            raise ValueError("a worker needs at least one blueprint")
+        self._exact: dict[tuple[str, str], LoadedBlueprint] = {}
+        self._by_name: dict[str, list[LoadedBlueprint]] = {}
+        for bp in self.blueprints:
+            loaded = LoadedBlueprint(bp)
+            self._exact[(bp.name, bp.version)] = loaded
+            self._by_name.setdefault(bp.name, []).append(loaded)
+        queues = self.options.queues
+        if queues is None:
+            queues = sorted(set().union(*(bp.queues() for bp in self.blueprints)))
+        if not queues:
+            raise ValueError("the worker serves no queues")
+        self.queues: frozenset[str] = frozenset(queues)
+        self.worker_id = (
+            self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+        )
+        self.stats = WorkerStats()
+        self._inline = InlinePolicy(self.options.sync_handlers, self.options.inline_threshold_ms)
+        self._caller = HandlerCaller(self._inline, self.stats, self.worker_id)
+        self._advance = AdvanceSupport()
+        self._running = False
+        self._closing = False
+        self._transport: Transport | None = None
+        self._reporter: Reporter | None = None
+        self._heartbeats: Heartbeats | None = None
+        self._poller: Poller | None = None
+        self._run_env: LocalRunEnv | None = None
+
+    # -------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Connect, register the blueprints, start pulling."""
+        if self._running:
+            return
+        if self._client is None:
+            assert isinstance(self._target, str)
+            self._client = AsyncClient(self._target)
+        stub = pb_grpc.WiggleControlPlaneStub(self._client.channel)
+        opts = self.options
+        inner: Transport
+        stream: StreamTransport | None = None
+        if opts.transport == "stream":
+            inner = stream = StreamTransport(stub)
+        else:
+            inner = UnaryTransport(stub)
+        transport = self._transport = CountedTransport(inner, self.stats.calls)
+        reporter = self._reporter = Reporter(transport)
+        heartbeats = self._heartbeats = Heartbeats(transport, opts.heartbeat_seconds, lambda: self._running)
+        self._caller.pool = ThreadPoolExecutor(
+            opts.threads or opts.concurrency, thread_name_prefix="wiggle-step"
+        )
+        self._run_env = LocalRunEnv(
+            caller=self._caller,
+            reporter=reporter,
+            heartbeats=heartbeats,
+            options=opts,
+            stats=self.stats,
+            queues=self.queues,
+            closing=lambda: self._closing,
+            advance=self._advance,
+        )
+        poller = self._poller = Poller(
+            transport,
+            reporter,
+            self.worker_id,
+            sorted(self.queues),
+            opts.concurrency,
+            opts.poll_wait_seconds,
+            self._execute,
+        )
+        if stream is not None:
+            stream.on_orphan_tasks = poller.hand_back_orphans
+        if opts.register:
+            for bp in self.blueprints:
+                await self._client.register(bp)
+        self._running = True
+        self._closing = False
+        poller.start()
+        log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.queues)))
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Stop pulling, let running steps finish (local runs flush and hand back), disconnect."""
+        if not self._running:
+            return
+        self._closing = True
+        self._running = False
+        if self._poller is not None:
+            await self._poller.stop(timeout)
+        if self._heartbeats is not None:
+            await self._heartbeats.close()
+        if self._transport is not None:
+            await self._transport.close()
+        if self._caller.pool is not None:
+            self._caller.pool.shutdown(wait=False)
+        if self._own_client and self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def run_async(self) -> None:
+        """Run until cancelled or until SIGINT/SIGTERM, then close gracefully."""
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await self.close()
+
+    def run(self) -> None:
+        """Blocking form of run_async."""
+        asyncio.run(self.run_async())
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -------------------------------------------------------------- handlers
+
+    async def call_handler(
+        self, blueprint: Blueprint[Any], node_id: str, context: Context, info: Step
+    ) -> object:
+        """Run the handler of ``node_id`` of ``blueprint`` (one this worker serves) on ``context``.
+
+        Returns the handler's raw result; its exception propagates. Only while the worker runs.
+        """
+        loaded = self._exact.get((blueprint.name, blueprint.version))
+        if loaded is None:
+            raise ValueError(f"this worker does not serve {blueprint.name!r} version {blueprint.version}")
+        return await self._caller.call(loaded, node_id, context, info)
+
+    # -------------------------------------------------------------- executing
+
+    def _lookup(self, act: pb.TaskActivation) -> tuple[LoadedBlueprint | None, bool]:
+        exact = self._exact.get((act.workflow, act.version))
+        if exact is not None:
+            return exact, True
+        for loaded in self._by_name.get(act.workflow, ()):
+            if act.node_id in loaded.blueprint.handlers:
+                return loaded, False
+        return None, False
+
+    async def _execute(self, act: pb.TaskActivation) -> None:
+        assert self._reporter is not None and self._heartbeats is not None and self._run_env is not None
+        if act.lease_millis:
+            self._heartbeats.lease_millis = act.lease_millis
+        loaded, exact = self._lookup(act)
+        if loaded is None:
+            message = (
+                f"worker {self.worker_id} has no handler for node {act.node_id!r} of workflow "
+                f"{act.workflow!r} version {act.version}"
+            )
+            await report_failure(self._reporter, act, Failure(message, True))
+            return
+        local = (
+            exact
+            and self.options.use_local_modes
+            and act.kind != "JOIN"
+            and act.execution_mode in _LOCAL_MODES
+            and self._advance.supported is not False
+        )
+        if local:
+            await LocalRun(self._run_env, loaded, act).run()
+        else:
+            await run_server_step(self._caller, self._reporter, self._heartbeats, loaded, act)
