@@ -1,0 +1,71 @@
+"""WorkerOptions: checked in one place, with messages that name the option and what it accepts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from wiggle import Worker, WorkerOptions, Workflow
+from wiggle._env import EnvError
+from wiggle._worker.options import check_options
+
+
+def step(ctx: dict[str, Any]) -> dict[str, Any]:
+    return ctx
+
+
+BP = Workflow.define("opts").step(step).build()
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"concurrency": 0}, "concurrency must be >= 1, got 0"),
+        ({"local_batch_size": 0}, r"local_batch_size must be >= 1, got 0 \(check WIGGLE_LOCAL_BATCH_SIZE"),
+        ({"transport": "pigeon"}, "transport must be 'stream' or 'unary', got 'pigeon'"),
+        (
+            {"sync_handlers": "sometimes"},
+            "sync_handlers must be 'auto', 'thread' or 'inline', got 'sometimes'",
+        ),
+        ({"threads": -1}, "threads must be >= 0"),
+        ({"poll_wait_seconds": -1.0}, "poll_wait_seconds must be >= 0"),
+        ({"heartbeat_seconds": -1.0}, "heartbeat_seconds must be >= 0"),
+        ({"flush_interval": -0.5}, "flush_interval must be >= 0"),
+        ({"lease_margin": 1.0}, r"lease_margin must be in \[0, 1\), got 1.0"),
+        ({"inline_threshold_ms": -1.0}, "inline_threshold_ms must be >= 0"),
+        ({"queues": "orders"}, "queues must be a list of queue names, got the string 'orders'"),
+    ],
+)
+def test_bad_options_are_refused_by_name(fields: dict[str, Any], message: str) -> None:
+    options = WorkerOptions(**fields)
+    with pytest.raises(ValueError, match=message):
+        check_options(options)
+    with pytest.raises(ValueError, match=message):
+        Worker("127.0.0.1:1", [BP], options)  # the worker checks them too, before anything starts
+
+
+def test_defaults_are_valid() -> None:
+    check_options(WorkerOptions())
+
+
+def test_env_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WIGGLE_LOCAL_BATCH_SIZE", "7")
+    monkeypatch.setenv("WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS", "250")
+    options = WorkerOptions()
+    assert (options.local_batch_size, options.flush_interval) == (7, 0.25)
+    assert WorkerOptions(local_batch_size=3).local_batch_size == 3  # an argument wins
+
+
+def test_a_malformed_env_default_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WIGGLE_LOCAL_BATCH_SIZE", "lots")
+    with pytest.raises(EnvError, match="WIGGLE_LOCAL_BATCH_SIZE must be an integer, got 'lots'"):
+        WorkerOptions()
+
+
+def test_worker_arguments() -> None:
+    with pytest.raises(ValueError, match="at least one blueprint"):
+        Worker("127.0.0.1:1", [])
+    with pytest.raises(ValueError, match="serves no queues"):
+        Worker("127.0.0.1:1", [BP], WorkerOptions(queues=[]))
+    assert Worker("127.0.0.1:1", [BP]).queues == {"opts"}
