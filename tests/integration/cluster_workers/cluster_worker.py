@@ -30,28 +30,47 @@ _activation: contextvars.ContextVar[Any] = contextvars.ContextVar("activation")
 def _instrument() -> None:
     """Record acknowledged reports. Instrumentation only: the worker's behaviour is unchanged.
 
-    ``_run_one`` runs one SERVER-mode step in its own asyncio task and reports it with
-    ``_report``, which retries UNAVAILABLE and returns None when the server refused the report;
-    a contextvar set in ``_run_one`` tells ``_report`` which activation it reports.
+    ``run_server_step`` (wiggle/_worker/server_step.py) runs one SERVER-mode step in its own
+    asyncio task and reports it through ``Reporter.complete`` / ``Reporter.fail``, which retry
+    UNAVAILABLE and return None when the server refused the report; a contextvar set around
+    ``run_server_step`` tells them which activation they report.
     """
-    run_one = Worker._run_one
-    report = Worker._report
+    from wiggle._worker import worker as worker_module
+    from wiggle._worker.reporter import Reporter
 
-    async def _run_one(self: Worker, loaded: Any, act: Any) -> None:
-        _activation.set(act)
-        await run_one(self, loaded, act)
+    run_server_step = worker_module.run_server_step
+    complete, fail = Reporter.complete, Reporter.fail
 
-    async def _report(self: Worker, method: str, request: Any) -> Any:
-        result = await report(self, method, request)
+    async def traced_run_server_step(*args: Any) -> None:
+        _activation.set(args[-1])  # the activation is the last argument
+        await run_server_step(*args)
+
+    def acknowledged(method: str, result: Any) -> None:
         act = _activation.get(None)
-        if result is not None and act is not None and method in ("CompleteTask", "FailTask"):
+        if result is not None and act is not None:
             cluster_flows.write_line(
-                {"ack": method, "i": act.instance_id, "n": act.node_id, "a": act.attempt, "w": self.worker_id}
+                {
+                    "ack": method,
+                    "i": act.instance_id,
+                    "n": act.node_id,
+                    "a": act.attempt,
+                    "w": cluster_flows.WORKER_ID,
+                }
             )
+
+    async def traced_complete(self: Reporter, request: Any) -> Any:
+        result = await complete(self, request)
+        acknowledged("CompleteTask", result)
         return result
 
-    Worker._run_one = _run_one  # type: ignore[method-assign]
-    Worker._report = _report  # type: ignore[method-assign]
+    async def traced_fail(self: Reporter, request: Any) -> Any:
+        result = await fail(self, request)
+        acknowledged("FailTask", result)
+        return result
+
+    worker_module.run_server_step = traced_run_server_step  # type: ignore[assignment]
+    Reporter.complete = traced_complete  # type: ignore[method-assign]
+    Reporter.fail = traced_fail  # type: ignore[method-assign]
 
 
 def main() -> None:
