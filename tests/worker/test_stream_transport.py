@@ -1,0 +1,109 @@
+"""The stream transport: replies matched by request id, errors as RpcErrors, late claims handed on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._worker.stream import StreamError, StreamTransport
+
+
+class FakeCall:
+    """A WorkerSession call: reads the worker's frames, answers as ``answer`` says."""
+
+    def __init__(self, requests: AsyncIterator[pb.WorkerBatch], answer: Any) -> None:
+        self.replies: asyncio.Queue[Any] = asyncio.Queue()
+        self.seen: list[pb.WorkerMessage] = []
+        self.answer = answer
+        self.pump = asyncio.ensure_future(self._pump(requests))
+
+    async def _pump(self, requests: AsyncIterator[pb.WorkerBatch]) -> None:
+        async for frame in requests:
+            for message in frame.messages:
+                self.seen.append(message)
+                reply = self.answer(message)
+                if reply is not None:
+                    self.replies.put_nowait(pb.ServerBatch(messages=[reply]))
+
+    async def read(self) -> Any:
+        return await self.replies.get()
+
+    def cancel(self) -> None:
+        self.pump.cancel()
+        self.replies.put_nowait(grpc.aio.EOF)
+
+
+class FakeStub:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.calls: list[FakeCall] = []
+
+    def WorkerSession(self, requests: AsyncIterator[pb.WorkerBatch]) -> FakeCall:  # noqa: N802 (the RPC's name)
+        call = FakeCall(requests, self.answer)
+        self.calls.append(call)
+        return call
+
+
+def answer(message: pb.WorkerMessage) -> pb.ServerMessage | None:
+    body = message.WhichOneof("body")
+    rid = message.request_id
+    if body == "heartbeat":
+        return pb.ServerMessage(request_id=rid, report=pb.ReportResult(lease_expires_at=rid))
+    if body == "fail":
+        return pb.ServerMessage(
+            request_id=rid,
+            error=pb.RpcError(code=grpc.StatusCode.FAILED_PRECONDITION.value[0], message="gone"),
+        )
+    if body == "advance":
+        return pb.ServerMessage(request_id=rid, advanced=pb.AdvanceRunResult(instance_status="RUNNING"))
+    return None  # polls are never answered in time
+
+
+async def test_replies_errors_and_orphans() -> None:
+    stub = FakeStub(answer)
+    transport = StreamTransport(stub)  # type: ignore[arg-type]
+    orphans: list[list[pb.TaskActivation]] = []
+    transport.on_orphan_tasks = orphans.append
+    try:
+        beats = await asyncio.gather(
+            *(transport.heartbeat(pb.HeartbeatTaskRequest(task_id=f"t{i}"), 5) for i in range(3))
+        )
+        assert sorted(b.lease_expires_at for b in beats) == [1, 2, 3]  # each its own reply
+        advanced = await transport.advance(pb.AdvanceRunRequest(task_id="t"), 5)
+        assert advanced.instance_status == "RUNNING"
+        with pytest.raises(StreamError) as failed:
+            await transport.fail(pb.FailTaskRequest(task_id="t"), 5)
+        assert failed.value.code() == grpc.StatusCode.FAILED_PRECONDITION and failed.value.details() == "gone"
+        with pytest.raises(StreamError) as timed_out:
+            await transport.poll(pb.PollTasksRequest(max_tasks=1), 0.05)
+        assert timed_out.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        [call] = stub.calls  # one stream for every call
+        poll = next(m for m in call.seen if m.WhichOneof("body") == "poll")
+        # the server claims a task for the abandoned poll after all: it is handed on, not lost
+        late = pb.TaskActivation(task_id="late")
+        call.replies.put_nowait(
+            pb.ServerBatch(
+                messages=[
+                    pb.ServerMessage(request_id=poll.request_id, tasks=pb.PollTasksResponse(tasks=[late]))
+                ]
+            )
+        )
+        for _ in range(100):
+            if orphans:
+                break
+            await asyncio.sleep(0.01)
+        assert [[a.task_id for a in batch] for batch in orphans] == [["late"]]
+        for _ in range(100):
+            if any(m.WhichOneof("body") == "cancel" for m in call.seen):
+                break
+            await asyncio.sleep(0.01)
+        assert [m.cancel.request_id for m in call.seen if m.WhichOneof("body") == "cancel"] == [
+            poll.request_id
+        ]
+    finally:
+        await transport.close()
