@@ -16,8 +16,9 @@ This module is the public face; the parts live in the private package ``wiggle._
 
 from __future__ import annotations
 
-from ._worker.handlers import Step, WorkerStats
+from ._worker.handlers import Step
 from ._worker.options import WorkerOptions
+from ._worker.stats import WorkerStats
 from ._worker.worker import Worker
 
 __all__ = ["Worker", "WorkerOptions", "Step", "WorkerStats"]

@@ -464,11 +464,10 @@ async def test_rpc_and_commit_counts_per_mode(
     options = WorkerOptions(transport="unary", local_batch_size=batch, concurrency=1, poll_wait_seconds=5)
     report = "CompleteTask" if mode is ExecutionMode.SERVER else "AdvanceRun"
     other = "AdvanceRun" if mode is ExecutionMode.SERVER else "CompleteTask"
-    probe = 0  # no probe AdvanceRun: a LOCAL_* activation says the server implements it
     async with EmbeddedServer() as server:
         store = server.server.store
         async with server.worker([bp], options) as worker:
-            for round_ in range(3):
+            for _ in range(3):
                 calls_before = Counter(worker.stats.calls)
                 tx_before = store.stats.transactions
                 info = await server.client.start(bp, {})
@@ -477,13 +476,12 @@ async def test_rpc_and_commit_counts_per_mode(
                 assert done.context == {f"s{i}": True for i in range(1, n + 1)}
                 calls = Counter(worker.stats.calls)
                 calls.subtract(calls_before)
-                extra = probe if round_ == 0 else 0
-                assert calls[report] == expected_reports + extra, dict(calls)
+                assert calls[report] == expected_reports, dict(calls)  # no probe AdvanceRun, even first
                 assert calls[other] == 0
                 assert calls["FailTask"] == 0 and calls["HeartbeatTask"] == 0
-                assert store.stats.transactions - tx_before == expected_tx + extra
+                assert store.stats.transactions - tx_before == expected_tx
         metrics = server.server.metrics.rpc_calls
-        assert metrics[report] == 3 * expected_reports + probe
+        assert metrics[report] == 3 * expected_reports
         assert metrics[other] == 0
 
 

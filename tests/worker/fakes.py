@@ -11,11 +11,12 @@ import grpc
 
 from wiggle import Blueprint
 from wiggle._rpc import wiggle_pb2 as pb
-from wiggle._worker.handlers import HandlerCaller, InlinePolicy, LoadedBlueprint, WorkerStats
+from wiggle._worker.handlers import HandlerCaller, InlinePolicy, LoadedBlueprint
 from wiggle._worker.heartbeats import Heartbeats
 from wiggle._worker.local_run import AdvanceSupport, LocalRun, LocalRunEnv
 from wiggle._worker.options import WorkerOptions
 from wiggle._worker.reporter import Reporter
+from wiggle._worker.stats import WorkerStats
 from wiggle._worker.stream import StreamError
 
 AdvanceReply = Callable[[pb.AdvanceRunRequest], pb.AdvanceRunResult]

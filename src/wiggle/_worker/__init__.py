@@ -8,6 +8,7 @@
 - ``records``: the one function that builds an AdvanceRun step record.
 - ``server_step``: SERVER style, one step reported with CompleteTask or FailTask.
 - ``local_run``: the LOCAL_SYNC / LOCAL_ASYNC driver and its ``Decision``.
+- ``stats``: WorkerStats, the counters tests and the benchmark read.
 - ``heartbeats``: one loop that renews the lease of every in-flight step.
 - ``poller``: the pull loop.
 - ``worker``: the ``Worker`` that wires them together.

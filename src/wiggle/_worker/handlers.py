@@ -13,7 +13,6 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -24,10 +23,10 @@ from .. import _fast
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError
 from ..workflow import Blueprint, HandlerKind
+from .stats import WorkerStats
 
 __all__ = [
     "Step",
-    "WorkerStats",
     "LoadedBlueprint",
     "InlinePolicy",
     "Failure",
@@ -68,16 +67,6 @@ class Step(msgspec.Struct, frozen=True):
     def current() -> Step:
         """The step being executed; LookupError outside a handler."""
         return _current_step.get()
-
-
-class WorkerStats:
-    """Counters of what this worker did (tests and the benchmark read them)."""
-
-    def __init__(self) -> None:
-        self.calls: Counter[str] = Counter()  # RPCs sent, by method
-        self.steps = 0  # handler executions
-        self.handbacks: Counter[str] = Counter()
-        self.local_run_lengths: list[int] = []
 
 
 class LoadedBlueprint:

@@ -34,12 +34,13 @@ from .._engine.state import InstanceStatus, TokenStatus
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, WorkerStats
+from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome
 from .heartbeats import Heartbeats, Lease
 from .options import WorkerOptions
 from .records import ContextDiff, StepRecord, encode_records, step_record
 from .reporter import AdvanceUnsupported, Reporter
 from .server_step import decode_context, report_outcome
+from .stats import WorkerStats
 
 __all__ = ["Decision", "AdvanceSupport", "LocalRunEnv", "LocalRun"]
 

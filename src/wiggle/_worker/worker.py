@@ -15,18 +15,19 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .._model import ExecutionMode
+from .._model import ExecutionMode, NodeKind
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from ..client import AsyncClient
 from ..workflow import Blueprint
-from .handlers import Context, Failure, HandlerCaller, InlinePolicy, LoadedBlueprint, Step, WorkerStats
+from .handlers import Context, Failure, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
 from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
 from .options import WorkerOptions, check_options
 from .poller import Poller
 from .reporter import Reporter
 from .server_step import report_failure, run_server_step
+from .stats import WorkerStats
 from .stream import StreamTransport
 from .transport import CountedTransport, Transport, UnaryTransport
 
@@ -221,7 +222,7 @@ class Worker:
         local = (
             exact
             and self.options.use_local_modes
-            and act.kind != "JOIN"
+            and act.kind != NodeKind.JOIN
             and act.execution_mode in _LOCAL_MODES
             and self._advance.supported is not False
         )
