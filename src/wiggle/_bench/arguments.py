@@ -1,0 +1,121 @@
+"""The benchmark's command line: flags, their environment-variable defaults, validation.
+
+``wiggle bench`` hands every argument after ``bench`` to ``parse_args`` here (src/wiggle/cli.py
+does not know the flags), so a new flag needs no change outside this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from .._env import EnvError, env_int
+
+__all__ = ["MODES", "build_parser", "parse_args"]
+
+MODES = ("SERVER", "LOCAL_SYNC", "LOCAL_ASYNC")
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return env_int(name, default)
+    except EnvError as exc:
+        raise SystemExit(f"e2e: {exc}") from None
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def parse_modes(text: str) -> list[str]:
+    modes = [m.strip().upper() for m in text.split(",") if m.strip()]
+    if not modes:
+        raise argparse.ArgumentTypeError("no mode given")
+    for m in modes:
+        if m not in MODES:
+            raise argparse.ArgumentTypeError(f"mode {m!r} is not one of {', '.join(MODES)}")
+    return modes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env_mode = os.environ.get("WIGGLE_EXECUTION_MODE", "").strip()
+    p = argparse.ArgumentParser(
+        prog="wiggle bench",
+        description="End-to-end benchmark: a linear S-step workflow, I pre-submitted instances, timed drain.",
+        epilog="Environment variables give the defaults: WIGGLE_EXECUTION_MODE, WIGGLE_BENCH_STEPS, "
+        "WIGGLE_BENCH_INSTANCES, WIGGLE_BENCH_WORKERS, WIGGLE_BENCH_CONCURRENCY, WIGGLE_LOCAL_BATCH_SIZE, "
+        "WIGGLE_BENCH_TRANSPORT, WIGGLE_BENCH_HANDLER, WIGGLE_DATABASE_URL, WIGGLE_IMPL, WIGGLE_BENCH_TIMEOUT.",
+    )
+    p.add_argument(
+        "--modes",
+        type=parse_modes,
+        default=env_mode or ",".join(MODES),
+        help="comma-separated execution modes, run in turn (default: $WIGGLE_EXECUTION_MODE, else all three)",
+    )
+    p.add_argument("--steps", type=positive, default=_env_int("WIGGLE_BENCH_STEPS", 20))
+    p.add_argument("--instances", type=positive, default=_env_int("WIGGLE_BENCH_INSTANCES", 1000))
+    p.add_argument(
+        "--workers", type=positive, default=_env_int("WIGGLE_BENCH_WORKERS", 4), help="worker processes"
+    )
+    p.add_argument(
+        "--concurrency", type=positive, default=_env_int("WIGGLE_BENCH_CONCURRENCY", 16), help="per worker"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=positive,
+        default=_env_int("WIGGLE_LOCAL_BATCH_SIZE", 64),
+        help="LOCAL_ASYNC flush size",
+    )
+    p.add_argument(
+        "--transport",
+        choices=("stream", "unary"),
+        default=os.environ.get("WIGGLE_BENCH_TRANSPORT", "stream") or "stream",
+    )
+    p.add_argument(
+        "--handler",
+        choices=("sync", "async"),
+        default=os.environ.get("WIGGLE_BENCH_HANDLER", "sync") or "sync",
+        help="sync: plain functions (run in the worker's thread pool); async: async def",
+    )
+    p.add_argument(
+        "--database-url",
+        default=os.environ.get("WIGGLE_DATABASE_URL", ""),
+        help="PostgreSQL URL; unset: in-memory",
+    )
+    p.add_argument(
+        "--impl",
+        choices=("auto", "cython", "python"),
+        default=None,
+        help="WIGGLE_IMPL for server and workers",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=float(os.environ.get("WIGGLE_BENCH_TIMEOUT", "") or 600),
+        help="seconds per mode",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print a JSON document on stdout (tables go to stderr)"
+    )
+    p.add_argument("--keep", action="store_true", help="keep the PostgreSQL database/schemas and the logs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument(
+        "--fault", choices=("", "context", "fail"), default="", help=argparse.SUPPRESS
+    )  # tests the verification
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if args.timeout <= 0:
+        raise SystemExit("e2e: --timeout must be > 0")
+    if args.database_url and not args.database_url.startswith(("postgresql://", "postgres://")):
+        raise SystemExit("e2e: --database-url must be a postgresql:// URL")
+    return args

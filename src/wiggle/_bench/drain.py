@@ -1,0 +1,301 @@
+"""The timed drain of one execution mode: fresh server (+ schema), submission, drain, verification.
+
+The workload is src/wiggle/_bench/worker.py (the same module the worker subprocesses run); the
+figures come from figures.py, the verdict from verify.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from typing import Any
+
+from wiggle import AsyncClient, InstanceInfo
+
+from . import worker as workload
+from .errors import BenchError
+from .figures import Snapshot, drain_figures
+from .pgstats import Postgres
+from .processes import READY_TIMEOUT, STOP_GRACE, Child, Children, machine_busy, self_cpu
+from .progress import Progress
+from .verify import verify
+
+__all__ = ["SUBMIT_CONCURRENCY", "ModeRun"]
+
+SUBMIT_CONCURRENCY = 64
+
+
+class ModeRun:
+    """One mode: fresh server (+ schema), submission, timed drain, verification.
+
+    ``run()`` returns the mode's result: ``{"mode", "ok"}`` plus the figures (drain_figures) when
+    verified, or ``"problems"`` when not.
+    """
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        mode: str,
+        children: Children,
+        pg: Postgres | None,
+        progress: Progress,
+    ) -> None:
+        self.args = args
+        self.mode = mode
+        self.children = children
+        self.pg = pg
+        self.progress = progress
+        self.name = workload.workflow_name(mode, args.steps)
+        self.schema = f"wiggle_bench_{os.getpid()}_{mode.lower()}"
+        self.result: dict[str, Any] = {"mode": mode, "ok": False}
+        self.server: Child | None = None
+        self.workers: list[Child] = []
+        self.instance_ids: dict[str, int] = {}
+        self.deadline: float = time.monotonic() + float(args.timeout)
+
+    def _remaining(self, what: str) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise BenchError(f"timed out after --timeout {self.args.timeout:.0f} s while {what}")
+        return remaining
+
+    async def _start_server(self, label: str) -> tuple[Child, dict[str, Any]]:
+        server_args = ["server"]
+        if self.pg is not None:
+            server_args += ["--database-url", self.pg.url, "--schema", self.schema]
+        server = await self.children.spawn(f"{self.mode}-server-{label}", server_args)
+        ready = await server.expect(
+            "ready", min(READY_TIMEOUT, self._remaining("starting the server")), "starting"
+        )
+        return server, ready
+
+    async def _stats(self, server: Child) -> dict[str, Any]:
+        server.send("stats")
+        return await server.expect("stats", 30.0, "reading its counters")
+
+    async def _snapshot(self, server: Child, after: bool = False) -> Snapshot:
+        """The counters at one edge of the window; read in mirror order, so the cheap local ones sit
+        closest to the window and the server's stats RPC stays outside it."""
+        if not after:
+            stats = await self._stats(server)
+            cpu = self._cpu()
+            pg_cpu = await asyncio.to_thread(self.pg.cpu_snapshot) if self.pg else None
+            driver = self_cpu()
+            machine = machine_busy()
+            return Snapshot(stats, cpu, pg_cpu, driver, machine)
+        driver = self_cpu()
+        machine = machine_busy()
+        cpu = self._cpu()
+        pg_cpu = await asyncio.to_thread(self.pg.cpu_snapshot) if self.pg else None
+        stats = await self._stats(server)
+        return Snapshot(stats, cpu, pg_cpu, driver, machine)
+
+    async def run(self) -> dict[str, Any]:
+        args = self.args
+        bp = workload.blueprint(self.mode, args.steps, args.handler)
+        xact_before = 0
+        # -- 1. registration and submission (not timed)
+        server, ready = await self._start_server("submit")
+        self.result["server_impl"] = ready.get("impl")
+        self.result["store"] = ready.get("store")
+        target = f"127.0.0.1:{ready['port']}"
+        async with AsyncClient(target) as client:
+            await client.register(bp)
+            await self._submit(client)
+        if self.pg is not None:
+            # Drain on a second server process: the first one's backends exit and flush their
+            # statistics, so pg_stat_database's counters are exact from here on.
+            await self.children.shutdown([server])
+            await asyncio.to_thread(self.pg.wait_no_backends)
+            xact_before = await asyncio.to_thread(self.pg.xact_commit)
+            server, ready = await self._start_server("drain")
+            target = f"127.0.0.1:{ready['port']}"
+        self.server = server
+        # -- 2. workers: connected and registered, waiting for "go"
+        worker_args = [
+            "worker",
+            "--target",
+            target,
+            "--mode",
+            self.mode,
+            "--steps",
+            str(args.steps),
+            "--concurrency",
+            str(args.concurrency),
+            "--batch-size",
+            str(args.batch_size),
+            "--transport",
+            args.transport,
+            "--handler",
+            args.handler,
+        ]
+        if args.fault:
+            worker_args += ["--fault", args.fault]
+        self.workers = [
+            await self.children.spawn(f"{self.mode}-worker{i}", [*worker_args, "--index", str(i)])
+            for i in range(args.workers)
+        ]
+        readies = await asyncio.gather(
+            *(
+                w.expect("ready", min(READY_TIMEOUT, self._remaining("starting the workers")), "starting")
+                for w in self.workers
+            )
+        )
+        self.result["worker_impl"] = sorted({r.get("impl") for r in readies})
+        if any(r.get("version") != bp.version for r in readies):
+            raise BenchError("a worker built a different workflow version than the driver")
+        # -- 3. the timed drain
+        async with AsyncClient(target) as client:
+            before = await self._snapshot(server)
+            t_go = time.time()
+            mono_go = time.monotonic()
+            for w in self.workers:
+                w.send("go")
+            polls = await self._drain(client, mono_go)
+            mono_done = time.monotonic()
+            after = await self._snapshot(server, after=True)
+            # -- 4. verification (after the measurements)
+            infos = await self._fetch_all(client)
+        problems = verify(infos, self.instance_ids, self.name, args.steps, workload.expected_context)
+        # -- 5. stop workers (graceful: they report their own counters), then the server
+        worker_stats = await self._stop_workers()
+        await self.children.shutdown([server])
+        xact = None
+        if self.pg is not None:
+            await asyncio.to_thread(self.pg.wait_no_backends)
+            xact = await asyncio.to_thread(self.pg.xact_commit) - xact_before
+        if problems:
+            self.result["problems"] = problems
+            return self.result
+        self.result.update(
+            drain_figures(
+                infos,
+                steps=args.steps,
+                t_go=t_go,
+                observed=mono_done - mono_go,
+                polls=polls,
+                before=before,
+                after=after,
+                worker_stats=worker_stats,
+                xact=xact,
+            )
+        )
+        self.result["ok"] = True
+        return self.result
+
+    # -- submission and drain
+
+    async def _submit(self, client: AsyncClient) -> None:
+        total = self.args.instances
+        next_n = 0
+        started = time.monotonic()
+        label = f"{self.mode} submit"
+
+        async def submitter() -> None:
+            nonlocal next_n
+            while next_n < total:
+                n = next_n
+                next_n += 1
+                info = await client.start(self.name, {"n": n, "count": 0})
+                self.instance_ids[info.instance_id] = n
+
+        tasks = [asyncio.ensure_future(submitter()) for _ in range(min(SUBMIT_CONCURRENCY, total))]
+        try:
+            while True:
+                done, _ = await asyncio.wait(tasks, timeout=0.2, return_when=asyncio.FIRST_EXCEPTION)
+                for task in done:
+                    if task.exception() is not None:
+                        raise BenchError(f"StartInstance failed: {task.exception()}")
+                if len(done) == len(tasks):
+                    break
+                self._remaining(f"submitting ({len(self.instance_ids)}/{total} submitted)")
+                self.progress.show(label, len(self.instance_ids), total, started, "inst")
+        finally:
+            for task in tasks:
+                task.cancel()
+        self.progress.show(label, len(self.instance_ids), total, started, "inst", force=True)
+        self.progress.end()
+        if len(self.instance_ids) != total:
+            raise BenchError(f"submitted {len(self.instance_ids)} distinct instances, expected {total}")
+
+    async def _list_one(self, client: AsyncClient, status: str) -> list[InstanceInfo]:
+        items, _ = await client.list(workflow=self.name, status=status, page_size=1)
+        return list(items)
+
+    async def _drain(self, client: AsyncClient, mono_go: float) -> int:
+        """Wait until no instance is RUNNING; returns how many ListInstances calls that took."""
+        target_steps = self.args.instances * self.args.steps
+        label = f"{self.mode} drain"
+        polls = 0
+        last_running = last_failed = 0.0
+        while True:
+            for child in [self.server, *self.workers]:
+                assert child is not None
+                if not child.alive:
+                    raise child.died("the drain was running")
+            steps = sum(w.steps for w in self.workers)
+            now = time.monotonic()
+            if now - last_running >= (0.05 if steps >= target_steps else 2.0):
+                last_running = now
+                polls += 1
+                if not await self._list_one(client, "RUNNING"):
+                    break
+            if now - last_failed >= 2.0:
+                last_failed = now
+                polls += 1
+                if await self._list_one(client, "FAILED"):
+                    break  # the verification says what went wrong
+            if now > self.deadline:
+                self.progress.end()
+                raise BenchError(
+                    f"timed out after --timeout {self.args.timeout:.0f} s: the workers ran "
+                    f"{steps}/{target_steps} steps and instances are still RUNNING"
+                )
+            self.progress.show(
+                label, min(steps, target_steps) // self.args.steps, self.args.instances, mono_go, "inst"
+            )
+            await asyncio.sleep(0.05)
+        steps = sum(w.steps for w in self.workers)
+        self.progress.show(
+            label,
+            min(steps, target_steps) // self.args.steps,
+            self.args.instances,
+            mono_go,
+            "inst",
+            force=True,
+        )
+        self.progress.end()
+        return polls
+
+    def _cpu(self) -> dict[str, float | None]:
+        assert self.server is not None
+        workers = [w.cpu() for w in self.workers]
+        return {
+            "server": self.server.cpu(),
+            "workers": None if any(c is None for c in workers) else sum(c for c in workers if c is not None),
+        }
+
+    async def _fetch_all(self, client: AsyncClient) -> list[InstanceInfo]:
+        out: list[InstanceInfo] = []
+        token = ""
+        while True:
+            items, token = await client.list(workflow=self.name, page_size=1000, page_token=token)
+            out.extend(items)
+            if not token:
+                return out
+
+    async def _stop_workers(self) -> list[dict[str, Any]]:
+        for w in self.workers:
+            w.send("stop")
+        stats: list[dict[str, Any]] = []
+        for w in self.workers:
+            try:
+                stats.append(await w.expect("stats", STOP_GRACE, "stopping"))
+            except BenchError:
+                stats.append({})
+        await self.children.shutdown(self.workers)
+        return stats
+
+    # -- verification and figures

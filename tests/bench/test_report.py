@@ -1,0 +1,100 @@
+"""The report: tables from a made-up run document, and the JSON form."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from wiggle._bench.report import emit, render
+
+
+def mode(name: str, per_s: float, pg: bool = False) -> dict[str, Any]:
+    return {
+        "mode": name,
+        "ok": True,
+        "instances": 10,
+        "steps": 3,
+        "elapsed_s": 0.5,
+        "instances_per_s": per_s,
+        "steps_per_s": per_s * 3,
+        "latency_ms": {"p50": 12, "p99": 40, "max": 41},
+        "worker_rpcs_per_instance": 4.5,
+        "store_tx_per_instance": 2.25,
+        "pg_xact_per_instance": 2.5 if pg else None,
+        "pg_xact_commit": 25 if pg else None,
+        "cpu_s": {"server": 0.25, "workers": 0.5, "driver": 0.0, "irq": 0.0, "other": 0.0},
+        "cpu_ms_per_instance": 75.0,
+        "rpc_per_instance": {"PollTasks": 1.0, "ListInstances": 0.3},
+        "rpc_errors": {},
+        "handler_executions": 30,
+    }
+
+
+def document(modes: list[dict[str, Any]], store: str = "memory") -> dict[str, Any]:
+    return {
+        "settings": {
+            "steps": 3,
+            "instances": 10,
+            "workers": 1,
+            "concurrency": 2,
+            "transport": "stream",
+            "handler": "sync",
+            "batch_size": 64,
+        },
+        "environment": {
+            "store": store,
+            "server_impl": "cython",
+            "worker_impl": ["cython"],
+            "python": "3.11",
+            "cpus": 2,
+        },
+        "modes": modes,
+        "ok": all(m["ok"] for m in modes),
+    }
+
+
+def test_render_a_verified_run() -> None:
+    text = render(document([mode("SERVER", 20.0), mode("LOCAL_ASYNC", 200.0)]))
+    lines = text.splitlines()
+    assert lines[0].startswith("wiggle e2e benchmark: 3 steps x 10 instances, 1 workers x 2 concurrency")
+    assert "pg xact/inst" not in text
+    row = next(line for line in lines if line.startswith("SERVER "))
+    assert row.split()[:8] == ["SERVER", "20.0", "60.0", "0.50", "12", "40", "4.50", "2.25"]
+    assert any(line.startswith("ListInstances (driver)") for line in lines)
+    assert "handler runs/inst                3.00         3.00" in text
+    assert lines[-1] == (
+        "RESULT: OK - verified all 10 instances COMPLETED with the expected context in every mode (SERVER, LOCAL_ASYNC)"
+    )
+    assert "warning" not in text
+
+
+def test_render_postgres_columns_and_a_disturbed_run() -> None:
+    m = mode("SERVER", 20.0, pg=True)
+    m["cpu_s"].update(postgres_backends=0.125, postgres_background=0.0, other=0.25)  # 50% of the drain
+    text = render(document([m], store="postgresql 15"))
+    assert "pg xact/inst" in text and "pg back" in text
+    assert "2.50" in next(line for line in text.splitlines() if line.startswith("SERVER "))
+    assert "warning: other processes used CPU during the drain (SERVER 0.2 s)" in text
+
+
+def test_render_a_failed_mode_prints_no_figures() -> None:
+    bad = {"mode": "LOCAL_SYNC", "ok": False, "problems": ["1 instance(s) not COMPLETED: i0 (n=0) is FAILED"]}
+    text = render(document([bad]))
+    assert "inst/s" not in text
+    assert "LOCAL_SYNC: FAILED - no figures" in text and "  - 1 instance(s) not COMPLETED" in text
+    assert text.splitlines()[-1] == "RESULT: WRONG - 1 of 1 mode(s) failed verification or did not finish"
+
+
+def test_emit_json_puts_the_document_on_stdout_and_the_tables_on_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = document([mode("SERVER", 20.0)])
+    emit(doc, as_json=True)
+    out, err = capsys.readouterr()
+    assert json.loads(out) == doc
+    assert err.startswith("wiggle e2e benchmark")
+    emit(doc, as_json=False)
+    out, err = capsys.readouterr()
+    assert out.startswith("wiggle e2e benchmark") and err == ""
