@@ -18,6 +18,8 @@ CLEAN = (
     "WIGGLE_BENCH_HANDLER",
     "WIGGLE_DATABASE_URL",
     "WIGGLE_BENCH_TIMEOUT",
+    "WIGGLE_BENCH_SUBMIT",
+    "WIGGLE_BENCH_SUBMIT_THREADS",
 )
 
 
@@ -34,6 +36,17 @@ def test_defaults() -> None:
     assert (args.batch_size, args.transport, args.handler) == (64, "stream", "sync")
     assert args.database_url == "" and args.impl is None and args.timeout == 600
     assert not args.json and not args.keep and args.fault == ""
+    assert args.submit == ["before"] and args.submit_threads == 8
+
+
+def test_submit_modes_run_before_then_during(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_args(["--submit", "during"]).submit == ["during"]
+    assert parse_args(["--submit", "During, before"]).submit == ["before", "during"]
+    assert parse_args(["--submit", "before,before"]).submit == ["before"]
+    monkeypatch.setenv("WIGGLE_BENCH_SUBMIT", "during")
+    monkeypatch.setenv("WIGGLE_BENCH_SUBMIT_THREADS", "3")
+    args = parse_args([])
+    assert args.submit == ["during"] and args.submit_threads == 3
 
 
 def test_environment_gives_the_defaults_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,6 +75,9 @@ def test_a_malformed_environment_variable_names_itself(monkeypatch: pytest.Monke
         (["--steps", "0"], "must be >= 1"),
         (["--instances", "x"], "is not an integer"),
         (["--transport", "carrier-pigeon"], "invalid choice"),
+        (["--submit", "after"], "submit mode 'after' is not one of before, during"),
+        (["--submit", ""], "no submit mode given"),
+        (["--submit-threads", "0"], "must be >= 1"),
     ],
 )
 def test_bad_flags_exit_2_and_say_why(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from wiggle import InstanceInfo
 from wiggle._bench.errors import BenchError
-from wiggle._bench.figures import Snapshot, cpu_delta, drain_figures, percentile
+from wiggle._bench.figures import Snapshot, cpu_delta, drain_figures, percentile, start_figures
+from wiggle._bench.submit import StartLog
 from wiggle._bench.verify import verify
 from wiggle._bench.worker import expected_context
 
@@ -167,3 +168,24 @@ def test_verify_rejects_a_completion_before_creation() -> None:
     assert verify([info(0, created=2000, finished=1000)], {"i0": 0}, "wf", 3, expected_context) == [
         "1 instance(s) not COMPLETED: i0 (n=0) COMPLETED with finished_at=1000"
     ]
+
+
+def test_start_figures_rate_over_the_span_and_latency_in_ms() -> None:
+    latencies = [0.001 * k for k in range(1, 101)]  # 1..100 ms
+    st = start_figures(latencies, span=0.5, clients="8 threads")
+    assert st["count"] == 100 and st["clients"] == "8 threads"
+    assert st["per_s"] == 200.0 and st["span_s"] == 0.5
+    assert st["latency_ms"] == {"p50": 50.0, "p90": 90.0, "p99": 99.0, "max": 100.0}
+    assert start_figures([0.002], span=0.0, clients="x")["per_s"] is None
+
+
+def test_start_log_records_ids_latencies_and_span() -> None:
+    log = StartLog()
+    assert log.span == 0.0
+    a = log.began()
+    b = log.began()
+    log.ended("i1", 1, b)
+    log.ended("i0", 0, a)
+    assert log.instance_ids == {"i1": 1, "i0": 0}
+    assert len(log.latencies) == 2 and all(x >= 0 for x in log.latencies)
+    assert log.first is not None and log.last is not None and log.span >= 0

@@ -98,3 +98,45 @@ def test_emit_json_puts_the_document_on_stdout_and_the_tables_on_stderr(
     emit(doc, as_json=False)
     out, err = capsys.readouterr()
     assert out.startswith("wiggle e2e benchmark") and err == ""
+
+
+def test_render_labels_runs_by_submit_mode_and_lists_the_starts() -> None:
+    before = dict(mode("SERVER", 20.0), submit="before")
+    before["starts"] = {
+        "count": 10,
+        "clients": "64 async calls",
+        "span_s": 0.1,
+        "per_s": 100.0,
+        "latency_ms": {"p50": 1.5, "p90": 2.0, "p99": 3.0, "max": 3.5},
+    }
+    during = dict(mode("SERVER", 15.0), submit="during")
+    during["starts"] = dict(before["starts"], clients="8 threads", per_s=50.0)
+    text = render(document([before, during]))
+    lines = text.splitlines()
+    assert any(line.startswith("SERVER before ") and " 20.0 " in line for line in lines)
+    assert any(line.startswith("SERVER during ") and " 15.0 " in line for line in lines)
+    starts = next(line for line in lines if line.startswith("starts "))
+    assert starts.split() == [
+        "starts",
+        "by",
+        "starts/s",
+        "span",
+        "s",
+        "p50",
+        "ms",
+        "p90",
+        "ms",
+        "p99",
+        "ms",
+        "max",
+        "ms",
+    ]
+    row = next(line for line in lines if line.startswith("SERVER during") and "8 threads" in line)
+    assert row.split()[-6:] == ["50.0", "0.10", "1.5", "2.0", "3.0", "3.5"]
+    assert "submit during: the window runs from the first start to the last finish" in text
+    assert lines[-1].endswith("(SERVER before, SERVER during)")
+
+
+def test_render_without_during_keeps_the_plain_mode_labels() -> None:
+    text = render(document([dict(mode("SERVER", 20.0), submit="before")]))
+    assert "SERVER before" not in text and "submit during" not in text

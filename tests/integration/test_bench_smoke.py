@@ -186,3 +186,90 @@ def test_small_benchmark_on_postgres(tmp_path: Path) -> None:
                 "SELECT count(*) FROM pg_namespace WHERE nspname = ANY(%s)", (env["schemas"],)
             ).fetchone()
             assert row is not None and row[0] == 0, env["schemas"]
+
+
+def _check_starts(m: dict[str, Any], instances: int, threads: int) -> None:
+    st = m["starts"]
+    assert st["count"] == instances
+    assert st["clients"] == (f"{threads} threads" if m["submit"] == "during" else "64 async calls")
+    assert st["per_s"] > 0 and st["span_s"] > 0
+    lat = st["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+
+
+@pytest.mark.timeout(200)
+def test_submit_during_starts_the_instances_inside_the_window(tmp_path: Path) -> None:
+    args = [
+        str(E2E),
+        "--steps",
+        "3",
+        "--instances",
+        "12",
+        "--workers",
+        "1",
+        "--concurrency",
+        "4",
+        "--modes",
+        "SERVER,LOCAL_ASYNC",
+        "--submit",
+        "during,before",  # run in the order before, during
+        "--submit-threads",
+        "3",
+        "--no-progress",
+        "--json",
+    ]
+    code, doc, output = _run(args, tmp_path)
+    assert code == 0, output
+    assert doc is not None and doc["ok"], output
+    assert doc["settings"]["submit"] == ["before", "during"] and doc["settings"]["submit_threads"] == 3
+    runs = [(m["mode"], m["submit"]) for m in doc["modes"]]
+    assert runs == [
+        ("SERVER", "before"),
+        ("SERVER", "during"),
+        ("LOCAL_ASYNC", "before"),
+        ("LOCAL_ASYNC", "during"),
+    ]
+    for m in doc["modes"]:
+        assert m["ok"] and m["instances"] == 12 and m["handler_executions"] >= 36
+        _check_starts(m, 12, 3)
+        # The starts are RPCs of the window under "during" only, and never the workers' cost.
+        assert m["rpc_total"].get("StartInstance", 0) == (12 if m["submit"] == "during" else 0)
+        assert "StartInstance" in m["rpc_per_instance"] or m["submit"] == "before"
+    server_during = doc["modes"][1]
+    assert server_during["worker_rpcs_per_instance"] == pytest.approx(
+        sum(v for k, v in server_during["rpc_total"].items() if k not in ("ListInstances", "StartInstance"))
+        / 12,
+        abs=0.001,
+    )
+    assert "SERVER during" in output and "8 threads" not in output and "3 threads" in output
+    assert "RESULT: OK - verified all 12 instances" in output
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(
+    os.environ.get("WIGGLE_TEST_POSTGRES") != "1", reason="set WIGGLE_TEST_POSTGRES=1 to run on PostgreSQL"
+)
+def test_submit_during_on_postgres(tmp_path: Path) -> None:
+    args = [str(E2E), "--steps", "2", "--instances", "10", "--workers", "1", "--concurrency", "4"]
+    args += [
+        "--modes",
+        "LOCAL_SYNC",
+        "--submit",
+        "during",
+        "--no-progress",
+        "--json",
+        "--database-url",
+        PG_URL,
+    ]
+    code, doc, output = _run(args, tmp_path)
+    assert code == 0, output
+    assert doc is not None and doc["ok"], output
+    (m,) = doc["modes"]
+    assert m["submit"] == "during"
+    _check_starts(m, 10, 8)
+    assert (
+        m["pg_xact_commit"] is not None and m["pg_xact_commit"] >= 10
+    )  # the starts commit inside the window
+    (schema,) = doc["environment"]["schemas"]
+    assert schema.endswith("_local_sync_during"), schema

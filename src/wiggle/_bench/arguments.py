@@ -10,11 +10,12 @@ import argparse
 import os
 from collections.abc import Sequence
 
-from .._env import EnvError, env_int
+from .._env import EnvError, env_int, env_str
 
-__all__ = ["MODES", "build_parser", "parse_args"]
+__all__ = ["MODES", "SUBMITS", "build_parser", "parse_args"]
 
 MODES = ("SERVER", "LOCAL_SYNC", "LOCAL_ASYNC")
+SUBMITS = ("before", "during")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -44,6 +45,17 @@ def parse_modes(text: str) -> list[str]:
     return modes
 
 
+def parse_submit(text: str) -> list[str]:
+    """``before``, ``during`` or both (comma-separated, run in that order per mode)."""
+    wanted = {m.strip().lower() for m in text.split(",") if m.strip()}
+    if not wanted:
+        raise argparse.ArgumentTypeError("no submit mode given")
+    for m in wanted:
+        if m not in SUBMITS:
+            raise argparse.ArgumentTypeError(f"submit mode {m!r} is not one of {', '.join(SUBMITS)}")
+    return [m for m in SUBMITS if m in wanted]
+
+
 def build_parser() -> argparse.ArgumentParser:
     env_mode = os.environ.get("WIGGLE_EXECUTION_MODE", "").strip()
     p = argparse.ArgumentParser(
@@ -51,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="End-to-end benchmark: a linear S-step workflow, I pre-submitted instances, timed drain.",
         epilog="Environment variables give the defaults: WIGGLE_EXECUTION_MODE, WIGGLE_BENCH_STEPS, "
         "WIGGLE_BENCH_INSTANCES, WIGGLE_BENCH_WORKERS, WIGGLE_BENCH_CONCURRENCY, WIGGLE_LOCAL_BATCH_SIZE, "
-        "WIGGLE_BENCH_TRANSPORT, WIGGLE_BENCH_HANDLER, WIGGLE_DATABASE_URL, WIGGLE_IMPL, WIGGLE_BENCH_TIMEOUT.",
+        "WIGGLE_BENCH_TRANSPORT, WIGGLE_BENCH_HANDLER, WIGGLE_DATABASE_URL, WIGGLE_IMPL, WIGGLE_BENCH_TIMEOUT, "
+        "WIGGLE_BENCH_SUBMIT, WIGGLE_BENCH_SUBMIT_THREADS.",
     )
     p.add_argument(
         "--modes",
@@ -103,6 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--json", action="store_true", help="print a JSON document on stdout (tables go to stderr)"
+    )
+    p.add_argument(
+        "--submit",
+        type=parse_submit,
+        default=env_str("WIGGLE_BENCH_SUBMIT", "before"),
+        help="before: start every instance, then time the workers' drain (default); during: start them "
+        "from --submit-threads client threads inside the timed window, concurrently with the workers; "
+        "before,during: both, one after the other per mode",
+    )
+    p.add_argument(
+        "--submit-threads",
+        type=positive,
+        default=_env_int("WIGGLE_BENCH_SUBMIT_THREADS", 8),
+        help="client threads calling Client.start under --submit during (default 8)",
     )
     p.add_argument("--keep", action="store_true", help="keep the PostgreSQL database/schemas and the logs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -16,10 +16,11 @@ from wiggle import AsyncClient, InstanceInfo
 
 from . import worker as workload
 from .errors import BenchError
-from .figures import Snapshot, drain_figures
+from .figures import Snapshot, drain_figures, start_figures
 from .pgstats import Postgres
 from .processes import READY_TIMEOUT, STOP_GRACE, Child, Children, machine_busy, self_cpu
 from .progress import Progress
+from .submit import StartLog, ThreadSubmitter
 from .verify import verify
 
 __all__ = ["SUBMIT_CONCURRENCY", "ModeRun"]
@@ -30,29 +31,36 @@ SUBMIT_CONCURRENCY = 64
 class ModeRun:
     """One mode: fresh server (+ schema), submission, timed drain, verification.
 
-    ``run()`` returns the mode's result: ``{"mode", "ok"}`` plus the figures (drain_figures) when
-    verified, or ``"problems"`` when not.
+    ``submit`` is "before" (the instances are started before the window, by SUBMIT_CONCURRENCY
+    asynchronous calls, and the window times the workers' drain) or "during" (``--submit-threads``
+    client threads start them inside the window, concurrently with the workers: submit.py).
+    ``run()`` returns the mode's result: ``{"mode", "submit", "ok"}`` plus the figures
+    (drain_figures) and ``"starts"`` (start_figures) when verified, or ``"problems"`` when not.
     """
 
     def __init__(
         self,
         args: argparse.Namespace,
         mode: str,
+        submit: str,
         children: Children,
         pg: Postgres | None,
         progress: Progress,
     ) -> None:
         self.args = args
         self.mode = mode
+        self.submit = submit
+        # "before" keeps the names of the runs that had no --submit, so existing scripts still match
+        self.label = mode if submit == "before" else f"{mode}-{submit}"
         self.children = children
         self.pg = pg
         self.progress = progress
         self.name = workload.workflow_name(mode, args.steps)
-        self.schema = f"wiggle_bench_{os.getpid()}_{mode.lower()}"
-        self.result: dict[str, Any] = {"mode": mode, "ok": False}
+        self.schema = f"wiggle_bench_{os.getpid()}_{self.label.lower().replace('-', '_')}"
+        self.result: dict[str, Any] = {"mode": mode, "submit": submit, "ok": False}
         self.server: Child | None = None
         self.workers: list[Child] = []
-        self.instance_ids: dict[str, int] = {}
+        self.starts = StartLog()  # the pre-submission's, or the ThreadSubmitter's under "during"
         self.deadline: float = time.monotonic() + float(args.timeout)
 
     def _remaining(self, what: str) -> float:
@@ -65,7 +73,7 @@ class ModeRun:
         server_args = ["server"]
         if self.pg is not None:
             server_args += ["--database-url", self.pg.url, "--schema", self.schema]
-        server = await self.children.spawn(f"{self.mode}-server-{label}", server_args)
+        server = await self.children.spawn(f"{self.label}-server-{label}", server_args)
         ready = await server.expect(
             "ready", min(READY_TIMEOUT, self._remaining("starting the server")), "starting"
         )
@@ -103,7 +111,8 @@ class ModeRun:
         target = f"127.0.0.1:{ready['port']}"
         async with AsyncClient(target) as client:
             await client.register(bp)
-            await self._submit(client)
+            if self.submit == "before":
+                await self._submit(client)
         if self.pg is not None:
             # Drain on a second server process: the first one's backends exit and flush their
             # statistics, so pg_stat_database's counters are exact from here on.
@@ -134,7 +143,7 @@ class ModeRun:
         if args.fault:
             worker_args += ["--fault", args.fault]
         self.workers = [
-            await self.children.spawn(f"{self.mode}-worker{i}", [*worker_args, "--index", str(i)])
+            await self.children.spawn(f"{self.label}-worker{i}", [*worker_args, "--index", str(i)])
             for i in range(args.workers)
         ]
         readies = await asyncio.gather(
@@ -146,19 +155,36 @@ class ModeRun:
         self.result["worker_impl"] = sorted({r.get("impl") for r in readies})
         if any(r.get("version") != bp.version for r in readies):
             raise BenchError("a worker built a different workflow version than the driver")
-        # -- 3. the timed drain
+        # -- 3. the timed drain (with the starts inside it under --submit during)
+        submitter = None
+        if self.submit == "during":
+            submitter = ThreadSubmitter(
+                target, self.name, args.instances, args.submit_threads, workload.initial_context
+            )
+            self.starts = submitter.log
         async with AsyncClient(target) as client:
             before = await self._snapshot(server)
             t_go = time.time()
             mono_go = time.monotonic()
             for w in self.workers:
                 w.send("go")
-            polls = await self._drain(client, mono_go)
+            if submitter is not None:
+                submitter.start()
+            try:
+                polls = await self._drain(client, mono_go, submitter)
+            finally:
+                if submitter is not None:
+                    submitter.stop()
+                    await asyncio.to_thread(submitter.join, STOP_GRACE)
             mono_done = time.monotonic()
             after = await self._snapshot(server, after=True)
             # -- 4. verification (after the measurements)
             infos = await self._fetch_all(client)
-        problems = verify(infos, self.instance_ids, self.name, args.steps, workload.expected_context)
+        problems = verify(infos, self.starts.instance_ids, self.name, args.steps, workload.expected_context)
+        if len(self.starts.instance_ids) != args.instances:  # "during" stopped early (a failure)
+            problems.insert(
+                0, f"started {len(self.starts.instance_ids)} instances, expected {args.instances}"
+            )
         # -- 5. stop workers (graceful: they report their own counters), then the server
         worker_stats = await self._stop_workers()
         await self.children.shutdown([server])
@@ -182,6 +208,12 @@ class ModeRun:
                 xact=xact,
             )
         )
+        clients = (
+            f"{SUBMIT_CONCURRENCY} async calls"
+            if self.submit == "before"
+            else f"{args.submit_threads} threads"
+        )
+        self.result["starts"] = start_figures(self.starts.latencies, self.starts.span, clients)
         self.result["ok"] = True
         return self.result
 
@@ -189,6 +221,7 @@ class ModeRun:
 
     async def _submit(self, client: AsyncClient) -> None:
         total = self.args.instances
+        log = self.starts
         next_n = 0
         started = time.monotonic()
         label = f"{self.mode} submit"
@@ -198,8 +231,9 @@ class ModeRun:
             while next_n < total:
                 n = next_n
                 next_n += 1
-                info = await client.start(self.name, {"n": n, "count": 0})
-                self.instance_ids[info.instance_id] = n
+                origin = log.began()
+                info = await client.start(self.name, workload.initial_context(n))
+                log.ended(info.instance_id, n, origin)
 
         tasks = [asyncio.ensure_future(submitter()) for _ in range(min(SUBMIT_CONCURRENCY, total))]
         try:
@@ -210,22 +244,26 @@ class ModeRun:
                         raise BenchError(f"StartInstance failed: {task.exception()}")
                 if len(done) == len(tasks):
                     break
-                self._remaining(f"submitting ({len(self.instance_ids)}/{total} submitted)")
-                self.progress.show(label, len(self.instance_ids), total, started, "inst")
+                self._remaining(f"submitting ({len(log.instance_ids)}/{total} submitted)")
+                self.progress.show(label, len(log.instance_ids), total, started, "inst")
         finally:
             for task in tasks:
                 task.cancel()
-        self.progress.show(label, len(self.instance_ids), total, started, "inst", force=True)
+        self.progress.show(label, len(log.instance_ids), total, started, "inst", force=True)
         self.progress.end()
-        if len(self.instance_ids) != total:
-            raise BenchError(f"submitted {len(self.instance_ids)} distinct instances, expected {total}")
+        if len(log.instance_ids) != total:
+            raise BenchError(f"submitted {len(log.instance_ids)} distinct instances, expected {total}")
 
     async def _list_one(self, client: AsyncClient, status: str) -> list[InstanceInfo]:
         items, _ = await client.list(workflow=self.name, status=status, page_size=1)
         return list(items)
 
-    async def _drain(self, client: AsyncClient, mono_go: float) -> int:
-        """Wait until no instance is RUNNING; returns how many ListInstances calls that took."""
+    async def _drain(self, client: AsyncClient, mono_go: float, submitter: ThreadSubmitter | None) -> int:
+        """Wait until every instance is started and none is RUNNING; returns the ListInstances calls.
+
+        Under "during" no RUNNING check is made while ``submitter`` still runs: a moment with
+        nothing RUNNING between two starts is not the end.
+        """
         target_steps = self.args.instances * self.args.steps
         label = f"{self.mode} drain"
         polls = 0
@@ -237,7 +275,10 @@ class ModeRun:
                     raise child.died("the drain was running")
             steps = sum(w.steps for w in self.workers)
             now = time.monotonic()
-            if now - last_running >= (0.05 if steps >= target_steps else 2.0):
+            submitting = submitter is not None and not submitter.done
+            if submitter is not None and submitter.error is not None:
+                raise BenchError(f"StartInstance failed: {submitter.error}")
+            if not submitting and now - last_running >= (0.05 if steps >= target_steps else 2.0):
                 last_running = now
                 polls += 1
                 if not await self._list_one(client, "RUNNING"):

@@ -12,7 +12,13 @@ Reported per mode: instances/s and steps/s over the drain; p50/p99 instance late
 their wait in the queue); RPCs served per instance by method (the server's own counters, deltas
 around the drain); the store's committed transactions per instance, and on PostgreSQL the
 database's xact_commit per instance (pg_stat_database); CPU seconds by role (server, workers,
-PostgreSQL backends of the benchmark database and PostgreSQL background processes, this driver).
+PostgreSQL backends of the benchmark database and PostgreSQL background processes, this driver);
+the starts: starts/s and the latency percentiles of each ``StartInstance`` call.
+
+``--submit during`` is the user's view of throughput (issue #16): no instance exists when the
+window opens; ``--submit-threads`` threads, each with its own blocking ``Client``, start them
+while the workers run, and the window closes at the last ``finished_at``. Its runs are labelled
+``<MODE> during`` beside ``<MODE> before`` and use a schema of their own (``..._<mode>_during``).
 
     python bench/e2e.py --modes SERVER,LOCAL_SYNC,LOCAL_ASYNC
     python bench/e2e.py --database-url postgresql://postgres@127.0.0.1:5432/test --json
@@ -31,6 +37,8 @@ Settings (flag, environment variable, default):
     --database-url WIGGLE_DATABASE_URL        unset: the in-memory store
     --impl         WIGGLE_IMPL                hot paths of server and workers: auto, cython, python
     --timeout      WIGGLE_BENCH_TIMEOUT       600 seconds per mode
+    --submit       WIGGLE_BENCH_SUBMIT        before (pre-submitted drain), during, or before,during
+    --submit-threads WIGGLE_BENCH_SUBMIT_THREADS 8 client threads calling Client.start under --submit during
     --json         print one JSON document on stdout (the tables go to stderr)
     --keep         keep the PostgreSQL database/schemas and the process logs
 
@@ -103,6 +111,8 @@ async def amain(args: argparse.Namespace) -> int:
             "batch_size": args.batch_size,
             "transport": args.transport,
             "handler": args.handler,
+            "submit": args.submit,
+            "submit_threads": args.submit_threads,
             "timeout_s": args.timeout,
             "impl": args.impl or os.environ.get("WIGGLE_IMPL", "auto"),
         },
@@ -137,8 +147,8 @@ async def amain(args: argparse.Namespace) -> int:
                     f"(drop with: DROP DATABASE <name>)",
                     file=sys.stderr,
                 )
-        for mode in args.modes:
-            run = ModeRun(args, mode, children, pg, progress)
+        for mode, submit in [(m, how) for m in args.modes for how in args.submit]:
+            run = ModeRun(args, mode, submit, children, pg, progress)
             if pg is not None:
                 doc["environment"].setdefault("schemas", []).append(run.schema)
             try:

@@ -15,7 +15,9 @@ from wiggle import InstanceInfo
 
 from .errors import BenchError
 
-__all__ = ["Snapshot", "drain_figures", "percentile"]
+__all__ = ["DRIVER_RPCS", "Snapshot", "drain_figures", "percentile", "start_figures"]
+
+DRIVER_RPCS = ("ListInstances", "StartInstance")
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -100,7 +102,9 @@ def drain_figures(
             worker_calls[k] = worker_calls.get(k, 0) + v
         for k, v in s.get("handbacks", {}).items():
             handbacks[k] = handbacks.get(k, 0) + v
-    worker_rpcs = sum(v for m, v in rpc.items() if m != "ListInstances")
+    # The driver's own calls (its ListInstances polls; its starts under --submit during) are not
+    # the workers' cost of running an instance.
+    worker_rpcs = sum(v for m, v in rpc.items() if m not in DRIVER_RPCS)
     return {
         "instances": n,
         "steps": steps,
@@ -128,4 +132,22 @@ def drain_figures(
         "handler_executions": executed,
         "worker_calls": worker_calls,
         "handbacks": handbacks,
+    }
+
+
+def start_figures(latencies: Sequence[float], span: float, clients: str) -> dict[str, Any]:
+    """Starts/s over ``span`` (first start issued -> last returned, seconds) and the per-call
+    latency percentiles in milliseconds of ``latencies`` (seconds); ``clients`` says who called."""
+    ms = [x * 1000 for x in latencies]
+    return {
+        "count": len(ms),
+        "clients": clients,
+        "span_s": round(span, 3),
+        "per_s": round(len(ms) / span, 1) if span > 0 else None,
+        "latency_ms": {
+            "p50": round(percentile(ms, 50), 2),
+            "p90": round(percentile(ms, 90), 2),
+            "p99": round(percentile(ms, 99), 2),
+            "max": round(max(ms), 2) if ms else float("nan"),
+        },
     }

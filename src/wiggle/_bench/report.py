@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Any
 
+from .figures import DRIVER_RPCS
+
 __all__ = ["emit", "render"]
 
 
@@ -19,7 +21,71 @@ def _fmt(value: Any, spec: str = "") -> str:
     return format(value, spec)
 
 
+def _label(m: dict[str, Any], by_submit: bool) -> str:
+    return f"{m['mode']} {m.get('submit', 'before')}" if by_submit else str(m["mode"])
+
+
+def _drain_table(ok: list[dict[str, Any]], labels: list[str], pg: bool) -> list[str]:
+    w = max(12, *(len(x) for x in labels))
+    head = f"{'mode':<{w}} {'inst/s':>8} {'steps/s':>9} {'drain s':>8} {'p50 ms':>8} {'p99 ms':>8} {'RPC/inst':>9} {'tx/inst':>8}"
+    if pg:
+        head += f" {'pg xact/inst':>12}"
+    head += f" {'CPU s: server':>13} {'workers':>8}"
+    if pg:
+        head += f" {'pg back':>8} {'pg bg':>6}"
+    head += f" {'driver':>7} {'irq':>5} {'other':>6} {'CPU ms/inst':>11}"
+    lines = ["", head, "-" * len(head)]
+    for m, label in zip(ok, labels, strict=True):
+        row = (
+            f"{label:<{w}} {m['instances_per_s']:>8.1f} {m['steps_per_s']:>9.1f} {m['elapsed_s']:>8.2f} "
+            f"{m['latency_ms']['p50']:>8.0f} {m['latency_ms']['p99']:>8.0f} {m['worker_rpcs_per_instance']:>9.2f} "
+            f"{m['store_tx_per_instance']:>8.2f}"
+        )
+        if pg:
+            row += f" {_fmt(m['pg_xact_per_instance'], '.2f'):>12}"
+        c = m["cpu_s"]
+        row += f" {_fmt(c.get('server'), '.2f'):>13} {_fmt(c.get('workers'), '.2f'):>8}"
+        if pg:
+            row += f" {_fmt(c.get('postgres_backends'), '.2f'):>8} {_fmt(c.get('postgres_background'), '.2f'):>6}"
+        row += f" {_fmt(c.get('driver'), '.2f'):>7} {_fmt(c.get('irq'), '.2f'):>5} {_fmt(c.get('other'), '.2f'):>6}"
+        row += f" {m['cpu_ms_per_instance']:>11.2f}"
+        lines.append(row)
+    return lines
+
+
+def _rpc_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    w = max(12, *(len(x) for x in labels))
+    methods = sorted({k for m in ok for k in m["rpc_per_instance"]})
+    head = f"{'RPCs per instance':<24}" + "".join(f" {x:>{w}}" for x in labels)
+    lines = ["", head, "-" * len(head)]
+    for method in methods:
+        label = method + (" (driver)" if method in DRIVER_RPCS else "")
+        lines.append(f"{label:<24}" + "".join(f" {m['rpc_per_instance'].get(method, 0):>{w}.3f}" for m in ok))
+    lines.append(
+        f"{'handler runs/inst':<24}"
+        + "".join(f" {m['handler_executions'] / m['instances']:>{w}.2f}" for m in ok)
+    )
+    return lines
+
+
+def _starts_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    rows = [(m["starts"], label) for m, label in zip(ok, labels, strict=True) if m.get("starts")]
+    if not rows:
+        return []
+    w = max(12, *(len(x) for _, x in rows))
+    head = f"{'starts':<{w}} {'by':>16} {'starts/s':>9} {'span s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    lines = ["", head, "-" * len(head)]
+    for st, label in rows:
+        lat = st["latency_ms"]
+        lines.append(
+            f"{label:<{w}} {st['clients']:>16} {_fmt(st['per_s'], '.1f'):>9} {st['span_s']:>8.2f} "
+            f"{lat['p50']:>8.1f} {lat['p90']:>8.1f} {lat['p99']:>8.1f} {lat['max']:>8.1f}"
+        )
+    return lines
+
+
 def render(doc: dict[str, Any]) -> str:
+    """The report of a run document as text: settings, tables, warnings, failures, the verdict."""
     s = doc["settings"]
     env = doc["environment"]
     lines = [
@@ -32,55 +98,36 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"note: {env['postgres_note']}")
     ok = [m for m in doc["modes"] if m.get("ok")]
     bad = [m for m in doc["modes"] if not m.get("ok")]
+    by_submit = any(m.get("submit", "before") != "before" for m in doc["modes"])
+    labels = [_label(m, by_submit) for m in ok]
     pg = any(m.get("pg_xact_commit") is not None for m in ok)
     if ok:
-        head = f"{'mode':<12} {'inst/s':>8} {'steps/s':>9} {'drain s':>8} {'p50 ms':>8} {'p99 ms':>8} {'RPC/inst':>9} {'tx/inst':>8}"
-        if pg:
-            head += f" {'pg xact/inst':>12}"
-        head += f" {'CPU s: server':>13} {'workers':>8}"
-        if pg:
-            head += f" {'pg back':>8} {'pg bg':>6}"
-        head += f" {'driver':>7} {'irq':>5} {'other':>6} {'CPU ms/inst':>11}"
-        lines += ["", head, "-" * len(head)]
-        for m in ok:
-            row = (
-                f"{m['mode']:<12} {m['instances_per_s']:>8.1f} {m['steps_per_s']:>9.1f} {m['elapsed_s']:>8.2f} "
-                f"{m['latency_ms']['p50']:>8.0f} {m['latency_ms']['p99']:>8.0f} {m['worker_rpcs_per_instance']:>9.2f} "
-                f"{m['store_tx_per_instance']:>8.2f}"
-            )
-            if pg:
-                row += f" {_fmt(m['pg_xact_per_instance'], '.2f'):>12}"
-            c = m["cpu_s"]
-            row += f" {_fmt(c.get('server'), '.2f'):>13} {_fmt(c.get('workers'), '.2f'):>8}"
-            if pg:
-                row += f" {_fmt(c.get('postgres_backends'), '.2f'):>8} {_fmt(c.get('postgres_background'), '.2f'):>6}"
-            row += f" {_fmt(c.get('driver'), '.2f'):>7} {_fmt(c.get('irq'), '.2f'):>5} {_fmt(c.get('other'), '.2f'):>6}"
-            row += f" {m['cpu_ms_per_instance']:>11.2f}"
-            lines.append(row)
-        methods = sorted({k for m in ok for k in m["rpc_per_instance"]})
-        head = f"{'RPCs per instance':<24}" + "".join(f" {m['mode']:>12}" for m in ok)
-        lines += ["", head, "-" * len(head)]
-        for method in methods:
-            label = method + (" (driver)" if method == "ListInstances" else "")
-            lines.append(
-                f"{label:<24}" + "".join(f" {m['rpc_per_instance'].get(method, 0):>12.3f}" for m in ok)
-            )
-        lines.append(
-            f"{'handler runs/inst':<24}"
-            + "".join(f" {m['handler_executions'] / m['instances']:>12.2f}" for m in ok)
-        )
+        lines += _drain_table(ok, labels, pg)
+        lines += _rpc_table(ok, labels)
         if any(m["rpc_errors"] for m in ok):
             lines.append(
-                "RPC errors: " + "; ".join(f"{m['mode']}: {m['rpc_errors']}" for m in ok if m["rpc_errors"])
+                "RPC errors: "
+                + "; ".join(
+                    f"{label}: {m['rpc_errors']}"
+                    for m, label in zip(ok, labels, strict=True)
+                    if m["rpc_errors"]
+                )
             )
         lines.append(
             "latency = created_at -> finished_at of pre-submitted instances (includes the wait in the queue); "
-            "RPC/inst excludes the driver's ListInstances polls; CPU ms/inst = server + workers + postgres + driver; "
+            "RPC/inst excludes the driver's calls (ListInstances polls, starts); CPU ms/inst = server + workers + postgres + driver; "
             "irq = the kernel's interrupt time, other = every other process on the machine, both during the drain"
         )
+        if by_submit:
+            lines.append(
+                "submit during: the window runs from the first start to the last finish, the starts made by "
+                "client threads concurrently with the workers (their CPU is the driver's); latency is then each "
+                "instance's own created_at -> finished_at"
+            )
+        lines += _starts_table(ok, labels)
     busy = [
-        f"{m['mode']} {m['cpu_s']['other']:.1f} s"
-        for m in ok
+        f"{label} {m['cpu_s']['other']:.1f} s"
+        for m, label in zip(ok, labels, strict=True)
         if (m["cpu_s"].get("other") or 0) > 0.05 * m["elapsed_s"]
     ]
     if busy:
@@ -90,7 +137,7 @@ def render(doc: dict[str, Any]) -> str:
             + "): the figures are disturbed"
         )
     for m in bad:
-        lines += ["", f"{m['mode']}: FAILED - no figures"]
+        lines += ["", f"{_label(m, by_submit)}: FAILED - no figures"]
         lines += [f"  - {p}" for p in m.get("problems", [])]
     lines.append("")
     if bad:
@@ -100,7 +147,7 @@ def render(doc: dict[str, Any]) -> str:
     else:
         lines.append(
             f"RESULT: OK - verified all {s['instances']} instances COMPLETED with the expected context in every mode "
-            f"({', '.join(m['mode'] for m in ok)})"
+            f"({', '.join(labels)})"
         )
     return "\n".join(lines)
 
