@@ -15,10 +15,11 @@ from typing import Any
 from wiggle import AsyncClient, InstanceInfo
 
 from . import worker as workload
+from .deploy import ModeProcesses, fetch_all
 from .errors import BenchError
 from .figures import Snapshot, drain_figures, start_figures
 from .pgstats import Postgres
-from .processes import READY_TIMEOUT, STOP_GRACE, Child, Children, machine_busy, self_cpu
+from .processes import STOP_GRACE, Children, machine_busy, self_cpu
 from .progress import Progress
 from .submit import StartLog, ThreadSubmitter
 from .verify import verify
@@ -51,61 +52,40 @@ class ModeRun:
         self.mode = mode
         self.submit = submit
         # "before" keeps the names of the runs that had no --submit, so existing scripts still match
-        self.label = mode if submit == "before" else f"{mode}-{submit}"
-        self.children = children
+        label = mode if submit == "before" else f"{mode}-{submit}"
         self.pg = pg
         self.progress = progress
         self.name = workload.workflow_name(mode, args.steps)
-        self.schema = f"wiggle_bench_{os.getpid()}_{self.label.lower().replace('-', '_')}"
+        self.schema = f"wiggle_bench_{os.getpid()}_{label.lower().replace('-', '_')}"
+        self.procs = ModeProcesses(args, mode, label, children, pg, self.schema)
         self.result: dict[str, Any] = {"mode": mode, "submit": submit, "ok": False}
-        self.server: Child | None = None
-        self.workers: list[Child] = []
         self.starts = StartLog()  # the pre-submission's, or the ThreadSubmitter's under "during"
-        self.deadline: float = time.monotonic() + float(args.timeout)
 
-    def _remaining(self, what: str) -> float:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise BenchError(f"timed out after --timeout {self.args.timeout:.0f} s while {what}")
-        return remaining
-
-    async def _start_server(self, label: str) -> tuple[Child, dict[str, Any]]:
-        server_args = ["server"]
-        if self.pg is not None:
-            server_args += ["--database-url", self.pg.url, "--schema", self.schema]
-        server = await self.children.spawn(f"{self.label}-server-{label}", server_args)
-        ready = await server.expect(
-            "ready", min(READY_TIMEOUT, self._remaining("starting the server")), "starting"
-        )
-        return server, ready
-
-    async def _stats(self, server: Child) -> dict[str, Any]:
-        server.send("stats")
-        return await server.expect("stats", 30.0, "reading its counters")
-
-    async def _snapshot(self, server: Child, after: bool = False) -> Snapshot:
+    async def _snapshot(self, after: bool = False) -> Snapshot:
         """The counters at one edge of the window; read in mirror order, so the cheap local ones sit
         closest to the window and the server's stats RPC stays outside it."""
         if not after:
-            stats = await self._stats(server)
-            cpu = self._cpu()
+            stats = await self.procs.stats()
+            cpu = self.procs.cpu()
             pg_cpu = await asyncio.to_thread(self.pg.cpu_snapshot) if self.pg else None
             driver = self_cpu()
             machine = machine_busy()
             return Snapshot(stats, cpu, pg_cpu, driver, machine)
         driver = self_cpu()
         machine = machine_busy()
-        cpu = self._cpu()
+        cpu = self.procs.cpu()
         pg_cpu = await asyncio.to_thread(self.pg.cpu_snapshot) if self.pg else None
-        stats = await self._stats(server)
+        stats = await self.procs.stats()
         return Snapshot(stats, cpu, pg_cpu, driver, machine)
 
     async def run(self) -> dict[str, Any]:
+        """Run the mode; its result (see the class docstring)."""
         args = self.args
+        procs = self.procs
         bp = workload.blueprint(self.mode, args.steps, args.handler)
         xact_before = 0
         # -- 1. registration and submission (not timed)
-        server, ready = await self._start_server("submit")
+        _, ready = await procs.start_server("submit")
         self.result["server_impl"] = ready.get("impl")
         self.result["store"] = ready.get("store")
         target = f"127.0.0.1:{ready['port']}"
@@ -116,45 +96,13 @@ class ModeRun:
         if self.pg is not None:
             # Drain on a second server process: the first one's backends exit and flush their
             # statistics, so pg_stat_database's counters are exact from here on.
-            await self.children.shutdown([server])
+            await procs.stop_server()
             await asyncio.to_thread(self.pg.wait_no_backends)
             xact_before = await asyncio.to_thread(self.pg.xact_commit)
-            server, ready = await self._start_server("drain")
+            _, ready = await procs.start_server("drain")
             target = f"127.0.0.1:{ready['port']}"
-        self.server = server
         # -- 2. workers: connected and registered, waiting for "go"
-        worker_args = [
-            "worker",
-            "--target",
-            target,
-            "--mode",
-            self.mode,
-            "--steps",
-            str(args.steps),
-            "--concurrency",
-            str(args.concurrency),
-            "--batch-size",
-            str(args.batch_size),
-            "--transport",
-            args.transport,
-            "--handler",
-            args.handler,
-        ]
-        if args.fault:
-            worker_args += ["--fault", args.fault]
-        self.workers = [
-            await self.children.spawn(f"{self.label}-worker{i}", [*worker_args, "--index", str(i)])
-            for i in range(args.workers)
-        ]
-        readies = await asyncio.gather(
-            *(
-                w.expect("ready", min(READY_TIMEOUT, self._remaining("starting the workers")), "starting")
-                for w in self.workers
-            )
-        )
-        self.result["worker_impl"] = sorted({r.get("impl") for r in readies})
-        if any(r.get("version") != bp.version for r in readies):
-            raise BenchError("a worker built a different workflow version than the driver")
+        self.result["worker_impl"] = await procs.start_workers(target, bp.version)
         # -- 3. the timed drain (with the starts inside it under --submit during)
         submitter = None
         if self.submit == "during":
@@ -163,11 +111,10 @@ class ModeRun:
             )
             self.starts = submitter.log
         async with AsyncClient(target) as client:
-            before = await self._snapshot(server)
+            before = await self._snapshot()
             t_go = time.time()
             mono_go = time.monotonic()
-            for w in self.workers:
-                w.send("go")
+            procs.go()
             if submitter is not None:
                 submitter.start()
             try:
@@ -177,17 +124,17 @@ class ModeRun:
                     submitter.stop()
                     await asyncio.to_thread(submitter.join, STOP_GRACE)
             mono_done = time.monotonic()
-            after = await self._snapshot(server, after=True)
+            after = await self._snapshot(after=True)
             # -- 4. verification (after the measurements)
-            infos = await self._fetch_all(client)
+            infos = await fetch_all(client, self.name)
         problems = verify(infos, self.starts.instance_ids, self.name, args.steps, workload.expected_context)
         if len(self.starts.instance_ids) != args.instances:  # "during" stopped early (a failure)
             problems.insert(
                 0, f"started {len(self.starts.instance_ids)} instances, expected {args.instances}"
             )
         # -- 5. stop workers (graceful: they report their own counters), then the server
-        worker_stats = await self._stop_workers()
-        await self.children.shutdown([server])
+        worker_stats = await procs.stop_workers()
+        await procs.stop_server()
         xact = None
         if self.pg is not None:
             await asyncio.to_thread(self.pg.wait_no_backends)
@@ -244,7 +191,7 @@ class ModeRun:
                         raise BenchError(f"StartInstance failed: {task.exception()}")
                 if len(done) == len(tasks):
                     break
-                self._remaining(f"submitting ({len(log.instance_ids)}/{total} submitted)")
+                self.procs.remaining(f"submitting ({len(log.instance_ids)}/{total} submitted)")
                 self.progress.show(label, len(log.instance_ids), total, started, "inst")
         finally:
             for task in tasks:
@@ -269,11 +216,8 @@ class ModeRun:
         polls = 0
         last_running = last_failed = 0.0
         while True:
-            for child in [self.server, *self.workers]:
-                assert child is not None
-                if not child.alive:
-                    raise child.died("the drain was running")
-            steps = sum(w.steps for w in self.workers)
+            self.procs.check_alive("the drain was running")
+            steps = self.procs.steps
             now = time.monotonic()
             submitting = submitter is not None and not submitter.done
             if submitter is not None and submitter.error is not None:
@@ -288,7 +232,7 @@ class ModeRun:
                 polls += 1
                 if await self._list_one(client, "FAILED"):
                     break  # the verification says what went wrong
-            if now > self.deadline:
+            if now > self.procs.deadline:
                 self.progress.end()
                 raise BenchError(
                     f"timed out after --timeout {self.args.timeout:.0f} s: the workers ran "
@@ -298,7 +242,7 @@ class ModeRun:
                 label, min(steps, target_steps) // self.args.steps, self.args.instances, mono_go, "inst"
             )
             await asyncio.sleep(0.05)
-        steps = sum(w.steps for w in self.workers)
+        steps = self.procs.steps
         self.progress.show(
             label,
             min(steps, target_steps) // self.args.steps,
@@ -309,34 +253,3 @@ class ModeRun:
         )
         self.progress.end()
         return polls
-
-    def _cpu(self) -> dict[str, float | None]:
-        assert self.server is not None
-        workers = [w.cpu() for w in self.workers]
-        return {
-            "server": self.server.cpu(),
-            "workers": None if any(c is None for c in workers) else sum(c for c in workers if c is not None),
-        }
-
-    async def _fetch_all(self, client: AsyncClient) -> list[InstanceInfo]:
-        out: list[InstanceInfo] = []
-        token = ""
-        while True:
-            items, token = await client.list(workflow=self.name, page_size=1000, page_token=token)
-            out.extend(items)
-            if not token:
-                return out
-
-    async def _stop_workers(self) -> list[dict[str, Any]]:
-        for w in self.workers:
-            w.send("stop")
-        stats: list[dict[str, Any]] = []
-        for w in self.workers:
-            try:
-                stats.append(await w.expect("stats", STOP_GRACE, "stopping"))
-            except BenchError:
-                stats.append({})
-        await self.children.shutdown(self.workers)
-        return stats
-
-    # -- verification and figures
