@@ -37,6 +37,15 @@ def test_defaults() -> None:
     assert args.database_url == "" and args.impl is None and args.timeout == 600
     assert not args.json and not args.keep and args.fault == ""
     assert args.submit == ["before"] and args.submit_threads == 8
+    assert args.latency is None
+
+
+def test_latency_mode_defaults_to_five_steps_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = parse_args(["--latency", "100"])
+    assert args.latency == 100 and args.steps == 5
+    assert parse_args(["--latency", "100", "--steps", "8"]).steps == 8
+    monkeypatch.setenv("WIGGLE_BENCH_STEPS", "7")
+    assert parse_args(["--latency", "100"]).steps == 7
 
 
 def test_submit_modes_run_before_then_during(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,6 +87,7 @@ def test_a_malformed_environment_variable_names_itself(monkeypatch: pytest.Monke
         (["--submit", "after"], "submit mode 'after' is not one of before, during"),
         (["--submit", ""], "no submit mode given"),
         (["--submit-threads", "0"], "must be >= 1"),
+        (["--latency", "0"], "must be >= 1"),
     ],
 )
 def test_bad_flags_exit_2_and_say_why(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,6 +100,7 @@ def test_bad_flags_exit_2_and_say_why(argv: list[str], says: str, capsys: pytest
     [
         (["--timeout", "0"], "--timeout must be > 0"),
         (["--database-url", "mysql://x"], "postgresql:// URL"),
+        (["--latency", "5", "--submit", "during"], "--submit does not apply"),
     ],
 )
 def test_inconsistent_settings_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

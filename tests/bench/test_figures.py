@@ -7,9 +7,17 @@ from typing import Any
 
 import pytest
 
-from wiggle import InstanceInfo
+from wiggle import HistoryEntry, InstanceInfo
 from wiggle._bench.errors import BenchError
-from wiggle._bench.figures import Snapshot, cpu_delta, drain_figures, percentile, start_figures
+from wiggle._bench.figures import (
+    Snapshot,
+    cpu_delta,
+    drain_figures,
+    latency_figures,
+    percentile,
+    start_figures,
+    step_gaps,
+)
 from wiggle._bench.submit import StartLog
 from wiggle._bench.verify import verify
 from wiggle._bench.worker import expected_context
@@ -189,3 +197,50 @@ def test_start_log_records_ids_latencies_and_span() -> None:
     assert log.instance_ids == {"i1": 1, "i0": 0}
     assert len(log.latencies) == 2 and all(x >= 0 for x in log.latencies)
     assert log.first is not None and log.last is not None and log.span >= 0
+
+
+def entry(node: str, started: int, ended: int, kind: str = "TASK") -> HistoryEntry:
+    return HistoryEntry(
+        token_id="t",
+        node_id=node,
+        kind=kind,
+        attempt=1,
+        worker_id="w",
+        started_at=started,
+        ended_at=ended,
+        outcome="COMPLETED",
+        error="",
+    )
+
+
+def test_step_gaps_run_from_a_steps_end_to_the_next_claim_in_time_order() -> None:
+    history = [
+        entry("s3", 130, 131),
+        entry("s1", 100, 102),
+        entry("end", 131, 131, kind="END"),  # not a step
+        entry("s2", 105, 110),
+    ]
+    assert step_gaps(history) == [(3, "s1", "s2"), (20, "s2", "s3")]
+    assert step_gaps([entry("s1", 1, 2)]) == []
+
+
+def test_latency_figures_percentiles_gaps_and_the_worst_instance() -> None:
+    latencies = [0.001 * k for k in range(1, 11)]  # 1..10 ms
+    histories = {
+        "a": [entry("s1", 0, 1), entry("s2", 2, 3), entry("s3", 3, 4)],  # gaps 1, 0
+        "b": [entry("s1", 0, 1), entry("s2", 61, 62), entry("s3", 62, 63)],  # gaps 60, 0
+        "c": [entry("s1", 0, 1), entry("s2", 10_001, 10_002)],  # the lost wake-up: 10,000
+        "d": [entry("s1", 0, 1)],  # one step: no gap
+    }
+    f = latency_figures(latencies, histories, elapsed=0.25, gap_limit=50)
+    assert f["instances"] == 10 and f["elapsed_s"] == 0.25
+    assert f["latency_ms"] == {"p50": 5.0, "p90": 9.0, "p99": 10.0, "max": 10.0}
+    assert f["gap_ms"] == {"p50": 1, "p99": 10_000, "max": 10_000}
+    assert f["gap_limit_ms"] == 50 and f["instances_over_gap_limit"] == 2
+    assert f["worst_gap"] == {"ms": 10_000, "instance_id": "c", "after": "s1", "before": "s2"}
+
+
+def test_latency_figures_without_any_gap() -> None:
+    f = latency_figures([0.002], {"a": [entry("s1", 0, 1)]}, elapsed=0.01, gap_limit=50)
+    assert f["gap_ms"] == {"p50": None, "p99": None, "max": None}
+    assert f["worst_gap"] is None and f["instances_over_gap_limit"] == 0

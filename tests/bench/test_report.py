@@ -140,3 +140,60 @@ def test_render_labels_runs_by_submit_mode_and_lists_the_starts() -> None:
 def test_render_without_during_keeps_the_plain_mode_labels() -> None:
     text = render(document([dict(mode("SERVER", 20.0), submit="before")]))
     assert "SERVER before" not in text and "submit during" not in text
+
+
+def latency_mode(name: str, worst: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "mode": name,
+        "kind": "latency",
+        "ok": True,
+        "instances": 20,
+        "steps": 5,
+        "warmup": 1,
+        "elapsed_s": 0.5,
+        "latency_ms": {"p50": 3.25, "p90": 5.0, "p99": 9.5, "max": 10001.0},
+        "gap_ms": {"p50": 1, "p99": 52, "max": 10000} if worst else {"p50": None, "p99": None, "max": None},
+        "gap_limit_ms": 50,
+        "instances_over_gap_limit": 2 if worst else 0,
+        "worst_gap": worst,
+    }
+
+
+def test_render_latency() -> None:
+    doc = document(
+        [
+            latency_mode("SERVER", {"ms": 10000, "instance_id": "wi-7", "after": "s2", "before": "s3"}),
+            latency_mode("LOCAL_SYNC", None),
+            {"mode": "LOCAL_ASYNC", "kind": "latency", "ok": False, "problems": ["timed out"]},
+        ]
+    )
+    doc["settings"]["latency"] = 20
+    doc["settings"]["steps"] = 5
+    text = render(doc)
+    lines = text.splitlines()
+    assert lines[0].startswith(
+        "wiggle latency benchmark: 20 instances of a 5-step linear workflow, one at a time"
+    )
+    assert "inst gap>50ms" in text and "inst/s" not in text
+    server = next(line for line in lines if line.startswith("SERVER "))
+    assert server.split() == [
+        "SERVER",
+        "3.2",
+        "5.0",
+        "9.5",
+        "10001.0",
+        "1",
+        "52",
+        "10000",
+        "2",
+        "s2",
+        "->",
+        "s3",
+        "of",
+        "wi-7",
+    ]
+    local = next(line for line in lines if line.startswith("LOCAL_SYNC "))
+    assert local.split()[5:] == ["n/a", "n/a", "n/a", "0", "-"]
+    assert "1 warm-up instance(s) per mode not counted" in text
+    assert "LOCAL_ASYNC: FAILED - no figures" in text and "  - timed out" in text
+    assert lines[-1] == "RESULT: WRONG - 1 of 3 mode(s) failed verification or did not finish"

@@ -5,9 +5,12 @@
 - ``processes``  the subprocesses (server, workers): start, talk JSON lines, CPU, stop, logs
 - ``worker``     the subprocesses' side: the server and worker roles, and the benchmark workflow
 - ``pgstats``    PostgreSQL: the benchmark's own database, xact_commit, backend CPU, clean-up
+- ``deploy``     one mode's server and worker processes (start, go, counters, stop)
 - ``drain``      one mode's timed drain (submission, the window, verification, figures)
+- ``submit``     client threads starting instances inside the window (``--submit during``)
+- ``latency``    the latency mode (``--latency N``): one instance at a time, start -> result
 - ``verify``     every instance COMPLETED with exactly the expected context
-- ``figures``    percentiles and the drain's figures from the counters at the window's edges
+- ``figures``    percentiles; the drain's, the starts' and the latency mode's figures
 - ``progress``   the progress line on stderr
 - ``report``     the tables and the JSON document
 """

@@ -72,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=env_mode or ",".join(MODES),
         help="comma-separated execution modes, run in turn (default: $WIGGLE_EXECUTION_MODE, else all three)",
     )
-    p.add_argument("--steps", type=positive, default=_env_int("WIGGLE_BENCH_STEPS", 20))
+    p.add_argument(
+        "--steps",
+        type=positive,
+        default=None,
+        help="steps of the linear workflow (default: $WIGGLE_BENCH_STEPS, else 20; 5 with --latency)",
+    )
     p.add_argument("--instances", type=positive, default=_env_int("WIGGLE_BENCH_INSTANCES", 1000))
     p.add_argument(
         "--workers", type=positive, default=_env_int("WIGGLE_BENCH_WORKERS", 4), help="worker processes"
@@ -131,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env_int("WIGGLE_BENCH_SUBMIT_THREADS", 8),
         help="client threads calling Client.start under --submit during (default 8)",
     )
+    p.add_argument(
+        "--latency",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="latency mode: N instances one at a time (start -> result) per mode, on an otherwise idle "
+        "system, instead of the throughput drain; reports p50/p90/p99/max and the largest gap between two "
+        "steps (--instances and --submit do not apply)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the PostgreSQL database/schemas and the logs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument(
@@ -140,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The validated settings of ``argv``; SystemExit (a message, or argparse's code) if unusable."""
     args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if args.steps is None:
+        args.steps = _env_int("WIGGLE_BENCH_STEPS", 5 if args.latency else 20)
+    if args.latency and args.submit != ["before"]:
+        raise SystemExit("e2e: --latency runs one instance at a time; --submit does not apply to it")
     if args.timeout <= 0:
         raise SystemExit("e2e: --timeout must be > 0")
     if args.database_url and not args.database_url.startswith(("postgresql://", "postgres://")):

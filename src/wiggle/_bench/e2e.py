@@ -1,4 +1,4 @@
-"""The end-to-end benchmark of local-execution-design.md: a linear S-step pipeline, I instances.
+"""The end-to-end benchmark (bench/README.md): a linear S-step pipeline, I instances, per mode.
 
 For each execution mode it starts a fresh server process (in-memory, or PostgreSQL on a fresh
 schema), registers a linear workflow of ``--steps`` trivial steps, pre-submits ``--instances``
@@ -20,9 +20,16 @@ window opens; ``--submit-threads`` threads, each with its own blocking ``Client`
 while the workers run, and the window closes at the last ``finished_at``. Its runs are labelled
 ``<MODE> during`` beside ``<MODE> before`` and use a schema of their own (``..._<mode>_during``).
 
+``--latency N`` replaces the drain by the idle-latency measurement of latency.py: per mode, N
+instances of a 5-step workflow (``--steps`` changes it) run strictly one after another, each timed
+from ``Client.start`` to the result; reported are p50/p90/p99/max and the gaps between consecutive
+steps from the instances' histories.
+
     python bench/e2e.py --modes SERVER,LOCAL_SYNC,LOCAL_ASYNC
     python bench/e2e.py --database-url postgresql://postgres@127.0.0.1:5432/test --json
     wiggle bench --steps 5 --instances 100
+    wiggle bench --submit before,during
+    wiggle bench --latency 1000 --database-url postgresql://postgres@127.0.0.1:5432/test
 
 Settings (flag, environment variable, default):
 
@@ -39,6 +46,7 @@ Settings (flag, environment variable, default):
     --timeout      WIGGLE_BENCH_TIMEOUT       600 seconds per mode
     --submit       WIGGLE_BENCH_SUBMIT        before (pre-submitted drain), during, or before,during
     --submit-threads WIGGLE_BENCH_SUBMIT_THREADS 8 client threads calling Client.start under --submit during
+    --latency N    -                          latency mode: N instances one at a time per mode (5 steps)
     --json         print one JSON document on stdout (the tables go to stderr)
     --keep         keep the PostgreSQL database/schemas and the process logs
 
@@ -65,13 +73,14 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .arguments import parse_args
 from .drain import ModeRun
 from .errors import BenchError
+from .latency import LatencyRun
 from .pgstats import Postgres
 from .processes import READY_TIMEOUT, Children
 from .progress import Progress
@@ -113,6 +122,7 @@ async def amain(args: argparse.Namespace) -> int:
             "handler": args.handler,
             "submit": args.submit,
             "submit_threads": args.submit_threads,
+            "latency": args.latency,
             "timeout_s": args.timeout,
             "impl": args.impl or os.environ.get("WIGGLE_IMPL", "auto"),
         },
@@ -147,8 +157,13 @@ async def amain(args: argparse.Namespace) -> int:
                     f"(drop with: DROP DATABASE <name>)",
                     file=sys.stderr,
                 )
-        for mode, submit in [(m, how) for m in args.modes for how in args.submit]:
-            run = ModeRun(args, mode, submit, children, pg, progress)
+        # Generators: each run is built when its turn comes, so its --timeout deadline starts then.
+        runs: Iterator[ModeRun | LatencyRun]
+        if args.latency:
+            runs = (LatencyRun(args, mode, children, pg, progress) for mode in args.modes)
+        else:
+            runs = (ModeRun(args, m, how, children, pg, progress) for m in args.modes for how in args.submit)
+        for run in runs:
             if pg is not None:
                 doc["environment"].setdefault("schemas", []).append(run.schema)
             try:

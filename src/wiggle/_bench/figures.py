@@ -7,15 +7,23 @@ Pure functions of what the run measured (no processes, no I/O), so they are unit
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wiggle import InstanceInfo
+from wiggle import HistoryEntry, InstanceInfo
 
 from .errors import BenchError
 
-__all__ = ["DRIVER_RPCS", "Snapshot", "drain_figures", "percentile", "start_figures"]
+__all__ = [
+    "DRIVER_RPCS",
+    "Snapshot",
+    "drain_figures",
+    "latency_figures",
+    "percentile",
+    "start_figures",
+    "step_gaps",
+]
 
 DRIVER_RPCS = ("ListInstances", "StartInstance")
 
@@ -150,4 +158,57 @@ def start_figures(latencies: Sequence[float], span: float, clients: str) -> dict
             "p99": round(percentile(ms, 99), 2),
             "max": round(max(ms), 2) if ms else float("nan"),
         },
+    }
+
+
+def step_gaps(history: Sequence[HistoryEntry]) -> list[tuple[int, str, str]]:
+    """The gaps between consecutive TASK steps of one instance: (ms, previous node, next node).
+
+    A gap runs from a step's ``ended_at`` (its report, applied by the server) to the next step's
+    ``started_at`` (its claim): the time the instance waited between two steps. The history's
+    timestamps are the server's clock in milliseconds.
+    """
+    tasks = sorted((h for h in history if h.kind == "TASK"), key=lambda h: (h.started_at, h.ended_at))
+    return [(b.started_at - a.ended_at, a.node_id, b.node_id) for a, b in zip(tasks, tasks[1:], strict=False)]
+
+
+def latency_figures(
+    latencies: Sequence[float],
+    histories: Mapping[str, Sequence[HistoryEntry]],
+    elapsed: float,
+    gap_limit: int,
+) -> dict[str, Any]:
+    """The latency mode's figures: start -> result percentiles (``latencies`` in seconds, one per
+    instance) and the gaps between consecutive steps from ``histories`` (instance id -> history);
+    ``gap_limit`` ms is the line an instance's largest gap is counted against."""
+    ms = [x * 1000 for x in latencies]
+    worst: dict[str, Any] = {}
+    largest: list[int] = []  # each instance's largest gap
+    every: list[int] = []
+    for instance_id, history in histories.items():
+        gaps = step_gaps(history)
+        every.extend(g for g, _, _ in gaps)
+        if not gaps:
+            continue
+        gap, after, before = max(gaps)
+        largest.append(gap)
+        if not worst or gap > worst["ms"]:
+            worst = {"ms": gap, "instance_id": instance_id, "after": after, "before": before}
+    return {
+        "instances": len(ms),
+        "elapsed_s": round(elapsed, 3),
+        "latency_ms": {
+            "p50": round(percentile(ms, 50), 2),
+            "p90": round(percentile(ms, 90), 2),
+            "p99": round(percentile(ms, 99), 2),
+            "max": round(max(ms), 2) if ms else float("nan"),
+        },
+        "gap_ms": {
+            "p50": percentile(every, 50) if every else None,
+            "p99": percentile(every, 99) if every else None,
+            "max": max(every) if every else None,
+        },
+        "gap_limit_ms": gap_limit,
+        "instances_over_gap_limit": sum(1 for g in largest if g > gap_limit),
+        "worst_gap": worst or None,
     }

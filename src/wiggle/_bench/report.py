@@ -12,7 +12,7 @@ from typing import Any
 
 from .figures import DRIVER_RPCS
 
-__all__ = ["emit", "render"]
+__all__ = ["emit", "render", "render_latency"]
 
 
 def _fmt(value: Any, spec: str = "") -> str:
@@ -84,18 +84,80 @@ def _starts_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
     return lines
 
 
+def _store_line(env: dict[str, Any]) -> list[str]:
+    lines = [
+        f"store: {env['store']}; hot paths: server {env.get('server_impl')}, workers {env.get('worker_impl')}; "
+        f"python {env['python']} on {env['cpus']} CPU(s)"
+    ]
+    if env.get("postgres_note"):
+        lines.append(f"note: {env['postgres_note']}")
+    return lines
+
+
+def _failures(bad: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    lines: list[str] = []
+    for m, label in zip(bad, labels, strict=True):
+        lines += ["", f"{label}: FAILED - no figures"]
+        lines += [f"  - {p}" for p in m.get("problems", [])]
+    return lines
+
+
+def render_latency(doc: dict[str, Any]) -> str:
+    """The report of a latency run (``--latency N``): one row per mode, failures, the verdict."""
+    s = doc["settings"]
+    ok = [m for m in doc["modes"] if m.get("ok")]
+    bad = [m for m in doc["modes"] if not m.get("ok")]
+    lines = [
+        f"wiggle latency benchmark: {s['latency']} instances of a {s['steps']}-step linear workflow, one at a time "
+        f"(start -> result), {s['workers']} workers x {s['concurrency']} concurrency, transport {s['transport']}, "
+        f"{s['handler']} handlers",
+        *_store_line(doc["environment"]),
+    ]
+    if ok:
+        limit = ok[0]["gap_limit_ms"]
+        head = (
+            f"{'mode':<12} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'gap p50':>8} {'gap p99':>8} "
+            f"{'gap max':>8} {f'inst gap>{limit}ms':>16}  worst gap"
+        )
+        lines += ["", head, "-" * len(head)]
+        for m in ok:
+            lat, gap, worst = m["latency_ms"], m["gap_ms"], m.get("worst_gap")
+            where = f"{worst['after']} -> {worst['before']} of {worst['instance_id']}" if worst else "-"
+            lines.append(
+                f"{m['mode']:<12} {lat['p50']:>8.1f} {lat['p90']:>8.1f} {lat['p99']:>8.1f} {lat['max']:>8.1f} "
+                f"{_fmt(gap['p50']):>8} {_fmt(gap['p99']):>8} {_fmt(gap['max']):>8} "
+                f"{m['instances_over_gap_limit']:>16}  {where}"
+            )
+        lines.append(
+            "latency = Client.start called -> Client.wait returned the finished instance, timed by the driver; "
+            "gap (ms) = a step's claim (started_at) - the previous step's end (ended_at), from each instance's "
+            f"history (server clock); {ok[0]['warmup']} warm-up instance(s) per mode not counted"
+        )
+    lines += _failures(bad, [m["mode"] for m in bad])
+    lines.append("")
+    if bad:
+        lines.append(
+            f"RESULT: WRONG - {len(bad)} of {len(doc['modes'])} mode(s) failed verification or did not finish"
+        )
+    else:
+        lines.append(
+            f"RESULT: OK - verified all {s['latency']} instances COMPLETED with the expected context in every mode "
+            f"({', '.join(m['mode'] for m in ok)})"
+        )
+    return "\n".join(lines)
+
+
 def render(doc: dict[str, Any]) -> str:
     """The report of a run document as text: settings, tables, warnings, failures, the verdict."""
     s = doc["settings"]
+    if s.get("latency"):
+        return render_latency(doc)
     env = doc["environment"]
     lines = [
         f"wiggle e2e benchmark: {s['steps']} steps x {s['instances']} instances, {s['workers']} workers x "
         f"{s['concurrency']} concurrency, transport {s['transport']}, {s['handler']} handlers, batch {s['batch_size']}",
-        f"store: {env['store']}; hot paths: server {env.get('server_impl')}, workers {env.get('worker_impl')}; "
-        f"python {env['python']} on {env['cpus']} CPU(s)",
+        *_store_line(env),
     ]
-    if env.get("postgres_note"):
-        lines.append(f"note: {env['postgres_note']}")
     ok = [m for m in doc["modes"] if m.get("ok")]
     bad = [m for m in doc["modes"] if not m.get("ok")]
     by_submit = any(m.get("submit", "before") != "before" for m in doc["modes"])
@@ -136,9 +198,7 @@ def render(doc: dict[str, Any]) -> str:
             + ", ".join(busy)
             + "): the figures are disturbed"
         )
-    for m in bad:
-        lines += ["", f"{_label(m, by_submit)}: FAILED - no figures"]
-        lines += [f"  - {p}" for p in m.get("problems", [])]
+    lines += _failures(bad, [_label(m, by_submit) for m in bad])
     lines.append("")
     if bad:
         lines.append(
