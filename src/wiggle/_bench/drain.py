@@ -24,12 +24,12 @@ from .progress import Progress
 from .submit import StartLog, ThreadSubmitter
 from .verify import verify
 
-__all__ = ["SUBMIT_CONCURRENCY", "ModeRun"]
+__all__ = ["SUBMIT_CONCURRENCY", "DrainRun"]
 
 SUBMIT_CONCURRENCY = 64
 
 
-class ModeRun:
+class DrainRun:
     """One mode: fresh server (+ schema), submission, timed drain, verification.
 
     ``submit`` is "before" (the instances are started before the window, by SUBMIT_CONCURRENCY

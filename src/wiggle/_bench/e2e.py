@@ -78,7 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from .arguments import parse_args
-from .drain import ModeRun
+from .drain import DrainRun
 from .errors import BenchError
 from .latency import LatencyRun
 from .pgstats import Postgres
@@ -158,11 +158,11 @@ async def amain(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
         # Generators: each run is built when its turn comes, so its --timeout deadline starts then.
-        runs: Iterator[ModeRun | LatencyRun]
+        runs: Iterator[DrainRun | LatencyRun]
         if args.latency:
             runs = (LatencyRun(args, mode, children, pg, progress) for mode in args.modes)
         else:
-            runs = (ModeRun(args, m, how, children, pg, progress) for m in args.modes for how in args.submit)
+            runs = (DrainRun(args, m, how, children, pg, progress) for m in args.modes for how in args.submit)
         for run in runs:
             if pg is not None:
                 doc["environment"].setdefault("schemas", []).append(run.schema)
