@@ -1,1 +1,16 @@
-"""The end-to-end benchmark (``wiggle bench``, ``python bench/e2e.py``)."""
+"""The end-to-end benchmark (``wiggle bench``, ``python bench/e2e.py``), one job per module.
+
+- ``e2e``        the entry point: ``main(argv)`` runs every mode in turn and prints the report
+- ``arguments``  the flags and their WIGGLE_* defaults (src/wiggle/cli.py hands argv over as is)
+- ``processes``  the subprocesses (server, workers): start, talk JSON lines, CPU, stop, logs
+- ``worker``     the subprocesses' side: the server and worker roles, and the benchmark workflow
+- ``pgstats``    PostgreSQL: the benchmark's own database, xact_commit, backend CPU, clean-up
+- ``deploy``     one mode's server and worker processes (start, go, counters, stop)
+- ``drain``      one mode's timed drain (submission, the window, verification, figures)
+- ``submit``     client threads starting instances inside the window (``--submit during``)
+- ``latency``    the latency mode (``--latency N``): one instance at a time, start -> result
+- ``verify``     every instance COMPLETED with exactly the expected context
+- ``figures``    percentiles; the drain's, the starts' and the latency mode's figures
+- ``progress``   the progress line on stderr
+- ``report``     the tables and the JSON document
+"""

@@ -39,7 +39,7 @@ from typing import Any
 from wiggle import ExecutionMode, PermanentError, Workflow
 from wiggle.workflow import Blueprint
 
-__all__ = ["blueprint", "expected_context", "workflow_name", "main"]
+__all__ = ["blueprint", "expected_context", "initial_context", "workflow_name", "main"]
 
 FAULTS = ("", "context", "fail")
 
@@ -87,6 +87,11 @@ def blueprint(mode: str, steps: int, handler: str = "sync", fault: str = "") -> 
     for i in range(1, steps + 1):
         wf.step(_make_step(i, handler, fault), name=f"s{i}")
     return wf.build()
+
+
+def initial_context(n: int) -> dict[str, Any]:
+    """The context instance ``n`` is started with."""
+    return {"n": n, "count": 0}
 
 
 def expected_context(n: int, steps: int) -> dict[str, Any]:

@@ -1,0 +1,214 @@
+"""The drain's figures, computed from the counters read at both edges of the timed window.
+
+Pure functions of what the run measured (no processes, no I/O), so they are unit-tested alone
+(tests/bench/test_figures.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wiggle import HistoryEntry, InstanceInfo
+
+from .errors import BenchError
+
+__all__ = [
+    "DRIVER_RPCS",
+    "Snapshot",
+    "drain_figures",
+    "latency_figures",
+    "percentile",
+    "start_figures",
+    "step_gaps",
+]
+
+DRIVER_RPCS = ("ListInstances", "StartInstance")
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two pid -> CPU snapshots (a process new in ``after`` counts whole)."""
+    return sum(max(cpu - before.get(pid, 0.0), 0.0) for pid, cpu in after.items())
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The counters read at one edge of the timed window."""
+
+    stats: dict[str, Any]  # the server's "stats" event: RPC counters, store transactions
+    cpu: dict[str, float | None]  # "server", "workers": CPU seconds (None: a process is gone)
+    pg_cpu: tuple[dict[int, float], dict[int, float]] | None  # PostgreSQL (backends, background)
+    driver_cpu: float
+    machine: tuple[float, float] | None  # (busy, irq) CPU seconds of the whole machine
+
+
+def drain_figures(
+    infos: Sequence[InstanceInfo],
+    *,
+    steps: int,
+    t_go: float,
+    observed: float,
+    polls: int,
+    before: Snapshot,
+    after: Snapshot,
+    worker_stats: Sequence[dict[str, Any]],
+    xact: int | None,
+) -> dict[str, Any]:
+    """The figures of a verified drain of ``infos`` (every instance finished) timed from ``t_go``.
+
+    ``t_go`` is wall-clock seconds; the window ends at the last ``finished_at`` (milliseconds, the
+    server's clock). ``observed`` is the driver's own view of the window, ``polls`` its
+    ListInstances calls, ``xact`` PostgreSQL's committed transactions (None in memory).
+    """
+    n = len(infos)
+    last_finish = max(i.finished_at for i in infos) / 1000
+    elapsed = last_finish - t_go
+    if elapsed <= 0:
+        raise BenchError(
+            f"the last instance finished {-elapsed:.3f} s before the drain began: clocks disagree"
+        )
+    latencies = [i.finished_at - i.created_at for i in infos]
+    calls0 = before.stats["metrics"]["rpc_calls"]
+    calls1 = after.stats["metrics"]["rpc_calls"]
+    rpc = {m: calls1.get(m, 0) - calls0.get(m, 0) for m in sorted(set(calls1) | set(calls0))}
+    rpc = {m: v for m, v in rpc.items() if v}
+    err0 = before.stats["metrics"].get("rpc_errors", {})
+    err1 = after.stats["metrics"].get("rpc_errors", {})
+    errors = {m: err1.get(m, 0) - err0.get(m, 0) for m in err1 if err1.get(m, 0) - err0.get(m, 0)}
+    tx = after.stats["transactions"] - before.stats["transactions"]
+    cpu: dict[str, float | None] = {}
+    for role in ("server", "workers"):
+        a, b = before.cpu.get(role), after.cpu.get(role)
+        cpu[role] = None if a is None or b is None else round(b - a, 3)
+    if before.pg_cpu is not None and after.pg_cpu is not None:
+        cpu["postgres_backends"] = round(cpu_delta(before.pg_cpu[0], after.pg_cpu[0]), 3)
+        cpu["postgres_background"] = round(cpu_delta(before.pg_cpu[1], after.pg_cpu[1]), 3)
+    cpu["driver"] = round(after.driver_cpu - before.driver_cpu, 3)
+    total_cpu = sum(v for v in cpu.values() if v is not None)
+    if before.machine is not None and after.machine is not None:
+        # The kernel's interrupt work (loopback networking lands partly here), and every
+        # other process meanwhile: contention from other work on the machine shows there.
+        busy, irq = after.machine[0] - before.machine[0], after.machine[1] - before.machine[1]
+        cpu["irq"] = round(irq, 3)
+        cpu["other"] = round(max(busy - irq - total_cpu, 0.0), 3)
+    executed = sum(s.get("steps", 0) for s in worker_stats)
+    worker_calls: dict[str, int] = {}
+    handbacks: dict[str, int] = {}
+    for s in worker_stats:
+        for k, v in s.get("calls", {}).items():
+            worker_calls[k] = worker_calls.get(k, 0) + v
+        for k, v in s.get("handbacks", {}).items():
+            handbacks[k] = handbacks.get(k, 0) + v
+    # The driver's own calls (its ListInstances polls; its starts under --submit during) are not
+    # the workers' cost of running an instance.
+    worker_rpcs = sum(v for m, v in rpc.items() if m not in DRIVER_RPCS)
+    return {
+        "instances": n,
+        "steps": steps,
+        "elapsed_s": round(elapsed, 3),
+        "observed_s": round(observed, 3),
+        "instances_per_s": round(n / elapsed, 1),
+        "steps_per_s": round(n * steps / elapsed, 1),
+        "latency_ms": {
+            "p50": percentile(latencies, 50),
+            "p99": percentile(latencies, 99),
+            "max": max(latencies),
+        },
+        "rpc_total": rpc,
+        "rpc_per_instance": {m: round(v / n, 3) for m, v in rpc.items()},
+        "worker_rpcs_per_instance": round(worker_rpcs / n, 3),
+        "driver_list_calls": polls,
+        "rpc_errors": errors,
+        "store_transactions": tx,
+        "store_tx_per_instance": round(tx / n, 3),
+        "pg_xact_commit": xact,
+        "pg_xact_per_instance": None if xact is None else round(xact / n, 3),
+        "cpu_s": cpu,
+        "cpu_total_s": round(total_cpu, 3),
+        "cpu_ms_per_instance": round(total_cpu * 1000 / n, 2),
+        "handler_executions": executed,
+        "worker_calls": worker_calls,
+        "handbacks": handbacks,
+    }
+
+
+def start_figures(latencies: Sequence[float], span: float, clients: str) -> dict[str, Any]:
+    """Starts/s over ``span`` (first start issued -> last returned, seconds) and the per-call
+    latency percentiles in milliseconds of ``latencies`` (seconds); ``clients`` says who called."""
+    ms = [x * 1000 for x in latencies]
+    return {
+        "count": len(ms),
+        "clients": clients,
+        "span_s": round(span, 3),
+        "per_s": round(len(ms) / span, 1) if span > 0 else None,
+        "latency_ms": {
+            "p50": round(percentile(ms, 50), 2),
+            "p90": round(percentile(ms, 90), 2),
+            "p99": round(percentile(ms, 99), 2),
+            "max": round(max(ms), 2) if ms else float("nan"),
+        },
+    }
+
+
+def step_gaps(history: Sequence[HistoryEntry]) -> list[tuple[int, str, str]]:
+    """The gaps between consecutive TASK steps of one instance: (ms, previous node, next node).
+
+    A gap runs from a step's ``ended_at`` (its report, applied by the server) to the next step's
+    ``started_at`` (its claim): the time the instance waited between two steps. The history's
+    timestamps are the server's clock in milliseconds.
+    """
+    tasks = sorted((h for h in history if h.kind == "TASK"), key=lambda h: (h.started_at, h.ended_at))
+    return [(b.started_at - a.ended_at, a.node_id, b.node_id) for a, b in zip(tasks, tasks[1:], strict=False)]
+
+
+def latency_figures(
+    latencies: Sequence[float],
+    histories: Mapping[str, Sequence[HistoryEntry]],
+    elapsed: float,
+    gap_limit: int,
+) -> dict[str, Any]:
+    """The latency mode's figures: start -> result percentiles (``latencies`` in seconds, one per
+    instance) and the gaps between consecutive steps from ``histories`` (instance id -> history);
+    ``gap_limit`` ms is the line an instance's largest gap is counted against."""
+    ms = [x * 1000 for x in latencies]
+    worst: dict[str, Any] = {}
+    largest: list[int] = []  # each instance's largest gap
+    every: list[int] = []
+    for instance_id, history in histories.items():
+        gaps = step_gaps(history)
+        every.extend(g for g, _, _ in gaps)
+        if not gaps:
+            continue
+        gap, after, before = max(gaps)
+        largest.append(gap)
+        if not worst or gap > worst["ms"]:
+            worst = {"ms": gap, "instance_id": instance_id, "after": after, "before": before}
+    return {
+        "instances": len(ms),
+        "elapsed_s": round(elapsed, 3),
+        "latency_ms": {
+            "p50": round(percentile(ms, 50), 2),
+            "p90": round(percentile(ms, 90), 2),
+            "p99": round(percentile(ms, 99), 2),
+            "max": round(max(ms), 2) if ms else float("nan"),
+        },
+        "gap_ms": {
+            "p50": percentile(every, 50) if every else None,
+            "p99": percentile(every, 99) if every else None,
+            "max": max(every) if every else None,
+        },
+        "gap_limit_ms": gap_limit,
+        "instances_over_gap_limit": sum(1 for g in largest if g > gap_limit),
+        "worst_gap": worst or None,
+    }

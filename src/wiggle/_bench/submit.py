@@ -1,0 +1,125 @@
+"""Starting the benchmark's instances the way a user does: client threads calling ``Client.start``.
+
+``--submit during`` runs a ``ThreadSubmitter`` inside the timed window, concurrently with the
+workers (issue #16: a user's view of throughput includes starting the instances). Each thread has
+its own blocking ``wiggle.Client`` (its own channel), as independent callers would; they share one
+counter, so instance ``n`` is started exactly once, by whichever thread takes it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from wiggle import Client
+
+__all__ = ["StartLog", "ThreadSubmitter"]
+
+
+class StartLog:
+    """What a submission did: the instances it started (id -> n), each call's duration, its span.
+
+    Shared by the threads of a ``ThreadSubmitter`` (appends and dict stores are atomic under the
+    GIL) and used alone by the asynchronous pre-submission.
+    """
+
+    def __init__(self) -> None:
+        self.instance_ids: dict[str, int] = {}
+        self.latencies: list[float] = []  # seconds per successful start, in completion order
+        self.first: float | None = None  # time.monotonic() when the first start was issued
+        self.last: float | None = None  # time.monotonic() when the last start returned
+
+    def began(self) -> float:
+        """Note a start being issued; returns its perf_counter() origin."""
+        if self.first is None:
+            self.first = time.monotonic()
+        return time.perf_counter()
+
+    def ended(self, instance_id: str, n: int, origin: float) -> None:
+        """Note a start that returned ``instance_id`` for instance ``n`` (issued at ``origin``)."""
+        self.latencies.append(time.perf_counter() - origin)
+        self.instance_ids[instance_id] = n
+        self.last = time.monotonic()
+
+    @property
+    def span(self) -> float:
+        """Seconds from the first start issued to the last one returned (0 before both)."""
+        if self.first is None or self.last is None:
+            return 0.0
+        return self.last - self.first
+
+
+class ThreadSubmitter:
+    """``threads`` OS threads starting ``total`` instances of ``workflow`` on ``target``.
+
+    ``context(n)`` is instance ``n``'s initial context. ``start()`` returns at once; ``done``,
+    ``error`` and ``log`` say how far it got; ``stop()`` makes the threads quit after their
+    current call (on a failure elsewhere); ``join()`` waits for them.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        workflow: str,
+        total: int,
+        threads: int,
+        context: Callable[[int], dict[str, object]],
+    ) -> None:
+        self.target = target
+        self.workflow = workflow
+        self.total = total
+        self.context = context
+        self.log = StartLog()
+        self.error: BaseException | None = None
+        self._next = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"bench-submit-{i}", daemon=True)
+            for i in range(min(threads, total))
+        ]
+
+    def start(self) -> None:
+        """Start every thread."""
+        for thread in self._threads:
+            thread.start()
+
+    def _take(self) -> int | None:
+        with self._lock:
+            if self._stop.is_set() or self._next >= self.total:
+                return None
+            n = self._next
+            self._next += 1
+            return n
+
+    def _run(self) -> None:
+        try:
+            with Client(self.target) as client:
+                while (n := self._take()) is not None:
+                    origin = self.log.began()
+                    info = client.start(self.workflow, self.context(n))
+                    self.log.ended(info.instance_id, n, origin)
+        except BaseException as exc:  # reported by the driver; the other threads stop too
+            self.error = self.error or exc
+            self._stop.set()
+
+    @property
+    def done(self) -> bool:
+        """True once every thread has finished (all started, or stopped by an error)."""
+        return not any(t.is_alive() for t in self._threads)
+
+    @property
+    def started(self) -> int:
+        """How many starts have returned so far."""
+        return len(self.log.latencies)
+
+    def stop(self) -> None:
+        """Ask the threads to stop after their current call."""
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds in all for the threads to finish."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
