@@ -1,8 +1,8 @@
 """The PostgreSQL store: production storage, and what lets several servers form a cluster.
 
 Every mutation is one transaction under the instance row lock (``SELECT ... FOR UPDATE``): load
-the instance and its active tokens, run one engine transition, write what it changed, commit,
-then wake whoever waits. Statements of a transaction are pipelined: a mutation costs two round
+the instance and its active tokens, run the transition the instance layer hands over
+(wiggle/_server/instances.py), write what it changed, commit, then wake whoever waits. Statements of a transaction are pipelined: a mutation costs two round
 trips (lock + load, then writes + COMMIT). Claims take due READY tokens with ``FOR UPDATE SKIP
 LOCKED`` on the token *and* its instance row, so a claim never waits for (nor deadlocks with) a
 mutation in progress and never hands one token to two workers.
@@ -39,18 +39,11 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
-from .._engine.state import (
-    Changes,
-    HistoryEntry,
-    InstanceState,
-    new_instance_id,
-    now_millis,
-    token_instance_id,
-)
-from .._model import WorkflowDefinition, definition_from_json, validate_name
+from .._engine.engine import Claimed, LoadedDefinition
+from .._engine.state import Changes, HistoryEntry, InstanceState, now_millis
+from .._model import definition_from_json, validate_name
 from ..errors import NotFound, Unavailable, WiggleError
-from .base import InstanceQuery, InstanceView, Store, WorkflowRecord, ready_counts
+from .base import Action, ClaimTransition, InstanceQuery, InstanceView, R, Store, WorkflowRecord, ready_counts
 from .pg_schema import (  # the schema side: migrations, statements, row codecs
     _I_JOINS,
     _INSTANCE_UPDATED,
@@ -87,7 +80,9 @@ class _Job:
 
     __slots__ = ("instance_id", "missing", "action", "future")
 
-    def __init__(self, instance_id: str, missing: str, action: Any, future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, instance_id: str, missing: str, action: Action[Any], future: asyncio.Future[Any]
+    ) -> None:
         self.instance_id = instance_id
         self.missing = missing
         self.action = action
@@ -103,7 +98,6 @@ class PostgresStore(Store):
     failure is tried before the call fails with Unavailable.
     """
 
-    CLOCK_BATCH = 200  # per kind (leases; timers and deadlines) per run_clock_duties call
     MAX_GROUP = 128  # mutations committed together at most
     PEER_CHECK_SECONDS = 2.0  # how often the listener recounts the other nodes on the schema
     # From this many rows of a kind on, a commit writes them with one set-based statement (unnest
@@ -114,7 +108,6 @@ class PostgresStore(Store):
 
     def __init__(
         self,
-        engine: Engine,
         url: str,
         schema: str = "wiggle",
         pool_size: int = 10,
@@ -122,10 +115,11 @@ class PostgresStore(Store):
         acquire_timeout: float = 5.0,
         max_attempts: int = 3,
     ) -> None:
-        super().__init__(engine)
+        super().__init__()
         self.url = url
         self.schema = _check_schema(schema)
         self.pool_size = max(1, pool_size)
+        self.clock_parallelism = max(1, self.pool_size // 2)
         self.acquire_timeout = acquire_timeout
         self.max_attempts = max(1, max_attempts)
         self.node_id = os.urandom(6).hex()  # tags our own NOTIFYs, so the listener skips them
@@ -478,13 +472,7 @@ class PostgresStore(Store):
             new_instances or keep_context or with_context or token_updates or token_inserts or history
         )
 
-    async def _mutate(
-        self,
-        what: str,
-        instance_id: str,
-        missing: str,
-        action: Callable[[LoadedDefinition, InstanceState, int], tuple[T, Changes]],
-    ) -> tuple[T, InstanceState]:
+    async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
         """Lock the instance, load its active tokens, run ``action``, persist, commit, announce.
 
         Group commit: concurrent mutations queue up and a few committer tasks each take every
@@ -571,6 +559,8 @@ class PostgresStore(Store):
                         results.append(exc)  # validated before any change: nothing to undo
                         continue
                     results.append((result, state))
+                    if changes is None:
+                        continue
                     into = merged.get(job.instance_id)
                     if into is None:
                         merged[job.instance_id] = changes
@@ -587,8 +577,8 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------------ definitions
 
-    async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:
-        loaded = LoadedDefinition(definition)
+    async def put_definition(self, loaded: LoadedDefinition) -> tuple[WorkflowRecord, bool]:
+        definition = loaded.definition
         key = (definition.name, loaded.version)
         cached = self._records.get(key)
         if cached is not None:
@@ -644,19 +634,13 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------------ instances
 
-    async def start(
-        self, name: str, version: str, context: dict[str, Any], correlation_id: str
-    ) -> InstanceView:
-        record = await self.get_workflow(name, version)
-        instance_id = new_instance_id()
+    async def insert(self, state: InstanceState, changes: Changes) -> None:
+        instance_id = state.instance.id
         attempts = 0
 
-        async def body(conn: Conn) -> tuple[InstanceState, Changes] | None:
+        async def body(conn: Conn) -> bool:
             nonlocal attempts
             attempts += 1
-            state, changes = self.engine.start(
-                record.loaded, instance_id, context, correlation_id, now_millis()
-            )
             channels: list[str] = []
             payloads: list[str] = []
             try:
@@ -668,17 +652,13 @@ class PostgresStore(Store):
                             self.notifies_sent += 1
             except pg_errors.UniqueViolation:
                 if attempts > 1:
-                    return None  # an earlier attempt did commit (its acknowledgement was lost)
+                    return False  # an earlier attempt did commit (its acknowledgement was lost)
                 raise
-            return state, changes
+            return True
 
-        outcome = await self._run("start", body)
-        if outcome is None:
-            return await self.get_instance(instance_id)
-        state, changes = outcome
-        self.stats.transactions += 1
-        self._announce(instance_id, changes)
-        return self._view(state)
+        if await self._run("start", body):
+            self.stats.transactions += 1
+            self._announce(instance_id, changes)
 
     async def get_instance(self, instance_id: str) -> InstanceView:
         views = _views(await self._fetch("get_instance", self._q.view, (instance_id,), binary=True))
@@ -724,27 +704,11 @@ class PostgresStore(Store):
             raise NotFound(f"instance {instance_id} does not exist")
         return [HistoryEntry(*r) for r in rows]
 
-    async def cancel(self, instance_id: str, reason: str) -> tuple[InstanceView, bool]:
-        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[bool, Changes]:
-            return self.engine.cancel(state, reason, now)
-
-        changed, state = await self._mutate(
-            "cancel", instance_id, f"instance {instance_id} does not exist", action
-        )
-        return self._view(state), changed
-
-    async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
-        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
-            return None, self.engine.complete_user_task(loaded, state, name, payload, now)
-
-        _, state = await self._mutate(
-            "complete_user_task", instance_id, f"instance {instance_id} does not exist", action
-        )
-        return self._view(state)
-
     # ------------------------------------------------------------------ workers
 
-    async def claim(self, worker_id: str, queues: list[str], max_tasks: int) -> list[Claimed]:
+    async def claim(
+        self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition
+    ) -> list[Claimed]:
         if not queues or max_tasks <= 0:
             return []
         q = self._q
@@ -775,7 +739,7 @@ class PostgresStore(Store):
                         record = await self._loaded_record(
                             conn, state.instance.workflow, state.instance.version
                         )
-                        out.append(self.engine.claim(record.loaded, state, token, worker_id, now, changes))
+                        out.append(transition(record.loaded, state, token, now, changes))
                     channels: list[str] = []
                     payloads: list[str] = []
                     existing = {t for state, _ in states.values() for t in state.tokens}
@@ -787,63 +751,12 @@ class PostgresStore(Store):
                         self.notifies_sent += 1
             return out, announced
 
-        try:
-            claimed, announced = await self._run("claim", body)
-        except asyncio.CancelledError:
-            # This poll may have been woken (a counted wake-up) for work it will now not take:
-            # pass the wake-up on so that work does not wait for another poller's timeout.
-            self.notifier.work_ready(queues, dict.fromkeys(queues, 1))
-            raise
+        claimed, announced = await self._run("claim", body)
         if claimed:
             self.stats.transactions += 1
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
-
-    async def complete(
-        self, token_id: str, owner: str, context: dict[str, Any] | None, predicate_value: bool | None
-    ) -> str:
-        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
-            changes = self.engine.complete(
-                loaded, state, token_id, owner, now, context=context, predicate_value=predicate_value
-            )
-            return None, changes
-
-        _, state = await self._mutate(
-            "complete", token_instance_id(token_id), f"token {token_id} does not exist", action
-        )
-        return state.instance.status
-
-    async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
-        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
-            return None, self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
-
-        _, state = await self._mutate(
-            "fail", token_instance_id(token_id), f"token {token_id} does not exist", action
-        )
-        return state.instance.status
-
-    async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
-        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
-            return self.engine.heartbeat(state, token_id, owner, now)
-
-        expires, state = await self._mutate(
-            "heartbeat", token_instance_id(token_id), f"token {token_id} does not exist", action
-        )
-        return state.instance.status, expires
-
-    async def advance_run(
-        self, token_id: str, owner: str, steps: list[tuple[Any, ...]], final: bool, reason: str
-    ) -> AdvanceOutcome:
-        def action(
-            loaded: LoadedDefinition, state: InstanceState, now: int
-        ) -> tuple[AdvanceOutcome, Changes]:
-            return self.engine.advance_run(loaded, state, token_id, owner, steps, final, now, reason)
-
-        outcome, _ = await self._mutate(
-            "advance_run", token_instance_id(token_id), f"token {token_id} does not exist", action
-        )
-        return outcome
 
     # ------------------------------------------------------------------ clock duties
 
@@ -892,49 +805,12 @@ class PostgresStore(Store):
                 await self._drop_leadership()
                 return False
 
-    async def run_clock_duties(self, now: int) -> int:
-        if not await self._ensure_leader():
-            return 0
+    async def clock_leader(self) -> bool:
+        return await self._ensure_leader()
 
-        rows = await self._fetch("clock duties", self._q.due, {"now": now, "n": self.CLOCK_BATCH})
-        token_ids = list(dict.fromkeys(r[0] for r in rows))
-        if not token_ids:
-            return 0
-        gate = asyncio.Semaphore(max(1, self.pool_size // 2))
-
-        async def one(token_id: str) -> int:
-            async with gate:
-                return await self._clock_action(token_id, now)
-
-        results = await asyncio.gather(*(one(t) for t in token_ids), return_exceptions=True)
-        actions = 0
-        for result in results:
-            if isinstance(result, Unavailable):
-                raise result
-            if isinstance(result, BaseException):
-                if not isinstance(result, NotFound):  # purged meanwhile: nothing to do
-                    log.error("clock duty failed", exc_info=result)
-                continue
-            actions += result
-        return actions
-
-    async def _clock_action(self, token_id: str, now: int) -> int:
-        def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes]:
-            token = state.tokens.get(token_id)
-            if token is None:
-                return 0, Changes()  # finished or moved on since it was found due
-            if token.status == "RUNNING" and token.lease_expires_at <= now:
-                return 1, self.engine.expire_lease(loaded, state, token, now)
-            if token.status == "WAITING" and token.available_at <= now:
-                return 1, self.engine.fire_timer(loaded, state, token, now)
-            if token.status == "AWAITING" and 0 < token.available_at <= now:
-                return 1, self.engine.user_task_deadline(loaded, state, token, now)
-            return 0, Changes()
-
-        acted, _ = await self._mutate(
-            "clock duty", token_instance_id(token_id), f"token {token_id} does not exist", action
-        )
-        return acted
+    async def due_tokens(self, now: int, limit: int) -> list[str]:
+        rows = await self._fetch("clock duties", self._q.due, {"now": now, "n": limit})
+        return list(dict.fromkeys(r[0] for r in rows))
 
     async def next_due_at(self) -> int | None:
         # Only the leader has clock duties; the others idle and retry the lock at the next tick.
