@@ -22,6 +22,7 @@ from wiggle._model import ExecutionMode, Node, NodeKind, RetryPolicy, WorkflowDe
 from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.postgres import PostgresStore, SchemaTooNew, migrate, migration_files
+from wiggle._storage.postgres.cluster import Cluster
 from wiggle.errors import AlreadyFinished, FailedPrecondition, NotFound, Unavailable
 
 pytestmark = pytest.mark.postgres
@@ -516,7 +517,7 @@ async def test_set_based_writes_round_trip_every_value(open_store: Callable[...,
     results = []
     for min_rows in (1, 1000):  # every write set-based; none
         store = await open_store()
-        store.SET_WRITE_MIN_ROWS = min_rows
+        store.writer.set_write_min_rows = min_rows
         await store.register(forked())
         await store.register(
             linear("retrying", steps=1, retry=RetryPolicy(max_attempts=2, initial_backoff_millis=0))
@@ -532,7 +533,7 @@ async def test_set_based_writes_round_trip_every_value(open_store: Callable[...,
 
 async def test_set_based_history_keeps_its_order(open_store: Callable[..., Any]) -> None:
     store = await open_store()
-    store.SET_WRITE_MIN_ROWS = 1
+    store.writer.set_write_min_rows = 1
     await store.register(forked())
     view = await store.start("forked", "", {}, "")
     for c in sorted(await store.claim("w", ["forked"], 10), key=lambda c: c.token.node_id):
@@ -572,8 +573,8 @@ async def _work_round(store: ServerNode) -> str:
 async def test_a_lone_server_sends_no_notify(open_store: Callable[..., Any]) -> None:
     a = await open_store()
     await a.register(linear(steps=1))
-    async with _raw_listener(a.channel_work) as drain:
-        assert a.peers == 0  # the raw listener is no Wiggle node
+    async with _raw_listener(a.cluster.channel_work) as drain:
+        assert a.cluster.peers == 0  # the raw listener is no Wiggle node
         waiter = asyncio.ensure_future(a.notifier.wait_work(["linear"], 5.0))
         await asyncio.sleep(0.05)
         await a.start("linear", "", {}, "")
@@ -582,26 +583,26 @@ async def test_a_lone_server_sends_no_notify(open_store: Callable[..., Any]) -> 
         await a.complete(c.token.id, "w", {}, None)
         await _work_round(a)
         assert await drain() == []
-    assert a.notifies_sent == 0
+    assert a.cluster.notifies_sent == 0
 
 
 async def test_servers_notify_each_other_only_while_a_peer_is_connected(
     open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(PostgresStore, "PEER_CHECK_SECONDS", 0.1)
+    monkeypatch.setattr(Cluster, "PEER_CHECK_SECONDS", 0.1)
     a = await open_store()
     await a.register(linear(steps=1))
-    async with _raw_listener(a.channel_work) as drain:
+    async with _raw_listener(a.cluster.channel_work) as drain:
         await _work_round(a)
-        assert a.notifies_sent == 0 and await drain() == []
+        assert a.cluster.notifies_sent == 0 and await drain() == []
 
         b = await open_store()
-        assert b.peers == 1  # counted when it opened
+        assert b.cluster.peers == 1  # counted when it opened
         for _ in range(100):  # a hears b's hello (or counts it) within milliseconds
-            if a.peers:
+            if a.cluster.peers:
                 break
             await asyncio.sleep(0.01)
-        assert a.peers == 1
+        assert a.cluster.peers == 1
         # a token made READY on a wakes a poller waiting on b, promptly
         waiter = asyncio.ensure_future(b.notifier.wait_work(["linear"], 5.0))
         await asyncio.sleep(0.05)
@@ -614,19 +615,19 @@ async def test_servers_notify_each_other_only_while_a_peer_is_connected(
         (c,) = await a.claim("w", ["linear"], 1)
         await a.complete(c.token.id, "w", {}, None)
         await asyncio.wait_for(finished, 2.0)
-        assert a.notifies_sent >= 2
+        assert a.cluster.notifies_sent >= 2
         assert f"{a.node_id}:linear" in await drain()
 
         await b.close()  # the last peer leaves: a notices at its next count and stops notifying
         for _ in range(200):
-            if not a.peers:
+            if not a.cluster.peers:
                 break
             await asyncio.sleep(0.01)
-        assert a.peers == 0
-        sent = a.notifies_sent
+        assert a.cluster.peers == 0
+        sent = a.cluster.notifies_sent
         await drain()
         await _work_round(a)
-        assert a.notifies_sent == sent and await drain() == []
+        assert a.cluster.notifies_sent == sent and await drain() == []
 
 
 async def test_other_schemas_are_not_peers(open_store: Callable[..., Any]) -> None:
@@ -635,9 +636,9 @@ async def test_other_schemas_are_not_peers(open_store: Callable[..., Any]) -> No
     try:
         await other.open()
         await asyncio.sleep(0.1)
-        assert a.peers == 0 and other.peers == 0
-        assert len(a.application_name) <= 63 and a.application_name.startswith(a.app_prefix)
-        assert a.app_prefix != other.app_prefix
+        assert a.cluster.peers == 0 and other.cluster.peers == 0
+        assert len(a.application_name) <= 63 and a.application_name.startswith(a.cluster.app_prefix)
+        assert a.cluster.app_prefix != other.cluster.app_prefix
     finally:
         await other.close()
         async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
