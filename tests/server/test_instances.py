@@ -8,6 +8,7 @@ commits and announces work. Each test provokes it deterministically with a store
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -129,8 +130,8 @@ async def test_await_completion_registered_before_its_read() -> None:
     async def get_then_finish(instance_id: str) -> Any:
         nonlocal calls
         calls += 1
-        seen = await real_get(instance_id)
-        if calls == 2:  # the wait's own read: the instance finishes right after it
+        seen = copy.deepcopy(await real_get(instance_id))  # as read then, not the live state
+        if calls == 1:  # the wait's first read: the instance finishes right after it
             await layer.complete(claimed.token.id, "w", {"done": True}, None)
         return seen
 

@@ -103,9 +103,8 @@ class Instances:
 
     async def wait_finished(self, instance_id: str, wait_seconds: float) -> InstanceView:
         """The instance once finished, or as it is after ``wait_seconds`` (capped at MAX_WAIT_SECONDS)."""
-        view = await self.store.get_instance(instance_id)
-        if wait_seconds <= 0 or view.instance.status in FINISHED_INSTANCE_STATUSES:
-            return view
+        if wait_seconds <= 0:
+            return await self.store.get_instance(instance_id)
         deadline = time.monotonic() + min(wait_seconds, MAX_WAIT_SECONDS)
         notifier = self.store.notifier
         while True:
