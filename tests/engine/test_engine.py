@@ -16,6 +16,7 @@ import pytest
 from wiggle import ExecutionMode, RetryPolicy, Workflow
 from wiggle._engine.engine import Engine, EngineConfig
 from wiggle._engine.state import Changes, now_millis
+from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.memory import MemoryStore
 from wiggle.errors import AlreadyFinished, FailedPrecondition, InvalidArgument, NotFound
@@ -32,25 +33,26 @@ def _h(name: str):
     return handler
 
 
-def store(**config: Any) -> MemoryStore:
+def store(**config: Any) -> Instances:
+    """The instance layer over a fresh memory store."""
     config.setdefault("lease_millis", LEASE)
-    return MemoryStore(Engine(EngineConfig(**config), rng=random.Random(42)))
+    return Instances(MemoryStore(), Engine(EngineConfig(**config), rng=random.Random(42)))
 
 
-async def started(s: MemoryStore, workflow: Workflow[Any], context: dict[str, Any] | None = None):
+async def started(s: Instances, workflow: Workflow[Any], context: dict[str, Any] | None = None):
     bp = workflow.build()
     await s.register(bp.definition)
     view = await s.start(bp.name, "", context or {}, "")
     return bp, view.instance.id
 
 
-async def claim_one(s: MemoryStore, queue: str, owner: str = OWNER):
+async def claim_one(s: Instances, queue: str, owner: str = OWNER):
     claimed = await s.claim(owner, [queue], 1)
     assert len(claimed) == 1, f"nothing claimable on {queue!r}"
     return claimed[0]
 
 
-async def snapshot(s: MemoryStore, instance_id: str) -> tuple[Any, ...]:
+async def snapshot(s: Instances, instance_id: str) -> tuple[Any, ...]:
     view = await s.get_instance(instance_id)
     history = await s.history(instance_id)
     return (
@@ -61,7 +63,7 @@ async def snapshot(s: MemoryStore, instance_id: str) -> tuple[Any, ...]:
     )
 
 
-async def tokens(s: MemoryStore, instance_id: str):
+async def tokens(s: Instances, instance_id: str):
     return (await s.get_instance(instance_id)).tokens
 
 
@@ -241,8 +243,8 @@ async def test_retry_backoff_grows_exponentially() -> None:
     s = store()
     policy = RetryPolicy(max_attempts=5, initial_backoff_millis=1000, multiplier=3.0, max_backoff_millis=5000)
     bp, iid = await started(s, linear(retry=policy))
-    state = s._instances[iid]  # drive the engine directly to control the clock
-    loaded = s._loaded(state)
+    state = s.store._instances[iid]  # drive the engine directly to control the clock
+    loaded = s.store._loaded(state)
     engine = s.engine
     now = now_millis()
     token_id = next(iter(state.tokens))
@@ -318,7 +320,7 @@ async def test_heartbeat_extends_the_lease() -> None:
     _, iid = await started(s, linear())
     claimed = await claim_one(s, "lin")
     first_expiry = claimed.token.lease_expires_at
-    state = s._instances[iid]  # the engine itself, with a controlled clock
+    state = s.store._instances[iid]  # the engine itself, with a controlled clock
     later = first_expiry + 1234
     expires, changes = s.engine.heartbeat(state, claimed.token.id, OWNER, later)
     assert expires == later + LEASE
@@ -509,9 +511,7 @@ def local_flow(mode: ExecutionMode = ExecutionMode.LOCAL_SYNC, retry: RetryPolic
     )
 
 
-async def local_claim(
-    s: MemoryStore, mode: ExecutionMode = ExecutionMode.LOCAL_SYNC, context=None, retry=None
-):
+async def local_claim(s: Instances, mode: ExecutionMode = ExecutionMode.LOCAL_SYNC, context=None, retry=None):
     _, iid = await started(s, local_flow(mode, retry), context or {"n": 0})
     claimed = await claim_one(s, "run")
     assert claimed.execution_mode == mode.value

@@ -40,7 +40,8 @@ from psycopg import sql
 
 from wiggle import AsyncClient
 from wiggle._server.config import SETTINGS
-from wiggle._storage.postgres import _lock_key, migration_files
+from wiggle._storage.postgres import migration_files
+from wiggle._storage.postgres.migrations import lock_key
 from wiggle.errors import Unavailable
 
 HELPERS = Path(__file__).resolve().parent / "cluster_workers"
@@ -83,7 +84,7 @@ def schema_exists(schema: str) -> bool:
 
 def clock_lock_ports(schema: str) -> list[int]:
     """Client ports of the PostgreSQL sessions holding the clock-duty advisory lock of ``schema``."""
-    key = _lock_key("clock", schema) & 0xFFFF_FFFF_FFFF_FFFF
+    key = lock_key("clock", schema) & 0xFFFF_FFFF_FFFF_FFFF
     rows = query(
         schema,
         "SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "

@@ -9,6 +9,7 @@ import pytest
 from wiggle._engine.engine import Engine
 from wiggle._engine.state import Changes, Token
 from wiggle._model import Node, NodeKind, WorkflowDefinition
+from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery, Notifier, ready_counts
 from wiggle._storage.memory import MemoryStore
 
@@ -168,13 +169,13 @@ def _fan_out() -> WorkflowDefinition:
 
 
 async def test_the_memory_store_wakes_one_poller_per_new_ready_token() -> None:
-    store = MemoryStore(Engine())
+    store = Instances(MemoryStore(), Engine())
     await store.register(_fan_out())
     view = await store.start("fan", "", {}, "")
     queues = {t.queue for t in view.tokens}
     assert len(queues) == 1 and len(view.tokens) == 3
     (queue,) = queues
-    tasks = await _waiters(store.notifier, [[queue]] * 5)
+    tasks = await _waiters(store.store.notifier, [[queue]] * 5)
     await store.start("fan", "", {}, "")  # three READY tokens: three pollers wake, two sleep on
     await _settle()
     assert _woken(tasks) == [0, 1, 2]
@@ -182,7 +183,7 @@ async def test_the_memory_store_wakes_one_poller_per_new_ready_token() -> None:
 
 
 async def test_memory_list_instances_pages_newest_first() -> None:
-    store = MemoryStore(Engine())
+    store = Instances(MemoryStore(), Engine())
     await store.register(_fan_out())
     ids = [(await store.start("fan", "", {}, "cid" if i % 2 else "")).instance.id for i in range(7)]
     assert ids == sorted(ids)

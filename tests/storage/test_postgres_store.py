@@ -19,8 +19,10 @@ from psycopg import sql
 from wiggle._engine.engine import Engine, EngineConfig
 from wiggle._engine.state import now_millis
 from wiggle._model import ExecutionMode, Node, NodeKind, RetryPolicy, WorkflowDefinition
+from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.postgres import PostgresStore, SchemaTooNew, migrate, migration_files
+from wiggle._storage.postgres.cluster import Cluster
 from wiggle.errors import AlreadyFinished, FailedPrecondition, NotFound, Unavailable
 
 pytestmark = pytest.mark.postgres
@@ -74,14 +76,28 @@ def approval(timeout_millis: int = 0) -> WorkflowDefinition:
     )
 
 
+class ServerNode(Instances):
+    """One server node: the instance layer over a PostgresStore, the store's attributes read through."""
+
+    store: ServerNode
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def node(engine: Engine, url: str, schema: str, **kwargs: Any) -> ServerNode:
+    """A ServerNode over a new (unopened) PostgresStore."""
+    return ServerNode(PostgresStore(url, schema, **kwargs), engine)
+
+
 @pytest.fixture
 async def open_store(pg_schema: str) -> AsyncIterator[Callable[..., Any]]:  # noqa: F811
     """Open PostgresStores on this test's schema (several = several servers); all closed at the end."""
-    stores: list[PostgresStore] = []
+    stores: list[ServerNode] = []
 
-    async def factory(lease_millis: int = LEASE, **kwargs: Any) -> PostgresStore:
+    async def factory(lease_millis: int = LEASE, **kwargs: Any) -> ServerNode:
         kwargs.setdefault("pool_size", 4)
-        store = PostgresStore(
+        store = node(
             Engine(EngineConfig(lease_millis=lease_millis)),
             kwargs.pop("url", TEST_DATABASE_URL),
             pg_schema,
@@ -97,14 +113,14 @@ async def open_store(pg_schema: str) -> AsyncIterator[Callable[..., Any]]:  # no
 
 
 @pytest.fixture
-async def store(open_store: Callable[..., Any]) -> PostgresStore:
+async def store(open_store: Callable[..., Any]) -> ServerNode:
     return await open_store()
 
 
 # ---------------------------------------------------------------------- definitions
 
 
-async def test_register_is_idempotent_and_not_found_names_what_is_missing(store: PostgresStore) -> None:
+async def test_register_is_idempotent_and_not_found_names_what_is_missing(store: ServerNode) -> None:
     record, created = await store.register(linear())
     assert created
     again, created_again = await store.register(linear())
@@ -145,7 +161,7 @@ async def test_definitions_are_shared_between_servers(open_store: Callable[..., 
 # ---------------------------------------------------------------------- the token lifecycle
 
 
-async def test_linear_workflow_start_claim_complete(store: PostgresStore) -> None:
+async def test_linear_workflow_start_claim_complete(store: ServerNode) -> None:
     await store.register(linear())
     view = await store.start("linear", "", {"n": 0}, "order-1")
     inst = view.instance
@@ -180,7 +196,7 @@ async def test_linear_workflow_start_claim_complete(store: PostgresStore) -> Non
         await store.complete(c.token.id, "w1", {}, None)
 
 
-async def test_retry_with_backoff_then_success(store: PostgresStore) -> None:
+async def test_retry_with_backoff_then_success(store: ServerNode) -> None:
     await store.register(linear(steps=1, retry=RetryPolicy.fixed(3, 0.3)))
     view = await store.start("linear", "", {}, "")
     (c,) = await store.claim("w", ["linear"], 1)
@@ -200,7 +216,7 @@ async def test_retry_with_backoff_then_success(store: PostgresStore) -> None:
     assert await store.next_ready_at(["linear"]) is None
 
 
-async def test_claim_serves_the_oldest_due_token_across_queues(store: PostgresStore) -> None:
+async def test_claim_serves_the_oldest_due_token_across_queues(store: ServerNode) -> None:
     await store.register(linear("first", steps=1))
     await store.register(linear("second", steps=1))
     older = (await store.start("first", "", {}, "")).instance.id
@@ -213,7 +229,7 @@ async def test_claim_serves_the_oldest_due_token_across_queues(store: PostgresSt
     assert (a.token.queue, b.token.queue) == ("first", "second")
 
 
-async def test_last_attempt_fails_the_instance(store: PostgresStore) -> None:
+async def test_last_attempt_fails_the_instance(store: ServerNode) -> None:
     await store.register(linear(steps=1, retry=RetryPolicy.none()))
     view = await store.start("linear", "", {}, "")
     (c,) = await store.claim("w", ["linear"], 1)
@@ -222,7 +238,7 @@ async def test_last_attempt_fails_the_instance(store: PostgresStore) -> None:
     assert inst.status == "FAILED" and inst.error == "s0: bad input"
 
 
-async def test_advance_run_applies_a_local_run_atomically(store: PostgresStore) -> None:
+async def test_advance_run_applies_a_local_run_atomically(store: ServerNode) -> None:
     local = msgspec.structs.replace(linear(steps=3), execution_mode=ExecutionMode.LOCAL_ASYNC)
     await store.register(local)
     view = await store.start("linear", "", {"n": 0}, "")
@@ -244,7 +260,7 @@ async def test_advance_run_applies_a_local_run_atomically(store: PostgresStore) 
     assert [h.node_id for h in await store.history(view.instance.id)] == ["s0", "s1", "s2", "end"]
 
 
-async def test_wrong_owner_is_refused_and_changes_nothing(store: PostgresStore) -> None:
+async def test_wrong_owner_is_refused_and_changes_nothing(store: ServerNode) -> None:
     await store.register(linear())
     view = await store.start("linear", "", {"a": 1}, "")
     (c,) = await store.claim("owner", ["linear"], 1)
@@ -267,7 +283,7 @@ async def test_wrong_owner_is_refused_and_changes_nothing(store: PostgresStore) 
     assert status == "RUNNING" and expires >= c.token.lease_expires_at
 
 
-async def test_lease_expiry_via_clock_duties(store: PostgresStore) -> None:
+async def test_lease_expiry_via_clock_duties(store: ServerNode) -> None:
     await store.register(linear(steps=1))
     view = await store.start("linear", "", {}, "")
     (c,) = await store.claim("gone", ["linear"], 1)
@@ -310,7 +326,7 @@ async def test_sleep_fires_once_never_early_and_survives_a_restart(open_store: C
     assert await second.complete(c.token.id, "w", None, None) == "COMPLETED"
 
 
-async def test_fork_join_round_trips_branch_state(store: PostgresStore) -> None:
+async def test_fork_join_round_trips_branch_state(store: ServerNode) -> None:
     await store.register(forked())
     view = await store.start("forked", "", {"base": 1}, "")
     assert sorted(t.node_id for t in view.tokens) == ["a", "b"]
@@ -325,7 +341,7 @@ async def test_fork_join_round_trips_branch_state(store: PostgresStore) -> None:
     assert done.instance.joins == {}
 
 
-async def test_user_task_completion_and_deadline(store: PostgresStore) -> None:
+async def test_user_task_completion_and_deadline(store: ServerNode) -> None:
     await store.register(approval())
     view = await store.start("approval", "", {"amount": 5}, "")
     assert view.tokens[0].status == "AWAITING"
@@ -347,7 +363,7 @@ async def test_user_task_completion_and_deadline(store: PostgresStore) -> None:
     assert failed.status == "FAILED" and "timed out" in failed.error
 
 
-async def test_cancel(store: PostgresStore) -> None:
+async def test_cancel(store: ServerNode) -> None:
     await store.register(linear())
     view = await store.start("linear", "", {}, "")
     (c,) = await store.claim("w", ["linear"], 1)
@@ -362,7 +378,7 @@ async def test_cancel(store: PostgresStore) -> None:
         await store.cancel("wi-nope", "x")
 
 
-async def test_list_instances_newest_first_with_filters_and_pages(store: PostgresStore) -> None:
+async def test_list_instances_newest_first_with_filters_and_pages(store: ServerNode) -> None:
     await store.register(linear())
     await store.register(sleeper(60_000))
     ids = []
@@ -394,14 +410,14 @@ async def test_list_instances_newest_first_with_filters_and_pages(store: Postgre
 # ---------------------------------------------------------------------- concurrency and clustering
 
 
-async def _claim_all(stores: list[PostgresStore], workers: int) -> list[tuple[str, str, int]]:
+async def _claim_all(stores: list[ServerNode], workers: int) -> list[tuple[str, str, int]]:
     """Workers claiming and completing until the queue stays empty; every (token, node, attempt) they got.
 
     Half of them poll two queues, so both claim queries (one queue, several queues) compete.
     """
     seen: list[tuple[str, str, int]] = []
 
-    async def worker(store: PostgresStore, name: str, queues: list[str]) -> None:
+    async def worker(store: ServerNode, name: str, queues: list[str]) -> None:
         idle = 0
         while idle < 3:
             claimed = await store.claim(name, queues, 3)
@@ -423,7 +439,7 @@ async def _claim_all(stores: list[PostgresStore], workers: int) -> list[tuple[st
     return seen
 
 
-async def test_concurrent_claims_never_hand_out_a_token_twice(store: PostgresStore) -> None:
+async def test_concurrent_claims_never_hand_out_a_token_twice(store: ServerNode) -> None:
     await store.register(linear(steps=1))
     ids = [(await store.start("linear", "", {}, "")).instance.id for _ in range(60)]
     seen = await _claim_all([store], 8)
@@ -465,7 +481,7 @@ async def test_work_on_one_server_wakes_pollers_on_another(open_store: Callable[
 TRICKY = "he said \"hi\" \\ {a,b} NULL 'x' , é ✓\n\t"
 
 
-async def _tricky_scenario(store: PostgresStore) -> list[Any]:
+async def _tricky_scenario(store: ServerNode) -> list[Any]:
     """A fork, concurrent completes and a retried failure, full of values that need escaping."""
     context = {TRICKY: [TRICKY, None, 1.5, {"": ""}], "NULL": "NULL", "": "{}"}
     views = [await store.start("forked", "", context, TRICKY) for _ in range(3)]
@@ -501,7 +517,7 @@ async def test_set_based_writes_round_trip_every_value(open_store: Callable[...,
     results = []
     for min_rows in (1, 1000):  # every write set-based; none
         store = await open_store()
-        store.SET_WRITE_MIN_ROWS = min_rows
+        store.writer.set_write_min_rows = min_rows
         await store.register(forked())
         await store.register(
             linear("retrying", steps=1, retry=RetryPolicy(max_attempts=2, initial_backoff_millis=0))
@@ -517,7 +533,7 @@ async def test_set_based_writes_round_trip_every_value(open_store: Callable[...,
 
 async def test_set_based_history_keeps_its_order(open_store: Callable[..., Any]) -> None:
     store = await open_store()
-    store.SET_WRITE_MIN_ROWS = 1
+    store.writer.set_write_min_rows = 1
     await store.register(forked())
     view = await store.start("forked", "", {}, "")
     for c in sorted(await store.claim("w", ["forked"], 10), key=lambda c: c.token.node_id):
@@ -546,7 +562,7 @@ async def _raw_listener(channel: str) -> AsyncIterator[Callable[[], Any]]:
         yield drain
 
 
-async def _work_round(store: PostgresStore) -> str:
+async def _work_round(store: ServerNode) -> str:
     """Start a one-step instance and run it to the end: READY, claimed, finished."""
     view = await store.start("linear", "", {}, "")
     (c,) = await store.claim("w", ["linear"], 1)
@@ -557,8 +573,8 @@ async def _work_round(store: PostgresStore) -> str:
 async def test_a_lone_server_sends_no_notify(open_store: Callable[..., Any]) -> None:
     a = await open_store()
     await a.register(linear(steps=1))
-    async with _raw_listener(a.channel_work) as drain:
-        assert a.peers == 0  # the raw listener is no Wiggle node
+    async with _raw_listener(a.cluster.channel_work) as drain:
+        assert a.cluster.peers == 0  # the raw listener is no Wiggle node
         waiter = asyncio.ensure_future(a.notifier.wait_work(["linear"], 5.0))
         await asyncio.sleep(0.05)
         await a.start("linear", "", {}, "")
@@ -567,26 +583,26 @@ async def test_a_lone_server_sends_no_notify(open_store: Callable[..., Any]) -> 
         await a.complete(c.token.id, "w", {}, None)
         await _work_round(a)
         assert await drain() == []
-    assert a.notifies_sent == 0
+    assert a.cluster.notifies_sent == 0
 
 
 async def test_servers_notify_each_other_only_while_a_peer_is_connected(
     open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(PostgresStore, "PEER_CHECK_SECONDS", 0.1)
+    monkeypatch.setattr(Cluster, "PEER_CHECK_SECONDS", 0.1)
     a = await open_store()
     await a.register(linear(steps=1))
-    async with _raw_listener(a.channel_work) as drain:
+    async with _raw_listener(a.cluster.channel_work) as drain:
         await _work_round(a)
-        assert a.notifies_sent == 0 and await drain() == []
+        assert a.cluster.notifies_sent == 0 and await drain() == []
 
         b = await open_store()
-        assert b.peers == 1  # counted when it opened
+        assert b.cluster.peers == 1  # counted when it opened
         for _ in range(100):  # a hears b's hello (or counts it) within milliseconds
-            if a.peers:
+            if a.cluster.peers:
                 break
             await asyncio.sleep(0.01)
-        assert a.peers == 1
+        assert a.cluster.peers == 1
         # a token made READY on a wakes a poller waiting on b, promptly
         waiter = asyncio.ensure_future(b.notifier.wait_work(["linear"], 5.0))
         await asyncio.sleep(0.05)
@@ -599,30 +615,30 @@ async def test_servers_notify_each_other_only_while_a_peer_is_connected(
         (c,) = await a.claim("w", ["linear"], 1)
         await a.complete(c.token.id, "w", {}, None)
         await asyncio.wait_for(finished, 2.0)
-        assert a.notifies_sent >= 2
+        assert a.cluster.notifies_sent >= 2
         assert f"{a.node_id}:linear" in await drain()
 
         await b.close()  # the last peer leaves: a notices at its next count and stops notifying
         for _ in range(200):
-            if not a.peers:
+            if not a.cluster.peers:
                 break
             await asyncio.sleep(0.01)
-        assert a.peers == 0
-        sent = a.notifies_sent
+        assert a.cluster.peers == 0
+        sent = a.cluster.notifies_sent
         await drain()
         await _work_round(a)
-        assert a.notifies_sent == sent and await drain() == []
+        assert a.cluster.notifies_sent == sent and await drain() == []
 
 
 async def test_other_schemas_are_not_peers(open_store: Callable[..., Any]) -> None:
     a = await open_store()
-    other = PostgresStore(a.engine, TEST_DATABASE_URL, a.schema + "_x", pool_size=2)
+    other = node(a.engine, TEST_DATABASE_URL, a.schema + "_x", pool_size=2)
     try:
         await other.open()
         await asyncio.sleep(0.1)
-        assert a.peers == 0 and other.peers == 0
-        assert len(a.application_name) <= 63 and a.application_name.startswith(a.app_prefix)
-        assert a.app_prefix != other.app_prefix
+        assert a.cluster.peers == 0 and other.cluster.peers == 0
+        assert len(a.application_name) <= 63 and a.application_name.startswith(a.cluster.app_prefix)
+        assert a.cluster.app_prefix != other.cluster.app_prefix
     finally:
         await other.close()
         async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
@@ -675,7 +691,7 @@ async def _terminate(application_name: str) -> int:
         return int(row[0])
 
 
-async def test_lost_connections_are_retried_transparently(store: PostgresStore) -> None:
+async def test_lost_connections_are_retried_transparently(store: ServerNode) -> None:
     await store.register(linear())
     view = await store.start("linear", "", {}, "")
     assert await _terminate(store.application_name) >= 1  # every pooled connection dies
@@ -685,7 +701,7 @@ async def test_lost_connections_are_retried_transparently(store: PostgresStore) 
 
     # the listener reconnects too
     await _terminate(f"{store.application_name}:listen")
-    other = PostgresStore(store.engine, TEST_DATABASE_URL, store.schema, pool_size=2)
+    other = node(store.engine, TEST_DATABASE_URL, store.schema, pool_size=2)
     await other.open()
     try:
         for _ in range(100):
@@ -703,7 +719,7 @@ async def test_lost_connections_are_retried_transparently(store: PostgresStore) 
 # ---------------------------------------------------------------------- housekeeping
 
 
-async def test_purge_finished(store: PostgresStore) -> None:
+async def test_purge_finished(store: ServerNode) -> None:
     await store.register(linear(steps=1))
     finished = []
     for _ in range(3):
@@ -749,14 +765,14 @@ async def test_migrations_are_idempotent_and_a_newer_schema_is_refused(pg_schema
         )
     with pytest.raises(SchemaTooNew, match=f"version {newest + 1}.*up to version {newest}"):
         await migrate(TEST_DATABASE_URL, pg_schema)
-    store = PostgresStore(Engine(), TEST_DATABASE_URL, pg_schema)
+    store = node(Engine(), TEST_DATABASE_URL, pg_schema)
     with pytest.raises(SchemaTooNew):
         await store.open()
     await store.close()
 
 
 async def test_servers_starting_together_migrate_once(pg_schema: str) -> None:  # noqa: F811
-    stores = [PostgresStore(Engine(), TEST_DATABASE_URL, pg_schema, pool_size=1) for _ in range(3)]
+    stores = [node(Engine(), TEST_DATABASE_URL, pg_schema, pool_size=1) for _ in range(3)]
     try:
         await asyncio.gather(*(s.open() for s in stores))
         async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL) as conn:
@@ -772,7 +788,7 @@ async def test_servers_starting_together_migrate_once(pg_schema: str) -> None:  
 
 
 async def test_unreachable_database_is_unavailable() -> None:
-    store = PostgresStore(Engine(), "postgresql://postgres@127.0.0.1:1/test", "wiggle", max_attempts=2)
+    store = node(Engine(), "postgresql://postgres@127.0.0.1:1/test", "wiggle", max_attempts=2)
     with pytest.raises(Unavailable, match="database unavailable"):
         await store.open()
     await store.close()

@@ -13,10 +13,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .._engine.engine import Engine, EngineConfig
-from .._engine.state import now_millis
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._storage.base import Store
 from .._storage.memory import MemoryStore
+from ..errors import FailedPrecondition
 from .config import ServerConfig
 from .instances import Instances
 from .service import ControlPlane, Metrics
@@ -27,9 +27,6 @@ log = logging.getLogger("wiggle.server")
 
 SERVICE_NAME = "wiggle.v1.WiggleControlPlane"
 MAX_MESSAGE_BYTES = 64 << 20
-CLOCK_IDLE_SECONDS = 1.0  # the clock duty re-checks at least this often (other nodes' timers)
-PURGE_EVERY_SECONDS = 60.0
-PURGE_BATCH = 1000
 
 
 def engine_config(config: ServerConfig) -> EngineConfig:
@@ -43,31 +40,35 @@ def engine_config(config: ServerConfig) -> EngineConfig:
     )
 
 
-def make_store(config: ServerConfig, engine: Engine) -> Store:
-    """The in-memory store, or the PostgreSQL store when a database URL is set."""
+def make_store(config: ServerConfig) -> Store:
+    """The in-memory store, or the PostgreSQL store when a database URL is set.
+
+    Raises FailedPrecondition (which the CLI turns into its exit status) when a database URL is
+    set but the PostgreSQL driver is not installed.
+    """
     if not config.database_url:
-        return MemoryStore(engine)
+        return MemoryStore()
     try:
         from .._storage.postgres import PostgresStore
     except ImportError as exc:
-        raise SystemExit(
+        raise FailedPrecondition(
             f"WIGGLE_DATABASE_URL is set but the PostgreSQL driver is missing ({exc}); "
             "pip install 'wiggle-workflows[postgres]'"
         ) from None
-    return PostgresStore(
-        engine, config.database_url, schema=config.database_schema, pool_size=config.pool_size
-    )
+    return PostgresStore(config.database_url, schema=config.database_schema, pool_size=config.pool_size)
 
 
 class WiggleServer:
     """One server process. ``await start()``, then ``await stop()``."""
 
-    def __init__(self, config: ServerConfig | None = None, store: Store | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig | None = None, store: Store | None = None, engine: Engine | None = None
+    ) -> None:
         self.config = config or ServerConfig()
-        self.engine = store.engine if store is not None else Engine(engine_config(self.config))
-        self.store = store or make_store(self.config, self.engine)
+        self.engine = engine if engine is not None else Engine(engine_config(self.config))
+        self.store = store or make_store(self.config)
         self.metrics = Metrics()
-        self.instances = Instances(self.store)
+        self.instances = Instances(self.store, self.engine)
         self.service = ControlPlane(self.instances, self.metrics)
         self.port = 0
         self._server: grpc.aio.Server | None = None
@@ -104,8 +105,10 @@ class WiggleServer:
         self._server = server
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.SERVING)
         await _set_health(self._health, SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        self._tasks.append(asyncio.ensure_future(self._clock_loop()))
-        self._tasks.append(asyncio.ensure_future(self._purge_loop()))
+        self._tasks.append(asyncio.ensure_future(self.instances.clock_loop(self._stopping)))
+        self._tasks.append(
+            asyncio.ensure_future(self.instances.purge_loop(self._stopping, self.config.retention_seconds))
+        )
         if self.config.metrics_port:
             self._start_metrics()
         log.info(
@@ -123,33 +126,6 @@ class WiggleServer:
             log.warning("WIGGLE_METRICS_PORT is set but metrics are unavailable: %s", exc)
             return
         self._metrics_server = start_metrics_server(self.config.host, self.config.metrics_port, self)
-
-    async def _clock_loop(self) -> None:
-        notifier = self.store.notifier
-        while not self._stopping.is_set():
-            try:
-                await self.store.run_clock_duties(now_millis())
-                due = await self.store.next_due_at()
-            except Exception as exc:  # the database is down: keep trying, never die
-                log.warning("clock duties failed: %s", exc)
-                due = None
-            timeout = CLOCK_IDLE_SECONDS
-            if due is not None:
-                timeout = min(timeout, max((due - now_millis()) / 1000, 0.0))
-            await notifier.wait_clock(timeout)
-
-    async def _purge_loop(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), PURGE_EVERY_SECONDS)
-            if self._stopping.is_set():
-                return
-            try:
-                cutoff = now_millis() - self.config.retention_seconds * 1000
-                while await self.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
-                    await asyncio.sleep(0)
-            except Exception as exc:
-                log.warning("retention purge failed: %s", exc)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, let in-flight ones finish for up to ``grace`` seconds, close the store."""

@@ -1,42 +1,81 @@
 """The instance layer: every operation on workflows and instances, over one store.
 
 The service (wiggle/_server/service.py) speaks the wire; this layer speaks the domain: it owns the
-engine, turns each operation into its transition, runs the long-poll and await-completion
-waits, and the clock duties. A store only persists.
+engine and writes "load -> transition -> persist" once. Each operation becomes an engine
+transition handed to one of the store's primitives (``Store.mutate``, ``Store.insert``,
+``Store.claim``; wiggle/_storage/base.py), so a new operation or node kind touches the engine and
+this module, not every store. It also runs the long-poll and await-completion waits, the clock
+duties and the retention purge.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from typing import Any
 
-from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig
-from .._engine.state import FINISHED_INSTANCE_STATUSES, HistoryEntry, now_millis
+from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
+from .._engine.state import (
+    FINISHED_INSTANCE_STATUSES,
+    Changes,
+    HistoryEntry,
+    InstanceState,
+    InstanceStatus,
+    Token,
+    TokenStatus,
+    new_instance_id,
+    now_millis,
+    token_instance_id,
+)
 from .._model import WorkflowDefinition
-from .._storage.base import InstanceQuery, InstanceView, Store, WorkflowRecord
+from .._storage.base import Action, InstanceQuery, InstanceView, Store, StoreStats, WorkflowRecord
+from .._storage.notifier import wait_event
+from ..errors import NotFound, Unavailable
 
-__all__ = ["Instances", "MAX_WAIT_SECONDS"]
+__all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
+
+log = logging.getLogger("wiggle.server")
 
 MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in one call
+CLOCK_BATCH = 200  # due tokens handled per clock-duty round
+CLOCK_ROUNDS = 10  # rounds per run_clock_duties call (an action may make more work due at once)
+CLOCK_IDLE_SECONDS = 1.0  # the clock duty re-checks at least this often (other nodes' timers)
+PURGE_EVERY_SECONDS = 60.0
+PURGE_BATCH = 1000
+
+
+def _token_missing(token_id: str) -> str:
+    return f"token {token_id} does not exist"
+
+
+def _instance_missing(instance_id: str) -> str:
+    return f"instance {instance_id} does not exist"
 
 
 class Instances:
-    """Workflows and instances over ``store``: register, start, read, report, wait."""
+    """Workflows and instances over ``store``: register, start, read, report, wait, clock duties."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, engine: Engine | None = None) -> None:
         self.store = store
-        self.engine: Engine = store.engine
+        self.engine: Engine = engine if engine is not None else Engine()
 
     @property
     def config(self) -> EngineConfig:
         """The engine settings (lease length, payload limit, default mode...)."""
         return self.engine.config
 
+    @property
+    def stats(self) -> StoreStats:
+        """The store's counters (transactions committed)."""
+        return self.store.stats
+
     # ------------------------------------------------------------------ definitions
 
     async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:
         """Store a validated definition; (record, created). Re-registering is a no-op."""
-        return await self.store.register(definition)
+        return await self.store.put_definition(LoadedDefinition(definition))
 
     async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
         """A definition by name and version (latest if empty)."""
@@ -52,7 +91,11 @@ class Instances:
         self, name: str, version: str, context: dict[str, Any], correlation_id: str
     ) -> InstanceView:
         """Start an instance of ``name`` (latest version unless pinned)."""
-        return await self.store.start(name, version, context, correlation_id)
+        record = await self.store.get_workflow(name, version)
+        now = now_millis()
+        state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
+        await self.store.insert(state, changes)
+        return self.store.view(state)
 
     async def get_instance(self, instance_id: str) -> InstanceView:
         """An instance with its active tokens."""
@@ -60,18 +103,19 @@ class Instances:
 
     async def wait_finished(self, instance_id: str, wait_seconds: float) -> InstanceView:
         """The instance once finished, or as it is after ``wait_seconds`` (capped at MAX_WAIT_SECONDS)."""
-        view = await self.store.get_instance(instance_id)
-        if wait_seconds <= 0 or view.instance.status in FINISHED_INSTANCE_STATUSES:
-            return view
+        if wait_seconds <= 0:
+            return await self.store.get_instance(instance_id)
         deadline = time.monotonic() + min(wait_seconds, MAX_WAIT_SECONDS)
-        while view.instance.status not in FINISHED_INSTANCE_STATUSES:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            # Bounded waits: a finish on another server node is seen within a second.
-            await self.store.notifier.wait_instance(instance_id, min(remaining, 1.0))
-            view = await self.store.get_instance(instance_id)
-        return view
+        notifier = self.store.notifier
+        while True:
+            # Registered before the read: a finish announced in between still wakes this wait.
+            with notifier.watch_instance(instance_id) as finished:
+                view = await self.store.get_instance(instance_id)
+                remaining = deadline - time.monotonic()
+                if view.instance.status in FINISHED_INSTANCE_STATUSES or remaining <= 0:
+                    return view
+                # Bounded waits: a finish on another server node is seen within a second.
+                await wait_event(finished, min(remaining, 1.0))
 
     async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
         """A page of instances, newest first, and the next page token."""
@@ -82,48 +126,218 @@ class Instances:
         return await self.store.history(instance_id)
 
     async def cancel(self, instance_id: str, reason: str) -> tuple[InstanceView, bool]:
-        """Cancel; (view, changed)."""
-        return await self.store.cancel(instance_id, reason)
+        """Cancel; (view, changed). A finished instance is left alone (changed False)."""
+
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[bool, Changes | None]:
+            changed, changes = self.engine.cancel(state, reason, now)
+            return changed, changes if changed else None
+
+        changed, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        return self.store.view(state), changed
 
     async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
         """Complete the user task ``name`` the instance awaits."""
-        return await self.store.complete_user_task(instance_id, name, payload)
+
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            return None, self.engine.complete_user_task(loaded, state, name, payload, now)
+
+        _, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        return self.store.view(state)
 
     # ------------------------------------------------------------------ workers
+
+    async def claim(self, worker_id: str, queues: list[str], max_tasks: int) -> list[Claimed]:
+        """Lease up to ``max_tasks`` due READY tokens on ``queues`` now (no waiting)."""
+        if not queues or max_tasks <= 0:
+            return []
+        claim = self.engine.claim
+
+        def transition(
+            loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
+        ) -> Claimed:
+            return claim(loaded, state, token, worker_id, now, changes)
+
+        return await self.store.claim(worker_id, queues, max_tasks, transition)
 
     async def poll(
         self, worker_id: str, queues: list[str], max_tasks: int, wait_seconds: float
     ) -> list[Claimed]:
-        """Claim up to ``max_tasks`` steps on ``queues``, waiting up to ``wait_seconds`` for some."""
+        """Claim up to ``max_tasks`` steps on ``queues``, waiting up to ``wait_seconds`` for some.
+
+        The poller registers for wake-ups *before* each look for work (``Notifier.watch_work``):
+        work committed and announced between an empty claim and the wait then ends the wait at
+        once, instead of being found only when the wait times out (issue #16, item 0).
+        """
         deadline = time.monotonic() + min(max(wait_seconds, 0.0), MAX_WAIT_SECONDS)
-        while True:
-            claimed = await self.store.claim(worker_id, queues, max_tasks)
-            if claimed:
-                return claimed
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            next_ready = await self.store.next_ready_at(queues)
-            if next_ready is not None:
-                remaining = min(remaining, max((next_ready - now_millis()) / 1000, 0.001))
-            await self.store.notifier.wait_work(queues, remaining)
+        notifier = self.store.notifier
+        woken_for: str | None = None  # a counted wake-up this poll took and has not yet looked for
+        try:
+            while True:
+                with notifier.watch_work(queues) as waiter:
+                    claimed = await self.claim(worker_id, queues, max_tasks)
+                    woken_for = None  # looked: the wake-up was acted on
+                    if claimed:
+                        return claimed
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return []
+                    next_ready = await self.store.next_ready_at(queues)
+                    if next_ready is not None:
+                        remaining = min(remaining, max((next_ready - now_millis()) / 1000, 0.001))
+                    if await notifier.wait(waiter, remaining):
+                        woken_for = waiter.woken_for
+        except BaseException:
+            # Cancelled after being woken, before looking: pass the wake-up on, or the work it
+            # announced could sit unclaimed until some other poller's timeout.
+            if woken_for is not None:
+                notifier.work_ready((woken_for,), {woken_for: 1})
+            raise
 
     async def complete(
         self, token_id: str, owner: str, context: dict[str, Any] | None, predicate_value: bool | None
     ) -> str:
         """CompleteTask; the instance status."""
-        return await self.store.complete(token_id, owner, context, predicate_value)
+
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            changes = self.engine.complete(
+                loaded, state, token_id, owner, now, context=context, predicate_value=predicate_value
+            )
+            return None, changes
+
+        _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        return state.instance.status
 
     async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
         """FailTask; the instance status."""
-        return await self.store.fail(token_id, owner, message, retryable)
+
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            return None, self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
+
+        _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        return state.instance.status
 
     async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
         """Extend a lease; (instance status, new expiry)."""
-        return await self.store.heartbeat(token_id, owner)
+
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
+            return self.engine.heartbeat(state, token_id, owner, now)
+
+        expires, state = await self.store.mutate(
+            token_instance_id(token_id), _token_missing(token_id), action
+        )
+        return state.instance.status, expires
 
     async def advance_run(
         self, token_id: str, owner: str, steps: list[tuple[Any, ...]], final: bool, reason: str
     ) -> AdvanceOutcome:
         """AdvanceRun: apply a local run's steps (see Engine.advance_run)."""
-        return await self.store.advance_run(token_id, owner, steps, final, reason)
+
+        def action(
+            loaded: LoadedDefinition, state: InstanceState, now: int
+        ) -> tuple[AdvanceOutcome, Changes]:
+            return self.engine.advance_run(loaded, state, token_id, owner, steps, final, now, reason)
+
+        outcome, _ = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        return outcome
+
+    # ------------------------------------------------------------------ clock duties
+
+    def _clock_action(self, token_id: str, now: int) -> Action[int]:
+        """The one dispatch of a due token: lease expired, timer due, or user-task deadline."""
+        engine = self.engine
+
+        def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes | None]:
+            if state.instance.status != InstanceStatus.RUNNING:
+                return 0, None
+            token = state.tokens.get(token_id)
+            if token is None:
+                return 0, None  # finished or moved on since it was found due
+            status = token.status
+            if status == TokenStatus.RUNNING and token.lease_expires_at <= now:
+                return 1, engine.expire_lease(loaded, state, token, now)
+            if status == TokenStatus.WAITING and token.available_at <= now:
+                return 1, engine.fire_timer(loaded, state, token, now)
+            if status == TokenStatus.AWAITING and 0 < token.available_at <= now:
+                return 1, engine.user_task_deadline(loaded, state, token, now)
+            return 0, None  # the token moved on since (a heartbeat, a completion)
+
+        return action
+
+    async def run_clock_duties(self, now: int) -> int:
+        """Fire due timers, expire leases, apply user-task deadlines; the number of actions taken.
+
+        Only the clock leader acts (``Store.clock_leader``); each action re-checks its token
+        under the instance lock, so even two leaders at once could not fire a timer twice.
+        """
+        if not await self.store.clock_leader():
+            return 0
+        store = self.store
+        gate = asyncio.Semaphore(max(1, store.clock_parallelism))
+
+        async def one(token_id: str) -> int:
+            async with gate:
+                acted, _ = await store.mutate(
+                    token_instance_id(token_id), _token_missing(token_id), self._clock_action(token_id, now)
+                )
+                return acted
+
+        actions = 0
+        for _ in range(CLOCK_ROUNDS):
+            token_ids = await store.due_tokens(now, CLOCK_BATCH)
+            if not token_ids:
+                break
+            results = await asyncio.gather(*(one(t) for t in token_ids), return_exceptions=True)
+            acted = 0
+            for result in results:
+                if isinstance(result, Unavailable):
+                    raise result
+                if isinstance(result, BaseException):
+                    if not isinstance(result, NotFound):  # purged meanwhile: nothing to do
+                        log.error("clock duty failed", exc_info=result)
+                    continue
+                acted += result
+            actions += acted
+            if not acted:
+                break
+        return actions
+
+    async def next_due_at(self) -> int | None:
+        """When the clock duty next has something to do (ms), or None."""
+        return await self.store.next_due_at()
+
+    async def next_ready_at(self, queues: list[str]) -> int | None:
+        """The earliest future ``available_at`` of a READY token on ``queues``."""
+        return await self.store.next_ready_at(queues)
+
+    async def purge_finished(self, older_than: int, limit: int) -> int:
+        """Delete up to ``limit`` instances finished before ``older_than`` (ms); how many went."""
+        return await self.store.purge_finished(older_than, limit)
+
+    async def clock_loop(self, stopping: asyncio.Event) -> None:
+        """Run the clock duties until ``stopping`` is set, sleeping until the next due time."""
+        notifier = self.store.notifier
+        while not stopping.is_set():
+            try:
+                await self.run_clock_duties(now_millis())
+                due = await self.store.next_due_at()
+            except Exception as exc:  # the database is down: keep trying, never die
+                log.warning("clock duties failed: %s", exc)
+                due = None
+            timeout = CLOCK_IDLE_SECONDS
+            if due is not None:
+                timeout = min(timeout, max((due - now_millis()) / 1000, 0.0))
+            await notifier.wait_clock(timeout)
+
+    async def purge_loop(self, stopping: asyncio.Event, retention_seconds: float) -> None:
+        """Every PURGE_EVERY_SECONDS, delete instances finished more than ``retention_seconds`` ago."""
+        while not stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), PURGE_EVERY_SECONDS)
+            if stopping.is_set():
+                return
+            try:
+                cutoff = now_millis() - int(retention_seconds * 1000)
+                while await self.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
+                    await asyncio.sleep(0)
+            except Exception as exc:
+                log.warning("retention purge failed: %s", exc)

@@ -1,7 +1,7 @@
 """The in-memory store: the embedded default, no setup, one process, nothing survives a restart.
 
-Every engine transition runs synchronously between two awaits, so each mutation is atomic on the
-event loop: no two requests ever see or change an instance half-way, and a claim can never hand
+Every transition the instance layer hands over runs synchronously between two awaits, so each
+mutation is atomic on the event loop: no two requests ever see or change an instance half-way, and a claim can never hand
 one token to two workers.
 """
 
@@ -10,22 +10,21 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from typing import Any
 
-from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
+from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
     HistoryEntry,
     InstanceState,
     Token,
-    new_instance_id,
+    TokenStatus,
     now_millis,
     token_instance_id,
 )
-from .._model import WorkflowDefinition, validate_name
+from .._model import validate_name
 from ..errors import NotFound
-from .base import InstanceQuery, InstanceView, Store, WorkflowRecord
+from .base import Action, ClaimTransition, InstanceQuery, InstanceView, R, Store, WorkflowRecord
 
 __all__ = ["MemoryStore"]
 
@@ -33,8 +32,8 @@ __all__ = ["MemoryStore"]
 class MemoryStore(Store):
     """Definitions, instances and history in dicts; READY tokens and timers in heaps."""
 
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(engine)
+    def __init__(self) -> None:
+        super().__init__()
         self._definitions: dict[tuple[str, str], WorkflowRecord] = {}
         self._latest: dict[str, str] = {}
         self._instances: dict[str, InstanceState] = {}
@@ -46,12 +45,6 @@ class MemoryStore(Store):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _state_of_token(self, token_id: str) -> InstanceState:
-        state = self._instances.get(token_instance_id(token_id))
-        if state is None:
-            raise NotFound(f"token {token_id} does not exist")
-        return state
-
     def _loaded(self, state: InstanceState) -> LoadedDefinition:
         return self._definitions[(state.instance.workflow, state.instance.version)].loaded
 
@@ -61,7 +54,7 @@ class MemoryStore(Store):
         ready: dict[str, int] | None = None  # queue -> tokens that became READY: wake that many pollers
         for token in changes.tokens.values():
             status = token.status
-            if status == "READY":
+            if status == TokenStatus.READY:
                 heapq.heappush(
                     self._ready.setdefault(token.queue, []), (token.available_at, next(self._seq), token.id)
                 )
@@ -69,9 +62,9 @@ class MemoryStore(Store):
                     ready = {token.queue: 1}
                 else:
                     ready[token.queue] = ready.get(token.queue, 0) + 1
-            elif status == "RUNNING":
+            elif status == TokenStatus.RUNNING:
                 heapq.heappush(self._timers, (token.lease_expires_at, next(self._seq), token.id))
-            elif status == "WAITING" or (status == "AWAITING" and token.available_at > 0):
+            elif status == TokenStatus.WAITING or (status == TokenStatus.AWAITING and token.available_at > 0):
                 heapq.heappush(self._timers, (token.available_at, next(self._seq), token.id))
         if changes.history:
             self._history.setdefault(state.instance.id, []).extend(changes.history)
@@ -85,15 +78,15 @@ class MemoryStore(Store):
 
     # ------------------------------------------------------------------ definitions
 
-    async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:
-        loaded = LoadedDefinition(definition)
-        key = (definition.name, loaded.version)
+    async def put_definition(self, loaded: LoadedDefinition) -> tuple[WorkflowRecord, bool]:
+        name = loaded.definition.name
+        key = (name, loaded.version)
         existing = self._definitions.get(key)
         if existing is not None:
             return existing, False
         record = WorkflowRecord(loaded, now_millis())
         self._definitions[key] = record
-        self._latest[definition.name] = loaded.version
+        self._latest[name] = loaded.version
         return record, True
 
     async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
@@ -116,12 +109,7 @@ class MemoryStore(Store):
 
     # ------------------------------------------------------------------ instances
 
-    async def start(
-        self, name: str, version: str, context: dict[str, Any], correlation_id: str
-    ) -> InstanceView:
-        record = await self.get_workflow(name, version)
-        now = now_millis()
-        state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
+    async def insert(self, state: InstanceState, changes: Changes) -> None:
         instance_id = state.instance.id
         self._instances[instance_id] = state
         ids = self._ids
@@ -130,7 +118,15 @@ class MemoryStore(Store):
         else:  # pragma: no cover - ids are generated in increasing order
             bisect.insort(ids, instance_id)
         self._apply(state, changes)
-        return self._view(state)
+
+    async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
+        state = self._instances.get(instance_id)
+        if state is None:
+            raise NotFound(missing)
+        result, changes = action(self._loaded(state), state, now_millis())
+        if changes is not None:
+            self._apply(state, changes)
+        return result, state
 
     def _get(self, instance_id: str) -> InstanceState:
         state = self._instances.get(instance_id)
@@ -139,7 +135,7 @@ class MemoryStore(Store):
         return state
 
     async def get_instance(self, instance_id: str) -> InstanceView:
-        return self._view(self._get(instance_id))
+        return self.view(self._get(instance_id))
 
     async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
         out: list[InstanceView] = []
@@ -162,7 +158,7 @@ class MemoryStore(Store):
                 continue
             if query.created_before and inst.created_at >= query.created_before:
                 continue
-            out.append(self._view(state))
+            out.append(self.view(state))
             if len(out) > size:
                 break
         if len(out) > size:
@@ -174,22 +170,11 @@ class MemoryStore(Store):
         self._get(instance_id)
         return list(self._history.get(instance_id, ()))
 
-    async def cancel(self, instance_id: str, reason: str) -> tuple[InstanceView, bool]:
-        state = self._get(instance_id)
-        changed, changes = self.engine.cancel(state, reason, now_millis())
-        if changed:
-            self._apply(state, changes)
-        return self._view(state), changed
-
-    async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
-        state = self._get(instance_id)
-        changes = self.engine.complete_user_task(self._loaded(state), state, name, payload, now_millis())
-        self._apply(state, changes)
-        return self._view(state)
-
     # ------------------------------------------------------------------ workers
 
-    async def claim(self, worker_id: str, queues: list[str], max_tasks: int) -> list[Claimed]:
+    async def claim(
+        self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition
+    ) -> list[Claimed]:
         now = now_millis()
         out: list[Claimed] = []
         while len(out) < max_tasks:
@@ -209,10 +194,10 @@ class MemoryStore(Store):
             if best is None or best_queue is None:
                 break
             heapq.heappop(self._ready[best_queue])
-            state = self._state_of_token(best[2])
+            state = self._instances[token_instance_id(best[2])]
             token = state.tokens[best[2]]
             changes = Changes()
-            claimed = self.engine.claim(self._loaded(state), state, token, worker_id, now, changes)
+            claimed = transition(self._loaded(state), state, token, now, changes)
             self._apply(state, changes)
             out.append(claimed)
         return out
@@ -222,74 +207,28 @@ class MemoryStore(Store):
         if state is None or state.instance.status in FINISHED_INSTANCE_STATUSES:
             return None
         token = state.tokens.get(entry[2])
-        if token is None or token.status != "READY" or token.available_at != entry[0] or token.queue != queue:
+        if (
+            token is None
+            or token.status != TokenStatus.READY
+            or token.available_at != entry[0]
+            or token.queue != queue
+        ):
             return None
         return token
 
-    async def complete(
-        self, token_id: str, owner: str, context: dict[str, Any] | None, predicate_value: bool | None
-    ) -> str:
-        state = self._state_of_token(token_id)
-        changes = self.engine.complete(
-            self._loaded(state),
-            state,
-            token_id,
-            owner,
-            now_millis(),
-            context=context,
-            predicate_value=predicate_value,
-        )
-        self._apply(state, changes)
-        return state.instance.status
-
-    async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
-        state = self._state_of_token(token_id)
-        changes = self.engine.fail(
-            self._loaded(state), state, token_id, owner, message, retryable, now_millis()
-        )
-        self._apply(state, changes)
-        return state.instance.status
-
-    async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
-        state = self._state_of_token(token_id)
-        expires, changes = self.engine.heartbeat(state, token_id, owner, now_millis())
-        self._apply(state, changes)
-        return state.instance.status, expires
-
-    async def advance_run(
-        self, token_id: str, owner: str, steps: list[tuple[Any, ...]], final: bool, reason: str
-    ) -> AdvanceOutcome:
-        state = self._state_of_token(token_id)
-        outcome, changes = self.engine.advance_run(
-            self._loaded(state), state, token_id, owner, steps, final, now_millis(), reason
-        )
-        self._apply(state, changes)
-        return outcome
-
     # ------------------------------------------------------------------ clock duties
 
-    async def run_clock_duties(self, now: int) -> int:
-        actions = 0
-        while self._timers and self._timers[0][0] <= now:
-            due, _, token_id = heapq.heappop(self._timers)
+    async def due_tokens(self, now: int, limit: int) -> list[str]:
+        # Entries go stale when a token moves on (a heartbeat, a completion): the instance layer
+        # re-checks each token under its "lock" (wiggle/_server/instances.py, clock duties).
+        due: dict[str, None] = {}
+        timers = self._timers
+        while timers and timers[0][0] <= now and len(due) < limit:
+            token_id = heapq.heappop(timers)[2]
             state = self._instances.get(token_instance_id(token_id))
-            if state is None or state.instance.status in FINISHED_INSTANCE_STATUSES:
-                continue
-            token = state.tokens.get(token_id)
-            if token is None:
-                continue
-            loaded = self._loaded(state)
-            if token.status == "RUNNING" and token.lease_expires_at == due:
-                changes = self.engine.expire_lease(loaded, state, token, now)
-            elif token.status == "WAITING" and token.available_at == due:
-                changes = self.engine.fire_timer(loaded, state, token, now)
-            elif token.status == "AWAITING" and token.available_at == due:
-                changes = self.engine.user_task_deadline(loaded, state, token, now)
-            else:
-                continue  # stale entry: the token moved on since
-            self._apply(state, changes)
-            actions += 1
-        return actions
+            if state is not None and state.instance.status not in FINISHED_INSTANCE_STATUSES:
+                due[token_id] = None
+        return list(due)
 
     async def next_due_at(self) -> int | None:
         return self._timers[0][0] if self._timers else None

@@ -1,0 +1,243 @@
+"""A PostgreSQL cluster node: cross-node wake-ups (LISTEN/NOTIFY), peer counting, clock leadership.
+
+Several server processes on one database cooperate through PostgreSQL only:
+
+- ``LISTEN``/``NOTIFY`` wake long-polling workers, instance waiters and the clock duty on every
+  node (one background listener connection per node, reconnected when it drops). A node sends
+  NOTIFYs only while another node of its schema is connected (see ``Cluster.count_peers``): a
+  lone server, the common case, spares PostgreSQL the notification queue and its listener
+  wake-ups;
+- the clock duties (timers, lease expiry, user-task deadlines) run on the one node holding a
+  session-level advisory lock on a dedicated connection; when that node dies its session ends,
+  the lock is released and another node takes over at its next tick. Each duty action re-checks
+  the token under the instance lock (wiggle/_server/instances.py), so even two leaders at once
+  could not fire a timer twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+
+import psycopg
+from psycopg import sql
+
+from ..._engine.state import Changes
+from ..notifier import Notifier
+from .db import Conn, Database, short
+from .migrations import lock_key
+
+__all__ = ["Cluster", "app_prefix"]
+
+log = logging.getLogger("wiggle.postgres")
+
+
+def app_prefix(schema: str) -> str:
+    """The application_name prefix of every connection of a node on ``schema``: ``wiggle:<8 hex>:``.
+
+    Peers find each other by it in pg_stat_activity (``wiggle:<hash>:<node id>[:role]``, at most
+    42 characters: PostgreSQL keeps 63). No ``_`` or ``%``, so it is a literal LIKE prefix.
+    """
+    return f"wiggle:{hashlib.sha256(schema.encode()).hexdigest()[:8]}:"
+
+
+class Cluster:
+    """This node among the others on ``schema``: its listener, its peer count, its clock leadership."""
+
+    PEER_CHECK_SECONDS = 2.0  # how often the listener recounts the other nodes on the schema
+
+    def __init__(self, schema: str, notifier: Notifier, count_peers_sql: str) -> None:
+        self.schema = schema
+        self.notifier = notifier
+        self.count_peers_sql = count_peers_sql
+        self.node_id = os.urandom(6).hex()  # tags our own NOTIFYs, so the listener skips them
+        # Every connection of this node is named application_name + role suffix: the peer count
+        # of other nodes looks for these names.
+        self.app_prefix = app_prefix(schema)
+        self.application_name = f"{self.app_prefix}{self.node_id}"
+        self.peers = 0  # other nodes on this schema, as last counted (NOTIFY only when > 0)
+        self.notifies_sent = 0  # NOTIFY statements sent (for tests and diagnostics)
+        prefix = schema[:48]
+        self.channel_work = f"{prefix}_work"
+        self.channel_finished = f"{prefix}_finished"
+        self.channel_clock = f"{prefix}_clock"
+        self.channel_peers = f"{prefix}_peers"  # "a node joined": count it at once
+        self.db: Database | None = None
+        self.leader = False
+        self._listener: asyncio.Task[None] | None = None
+        self._leader_conn: Conn | None = None
+        self._leader_lock = asyncio.Lock()
+        self._clock_key = lock_key("clock", schema)
+
+    async def open(self, db: Database) -> None:
+        """Start listening (and say hello to the other nodes) over ``db``."""
+        self.db = db
+        conn = await db.retry_connect("listening", self.listen_connection)
+        self._listener = asyncio.ensure_future(self.listen_forever(conn))
+
+    async def close(self) -> None:
+        """Stop listening and give up the clock leadership."""
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+            self._listener = None
+        async with self._leader_lock:
+            await self._drop_leadership()
+        self.db = None
+
+    # ------------------------------------------------------------------ cross-node wake-ups
+
+    async def listen_connection(self) -> Conn:
+        """A connection LISTENing on this schema's channels, having said hello and counted peers."""
+        assert self.db is not None, "Cluster.open first"
+        conn = await self.db.connect("listen")
+        try:
+            for channel in (self.channel_work, self.channel_finished, self.channel_clock, self.channel_peers):
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            # Say hello (the nodes already there start notifying at once, not at their next
+            # count) and count them: from here on this node hears what they commit.
+            await self.count_peers(conn, hello=True)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def count_peers(self, conn: Conn, hello: bool = False) -> None:
+        """Count the other live nodes on this schema (the listener's periodic check).
+
+        Trade-off: a node sends NOTIFYs only while it knows of a peer. A node that joins says
+        hello on the peers channel, which the others hear within milliseconds; should that be
+        missed (a listener reconnecting), the join is noticed at the next count, within
+        PEER_CHECK_SECONDS (~2 s), and until then the newcomer's pollers may miss wake-ups from
+        the others' commits and find that work at their next poll instead. A node that left is
+        dropped at the next count (until then the others send NOTIFYs nobody needs).
+        """
+        params = {"prefix": self.app_prefix + "%", "node": self.node_id}
+        if hello:
+            cur = await conn.execute(
+                f"SELECT ({self.count_peers_sql}), pg_notify(%(channel)s, %(node)s)",
+                {**params, "channel": self.channel_peers},
+            )
+        else:
+            cur = await conn.execute(self.count_peers_sql, params)
+        row = await cur.fetchone()
+        peers = int(row[0]) if row else 0
+        if peers != self.peers:
+            log.debug("schema %s: %d other node(s) connected", self.schema, peers)
+        # Hellos that arrived meanwhile are dispatched after this (psycopg keeps them in order).
+        self.peers = peers
+
+    async def listen_forever(self, conn: Conn | None) -> None:
+        """Dispatch notifications forever, recounting peers; reconnect when the connection drops."""
+        delay = 0.1
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if conn is None:
+                    conn = await self.listen_connection()
+                    log.info("notification listener reconnected")
+                    self.notifier.wake_all()  # we may have missed notifications while disconnected
+                    delay = 0.1
+                while True:
+                    interval = self.PEER_CHECK_SECONDS
+                    until = loop.time() + interval
+                    async with contextlib.aclosing(conn.notifies(timeout=interval)) as notes:
+                        async for note in notes:
+                            self.dispatch(note.channel, note.payload)
+                            if loop.time() >= until:
+                                break  # a steady stream must not postpone the count
+                    await self.count_peers(conn)  # and a silent network failure shows up here
+            except asyncio.CancelledError:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                raise
+            except Exception as exc:
+                log.warning("notification listener lost its connection (%s); reconnecting", short(exc))
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                conn = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def dispatch(self, channel: str, payload: str) -> None:
+        """Turn another node's NOTIFY into this node's wake-up."""
+        node, _, value = payload.partition(":")
+        if node == self.node_id:
+            return  # announced locally right after our own commit
+        if channel == self.channel_work:
+            self.notifier.work_ready((value,))  # how many tokens is not known here: wake all
+        elif channel == self.channel_finished:
+            self.notifier.instance_finished(value)
+        elif channel == self.channel_clock and self.leader:
+            self.notifier.clock_changed()  # only the leader's clock loop has anything to re-plan
+        elif channel == self.channel_peers:
+            self.peers = max(self.peers, 1)  # a node joined: notify from now on (recounted soon)
+
+    def notifications(
+        self, instance_id: str, changes: Changes, channels: list[str], payloads: list[str]
+    ) -> None:
+        """Append the NOTIFYs (channel, payload) other nodes need for ``changes``, if there are any."""
+        if not self.peers:
+            return  # nobody else listens: the store wakes this node's own waiters after the commit
+        for queue in changes.ready_queues:
+            channels.append(self.channel_work)
+            payloads.append(f"{self.node_id}:{queue}")
+        if changes.timers:
+            channels.append(self.channel_clock)
+            payloads.append(self.node_id)
+        if changes.finished:
+            channels.append(self.channel_finished)
+            payloads.append(f"{self.node_id}:{instance_id}")
+
+    # ------------------------------------------------------------------ clock leadership
+
+    @property
+    def is_clock_leader(self) -> bool:
+        """True while this node holds the clock-duty advisory lock."""
+        return self.leader
+
+    async def _drop_leadership(self) -> None:
+        conn, self._leader_conn = self._leader_conn, None
+        was_leader, self.leader = self.leader, False
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            if was_leader:
+                log.info("giving up clock-duty leadership of schema %s", self.schema)
+                # Unlock explicitly: the session's end would release it too, but only once the
+                # server has noticed, and the next leader should not have to wait for that.
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (self._clock_key,))
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+    async def ensure_leader(self) -> bool:
+        """Hold (or try to take) the clock-duty advisory lock on the dedicated connection."""
+        async with self._leader_lock:
+            db = self.db
+            if db is None or db.pool is None:
+                return False
+            try:
+                if self._leader_conn is None:
+                    self._leader_conn = await db.connect("clock")
+                conn = self._leader_conn
+                if self.leader:
+                    await conn.execute("SELECT 1")  # still our session, so still our lock
+                    return True
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._clock_key,))
+                row = await cur.fetchone()
+                if row is not None and row[0]:
+                    self.leader = True
+                    log.info(
+                        "this node (%s) now runs the clock duties of schema %s", self.node_id, self.schema
+                    )
+                return self.leader
+            except psycopg.Error as exc:
+                log.warning("clock-duty leadership connection failed: %s", short(exc))
+                await self._drop_leadership()
+                return False

@@ -1,0 +1,191 @@
+"""Rows <-> structs: the column layout of instances, tokens and history, and how values are encoded.
+
+Columns are named after the Struct fields (wiggle/_engine/state.py), in field order, so a row and
+a Struct map positionally. The set-based writes (statements.py) take one array literal per
+column, built here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from ..._engine.state import HistoryEntry, Instance, JoinState, Token
+from ..base import InstanceView
+
+__all__ = [
+    "HISTORY_COLS",
+    "INSTANCE_COLS",
+    "INSTANCE_FIELDS",
+    "INSTANCE_UPDATED",
+    "I_JOINS",
+    "N_INSTANCE",
+    "N_TOKEN",
+    "SQL_TYPES",
+    "TOKEN_COLS",
+    "TOKEN_FIELDS",
+    "TOKEN_UPDATED",
+    "array_literals",
+    "encode",
+    "instance_from",
+    "instance_row",
+    "token_from",
+    "token_row",
+    "token_seq",
+    "token_update",
+    "views",
+]
+
+encode = msgspec.json.Encoder().encode
+decode_context = msgspec.json.Decoder(dict[str, Any]).decode
+decode_joins = msgspec.json.Decoder(dict[str, JoinState]).decode
+decode_fork_stack = msgspec.json.Decoder(list[tuple[str, int]]).decode
+
+# Columns are named after the Struct fields, in field order, so rows and Structs map positionally
+# (msgspec.structs.astuple one way, Token(*row) the other). A new field needs a migration.
+TOKEN_FIELDS: tuple[str, ...] = Token.__struct_fields__
+INSTANCE_FIELDS: tuple[str, ...] = Instance.__struct_fields__
+TOKEN_COLS = ", ".join(TOKEN_FIELDS)
+INSTANCE_COLS = ", ".join(INSTANCE_FIELDS)
+HISTORY_COLS = ", ".join(HistoryEntry.__struct_fields__)
+N_TOKEN = len(TOKEN_FIELDS)
+N_INSTANCE = len(INSTANCE_FIELDS)
+T_CONTEXT = TOKEN_FIELDS.index("context")
+T_FORK_STACK = TOKEN_FIELDS.index("fork_stack")
+I_CONTEXT = INSTANCE_FIELDS.index("context")
+I_JOINS = INSTANCE_FIELDS.index("joins")
+TOKEN_IMMUTABLE = ("id", "instance_id", "created_at")
+TOKEN_UPDATED = [i for i, f in enumerate(TOKEN_FIELDS) if f not in TOKEN_IMMUTABLE]
+INSTANCE_IMMUTABLE = ("id", "workflow", "version", "context", "correlation_id", "created_at")
+INSTANCE_UPDATED = [i for i, f in enumerate(INSTANCE_FIELDS) if f not in INSTANCE_IMMUTABLE]
+
+
+# The SQL type of every column (migrations/), for the unnest() arrays of the set-based writes.
+SQL_TYPES: dict[str, str] = {
+    "id": "text",
+    "instance_id": "text",
+    "token_id": "text",
+    "workflow": "text",
+    "version": "text",
+    "node_id": "text",
+    "status": "text",
+    "kind": "text",
+    "queue": "text",
+    "attempt": "integer",
+    "available_at": "bigint",
+    "lease_owner": "text",
+    "lease_expires_at": "bigint",
+    "last_error": "text",
+    "context": "bytea",
+    "fork_stack": "bytea",
+    "started_at": "bigint",
+    "ended_at": "bigint",
+    "local_run_owner": "text",
+    "local_run_steps": "integer",
+    "created_at": "bigint",
+    "updated_at": "bigint",
+    "finished_at": "bigint",
+    "correlation_id": "text",
+    "reason": "text",
+    "error": "text",
+    "token_seq": "integer",
+    "joins": "bytea",
+    "steps": "integer",
+    "worker_id": "text",
+    "outcome": "text",
+}
+_missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
+assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"
+
+
+def _text_array(column: tuple[Any, ...]) -> str:
+    if not column:
+        return "{}"
+    # every element quoted (empty strings, commas, braces, "NULL"); inside quotes only \ and " are special
+    return '{"' + '","'.join(v.replace("\\", "\\\\").replace('"', '\\"') for v in column) + '"}'
+
+
+def _int_array(column: tuple[Any, ...]) -> str:
+    return "{" + ",".join(map(str, column)) + "}"
+
+
+def _bytea_array(column: tuple[Any, ...]) -> str:
+    return "{" + ",".join("NULL" if v is None else '"\\\\x' + v.hex() + '"' for v in column) + "}"
+
+
+_ARRAY_LITERAL: dict[str, Callable[[tuple[Any, ...]], str]] = {
+    "text": _text_array,
+    "integer": _int_array,
+    "bigint": _int_array,
+    "bytea": _bytea_array,
+}
+
+
+def array_literals(fields: list[str] | tuple[str, ...]) -> Callable[[list[Any]], list[str]]:
+    """Rows -> the parameters of an unnest() write on ``fields``: one array literal per column.
+
+    Built here rather than by psycopg's list adapter, which costs several times more per element
+    (it inspects every element's type); every column but the bytea ones is NOT NULL.
+    """
+    encoders = [_ARRAY_LITERAL[SQL_TYPES[f]] for f in fields]
+
+    def columns(rows: list[Any]) -> list[str]:
+        return [encode(column) for encode, column in zip(encoders, zip(*rows, strict=True), strict=True)]
+
+    return columns
+
+
+def instance_from(row: Any, o: int = 0) -> Instance:
+    values = list(row[o : o + N_INSTANCE])
+    values[I_CONTEXT] = decode_context(values[I_CONTEXT])
+    values[I_JOINS] = decode_joins(values[I_JOINS])
+    return Instance(*values)
+
+
+def token_from(row: Any, o: int = 0) -> Token:
+    values = list(row[o : o + N_TOKEN])
+    context = values[T_CONTEXT]
+    fork_stack = values[T_FORK_STACK]
+    values[T_CONTEXT] = None if context is None else decode_context(context)
+    values[T_FORK_STACK] = [] if fork_stack is None else decode_fork_stack(fork_stack)
+    return Token(*values)
+
+
+def token_seq(token: Token) -> int:
+    return int(token.id.rpartition(".")[2] or 0)
+
+
+def views(rows: list[Any]) -> list[InstanceView]:
+    """Instances with their active tokens from rows of (instance columns, token columns or NULLs)."""
+    views: list[InstanceView] = []
+    for row in rows:
+        if not views or views[-1].instance.id != row[0]:
+            views.append(InstanceView(instance_from(row), []))
+        if row[N_INSTANCE] is not None:
+            views[-1].tokens.append(token_from(row, N_INSTANCE))
+    for view in views:
+        view.tokens.sort(key=token_seq)
+    return views
+
+
+def token_row(t: Token) -> list[Any]:
+    """Every column of a token, in column order."""
+    values = list(msgspec.structs.astuple(t))
+    values[T_CONTEXT] = None if t.context is None else encode(t.context)
+    values[T_FORK_STACK] = encode(t.fork_stack) if t.fork_stack else None  # NULL off the fork lines
+    return values
+
+
+def token_update(t: Token) -> list[Any]:
+    """The SET values of a token's UPDATE, then its id."""
+    values = token_row(t)
+    return [values[i] for i in TOKEN_UPDATED] + [t.id]
+
+
+def instance_row(inst: Instance) -> list[Any]:
+    values = list(msgspec.structs.astuple(inst))
+    values[I_CONTEXT] = encode(inst.context)
+    values[I_JOINS] = encode(inst.joins)
+    return values

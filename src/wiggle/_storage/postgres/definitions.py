@@ -1,0 +1,98 @@
+"""Workflow definitions in PostgreSQL, with a per-node cache (a version never changes once stored)."""
+
+from __future__ import annotations
+
+from ..._engine.engine import LoadedDefinition
+from ..._engine.state import now_millis
+from ..._model import definition_from_json, validate_name
+from ...errors import NotFound
+from ..base import WorkflowRecord
+from .db import Conn, Database
+from .statements import Queries
+
+__all__ = ["Definitions"]
+
+
+class Definitions:
+    """Definition versions by (name, version): stored once, cached on first read."""
+
+    def __init__(self, db: Database, queries: Queries) -> None:
+        self.db = db
+        self.queries = queries
+        self.records: dict[tuple[str, str], WorkflowRecord] = {}
+
+    async def loaded_record(self, conn: Conn, name: str, version: str) -> WorkflowRecord:
+        """A definition version, from the cache or read on ``conn`` (inside its transaction)."""
+        record = self.records.get((name, version))
+        if record is None:
+            cur = await conn.execute(self.queries.definition, (name, version), binary=True)
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFound(f"workflow {name!r} has no version {version!r}")
+            record = self.cache(name, version, row[0], row[1])
+        return record
+
+    def cache(self, name: str, version: str, data: bytes, registered_at: int) -> WorkflowRecord:
+        """The cached record of a version, decoding ``data`` the first time."""
+        record = self.records.get((name, version))
+        if record is None:
+            record = WorkflowRecord(
+                LoadedDefinition(definition_from_json(bytes(data)), version), registered_at
+            )
+            self.records[(name, version)] = record
+        return record
+
+    async def put(self, loaded: LoadedDefinition) -> tuple[WorkflowRecord, bool]:
+        """Insert a version unless it exists; (record, created)."""
+        definition = loaded.definition
+        key = (definition.name, loaded.version)
+        cached = self.records.get(key)
+        if cached is not None:
+            return cached, False
+
+        async def body(conn: Conn) -> tuple[WorkflowRecord, bool]:
+            cur = await conn.execute(
+                self.queries.insert_definition, (definition.name, loaded.version, loaded.json, now_millis())
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                return self.records.setdefault(key, WorkflowRecord(loaded, row[0])), True
+            cur = await conn.execute(self.queries.definition, key, binary=True)
+            existing = await cur.fetchone()
+            if existing is None:  # pragma: no cover - definitions are never deleted
+                raise NotFound(f"workflow {definition.name!r} has no version {loaded.version!r}")
+            return self.cache(definition.name, loaded.version, existing[0], existing[1]), False
+
+        return await self.db.run("register", body)
+
+    async def get(self, name: str, version: str = "") -> WorkflowRecord:
+        """A version by name (latest if ``version`` is empty); NotFound naming what is missing."""
+        validate_name(name, "workflow")
+        if version and (name, version) in self.records:
+            return self.records[(name, version)]
+
+        async def body(conn: Conn) -> WorkflowRecord:
+            wanted = version
+            if not wanted:
+                cur = await conn.execute(self.queries.latest_version, (name,))
+                row = await cur.fetchone()
+                if row is None:
+                    raise NotFound(f"workflow {name!r} is not registered")
+                wanted = row[0]
+                if (name, wanted) in self.records:
+                    return self.records[(name, wanted)]
+            cur = await conn.execute(self.queries.definition, (name, wanted), binary=True)
+            row = await cur.fetchone()
+            if row is not None:
+                return self.cache(name, wanted, row[0], row[1])
+            cur = await conn.execute(self.queries.latest_version, (name,))
+            if await cur.fetchone() is None:
+                raise NotFound(f"workflow {name!r} is not registered")
+            raise NotFound(f"workflow {name!r} has no version {wanted!r}")
+
+        return await self.db.run("get_workflow", body)
+
+    async def versions(self, name: str = "") -> list[WorkflowRecord]:
+        """Every version (of ``name``), oldest first."""
+        rows = await self.db.fetch("list_workflows", self.queries.definitions, (name, name), binary=True)
+        return [self.cache(r[0], r[1], r[3], r[2]) for r in rows]

@@ -1,0 +1,170 @@
+"""Group commit: concurrent mutations share one transaction, each answered after its commit.
+
+Concurrent mutations queue up and a few committer tasks each take every queued mutation into one
+transaction (instances locked in id order, so two committers never deadlock), apply them in
+arrival order, write the union of their changes and commit once. A mutation the engine refuses
+(a WiggleError raised before any change) fails alone; a failed transaction fails every mutation
+of its group, none half-applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..._engine.state import Changes, InstanceState, now_millis
+from ...errors import NotFound, Unavailable, WiggleError
+from ..base import Action, R, WorkflowRecord
+from .codecs import instance_from, token_from, token_seq
+from .db import Conn, Database
+from .statements import Queries
+
+__all__ = ["GroupCommit", "Items", "Persist"]
+
+# The changed instances of a transaction: (state, its changes, its context as loaded).
+Items = list[tuple[InstanceState, Changes, Any]]
+# Write ``items`` on a connection inside its transaction, given the ids of the tokens that exist.
+Persist = Callable[[Conn, Items, "set[str] | frozenset[str]"], Awaitable[bool]]
+
+
+class _Job:
+    """One queued mutation: which instance, what to do, and whom to answer after the commit."""
+
+    __slots__ = ("instance_id", "missing", "action", "future")
+
+    def __init__(
+        self, instance_id: str, missing: str, action: Action[Any], future: asyncio.Future[Any]
+    ) -> None:
+        self.instance_id = instance_id
+        self.missing = missing
+        self.action = action
+        self.future = future
+
+
+class GroupCommit:
+    """The committer tasks and their queue, over ``db``.
+
+    ``load_definition`` reads a definition version on the transaction's connection; ``persist``
+    writes a group's changes (and its NOTIFYs); ``committed(wrote, announce)`` runs after each
+    commit, before the callers are answered.
+    """
+
+    MAX_GROUP = 128  # mutations committed together at most
+
+    def __init__(
+        self,
+        db: Database,
+        queries: Queries,
+        load_definition: Callable[[Conn, str, str], Awaitable[WorkflowRecord]],
+        persist: Persist,
+        committed: Callable[[bool, list[tuple[str, Changes]]], None],
+    ) -> None:
+        self.db = db
+        self.queries = queries
+        self.load_definition = load_definition
+        self.persist = persist
+        self.committed = committed
+        # Committers: enough to overlap one group's commit with the next one's work.
+        self.committers = max(1, min(4, db.pool_size - 2))
+        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
+        """Queue ``action`` on ``instance_id``; its result and the state once committed."""
+        job = _Job(instance_id, missing, action, asyncio.get_running_loop().create_future())
+        self._jobs.put_nowait(job)
+        if len(self._tasks) < self.committers:
+            self._tasks.add(asyncio.ensure_future(self._committer()))
+        result, state = await job.future
+        return result, state
+
+    async def close(self) -> None:
+        """Stop the committers; queued mutations fail with Unavailable."""
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        while not self._jobs.empty():
+            job = self._jobs.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(Unavailable("the store is closing"))
+
+    async def _committer(self) -> None:
+        jobs = self._jobs
+        while True:
+            first = await jobs.get()
+            batch = [first]
+            while len(batch) < self.MAX_GROUP and not jobs.empty():
+                batch.append(jobs.get_nowait())
+            try:
+                outcomes = await self.db.run("commit", functools.partial(self._commit_group, batch=batch))
+            except asyncio.CancelledError:
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(Unavailable("the store is closing"))
+                raise
+            except BaseException as exc:  # Unavailable, or a bug: every job of the group learns it
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+                continue
+            wrote, announce, results = outcomes
+            self.committed(wrote, announce)
+            for job, outcome in zip(batch, results, strict=True):
+                if job.future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    job.future.set_exception(outcome)
+                else:
+                    job.future.set_result(outcome)
+
+    async def _commit_group(
+        self, conn: Conn, batch: list[_Job]
+    ) -> tuple[bool, list[tuple[str, Changes]], list[Any]]:
+        q = self.queries
+        ids = sorted({job.instance_id for job in batch})
+        results: list[Any] = []
+        wrote = False
+        async with conn.pipeline() as pipeline:
+            async with conn.transaction():
+                cur_i = await conn.execute(q.lock_instances, (ids,), binary=True)
+                cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
+                await pipeline.sync()
+                states: dict[str, InstanceState] = {}
+                for row in await cur_i.fetchall():
+                    instance = instance_from(row)
+                    states[instance.id] = InstanceState(instance, {})
+                for token in sorted((token_from(r) for r in await cur_t.fetchall()), key=token_seq):
+                    st = states.get(token.instance_id)
+                    if st is not None:
+                        st.tokens[token.id] = token
+                existing = {token_id for st in states.values() for token_id in st.tokens}
+                originals = {iid: st.instance.context for iid, st in states.items()}
+                merged: dict[str, Changes] = {}
+                for job in batch:
+                    state = states.get(job.instance_id)
+                    if state is None:
+                        results.append(NotFound(job.missing))
+                        continue
+                    record = await self.load_definition(conn, state.instance.workflow, state.instance.version)
+                    try:
+                        result, changes = job.action(record.loaded, state, now_millis())
+                    except WiggleError as exc:
+                        results.append(exc)  # validated before any change: nothing to undo
+                        continue
+                    results.append((result, state))
+                    if changes is None:
+                        continue
+                    into = merged.get(job.instance_id)
+                    if into is None:
+                        merged[job.instance_id] = changes
+                    else:
+                        into.absorb(changes)
+                items = [(states[iid], changes, originals[iid]) for iid, changes in merged.items()]
+                wrote = await self.persist(conn, items, existing)
+        return wrote, list(merged.items()), results

@@ -1,0 +1,179 @@
+"""Every SQL statement of the PostgreSQL store, rendered once per schema."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from ..._engine.state import ACTIVE_TOKEN_STATUSES, HistoryEntry
+from .codecs import (
+    HISTORY_COLS,
+    INSTANCE_COLS,
+    INSTANCE_FIELDS,
+    INSTANCE_UPDATED,
+    N_INSTANCE,
+    N_TOKEN,
+    SQL_TYPES,
+    TOKEN_COLS,
+    TOKEN_FIELDS,
+    TOKEN_UPDATED,
+    array_literals,
+)
+
+__all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite"]
+
+ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much after its id's time
+
+ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_TOKEN_STATUSES)) + ")"
+
+
+def unnest(fields: list[str] | tuple[str, ...], ordinality: bool = False) -> str:
+    """``unnest(%s::type[], ...) AS v(field, ...)``: rows passed as one array per column."""
+    arrays = ", ".join(f"%s::{SQL_TYPES[f]}[]" for f in fields)
+    if ordinality:
+        return f"unnest({arrays}) WITH ORDINALITY AS v({', '.join(fields)}, ord)"
+    return f"unnest({arrays}) AS v({', '.join(fields)})"
+
+
+def prefixed(cols: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
+
+
+class SetWrite:
+    """A write of many rows in one statement (unnest of one array per column), and its parameters."""
+
+    __slots__ = ("statement", "params")
+
+    def __init__(self, statement: str, fields: list[str] | tuple[str, ...]) -> None:
+        self.statement = statement
+        self.params = array_literals(fields)
+
+
+class Queries:
+    """Every statement, rendered once with the schema quoted."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema).as_string()
+
+        def q(text: str) -> str:
+            return text.replace("{s}", s)
+
+        self.lock_instances = q(
+            f"SELECT {INSTANCE_COLS} FROM {{s}}.instances WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+        )
+        self.active_tokens_many = q(
+            f"SELECT {TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = ANY(%s) AND status IN {ACTIVE}"
+        )
+        # An instance (or a page of them) with its active tokens, in one statement: one snapshot.
+        with_tokens = (
+            f"SELECT i.*, {prefixed(TOKEN_COLS, 't')} FROM (SELECT {INSTANCE_COLS} FROM {{s}}.instances "
+            "WHERE {where}) i "
+            f"LEFT JOIN {{s}}.tokens t ON t.instance_id = i.id AND t.status IN {ACTIVE} ORDER BY i.id DESC"
+        )
+        self.view = q(with_tokens.replace("{where}", "id = %s"))
+        self.list_instances = q(with_tokens.replace("{where}", "{where} ORDER BY id DESC LIMIT %s"))
+        self.insert_instance = q(
+            f"INSERT INTO {{s}}.instances ({INSTANCE_COLS}) VALUES ({', '.join(['%s'] * N_INSTANCE)})"
+        )
+        instance_set = ", ".join(f"{INSTANCE_FIELDS[i]} = %s" for i in INSTANCE_UPDATED)
+        self.update_instance = q(f"UPDATE {{s}}.instances SET {instance_set}, context = %s WHERE id = %s")
+        self.update_instance_keep_context = q(f"UPDATE {{s}}.instances SET {instance_set} WHERE id = %s")
+        self.insert_token = q(
+            f"INSERT INTO {{s}}.tokens ({TOKEN_COLS}) VALUES ({', '.join(['%s'] * N_TOKEN)})"
+        )
+        token_set = ", ".join(f"{TOKEN_FIELDS[i]} = %s" for i in TOKEN_UPDATED)
+        self.update_token = q(f"UPDATE {{s}}.tokens SET {token_set} WHERE id = %s")
+        self.insert_history = q(
+            f"INSERT INTO {{s}}.history ({HISTORY_COLS}) VALUES ({', '.join(['%s'] * 10)})"
+        )
+
+        # The same writes for several rows at once: one statement, one array per column (a
+        # statement per row, even pipelined, costs the server a bind/execute/plan per row).
+        # Parameters and arrays are in the order of the single-row statements above.
+        def set_from(table: str, fields: list[str]) -> SetWrite:
+            assignments = ", ".join(f"{f} = v.{f}" for f in fields if f != "id")
+            text = (
+                f"UPDATE {{s}}.{table} AS t SET {assignments} FROM {unnest(fields)} "
+                'WHERE t.id = v.id COLLATE "C"'
+            )
+            return SetWrite(q(text), fields)
+
+        def insert_from(table: str, fields: tuple[str, ...]) -> SetWrite:
+            cols = ", ".join(fields)
+            # WITH ORDINALITY ... ORDER BY: rows go in (and take their identity values) in order
+            text = (
+                f"INSERT INTO {{s}}.{table} ({cols}) SELECT {cols} FROM {unnest(fields, True)} ORDER BY ord"
+            )
+            return SetWrite(q(text), fields)
+
+        instance_updated = [INSTANCE_FIELDS[i] for i in INSTANCE_UPDATED]
+        self.update_instances = set_from("instances", [*instance_updated, "context", "id"])
+        self.update_instances_keep_context = set_from("instances", [*instance_updated, "id"])
+        self.update_tokens = set_from("tokens", [*(TOKEN_FIELDS[i] for i in TOKEN_UPDATED), "id"])
+        self.insert_instances = insert_from("instances", INSTANCE_FIELDS)
+        self.insert_tokens = insert_from("tokens", TOKEN_FIELDS)
+        self.insert_histories = insert_from("history", HistoryEntry.__struct_fields__)
+        self.history = q(f"SELECT {HISTORY_COLS} FROM {{s}}.history WHERE instance_id = %s ORDER BY seq")
+        self.instance_exists = q("SELECT 1 FROM {s}.instances WHERE id = %s")
+        self.notify = q("SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)")
+        # Other nodes on this schema: distinct node ids among the connections named with our
+        # prefix, ours excluded. (A Wiggle from before these names is not seen: during a rolling
+        # upgrade from one, its pollers get no wake-ups from upgraded nodes and find that work
+        # when their long poll ends instead.)
+        self.count_peers = (
+            "SELECT count(DISTINCT split_part(application_name, ':', 3)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE %(prefix)s "
+            "AND split_part(application_name, ':', 3) <> %(node)s"
+        )
+        claim = (
+            f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')} "
+            "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
+            "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s AND i.status = 'RUNNING' "
+            "ORDER BY t.available_at LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
+        )
+        # One queue: an ordered scan of tokens_ready, stopping after LIMIT rows that could be locked.
+        self.claim_one = q(claim.replace("{queue}", "%s"))
+        # Several: the same per queue (a "queue = ANY" scan would sort every due token), then the
+        # oldest of those. It may lock up to LIMIT tokens per queue for the transaction's few
+        # milliseconds; the ones not taken stay READY (next_ready_at makes pollers look again).
+        self.claim_many = q(
+            "SELECT c.* FROM unnest(%s::text[]) AS qs(queue) CROSS JOIN LATERAL ("
+            + claim.replace("{queue}", "qs.queue")
+            + ") c ORDER BY c.available_at LIMIT %s"
+        )
+        self.next_ready = q(
+            "SELECT min(x.available_at) FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
+            "SELECT available_at FROM {s}.tokens WHERE status = 'READY' AND queue = qs.queue "
+            "ORDER BY available_at LIMIT 1) x"
+        )
+        self.due = q(
+            "(SELECT id FROM {s}.tokens WHERE status = 'RUNNING' AND lease_expires_at <= %(now)s "
+            "ORDER BY lease_expires_at LIMIT %(n)s) UNION ALL "
+            "(SELECT id FROM {s}.tokens WHERE (status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)) "
+            "AND available_at <= %(now)s ORDER BY available_at LIMIT %(n)s)"
+        )
+        self.next_due = q(
+            "SELECT LEAST((SELECT min(lease_expires_at) FROM {s}.tokens WHERE status = 'RUNNING'), "
+            "(SELECT min(available_at) FROM {s}.tokens "
+            "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)))"
+        )
+        self.purge = q(
+            "WITH doomed AS (SELECT id FROM {s}.instances WHERE status <> 'RUNNING' AND finished_at < %s "
+            "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED), "
+            "gone_tokens AS (DELETE FROM {s}.tokens WHERE instance_id IN (SELECT id FROM doomed)), "
+            "gone_history AS (DELETE FROM {s}.history WHERE instance_id IN (SELECT id FROM doomed)) "
+            "DELETE FROM {s}.instances WHERE id IN (SELECT id FROM doomed) RETURNING id"
+        )
+        self.insert_definition = q(
+            "INSERT INTO {s}.definitions (name, version, definition, registered_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (name, version) DO NOTHING RETURNING registered_at"
+        )
+        self.definition = q(
+            "SELECT definition, registered_at FROM {s}.definitions WHERE name = %s AND version = %s"
+        )
+        self.latest_version = q(
+            "SELECT version FROM {s}.definitions WHERE name = %s ORDER BY registered_at DESC, seq DESC LIMIT 1"
+        )
+        self.definitions = q(
+            "SELECT name, version, registered_at, definition FROM {s}.definitions "
+            "WHERE %s = '' OR name = %s ORDER BY name, registered_at, seq"
+        )

@@ -1,0 +1,307 @@
+"""The PostgreSQL store: production storage, and what lets several servers form a cluster.
+
+Every mutation is one transaction under the instance row lock (``SELECT ... FOR UPDATE``): load
+the instance and its active tokens, run the transition the instance layer hands over
+(wiggle/_server/instances.py), write what it changed, commit, then wake whoever waits. Concurrent
+mutations share transactions (group_commit.py). Statements of a transaction are pipelined: a
+mutation costs two round trips (lock + load, then writes + COMMIT). Claims take due READY tokens
+with ``FOR UPDATE SKIP LOCKED`` on the token *and* its instance row, so a claim never waits for
+(nor deadlocks with) a mutation in progress and never hands one token to two workers.
+
+Several servers on one schema form a cluster (cluster.py: LISTEN/NOTIFY wake-ups, peers, clock
+leadership). Connections and retries are in db.py; no raw psycopg error leaves this package.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import errors as pg_errors
+
+from ..._engine.engine import Claimed, LoadedDefinition
+from ..._engine.state import Changes, HistoryEntry, InstanceState, now_millis
+from ...errors import NotFound
+from ..base import (
+    Action,
+    ClaimTransition,
+    InstanceQuery,
+    InstanceView,
+    R,
+    Store,
+    WorkflowRecord,
+    ready_counts,
+)
+from .cluster import Cluster
+from .codecs import N_TOKEN, instance_from, token_from, views
+from .db import Conn, Database
+from .definitions import Definitions
+from .group_commit import GroupCommit, Items
+from .migrations import check_schema, migrate
+from .statements import ID_CLOCK_SLACK_MILLIS, Queries
+from .writes import ChangeWriter
+
+__all__ = ["PostgresStore"]
+
+
+class PostgresStore(Store):
+    """Definitions, instances, tokens and history in PostgreSQL (``schema``, default "wiggle").
+
+    ``pool_size`` bounds the connections of this process's pool; the store also keeps one
+    LISTEN connection and, on demand, one clock-leadership connection. ``acquire_timeout`` is
+    how long a call waits for a pooled connection and ``max_attempts`` how often a transient
+    failure is tried before the call fails with Unavailable.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        schema: str = "wiggle",
+        pool_size: int = 10,
+        *,
+        acquire_timeout: float = 5.0,
+        max_attempts: int = 3,
+    ) -> None:
+        super().__init__()
+        self.url = url
+        self.schema = check_schema(schema)
+        self.queries = Queries(schema)
+        self.cluster = Cluster(schema, self.notifier, self.queries.count_peers)
+        self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
+        self.clock_parallelism = max(1, self.db.pool_size // 2)
+        self.definitions = Definitions(self.db, self.queries)
+        self.writer = ChangeWriter(self.queries)
+        self.group = GroupCommit(
+            self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
+        )
+
+    @property
+    def node_id(self) -> str:
+        """This node's id (in its connections' names and its NOTIFY payloads)."""
+        return self.cluster.node_id
+
+    @property
+    def application_name(self) -> str:
+        """The application_name of this node's pooled connections (its other ones add a role)."""
+        return self.cluster.application_name
+
+    @property
+    def is_clock_leader(self) -> bool:
+        """True while this store holds the clock-duty advisory lock."""
+        return self.cluster.leader
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        if self.db.pool is not None:
+            return
+        await self.db.retry_connect("migrating", lambda: migrate(self.url, self.schema))
+        await self.db.open(f"wiggle-{self.node_id}")
+        try:
+            await self.cluster.open(self.db)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        await self.group.close()
+        await self.cluster.close()
+        await self.db.close()
+
+    # ------------------------------------------------------------------ persisting
+
+    async def _persist(self, conn: Conn, items: Items, existing: set[str] | frozenset[str]) -> bool:
+        """Write ``items`` and send the NOTIFYs other nodes need, inside the caller's transaction."""
+        wrote = await self.writer.write(conn, items, existing)
+        channels: list[str] = []
+        payloads: list[str] = []
+        for state, changes, _ in items:
+            self.cluster.notifications(state.instance.id, changes, channels, payloads)
+        if channels:
+            unique = dict.fromkeys(zip(channels, payloads, strict=True))
+            await conn.execute(self.queries.notify, ([c for c, _ in unique], [p for _, p in unique]))
+            self.cluster.notifies_sent += 1
+        return wrote
+
+    def _announce(self, instance_id: str, changes: Changes) -> None:
+        """Wake this node's waiters for what a commit changed (other nodes hear the NOTIFYs)."""
+        if changes.ready_queues:
+            self.notifier.work_ready(changes.ready_queues, ready_counts(changes))
+        if changes.timers:
+            self.notifier.clock_changed()
+        if changes.finished:
+            self.notifier.instance_finished(instance_id)
+
+    def _committed(self, wrote: bool, announce: list[tuple[str, Changes]]) -> None:
+        if wrote:
+            self.stats.transactions += 1
+        for instance_id, changes in announce:
+            self._announce(instance_id, changes)
+
+    async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
+        if not instance_id:
+            raise NotFound(missing)
+        return await self.group.submit(instance_id, missing, action)
+
+    # ------------------------------------------------------------------ definitions
+
+    async def put_definition(self, loaded: LoadedDefinition) -> tuple[WorkflowRecord, bool]:
+        record, created = await self.definitions.put(loaded)
+        if created:
+            self.stats.transactions += 1
+        return record, created
+
+    async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
+        return await self.definitions.get(name, version)
+
+    async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
+        return await self.definitions.versions(name)
+
+    # ------------------------------------------------------------------ instances
+
+    async def insert(self, state: InstanceState, changes: Changes) -> None:
+        attempts = 0
+
+        async def body(conn: Conn) -> bool:
+            nonlocal attempts
+            attempts += 1
+            try:
+                async with conn.pipeline():
+                    async with conn.transaction():
+                        await self._persist(conn, [(state, changes, None)], frozenset())
+            except pg_errors.UniqueViolation:
+                if attempts > 1:
+                    return False  # an earlier attempt did commit (its acknowledgement was lost)
+                raise
+            return True
+
+        if await self.db.run("start", body):
+            self.stats.transactions += 1
+            self._announce(state.instance.id, changes)
+
+    async def get_instance(self, instance_id: str) -> InstanceView:
+        found = views(await self.db.fetch("get_instance", self.queries.view, (instance_id,), binary=True))
+        if not found:
+            raise NotFound(f"instance {instance_id} does not exist")
+        return found[0]
+
+    async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
+        size = max(query.page_size, 1)
+        conds: list[str] = []
+        params: list[Any] = []
+        for cond, value in (
+            ("id < %s", query.page_token),
+            ("workflow = %s", query.workflow),
+            ("status = %s", query.status),
+            # the redundant "<> ''" lets even a generic plan use the partial index
+            ("correlation_id = %s AND correlation_id <> ''", query.correlation_id),
+            ("created_at >= %s", query.created_after),
+            ("created_at < %s", query.created_before),
+        ):
+            if value:
+                conds.append(cond)
+                params.append(value)
+        # Instance ids start with their creation millisecond (new_instance_id), taken just before
+        # created_at: id bounds let the primary key skip finished rows outside the time range.
+        if query.created_after:
+            conds.append("id >= %s")
+            params.append(f"wi-{max(query.created_after - ID_CLOCK_SLACK_MILLIS, 0):012x}")
+        if query.created_before:
+            conds.append("id < %s")
+            params.append(f"wi-{query.created_before:012x}")
+        text = self.queries.list_instances.replace("{where}", " AND ".join(conds) or "TRUE")
+        params.append(size + 1)
+        found = views(await self.db.fetch("list_instances", text, params, binary=True))
+        if len(found) > size:
+            found = found[:size]
+            return found, found[-1].instance.id
+        return found, ""
+
+    async def history(self, instance_id: str) -> list[HistoryEntry]:
+        rows = await self.db.fetch("history", self.queries.history, (instance_id,))
+        if not rows and not await self.db.fetch("history", self.queries.instance_exists, (instance_id,)):
+            raise NotFound(f"instance {instance_id} does not exist")
+        return [HistoryEntry(*r) for r in rows]
+
+    async def claim(
+        self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition
+    ) -> list[Claimed]:
+        if not queues or max_tasks <= 0:
+            return []
+        q = self.queries
+        text = q.claim_one if len(queues) == 1 else q.claim_many
+        queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
+
+        async def body(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
+            out: list[Claimed] = []
+            announced: list[tuple[str, Changes]] = []
+            async with conn.pipeline() as pipeline:
+                async with conn.transaction():
+                    now = now_millis()
+                    params = (queue_param, now, max_tasks) + ((max_tasks,) if len(queues) > 1 else ())
+                    cur = await conn.execute(text, params, binary=True)
+                    await pipeline.sync()
+                    rows = await cur.fetchall()
+                    if not rows:
+                        return out, announced
+                    states: dict[str, tuple[InstanceState, Changes]] = {}
+                    for row in rows:
+                        token = token_from(row)
+                        entry = states.get(token.instance_id)
+                        if entry is None:
+                            entry = (InstanceState(instance_from(row, N_TOKEN), {}), Changes())
+                            states[token.instance_id] = entry
+                        state, changes = entry
+                        state.tokens[token.id] = token
+                        record = await self.definitions.loaded_record(
+                            conn, state.instance.workflow, state.instance.version
+                        )
+                        out.append(transition(record.loaded, state, token, now, changes))
+                    existing = {t for state, _ in states.values() for t in state.tokens}
+                    items = [(state, changes, state.instance.context) for state, changes in states.values()]
+                    await self._persist(conn, items, existing)
+                    announced.extend((state.instance.id, changes) for state, changes in states.values())
+            return out, announced
+
+        claimed, announced = await self.db.run("claim", body)
+        if claimed:
+            self.stats.transactions += 1
+        for instance_id, changes in announced:
+            self._announce(instance_id, changes)
+        return claimed
+
+    # ------------------------------------------------------------------ clock duties
+
+    async def clock_leader(self) -> bool:
+        return await self.cluster.ensure_leader()
+
+    async def due_tokens(self, now: int, limit: int) -> list[str]:
+        rows = await self.db.fetch("clock duties", self.queries.due, {"now": now, "n": limit})
+        return list(dict.fromkeys(r[0] for r in rows))
+
+    async def next_due_at(self) -> int | None:
+        # Only the leader has clock duties; the others idle and retry the lock at the next tick.
+        if not self.cluster.leader:
+            return None
+
+        ((due,),) = await self.db.fetch("next_due_at", self.queries.next_due)
+        return None if due is None else int(due)
+
+    async def next_ready_at(self, queues: list[str]) -> int | None:
+        if not queues:
+            return None
+
+        ((earliest,),) = await self.db.fetch("next_ready_at", self.queries.next_ready, (list(queues),))
+        if earliest is None:
+            return None
+        now = now_millis()
+        # A due token that claim() skipped is locked by a transaction in flight: look again shortly.
+        return earliest if earliest > now else now + 50
+
+    async def purge_finished(self, older_than: int, limit: int) -> int:
+        if limit <= 0:
+            return 0
+
+        count = len(await self.db.fetch("purge_finished", self.queries.purge, (older_than, limit)))
+        if count:
+            self.stats.transactions += 1
+        return count

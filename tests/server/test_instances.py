@@ -1,0 +1,247 @@
+"""The instance layer (wiggle/_server/instances.py): one path per operation, and no lost wake-ups.
+
+The race of issue #16 (item 0): a poller claims (nothing yet), and before it waits, a completion
+commits and announces work. Each test provokes it deterministically with a store whose
+``next_ready_at`` (called between the empty claim and the wait) makes work ready first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import pytest
+from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+
+from wiggle._engine.engine import Engine, EngineConfig, LoadedDefinition
+from wiggle._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus
+from wiggle._model import Node, NodeKind, WorkflowDefinition
+from wiggle._server.instances import Instances
+from wiggle._storage.memory import MemoryStore
+from wiggle._storage.postgres import PostgresStore
+
+Hook = Callable[[], Awaitable[None]]
+
+
+def _one_step() -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="one",
+        start_node="a",
+        nodes=(Node(id="a", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
+    )
+
+
+class _HookedMemoryStore(MemoryStore):
+    """A memory store that runs ``hook`` once, inside the poll loop's look-then-wait gap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: Hook | None = None
+        self.claims = 0
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        self.claims += 1
+        return await super().claim(*args, **kwargs)
+
+    async def next_ready_at(self, queues: list[str]) -> int | None:
+        ready_at = await super().next_ready_at(queues)
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            await hook()  # after the look: what it makes ready is not in ``ready_at``
+        return ready_at
+
+
+class _HookedPostgresStore(PostgresStore):
+    """The same on PostgreSQL."""
+
+    hook: Hook | None = None
+
+    async def next_ready_at(self, queues: list[str]) -> int | None:
+        ready_at = await super().next_ready_at(queues)
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            await hook()  # after the look: what it makes ready is not in ``ready_at``
+        return ready_at
+
+
+async def _settle(task: asyncio.Future[Any], rounds: int = 100) -> None:
+    """Let the event loop run ``task`` as far as it gets without a timer firing."""
+    for _ in range(rounds):
+        if task.done():
+            return
+        await asyncio.sleep(0)
+
+
+async def test_work_announced_between_the_look_and_the_wait_wakes_the_poller() -> None:
+    store = _HookedMemoryStore()
+    layer = Instances(store, Engine())
+    await layer.register(_one_step())
+    queue = (await layer.start("one", "", {}, "")).tokens[0].queue
+    (first,) = await layer.claim("w", [queue], 1)  # the queue is empty again
+
+    started: list[str] = []
+
+    async def start_one() -> None:  # another request commits work in the gap
+        started.append((await layer.start("one", "", {}, "")).instance.id)
+
+    store.hook = start_one
+    poll = asyncio.ensure_future(layer.poll("w", [queue], 1, 60.0))
+    try:
+        # No timer can fire here (the wait is 60 s): only the wake-up can end the poll.
+        await _settle(poll)
+        assert poll.done(), "the poller slept through work announced before it waited"
+        (claimed,) = poll.result()
+        assert claimed.token.instance_id == started[0] != first.token.instance_id
+        assert store.claims == 3  # the setup's claim, the empty look, the look after the wake-up
+    finally:
+        poll.cancel()
+        await asyncio.gather(poll, return_exceptions=True)
+
+
+async def test_a_wake_up_taken_but_not_acted_on_is_passed_on() -> None:
+    store = MemoryStore()
+    layer = Instances(store, Engine())
+    await layer.register(_one_step())
+    queue = (await layer.start("one", "", {}, "")).tokens[0].queue
+    notifier = store.notifier
+    with notifier.watch_work([queue]) as first:
+        # first is picked for a counted wake-up while it is still looking, and then leaves
+        # without waiting (it found other work): the next waiter must get the wake-up.
+        later = asyncio.ensure_future(notifier.wait_work([queue], 60.0))
+        await asyncio.sleep(0)
+        notifier.work_ready([queue], {queue: 1})
+        assert first.woken and first.woken_for == queue
+        assert not later.done()
+    await _settle(later)
+    assert later.done() and later.result() is True
+
+
+async def test_await_completion_registered_before_its_read() -> None:
+    store = MemoryStore()
+    layer = Instances(store, Engine())
+    await layer.register(_one_step())
+    view = await layer.start("one", "", {}, "")
+    (claimed,) = await layer.claim("w", [view.tokens[0].queue], 1)
+    real_get = store.get_instance
+    calls = 0
+
+    async def get_then_finish(instance_id: str) -> Any:
+        nonlocal calls
+        calls += 1
+        seen = copy.deepcopy(await real_get(instance_id))  # as read then, not the live state
+        if calls == 1:  # the wait's first read: the instance finishes right after it
+            await layer.complete(claimed.token.id, "w", {"done": True}, None)
+        return seen
+
+    store.get_instance = get_then_finish  # type: ignore[method-assign]
+    waiting = asyncio.ensure_future(layer.wait_finished(view.instance.id, 60.0))
+    try:
+        await _settle(waiting)
+        assert waiting.done(), "the await-completion slept through the finish"
+        assert waiting.result().instance.status == InstanceStatus.COMPLETED
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+
+
+async def test_clock_dispatch_is_written_once_for_every_store() -> None:
+    # A lease expiry goes through Instances.run_clock_duties -> Store.due_tokens -> Store.mutate.
+    store = MemoryStore()
+    layer = Instances(store, Engine(EngineConfig(lease_millis=1000)))
+    await layer.register(_one_step())
+    view = await layer.start("one", "", {}, "")
+    (claimed,) = await layer.claim("w", [view.tokens[0].queue], 1)
+    expiry = claimed.token.lease_expires_at
+    assert await layer.next_due_at() == expiry
+    assert await layer.run_clock_duties(expiry - 1) == 0
+    assert await layer.run_clock_duties(expiry) == 1
+    (token,) = (await layer.get_instance(view.instance.id)).tokens
+    assert token.status == TokenStatus.READY
+    assert await layer.run_clock_duties(expiry + 10_000) == 0  # exactly once
+
+
+async def test_a_refused_mutation_writes_nothing() -> None:
+    store = MemoryStore()
+    layer = Instances(store, Engine())
+    await layer.register(_one_step())
+    view = await layer.start("one", "", {}, "")
+    before = store.stats.transactions
+
+    def refuse(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError):
+        await store.mutate(view.instance.id, "gone", refuse)
+    assert store.stats.transactions == before
+    assert await store.mutate(view.instance.id, "gone", lambda loaded, state, now: (7, None)) == (
+        7,
+        store._instances[view.instance.id],
+    )
+    assert store.stats.transactions == before  # None: nothing to write
+
+
+# ---------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture
+async def pg_layers(pg_schema: str) -> AsyncIterator[Callable[[], Awaitable[Instances]]]:  # noqa: F811
+    layers: list[Instances] = []
+
+    async def factory() -> Instances:
+        store = _HookedPostgresStore(TEST_DATABASE_URL, pg_schema, pool_size=4)
+        await store.open()
+        layers.append(Instances(store, Engine()))
+        return layers[-1]
+
+    yield factory
+    for layer in layers:
+        await layer.store.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_poller_woken_by_its_own_server(pg_layers: Any) -> None:
+    layer = await pg_layers()
+    store: _HookedPostgresStore = layer.store
+    await layer.register(_one_step())
+    queue = (await layer.start("one", "", {}, "")).tokens[0].queue
+    await layer.claim("w", [queue], 1)
+
+    started: list[str] = []
+
+    async def start_one() -> None:
+        started.append((await layer.start("one", "", {}, "")).instance.id)
+
+    store.hook = start_one
+    # A lost wake-up would sleep out the whole 60 s wait; 30 s is far beyond any real claim.
+    (claimed,) = await asyncio.wait_for(layer.poll("w", [queue], 1, 60.0), 30.0)
+    assert claimed.token.instance_id == started[0]
+
+
+@pytest.mark.postgres
+async def test_postgres_poller_woken_by_another_server(pg_layers: Any) -> None:
+    here = await pg_layers()
+    there = await pg_layers()  # opened second: it counts `here` as a peer and NOTIFYs it
+    store: _HookedPostgresStore = here.store
+    await there.register(_one_step())
+    queue = (await there.start("one", "", {}, "")).tokens[0].queue
+    await there.claim("w", [queue], 1)
+
+    heard = asyncio.Event()
+    work_ready = store.notifier.work_ready
+
+    def spy(queues: Iterable[str], counts: Mapping[str, int] | None = None) -> None:
+        work_ready(queues, counts)
+        heard.set()
+
+    store.notifier.work_ready = spy  # type: ignore[method-assign]
+    started: list[str] = []
+
+    async def start_there() -> None:  # the other server commits; its NOTIFY arrives in the gap
+        started.append((await there.start("one", "", {}, "")).instance.id)
+        await asyncio.wait_for(heard.wait(), 20.0)
+
+    store.hook = start_there
+    (claimed,) = await asyncio.wait_for(here.poll("w", [queue], 1, 60.0), 40.0)
+    assert claimed.token.instance_id == started[0]
