@@ -18,20 +18,19 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-import grpc
 import msgspec
 
 from ._version import __version__
-from .errors import WiggleError
+from .errors import ErrorCode, WiggleError
 
 __all__ = ["main"]
 
 EXIT_CODES = {
-    grpc.StatusCode.INVALID_ARGUMENT: 2,
-    grpc.StatusCode.NOT_FOUND: 3,
-    grpc.StatusCode.FAILED_PRECONDITION: 4,
-    grpc.StatusCode.UNAVAILABLE: 5,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 5,
+    ErrorCode.INVALID_ARGUMENT: 2,
+    ErrorCode.NOT_FOUND: 3,
+    ErrorCode.FAILED_PRECONDITION: 4,
+    ErrorCode.UNAVAILABLE: 5,
+    ErrorCode.DEADLINE_EXCEEDED: 5,
 }
 
 

@@ -16,7 +16,8 @@ import msgspec
 from ._model import WorkflowDefinition
 from ._rpc import wiggle_pb2 as pb
 from ._rpc import wiggle_pb2_grpc as pb_grpc
-from .errors import WorkflowFailed, error_from_rpc
+from ._wire.status import error_from_rpc
+from .errors import WorkflowFailed
 from .workflow import Blueprint
 
 __all__ = [

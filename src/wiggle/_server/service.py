@@ -20,7 +20,8 @@ from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._storage.base import InstanceQuery, InstanceView, WorkflowRecord
-from ..errors import InvalidArgument, WiggleError
+from .._wire.status import to_grpc, to_wire_number
+from ..errors import ErrorCode, InvalidArgument, WiggleError
 from .instances import Instances
 
 __all__ = ["ControlPlane", "Metrics"]
@@ -122,7 +123,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
                 return await method(request, context)
             except WiggleError as exc:
                 self.metrics.rpc_errors[name] += 1
-                await context.abort(exc.code, str(exc))
+                await context.abort(to_grpc(exc.code), str(exc))
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
             except Exception:
@@ -395,7 +396,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
                     raise InvalidArgument("WorkerMessage has no body")
             except WiggleError as exc:
                 reply = pb.ServerMessage(
-                    request_id=rid, error=pb.RpcError(code=exc.code.value[0], message=str(exc))
+                    request_id=rid, error=pb.RpcError(code=to_wire_number(exc.code), message=str(exc))
                 )
             except asyncio.CancelledError:
                 raise
@@ -405,7 +406,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
                 reply = pb.ServerMessage(
                     request_id=rid,
                     error=pb.RpcError(
-                        code=grpc.StatusCode.INTERNAL.value[0],
+                        code=to_wire_number(ErrorCode.INTERNAL),
                         message=f"internal error (incident {incident}); see the server log",
                     ),
                 )
