@@ -536,7 +536,7 @@ class Unimplemented(WiggleError):
 class OldControlPlane(ControlPlane):
     """A server from before AdvanceRun existed."""
 
-    async def _AdvanceRun(self, request: Any) -> Any:
+    async def advance_run(self, request: Any) -> Any:
         raise Unimplemented("Method not found: AdvanceRun")
 
 
