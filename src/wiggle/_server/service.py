@@ -13,7 +13,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 import grpc
 import msgspec
@@ -34,7 +34,7 @@ from .faults import status_of
 from .instances import MAX_WAIT_SECONDS, Instances
 from .session import serve_session
 
-__all__ = ["ControlPlane", "Metrics", "ServiceLimits", "Handler"]
+__all__ = ["ControlPlane", "Metrics", "ServiceLimits", "Route"]
 
 log = logging.getLogger("wiggle.server")
 
@@ -44,8 +44,25 @@ PAGE_TOKEN_PATTERN = re.compile(r"wi-[0-9a-f]{24}")
 LIST_STATUSES = (InstanceStatus.RUNNING, *sorted(FINISHED_INSTANCE_STATUSES))
 
 Context: TypeAlias = grpc.aio.ServicerContext
-Handler = Callable[[Any], Awaitable[Message]]  # takes its own request type (see ControlPlane.routes)
 R = TypeVar("R", bound=Message)
+Req = TypeVar("Req", bound=Message)
+Rep = TypeVar("Rep", bound=Message, covariant=True)
+
+
+class Route(Generic[Req, Rep]):
+    """One entry of the dispatch table: the request type a method takes and its handler."""
+
+    __slots__ = ("request", "handler")
+
+    def __init__(self, request: type[Req], handler: Callable[[Req], Awaitable[Rep]]) -> None:
+        self.request = request
+        self.handler = handler
+
+    async def __call__(self, request: Message) -> Rep:
+        """Run the handler on ``request``, which must be of the route's request type."""
+        if not isinstance(request, self.request):
+            raise InvalidArgument(f"expected a {self.request.__name__}, got a {type(request).__name__}")
+        return await self.handler(request)
 
 
 class ServiceLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,21 +131,21 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         self.instances = instances
         self.metrics = metrics or Metrics()
         self.limits = limits or ServiceLimits.from_config(instances.config)
-        self.routes: dict[str, Handler] = {
-            "RegisterWorkflow": self.register_workflow,
-            "GetWorkflow": self.get_workflow,
-            "ListWorkflows": self.list_workflows,
-            "StartInstance": self.start_instance,
-            "GetInstance": self.get_instance,
-            "ListInstances": self.list_instances,
-            "CancelInstance": self.cancel_instance,
-            "CompleteUserTask": self.complete_user_task,
-            "GetHistory": self.get_history,
-            "PollTasks": self.poll_tasks,
-            "CompleteTask": self.complete_task,
-            "FailTask": self.fail_task,
-            "HeartbeatTask": self.heartbeat_task,
-            "AdvanceRun": self.advance_run,
+        self.routes: dict[str, Route[Any, Message]] = {
+            "RegisterWorkflow": Route(pb.RegisterWorkflowRequest, self.register_workflow),
+            "GetWorkflow": Route(pb.GetWorkflowRequest, self.get_workflow),
+            "ListWorkflows": Route(pb.ListWorkflowsRequest, self.list_workflows),
+            "StartInstance": Route(pb.StartInstanceRequest, self.start_instance),
+            "GetInstance": Route(pb.GetInstanceRequest, self.get_instance),
+            "ListInstances": Route(pb.ListInstancesRequest, self.list_instances),
+            "CancelInstance": Route(pb.CancelInstanceRequest, self.cancel_instance),
+            "CompleteUserTask": Route(pb.CompleteUserTaskRequest, self.complete_user_task),
+            "GetHistory": Route(pb.GetHistoryRequest, self.get_history),
+            "PollTasks": Route(pb.PollTasksRequest, self.poll_tasks),
+            "CompleteTask": Route(pb.CompleteTaskRequest, self.complete_task),
+            "FailTask": Route(pb.FailTaskRequest, self.fail_task),
+            "HeartbeatTask": Route(pb.HeartbeatTaskRequest, self.heartbeat_task),
+            "AdvanceRun": Route(pb.AdvanceRunRequest, self.advance_run),
         }
 
     # ------------------------------------------------------------------ dispatch
