@@ -17,7 +17,10 @@ def nested(depth: int) -> bytes:
 
 def test_depth_at_the_limit_passes_one_more_fails() -> None:
     check_depth(nested(MAX_JSON_DEPTH), "x")
-    with pytest.raises(InvalidArgument, match=f"x nests {MAX_JSON_DEPTH + 1} levels deep; the nesting limit"):
+    with pytest.raises(
+        InvalidArgument,
+        match=f"x nests more than {MAX_JSON_DEPTH} levels deep; the nesting limit is {MAX_JSON_DEPTH} levels",
+    ):
         check_depth(nested(MAX_JSON_DEPTH + 1), "x")
 
 
@@ -57,6 +60,20 @@ def test_depth_check_agrees_with_the_real_depth(value: object) -> None:
             check_depth(data, "x")
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 10_000,  # never closed: the decoder recurses before it sees the end
+        b'{"a": ' + b"[" * 10_000 + b"}",
+        b'["\\\\", ' + b"[" * 5000 + b"]" * 5000 + b"]",  # an escaped backslash before the nesting
+        b'["\\"]", ' + b"[" * 5000 + b"]" * 5000 + b"]",  # an escaped quote with a bracket
+    ],
+)
+def test_unbalanced_or_escaped_deep_input_is_refused(data: bytes) -> None:
+    with pytest.raises(InvalidArgument, match="nesting limit"):
+        decode_object(data, "x", None)
+
+
 def test_decode_object_rules() -> None:
     assert decode_object(b"", "x", 10) == {}
     assert decode_object(b'{"a": 1}', "x", 10) == {"a": 1}
@@ -67,3 +84,19 @@ def test_decode_object_rules() -> None:
         decode_object(b"[1]", "x", None)
     with pytest.raises(InvalidArgument, match="x is not valid JSON"):
         decode_object(b"{", "x", None)
+
+
+@given(
+    st.integers(MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH + 3), st.lists(st.sampled_from(["]", "[", "}", '"', "\\"]))
+)
+def test_exact_limit_with_brackets_in_strings(depth: int, noise: list[str]) -> None:
+    value: object = "".join(noise)
+    for level in range(depth):  # alternate arrays and objects, with bracket-laden strings beside
+        value = [value, "]]"] if level % 2 else {"k]": value, "v": "[{"}
+    data = msgspec.json.encode(value)
+    if depth <= MAX_JSON_DEPTH:
+        check_depth(data, "x")
+        assert msgspec.json.decode(data) == value  # and the decoder copes at that depth
+    else:
+        with pytest.raises(InvalidArgument, match="nesting limit"):
+            check_depth(data, "x")

@@ -27,7 +27,7 @@ from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._storage.base import InstanceQuery
 from .._wire import convert
-from .._wire.payload import check_depth, decode_object
+from .._wire.payload import check_depth, decode_object, too_deep
 from .._wire.status import to_grpc
 from ..errors import InvalidArgument
 from .faults import status_of
@@ -384,6 +384,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
                 steps = _fast.decode_batch(request.steps_batch)
             except ValueError as exc:
                 raise InvalidArgument(str(exc)) from None
+            except RecursionError:  # unbalanced brackets check_depth left to the decoder
+                raise too_deep("steps_batch") from None
         else:
             steps = [_step_from_pb(s) for s in request.steps]
         outcome = await self.instances.advance_run(
