@@ -11,6 +11,7 @@ import builtins
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
@@ -50,7 +51,8 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _call(self, rpc: Any, request: Any, timeout: float = core.CALL_TIMEOUT) -> Any:
+    async def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
+        # rpc is a stub method (untyped generated code); the caller converts the reply it returns
         try:
             return await rpc(request, timeout=timeout)
         except grpc.RpcError as exc:

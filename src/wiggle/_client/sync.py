@@ -10,6 +10,7 @@ import builtins
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
@@ -49,7 +50,8 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, rpc: Any, request: Any, timeout: float = core.CALL_TIMEOUT) -> Any:
+    def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
+        # rpc is a stub method (untyped generated code); the caller converts the reply it returns
         try:
             return rpc(request, timeout=timeout)
         except grpc.RpcError as exc:
