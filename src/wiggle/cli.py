@@ -1,8 +1,9 @@
 """The ``wiggle`` command: run a server, a demo, and operate instances from a shell.
 
-Exit codes: 0 success; 1 the instance FAILED or was CANCELLED (``start --wait``, ``get`` of a
-failed instance with ``--check``); 2 bad arguments (INVALID_ARGUMENT); 3 not found; 4 refused by
-the state (FAILED_PRECONDITION); 5 server unreachable or unavailable.
+Exit codes: 0 success; 1 the instance FAILED or was CANCELLED (``start --wait``) or another
+error; 2 bad arguments (INVALID_ARGUMENT); 3 not found; 4 refused by the state
+(FAILED_PRECONDITION); 5 server unreachable or unavailable. ``EXIT_CODES`` maps the
+``wiggle.errors.ErrorCode`` of an error to its exit code.
 """
 
 from __future__ import annotations
@@ -18,20 +19,20 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-import grpc
 import msgspec
 
+from ._engine.state import InstanceStatus
 from ._version import __version__
-from .errors import WiggleError
+from .errors import ErrorCode, WiggleError
 
 __all__ = ["main"]
 
 EXIT_CODES = {
-    grpc.StatusCode.INVALID_ARGUMENT: 2,
-    grpc.StatusCode.NOT_FOUND: 3,
-    grpc.StatusCode.FAILED_PRECONDITION: 4,
-    grpc.StatusCode.UNAVAILABLE: 5,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 5,
+    ErrorCode.INVALID_ARGUMENT: 2,
+    ErrorCode.NOT_FOUND: 3,
+    ErrorCode.FAILED_PRECONDITION: 4,
+    ErrorCode.UNAVAILABLE: 5,
+    ErrorCode.DEADLINE_EXCEEDED: 5,
 }
 
 
@@ -183,7 +184,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     print(
                         f"{info.correlation_id}: {info.status}{extra}  steps: {steps}  total_cents={info.context.get('total_cents')}"
                     )
-                    ok = ok and info.status == "COMPLETED"
+                    ok = ok and info.status == InstanceStatus.COMPLETED
                 print("all instances COMPLETED" if ok else "some instances did not complete")
                 return 0 if ok else 1
             finally:
@@ -213,7 +214,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         if args.wait:
             info = client.wait(info.instance_id, timeout=args.timeout)
         _print_json(info) if args.json else _print_instance(info)
-        if args.wait and info.status in ("FAILED", "CANCELLED"):
+        if args.wait and info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
             return 1
     return 0
 

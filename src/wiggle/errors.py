@@ -1,50 +1,106 @@
-"""Errors raised by Wiggle, each tied to the gRPC status code it travels as."""
+"""Errors raised by Wiggle, each carrying a transport-free ``ErrorCode``.
+
+The engine, the stores and the client raise these; only the wire edge
+(wiggle/_wire/status.py) knows how a code travels as a gRPC status.
+"""
 
 from __future__ import annotations
 
-import grpc
+import enum
 
 __all__ = [
+    "ErrorCode",
     "WiggleError",
     "InvalidArgument",
     "NotFound",
     "FailedPrecondition",
     "Unavailable",
+    "ResourceExhausted",
+    "PermissionDenied",
+    "Unauthenticated",
     "AlreadyFinished",
     "PermanentError",
     "WorkflowFailed",
-    "error_from_rpc",
 ]
+
+
+class ErrorCode(str, enum.Enum):
+    """What went wrong, in the canonical vocabulary every RPC system shares.
+
+    A ``str`` enum whose names equal their values; the names match gRPC's status codes one to
+    one, which is what lets wiggle/_wire/status.py map them without a table to keep in step.
+    """
+
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+    UNAVAILABLE = "UNAVAILABLE"
+    DATA_LOSS = "DATA_LOSS"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class WiggleError(Exception):
     """Base of every error the engine, server and client raise."""
 
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    code: ErrorCode = ErrorCode.INTERNAL
 
 
-class InvalidArgument(WiggleError):
-    """Malformed input: a bad id, JSON that is not an object, an oversize payload, a broken graph."""
+class InvalidArgument(WiggleError, ValueError):
+    """Malformed input: a bad id, JSON that is not an object, an oversize payload, a broken graph.
 
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    Also a ``ValueError``, so validation errors are one family wherever they are raised.
+    """
+
+    code = ErrorCode.INVALID_ARGUMENT
 
 
 class NotFound(WiggleError):
     """An unknown workflow, version, instance or token."""
 
-    code = grpc.StatusCode.NOT_FOUND
+    code = ErrorCode.NOT_FOUND
 
 
 class FailedPrecondition(WiggleError):
     """The request is well formed but the state does not allow it (stale lease, wrong state...)."""
 
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = ErrorCode.FAILED_PRECONDITION
 
 
 class Unavailable(WiggleError):
     """The server or its database cannot serve now; retry with backoff."""
 
-    code = grpc.StatusCode.UNAVAILABLE
+    code = ErrorCode.UNAVAILABLE
+
+
+class ResourceExhausted(WiggleError):
+    """A limit of the server is reached (a bounded store is full, a quota is spent)."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class PermissionDenied(WiggleError):
+    """The caller is known but its role does not allow this call."""
+
+    code = ErrorCode.PERMISSION_DENIED
+
+
+class Unauthenticated(WiggleError):
+    """The caller did not prove who it is (no or an unknown credential)."""
+
+    code = ErrorCode.UNAUTHENTICATED
 
 
 class AlreadyFinished(FailedPrecondition):
@@ -62,22 +118,4 @@ class PermanentError(Exception):
 class WorkflowFailed(WiggleError):
     """Raised by ``Client.result`` when an instance ended FAILED or CANCELLED."""
 
-    code = grpc.StatusCode.FAILED_PRECONDITION
-
-
-_BY_CODE: dict[grpc.StatusCode, type[WiggleError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-}
-
-
-def error_from_rpc(exc: grpc.RpcError) -> WiggleError:
-    """Turn a gRPC error into the matching WiggleError (the message is the server's)."""
-    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-    details = exc.details() if hasattr(exc, "details") else str(exc)
-    cls = _BY_CODE.get(code, WiggleError)
-    err = cls(details or str(code))
-    err.code = code
-    return err
+    code = ErrorCode.FAILED_PRECONDITION

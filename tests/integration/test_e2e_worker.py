@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import msgspec
 import pytest
 
 from wiggle import ExecutionMode, RetryPolicy, WiggleError, WorkerOptions, Workflow
 from wiggle._server.service import ControlPlane
+from wiggle.errors import ErrorCode
 from wiggle.testing import EmbeddedServer
 
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -528,13 +528,13 @@ async def test_worker_with_a_different_blueprint_version_runs_server_style(trace
 
 
 class Unimplemented(WiggleError):
-    code = grpc.StatusCode.UNIMPLEMENTED
+    code = ErrorCode.UNIMPLEMENTED
 
 
 class OldControlPlane(ControlPlane):
     """A server from before AdvanceRun existed."""
 
-    async def _AdvanceRun(self, request: Any) -> Any:
+    async def advance_run(self, request: Any) -> Any:
         raise Unimplemented("Method not found: AdvanceRun")
 
 

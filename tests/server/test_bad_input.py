@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import AsyncIterator
 
 import grpc
 import msgspec
 import pytest
+from pg import TEST_DATABASE_URL, async_temp_schema
 
 from wiggle import ExecutionMode, Workflow
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
+from wiggle._wire.payload import MAX_JSON_DEPTH
 from wiggle.testing import EmbeddedServer
 
 WORKER = "worker-1"
@@ -51,9 +55,13 @@ class Wire:
         assert details, f"{method} failed without a message"
         return details
 
-    async def start(self, bp, context: dict | None = None) -> pb.InstanceInfo:
+    async def start(self, bp, context: dict | None = None, correlation_id: str = "") -> pb.InstanceInfo:
         return await self.stub.StartInstance(
-            pb.StartInstanceRequest(workflow=bp.name, context_json=msgspec.json.encode(context or {})),
+            pb.StartInstanceRequest(
+                workflow=bp.name,
+                context_json=msgspec.json.encode(context or {}),
+                correlation_id=correlation_id,
+            ),
             timeout=10,
         )
 
@@ -432,3 +440,246 @@ async def test_complete_user_task_bad_input(wire: Wire) -> None:
         grpc.StatusCode.NOT_FOUND,
     )
     assert await wire.state(info.instance_id) == before
+
+
+# ---------------------------------------------------------------------------- issue #14: the edge, on both stores
+
+STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
+DEEP = b"[" * 10_000 + b"]" * 10_000
+DEEP_OBJECT = b'{"a": ' + DEEP + b"}"
+NUL = "flow\x00name"
+
+
+@pytest.fixture(params=STORES)
+async def edge(request: pytest.FixtureRequest) -> AsyncIterator[Wire]:
+    """``wire`` on every store under test (PostgreSQL in a schema of its own)."""
+    async with contextlib.AsyncExitStack() as stack:
+        settings: dict = {"max_payload_bytes": 1 << 20}
+        if request.param == "postgres":
+            settings["database_url"] = TEST_DATABASE_URL
+            settings["database_schema"] = await stack.enter_async_context(async_temp_schema())
+        server = await stack.enter_async_context(EmbeddedServer(**settings))
+        channel = await stack.enter_async_context(grpc.aio.insecure_channel(server.target))
+        stub = pb_grpc.WiggleControlPlaneStub(channel)
+        ut = Workflow.define("bad-input-ut").user_task("approval").build()
+        for bp in (SERVER_FLOW, LOCAL_FLOW, ut):
+            await stub.RegisterWorkflow(
+                pb.RegisterWorkflowRequest(definition_json=bp.definition.to_json()), timeout=10
+            )
+        yield Wire(server, stub)
+
+
+async def still_answers(wire: Wire) -> None:
+    """The server serves a normal request after the bad one."""
+    info = await wire.start(SERVER_FLOW, {"ok": True})
+    assert info.status == "RUNNING"
+
+
+async def test_deep_json_in_every_json_field_is_invalid_argument(edge: Wire) -> None:
+    info = await edge.start(SERVER_FLOW, {})
+    local = await edge.start(LOCAL_FLOW, {})
+    ut = await edge.stub.StartInstance(pb.StartInstanceRequest(workflow="bad-input-ut"), timeout=10)
+    task = await edge.claim(SERVER_FLOW)
+    local_task = await edge.claim(LOCAL_FLOW)
+    ids = (info.instance_id, local.instance_id, ut.instance_id)
+    before = [await edge.state(i) for i in ids]
+    workflows = await edge.workflows()
+    deep_definition = (
+        b'{"name": "deep", "start_node": "a", "nodes": [{"id": "a", "kind": "END"}], "x": ' + DEEP + b"}"
+    )
+    cases = [
+        ("StartInstance", pb.StartInstanceRequest(workflow=SERVER_FLOW.name, context_json=DEEP_OBJECT)),
+        ("StartInstance", pb.StartInstanceRequest(workflow=SERVER_FLOW.name, context_json=DEEP)),
+        (
+            "CompleteTask",
+            pb.CompleteTaskRequest(task_id=task.task_id, lease_owner=WORKER, context_json=DEEP_OBJECT),
+        ),
+        (
+            "CompleteUserTask",
+            pb.CompleteUserTaskRequest(
+                instance_id=ut.instance_id, task_name="approval", payload_json=DEEP_OBJECT
+            ),
+        ),
+        (
+            "AdvanceRun",
+            pb.AdvanceRunRequest(
+                task_id=local_task.task_id, lease_owner=WORKER, steps_batch=b'[["T", "a", ' + DEEP + b", []]]"
+            ),
+        ),
+        (
+            "AdvanceRun",
+            pb.AdvanceRunRequest(
+                task_id=local_task.task_id,
+                lease_owner=WORKER,
+                steps=[pb.StepResult(node_id="a", context_json=DEEP_OBJECT)],
+            ),
+        ),
+        ("RegisterWorkflow", pb.RegisterWorkflowRequest(definition_json=deep_definition)),
+    ]
+    for method, request in cases:
+        details = await edge.fails(method, request, grpc.StatusCode.INVALID_ARGUMENT)
+        assert "nesting limit" in details and str(MAX_JSON_DEPTH) in details, (method, details)
+    assert [await edge.state(i) for i in ids] == before
+    assert await edge.workflows() == workflows
+    assert sorted(await edge.instances()) == sorted(ids)
+    await still_answers(edge)
+
+
+async def test_json_just_within_the_nesting_limit_is_accepted(edge: Wire) -> None:
+    depth = MAX_JSON_DEPTH - 1  # the object itself is one level
+    context = b'{"a": ' + b"[" * depth + b"]" * depth + b"}"
+    info = await edge.stub.StartInstance(
+        pb.StartInstanceRequest(workflow=SERVER_FLOW.name, context_json=context), timeout=10
+    )
+    assert msgspec.json.decode(info.context_json) == msgspec.json.decode(context)
+
+
+@pytest.mark.parametrize(
+    "method, request_",
+    [
+        ("ListInstances", pb.ListInstancesRequest(workflow=NUL)),
+        ("ListInstances", pb.ListInstancesRequest(correlation_id=NUL)),
+        ("ListInstances", pb.ListInstancesRequest(workflow="has space")),
+        ("ListWorkflows", pb.ListWorkflowsRequest(name=NUL)),
+        ("GetWorkflow", pb.GetWorkflowRequest(name=NUL)),
+        ("GetWorkflow", pb.GetWorkflowRequest(name=SERVER_FLOW.name, version="v\x00")),
+        ("StartInstance", pb.StartInstanceRequest(workflow=NUL)),
+        ("StartInstance", pb.StartInstanceRequest(workflow=SERVER_FLOW.name, correlation_id=NUL)),
+        ("PollTasks", pb.PollTasksRequest(worker_id=WORKER, queues=[NUL])),
+        ("PollTasks", pb.PollTasksRequest(worker_id="w\x00", queues=["q"])),
+        ("GetInstance", pb.GetInstanceRequest(instance_id="wi-\x00")),
+        ("CompleteTask", pb.CompleteTaskRequest(task_id="wi-\x00.1", lease_owner=WORKER)),
+    ],
+)
+async def test_nul_and_invalid_names_are_invalid_argument_on_every_store(
+    edge: Wire, method: str, request_: object
+) -> None:
+    info = await edge.start(SERVER_FLOW, {"n": 1}, correlation_id="order-1")
+    before = await edge.state(info.instance_id)
+    await edge.fails(method, request_, grpc.StatusCode.INVALID_ARGUMENT)
+    assert await edge.state(info.instance_id) == before
+    assert await edge.instances() == [info.instance_id]
+    await still_answers(edge)
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["garbage", "wi-", "wi-zzzzzzzzzzzzzzzzzzzzzzzz", "wi-0000000000000000000000000", "\x00", " wi-1"],
+)
+async def test_garbage_page_token_is_invalid_argument(edge: Wire, token: str) -> None:
+    info = await edge.start(SERVER_FLOW, {})
+    details = await edge.fails(
+        "ListInstances", pb.ListInstancesRequest(page_token=token), grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert "page_token" in details
+    assert await edge.instances() == [info.instance_id]
+
+
+async def test_a_valid_page_token_pages_through_everything(edge: Wire) -> None:
+    started = [(await edge.start(SERVER_FLOW, {"i": i})).instance_id for i in range(5)]
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = await edge.stub.ListInstances(
+            pb.ListInstancesRequest(page_size=2, page_token=token), timeout=10
+        )
+        seen += [i.instance_id for i in page.instances]
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == sorted(started, reverse=True)
+
+
+@pytest.mark.parametrize(
+    "method, request_, field",
+    [
+        ("GetInstance", pb.GetInstanceRequest(), "instance_id"),
+        ("GetInstance", pb.GetInstanceRequest(wait_millis=1000), "instance_id"),
+        ("CancelInstance", pb.CancelInstanceRequest(reason="x"), "instance_id"),
+        ("GetHistory", pb.GetHistoryRequest(), "instance_id"),
+        ("CompleteUserTask", pb.CompleteUserTaskRequest(task_name="approval"), "instance_id"),
+        ("CompleteTask", pb.CompleteTaskRequest(lease_owner=WORKER), "task_id"),
+        ("FailTask", pb.FailTaskRequest(lease_owner=WORKER, message="x"), "task_id"),
+        ("HeartbeatTask", pb.HeartbeatTaskRequest(lease_owner=WORKER), "task_id"),
+        ("AdvanceRun", pb.AdvanceRunRequest(lease_owner=WORKER, steps_batch=b"[]"), "task_id"),
+        ("GetWorkflow", pb.GetWorkflowRequest(), "name"),
+    ],
+)
+async def test_empty_ids_are_invalid_argument(edge: Wire, method: str, request_: object, field: str) -> None:
+    info = await edge.start(SERVER_FLOW, {})
+    before = await edge.state(info.instance_id)
+    details = await edge.fails(method, request_, grpc.StatusCode.INVALID_ARGUMENT)
+    assert field in details and "must not be empty" in details
+    assert await edge.state(info.instance_id) == before
+    await still_answers(edge)
+
+
+# ---------------------------------------------------------------------------- the WorkerSession stream
+
+
+async def session(wire: Wire, *messages: pb.WorkerMessage) -> dict[int, pb.ServerMessage]:
+    """Send ``messages`` on one WorkerSession stream; the replies by request id."""
+    call = wire.stub.WorkerSession(timeout=10)
+    await call.write(pb.WorkerBatch(messages=list(messages)))
+    replies: dict[int, pb.ServerMessage] = {}
+    while len(replies) < len(messages):
+        batch = await call.read()
+        replies.update((m.request_id, m) for m in batch.messages)
+    await call.done_writing()
+    call.cancel()
+    return replies
+
+
+async def test_stream_errors_carry_the_same_codes_as_unary(wire: Wire) -> None:
+    info = await wire.start(SERVER_FLOW, {})
+    before = await wire.state(info.instance_id)
+    replies = await session(
+        wire,
+        pb.WorkerMessage(request_id=1, poll=pb.PollTasksRequest(worker_id=WORKER, queues=[])),
+        pb.WorkerMessage(request_id=2, complete=pb.CompleteTaskRequest(lease_owner=WORKER)),
+        pb.WorkerMessage(
+            request_id=3,
+            complete=pb.CompleteTaskRequest(task_id="wi-000000000000000000000000.1", lease_owner=WORKER),
+        ),
+        pb.WorkerMessage(request_id=4),
+        pb.WorkerMessage(
+            request_id=5,
+            heartbeat=pb.HeartbeatTaskRequest(task_id=f"{info.instance_id}.1", lease_owner="intruder"),
+        ),
+    )
+    codes = {
+        rid: grpc.StatusCode.OK if m.WhichOneof("body") != "error" else m.error.code
+        for rid, m in replies.items()
+    }
+    assert codes == {
+        1: grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        2: grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        3: grpc.StatusCode.NOT_FOUND.value[0],
+        4: grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        5: grpc.StatusCode.FAILED_PRECONDITION.value[0],
+    }
+    assert "no queues" in replies[1].error.message and "no body" in replies[4].error.message
+    assert await wire.state(info.instance_id) == before
+
+
+async def test_stream_serves_a_poll_and_a_report(wire: Wire) -> None:
+    info = await wire.start(SERVER_FLOW, {})
+    replies = await session(
+        wire,
+        pb.WorkerMessage(
+            request_id=7,
+            poll=pb.PollTasksRequest(worker_id=WORKER, queues=[SERVER_FLOW.name], wait_millis=2000),
+        ),
+    )
+    [task] = replies[7].tasks.tasks
+    assert task.instance_id == info.instance_id and task.node_id == "a"
+    replies = await session(
+        wire,
+        pb.WorkerMessage(
+            request_id=8,
+            complete=pb.CompleteTaskRequest(task_id=task.task_id, lease_owner=WORKER, context_json=b"{}"),
+        ),
+    )
+    assert replies[8].report.instance_status == "RUNNING"
+    metrics = wire.server.server.metrics.snapshot()
+    assert metrics["rpc_calls"]["PollTasks"] >= 1 and metrics["rpc_calls"]["CompleteTask"] >= 1

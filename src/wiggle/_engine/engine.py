@@ -114,22 +114,6 @@ class Engine:
             )
         return value
 
-    def decode_object(self, data: bytes, what: str) -> dict[str, Any]:
-        """Decode JSON bytes that must hold an object (empty bytes mean {})."""
-        if not data:
-            return {}
-        if len(data) > self.config.max_payload_bytes:
-            raise InvalidArgument(
-                f"{what} is {len(data)} bytes; the limit is {self.config.max_payload_bytes} bytes"
-            )
-        try:
-            value = msgspec.json.decode(data)
-        except msgspec.DecodeError as exc:
-            raise InvalidArgument(f"{what} is not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise InvalidArgument(f"{what} must be a JSON object, got {type(value).__name__}")
-        return value
-
     @staticmethod
     def context_of(state: InstanceState, token: Token) -> dict[str, Any]:
         """The context a token carries (the instance context on the main line)."""

@@ -1,35 +1,83 @@
-"""The gRPC service: wire messages in, store calls, wire messages out, errors as status codes."""
+"""The gRPC service: wire messages in, instance-layer calls, wire messages out.
+
+Every RPC goes through one dispatch table (``ControlPlane.routes``: method name -> handler),
+used by the unary entry points and by the WorkerSession stream (wiggle/_server/session.py);
+errors become status codes in one place (wiggle/_server/faults.py, wiggle/_wire/status.py).
+Requests are validated here, at the edge, before the instance layer sees them.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import functools
+import contextlib
 import logging
-import uuid
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 import grpc
 import msgspec
+from google.protobuf.message import Message
 
 from .. import _fast
-from .._engine.engine import Claimed
-from .._engine.state import FINISHED_INSTANCE_STATUSES, HistoryEntry, Token
+from .._engine.engine import EngineConfig
+from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus
 from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
-from .._storage.base import InstanceQuery, InstanceView, WorkflowRecord
-from ..errors import InvalidArgument, WiggleError
-from .instances import Instances
+from .._storage.base import InstanceQuery
+from .._wire import convert
+from .._wire.payload import check_depth, decode_object, too_deep
+from .._wire.status import to_grpc
+from ..errors import InvalidArgument
+from .faults import status_of
+from .instances import MAX_WAIT_SECONDS, Instances
+from .session import serve_session
 
-__all__ = ["ControlPlane", "Metrics"]
+__all__ = ["ControlPlane", "Metrics", "ServiceLimits", "Route"]
 
 log = logging.getLogger("wiggle.server")
-_encode = msgspec.json.Encoder().encode
-T = TypeVar("T")
 
-MAX_TASKS_PER_POLL = 256
+#: A valid page token is an instance id (the last of the previous page), as
+#: wiggle/_engine/state.py new_instance_id makes them.
+PAGE_TOKEN_PATTERN = re.compile(r"wi-[0-9a-f]{24}")
+LIST_STATUSES = (InstanceStatus.RUNNING, *sorted(FINISHED_INSTANCE_STATUSES))
+
+Context: TypeAlias = grpc.aio.ServicerContext
+R = TypeVar("R", bound=Message)
+Req = TypeVar("Req", bound=Message)
+Rep = TypeVar("Rep", bound=Message, covariant=True)
+
+
+class Route(Generic[Req, Rep]):
+    """One entry of the dispatch table: the request type a method takes and its handler."""
+
+    __slots__ = ("request", "handler")
+
+    def __init__(self, request: type[Req], handler: Callable[[Req], Awaitable[Rep]]) -> None:
+        self.request = request
+        self.handler = handler
+
+    async def __call__(self, request: Message) -> Rep:
+        """Run the handler on ``request``, which must be of the route's request type."""
+        if not isinstance(request, self.request):
+            raise InvalidArgument(f"expected a {self.request.__name__}, got a {type(request).__name__}")
+        return await self.handler(request)
+
+
+class ServiceLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The bounds the service enforces on requests."""
+
+    max_wait_seconds: float = MAX_WAIT_SECONDS  # PollTasks and GetInstance waits
+    max_tasks_per_poll: int = 256
+    default_page_size: int = 50
+    max_page_size: int = 1000
+    max_payload_bytes: int = 1 << 20  # JSON fields and definitions (EngineConfig.max_payload_bytes)
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> ServiceLimits:
+        """The limits for an engine configuration (its payload limit)."""
+        return cls(max_payload_bytes=config.max_payload_bytes)
 
 
 class Metrics:
@@ -65,154 +113,182 @@ class Metrics:
         }
 
 
-def token_info(token: Token) -> pb.TokenInfo:
-    """A token as the wire shows it."""
-    return pb.TokenInfo(
-        token_id=token.id,
-        node_id=token.node_id,
-        status=token.status,
-        attempt=token.attempt,
-        lease_owner=token.lease_owner,
-        lease_expires_at=token.lease_expires_at,
-        available_at=token.available_at,
-        last_error=token.last_error,
-        local_run_owner=token.local_run_owner,
-        local_run_steps=token.local_run_steps,
-        queue=token.queue,
-    )
+def _optional_name(value: str, what: str) -> None:
+    if value:
+        validate_name(value, what)
+
+
+def _wait_seconds(millis: int, limits: ServiceLimits) -> float:
+    return min(max(millis, 0) / 1000, limits.max_wait_seconds)
 
 
 class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
-    """WiggleControlPlane over the instance layer."""
+    """WiggleControlPlane over the instance layer (wiggle/_server/instances.py)."""
 
-    def __init__(self, instances: Instances, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, instances: Instances, metrics: Metrics | None = None, limits: ServiceLimits | None = None
+    ) -> None:
         self.instances = instances
-        self.engine = instances.engine
         self.metrics = metrics or Metrics()
-        self._wrap_methods()
+        self.limits = limits or ServiceLimits.from_config(instances.config)
+        self.routes: dict[str, Route[Any, Message]] = {
+            "RegisterWorkflow": Route(pb.RegisterWorkflowRequest, self.register_workflow),
+            "GetWorkflow": Route(pb.GetWorkflowRequest, self.get_workflow),
+            "ListWorkflows": Route(pb.ListWorkflowsRequest, self.list_workflows),
+            "StartInstance": Route(pb.StartInstanceRequest, self.start_instance),
+            "GetInstance": Route(pb.GetInstanceRequest, self.get_instance),
+            "ListInstances": Route(pb.ListInstancesRequest, self.list_instances),
+            "CancelInstance": Route(pb.CancelInstanceRequest, self.cancel_instance),
+            "CompleteUserTask": Route(pb.CompleteUserTaskRequest, self.complete_user_task),
+            "GetHistory": Route(pb.GetHistoryRequest, self.get_history),
+            "PollTasks": Route(pb.PollTasksRequest, self.poll_tasks),
+            "CompleteTask": Route(pb.CompleteTaskRequest, self.complete_task),
+            "FailTask": Route(pb.FailTaskRequest, self.fail_task),
+            "HeartbeatTask": Route(pb.HeartbeatTaskRequest, self.heartbeat_task),
+            "AdvanceRun": Route(pb.AdvanceRunRequest, self.advance_run),
+        }
 
-    # ------------------------------------------------------------------ error mapping
+    # ------------------------------------------------------------------ dispatch
 
-    def _wrap_methods(self) -> None:
-        for name in (
-            "RegisterWorkflow",
-            "GetWorkflow",
-            "ListWorkflows",
-            "StartInstance",
-            "GetInstance",
-            "ListInstances",
-            "CancelInstance",
-            "CompleteUserTask",
-            "GetHistory",
-            "PollTasks",
-            "CompleteTask",
-            "FailTask",
-            "HeartbeatTask",
-            "AdvanceRun",
-        ):
-            setattr(self, name, self._guard(name, getattr(self, name)))
-
-    def _guard(
-        self, name: str, method: Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]]
-    ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[T]]:
-        @functools.wraps(method)
-        async def guarded(request: Any, context: grpc.aio.ServicerContext) -> T:
-            self.metrics.rpc_calls[name] += 1
-            try:
-                return await method(request, context)
-            except WiggleError as exc:
-                self.metrics.rpc_errors[name] += 1
-                await context.abort(exc.code, str(exc))
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                raise
-            except Exception:
-                self.metrics.rpc_errors[name] += 1
-                incident = uuid.uuid4().hex[:12]
-                log.exception("internal error %s in %s", incident, name)
-                await context.abort(
-                    grpc.StatusCode.INTERNAL, f"internal error (incident {incident}); see the server log"
-                )
-            raise AssertionError("unreachable")  # pragma: no cover
-
-        return guarded
-
-    async def dispatch(self, name: str, request: Any) -> Any:
-        """Call a method outside a gRPC context (the WorkerSession stream); WiggleError propagates."""
-        self.metrics.rpc_calls[name] += 1
+    async def dispatch(self, method: str, request: Message) -> Message:
+        """Run ``method``'s handler, counting the call; a WiggleError propagates to the caller."""
+        self.metrics.rpc_calls[method] += 1
         try:
-            return await getattr(self, "_" + name)(request)
-        except WiggleError:
-            self.metrics.rpc_errors[name] += 1
+            return await self.routes[method](request)
+        except Exception:
+            self.metrics.rpc_errors[method] += 1
             raise
 
-    # ------------------------------------------------------------------ conversions
+    async def _unary(self, method: str, request: Message, context: Context, reply: type[R]) -> R:
+        try:
+            return cast(R, await self.dispatch(method, request))
+        except Exception as exc:  # CancelledError is a BaseException and passes through
+            code, message = status_of(exc, method)
+        await context.abort(to_grpc(code), message)
+        raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
-    def _workflow_info(
-        self, record: WorkflowRecord, created: bool = False, body: bool = True
+    # ------------------------------------------------------------------ gRPC entry points
+
+    async def RegisterWorkflow(
+        self, request: pb.RegisterWorkflowRequest, context: Context
     ) -> pb.WorkflowInfo:
-        return pb.WorkflowInfo(
-            name=record.loaded.definition.name,
-            version=record.loaded.version,
-            definition_json=record.loaded.json if body else b"",
-            registered_at=record.registered_at,
-            created=created,
-        )
+        return await self._unary("RegisterWorkflow", request, context, pb.WorkflowInfo)
 
-    def _instance_info(self, view: InstanceView, with_tokens: bool = True) -> pb.InstanceInfo:
-        inst = view.instance
-        return pb.InstanceInfo(
-            instance_id=inst.id,
-            workflow=inst.workflow,
-            version=inst.version,
-            status=inst.status,
-            context_json=_encode(inst.context),
-            correlation_id=inst.correlation_id,
-            reason=inst.reason,
-            error=inst.error,
-            created_at=inst.created_at,
-            updated_at=inst.updated_at,
-            finished_at=inst.finished_at,
-            tokens=[token_info(t) for t in view.tokens] if with_tokens else [],
-        )
+    async def GetWorkflow(self, request: pb.GetWorkflowRequest, context: Context) -> pb.WorkflowInfo:
+        return await self._unary("GetWorkflow", request, context, pb.WorkflowInfo)
+
+    async def ListWorkflows(
+        self, request: pb.ListWorkflowsRequest, context: Context
+    ) -> pb.ListWorkflowsResponse:
+        return await self._unary("ListWorkflows", request, context, pb.ListWorkflowsResponse)
+
+    async def StartInstance(self, request: pb.StartInstanceRequest, context: Context) -> pb.InstanceInfo:
+        return await self._unary("StartInstance", request, context, pb.InstanceInfo)
+
+    async def GetInstance(self, request: pb.GetInstanceRequest, context: Context) -> pb.InstanceInfo:
+        return await self._unary("GetInstance", request, context, pb.InstanceInfo)
+
+    async def ListInstances(
+        self, request: pb.ListInstancesRequest, context: Context
+    ) -> pb.ListInstancesResponse:
+        return await self._unary("ListInstances", request, context, pb.ListInstancesResponse)
+
+    async def CancelInstance(
+        self, request: pb.CancelInstanceRequest, context: Context
+    ) -> pb.CancelInstanceResponse:
+        return await self._unary("CancelInstance", request, context, pb.CancelInstanceResponse)
+
+    async def CompleteUserTask(
+        self, request: pb.CompleteUserTaskRequest, context: Context
+    ) -> pb.InstanceInfo:
+        return await self._unary("CompleteUserTask", request, context, pb.InstanceInfo)
+
+    async def GetHistory(self, request: pb.GetHistoryRequest, context: Context) -> pb.GetHistoryResponse:
+        return await self._unary("GetHistory", request, context, pb.GetHistoryResponse)
+
+    async def PollTasks(self, request: pb.PollTasksRequest, context: Context) -> pb.PollTasksResponse:
+        return await self._unary("PollTasks", request, context, pb.PollTasksResponse)
+
+    async def CompleteTask(self, request: pb.CompleteTaskRequest, context: Context) -> pb.ReportResult:
+        return await self._unary("CompleteTask", request, context, pb.ReportResult)
+
+    async def FailTask(self, request: pb.FailTaskRequest, context: Context) -> pb.ReportResult:
+        return await self._unary("FailTask", request, context, pb.ReportResult)
+
+    async def HeartbeatTask(self, request: pb.HeartbeatTaskRequest, context: Context) -> pb.ReportResult:
+        return await self._unary("HeartbeatTask", request, context, pb.ReportResult)
+
+    async def AdvanceRun(self, request: pb.AdvanceRunRequest, context: Context) -> pb.AdvanceRunResult:
+        return await self._unary("AdvanceRun", request, context, pb.AdvanceRunResult)
+
+    async def WorkerSession(
+        self, request_iterator: AsyncIterator[pb.WorkerBatch], context: Context
+    ) -> AsyncIterator[pb.ServerBatch]:
+        """Multiplexed worker requests on one stream, through the same table (session.py)."""
+        async with contextlib.aclosing(serve_session(request_iterator, self.dispatch)) as batches:
+            async for batch in batches:
+                yield batch
 
     # ------------------------------------------------------------------ definitions
 
-    async def RegisterWorkflow(self, request: pb.RegisterWorkflowRequest, context: Any) -> pb.WorkflowInfo:
-        if len(request.definition_json) > self.engine.config.max_payload_bytes:
-            raise InvalidArgument("definition_json exceeds the payload limit")
+    async def register_workflow(self, request: pb.RegisterWorkflowRequest) -> pb.WorkflowInfo:
+        """Validate and store a definition (a no-op for a known version)."""
+        limit = self.limits.max_payload_bytes
+        if len(request.definition_json) > limit:
+            raise InvalidArgument(
+                f"definition_json is {len(request.definition_json)} bytes; the limit is {limit} bytes"
+            )
+        check_depth(request.definition_json, "definition_json")
         definition = definition_from_json(request.definition_json)
         record, created = await self.instances.register(definition)
         if created:
             log.info("registered workflow %s version %s", definition.name, record.loaded.version)
-        return self._workflow_info(record, created)
+        return convert.workflow_to_pb(record, created)
 
-    async def GetWorkflow(self, request: pb.GetWorkflowRequest, context: Any) -> pb.WorkflowInfo:
-        return self._workflow_info(await self.instances.get_workflow(request.name, request.version))
+    async def get_workflow(self, request: pb.GetWorkflowRequest) -> pb.WorkflowInfo:
+        """One registered version (the latest unless pinned)."""
+        validate_name(request.name, "name")
+        _optional_name(request.version, "version")
+        return convert.workflow_to_pb(await self.instances.get_workflow(request.name, request.version))
 
-    async def ListWorkflows(self, request: pb.ListWorkflowsRequest, context: Any) -> pb.ListWorkflowsResponse:
+    async def list_workflows(self, request: pb.ListWorkflowsRequest) -> pb.ListWorkflowsResponse:
+        """Every registered version (of one name)."""
+        _optional_name(request.name, "name")
         records = await self.instances.list_workflows(request.name)
-        return pb.ListWorkflowsResponse(workflows=[self._workflow_info(r) for r in records])
+        return pb.ListWorkflowsResponse(workflows=[convert.workflow_to_pb(r) for r in records])
 
     # ------------------------------------------------------------------ instances
 
-    async def StartInstance(self, request: pb.StartInstanceRequest, context: Any) -> pb.InstanceInfo:
+    async def start_instance(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        """Start an instance."""
         validate_name(request.workflow, "workflow")
-        if request.correlation_id:
-            validate_name(request.correlation_id, "correlation_id")
-        ctx = self.engine.decode_object(request.context_json, "context_json")
+        _optional_name(request.version, "version")
+        _optional_name(request.correlation_id, "correlation_id")
+        ctx = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
         view = await self.instances.start(request.workflow, request.version, ctx, request.correlation_id)
-        return self._instance_info(view)
+        return convert.instance_to_pb(view)
 
-    async def GetInstance(self, request: pb.GetInstanceRequest, context: Any) -> pb.InstanceInfo:
-        view = await self.instances.wait_finished(request.instance_id, request.wait_millis / 1000)
-        return self._instance_info(view)
+    async def get_instance(self, request: pb.GetInstanceRequest) -> pb.InstanceInfo:
+        """An instance now, or once finished within ``wait_millis``."""
+        validate_name(request.instance_id, "instance_id")
+        wait = _wait_seconds(request.wait_millis, self.limits)
+        return convert.instance_to_pb(await self.instances.wait_finished(request.instance_id, wait))
 
-    async def ListInstances(self, request: pb.ListInstancesRequest, context: Any) -> pb.ListInstancesResponse:
-        size = request.page_size or 50
-        if not 1 <= size <= 1000:
-            raise InvalidArgument(f"page_size must be between 1 and 1000, got {size}")
-        if request.status and request.status not in ("RUNNING", *FINISHED_INSTANCE_STATUSES):
+    async def list_instances(self, request: pb.ListInstancesRequest) -> pb.ListInstancesResponse:
+        """A page of instances, newest first."""
+        limits = self.limits
+        size = request.page_size or limits.default_page_size
+        if not 1 <= size <= limits.max_page_size:
+            raise InvalidArgument(f"page_size must be between 1 and {limits.max_page_size}, got {size}")
+        if request.status and request.status not in LIST_STATUSES:
             raise InvalidArgument(f"status {request.status!r} is not RUNNING, COMPLETED, FAILED or CANCELLED")
+        _optional_name(request.workflow, "workflow")
+        _optional_name(request.correlation_id, "correlation_id")
+        if request.page_token and not PAGE_TOKEN_PATTERN.fullmatch(request.page_token):
+            raise InvalidArgument(
+                f"page_token {request.page_token[:40]!r} is not a page token; pass the next_page_token "
+                "of the previous page, or none for the first page"
+            )
         query = InstanceQuery(
             workflow=request.workflow,
             status=request.status,
@@ -224,32 +300,37 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         )
         views, next_token = await self.instances.list_instances(query)
         return pb.ListInstancesResponse(
-            instances=[self._instance_info(v, with_tokens=False) for v in views], next_page_token=next_token
+            instances=[convert.instance_to_pb(v, with_tokens=False) for v in views],
+            next_page_token=next_token,
         )
 
-    async def CancelInstance(
-        self, request: pb.CancelInstanceRequest, context: Any
-    ) -> pb.CancelInstanceResponse:
+    async def cancel_instance(self, request: pb.CancelInstanceRequest) -> pb.CancelInstanceResponse:
+        """Cancel a running instance; a finished one is left as it is."""
+        validate_name(request.instance_id, "instance_id")
         view, changed = await self.instances.cancel(request.instance_id, request.reason or "cancelled")
         message = "cancelled" if changed else f"instance is already {view.instance.status}; nothing changed"
-        return pb.CancelInstanceResponse(instance=self._instance_info(view), changed=changed, message=message)
+        return pb.CancelInstanceResponse(
+            instance=convert.instance_to_pb(view), changed=changed, message=message
+        )
 
-    async def CompleteUserTask(self, request: pb.CompleteUserTaskRequest, context: Any) -> pb.InstanceInfo:
+    async def complete_user_task(self, request: pb.CompleteUserTaskRequest) -> pb.InstanceInfo:
+        """Complete the user task an instance awaits."""
+        validate_name(request.instance_id, "instance_id")
         validate_name(request.task_name, "task_name")
-        payload = self.engine.decode_object(request.payload_json, "payload_json")
+        payload = decode_object(request.payload_json, "payload_json", self.limits.max_payload_bytes)
         view = await self.instances.complete_user_task(request.instance_id, request.task_name, payload)
-        return self._instance_info(view)
+        return convert.instance_to_pb(view)
 
-    async def GetHistory(self, request: pb.GetHistoryRequest, context: Any) -> pb.GetHistoryResponse:
+    async def get_history(self, request: pb.GetHistoryRequest) -> pb.GetHistoryResponse:
+        """Every step attempt and event of an instance."""
+        validate_name(request.instance_id, "instance_id")
         entries = await self.instances.history(request.instance_id)
-        return pb.GetHistoryResponse(entries=[_history_entry(e) for e in entries])
+        return pb.GetHistoryResponse(entries=[convert.history_to_pb(e) for e in entries])
 
     # ------------------------------------------------------------------ workers
 
-    async def PollTasks(self, request: pb.PollTasksRequest, context: Any) -> pb.PollTasksResponse:
-        return await self._PollTasks(request)
-
-    async def _PollTasks(self, request: pb.PollTasksRequest) -> pb.PollTasksResponse:
+    async def poll_tasks(self, request: pb.PollTasksRequest) -> pb.PollTasksResponse:
+        """Claim steps on the worker's queues, waiting up to ``wait_millis`` for some."""
         validate_name(request.worker_id, "worker_id")
         queues = list(request.queues)
         if not queues:
@@ -257,89 +338,60 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         for q in queues:
             validate_name(q, "queue")
         max_tasks = request.max_tasks or 1
-        if not 1 <= max_tasks <= MAX_TASKS_PER_POLL:
-            raise InvalidArgument(f"max_tasks must be between 1 and {MAX_TASKS_PER_POLL}, got {max_tasks}")
-        claimed = await self.instances.poll(request.worker_id, queues, max_tasks, request.wait_millis / 1000)
-        return pb.PollTasksResponse(tasks=[self._activation(c) for c in claimed])
+        limit = self.limits.max_tasks_per_poll
+        if not 1 <= max_tasks <= limit:
+            raise InvalidArgument(f"max_tasks must be between 1 and {limit}, got {max_tasks}")
+        wait = _wait_seconds(request.wait_millis, self.limits)
+        claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
+        config = self.instances.config
+        return pb.PollTasksResponse(tasks=[convert.activation_to_pb(c, config) for c in claimed])
 
-    def _activation(self, claimed: Claimed) -> pb.TaskActivation:
-        token = claimed.token
-        inst = claimed.instance
-        return pb.TaskActivation(
-            task_id=token.id,
-            instance_id=inst.id,
-            workflow=inst.workflow,
-            version=inst.version,
-            node_id=token.node_id,
-            attempt=token.attempt,
-            context_json=_encode(claimed.context),
-            lease_owner=token.lease_owner,
-            lease_expires_at=token.lease_expires_at,
-            queue=token.queue,
-            kind=token.kind,
-            correlation_id=inst.correlation_id,
-            execution_mode=claimed.execution_mode,
-            max_local_steps=claimed.max_local_steps,
-            lease_millis=self.engine.config.lease_millis,
-            max_payload_bytes=self.engine.config.max_payload_bytes,
-        )
-
-    async def CompleteTask(self, request: pb.CompleteTaskRequest, context: Any) -> pb.ReportResult:
-        return await self._CompleteTask(request)
-
-    async def _CompleteTask(self, request: pb.CompleteTaskRequest) -> pb.ReportResult:
+    async def complete_task(self, request: pb.CompleteTaskRequest) -> pb.ReportResult:
+        """A step's result: the new context, or a predicate's value."""
+        validate_name(request.task_id, "task_id")
         which = request.WhichOneof("result")
         ctx: dict[str, Any] | None = None
         value: bool | None = None
         if which == "context_json":
-            ctx = self._decode_result(request.context_json)
+            ctx = decode_object(request.context_json, "context_json", None)
         elif which == "predicate_value":
             value = request.predicate_value
         status = await self.instances.complete(request.task_id, request.lease_owner, ctx, value)
         return pb.ReportResult(instance_status=status)
 
-    def _decode_result(self, data: bytes) -> dict[str, Any]:
-        try:
-            value = msgspec.json.decode(data)
-        except msgspec.DecodeError as exc:
-            raise InvalidArgument(f"context_json is not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise InvalidArgument(f"context_json must be a JSON object, got {type(value).__name__}")
-        return value
-
-    async def FailTask(self, request: pb.FailTaskRequest, context: Any) -> pb.ReportResult:
-        return await self._FailTask(request)
-
-    async def _FailTask(self, request: pb.FailTaskRequest) -> pb.ReportResult:
+    async def fail_task(self, request: pb.FailTaskRequest) -> pb.ReportResult:
+        """A step failed; retried by its policy unless not ``retryable``."""
+        validate_name(request.task_id, "task_id")
         status = await self.instances.fail(
             request.task_id, request.lease_owner, request.message or "step failed", request.retryable
         )
         return pb.ReportResult(instance_status=status)
 
-    async def HeartbeatTask(self, request: pb.HeartbeatTaskRequest, context: Any) -> pb.ReportResult:
-        return await self._HeartbeatTask(request)
-
-    async def _HeartbeatTask(self, request: pb.HeartbeatTaskRequest) -> pb.ReportResult:
+    async def heartbeat_task(self, request: pb.HeartbeatTaskRequest) -> pb.ReportResult:
+        """Extend a lease."""
+        validate_name(request.task_id, "task_id")
         status, expires = await self.instances.heartbeat(request.task_id, request.lease_owner)
         return pb.ReportResult(instance_status=status, lease_expires_at=expires)
 
-    async def AdvanceRun(self, request: pb.AdvanceRunRequest, context: Any) -> pb.AdvanceRunResult:
-        return await self._AdvanceRun(request)
-
-    async def _AdvanceRun(self, request: pb.AdvanceRunRequest) -> pb.AdvanceRunResult:
+    async def advance_run(self, request: pb.AdvanceRunRequest) -> pb.AdvanceRunResult:
+        """Apply the steps of a local run (LOCAL_SYNC / LOCAL_ASYNC)."""
+        validate_name(request.task_id, "task_id")
         if request.steps_batch and len(request.steps):
             raise InvalidArgument("AdvanceRun sets both steps and steps_batch; send one of them")
         if request.steps_batch:
+            check_depth(request.steps_batch, "steps_batch")
             try:
                 steps = _fast.decode_batch(request.steps_batch)
             except ValueError as exc:
                 raise InvalidArgument(str(exc)) from None
+            except RecursionError:  # unbalanced brackets check_depth left to the decoder
+                raise too_deep("steps_batch") from None
         else:
-            steps = [self._step_from_pb(i, s) for i, s in enumerate(request.steps)]
+            steps = [_step_from_pb(s) for s in request.steps]
         outcome = await self.instances.advance_run(
             request.task_id, request.lease_owner, steps, request.final, request.handback_reason
         )
-        if request.final or outcome.token_status != "RUNNING":
+        if request.final or outcome.token_status != TokenStatus.RUNNING:
             self.metrics.observe_run(outcome.applied_steps, request.handback_reason)
         return pb.AdvanceRunResult(
             instance_status=outcome.instance_status,
@@ -349,123 +401,14 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             applied_steps=outcome.applied_steps,
         )
 
-    def _step_from_pb(self, index: int, step: pb.StepResult) -> tuple[Any, ...]:
-        which = step.WhichOneof("outcome")
-        if which == "context_json":
-            return ("C", step.node_id, self._decode_result(step.context_json))
-        if which == "predicate_value":
-            return ("P", step.node_id, step.predicate_value)
-        if which == "failure":
-            return ("F", step.node_id, step.failure.message or "step failed", step.failure.retryable)
-        return ("T", step.node_id, {}, [])
 
-    # ------------------------------------------------------------------ the worker stream
-
-    async def WorkerSession(
-        self, request_iterator: AsyncIterator[pb.WorkerBatch], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ServerBatch]:
-        """Serve multiplexed worker messages; replies go out as each request finishes."""
-        replies: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue()
-        pending: set[asyncio.Task[None]] = set()
-
-        async def handle(message: pb.WorkerMessage) -> None:
-            body = message.WhichOneof("body")
-            rid = message.request_id
-            try:
-                if body == "poll":
-                    result = await self.dispatch("PollTasks", message.poll)
-                    reply = pb.ServerMessage(request_id=rid, tasks=result)
-                elif body == "complete":
-                    reply = pb.ServerMessage(
-                        request_id=rid, report=await self.dispatch("CompleteTask", message.complete)
-                    )
-                elif body == "fail":
-                    reply = pb.ServerMessage(
-                        request_id=rid, report=await self.dispatch("FailTask", message.fail)
-                    )
-                elif body == "heartbeat":
-                    reply = pb.ServerMessage(
-                        request_id=rid, report=await self.dispatch("HeartbeatTask", message.heartbeat)
-                    )
-                elif body == "advance":
-                    reply = pb.ServerMessage(
-                        request_id=rid, advanced=await self.dispatch("AdvanceRun", message.advance)
-                    )
-                else:
-                    raise InvalidArgument("WorkerMessage has no body")
-            except WiggleError as exc:
-                reply = pb.ServerMessage(
-                    request_id=rid, error=pb.RpcError(code=exc.code.value[0], message=str(exc))
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                incident = uuid.uuid4().hex[:12]
-                log.exception("internal error %s in WorkerSession", incident)
-                reply = pb.ServerMessage(
-                    request_id=rid,
-                    error=pb.RpcError(
-                        code=grpc.StatusCode.INTERNAL.value[0],
-                        message=f"internal error (incident {incident}); see the server log",
-                    ),
-                )
-            replies.put_nowait(reply)
-
-        by_id: dict[int, asyncio.Task[None]] = {}
-
-        def forget(task: asyncio.Task[None], rid: int) -> None:
-            pending.discard(task)
-            if by_id.get(rid) is task:
-                del by_id[rid]
-
-        async def read() -> None:
-            try:
-                async for frame in request_iterator:
-                    for message in frame.messages:
-                        if message.WhichOneof("body") == "cancel":
-                            doomed = by_id.get(message.cancel.request_id)
-                            if doomed is not None:
-                                doomed.cancel()
-                            continue
-                        task = asyncio.ensure_future(handle(message))
-                        pending.add(task)
-                        by_id[message.request_id] = task
-                        task.add_done_callback(functools.partial(forget, rid=message.request_id))
-            finally:
-                if pending:
-                    await asyncio.gather(*pending, return_exceptions=True)
-                replies.put_nowait(None)
-
-        reader = asyncio.ensure_future(read())
-        try:
-            done = False
-            while not done:
-                reply = await replies.get()
-                if reply is None:
-                    break
-                frame = [reply]
-                while not replies.empty():  # every reply ready now goes out in the same frame
-                    more = replies.get_nowait()
-                    if more is None:
-                        done = True
-                        break
-                    frame.append(more)
-                yield pb.ServerBatch(messages=frame)
-        finally:
-            reader.cancel()
-            for task in list(pending):
-                task.cancel()
-
-
-def _history_entry(e: HistoryEntry) -> pb.HistoryEntry:
-    return pb.HistoryEntry(
-        token_id=e.token_id,
-        node_id=e.node_id,
-        attempt=e.attempt,
-        worker_id=e.worker_id,
-        started_at=e.started_at,
-        ended_at=e.ended_at,
-        outcome=e.outcome,
-        error=e.error,
-        kind=e.kind,
-    )
+def _step_from_pb(step: pb.StepResult) -> tuple[Any, ...]:
+    # The record shapes Engine.advance_run takes (wiggle/_engine/engine.py): C, P, F, T.
+    which = step.WhichOneof("outcome")
+    if which == "context_json":
+        return ("C", step.node_id, decode_object(step.context_json, "context_json", None))
+    if which == "predicate_value":
+        return ("P", step.node_id, step.predicate_value)
+    if which == "failure":
+        return ("F", step.node_id, step.failure.message or "step failed", step.failure.retryable)
+    return ("T", step.node_id, {}, [])

@@ -1,0 +1,126 @@
+"""What both clients share: requests built once, the wait slicing, the result check.
+
+wiggle/_client/aio.py calls these; wiggle/_client/sync.py is generated from it, so each request
+and each reply conversion (wiggle/_wire/convert.py) exists once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from .._engine.state import InstanceStatus
+from .._model import WorkflowDefinition
+from .._rpc import wiggle_pb2 as pb
+from .._wire.convert import encode_json
+from ..errors import WorkflowFailed
+from ..workflow import Blueprint
+from .types import InstanceInfo
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "CHANNEL_OPTIONS",
+    "CALL_TIMEOUT",
+    "MAX_WAIT_SLICE",
+    "register_request",
+    "start_request",
+    "list_request",
+    "complete_user_task_request",
+    "WaitClock",
+    "check_result",
+]
+
+DEFAULT_TARGET = "127.0.0.1:7233"
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.keepalive_time_ms", 30_000),
+]
+CALL_TIMEOUT = 30.0  # seconds, for every call but the waits
+MAX_WAIT_SLICE = 30.0  # one GetInstance wait; the server caps it too (wiggle/_server/instances.py)
+
+
+def _context_json(context: Any) -> bytes:
+    if context is None:
+        return b""
+    return encode_json(msgspec.to_builtins(context))
+
+
+def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.RegisterWorkflowRequest:
+    """RegisterWorkflow for a Blueprint or a WorkflowDefinition."""
+    if isinstance(workflow, Blueprint):
+        definition = workflow.definition
+    elif isinstance(workflow, WorkflowDefinition):
+        definition = workflow
+    else:
+        raise TypeError(f"register() takes a Blueprint or WorkflowDefinition, got {type(workflow).__name__}")
+    return pb.RegisterWorkflowRequest(definition_json=definition.to_json())
+
+
+def start_request(
+    workflow: str | Blueprint[Any], context: Any, version: str, correlation_id: str
+) -> pb.StartInstanceRequest:
+    """StartInstance; ``context`` is a dict, a msgspec.Struct or None."""
+    name = workflow.name if isinstance(workflow, Blueprint) else workflow
+    return pb.StartInstanceRequest(
+        workflow=name, version=version, context_json=_context_json(context), correlation_id=correlation_id
+    )
+
+
+def list_request(
+    workflow: str,
+    status: str,
+    correlation_id: str,
+    created_after: int,
+    created_before: int,
+    page_size: int,
+    page_token: str,
+) -> pb.ListInstancesRequest:
+    """ListInstances with its filters and paging."""
+    return pb.ListInstancesRequest(
+        workflow=workflow,
+        status=status,
+        correlation_id=correlation_id,
+        created_after=created_after,
+        created_before=created_before,
+        page_size=page_size,
+        page_token=page_token,
+    )
+
+
+def complete_user_task_request(instance_id: str, name: str, data: Any) -> pb.CompleteUserTaskRequest:
+    """CompleteUserTask; ``data`` (a dict, a msgspec.Struct or None) merges into the context."""
+    return pb.CompleteUserTaskRequest(
+        instance_id=instance_id, task_name=name, payload_json=_context_json(data)
+    )
+
+
+class WaitClock:
+    """Slices a client-side wait into server-side waits of at most MAX_WAIT_SLICE seconds."""
+
+    def __init__(self, timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.remaining = timeout
+
+    def request(self, instance_id: str) -> tuple[pb.GetInstanceRequest, float]:
+        """The next GetInstance wait and the call timeout that covers it."""
+        self.remaining = self.deadline - time.monotonic()
+        wait_ms = max(int(min(self.remaining, MAX_WAIT_SLICE) * 1000), 0)
+        return pb.GetInstanceRequest(
+            instance_id=instance_id, wait_millis=wait_ms
+        ), wait_ms / 1000 + CALL_TIMEOUT
+
+    def done(self, info: InstanceInfo) -> bool:
+        """True once the instance finished or the time is up."""
+        return info.finished or self.remaining <= 0
+
+
+def check_result(info: InstanceInfo, timeout: float) -> InstanceInfo:
+    """``info`` if it COMPLETED; TimeoutError if still running, WorkflowFailed if FAILED or CANCELLED."""
+    if not info.finished:
+        raise TimeoutError(f"instance {info.instance_id} is still {info.status} after {timeout} s")
+    if info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
+        raise WorkflowFailed(f"instance {info.instance_id} {info.status}: {info.error or info.reason}")
+    return info

@@ -1,0 +1,29 @@
+"""Errors mapped once: any exception from a handler becomes one (ErrorCode, message) pair.
+
+The unary entry points abort with it (wiggle/_server/service.py) and the WorkerSession stream
+replies with it (wiggle/_server/session.py); wiggle/_wire/status.py turns the code into gRPC's.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from ..errors import ErrorCode, WiggleError
+
+__all__ = ["status_of"]
+
+log = logging.getLogger("wiggle.server")
+
+
+def status_of(exc: Exception, method: str) -> tuple[ErrorCode, str]:
+    """The code and message a caller sees for ``exc`` raised in ``method``.
+
+    A WiggleError travels as its own code and message. Anything else is a bug: it is logged with
+    a short incident id, and the caller gets INTERNAL with that id and nothing of the internals.
+    """
+    if isinstance(exc, WiggleError):
+        return exc.code, str(exc)
+    incident = uuid.uuid4().hex[:12]
+    log.error("internal error %s in %s", incident, method, exc_info=exc)
+    return ErrorCode.INTERNAL, f"internal error (incident {incident}); see the server log"

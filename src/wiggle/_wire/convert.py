@@ -1,0 +1,188 @@
+"""Protobuf messages to and from Wiggle's types, each in exactly one place.
+
+Server side: engine state (wiggle/_engine/state.py) and store records -> protobuf replies.
+Client side: protobuf replies -> the client's value types (wiggle/_client/types.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .._client.types import HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
+from .._engine.engine import Claimed, EngineConfig
+from .._engine.state import HistoryEntry as StateHistoryEntry
+from .._engine.state import Token
+from .._model import WorkflowDefinition
+from .._rpc import wiggle_pb2 as pb
+from .._storage.base import InstanceView, WorkflowRecord
+
+__all__ = [
+    "token_to_pb",
+    "instance_to_pb",
+    "history_to_pb",
+    "workflow_to_pb",
+    "activation_to_pb",
+    "token_from_pb",
+    "instance_from_pb",
+    "history_from_pb",
+    "workflow_from_pb",
+    "encode_json",
+]
+
+encode_json = msgspec.json.Encoder().encode
+
+
+# ---------------------------------------------------------------------------- server: state -> wire
+
+
+def token_to_pb(token: Token) -> pb.TokenInfo:
+    """A token as the wire shows it."""
+    return pb.TokenInfo(
+        token_id=token.id,
+        node_id=token.node_id,
+        status=token.status,
+        attempt=token.attempt,
+        lease_owner=token.lease_owner,
+        lease_expires_at=token.lease_expires_at,
+        available_at=token.available_at,
+        last_error=token.last_error,
+        local_run_owner=token.local_run_owner,
+        local_run_steps=token.local_run_steps,
+        queue=token.queue,
+    )
+
+
+def instance_to_pb(view: InstanceView, with_tokens: bool = True) -> pb.InstanceInfo:
+    """An instance (and its active tokens unless ``with_tokens`` is False, as in lists)."""
+    inst = view.instance
+    return pb.InstanceInfo(
+        instance_id=inst.id,
+        workflow=inst.workflow,
+        version=inst.version,
+        status=inst.status,
+        context_json=encode_json(inst.context),
+        correlation_id=inst.correlation_id,
+        reason=inst.reason,
+        error=inst.error,
+        created_at=inst.created_at,
+        updated_at=inst.updated_at,
+        finished_at=inst.finished_at,
+        tokens=[token_to_pb(t) for t in view.tokens] if with_tokens else [],
+    )
+
+
+def history_to_pb(entry: StateHistoryEntry) -> pb.HistoryEntry:
+    """One history entry as the wire shows it (the instance id is the request's)."""
+    return pb.HistoryEntry(
+        token_id=entry.token_id,
+        node_id=entry.node_id,
+        attempt=entry.attempt,
+        worker_id=entry.worker_id,
+        started_at=entry.started_at,
+        ended_at=entry.ended_at,
+        outcome=entry.outcome,
+        error=entry.error,
+        kind=entry.kind,
+    )
+
+
+def workflow_to_pb(record: WorkflowRecord, created: bool = False, body: bool = True) -> pb.WorkflowInfo:
+    """A registered version; ``body`` False leaves the definition JSON out."""
+    return pb.WorkflowInfo(
+        name=record.loaded.definition.name,
+        version=record.loaded.version,
+        definition_json=record.loaded.json if body else b"",
+        registered_at=record.registered_at,
+        created=created,
+    )
+
+
+def activation_to_pb(claimed: Claimed, config: EngineConfig) -> pb.TaskActivation:
+    """A claimed token as the activation a worker runs (the wire's "task", docs/glossary.md)."""
+    token = claimed.token
+    inst = claimed.instance
+    return pb.TaskActivation(
+        task_id=token.id,
+        instance_id=inst.id,
+        workflow=inst.workflow,
+        version=inst.version,
+        node_id=token.node_id,
+        attempt=token.attempt,
+        context_json=encode_json(claimed.context),
+        lease_owner=token.lease_owner,
+        lease_expires_at=token.lease_expires_at,
+        queue=token.queue,
+        kind=token.kind,
+        correlation_id=inst.correlation_id,
+        execution_mode=claimed.execution_mode,
+        max_local_steps=claimed.max_local_steps,
+        lease_millis=config.lease_millis,
+        max_payload_bytes=config.max_payload_bytes,
+    )
+
+
+# ---------------------------------------------------------------------------- client: wire -> values
+
+
+def token_from_pb(msg: pb.TokenInfo) -> TokenInfo:
+    """The client's view of a token."""
+    return TokenInfo(
+        token_id=msg.token_id,
+        node_id=msg.node_id,
+        status=msg.status,
+        attempt=msg.attempt,
+        queue=msg.queue,
+        lease_owner=msg.lease_owner,
+        lease_expires_at=msg.lease_expires_at,
+        available_at=msg.available_at,
+        last_error=msg.last_error,
+        local_run_owner=msg.local_run_owner,
+        local_run_steps=msg.local_run_steps,
+    )
+
+
+def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
+    """The client's view of an instance."""
+    context: dict[str, Any] = msgspec.json.decode(msg.context_json) if msg.context_json else {}
+    return InstanceInfo(
+        instance_id=msg.instance_id,
+        workflow=msg.workflow,
+        version=msg.version,
+        status=msg.status,
+        context=context,
+        correlation_id=msg.correlation_id,
+        reason=msg.reason,
+        error=msg.error,
+        created_at=msg.created_at,
+        updated_at=msg.updated_at,
+        finished_at=msg.finished_at,
+        tokens=tuple(token_from_pb(t) for t in msg.tokens),
+    )
+
+
+def history_from_pb(msg: pb.HistoryEntry) -> HistoryEntry:
+    """The client's view of one history entry."""
+    return HistoryEntry(
+        token_id=msg.token_id,
+        node_id=msg.node_id,
+        kind=msg.kind,
+        attempt=msg.attempt,
+        worker_id=msg.worker_id,
+        started_at=msg.started_at,
+        ended_at=msg.ended_at,
+        outcome=msg.outcome,
+        error=msg.error,
+    )
+
+
+def workflow_from_pb(msg: pb.WorkflowInfo) -> WorkflowInfo:
+    """The client's view of a registered version, with its definition decoded."""
+    return WorkflowInfo(
+        name=msg.name,
+        version=msg.version,
+        definition=msgspec.json.decode(msg.definition_json, type=WorkflowDefinition),
+        registered_at=msg.registered_at,
+        created=msg.created,
+    )

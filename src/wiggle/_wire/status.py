@@ -1,0 +1,83 @@
+"""ErrorCode <-> grpc.StatusCode, in one place: server aborts, stream errors, client errors."""
+
+from __future__ import annotations
+
+import grpc
+
+from ..errors import (
+    ErrorCode,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+    WiggleError,
+)
+
+__all__ = [
+    "to_grpc",
+    "from_grpc",
+    "to_wire_number",
+    "from_wire_number",
+    "error_for",
+    "error_from_rpc",
+]
+
+# The names of ErrorCode are gRPC's own (wiggle/errors.py), so the mapping is by name; a code
+# added to one side only fails here at import, not at the first error.
+_TO_GRPC: dict[ErrorCode, grpc.StatusCode] = {code: grpc.StatusCode[code.name] for code in ErrorCode}
+_FROM_GRPC: dict[grpc.StatusCode, ErrorCode] = {v: k for k, v in _TO_GRPC.items()}
+_FROM_NUMBER: dict[int, ErrorCode] = {v.value[0]: k for k, v in _TO_GRPC.items()}
+
+# The error class a client raises for a code; others arrive as a plain WiggleError with the code.
+_CLASS_OF: dict[ErrorCode, type[WiggleError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        FailedPrecondition,
+        Unavailable,
+        ResourceExhausted,
+        PermissionDenied,
+        Unauthenticated,
+    )
+}
+
+
+def to_grpc(code: ErrorCode) -> grpc.StatusCode:
+    """The gRPC status a code travels as."""
+    return _TO_GRPC[code]
+
+
+def from_grpc(status: grpc.StatusCode) -> ErrorCode:
+    """The ErrorCode of a gRPC status (OK, which is no error, reads as UNKNOWN)."""
+    return _FROM_GRPC.get(status, ErrorCode.UNKNOWN)
+
+
+def to_wire_number(code: ErrorCode) -> int:
+    """The numeric status carried in a WorkerSession ``RpcError`` (gRPC's own numbering)."""
+    number: int = _TO_GRPC[code].value[0]
+    return number
+
+
+def from_wire_number(number: int) -> ErrorCode:
+    """The ErrorCode of a numeric status from a WorkerSession ``RpcError``."""
+    return _FROM_NUMBER.get(number, ErrorCode.UNKNOWN)
+
+
+def error_for(code: ErrorCode, message: str) -> WiggleError:
+    """The WiggleError a client raises for ``code`` with the server's ``message``."""
+    err = _CLASS_OF.get(code, WiggleError)(message or code.name)
+    err.code = code
+    return err
+
+
+def error_from_rpc(exc: grpc.RpcError) -> WiggleError:
+    """Turn a gRPC error into the matching WiggleError (the message is the server's)."""
+    code_of = getattr(exc, "code", None)
+    details_of = getattr(exc, "details", None)
+    code = from_grpc(code_of()) if callable(code_of) else ErrorCode.UNKNOWN
+    details = details_of() if callable(details_of) else str(exc)
+    return error_for(code, details or str(exc))
