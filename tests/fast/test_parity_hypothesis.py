@@ -15,6 +15,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from wiggle._engine.records import PredicateDone, StepFailed, StepRecord, TaskDone
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 
 from .conftest import Impl
@@ -259,14 +260,25 @@ task_steps = st.tuples(
 predicate_steps = st.tuples(st.just("P"), node_ids, st.booleans())
 failure_steps = st.tuples(st.just("F"), node_ids, st.text(max_size=40), st.booleans())
 batches = st.lists(task_steps | predicate_steps | failure_steps, max_size=20)
+records = st.lists(
+    task_steps.map(lambda t: TaskDone(*t[1:]))
+    | predicate_steps.map(lambda t: PredicateDone(*t[1:]))
+    | failure_steps.map(lambda t: StepFailed(*t[1:])),
+    max_size=20,
+)
 
 
 @parity
-@given(steps=batches)
-def test_batch_round_trip_parity(impl: Impl, reference: Impl, steps: list[tuple[Any, ...]]) -> None:
+@given(steps=records)
+def test_batch_round_trip_parity(impl: Impl, reference: Impl, steps: list[StepRecord]) -> None:
     data = reference.batch.encode_batch(steps)
     assert impl.batch.encode_batch(steps) == data
+    # the records' array form is the old tuple format, byte for byte
+    assert data == msgspec.json.encode(
+        [(s.__struct_config__.tag, *msgspec.structs.astuple(s)) for s in steps]
+    )
     decoded = impl.batch.decode_batch(data)
+    assert decoded == steps
     assert repr(decoded) == repr(reference.batch.decode_batch(data))
     assert impl.batch.encode_batch(decoded) == data
 

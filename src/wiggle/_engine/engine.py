@@ -9,13 +9,14 @@ PostgreSQL stores share this module and one conformance suite.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from .. import _fast
 from .._model import ExecutionMode, Node, NodeKind, WorkflowDefinition
 from ..errors import AlreadyFinished, FailedPrecondition, InvalidArgument, NotFound
+from .records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
 from .state import (
     CANCELLED,
     COMPLETED,
@@ -620,18 +621,20 @@ class Engine:
         state: InstanceState,
         token_id: str,
         owner: str,
-        steps: list[tuple[Any, ...]],
+        steps: list[StepRecord] | list[tuple[Any, ...]],  # MERGE: list[StepRecord]
         final: bool,
         now: int,
         handback_reason: str = "",
     ) -> tuple[AdvanceOutcome, Changes]:
-        """Apply an ordered run of locally executed steps atomically (design doc §6, §9).
+        """Apply an ordered run of locally executed steps atomically (docs/semantics.md, local runs).
 
-        ``steps`` are batch records (see wiggle._fast.batch_py): ("T", node, changed, removed),
-        ("P", node, value), ("F", node, message, retryable), or ("C", node, full context) for a
-        task reported with its complete context. The whole batch is validated against the graph
-        before anything is applied; a mismatch is FAILED_PRECONDITION and changes nothing.
+        ``steps`` are step records (wiggle._engine.records): TaskDone (a task as its context
+        diff), PredicateDone, StepFailed (last only), or ContextSet (a task reported with its
+        complete context). The whole run is validated against the graph before anything is
+        applied; a mismatch is FAILED_PRECONDITION and changes nothing.
         """
+        # MERGE: delete this line (and _from_legacy) once the stores and the service pass records.
+        records = [_from_legacy(s) if isinstance(s, tuple) else s for s in cast("list[Any]", steps)]
         inst = state.instance
         changes = Changes()
         if inst.status in FINISHED_INSTANCE_STATUSES:
@@ -643,12 +646,11 @@ class Engine:
         context = self.context_of(state, token)
         new_context = context
         failure: tuple[str, str, bool] | None = None
-        last = len(steps) - 1
+        last = len(records) - 1
         applied: list[tuple[str, bool]] = []  # (node, predicate value)
         contexts: list[dict[str, Any]] = []  # the context after each applied step
-        for index, step in enumerate(steps):
-            tag = step[0]
-            node_id = step[1]
+        for index, step in enumerate(records):
+            node_id = step.node_id
             if node_id != expected:
                 raise FailedPrecondition(
                     f"AdvanceRun step {index} reports node {node_id!r} but token {token_id} is at {expected!r}; "
@@ -664,23 +666,23 @@ class Engine:
                     f"AdvanceRun step {index}: node {node_id!r} is on queue {loaded.queue_of(node)!r}, "
                     f"not {token.queue!r} (a queue change is a handback)"
                 )
-            if tag == "F":
+            if isinstance(step, StepFailed):
                 if index != last:
                     raise FailedPrecondition(f"AdvanceRun step {index} is a failure but more steps follow it")
-                failure = (node_id, step[2], bool(step[3]))
+                failure = (node_id, step.message, bool(step.retryable))
                 break
             if node.kind is NodeKind.PREDICATE:
-                if tag != "P":
+                if not isinstance(step, PredicateDone):
                     raise FailedPrecondition(
                         f"AdvanceRun step {index}: node {node_id!r} is a PREDICATE; report its branch"
                     )
-                value = bool(step[2])
+                value = bool(step.value)
             else:
-                if tag == "T":
-                    if step[2] or step[3]:
-                        new_context = _fast.apply_diff(new_context, step[2], step[3])
-                elif tag == "C":
-                    new_context = step[2] if step[2] is not None else new_context
+                if isinstance(step, TaskDone):
+                    if step.changed or step.removed:
+                        new_context = _fast.apply_diff(new_context, step.changed, step.removed)
+                elif isinstance(step, ContextSet):
+                    new_context = step.context
                 else:
                     raise FailedPrecondition(
                         f"AdvanceRun step {index}: node {node_id!r} is a TASK; report its context"
@@ -850,3 +852,18 @@ class Engine:
         changes.instance_changed = True
         self.drive(loaded, state, token, now, changes)
         return changes
+
+
+def _from_legacy(step: tuple[Any, ...]) -> StepRecord:
+    """The record for an old ("T"|"P"|"F"|"C", node, ...) tuple.
+
+    MERGE: delete once the service's ``_step_from_pb`` builds records (see the arch-vocab report).
+    """
+    tag, node_id = step[0], step[1]
+    if tag == "T":
+        return TaskDone(node_id, step[2], step[3])
+    if tag == "P":
+        return PredicateDone(node_id, step[2])
+    if tag == "F":
+        return StepFailed(node_id, step[2], step[3])
+    return ContextSet(node_id, step[2])

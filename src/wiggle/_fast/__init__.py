@@ -9,7 +9,7 @@ else in Wiggle imports a ``*_c`` or ``*_py`` module.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "IMPL",
@@ -32,7 +32,13 @@ if _wanted not in _CHOICES:
     raise ImportError(f"WIGGLE_IMPL={_wanted!r} is not one of {', '.join(_CHOICES)}")
 
 if TYPE_CHECKING:
-    from .batch_py import decode_batch, encode_batch
+    from .batch_py import encode_batch
+
+    # MERGE: import decode_batch from .batch_py here too (it returns list[BatchRecord]) once the
+    # service types its AdvanceRun steps as list[StepRecord]; until then the service still mixes
+    # decoded records with the tuples its _step_from_pb builds.
+    def decode_batch(data: bytes) -> list[Any]: ...
+
     from .merge_py import JoinConflict, apply_diff, diff, fold_diffs, fold_join
     from .traversal_py import CompiledGraph, classify, successor
 
