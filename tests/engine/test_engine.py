@@ -16,7 +16,7 @@ import pytest
 from wiggle import ExecutionMode, RetryPolicy, Workflow
 from wiggle._engine.engine import Engine, EngineConfig
 from wiggle._engine.records import ContextSet, PredicateDone, StepFailed, TaskDone
-from wiggle._engine.state import Changes, now_millis
+from wiggle._engine.state import Changes, HistoryOutcome, InstanceStatus, TokenStatus, now_millis
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.memory import MemoryStore
 from wiggle.errors import AlreadyFinished, FailedPrecondition, InvalidArgument, NotFound
@@ -87,6 +87,8 @@ async def test_start_parks_the_first_step_ready() -> None:
     assert (tok.node_id, tok.status, tok.queue, tok.attempt) == ("a", "READY", "lin", 1)
     assert tok.available_at <= now_millis()
     assert iid.startswith("wi-") and tok.id.startswith(iid)
+    # the engine speaks the enums (each equal to its plain string on the wire)
+    assert view.instance.status is InstanceStatus.RUNNING and tok.status is TokenStatus.READY
 
 
 async def test_start_rejects_a_bad_context_and_stores_nothing() -> None:
@@ -128,6 +130,7 @@ async def test_claim_complete_moves_through_the_steps() -> None:
         ("c", "COMPLETED"),
         ("end", "END"),
     ]
+    assert [type(e.outcome) for e in history] == [HistoryOutcome] * 4
     assert all(e.worker_id == OWNER for e in history[:3])
 
 
