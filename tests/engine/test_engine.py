@@ -648,6 +648,44 @@ async def test_advance_final_parks_at_the_boundary() -> None:
     assert len(await s.history(iid)) == 4
 
 
+@pytest.mark.parametrize(
+    "steps, final",
+    [
+        pytest.param([TaskDone("a", {"n": 1}, []), TaskDone("b", {"n": 2}, [])], True, id="two-steps"),
+        pytest.param([TaskDone("a", {"n": 1}, []), TaskDone("b", {"n": 2}, [])], False, id="two-not-final"),
+        pytest.param([TaskDone("a", {"n": 1}, [])], False, id="one-not-final"),
+        pytest.param([], False, id="none-not-final"),
+    ],
+)
+async def test_advance_in_server_mode_is_one_step_per_claim(steps, final: bool) -> None:
+    # issue #14: a SERVER-mode token must not run ahead, whatever the worker sends.
+    s = store()
+    _, iid = await started(s, linear(), {"n": 0})
+    claimed = await claim_one(s, "lin")
+    assert claimed.execution_mode == "SERVER"
+    before = await snapshot(s, iid)
+    with pytest.raises(FailedPrecondition) as err:
+        await s.advance_run(claimed.token.id, OWNER, steps, final, "")
+    assert "execution mode SERVER: one step per claim" in str(err.value)
+    assert "Nothing was applied" in str(err.value)
+    assert await snapshot(s, iid) == before
+    # the one step, final, is what CompleteTask would do: applied, and the claim ends
+    outcome = await s.advance_run(claimed.token.id, OWNER, [TaskDone("a", {"n": 1}, [])], True, "")
+    assert (outcome.token_status, outcome.applied_steps, outcome.lease_expires_at) == ("READY", 1, 0)
+    view = await s.get_instance(iid)
+    [tok] = view.tokens
+    assert (tok.node_id, tok.status, tok.lease_owner) == ("b", "READY", "")
+    assert view.instance.context == {"n": 1}
+
+
+async def test_advance_in_a_default_mode_workflow_follows_the_server_mode() -> None:
+    s = store(execution_mode=ExecutionMode.SERVER)
+    _, iid = await started(s, linear(mode=ExecutionMode.DEFAULT), {"n": 0})
+    claimed = await claim_one(s, "lin")
+    with pytest.raises(FailedPrecondition, match="execution mode SERVER"):
+        await s.advance_run(claimed.token.id, OWNER, [TaskDone("a", {}, []), TaskDone("b", {}, [])], True, "")
+
+
 async def test_advance_still_takes_the_old_tuples_until_the_merge() -> None:
     # MERGE: delete with Engine.advance_run's tuple adapter, once the service builds records.
     s = store()

@@ -659,6 +659,15 @@ class Engine:
         if inst.status in FINISHED_INSTANCE_STATUSES:
             return AdvanceOutcome(inst.status, 0, token_id, "", 0), changes
         token = self._leased_token(state, token_id, owner)
+        if self.resolve_mode(loaded) is ExecutionMode.SERVER and (len(records) > 1 or not final):
+            # SERVER mode commits every step before the next runs (docs/semantics.md): a worker
+            # may not chain steps under one claim, whatever it sends.
+            raise FailedPrecondition(
+                f"workflow {inst.workflow!r} runs in execution mode SERVER: one step per claim, "
+                f"but AdvanceRun on token {token_id} carried {len(records)} step(s)"
+                f"{'' if final else ' and was not final'}; report the step with CompleteTask or "
+                "FailTask. Nothing was applied"
+            )
         # ---- validate the path, compute the context, touch nothing
         graph = loaded.graph
         expected = token.node_id
