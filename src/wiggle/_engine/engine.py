@@ -226,7 +226,7 @@ class Engine:
     def drive(
         self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
     ) -> None:
-        """Move ``token`` (and any tokens it spawns) until each is parked (semantics: node rules)."""
+        """Move ``token`` (and any tokens it spawns) until each is parked (docs/semantics.md: node rules)."""
         pending = [token]
         moves = 0
         while pending:

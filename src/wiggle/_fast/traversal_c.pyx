@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""Graph traversal, the Cython twin of traversal_py.py (design doc §7).
+"""Graph traversal, the Cython twin of traversal_py.py.
 
 The one place that decides, for a worker step, what runs next and whether a worker may run it
 locally. The server's drive loop and the worker's local driver both call it, so the two can

@@ -1,4 +1,4 @@
-"""Graph traversal, the pure-Python reference twin of traversal_c.pyx (design doc §7).
+"""Graph traversal, the pure-Python reference twin of traversal_c.pyx.
 
 The one place that decides, for a worker step, what runs next and whether a worker may run it
 locally. The server's drive loop and the worker's local driver both call it, so the two can
