@@ -9,6 +9,7 @@ PostgreSQL stores share this module and one conformance suite.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any, cast
 
 import msgspec
@@ -640,7 +641,7 @@ class Engine:
         state: InstanceState,
         token_id: str,
         owner: str,
-        steps: list[StepRecord] | list[tuple[Any, ...]],  # MERGE: list[StepRecord]
+        steps: Sequence[StepRecord] | list[tuple[Any, ...]],  # MERGE: Sequence[StepRecord]
         final: bool,
         now: int,
         handback_reason: str = "",
