@@ -266,7 +266,9 @@ near_batches = st.lists(
 @given(raw=near_batches | json_values)
 def test_decode_parity_on_arbitrary_json(impl: Impl, reference: Impl, raw: Any) -> None:
     data = msgspec.json.encode(raw)
-    same(impl.batch.decode_batch, reference.batch.decode_batch, data)
+    got = same(impl.batch.decode_batch, reference.batch.decode_batch, data)
+    # whatever msgspec's typed decode refuses, the walk names in the worker's terms
+    assert "is not a valid batch" not in str(got)
 
 
 @parity

@@ -31,7 +31,7 @@ _decoder = msgspec.json.Decoder()
 _typed_decoder = msgspec.json.Decoder(Annotated[list[BatchRecord], msgspec.Meta(max_length=MAX_BATCH_STEPS)])
 
 
-# MERGE: ``steps: list[StepRecord]`` once the worker's local run builds records (a record's
+# MERGE: ``steps: Sequence[StepRecord]`` once the worker's local run builds records (a record's
 # array form is the old tuple, so both encode to the same bytes meanwhile).
 def encode_batch(steps: list[StepRecord] | list[tuple[Any, ...]]) -> bytes:
     """Encode step records (see the module docstring) as compact JSON bytes."""
