@@ -1,4 +1,4 @@
-"""pyperf micro-benchmarks of context merge: diff, apply_diff, fold_diffs, fold_join.
+"""pyperf micro-benchmarks of context merge: diff, apply_diff, fold_join.
 
     python bench/micro_merge.py --impl cython -o merge-cython.json
     python bench/micro_merge.py --impl python -o merge-python.json
@@ -53,14 +53,6 @@ def naive_apply_diff(context: dict[str, Any], changed: dict[str, Any], removed: 
     return result
 
 
-def naive_fold_diffs(
-    context: dict[str, Any], diffs: list[tuple[dict[str, Any], list[str]]]
-) -> dict[str, Any]:
-    for changed, removed in diffs:
-        context = naive_apply_diff(context, changed, removed)
-    return context
-
-
 def naive_fold_join(base: dict[str, Any], branches: list[dict[str, Any]]) -> dict[str, Any]:
     result = copy.deepcopy(base)
     owner: dict[str, int] = {}
@@ -113,18 +105,12 @@ def step_result(before: dict[str, Any], i: int) -> dict[str, Any]:
 
 
 def bench_merge(runner: pyperf.Runner, merge: dict[str, Callable[..., Any]]) -> None:
-    diff, apply_diff, fold_diffs, fold_join = (
-        merge["diff"],
-        merge["apply_diff"],
-        merge["fold_diffs"],
-        merge["fold_join"],
-    )
+    diff, apply_diff, fold_join = merge["diff"], merge["apply_diff"], merge["fold_join"]
     before = context20()
     after = step_result(before, 0)
     # The same values as fresh objects (a context decoded from JSON): a real value comparison.
     decoded = json.loads(json.dumps(after))
     changed, removed = diff(before, after)
-    diffs = [diff(before, step_result(before, i)) for i in range(8)]
     branches = [dict(before, **{f"branch_{b}": b, f"result_{b}": {"ok": True}}) for b in range(3)]
 
     def loop(fn: Callable[..., Any], *args: Any) -> Callable[[int], float]:
@@ -139,7 +125,6 @@ def bench_merge(runner: pyperf.Runner, merge: dict[str, Callable[..., Any]]) -> 
     runner.bench_time_func("merge.diff[20 keys, shared values]", loop(diff, before, after))
     runner.bench_time_func("merge.diff[20 keys, decoded values]", loop(diff, before, decoded))
     runner.bench_time_func("merge.apply_diff[20 keys]", loop(apply_diff, before, changed, removed))
-    runner.bench_time_func("merge.fold_diffs[20 keys, 8 diffs]", loop(fold_diffs, before, diffs))
     runner.bench_time_func("merge.fold_join[20 keys, 3 branches]", loop(fold_join, before, branches))
 
 
@@ -155,7 +140,6 @@ def main() -> None:
         merge = {
             "diff": naive_diff,
             "apply_diff": naive_apply_diff,
-            "fold_diffs": naive_fold_diffs,
             "fold_join": naive_fold_join,
         }
     else:
@@ -169,7 +153,6 @@ def main() -> None:
         merge = {
             "diff": fast.diff,
             "apply_diff": fast.apply_diff,
-            "fold_diffs": fast.fold_diffs,
             "fold_join": fast.fold_join,
         }
     bench_merge(runner, merge)

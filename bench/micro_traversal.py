@@ -1,4 +1,4 @@
-"""pyperf micro-benchmarks of graph traversal: plan, successor/classify walks, graph compilation.
+"""pyperf micro-benchmarks of graph traversal: successor/classify walks, graph compilation.
 
     python bench/micro_traversal.py --impl cython -o traversal-cython.json
     python bench/micro_traversal.py --impl python -o traversal-python.json
@@ -109,37 +109,15 @@ class NaiveGraph:
     def is_checkpoint(self, node_id: str) -> bool:
         return node_id in self.definition.checkpoints
 
-    def plan(self, node_id: str | None, queues: Collection[str], max_steps: int) -> list[str]:
-        out: list[str] = []
-        while node_id is not None and (max_steps <= 0 or len(out) < max_steps):
-            if self.classify(node_id, queues) is not None:
-                break
-            out.append(node_id)
-            if self.nodes[node_id].kind == NodeKind.PREDICATE or self.is_checkpoint(node_id):
-                break
-            node_id = self.nodes[node_id].next
-        return out
-
-
-def naive_successor(node: Node, predicate_value: bool = True) -> str | None:
-    return node.alt_next if node.kind == NodeKind.PREDICATE and not predicate_value else node.next
-
-
-def naive_classify(node: Node, queues: Collection[str], default_queue: str) -> Handback | None:
-    if node.kind in WORKER_KINDS:
-        return None if (node.queue or default_queue) in queues else Handback.OTHER_QUEUE
-    return Handback[{"END": "TERMINAL"}.get(node.kind.value, node.kind.value)]
-
 
 # benchmarks -------------------------------------------------------------------------------------
 
 
-def bench_traversal(runner: pyperf.Runner, graph_type: Any, successor: Any, classify: Any) -> None:
+def bench_traversal(runner: pyperf.Runner, graph_type: Any) -> None:
     line, forks = linear20(), forks60()
     line_queues, fork_queues = frozenset({"line"}), frozenset({"forks"})
     g_line, g_forks = graph_type(line), graph_type(forks)
     fork_ids = [n.id for n in forks.nodes]
-    fork_workers = [n.id for n in forks.nodes if n.kind in WORKER_KINDS]
 
     def walk(graph: Any, ids: list[str], queues: frozenset[str]) -> Callable[[int], float]:
         # The checks a driver makes after each worker step: where next, may I run it, flush now?
@@ -155,29 +133,6 @@ def bench_traversal(runner: pyperf.Runner, graph_type: Any, successor: Any, clas
 
         return timed
 
-    def plans(graph: Any, starts: list[str], queues: frozenset[str]) -> Callable[[int], float]:
-        def timed(loops: int) -> float:
-            t0 = time.perf_counter()
-            for _ in range(loops):
-                for start in starts:
-                    graph.plan(start, queues, 0)
-            return time.perf_counter() - t0
-
-        return timed
-
-    def module_walk(
-        nodes: tuple[Node, ...], queues: frozenset[str], default_queue: str
-    ) -> Callable[[int], float]:
-        def timed(loops: int) -> float:
-            t0 = time.perf_counter()
-            for _ in range(loops):
-                for node in nodes:
-                    successor(node, False)
-                    classify(node, queues, default_queue)
-            return time.perf_counter() - t0
-
-        return timed
-
     def compile_graph(definition: WorkflowDefinition) -> Callable[[int], float]:
         def timed(loops: int) -> float:
             t0 = time.perf_counter()
@@ -188,15 +143,8 @@ def bench_traversal(runner: pyperf.Runner, graph_type: Any, successor: Any, clas
         return timed
 
     line_ids = [n.id for n in line.nodes if n.kind is NodeKind.TASK]
-    runner.bench_time_func("traversal.plan[linear 20, from start]", plans(g_line, ["s0"], line_queues))
-    runner.bench_time_func(
-        "traversal.plan[forks 60, from every worker step]", plans(g_forks, fork_workers, fork_queues)
-    )
     runner.bench_time_func("traversal.walk[linear 20]", walk(g_line, line_ids, line_queues))
     runner.bench_time_func("traversal.walk[forks 60]", walk(g_forks, fork_ids, fork_queues))
-    runner.bench_time_func(
-        "traversal.successor+classify(Node)[forks 60]", module_walk(forks.nodes, fork_queues, "forks")
-    )
     runner.bench_time_func("traversal.CompiledGraph()[forks 60]", compile_graph(forks))
 
 
@@ -208,13 +156,13 @@ def main() -> None:
     args = runner.parse_args()
     runner.metadata["wiggle_impl"] = args.impl
     if args.impl == "naive":
-        bench_traversal(runner, NaiveGraph, naive_successor, naive_classify)
+        bench_traversal(runner, NaiveGraph)
         return
     import wiggle._fast as fast
 
     if fast.IMPL != args.impl:
         raise SystemExit(f"asked for {args.impl} but wiggle._fast.IMPL is {fast.IMPL}: {fast.IMPL_REASON}")
-    bench_traversal(runner, fast.CompiledGraph, fast.successor, fast.classify)
+    bench_traversal(runner, fast.CompiledGraph)
 
 
 if __name__ == "__main__":

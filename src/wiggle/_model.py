@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import math
 import random
 import re
 from collections.abc import Iterable
@@ -28,11 +29,68 @@ __all__ = [
     "NAME_PATTERN",
     "DEFAULT_RETRY",
     "definition_from_json",
+    "MAX_DURATION_MILLIS",
+    "MAX_COUNT",
+    "MAX_BACKOFF_MULTIPLIER",
+    "seconds_to_millis",
 ]
+
+#: The longest duration a definition may hold (sleeps, user-task timeouts, retry backoffs):
+#: ten years of 365.25 days, in milliseconds. Far beyond any real wait, and far inside the
+#: 64-bit millisecond timestamps the stores keep (a sleep of 2**63-1 ms used to be accepted and
+#: then overflowed the store on the next start).
+MAX_DURATION_MILLIS = 315_576_000_000
+
+#: The largest count a definition may hold (retry attempts, max_local_steps): 2**31 - 1.
+MAX_COUNT = 2**31 - 1
+
+#: The largest retry multiplier: beyond it the backoff reaches its cap after one or two attempts.
+MAX_BACKOFF_MULTIPLIER = 1000.0
+
+
+def seconds_to_millis(value: object, what: str) -> int:
+    """Whole milliseconds of ``value`` seconds (an int or float), bounded by MAX_DURATION_MILLIS.
+
+    InvalidArgument naming ``what`` for a non-number, NaN, infinity, a negative value or one
+    above the limit.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{what} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")
+    if value < 0:
+        raise InvalidArgument(f"{what} must not be negative")
+    if value * 1000 > MAX_DURATION_MILLIS:
+        raise InvalidArgument(
+            f"{what} is {value!r} seconds; the limit is {MAX_DURATION_MILLIS // 1000} seconds (10 years)"
+        )
+    return int(value * 1000)
+
+
+def _check_millis(value: object, field: str, where: str) -> None:
+    """A duration field in milliseconds: an int in [0, MAX_DURATION_MILLIS]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{where}: {field} must be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"{where}: {field} must be >= 0, got {value}")
+    if value > MAX_DURATION_MILLIS:
+        raise InvalidArgument(
+            f"{where}: {field} is {value}; the limit is {MAX_DURATION_MILLIS} milliseconds (10 years)"
+        )
+
+
+def _check_count(value: object, field: str, where: str, what_zero: str) -> None:
+    """A count field: an int in [0, MAX_COUNT]; ``what_zero`` says what 0 means."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{where}: {field} must be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"{where}: {field} must be >= 0 ({what_zero}), got {value}")
+    if value > MAX_COUNT:
+        raise InvalidArgument(f"{where}: {field} is {value}; the limit is {MAX_COUNT}")
 
 
 class ExecutionMode(str, enum.Enum):
-    """Who drives a workflow's worker steps (see local-execution-design.md §3).
+    """Who drives a workflow's worker steps (docs/semantics.md: execution modes).
 
     SERVER: the server, one node per claim; each step is committed before the next runs.
     LOCAL_SYNC: the worker chains same-queue steps locally and commits each one (AdvanceRun per
@@ -61,7 +119,7 @@ class NodeKind(str, enum.Enum):
 
 
 class Handback(str, enum.Enum):
-    """Why a worker's local run stops and hands control back to the server (design doc §4)."""
+    """Why a worker's local run stops and hands control back to the server (docs/semantics.md: local runs)."""
 
     SLEEP = "SLEEP"
     FORK = "FORK"
@@ -104,6 +162,9 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     Backoff before attempt n+1 (after n failures): ``initial * multiplier**(n-1)`` capped at
     ``max_backoff``, times a uniform factor in ``[1-jitter, 1+jitter]``. ``max_attempts == 0``
     means no limit (``RetryPolicy.forever``).
+
+    Limits (checked at register): ``max_attempts`` in [0, 2**31-1]; both backoffs in
+    [0, MAX_DURATION_MILLIS] (10 years); ``multiplier`` finite, in [1, 1000]; ``jitter`` in [0, 1).
     """
 
     max_attempts: int = 3
@@ -120,7 +181,7 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     @staticmethod
     def fixed(attempts: int, delay_seconds: float) -> RetryPolicy:
         """Up to ``attempts`` attempts, ``delay_seconds`` apart."""
-        ms = int(delay_seconds * 1000)
+        ms = seconds_to_millis(delay_seconds, "retry delay")
         return RetryPolicy(
             max_attempts=attempts, initial_backoff_millis=ms, multiplier=1.0, max_backoff_millis=ms
         )
@@ -136,9 +197,9 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """Up to ``attempts`` attempts; the delay starts at ``initial_seconds`` and grows."""
         return RetryPolicy(
             max_attempts=attempts,
-            initial_backoff_millis=int(initial_seconds * 1000),
+            initial_backoff_millis=seconds_to_millis(initial_seconds, "retry initial delay"),
             multiplier=multiplier,
-            max_backoff_millis=int(max_seconds * 1000),
+            max_backoff_millis=seconds_to_millis(max_seconds, "retry maximum delay"),
             jitter=jitter,
         )
 
@@ -147,9 +208,9 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """Retry without limit (exponential backoff): only for steps that must eventually pass."""
         return RetryPolicy(
             max_attempts=0,
-            initial_backoff_millis=int(initial_seconds * 1000),
+            initial_backoff_millis=seconds_to_millis(initial_seconds, "retry initial delay"),
             multiplier=2.0,
-            max_backoff_millis=int(max_seconds * 1000),
+            max_backoff_millis=seconds_to_millis(max_seconds, "retry maximum delay"),
         )
 
     def allows_another(self, failures: int) -> bool:
@@ -171,15 +232,23 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return max(int(delay), 0)
 
     def check(self, where: str) -> None:
-        """Raise InvalidArgument if a field is out of range."""
-        if self.max_attempts < 0:
-            raise InvalidArgument(
-                f"{where}: retry max_attempts must be >= 0 (0 = forever), got {self.max_attempts}"
-            )
-        if self.initial_backoff_millis < 0 or self.max_backoff_millis < 0:
-            raise InvalidArgument(f"{where}: retry backoffs must be >= 0 milliseconds")
+        """Raise InvalidArgument naming the field and its limit if one is out of range."""
+        _check_count(self.max_attempts, "retry max_attempts", where, "0 = forever")
+        for field in ("initial_backoff_millis", "max_backoff_millis"):
+            value = getattr(self, field)
+            if isinstance(value, int) and value < 0:
+                raise InvalidArgument(f"{where}: retry backoffs must be >= 0 milliseconds")
+            _check_millis(value, f"retry {field}", where)
+        for field in ("multiplier", "jitter"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise InvalidArgument(f"{where}: retry {field} must be a number, got {value!r}")
         if self.multiplier < 1.0:
             raise InvalidArgument(f"{where}: retry multiplier must be >= 1.0, got {self.multiplier}")
+        if self.multiplier > MAX_BACKOFF_MULTIPLIER:
+            raise InvalidArgument(
+                f"{where}: retry multiplier is {self.multiplier}; the limit is {MAX_BACKOFF_MULTIPLIER}"
+            )
         if not 0.0 <= self.jitter < 1.0:
             raise InvalidArgument(f"{where}: retry jitter must be in [0, 1), got {self.jitter}")
 
@@ -197,6 +266,8 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     branch), ``join``. JOIN: ``fork``, ``combine`` (a combine handler runs on conflicts; it is a
     worker step on ``queue``), ``next``. USER_TASK: ``timeout_millis`` (0: none), ``alt_next``
     (where a timeout continues; unset: the instance fails), ``next``. END: ``success``, ``reason``.
+
+    ``sleep_millis`` and ``timeout_millis`` are bounded by MAX_DURATION_MILLIS (10 years).
     """
 
     id: str
@@ -221,7 +292,12 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
 
 
 class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """A workflow graph. Immutable; its version is the hash of its canonical JSON form."""
+    """A workflow graph. Immutable; its version is the hash of its canonical JSON form.
+
+    ``max_local_steps`` is in [0, MAX_COUNT] (2**31 - 1); every duration and count of its nodes
+    and retry policies is bounded too (see Node and RetryPolicy): ``validate`` refuses a
+    definition naming the field and the limit.
+    """
 
     name: str
     start_node: str
@@ -261,8 +337,9 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
             nodes[node.id] = node
         if self.start_node not in nodes:
             raise InvalidArgument(f"workflow {self.name!r}: start node {self.start_node!r} does not exist")
-        if self.max_local_steps < 0:
-            raise InvalidArgument(f"workflow {self.name!r}: max_local_steps must be >= 0")
+        _check_count(
+            self.max_local_steps, "max_local_steps", f"workflow {self.name!r}", "0 = the server's cap"
+        )
         if self.default_retry is not None:
             self.default_retry.check(f"workflow {self.name!r}")
 
@@ -286,8 +363,7 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
                 if node.retry is not None:
                     node.retry.check(f"node {node.id!r}")
             elif kind is NodeKind.SLEEP:
-                if node.sleep_millis < 0:
-                    raise InvalidArgument(f"sleep {node.id!r}: sleep_millis must be >= 0")
+                _check_millis(node.sleep_millis, "sleep_millis", f"sleep {node.id!r}")
                 edge(node, "next", node.next, True)
             elif kind is NodeKind.FORK:
                 if not node.branches:
@@ -311,8 +387,7 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
                     validate_name(node.queue, f"join {node.id!r} queue")
                 edge(node, "next", node.next, True)
             elif kind is NodeKind.USER_TASK:
-                if node.timeout_millis < 0:
-                    raise InvalidArgument(f"user task {node.id!r}: timeout_millis must be >= 0")
+                _check_millis(node.timeout_millis, "timeout_millis", f"user task {node.id!r}")
                 edge(node, "next", node.next, True)
                 edge(node, "alt_next", node.alt_next, False)
             elif kind is NodeKind.END:

@@ -38,7 +38,16 @@ from typing import Any, Generic, TypeVar, Union
 
 import msgspec
 
-from ._model import ExecutionMode, Node, NodeKind, RetryPolicy, WorkflowDefinition, validate_name
+from ._model import (
+    MAX_COUNT,
+    ExecutionMode,
+    Node,
+    NodeKind,
+    RetryPolicy,
+    WorkflowDefinition,
+    seconds_to_millis,
+    validate_name,
+)
 from .errors import InvalidArgument
 
 __all__ = ["Workflow", "Branch", "Blueprint", "HandlerKind"]
@@ -107,15 +116,12 @@ class _End(_Item):
 
 
 def _millis(value: timedelta | float | int, what: str) -> int:
+    """Milliseconds of a timedelta or a number of seconds, within MAX_DURATION_MILLIS (10 years)."""
     if isinstance(value, timedelta):
-        ms = int(value.total_seconds() * 1000)
-    elif isinstance(value, (int, float)):
-        ms = int(value * 1000)
-    else:
+        return seconds_to_millis(value.total_seconds(), what)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"{what} must be a timedelta or seconds, got {type(value).__name__}")
-    if ms < 0:
-        raise InvalidArgument(f"{what} must not be negative")
-    return ms
+    return seconds_to_millis(value, what)
 
 
 class Branch(Generic[C]):
@@ -233,7 +239,10 @@ class Branch(Generic[C]):
         return self
 
     def sleep(self: B, name: str, duration: timedelta | float) -> B:
-        """A server-side timer: no worker is held; continues after ``duration`` (never early)."""
+        """A server-side timer: no worker is held; continues after ``duration`` (never early).
+
+        ``duration`` (a timedelta or seconds) is at most 10 years (``MAX_DURATION_MILLIS``).
+        """
         self._add(
             _Sleep(self._root._unique(validate_name(name, "sleep name")), _millis(duration, "sleep duration"))
         )
@@ -279,6 +288,7 @@ class Branch(Generic[C]):
 
         With ``timeout`` and no ``on_timeout``, a missed deadline fails the instance with
         "user task '<name>' timed out"; with ``on_timeout`` the instance runs that branch instead.
+        ``timeout`` (a timedelta or seconds) is at most 10 years (``MAX_DURATION_MILLIS``).
         """
         ms = _millis(timeout, "timeout") if timeout is not None else 0
         task_name = validate_name(name, "user task name")
@@ -292,6 +302,8 @@ class Branch(Generic[C]):
 
     def end(self: B, reason: str | None = None, *, success: bool = True) -> B:
         """End the instance here: COMPLETED (or FAILED with ``success=False``) with ``reason``."""
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgument(f"end reason must be a string, got {type(reason).__name__}")
         self._add(_End(self._root._unique("end"), reason, success))
         return self
 
@@ -330,19 +342,23 @@ class Workflow(Branch[C]):
         return candidate
 
     def execution(self: W, mode: ExecutionMode | str, *, max_steps: int = 0) -> W:
-        """Choose the execution mode (part of the version); ``max_steps`` caps one local run.
+        """Choose the execution mode (part of the version); ``max_steps`` (0 to 2**31-1) caps one local run.
 
         SERVER and LOCAL_SYNC re-run at most one step after an unclean worker death; LOCAL_ASYNC
         re-runs the unflushed local run, so its steps must be idempotent (see the module docs).
         """
         try:
-            self._mode = ExecutionMode(mode if isinstance(mode, str) else mode.value)
+            self._mode = ExecutionMode(mode.value if isinstance(mode, ExecutionMode) else mode)
         except ValueError:
             raise InvalidArgument(
                 f"execution mode {mode!r} is not SERVER, LOCAL_SYNC, LOCAL_ASYNC or DEFAULT"
             ) from None
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int):
+            raise InvalidArgument(f"max_steps must be an integer, got {type(max_steps).__name__}")
         if max_steps < 0:
             raise InvalidArgument("max_steps must be >= 0")
+        if max_steps > MAX_COUNT:
+            raise InvalidArgument(f"max_steps is {max_steps}; the limit is {MAX_COUNT}")
         self._max_local_steps = max_steps
         return self
 

@@ -15,7 +15,8 @@ import pytest
 
 from wiggle import ExecutionMode, RetryPolicy, Workflow
 from wiggle._engine.engine import Engine, EngineConfig
-from wiggle._engine.state import Changes, now_millis
+from wiggle._engine.records import ContextSet, PredicateDone, StepFailed, TaskDone
+from wiggle._engine.state import Changes, HistoryOutcome, InstanceStatus, TokenStatus, now_millis
 from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.memory import MemoryStore
@@ -88,6 +89,8 @@ async def test_start_parks_the_first_step_ready() -> None:
     assert (tok.node_id, tok.status, tok.queue, tok.attempt) == ("a", "READY", "lin", 1)
     assert tok.available_at <= now_millis()
     assert iid.startswith("wi-") and tok.id.startswith(iid)
+    # the engine speaks the enums (each equal to its plain string on the wire)
+    assert view.instance.status is InstanceStatus.RUNNING and tok.status is TokenStatus.READY
 
 
 async def test_start_rejects_a_bad_context_and_stores_nothing() -> None:
@@ -129,6 +132,7 @@ async def test_claim_complete_moves_through_the_steps() -> None:
         ("c", "COMPLETED"),
         ("end", "END"),
     ]
+    assert [type(e.outcome) for e in history] == [HistoryOutcome] * 4
     assert all(e.worker_id == OWNER for e in history[:3])
 
 
@@ -161,7 +165,7 @@ async def test_reports_refused_when_not_the_lease_holder() -> None:
     with pytest.raises(FailedPrecondition):
         await s.heartbeat(claimed.token.id, "intruder")
     with pytest.raises(FailedPrecondition):
-        await s.advance_run(claimed.token.id, "intruder", [("T", "a", {"x": 1}, [])], False, "")
+        await s.advance_run(claimed.token.id, "intruder", [TaskDone("a", {"x": 1}, [])], False, "")
     assert await snapshot(s, iid) == before
 
 
@@ -521,28 +525,34 @@ async def local_claim(s: Instances, mode: ExecutionMode = ExecutionMode.LOCAL_SY
 @pytest.mark.parametrize(
     "steps, fragment",
     [
-        pytest.param([("T", "b", {"x": 1}, [])], "reports node 'b'", id="wrong-first-node"),
+        pytest.param([TaskDone("b", {"x": 1}, [])], "reports node 'b'", id="wrong-first-node"),
         pytest.param(
-            [("T", "a", {"x": 1}, []), ("T", "b", {}, [])], "reports node 'b'", id="skipped-predicate"
+            [TaskDone("a", {"x": 1}, []), TaskDone("b", {}, [])], "reports node 'b'", id="skipped-predicate"
         ),
         pytest.param(
-            [("T", "a", {}, []), ("P", "ok", False), ("T", "b", {}, [])], "'gated.ok'", id="gated-branch"
+            [TaskDone("a", {}, []), PredicateDone("ok", False), TaskDone("b", {}, [])],
+            "'gated.ok'",
+            id="gated-branch",
         ),
-        pytest.param([("T", "a", {}, []), ("T", "ok", {}, [])], "PREDICATE", id="predicate-as-task"),
-        pytest.param([("P", "a", True)], "is a TASK", id="task-as-predicate"),
-        pytest.param([("F", "a", "x", True), ("P", "ok", True)], "more steps follow", id="failure-not-last"),
+        pytest.param([TaskDone("a", {}, []), TaskDone("ok", {}, [])], "PREDICATE", id="predicate-as-task"),
+        pytest.param([PredicateDone("a", True)], "is a TASK", id="task-as-predicate"),
+        pytest.param(
+            [StepFailed("a", "x", True), PredicateDone("ok", True)],
+            "more steps follow",
+            id="failure-not-last",
+        ),
         pytest.param(
             [
-                ("T", "a", {}, []),
-                ("P", "ok", True),
-                ("T", "b", {}, []),
-                ("T", "c", {}, []),
-                ("T", "nap", {}, []),
+                TaskDone("a", {}, []),
+                PredicateDone("ok", True),
+                TaskDone("b", {}, []),
+                TaskDone("c", {}, []),
+                TaskDone("nap", {}, []),
             ],
             "boundary",
             id="past-a-boundary",
         ),
-        pytest.param([("T", "end", {}, [])], "reports node 'end'", id="end"),
+        pytest.param([TaskDone("end", {}, [])], "reports node 'end'", id="end"),
     ],
 )
 async def test_advance_rejects_a_bogus_path_and_applies_nothing(steps, fragment: str) -> None:
@@ -564,7 +574,7 @@ async def test_advance_rejects_a_queue_change() -> None:
     token_id = (await claim_one(s, "q")).token.id
     before = await snapshot(s, iid)
     with pytest.raises(FailedPrecondition, match="queue"):
-        await s.advance_run(token_id, OWNER, [("T", "a", {}, []), ("T", "b", {}, [])], True, "")
+        await s.advance_run(token_id, OWNER, [TaskDone("a", {}, []), TaskDone("b", {}, [])], True, "")
     assert await snapshot(s, iid) == before
 
 
@@ -579,10 +589,12 @@ async def test_advance_rejects_the_branch_the_predicate_did_not_choose() -> None
     token_id = (await claim_one(s, "ch")).token.id
     before = await snapshot(s, iid)
     with pytest.raises(FailedPrecondition, match="reports node 'review' but token .* is at 'auto'"):
-        await s.advance_run(token_id, OWNER, [("P", "big", False), ("T", "review", {"r": 1}, [])], True, "")
+        await s.advance_run(
+            token_id, OWNER, [PredicateDone("big", False), TaskDone("review", {"r": 1}, [])], True, ""
+        )
     assert await snapshot(s, iid) == before
     outcome = await s.advance_run(
-        token_id, OWNER, [("P", "big", False), ("T", "auto", {"a": 1}, [])], True, ""
+        token_id, OWNER, [PredicateDone("big", False), TaskDone("auto", {"a": 1}, [])], True, ""
     )
     assert outcome.instance_status == "COMPLETED"
     assert (await s.get_instance(iid)).instance.context == {"a": 1}
@@ -592,7 +604,9 @@ async def test_advance_not_final_keeps_the_token_running_and_renews_the_lease() 
     s = store()
     iid, token_id = await local_claim(s)
     t0 = now_millis()
-    outcome = await s.advance_run(token_id, OWNER, [("T", "a", {"n": 1}, []), ("P", "ok", True)], False, "")
+    outcome = await s.advance_run(
+        token_id, OWNER, [TaskDone("a", {"n": 1}, []), PredicateDone("ok", True)], False, ""
+    )
     assert (outcome.instance_status, outcome.token_status, outcome.applied_steps) == ("RUNNING", "RUNNING", 2)
     assert outcome.lease_expires_at >= t0 + LEASE
     view = await s.get_instance(iid)
@@ -610,7 +624,7 @@ async def test_advance_not_final_keeps_the_token_running_and_renews_the_lease() 
         ("ok", "COMPLETED", OWNER),
     ]
     # the next report continues from b
-    outcome = await s.advance_run(token_id, OWNER, [("T", "b", {"b": True}, ["n"])], False, "")
+    outcome = await s.advance_run(token_id, OWNER, [TaskDone("b", {"b": True}, ["n"])], False, "")
     assert outcome.token_status == "RUNNING"
     assert (await s.get_instance(iid)).instance.context == {"b": True}
 
@@ -619,10 +633,10 @@ async def test_advance_final_parks_at_the_boundary() -> None:
     s = store()
     iid, token_id = await local_claim(s, ExecutionMode.LOCAL_ASYNC)
     steps = [
-        ("T", "a", {"n": 1}, []),
-        ("P", "ok", True),
-        ("T", "b", {"b": 1}, []),
-        ("C", "c", {"n": 1, "b": 1, "c": 1}),
+        TaskDone("a", {"n": 1}, []),
+        PredicateDone("ok", True),
+        TaskDone("b", {"b": 1}, []),
+        ContextSet("c", {"n": 1, "b": 1, "c": 1}),
     ]
     outcome = await s.advance_run(token_id, OWNER, steps, True, "SLEEP")
     assert (outcome.instance_status, outcome.token_status, outcome.applied_steps) == ("RUNNING", "WAITING", 4)
@@ -634,10 +648,48 @@ async def test_advance_final_parks_at_the_boundary() -> None:
     assert len(await s.history(iid)) == 4
 
 
+@pytest.mark.parametrize(
+    "steps, final",
+    [
+        pytest.param([TaskDone("a", {"n": 1}, []), TaskDone("b", {"n": 2}, [])], True, id="two-steps"),
+        pytest.param([TaskDone("a", {"n": 1}, []), TaskDone("b", {"n": 2}, [])], False, id="two-not-final"),
+        pytest.param([TaskDone("a", {"n": 1}, [])], False, id="one-not-final"),
+        pytest.param([], False, id="none-not-final"),
+    ],
+)
+async def test_advance_in_server_mode_is_one_step_per_claim(steps, final: bool) -> None:
+    # issue #14: a SERVER-mode token must not run ahead, whatever the worker sends.
+    s = store()
+    _, iid = await started(s, linear(), {"n": 0})
+    claimed = await claim_one(s, "lin")
+    assert claimed.execution_mode == "SERVER"
+    before = await snapshot(s, iid)
+    with pytest.raises(FailedPrecondition) as err:
+        await s.advance_run(claimed.token.id, OWNER, steps, final, "")
+    assert "execution mode SERVER: one step per claim" in str(err.value)
+    assert "Nothing was applied" in str(err.value)
+    assert await snapshot(s, iid) == before
+    # the one step, final, is what CompleteTask would do: applied, and the claim ends
+    outcome = await s.advance_run(claimed.token.id, OWNER, [TaskDone("a", {"n": 1}, [])], True, "")
+    assert (outcome.token_status, outcome.applied_steps, outcome.lease_expires_at) == ("READY", 1, 0)
+    view = await s.get_instance(iid)
+    [tok] = view.tokens
+    assert (tok.node_id, tok.status, tok.lease_owner) == ("b", "READY", "")
+    assert view.instance.context == {"n": 1}
+
+
+async def test_advance_in_a_default_mode_workflow_follows_the_server_mode() -> None:
+    s = store(execution_mode=ExecutionMode.SERVER)
+    _, iid = await started(s, linear(mode=ExecutionMode.DEFAULT), {"n": 0})
+    claimed = await claim_one(s, "lin")
+    with pytest.raises(FailedPrecondition, match="execution mode SERVER"):
+        await s.advance_run(claimed.token.id, OWNER, [TaskDone("a", {}, []), TaskDone("b", {}, [])], True, "")
+
+
 async def test_advance_final_before_a_same_queue_step_makes_it_ready() -> None:
     s = store()
     iid, token_id = await local_claim(s)
-    outcome = await s.advance_run(token_id, OWNER, [("T", "a", {}, [])], True, "SHUTDOWN")
+    outcome = await s.advance_run(token_id, OWNER, [TaskDone("a", {}, [])], True, "SHUTDOWN")
     assert outcome.token_status == "READY"
     [tok] = await tokens(s, iid)
     assert (tok.node_id, tok.status, tok.lease_owner, tok.attempt) == ("ok", "READY", "", 1)
@@ -651,7 +703,7 @@ async def test_advance_final_to_end_completes() -> None:
     _, iid = await started(s, wf, {"x": 0})
     token_id = (await claim_one(s, "short")).token.id
     outcome = await s.advance_run(
-        token_id, OWNER, [("T", "a", {"x": 1}, []), ("T", "b", {"y": 2}, ["x"])], True, "TERMINAL"
+        token_id, OWNER, [TaskDone("a", {"x": 1}, []), TaskDone("b", {"y": 2}, ["x"])], True, "TERMINAL"
     )
     assert (outcome.instance_status, outcome.applied_steps) == ("COMPLETED", 2)
     inst = (await s.get_instance(iid)).instance
@@ -662,7 +714,7 @@ async def test_advance_gate_false_in_a_batch_ends_the_instance() -> None:
     s = store()
     iid, token_id = await local_claim(s)
     outcome = await s.advance_run(
-        token_id, OWNER, [("T", "a", {"n": 5}, []), ("P", "ok", False)], True, "TERMINAL"
+        token_id, OWNER, [TaskDone("a", {"n": 5}, []), PredicateDone("ok", False)], True, "TERMINAL"
     )
     assert outcome.instance_status == "COMPLETED"
     inst = (await s.get_instance(iid)).instance
@@ -673,7 +725,11 @@ async def test_advance_failure_applies_the_prefix_then_retries() -> None:
     s = store()
     iid, token_id = await local_claim(s, retry=RetryPolicy.fixed(3, 5))
     t0 = now_millis()
-    steps = [("T", "a", {"n": 1}, []), ("P", "ok", True), ("F", "b", "ValueError: boom", True)]
+    steps = [
+        TaskDone("a", {"n": 1}, []),
+        PredicateDone("ok", True),
+        StepFailed("b", "ValueError: boom", True),
+    ]
     outcome = await s.advance_run(token_id, OWNER, steps, True, "RETRY")
     assert (outcome.instance_status, outcome.token_status, outcome.applied_steps) == ("RUNNING", "READY", 2)
     view = await s.get_instance(iid)
@@ -698,7 +754,11 @@ async def test_advance_failure_applies_the_prefix_then_retries() -> None:
 async def test_advance_failure_exhausted_fails_like_fail_task() -> None:
     s = store()
     iid, token_id = await local_claim(s, retry=RetryPolicy.fixed(3, 5))
-    steps = [("T", "a", {"n": 1}, []), ("P", "ok", True), ("F", "b", "PermanentError: no", False)]
+    steps = [
+        TaskDone("a", {"n": 1}, []),
+        PredicateDone("ok", True),
+        StepFailed("b", "PermanentError: no", False),
+    ]
     outcome = await s.advance_run(token_id, OWNER, steps, True, "RETRY")
     assert outcome.instance_status == "FAILED"
     view = await s.get_instance(iid)
@@ -713,10 +773,10 @@ async def test_advance_oversize_step_fails_that_step_after_the_prefix() -> None:
     s = store(max_payload_bytes=100)
     iid, token_id = await local_claim(s, retry=RetryPolicy.fixed(3, 0))
     steps = [
-        ("T", "a", {"n": 1}, []),
-        ("P", "ok", True),
-        ("T", "b", {"blob": "x" * 200}, []),
-        ("T", "c", {"c": 1}, []),
+        TaskDone("a", {"n": 1}, []),
+        PredicateDone("ok", True),
+        TaskDone("b", {"blob": "x" * 200}, []),
+        TaskDone("c", {"c": 1}, []),
     ]
     outcome = await s.advance_run(token_id, OWNER, steps, False, "")
     assert outcome.instance_status == "FAILED"
@@ -731,7 +791,7 @@ async def test_advance_on_a_cancelled_instance_returns_its_status_and_applies_no
     await s.cancel(iid, "bye")
     before = await snapshot(s, iid)
     for final in (False, True):
-        outcome = await s.advance_run(token_id, OWNER, [("T", "a", {"n": 9}, [])], final, "")
+        outcome = await s.advance_run(token_id, OWNER, [TaskDone("a", {"n": 9}, [])], final, "")
         assert outcome.instance_status == "CANCELLED"
         assert outcome.applied_steps == 0
         before_tx = before[:3]
@@ -757,5 +817,5 @@ async def test_advance_after_lease_expiry_is_refused() -> None:
     await s.run_clock_duties(tok.lease_expires_at)
     before = await snapshot(s, iid)
     with pytest.raises(FailedPrecondition, match="not RUNNING"):
-        await s.advance_run(token_id, OWNER, [("T", "a", {"n": 1}, [])], True, "")
+        await s.advance_run(token_id, OWNER, [TaskDone("a", {"n": 1}, [])], True, "")
     assert await snapshot(s, iid) == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from datetime import timedelta
 
 import msgspec
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from wiggle import ExecutionMode, InvalidArgument, RetryPolicy, Workflow
 from wiggle._model import (
     DEFAULT_RETRY,
+    MAX_COUNT,
+    MAX_DURATION_MILLIS,
     MAX_NAME_LENGTH,
     Node,
     NodeKind,
@@ -468,3 +471,173 @@ def test_jitter_applies_after_the_cap() -> None:
 
     assert policy.backoff_millis(5, Extremes("lo")) == 1000
     assert policy.backoff_millis(5, Extremes("hi")) == 3000
+
+
+# ---------------------------------------------------------------------------- bounds (issue #14)
+
+BIG = 2**63 - 1  # what used to be accepted, then overflowed the store
+
+
+def sleeping(**node: object) -> bytes:
+    """A definition's JSON, as a client registers it, with one SLEEP node's fields set."""
+    return msgspec.json.encode(
+        {
+            "name": "w",
+            "start_node": "nap",
+            "nodes": [{"id": "nap", "kind": "SLEEP", "next": "end", **node}, {"id": "end", "kind": "END"}],
+        }
+    )
+
+
+def test_ten_years_is_the_longest_duration() -> None:
+    assert MAX_DURATION_MILLIS == 10 * 36525 * 24 * 3600 * 10  # 365.25-day years, in ms
+    assert MAX_COUNT == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        (
+            sleeping(sleep_millis=BIG),
+            f"sleep 'nap': sleep_millis is {BIG}; the limit is {MAX_DURATION_MILLIS}",
+        ),
+        (sleeping(sleep_millis=MAX_DURATION_MILLIS + 1), "sleep_millis is 315576000001; the limit is"),
+        (sleeping(sleep_millis=-1), "sleep 'nap': sleep_millis must be >= 0"),
+    ],
+)
+def test_register_refuses_an_out_of_range_sleep(data: bytes, fragment: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        definition_from_json(data)
+    assert fragment in str(err.value)
+
+
+def test_register_accepts_the_longest_sleep() -> None:
+    assert definition_from_json(sleeping(sleep_millis=MAX_DURATION_MILLIS)).nodes[0].sleep_millis == (
+        MAX_DURATION_MILLIS
+    )
+
+
+def user_task(timeout_millis: int) -> WorkflowDefinition:
+    return linear(
+        Node(id="ask", kind=NodeKind.USER_TASK, next="end", timeout_millis=timeout_millis),
+        Node(id="end", kind=END),
+        start="ask",
+    )
+
+
+def test_user_task_timeout_is_bounded() -> None:
+    assert user_task(MAX_DURATION_MILLIS).validate()
+    msg = invalid(user_task(BIG))
+    assert (
+        msg
+        == f"user task 'ask': timeout_millis is {BIG}; the limit is {MAX_DURATION_MILLIS} milliseconds (10 years)"
+    )
+    assert "timeout_millis must be >= 0" in invalid(user_task(-1))
+
+
+def test_max_local_steps_is_bounded() -> None:
+    nodes = (Node(id="a", kind=T, next="end"), Node(id="end", kind=END))
+    assert linear(*nodes, max_local_steps=MAX_COUNT).validate()
+    msg = invalid(linear(*nodes, max_local_steps=MAX_COUNT + 1))
+    assert msg == f"workflow 'w': max_local_steps is {MAX_COUNT + 1}; the limit is {MAX_COUNT}"
+    assert "max_local_steps must be >= 0" in invalid(linear(*nodes, max_local_steps=-1))
+    with pytest.raises(InvalidArgument, match="max_steps is 2147483648; the limit is 2147483647"):
+        Workflow.define("w").execution(ExecutionMode.LOCAL_ASYNC, max_steps=MAX_COUNT + 1)
+
+
+@pytest.mark.parametrize(
+    "policy, fragment",
+    [
+        (
+            RetryPolicy(max_attempts=MAX_COUNT + 1),
+            f"retry max_attempts is {MAX_COUNT + 1}; the limit is {MAX_COUNT}",
+        ),
+        (RetryPolicy(max_attempts=BIG), f"retry max_attempts is {BIG}; the limit is {MAX_COUNT}"),
+        (
+            RetryPolicy(initial_backoff_millis=BIG),
+            f"retry initial_backoff_millis is {BIG}; the limit is {MAX_DURATION_MILLIS}",
+        ),
+        (
+            RetryPolicy(max_backoff_millis=MAX_DURATION_MILLIS + 1),
+            f"retry max_backoff_millis is {MAX_DURATION_MILLIS + 1}; the limit is {MAX_DURATION_MILLIS}",
+        ),
+        (RetryPolicy(multiplier=1e308), "retry multiplier is 1e+308; the limit is 1000.0"),
+        (RetryPolicy(multiplier=float("inf")), "retry multiplier is inf; the limit is 1000.0"),
+        (RetryPolicy(multiplier=float("nan")), "retry multiplier must be a number, got nan"),
+        (RetryPolicy(max_attempts="3"), "retry max_attempts must be an integer, got str"),  # type: ignore[arg-type]
+        (RetryPolicy(initial_backoff_millis=1.5), "retry initial_backoff_millis must be an integer"),  # type: ignore[arg-type]
+    ],
+)
+def test_retry_counts_and_durations_are_bounded(policy: RetryPolicy, fragment: str) -> None:
+    msg = invalid(linear(Node(id="a", kind=T, next="end", retry=policy), Node(id="end", kind=END)))
+    assert msg.startswith("node 'a': ")
+    assert fragment in msg
+    with pytest.raises(InvalidArgument, match=re.escape(fragment)):
+        Workflow.define("w").step(a, retry=policy).build()
+
+
+def test_retry_limits_themselves_are_accepted() -> None:
+    policy = RetryPolicy(
+        max_attempts=MAX_COUNT,
+        initial_backoff_millis=MAX_DURATION_MILLIS,
+        max_backoff_millis=MAX_DURATION_MILLIS,
+        multiplier=1000.0,
+    )
+    assert linear(Node(id="a", kind=T, next="end", retry=policy), Node(id="end", kind=END)).validate()
+
+
+def test_register_refuses_a_retry_out_of_range_from_json() -> None:
+    data = msgspec.json.encode(
+        {
+            "name": "w",
+            "start_node": "a",
+            "nodes": [
+                {"id": "a", "kind": "TASK", "next": "end", "retry": {"max_backoff_millis": BIG}},
+                {"id": "end", "kind": "END"},
+            ],
+        }
+    )
+    with pytest.raises(InvalidArgument, match=f"node 'a': retry max_backoff_millis is {BIG}; the limit is"):
+        definition_from_json(data)
+
+
+@pytest.mark.parametrize(
+    "duration, fragment",
+    [
+        (
+            10 * 366 * 24 * 3600,
+            "sleep duration is 316224000 seconds; the limit is 315576000 seconds (10 years)",
+        ),
+        (timedelta(days=3653), "sleep duration is 315619200.0 seconds; the limit is 315576000 seconds"),
+        (float("inf"), "sleep duration must be a finite number of seconds, got inf"),
+        (float("nan"), "sleep duration must be a finite number of seconds, got nan"),
+        (-1, "sleep duration must not be negative"),
+        ("5", "sleep duration must be a timedelta or seconds, got str"),
+    ],
+)
+def test_dsl_durations_are_bounded_and_raise_invalid_argument(duration: object, fragment: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        Workflow.define("w").sleep("nap", duration)  # type: ignore[arg-type]
+    assert fragment in str(err.value)
+    timeout_fragment = fragment.replace("sleep duration", "timeout")
+    with pytest.raises(InvalidArgument, match=re.escape(timeout_fragment)):
+        Workflow.define("w").user_task("ask", timeout=duration)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RetryPolicy.fixed(3, float("inf")),
+        lambda: RetryPolicy.fixed(3, "1"),
+        lambda: RetryPolicy.exponential(3, 1.0, max_seconds=1e12),
+        lambda: RetryPolicy.forever(initial_seconds=float("nan")),
+        lambda: Workflow.define("w").execution("SOMETIMES"),
+        lambda: Workflow.define("w").execution(5),
+        lambda: Workflow.define("w").execution(ExecutionMode.SERVER, max_steps="9"),
+        lambda: Workflow.define("w").step(a).end(reason=5),
+    ],
+)
+def test_dsl_misuse_is_always_invalid_argument(make) -> None:
+    # one family: never a bare TypeError, ValueError or OverflowError from the model or the DSL
+    with pytest.raises(InvalidArgument):
+        make()

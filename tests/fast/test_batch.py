@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from wiggle._engine.records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
+
 from .conftest import Impl
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -15,42 +17,41 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 GOLDEN = {
     "empty": [],
     "tasks": [
-        (
-            "T",
+        TaskDone(
             "fetch",
             {"order": {"id": 42, "lines": [{"sku": "A-1", "qty": 2}, {"sku": "B-7", "qty": 1}]}},
             [],
         ),
-        (
-            "T",
+        TaskDone(
             "price",
             {"total": 19.99, "discount": 0.1, "tax": 1.5e-10, "big": 1e300, "neg_zero": -0.0},
             ["draft"],
         ),
-        ("T", "limits", {"max_u64": 18446744073709551615, "min_i64": -9223372036854775808, "zero": 0}, []),
-        (
-            "T",
+        TaskDone("limits", {"max_u64": 18446744073709551615, "min_i64": -9223372036854775808, "zero": 0}, []),
+        TaskDone(
             "text",
             {"greeting": "héllo wörld ✓ 🚀", "quote": 'say "hi"\\now', "ctl": "a\nb\tc\u0000\u001f"},
             [],
         ),
-        ("T", "nothing", {}, ["a", "b", "c"]),
-        ("T", "nulls", {"none": None, "flags": [True, False, None], "empty": {"l": [], "d": {}}}, ["gone"]),
+        TaskDone("nothing", {}, ["a", "b", "c"]),
+        TaskDone(
+            "nulls", {"none": None, "flags": [True, False, None], "empty": {"l": [], "d": {}}}, ["gone"]
+        ),
     ],
-    "predicates": [("P", "is_large", True), ("P", "is_small", False)],
+    "predicates": [PredicateDone("is_large", True), PredicateDone("is_small", False)],
     "failures": [
-        ("F", "charge", "PaymentDeclined: card ending 4242 was declined", False),
-        ("F", "ship", 'TimeoutError("carrier API")\nTraceback: line 1 — «ünïcode»', True),
-        ("F", "empty_message", "", True),
+        StepFailed("charge", "PaymentDeclined: card ending 4242 was declined", False),
+        StepFailed("ship", 'TimeoutError("carrier API")\nTraceback: line 1 — «ünïcode»', True),
+        StepFailed("empty_message", "", True),
     ],
     "local_run": [
-        ("T", "fetch", {"order_id": "o-1", "amount": 120}, []),
-        ("P", "check", True),
-        ("T", "reserve", {"reserved": True, "warehouse": "w-3"}, []),
-        ("T", "price", {"amount": 108.0, "coupon": None}, ["quote"]),
-        ("P", "needs_review", False),
-        ("T", "notify", {"notified": ["alice@example.invalid"]}, []),
-        ("F", "invoice", "ConnectionResetError: peer closed", True),
+        TaskDone("fetch", {"order_id": "o-1", "amount": 120}, []),
+        PredicateDone("check", True),
+        TaskDone("reserve", {"reserved": True, "warehouse": "w-3"}, []),
+        TaskDone("price", {"amount": 108.0, "coupon": None}, ["quote"]),
+        PredicateDone("needs_review", False),
+        TaskDone("notify", {"notified": ["alice@example.invalid"]}, []),
+        StepFailed("invoice", "ConnectionResetError: peer closed", True),
     ],
 }
 
@@ -67,7 +68,7 @@ def test_golden_batch_decodes_to_its_records(impl: Impl, name: str) -> None:
     data = (GOLDEN_DIR / f"{name}.json").read_bytes()
     records = impl.batch.decode_batch(data)
     assert records == GOLDEN[name]
-    assert all(type(r) is tuple for r in records)
+    assert all(type(r) in (TaskDone, PredicateDone, StepFailed) for r in records)
     # the same types too: 1 == 1.0 == True, but they are different JSON
     assert repr(records) == repr(GOLDEN[name])
 
@@ -83,7 +84,11 @@ def test_golden_batch_reencodes_byte_identically(impl: Impl, name: str) -> None:
 
 
 def test_encode_is_compact_json(impl: Impl) -> None:
-    steps = [("T", "a", {"x": 1}, ["y"]), ("P", "b", False), ("F", "c", "boom", True)]
+    steps: list[StepRecord] = [
+        TaskDone("a", {"x": 1}, ["y"]),
+        PredicateDone("b", False),
+        StepFailed("c", "boom", True),
+    ]
     assert (
         impl.batch.encode_batch(steps) == b'[["T","a",{"x":1},["y"]],["P","b",false],["F","c","boom",true]]'
     )
@@ -91,14 +96,27 @@ def test_encode_is_compact_json(impl: Impl) -> None:
     assert type(impl.batch.encode_batch([])) is bytes
 
 
-def test_encode_accepts_lists_for_records(impl: Impl) -> None:
+def test_encode_of_old_tuples_and_lists_gives_the_same_bytes(impl: Impl) -> None:
+    # The records' array form is the old tuple format: a worker not yet moved to records still
+    # sends the same batch.
     assert impl.batch.encode_batch([["P", "b", True]]) == b'[["P","b",true]]'
+    assert impl.batch.encode_batch([("T", "a", {"x": 1}, [])]) == impl.batch.encode_batch(
+        [TaskDone("a", {"x": 1}, [])]
+    )
+
+
+def test_a_context_set_is_not_part_of_the_batch_format(impl: Impl) -> None:
+    # A ContextSet is not part of the batch format: it encodes, and decode names its kind.
+    data = impl.batch.encode_batch([ContextSet("n", {"x": 1})])
+    assert data == b'[["C","n",{"x":1}]]'
+    with pytest.raises(ValueError, match=r"unknown kind 'C' \(expected T, P or F\)"):
+        impl.batch.decode_batch(data)
 
 
 def test_encode_errors_match_the_reference(impl: Impl, reference: Impl) -> None:
     bad_batches: list[list[object]] = [
-        [("T", "a", {"x": object()}, [])],
-        [("T", "a", {"x": 1j}, [])],
+        [TaskDone("a", {"x": object()}, [])],
+        [TaskDone("a", {"x": 1j}, [])],
         [object()],
     ]
     for bad in bad_batches:
@@ -113,17 +131,21 @@ def test_encode_errors_match_the_reference(impl: Impl, reference: Impl) -> None:
 
 
 def test_decode_round_trips(impl: Impl) -> None:
-    steps = [("T", "a", {"x": [1, {"y": None}]}, ["z"]), ("P", "b", True), ("F", "c", "boom", False)]
+    steps: list[StepRecord] = [
+        TaskDone("a", {"x": [1, {"y": None}]}, ["z"]),
+        PredicateDone("b", True),
+        StepFailed("c", "boom", False),
+    ]
     assert impl.batch.decode_batch(impl.batch.encode_batch(steps)) == steps
 
 
 def test_decode_accepts_str_bytearray_and_memoryview(impl: Impl) -> None:
     for data in ('[["P","n",true]]', bytearray(b'[["P","n",true]]'), memoryview(b'[["P","n",true]]')):
-        assert impl.batch.decode_batch(data) == [("P", "n", True)]
+        assert impl.batch.decode_batch(data) == [PredicateDone("n", True)]
 
 
 def test_decode_allows_whitespace(impl: Impl) -> None:
-    assert impl.batch.decode_batch(b' [ [ "P" , "n" , false ] ]\n') == [("P", "n", False)]
+    assert impl.batch.decode_batch(b' [ [ "P" , "n" , false ] ]\n') == [PredicateDone("n", False)]
 
 
 def test_decode_accepts_the_limit_and_refuses_one_more(impl: Impl) -> None:

@@ -1,4 +1,4 @@
-"""Context merge (diff, apply_diff, fold_diffs, fold_join), on each implementation."""
+"""Context merge (diff, apply_diff, fold_join), on each implementation."""
 
 from __future__ import annotations
 
@@ -130,64 +130,6 @@ def test_apply_diff_errors_match_the_reference(
         reference.merge.apply_diff(context, changed, removed)
     with pytest.raises(type(expected.value)) as got:
         impl.merge.apply_diff(context, changed, removed)
-    assert str(got.value) == str(expected.value)
-
-
-# fold_diffs -------------------------------------------------------------------------------------
-
-
-def test_fold_diffs_applies_diffs_in_order(impl: Impl) -> None:
-    ctx = {"a": 0, "b": 0}
-    diffs = [({"a": 1}, []), ({"c": 2}, ["b"]), ({"a": 3, "b": 4}, ["c"])]
-    result = impl.merge.fold_diffs(ctx, diffs)
-    assert ordered(result) == [("a", 3), ("b", 4)]
-    assert ctx == {"a": 0, "b": 0}
-
-
-def test_fold_diffs_equals_repeated_apply_diff(impl: Impl) -> None:
-    ctx: dict[str, Any] = {"k": 1}
-    diffs = [({"x": i}, ["k"] if i == 2 else []) for i in range(5)]
-    step = ctx
-    for changed, removed in diffs:
-        step = impl.merge.apply_diff(step, changed, removed)
-    assert ordered(impl.merge.fold_diffs(ctx, diffs)) == ordered(step)
-
-
-def test_fold_diffs_of_nothing_is_a_copy(impl: Impl) -> None:
-    ctx = {"a": 1}
-    result = impl.merge.fold_diffs(ctx, [])
-    assert result == ctx and result is not ctx
-
-
-def test_fold_diffs_takes_lists_tuples_and_generators(impl: Impl) -> None:
-    diffs = (pair for pair in [[{"a": 1}, []], ({"b": 2}, ("a",))])
-    assert impl.merge.fold_diffs({}, diffs) == {"b": 2}
-
-
-@pytest.mark.parametrize(
-    "make_diffs",
-    [
-        lambda: [({"a": 1},)],  # one value
-        lambda: [({"a": 1}, [], [])],  # three values
-        lambda: [[{"a": 1}, [], []]],  # three values, a list
-        lambda: [({"a": 1}, []), []],  # none, after a good one
-        lambda: [5],  # not iterable
-        lambda: [None],
-        lambda: [iter([{}])],  # an iterator that runs short
-        lambda: [iter([{}, [], []])],  # an iterator that runs long
-        lambda: [{"x": 1, "y": 2, "z": 3}],  # a dict unpacks its keys: too many
-        lambda: [{"ab": 1, "c": 2}],  # two keys: "ab" is then not a mapping of pairs
-        lambda: [("ab", "c")],  # same, from a tuple
-        lambda: 5,  # diffs not iterable
-    ],
-)
-def test_fold_diffs_unpacking_errors_match_the_reference(
-    impl: Impl, reference: Impl, make_diffs: Any
-) -> None:
-    with pytest.raises(Exception) as expected:
-        reference.merge.fold_diffs({"k": 1}, make_diffs())
-    with pytest.raises(type(expected.value)) as got:
-        impl.merge.fold_diffs({"k": 1}, make_diffs())
     assert str(got.value) == str(expected.value)
 
 

@@ -15,6 +15,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from wiggle._engine.records import PredicateDone, StepFailed, StepRecord, TaskDone
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 
 from .conftest import Impl
@@ -121,38 +122,6 @@ def test_apply_diff_parity(
 
 
 @parity
-@given(context=contexts, diffs=st.lists(st.tuples(small_contexts, st.lists(keys, max_size=4)), max_size=8))
-def test_fold_diffs_parity(
-    impl: Impl, reference: Impl, context: dict[str, Any], diffs: list[tuple[dict[str, Any], list[str]]]
-) -> None:
-    same(impl.merge.fold_diffs, reference.merge.fold_diffs, context, diffs)
-    stepwise = context
-    for changed, removed in diffs:
-        stepwise = impl.merge.apply_diff(stepwise, changed, removed)
-    assert repr(impl.merge.fold_diffs(context, diffs)) == repr(stepwise)
-
-
-malformed_diff = (
-    st.tuples(small_contexts, st.lists(keys, max_size=3))
-    | st.lists(small_contexts | st.lists(keys, max_size=2), max_size=3)
-    | st.tuples(st.lists(st.tuples(keys, values), max_size=2), st.lists(keys, max_size=2))
-    | st.none()
-    | st.integers()
-    | st.text(max_size=3)
-    | st.dictionaries(keys, values, max_size=3)
-)
-
-
-@parity
-@given(context=contexts, diffs=st.lists(malformed_diff, max_size=4))
-def test_fold_diffs_parity_on_malformed_input(
-    impl: Impl, reference: Impl, context: dict[str, Any], diffs: list[Any]
-) -> None:
-    same(impl.merge.fold_diffs, reference.merge.fold_diffs, context, diffs)
-    same(impl.merge.fold_diffs, reference.merge.fold_diffs, context, tuple(diffs))
-
-
-@parity
 @given(case=base_and_branches())
 def test_fold_join_parity(
     impl: Impl, reference: Impl, case: tuple[dict[str, Any], list[dict[str, Any]]]
@@ -209,29 +178,13 @@ queue_sets = (
 
 
 @parity
-@given(
-    definition=definitions(),
-    queues=queue_sets,
-    max_steps=st.integers(-2, 30),
-    default_queue=st.sampled_from(QUEUES),
-)
-def test_traversal_parity(
-    impl: Impl,
-    reference: Impl,
-    definition: WorkflowDefinition,
-    queues: Any,
-    max_steps: int,
-    default_queue: str,
-) -> None:
+@given(definition=definitions(), queues=queue_sets)
+def test_traversal_parity(impl: Impl, reference: Impl, definition: WorkflowDefinition, queues: Any) -> None:
     built = same(
         lambda d: type(impl.traversal.CompiledGraph(d)).__name__,
         lambda d: type(reference.traversal.CompiledGraph(d)).__name__,
         definition,
     )
-    for node in definition.nodes:
-        for value in (True, False):
-            same(impl.traversal.successor, reference.traversal.successor, node, value)
-        same(impl.traversal.classify, reference.traversal.classify, node, queues, default_queue)
     if built[0] == "raised":
         return
     g = impl.traversal.CompiledGraph(definition)
@@ -243,8 +196,6 @@ def test_traversal_parity(
             same(g.successor, r.successor, node_id, value)
         same(g.classify, r.classify, node_id, queues)
         same(g.is_checkpoint, r.is_checkpoint, node_id)
-        same(g.plan, r.plan, node_id, queues, max_steps)
-        same(g.plan, r.plan, node_id, queues, 0)
 
 
 # batch ------------------------------------------------------------------------------------------
@@ -259,14 +210,25 @@ task_steps = st.tuples(
 predicate_steps = st.tuples(st.just("P"), node_ids, st.booleans())
 failure_steps = st.tuples(st.just("F"), node_ids, st.text(max_size=40), st.booleans())
 batches = st.lists(task_steps | predicate_steps | failure_steps, max_size=20)
+records = st.lists(
+    task_steps.map(lambda t: TaskDone(*t[1:]))
+    | predicate_steps.map(lambda t: PredicateDone(*t[1:]))
+    | failure_steps.map(lambda t: StepFailed(*t[1:])),
+    max_size=20,
+)
 
 
 @parity
-@given(steps=batches)
-def test_batch_round_trip_parity(impl: Impl, reference: Impl, steps: list[tuple[Any, ...]]) -> None:
+@given(steps=records)
+def test_batch_round_trip_parity(impl: Impl, reference: Impl, steps: list[StepRecord]) -> None:
     data = reference.batch.encode_batch(steps)
     assert impl.batch.encode_batch(steps) == data
+    # the records' array form is the old tuple format, byte for byte
+    assert data == msgspec.json.encode(
+        [(s.__struct_config__.tag, *msgspec.structs.astuple(s)) for s in steps]
+    )
     decoded = impl.batch.decode_batch(data)
+    assert decoded == steps
     assert repr(decoded) == repr(reference.batch.decode_batch(data))
     assert impl.batch.encode_batch(decoded) == data
 
@@ -304,7 +266,9 @@ near_batches = st.lists(
 @given(raw=near_batches | json_values)
 def test_decode_parity_on_arbitrary_json(impl: Impl, reference: Impl, raw: Any) -> None:
     data = msgspec.json.encode(raw)
-    same(impl.batch.decode_batch, reference.batch.decode_batch, data)
+    got = same(impl.batch.decode_batch, reference.batch.decode_batch, data)
+    # whatever msgspec's typed decode refuses, the walk names in the worker's terms
+    assert "is not a valid batch" not in str(got)
 
 
 @parity

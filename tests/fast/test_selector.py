@@ -108,7 +108,7 @@ def test_the_selector_exports_one_implementation() -> None:
 CONSTANTS = {
     "merge": (),
     "traversal": ("TASK", "PREDICATE", "SLEEP", "FORK", "JOIN", "USER_TASK", "END"),
-    "batch": ("MAX_BATCH_STEPS", "Step"),
+    "batch": ("MAX_BATCH_STEPS",),
 }
 
 

@@ -1,4 +1,8 @@
-"""Graph traversal (successor, classify, CompiledGraph), on each implementation."""
+"""Graph traversal (CompiledGraph: successor, classify -> Handback, is_checkpoint), on each implementation.
+
+The one traversal suite: every case runs once per twin through the ``impl`` fixture. Two graphs:
+KINDS_DEMO, written node by node, and TRAV, built through the workflow DSL as a user would.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from wiggle import Workflow
 from wiggle._model import Handback, Node, NodeKind, RetryPolicy, WorkflowDefinition
 
 from .conftest import Impl
@@ -52,7 +57,7 @@ NODES = {n.id: n for n in KINDS_DEMO.nodes}
 T, P, S, F, J, U, E = range(7)
 
 
-# module functions -------------------------------------------------------------------------------
+# successor --------------------------------------------------------------------------------------
 
 
 def test_kind_codes_are_the_documented_ones(impl: Impl) -> None:
@@ -61,22 +66,28 @@ def test_kind_codes_are_the_documented_ones(impl: Impl) -> None:
 
 
 def test_successor_of_a_task_is_next_whatever_the_predicate_value(impl: Impl) -> None:
-    assert impl.traversal.successor(NODES["fetch"]) == "check"
-    assert impl.traversal.successor(NODES["fetch"], False) == "check"
+    g = impl.traversal.CompiledGraph(KINDS_DEMO)
+    assert g.successor("fetch") == "check"
+    assert g.successor("fetch", False) == "check"
 
 
 def test_successor_of_a_predicate_follows_its_value(impl: Impl) -> None:
-    assert impl.traversal.successor(NODES["check"]) == "fork"
-    assert impl.traversal.successor(NODES["check"], True) == "fork"
-    assert impl.traversal.successor(NODES["check"], False) == "nap"
-    assert impl.traversal.successor(NODES["check"], predicate_value=0) == "nap"
-    assert impl.traversal.successor(NODES["check"], predicate_value=[1]) == "fork"
+    g = impl.traversal.CompiledGraph(KINDS_DEMO)
+    assert g.successor("check") == "fork"
+    assert g.successor("check", True) == "fork"
+    assert g.successor("check", False) == "nap"
+    assert g.successor("check", predicate_value=0) == "nap"
+    assert g.successor("check", predicate_value=[1]) == "fork"
 
 
 def test_successor_of_other_kinds_is_next(impl: Impl) -> None:
-    assert impl.traversal.successor(NODES["approve"], False) == "fork"
-    assert impl.traversal.successor(NODES["done"]) is None
-    assert impl.traversal.successor(NODES["join"]) == "tally"
+    g = impl.traversal.CompiledGraph(KINDS_DEMO)
+    assert g.successor("approve", False) == "fork"
+    assert g.successor("done") is None
+    assert g.successor("join") == "tally"
+
+
+# classify ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -97,30 +108,8 @@ def test_successor_of_other_kinds_is_next(impl: Impl) -> None:
     ],
 )
 def test_classify(impl: Impl, node_id: str, queues: Any, expected: Handback | None) -> None:
-    assert impl.traversal.classify(NODES[node_id], queues, "orders") is expected
     graph = impl.traversal.CompiledGraph(KINDS_DEMO)
     assert graph.classify(node_id, queues) is expected
-
-
-def test_classify_uses_the_default_queue_given(impl: Impl) -> None:
-    assert impl.traversal.classify(NODES["fetch"], ("elsewhere",), "elsewhere") is None
-    assert impl.traversal.classify(NODES["fetch"], ("orders",), "elsewhere") is Handback.OTHER_QUEUE
-
-
-def test_classify_errors_match_the_reference(impl: Impl, reference: Impl) -> None:
-    class Fake:
-        def __init__(self, kind: Any) -> None:
-            self.kind = kind
-            self.queue = None
-
-    for node, queues in [(Fake(NodeKind.TASK), None), (Fake("TASK"), ()), (Fake(7), ()), (Fake(None), ())]:
-        with pytest.raises(Exception) as expected:
-            reference.traversal.classify(node, queues, "q")
-        with pytest.raises(type(expected.value)) as got:
-            impl.traversal.classify(node, queues, "q")
-        assert str(got.value) == str(expected.value)
-    # a plain string equal to a boundary kind works in both (NodeKind is a str enum)
-    assert impl.traversal.classify(Fake("SLEEP"), (), "q") is Handback.SLEEP
 
 
 # CompiledGraph ----------------------------------------------------------------------------------
@@ -157,9 +146,10 @@ def test_compiled_graph_arrays(impl: Impl) -> None:
 def test_compiled_graph_successor_and_is_checkpoint(impl: Impl) -> None:
     g = impl.traversal.CompiledGraph(KINDS_DEMO)
     for node in KINDS_DEMO.nodes:
-        for value in (True, False):
-            assert g.successor(node.id, value) == impl.traversal.successor(node, value)
-        assert g.successor(node.id) == impl.traversal.successor(node)
+        on_false = node.alt_next if node.kind is NodeKind.PREDICATE else node.next
+        assert g.successor(node.id, True) == node.next
+        assert g.successor(node.id, False) == on_false
+        assert g.successor(node.id) == node.next
         assert g.is_checkpoint(node.id) is (node.id in ("right", "tally"))
 
 
@@ -169,7 +159,6 @@ def test_compiled_graph_unknown_node_is_a_key_error(impl: Impl) -> None:
         lambda: g.successor("nope"),
         lambda: g.classify("nope", {"orders"}),
         lambda: g.is_checkpoint("nope"),
-        lambda: g.plan("nope", {"orders"}, 0),
     ]
     for call in calls:
         with pytest.raises(KeyError) as info:
@@ -177,59 +166,6 @@ def test_compiled_graph_unknown_node_is_a_key_error(impl: Impl) -> None:
         assert info.value.args == ("nope",)
     with pytest.raises(TypeError):
         g.successor(["unhashable"])
-
-
-@pytest.mark.parametrize(
-    ("start", "queues", "max_steps", "expected"),
-    [
-        ("fetch", {"orders"}, 0, ["fetch", "check"]),  # stops after a predicate
-        ("fetch", {"orders"}, 1, ["fetch"]),
-        ("fetch", {"gpu"}, 0, []),  # the first step is on another queue
-        ("right", {"orders"}, 0, ["right"]),  # stops after a checkpoint
-        ("right2", {"orders"}, 0, ["right2"]),  # stops before the join
-        ("left", {"gpu"}, 5, ["left"]),
-        ("tally", {"orders", "gpu"}, 0, ["tally"]),  # a checkpoint
-        ("again", {"orders"}, 0, ["again"]),  # stops before the END
-        ("score", {"gpu"}, -3, ["score"]),  # negative: no cap
-        ("nap", {"orders"}, 0, []),  # a boundary runs nothing
-        ("done", {"orders"}, 0, []),
-    ],
-)
-def test_plan(impl: Impl, start: str, queues: set[str], max_steps: int, expected: list[str]) -> None:
-    g = impl.traversal.CompiledGraph(KINDS_DEMO)
-    assert g.plan(start, queues, max_steps) == expected
-
-
-def test_plan_on_a_linear_graph(impl: Impl) -> None:
-    g = impl.traversal.CompiledGraph(LINEAR)
-    everything = [f"s{i}" for i in range(19)]
-    assert g.plan("s0", {"line"}, 0) == everything
-    assert g.plan("s0", {"line"}, 100) == everything
-    assert g.plan("s0", {"line"}, 5) == everything[:5]
-    assert g.plan("s17", {"line"}, 0) == ["s17", "s18"]
-    assert g.plan("s0", {"line"}, 2.5) == everything[:3]  # compared as Python compares
-    assert g.plan("s0", {"line"}, True) == ["s0"]
-    assert g.plan("s0", {"line"}, 10**30) == everything
-
-
-def test_plan_with_a_cycle_is_capped(impl: Impl) -> None:
-    loop = WorkflowDefinition(
-        name="loop",
-        start_node="a",
-        nodes=(Node(id="a", kind=NodeKind.TASK, next="b"), Node(id="b", kind=NodeKind.TASK, next="a")),
-    )
-    g = impl.traversal.CompiledGraph(loop)
-    assert g.plan("a", {"loop"}, 0) == ["a", "b", "a"]  # no cap: one more than the node count
-    assert g.plan("b", {"loop"}, 7) == ["b", "a", "b", "a", "b", "a", "b"]
-
-
-def test_plan_bad_max_steps_matches_the_reference(impl: Impl, reference: Impl) -> None:
-    for bad in (None, "3", [1]):
-        with pytest.raises(Exception) as expected:
-            reference.traversal.CompiledGraph(LINEAR).plan("s0", {"line"}, bad)
-        with pytest.raises(type(expected.value)) as got:
-            impl.traversal.CompiledGraph(LINEAR).plan("s0", {"line"}, bad)
-        assert str(got.value) == str(expected.value)
 
 
 def test_compiled_graph_of_a_broken_definition_raises_like_the_reference(impl: Impl, reference: Impl) -> None:
@@ -262,18 +198,19 @@ def test_compiled_graph_checkpoint_marks_on_unknown_ids_are_ignored(impl: Impl) 
 def test_compiled_graph_is_independent_of_its_definition(impl: Impl) -> None:
     g1 = impl.traversal.CompiledGraph(LINEAR)
     g2 = impl.traversal.CompiledGraph(KINDS_DEMO)
-    assert g1.plan("s0", {"line"}, 3) == ["s0", "s1", "s2"]
-    assert g2.plan("fetch", {"orders"}, 0) == ["fetch", "check"]
+    assert (g1.successor("s0"), g1.classify("s1", {"line"})) == ("s1", None)
+    assert (g2.successor("fetch"), g2.classify("fetch", {"line"})) == ("check", Handback.OTHER_QUEUE)
 
 
 def test_compiled_graph_can_be_reinitialised(impl: Impl) -> None:
     g = impl.traversal.CompiledGraph(LINEAR)
     g.__init__(KINDS_DEMO)
-    assert g.ids[0] == "fetch" and g.plan("fetch", {"orders"}, 0) == ["fetch", "check"]
+    assert g.ids[0] == "fetch" and g.successor("check", False) == "nap"
+    assert g.is_checkpoint("tally")
 
 
 def test_compiled_graph_methods_are_documented_alike(impl: Impl, reference: Impl) -> None:
-    for name in ("successor", "classify", "is_checkpoint", "plan"):
+    for name in ("successor", "classify", "is_checkpoint"):
         assert inspect.getdoc(getattr(impl.traversal.CompiledGraph, name)) == inspect.getdoc(
             getattr(reference.traversal.CompiledGraph, name)
         )
@@ -285,4 +222,148 @@ def test_compiled_graph_pickles_and_copies(impl: Impl) -> None:
         assert type(clone) is type(g)
         for attr in ("ids", "index", "kinds", "nexts", "alts", "queues", "checkpoints"):
             assert getattr(clone, attr) == getattr(g, attr), attr
-        assert clone.plan("fetch", {"orders"}, 0) == ["fetch", "check"]
+        assert clone.successor("check", False) == "nap" and clone.classify("left", {"gpu"}) is None
+
+
+def test_compiled_graph_has_no_plan(impl: Impl) -> None:
+    # plan() was only ever used by tests (issue #10): gone from both twins.
+    assert not hasattr(impl.traversal.CompiledGraph, "plan")
+    assert not hasattr(impl.traversal, "successor") and not hasattr(impl.traversal, "classify")
+
+
+# a graph built through the DSL ------------------------------------------------------------------
+
+
+def _h(name: str) -> Callable[[Any], Any]:
+    def handler(ctx: Any) -> Any:
+        return ctx
+
+    handler.__name__ = name
+    return handler
+
+
+# One of everything: tasks, a gate, a choose, a loop, other queues, sleep, fork/join, user task.
+TRAV = (
+    Workflow.define("trav")
+    .step(_h("a"))
+    .gate(_h("g"))
+    .step(_h("pay"), queue="payments")
+    .checkpoint()
+    .choose(_h("c"), if_true=lambda b: b.step(_h("yes")), if_false=lambda b: b.step(_h("no")))
+    .loop(_h("more"), lambda b: b.step(_h("body")))
+    .sleep("nap", 1)
+    .fork(lambda b: b.step(_h("left")), lambda b: b.step(_h("right")))
+    .join()
+    .user_task("approval")
+    .step(_h("z"))
+    .build()
+    .definition
+)
+
+
+@pytest.fixture
+def trav(impl: Impl) -> Any:
+    return impl.traversal.CompiledGraph(TRAV)
+
+
+def test_dsl_successor_of_tasks_ignores_the_predicate_value(trav: Any) -> None:
+    assert trav.successor("a") == "g"
+    assert trav.successor("a", True) == "g"
+    assert trav.successor("a", False) == "g"
+    assert trav.successor("pay", False) == "c"
+    assert trav.successor("z") == "end"
+
+
+def test_dsl_successor_of_a_gate(trav: Any) -> None:
+    assert trav.successor("g", True) == "pay"
+    assert trav.successor("g", False) == "gated.g"
+
+
+def test_dsl_successor_of_a_choose(trav: Any) -> None:
+    assert trav.successor("c", True) == "yes"
+    assert trav.successor("c", False) == "no"
+    assert trav.successor("yes") == trav.successor("no") == "more"
+
+
+def test_dsl_successor_of_a_loop(trav: Any) -> None:
+    assert trav.successor("more", True) == "body"
+    assert trav.successor("body") == "more"
+    assert trav.successor("more", False) == "nap"
+
+
+def test_dsl_successor_of_fork_branch_steps_is_the_join(trav: Any) -> None:
+    assert trav.successor("left") == "join"
+    assert trav.successor("right") == "join"
+
+
+def test_dsl_successor_agrees_with_the_definition(trav: Any) -> None:
+    for node in TRAV.nodes:
+        if node.is_worker_step:
+            assert trav.successor(node.id, True) == node.next
+            expected_false = node.alt_next if node.kind is NodeKind.PREDICATE else node.next
+            assert trav.successor(node.id, False) == expected_false
+
+
+@pytest.mark.parametrize(
+    "node_id, expected",
+    [
+        ("a", None),  # same-queue TASK
+        ("g", None),  # same-queue PREDICATE
+        ("c", None),
+        ("more", None),
+        ("body", None),
+        ("pay", Handback.OTHER_QUEUE),
+        ("nap", Handback.SLEEP),
+        ("fork", Handback.FORK),
+        ("join", Handback.JOIN),
+        ("approval", Handback.USER_TASK),
+        ("end", Handback.TERMINAL),
+        ("gated.g", Handback.TERMINAL),
+    ],
+)
+def test_dsl_classify(trav: Any, node_id: str, expected: Handback | None) -> None:
+    assert trav.classify(node_id, {"trav"}) is expected
+
+
+def test_dsl_classify_other_queue_served_runs_locally(trav: Any) -> None:
+    assert trav.classify("pay", {"trav", "payments"}) is None
+    assert trav.classify("pay", frozenset({"payments"})) is None
+    assert trav.classify("pay", ["payments"]) is None
+    assert trav.classify("a", {"payments"}) is Handback.OTHER_QUEUE
+    assert trav.classify("a", set()) is Handback.OTHER_QUEUE
+
+
+def test_dsl_classify_boundaries_do_not_depend_on_queues(trav: Any) -> None:
+    for queues in (set(), {"trav"}, {"trav", "payments"}):
+        assert trav.classify("nap", queues) is Handback.SLEEP
+        assert trav.classify("fork", queues) is Handback.FORK
+        assert trav.classify("join", queues) is Handback.JOIN
+        assert trav.classify("approval", queues) is Handback.USER_TASK
+        assert trav.classify("end", queues) is Handback.TERMINAL
+
+
+def test_dsl_is_checkpoint(trav: Any) -> None:
+    for node in TRAV.nodes:
+        assert trav.is_checkpoint(node.id) is (node.id == "pay")
+
+
+def test_default_queue_is_the_workflow_name(impl: Impl) -> None:
+    definition = WorkflowDefinition(
+        name="named",
+        start_node="a",
+        nodes=(
+            Node(id="a", kind=NodeKind.TASK, next="b"),
+            Node(id="b", kind=NodeKind.TASK, next="end", queue="named"),
+            Node(id="end", kind=NodeKind.END),
+        ),
+    ).validate()
+    graph = impl.traversal.CompiledGraph(definition)
+    assert graph.classify("a", {"named"}) is None
+    assert graph.classify("b", {"named"}) is None
+    assert graph.classify("a", {"default"}) is Handback.OTHER_QUEUE
+
+
+def test_checkpoints_built_through_the_dsl(impl: Impl) -> None:
+    wf = Workflow.define("lin").step(_h("s1")).step(_h("s2")).checkpoint().step(_h("s3"))
+    graph = impl.traversal.CompiledGraph(wf.build().definition)
+    assert graph.is_checkpoint("s2") and not graph.is_checkpoint("s1") and not graph.is_checkpoint("s3")

@@ -17,6 +17,7 @@ from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixtu
 from psycopg import sql
 
 from wiggle._engine.engine import Engine, EngineConfig
+from wiggle._engine.records import ContextSet, TaskDone
 from wiggle._engine.state import now_millis
 from wiggle._model import ExecutionMode, Node, NodeKind, RetryPolicy, WorkflowDefinition
 from wiggle._server.instances import Instances
@@ -245,15 +246,15 @@ async def test_advance_run_applies_a_local_run_atomically(store: ServerNode) -> 
     (c,) = await store.claim("w", ["linear"], 1)
     assert c.execution_mode == "LOCAL_ASYNC"
     with pytest.raises(FailedPrecondition, match="nothing was applied"):
-        await store.advance_run(c.token.id, "w", [("C", "s1", {"n": 9})], False, "")
+        await store.advance_run(c.token.id, "w", [ContextSet("s1", {"n": 9})], False, "")
     outcome = await store.advance_run(
-        c.token.id, "w", [("C", "s0", {"n": 1}), ("T", "s1", {"n": 2}, [])], False, ""
+        c.token.id, "w", [ContextSet("s0", {"n": 1}), TaskDone("s1", {"n": 2}, [])], False, ""
     )
     assert outcome.applied_steps == 2 and outcome.token_status == "RUNNING" and outcome.lease_expires_at > 0
     (token,) = (await store.get_instance(view.instance.id)).tokens
     assert token.node_id == "s2" and token.status == "RUNNING" and token.local_run_owner == "w"
     assert (await store.get_instance(view.instance.id)).instance.context == {"n": 2}
-    outcome = await store.advance_run(c.token.id, "w", [("C", "s2", {"n": 3})], True, "")
+    outcome = await store.advance_run(c.token.id, "w", [ContextSet("s2", {"n": 3})], True, "")
     assert outcome.instance_status == "COMPLETED"
     done = await store.get_instance(view.instance.id)
     assert done.instance.context == {"n": 3} and done.instance.steps == 3

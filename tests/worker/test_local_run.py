@@ -50,7 +50,12 @@ def linear(mode: ExecutionMode = ExecutionMode.LOCAL_ASYNC, *fns: Any) -> Any:
 
 
 def records(request: pb.AdvanceRunRequest) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in decode_batch(request.steps_batch)] if request.steps_batch else []
+    # a record as the tuple of its wire form: ("T", node, changed, removed), ("P", node, value)...
+    return (
+        [tuple(msgspec.to_builtins(r)) for r in decode_batch(request.steps_batch)]
+        if request.steps_batch
+        else []
+    )
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from wiggle._engine.records import PredicateDone, StepFailed, TaskDone
 from wiggle._fast import decode_batch
 from wiggle._worker.handlers import Failure, outcome_of
 from wiggle._worker.records import ContextDiff, encode_records, step_record
@@ -13,10 +14,10 @@ def test_each_kind_of_record_round_trips_through_the_batch_codec() -> None:
         step_record("b", True),
         step_record("c", Failure("ValueError: bad", False)),
     ]
-    assert [tuple(r) for r in decode_batch(encode_records(records))] == [
-        ("T", "a", {"x": 1}, ["y"]),
-        ("P", "b", True),
-        ("F", "c", "ValueError: bad", False),
+    assert decode_batch(encode_records(records)) == [
+        TaskDone("a", {"x": 1}, ["y"]),
+        PredicateDone("b", True),
+        StepFailed("c", "ValueError: bad", False),
     ]
 
 

@@ -9,6 +9,7 @@ PostgreSQL stores share this module and one conformance suite.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -16,18 +17,18 @@ import msgspec
 from .. import _fast
 from .._model import ExecutionMode, Node, NodeKind, WorkflowDefinition
 from ..errors import AlreadyFinished, FailedPrecondition, InvalidArgument, NotFound
+from .records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
 from .state import (
-    CANCELLED,
-    COMPLETED,
-    FAILED,
     FINISHED_INSTANCE_STATUSES,
-    RUNNING,
     Changes,
     HistoryEntry,
+    HistoryOutcome,
     Instance,
     InstanceState,
+    InstanceStatus,
     JoinState,
     Token,
+    TokenStatus,
 )
 
 __all__ = ["EngineConfig", "Engine", "LoadedDefinition", "AdvanceOutcome", "Claimed"]
@@ -77,10 +78,10 @@ class Claimed(msgspec.Struct):
 class AdvanceOutcome(msgspec.Struct):
     """The result of AdvanceRun."""
 
-    instance_status: str
+    instance_status: InstanceStatus
     lease_expires_at: int
     token_id: str
-    token_status: str
+    token_status: TokenStatus | str  # "" when the instance had already finished
     applied_steps: int
 
 
@@ -136,7 +137,7 @@ class Engine:
             id=f"{inst.id}.{inst.token_seq}",
             instance_id=inst.id,
             node_id=node_id,
-            status="READY",
+            status=TokenStatus.READY,
             created_at=now,
         )
         state.tokens[token.id] = token
@@ -144,7 +145,7 @@ class Engine:
         return token
 
     def _finish_token(
-        self, state: InstanceState, token: Token, status: str, now: int, changes: Changes
+        self, state: InstanceState, token: Token, status: TokenStatus, now: int, changes: Changes
     ) -> None:
         token.status = status
         token.finished_at = now
@@ -159,7 +160,7 @@ class Engine:
         state: InstanceState,
         token: Token,
         node: Node,
-        outcome: str,
+        outcome: HistoryOutcome,
         now: int,
         changes: Changes,
         error: str = "",
@@ -182,7 +183,13 @@ class Engine:
         )
 
     def _end_instance(
-        self, state: InstanceState, status: str, now: int, changes: Changes, reason: str = "", error: str = ""
+        self,
+        state: InstanceState,
+        status: InstanceStatus,
+        now: int,
+        changes: Changes,
+        reason: str = "",
+        error: str = "",
     ) -> None:
         inst = state.instance
         inst.status = status
@@ -194,23 +201,23 @@ class Engine:
         changes.instance_changed = True
         changes.finished = True
         for other in list(state.tokens.values()):
-            self._finish_token(state, other, CANCELLED, now, changes)
+            self._finish_token(state, other, TokenStatus.CANCELLED, now, changes)
 
     def _fail_instance(self, state: InstanceState, error: str, now: int, changes: Changes) -> None:
-        self._end_instance(state, FAILED, now, changes, error=error)
+        self._end_instance(state, InstanceStatus.FAILED, now, changes, error=error)
 
     # ------------------------------------------------------------------ drive
 
     def drive(
         self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
     ) -> None:
-        """Move ``token`` (and any tokens it spawns) until each is parked (semantics: node rules)."""
+        """Move ``token`` (and any tokens it spawns) until each is parked (docs/semantics.md: node rules)."""
         pending = [token]
         moves = 0
         while pending:
             tok = pending.pop()
             while True:
-                if state.instance.status != RUNNING:
+                if state.instance.status != InstanceStatus.RUNNING:
                     return
                 moves += 1
                 if moves > self.config.max_drive_moves:
@@ -226,7 +233,7 @@ class Engine:
                 kind = node.kind
                 changes.tokens[tok.id] = tok
                 if kind is NodeKind.TASK or kind is NodeKind.PREDICATE:
-                    tok.status = "READY"
+                    tok.status = TokenStatus.READY
                     tok.kind = kind.value
                     tok.queue = loaded.queue_of(node)
                     tok.available_at = now
@@ -237,7 +244,7 @@ class Engine:
                     changes.ready_queues.add(tok.queue)
                     break
                 if kind is NodeKind.SLEEP:
-                    tok.status = "WAITING"
+                    tok.status = TokenStatus.WAITING
                     tok.kind = kind.value
                     tok.queue = ""
                     tok.available_at = now + node.sleep_millis
@@ -246,7 +253,7 @@ class Engine:
                     changes.timers = True
                     break
                 if kind is NodeKind.USER_TASK:
-                    tok.status = "AWAITING"
+                    tok.status = TokenStatus.AWAITING
                     tok.kind = kind.value
                     tok.queue = ""
                     tok.available_at = now + node.timeout_millis if node.timeout_millis > 0 else 0
@@ -255,15 +262,17 @@ class Engine:
                     changes.timers = True
                     break
                 if kind is NodeKind.END:
-                    self._record(state, tok, node, "END", now, changes)
-                    self._finish_token(state, tok, "DONE", now, changes)
+                    self._record(state, tok, node, HistoryOutcome.END, now, changes)
+                    self._finish_token(state, tok, TokenStatus.DONE, now, changes)
                     if not state.tokens:
                         if node.success:
-                            self._end_instance(state, COMPLETED, now, changes, reason=node.reason or "")
+                            self._end_instance(
+                                state, InstanceStatus.COMPLETED, now, changes, reason=node.reason or ""
+                            )
                         else:
                             self._end_instance(
                                 state,
-                                FAILED,
+                                InstanceStatus.FAILED,
                                 now,
                                 changes,
                                 reason=node.reason or "",
@@ -271,7 +280,7 @@ class Engine:
                             )
                     break
                 if kind is NodeKind.FORK:
-                    self._record(state, tok, node, "FORKED", now, changes)
+                    self._record(state, tok, node, HistoryOutcome.FORKED, now, changes)
                     base = self.context_of(state, tok)
                     group = f"{tok.id}@{node.id}@{state.instance.token_seq}"
                     state.instance.joins = dict(state.instance.joins)
@@ -288,7 +297,7 @@ class Engine:
                         child.context = dict(base)
                         child.fork_stack = [*tok.fork_stack, (group, index)]
                         pending.append(child)
-                    self._finish_token(state, tok, "DONE", now, changes)
+                    self._finish_token(state, tok, TokenStatus.DONE, now, changes)
                     break
                 if kind is NodeKind.JOIN:
                     if not self._arrive_at_join(loaded, state, tok, node, now, changes, pending):
@@ -319,7 +328,7 @@ class Engine:
         join.arrived[str(index)] = self.context_of(state, tok)
         join.joined_tokens.append(tok.id)
         changes.instance_changed = True
-        tok.status = "JOINED"
+        tok.status = TokenStatus.JOINED
         tok.kind = NodeKind.JOIN.value
         tok.queue = ""
         changes.tokens[tok.id] = tok
@@ -331,7 +340,7 @@ class Engine:
         parent_stack = list(tok.fork_stack[:-1])
         for other_id in join.joined_tokens:
             if other_id != tok.id and other_id in state.tokens:
-                self._finish_token(state, state.tokens[other_id], "DONE", now, changes)
+                self._finish_token(state, state.tokens[other_id], TokenStatus.DONE, now, changes)
         try:
             folded = _fast.fold_join(join.base, branches)
         except _fast.JoinConflict as conflict:
@@ -339,7 +348,7 @@ class Engine:
                 # The combine handler is user code: a worker runs it as a step at the join.
                 tok.fork_stack = parent_stack
                 tok.context = {"base": join.base, "branches": branches}
-                tok.status = "READY"
+                tok.status = TokenStatus.READY
                 tok.kind = NodeKind.JOIN.value
                 tok.queue = loaded.queue_of(node)
                 tok.available_at = now
@@ -357,7 +366,7 @@ class Engine:
             )
             return False
         del state.instance.joins[group]
-        self._record(state, tok, node, "JOINED", now, changes)
+        self._record(state, tok, node, HistoryOutcome.JOINED, now, changes)
         tok.fork_stack = parent_stack
         self._set_context(state, tok, folded, changes)
         assert node.next is not None
@@ -382,7 +391,7 @@ class Engine:
             id=instance_id,
             workflow=loaded.definition.name,
             version=loaded.version,
-            status=RUNNING,
+            status=InstanceStatus.RUNNING,
             context=context,
             correlation_id=correlation_id,
             created_at=now,
@@ -409,13 +418,15 @@ class Engine:
         changes: Changes,
     ) -> Claimed:
         """Lease a READY token to ``owner``; the caller has checked it is due and on a served queue."""
-        token.status = "RUNNING"
+        token.status = TokenStatus.RUNNING
         token.lease_owner = owner
         token.lease_expires_at = now + self.config.lease_millis
         token.started_at = now
         mode = self.resolve_mode(loaded)
         # In a LOCAL_* mode the holder may run ahead before it reports: say so on the token.
-        token.local_run_owner = owner if mode is not ExecutionMode.SERVER and token.kind != "JOIN" else ""
+        token.local_run_owner = (
+            owner if mode is not ExecutionMode.SERVER and token.kind != NodeKind.JOIN else ""
+        )
         token.local_run_steps = 0
         changes.tokens[token.id] = token
         return Claimed(
@@ -436,7 +447,7 @@ class Engine:
         token = state.tokens.get(token_id)
         if token is None:
             raise FailedPrecondition(f"token {token_id} is not active (it already finished or moved on)")
-        if token.status != "RUNNING":
+        if token.status != TokenStatus.RUNNING:
             raise FailedPrecondition(f"token {token_id} is {token.status}, not RUNNING (its lease was lost)")
         if token.lease_owner != owner:
             raise FailedPrecondition(
@@ -480,7 +491,9 @@ class Engine:
                 self.check_context(context, "step result")
             except InvalidArgument as exc:
                 return self._fail_step(loaded, state, token, node, str(exc), False, now, changes)
-        self._record(state, token, node, "COMPLETED", now, changes, worker=owner, started=token.started_at)
+        self._record(
+            state, token, node, HistoryOutcome.COMPLETED, now, changes, worker=owner, started=token.started_at
+        )
         if node.kind is NodeKind.JOIN:  # a combine call
             token.context = None
             self._set_context(state, token, context if context is not None else {}, changes)
@@ -558,7 +571,7 @@ class Engine:
                 state,
                 token,
                 node,
-                "RETRY",
+                HistoryOutcome.RETRY,
                 now,
                 changes,
                 error=message,
@@ -567,7 +580,7 @@ class Engine:
             )
             delay = policy.backoff_millis(token.attempt, self.rng)
             token.attempt += 1
-            token.status = "READY"
+            token.status = TokenStatus.READY
             token.available_at = now + delay
             token.last_error = message
             token.lease_owner = ""
@@ -581,10 +594,18 @@ class Engine:
                 changes.timers = True
             return changes
         self._record(
-            state, token, node, "FAILED", now, changes, error=message, worker=worker, started=token.started_at
+            state,
+            token,
+            node,
+            HistoryOutcome.FAILED,
+            now,
+            changes,
+            error=message,
+            worker=worker,
+            started=token.started_at,
         )
         token.last_error = message
-        self._finish_token(state, token, FAILED, now, changes)
+        self._finish_token(state, token, TokenStatus.FAILED, now, changes)
         self._fail_instance(state, f"{node.id}: {message}", now, changes)
         return changes
 
@@ -604,35 +625,44 @@ class Engine:
         state: InstanceState,
         token_id: str,
         owner: str,
-        steps: list[tuple[Any, ...]],
+        steps: Sequence[StepRecord],
         final: bool,
         now: int,
         handback_reason: str = "",
     ) -> tuple[AdvanceOutcome, Changes]:
-        """Apply an ordered run of locally executed steps atomically (design doc §6, §9).
+        """Apply an ordered run of locally executed steps atomically (docs/semantics.md, local runs).
 
-        ``steps`` are batch records (see wiggle._fast.batch_py): ("T", node, changed, removed),
-        ("P", node, value), ("F", node, message, retryable), or ("C", node, full context) for a
-        task reported with its complete context. The whole batch is validated against the graph
-        before anything is applied; a mismatch is FAILED_PRECONDITION and changes nothing.
+        ``steps`` are step records (wiggle._engine.records): TaskDone (a task as its context
+        diff), PredicateDone, StepFailed (last only), or ContextSet (a task reported with its
+        complete context). The whole run is validated against the graph before anything is
+        applied; a mismatch is FAILED_PRECONDITION and changes nothing.
         """
+        records = steps
         inst = state.instance
         changes = Changes()
         if inst.status in FINISHED_INSTANCE_STATUSES:
             return AdvanceOutcome(inst.status, 0, token_id, "", 0), changes
         token = self._leased_token(state, token_id, owner)
+        if self.resolve_mode(loaded) is ExecutionMode.SERVER and (len(records) > 1 or not final):
+            # SERVER mode commits every step before the next runs (docs/semantics.md): a worker
+            # may not chain steps under one claim, whatever it sends.
+            raise FailedPrecondition(
+                f"workflow {inst.workflow!r} runs in execution mode SERVER: one step per claim, "
+                f"but AdvanceRun on token {token_id} carried {len(records)} step(s)"
+                f"{'' if final else ' and was not final'}; report the step with CompleteTask or "
+                "FailTask. Nothing was applied"
+            )
         # ---- validate the path, compute the context, touch nothing
         graph = loaded.graph
         expected = token.node_id
         context = self.context_of(state, token)
         new_context = context
         failure: tuple[str, str, bool] | None = None
-        last = len(steps) - 1
+        last = len(records) - 1
         applied: list[tuple[str, bool]] = []  # (node, predicate value)
         contexts: list[dict[str, Any]] = []  # the context after each applied step
-        for index, step in enumerate(steps):
-            tag = step[0]
-            node_id = step[1]
+        for index, step in enumerate(records):
+            node_id = step.node_id
             if node_id != expected:
                 raise FailedPrecondition(
                     f"AdvanceRun step {index} reports node {node_id!r} but token {token_id} is at {expected!r}; "
@@ -648,23 +678,23 @@ class Engine:
                     f"AdvanceRun step {index}: node {node_id!r} is on queue {loaded.queue_of(node)!r}, "
                     f"not {token.queue!r} (a queue change is a handback)"
                 )
-            if tag == "F":
+            if isinstance(step, StepFailed):
                 if index != last:
                     raise FailedPrecondition(f"AdvanceRun step {index} is a failure but more steps follow it")
-                failure = (node_id, step[2], bool(step[3]))
+                failure = (node_id, step.message, bool(step.retryable))
                 break
             if node.kind is NodeKind.PREDICATE:
-                if tag != "P":
+                if not isinstance(step, PredicateDone):
                     raise FailedPrecondition(
                         f"AdvanceRun step {index}: node {node_id!r} is a PREDICATE; report its branch"
                     )
-                value = bool(step[2])
+                value = bool(step.value)
             else:
-                if tag == "T":
-                    if step[2] or step[3]:
-                        new_context = _fast.apply_diff(new_context, step[2], step[3])
-                elif tag == "C":
-                    new_context = step[2] if step[2] is not None else new_context
+                if isinstance(step, TaskDone):
+                    if step.changed or step.removed:
+                        new_context = _fast.apply_diff(new_context, step.changed, step.removed)
+                elif isinstance(step, ContextSet):
+                    new_context = step.context
                 else:
                     raise FailedPrecondition(
                         f"AdvanceRun step {index}: node {node_id!r} is a TASK; report its context"
@@ -705,7 +735,9 @@ class Engine:
             worker_steps = len(applied)
         for done, (node_id, value) in enumerate(applied):
             node = loaded.nodes[node_id]
-            self._record(state, token, node, "COMPLETED", now, changes, worker=owner, started=started)
+            self._record(
+                state, token, node, HistoryOutcome.COMPLETED, now, changes, worker=owner, started=started
+            )
             started = now
             if not self._count_step(state, token, now, changes):
                 return AdvanceOutcome(inst.status, 0, token.id, token.status, done), changes
@@ -727,19 +759,22 @@ class Engine:
             if handback_reason:
                 token.local_run_owner = ""
             return AdvanceOutcome(inst.status, 0, token.id, token.status, worker_steps), changes
-        token.status = "RUNNING"
+        token.status = TokenStatus.RUNNING
         token.kind = next_node.kind.value
         token.lease_owner = owner
         token.lease_expires_at = now + self.config.lease_millis
         token.local_run_owner = owner
         token.local_run_steps += worker_steps
-        return AdvanceOutcome(inst.status, token.lease_expires_at, token.id, "RUNNING", worker_steps), changes
+        return (
+            AdvanceOutcome(inst.status, token.lease_expires_at, token.id, TokenStatus.RUNNING, worker_steps),
+            changes,
+        )
 
     # ------------------------------------------------------------------ clock duties
 
     def expire_lease(self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int) -> Changes:
         """A lease ran out: a retryable failure "lease expired (worker unreachable)"."""
-        if token.status != "RUNNING" or token.lease_expires_at > now:
+        if token.status != TokenStatus.RUNNING or token.lease_expires_at > now:
             return Changes()
         node = loaded.nodes[token.node_id]
         return self._fail_step(
@@ -758,9 +793,9 @@ class Engine:
         """A SLEEP is over (never early): move on."""
         changes = Changes()
         node = loaded.nodes[token.node_id]
-        if token.status != "WAITING" or token.available_at > now:
+        if token.status != TokenStatus.WAITING or token.available_at > now:
             return changes
-        self._record(state, token, node, "SLEPT", now, changes, started=token.created_at)
+        self._record(state, token, node, HistoryOutcome.SLEPT, now, changes, started=token.created_at)
         assert node.next is not None
         self._move(token, node.next)
         state.instance.updated_at = now
@@ -774,16 +809,16 @@ class Engine:
         """A user task's deadline passed: continue at its on-timeout node, or fail the instance."""
         changes = Changes()
         node = loaded.nodes[token.node_id]
-        if token.status != "AWAITING" or token.available_at <= 0 or token.available_at > now:
+        if token.status != TokenStatus.AWAITING or token.available_at <= 0 or token.available_at > now:
             return changes
         state.instance.updated_at = now
         changes.instance_changed = True
         if node.alt_next is None:
-            self._record(state, token, node, "TIMED_OUT", now, changes, error="timed out")
-            self._finish_token(state, token, FAILED, now, changes)
+            self._record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes, error="timed out")
+            self._finish_token(state, token, TokenStatus.FAILED, now, changes)
             self._fail_instance(state, f"user task {node.id!r} timed out", now, changes)
             return changes
-        self._record(state, token, node, "TIMED_OUT", now, changes)
+        self._record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes)
         self._move(token, node.alt_next)
         self.drive(loaded, state, token, now, changes)
         return changes
@@ -795,7 +830,7 @@ class Engine:
         changes = Changes()
         if state.instance.status in FINISHED_INSTANCE_STATUSES:
             return False, changes
-        self._end_instance(state, CANCELLED, now, changes, reason=reason or "cancelled")
+        self._end_instance(state, InstanceStatus.CANCELLED, now, changes, reason=reason or "cancelled")
         return True, changes
 
     def complete_user_task(
@@ -808,9 +843,9 @@ class Engine:
         if name not in loaded.nodes or loaded.nodes[name].kind is not NodeKind.USER_TASK:
             raise NotFound(f"workflow {inst.workflow!r} has no user task {name!r}")
         self.check_context(payload, "payload")
-        waiting = [t for t in state.tokens.values() if t.status == "AWAITING" and t.node_id == name]
+        waiting = [t for t in state.tokens.values() if t.status == TokenStatus.AWAITING and t.node_id == name]
         if not waiting:
-            awaited = sorted(t.node_id for t in state.tokens.values() if t.status == "AWAITING")
+            awaited = sorted(t.node_id for t in state.tokens.values() if t.status == TokenStatus.AWAITING)
             raise FailedPrecondition(
                 f"instance {inst.id} is not waiting on user task {name!r}"
                 + (
@@ -826,7 +861,14 @@ class Engine:
         self.check_context(merged, "context after the payload")
         self._set_context(state, token, merged, changes)
         self._record(
-            state, token, node, "COMPLETED", now, changes, worker="(user task)", started=token.created_at
+            state,
+            token,
+            node,
+            HistoryOutcome.COMPLETED,
+            now,
+            changes,
+            worker="(user task)",
+            started=token.created_at,
         )
         assert node.next is not None
         self._move(token, node.next)

@@ -25,6 +25,7 @@ __all__ = [
     "now_millis",
     "InstanceStatus",
     "TokenStatus",
+    "HistoryOutcome",
     "ACTIVE_TOKEN_STATUSES",
     "FINISHED_INSTANCE_STATUSES",
 ]
@@ -62,10 +63,22 @@ class TokenStatus(str, enum.Enum):
         return self.value
 
 
-RUNNING = InstanceStatus.RUNNING
-COMPLETED = InstanceStatus.COMPLETED
-FAILED = InstanceStatus.FAILED
-CANCELLED = InstanceStatus.CANCELLED
+class HistoryOutcome(str, enum.Enum):
+    """How a history entry ended: a worker step's attempt, or a server-side move."""
+
+    COMPLETED = "COMPLETED"  # a worker step (or a user task) finished
+    RETRY = "RETRY"  # a worker step failed and will run again
+    FAILED = "FAILED"  # a worker step failed for good
+    END = "END"
+    FORKED = "FORKED"
+    JOINED = "JOINED"
+    SLEPT = "SLEPT"
+    TIMED_OUT = "TIMED_OUT"  # a user task's deadline passed
+
+    def __str__(self) -> str:
+        return self.value
+
+
 FINISHED_INSTANCE_STATUSES = frozenset(
     {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
 )
@@ -118,7 +131,7 @@ class Instance(msgspec.Struct):
     id: str
     workflow: str
     version: str
-    status: str
+    status: InstanceStatus
     context: dict[str, Any]
     correlation_id: str = ""
     reason: str = ""
@@ -137,7 +150,7 @@ class Token(msgspec.Struct):
     id: str
     instance_id: str
     node_id: str
-    status: str
+    status: TokenStatus
     kind: str = "TASK"
     queue: str = ""
     attempt: int = 1
@@ -165,7 +178,7 @@ class HistoryEntry(msgspec.Struct):
     worker_id: str
     started_at: int
     ended_at: int
-    outcome: str
+    outcome: str  # a HistoryOutcome (a plain str once loaded back from a store)
     error: str = ""
 
 

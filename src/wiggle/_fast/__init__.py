@@ -15,11 +15,8 @@ __all__ = [
     "IMPL",
     "IMPL_REASON",
     "CompiledGraph",
-    "successor",
-    "classify",
     "diff",
     "apply_diff",
-    "fold_diffs",
     "fold_join",
     "JoinConflict",
     "encode_batch",
@@ -33,23 +30,23 @@ if _wanted not in _CHOICES:
 
 if TYPE_CHECKING:
     from .batch_py import decode_batch, encode_batch
-    from .merge_py import JoinConflict, apply_diff, diff, fold_diffs, fold_join
-    from .traversal_py import CompiledGraph, classify, successor
+    from .merge_py import JoinConflict, apply_diff, diff, fold_join
+    from .traversal_py import CompiledGraph
 
     IMPL: str
     IMPL_REASON: str
 elif _wanted == "python":
     from .batch_py import decode_batch, encode_batch
-    from .merge_py import JoinConflict, apply_diff, diff, fold_diffs, fold_join
-    from .traversal_py import CompiledGraph, classify, successor
+    from .merge_py import JoinConflict, apply_diff, diff, fold_join
+    from .traversal_py import CompiledGraph
 
     IMPL = "python"
     IMPL_REASON = "WIGGLE_IMPL=python"
 else:
     try:
         from .batch_c import decode_batch, encode_batch
-        from .merge_c import JoinConflict, apply_diff, diff, fold_diffs, fold_join
-        from .traversal_c import CompiledGraph, classify, successor
+        from .merge_c import JoinConflict, apply_diff, diff, fold_join
+        from .traversal_c import CompiledGraph
     except ImportError as exc:
         if _wanted == "cython":
             raise ImportError(
@@ -57,8 +54,8 @@ else:
                 "reinstall with a C compiler available, or set WIGGLE_IMPL=auto"
             ) from exc
         from .batch_py import decode_batch, encode_batch
-        from .merge_py import JoinConflict, apply_diff, diff, fold_diffs, fold_join
-        from .traversal_py import CompiledGraph, classify, successor
+        from .merge_py import JoinConflict, apply_diff, diff, fold_join
+        from .traversal_py import CompiledGraph
 
         IMPL = "python"
         IMPL_REASON = f"compiled extensions not importable: {exc}"

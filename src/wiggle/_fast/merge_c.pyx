@@ -9,27 +9,14 @@ dict subclass, a mapping, a generator) takes a generic path with the pure twin's
 semantics, so both twins accept, return and raise the same for every input.
 """
 
-import sys
-
 from cpython.dict cimport PyDict_Copy, PyDict_GetItemWithError, PyDict_Next, PyDict_Update
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.object cimport Py_NE, Py_TYPE, PyObject, PyObject_RichCompareBool, PyTypeObject
-from cpython.sequence cimport PySequence_Check
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.object cimport Py_NE, Py_TYPE, PyObject, PyObject_RichCompareBool
+from cpython.tuple cimport PyTuple_GET_ITEM
 
-
-cdef extern from "Python.h":
-    # Stable API; works on static (builtin) types from 3.10 on.
-    void* PyType_GetSlot(type tp, int slot)
-    enum: Py_tp_iter
-
-__all__ = ["diff", "apply_diff", "fold_diffs", "fold_join", "JoinConflict"]
+__all__ = ["diff", "apply_diff", "fold_join", "JoinConflict"]
 
 cdef object _MISSING = object()
-
-# CPython >= 3.14 names the length when too many values come out of an exact list/tuple/dict;
-# _unpack_pair mirrors whichever interpreter it runs on, like the pure twin's ``a, b = item``.
-cdef bint _TOO_MANY_NAMES_LENGTH = sys.version_info >= (3, 14)
 
 
 class JoinConflict(Exception):
@@ -126,54 +113,6 @@ def apply_diff(context, changed, removed):
     cdef dict result = _copy(context)
     _drop(result, removed)
     _set(result, changed)
-    return result
-
-
-cdef tuple _unpack_pair(item):
-    # ``changed, removed = item`` with CPython's own messages (Cython's differ).
-    cdef Py_ssize_t n
-    if type(item) is tuple and PyTuple_GET_SIZE(item) == 2:
-        return <tuple>item
-    if type(item) is list and PyList_GET_SIZE(item) == 2:
-        return (<object>PyList_GET_ITEM(item, 0), <object>PyList_GET_ITEM(item, 1))
-    try:
-        it = iter(item)
-    except TypeError:
-        if PyType_GetSlot(type(item), Py_tp_iter) is NULL and not PySequence_Check(item):
-            name = (<bytes>(<PyTypeObject*>Py_TYPE(item)).tp_name)[:200].decode("utf-8", "replace")
-            raise TypeError(f"cannot unpack non-iterable {name} object") from None
-        raise
-    values = []
-    for value in it:
-        if len(values) == 2:
-            if _TOO_MANY_NAMES_LENGTH and (type(item) is list or type(item) is tuple or type(item) is dict):
-                n = len(item)
-                if n > 2:
-                    raise ValueError(f"too many values to unpack (expected 2, got {n})")
-            raise ValueError("too many values to unpack (expected 2)")
-        values.append(value)
-    if len(values) < 2:
-        raise ValueError(f"not enough values to unpack (expected 2, got {len(values)})")
-    return (values[0], values[1])
-
-
-def fold_diffs(context, diffs):
-    """Apply a batch of diffs in order onto ``context`` (a LOCAL_ASYNC run's steps)."""
-    cdef dict result = _copy(context)
-    cdef Py_ssize_t i
-    cdef tuple pair
-    if type(diffs) is list:
-        i = 0
-        while i < PyList_GET_SIZE(diffs):
-            pair = _unpack_pair(<object>PyList_GET_ITEM(diffs, i))
-            _drop(result, <object>PyTuple_GET_ITEM(pair, 1))
-            _set(result, <object>PyTuple_GET_ITEM(pair, 0))
-            i += 1
-    else:
-        for item in diffs:
-            pair = _unpack_pair(item)
-            _drop(result, <object>PyTuple_GET_ITEM(pair, 1))
-            _set(result, <object>PyTuple_GET_ITEM(pair, 0))
     return result
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["diff", "apply_diff", "fold_diffs", "fold_join", "JoinConflict"]
+__all__ = ["diff", "apply_diff", "fold_join", "JoinConflict"]
 
 _MISSING = object()
 
@@ -40,16 +40,6 @@ def apply_diff(context: dict[str, Any], changed: dict[str, Any], removed: list[s
     for key in removed:
         result.pop(key, None)
     result.update(changed)
-    return result
-
-
-def fold_diffs(context: dict[str, Any], diffs: list[tuple[dict[str, Any], list[str]]]) -> dict[str, Any]:
-    """Apply a batch of diffs in order onto ``context`` (a LOCAL_ASYNC run's steps)."""
-    result = dict(context)
-    for changed, removed in diffs:
-        for key in removed:
-            result.pop(key, None)
-        result.update(changed)
     return result
 
 

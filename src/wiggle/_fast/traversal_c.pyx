@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""Graph traversal, the Cython twin of traversal_py.py (design doc §7).
+"""Graph traversal, the Cython twin of traversal_py.py.
 
 The one place that decides, for a worker step, what runs next and whether a worker may run it
 locally. The server's drive loop and the worker's local driver both call it, so the two can
@@ -9,13 +9,12 @@ CompiledGraph keeps kinds, edges and checkpoint marks in C arrays; ``ids``, ``in
 ``queues`` stay Python objects because callers hand in and get back node ids and queue names.
 """
 
-from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 from .._model import Handback, NodeKind
 
-__all__ = ["CompiledGraph", "successor", "classify"]
+__all__ = ["CompiledGraph"]
 
 # Kind codes of CompiledGraph.kinds (kept in a C int array here).
 TASK, PREDICATE, SLEEP, FORK, JOIN, USER_TASK, END = range(7)
@@ -38,54 +37,11 @@ _KIND_CODE = {
     NodeKind.USER_TASK: USER_TASK,
     NodeKind.END: END,
 }
-_BOUNDARY = {
-    SLEEP: Handback.SLEEP,
-    FORK: Handback.FORK,
-    JOIN: Handback.JOIN,
-    USER_TASK: Handback.USER_TASK,
-    END: Handback.TERMINAL,
-}
-
-# Module-level C references to the enum members: identity tests instead of Enum.__hash__ calls.
-cdef object _K_TASK = NodeKind.TASK
-cdef object _K_PREDICATE = NodeKind.PREDICATE
-cdef object _K_SLEEP = NodeKind.SLEEP
-cdef object _K_FORK = NodeKind.FORK
-cdef object _K_JOIN = NodeKind.JOIN
-cdef object _K_USER_TASK = NodeKind.USER_TASK
-cdef object _K_END = NodeKind.END
 cdef object _OTHER_QUEUE = Handback.OTHER_QUEUE
 # Handback by kind code; None for the worker steps (never read for them).
 cdef tuple _BOUNDARY_BY_CODE = (
     None, None, Handback.SLEEP, Handback.FORK, Handback.JOIN, Handback.USER_TASK, Handback.TERMINAL
 )
-
-
-def successor(node, predicate_value=True):
-    """The node after a completed worker step: a task's ``next``; a predicate's ``next`` or ``alt_next``."""
-    if node.kind is _K_PREDICATE and not predicate_value:
-        return node.alt_next
-    return node.next
-
-
-def classify(next_node, queues, default_queue):
-    """Why a worker serving ``queues`` must hand back at ``next_node``; None if it may run it locally."""
-    kind = next_node.kind
-    if kind is _K_TASK or kind is _K_PREDICATE:
-        queue = next_node.queue or default_queue
-        return None if queue in queues else _OTHER_QUEUE
-    if kind is _K_SLEEP:
-        return Handback.SLEEP
-    if kind is _K_FORK:
-        return Handback.FORK
-    if kind is _K_JOIN:
-        return Handback.JOIN
-    if kind is _K_USER_TASK:
-        return Handback.USER_TASK
-    if kind is _K_END:
-        return Handback.TERMINAL
-    # Not a NodeKind member (a plain string, say): the pure twin's lookups, errors included.
-    return _BOUNDARY[_KIND_CODE[kind]]
 
 
 cdef int* _int_array(list values) except NULL:
@@ -229,7 +185,7 @@ cdef class CompiledGraph:
         return self._index[node_id]
 
     def successor(self, node_id, predicate_value=True):
-        """The node after the worker step ``node_id`` (see the module function)."""
+        """The node after the worker step ``node_id``: a task's ``next``; a predicate's ``next`` or ``alt_next``."""
         cdef Py_ssize_t i = self._find(node_id)
         cdef int j
         if self._kinds[i] == C_PREDICATE and not predicate_value:
@@ -251,42 +207,6 @@ cdef class CompiledGraph:
     def is_checkpoint(self, node_id):
         """True if a LOCAL_ASYNC run must flush right after ``node_id``."""
         return self._checkpoints[self._find(node_id)]
-
-    def plan(self, node_id, queues, max_steps):
-        """The straight run of locally runnable steps from ``node_id`` (inclusive) along ``next`` edges.
-
-        Stops before a boundary, after a predicate (its branch is unknown until it runs), after a
-        checkpoint, or at ``max_steps`` (0: no cap). The worker uses it to size a local run.
-        """
-        cdef list out = []
-        cdef Py_ssize_t i = self._find(node_id)
-        cdef Py_ssize_t seen = 0
-        cdef Py_ssize_t cap = 0
-        cdef bint c_limit
-        cdef int kind
-        limit = max_steps if max_steps > 0 else self._n + 1
-        # A plain int limit is counted in C; anything else (a float, say) is compared as the
-        # pure twin compares it. A cyclic graph can yield more steps than it has nodes.
-        c_limit = type(limit) is int or type(limit) is bool
-        if c_limit:
-            cap = limit if limit < PY_SSIZE_T_MAX else PY_SSIZE_T_MAX
-        while i >= 0:
-            if c_limit:
-                if seen >= cap:
-                    break
-            elif not (seen < limit):
-                break
-            kind = self._kinds[i]
-            if not (kind == C_TASK or kind == C_PREDICATE):
-                break
-            if <object>PyTuple_GET_ITEM(self._queues, i) not in queues:
-                break
-            out.append(<object>PyTuple_GET_ITEM(self._ids, i))
-            seen += 1
-            if kind == C_PREDICATE or self._checkpoints[i]:
-                break
-            i = self._nexts[i]
-        return out
 
 
 def _restore(ids, index, kinds, nexts, alts, queues, checkpoints):

@@ -1,4 +1,4 @@
-"""Graph traversal, the pure-Python reference twin of traversal_c.pyx (design doc §7).
+"""Graph traversal, the pure-Python reference twin of traversal_c.pyx.
 
 The one place that decides, for a worker step, what runs next and whether a worker may run it
 locally. The server's drive loop and the worker's local driver both call it, so the two can
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from .._model import Handback, Node, NodeKind, WorkflowDefinition
+from .._model import Handback, NodeKind, WorkflowDefinition
 
-__all__ = ["CompiledGraph", "successor", "classify"]
+__all__ = ["CompiledGraph"]
 
 # Kind codes of CompiledGraph.kinds (the Cython twin keeps them in a C int array).
 TASK, PREDICATE, SLEEP, FORK, JOIN, USER_TASK, END = range(7)
@@ -31,22 +31,6 @@ _BOUNDARY = {
     USER_TASK: Handback.USER_TASK,
     END: Handback.TERMINAL,
 }
-
-
-def successor(node: Node, predicate_value: bool = True) -> str | None:
-    """The node after a completed worker step: a task's ``next``; a predicate's ``next`` or ``alt_next``."""
-    if node.kind is NodeKind.PREDICATE and not predicate_value:
-        return node.alt_next
-    return node.next
-
-
-def classify(next_node: Node, queues: Collection[str], default_queue: str) -> Handback | None:
-    """Why a worker serving ``queues`` must hand back at ``next_node``; None if it may run it locally."""
-    kind = next_node.kind
-    if kind is NodeKind.TASK or kind is NodeKind.PREDICATE:
-        queue = next_node.queue or default_queue
-        return None if queue in queues else Handback.OTHER_QUEUE
-    return _BOUNDARY[_KIND_CODE[kind]]
 
 
 class CompiledGraph:
@@ -72,7 +56,7 @@ class CompiledGraph:
         self.checkpoints: list[bool] = [n.id in marks for n in definition.nodes]
 
     def successor(self, node_id: str, predicate_value: bool = True) -> str | None:
-        """The node after the worker step ``node_id`` (see the module function)."""
+        """The node after the worker step ``node_id``: a task's ``next``; a predicate's ``next`` or ``alt_next``."""
         i = self.index[node_id]
         j = self.alts[i] if self.kinds[i] == PREDICATE and not predicate_value else self.nexts[i]
         return self.ids[j] if j >= 0 else None
@@ -88,24 +72,3 @@ class CompiledGraph:
     def is_checkpoint(self, node_id: str) -> bool:
         """True if a LOCAL_ASYNC run must flush right after ``node_id``."""
         return self.checkpoints[self.index[node_id]]
-
-    def plan(self, node_id: str, queues: Collection[str], max_steps: int) -> list[str]:
-        """The straight run of locally runnable steps from ``node_id`` (inclusive) along ``next`` edges.
-
-        Stops before a boundary, after a predicate (its branch is unknown until it runs), after a
-        checkpoint, or at ``max_steps`` (0: no cap). The worker uses it to size a local run.
-        """
-        out: list[str] = []
-        i = self.index[node_id]
-        limit = max_steps if max_steps > 0 else len(self.ids) + 1
-        seen = 0
-        while i >= 0 and seen < limit:
-            kind = self.kinds[i]
-            if not (kind == TASK or kind == PREDICATE) or self.queues[i] not in queues:
-                break
-            out.append(self.ids[i])
-            seen += 1
-            if kind == PREDICATE or self.checkpoints[i]:
-                break
-            i = self.nexts[i]
-        return out

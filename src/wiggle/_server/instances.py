@@ -14,9 +14,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
+from .._engine.records import StepRecord
 from .._engine.state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
@@ -228,7 +230,7 @@ class Instances:
         return state.instance.status, expires
 
     async def advance_run(
-        self, token_id: str, owner: str, steps: list[tuple[Any, ...]], final: bool, reason: str
+        self, token_id: str, owner: str, steps: Sequence[StepRecord], final: bool, reason: str
     ) -> AdvanceOutcome:
         """AdvanceRun: apply a local run's steps (see Engine.advance_run)."""
 

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 import grpc
@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 
 from .. import _fast
 from .._engine.engine import EngineConfig
+from .._engine.records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
 from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus
 from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
@@ -378,6 +379,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         validate_name(request.task_id, "task_id")
         if request.steps_batch and len(request.steps):
             raise InvalidArgument("AdvanceRun sets both steps and steps_batch; send one of them")
+        steps: Sequence[StepRecord]
         if request.steps_batch:
             check_depth(request.steps_batch, "steps_batch")
             try:
@@ -402,13 +404,13 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         )
 
 
-def _step_from_pb(step: pb.StepResult) -> tuple[Any, ...]:
-    # The record shapes Engine.advance_run takes (wiggle/_engine/engine.py): C, P, F, T.
+def _step_from_pb(step: pb.StepResult) -> StepRecord:
+    """The step record (wiggle/_engine/records.py) of one unbatched AdvanceRun step."""
     which = step.WhichOneof("outcome")
     if which == "context_json":
-        return ("C", step.node_id, decode_object(step.context_json, "context_json", None))
+        return ContextSet(step.node_id, decode_object(step.context_json, "context_json", None))
     if which == "predicate_value":
-        return ("P", step.node_id, step.predicate_value)
+        return PredicateDone(step.node_id, step.predicate_value)
     if which == "failure":
-        return ("F", step.node_id, step.failure.message or "step failed", step.failure.retryable)
-    return ("T", step.node_id, {}, [])
+        return StepFailed(step.node_id, step.failure.message or "step failed", step.failure.retryable)
+    return TaskDone(step.node_id, {}, [])

@@ -1,9 +1,8 @@
 """AdvanceRun step records: the one function that builds them, and their encoding.
 
-Today a record is the tuple ``wiggle._fast`` encodes (its batch module documents the shapes:
-``("T", node, changed, removed)``, ``("P", node, value)``, ``("F", node, message, retryable)``).
-Every record the local-run driver sends is built by ``step_record``, so changing the record type
-(for example to msgspec Structs) changes this module only.
+A record is one of the Structs of wiggle/_engine/records.py (TaskDone, PredicateDone,
+StepFailed), which ``wiggle._fast.encode_batch`` encodes. Every record the local-run driver sends
+is built by ``step_record``.
 """
 
 from __future__ import annotations
@@ -11,12 +10,13 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .. import _fast
+from .._engine.records import BatchRecord, PredicateDone, StepFailed, TaskDone
 from .handlers import Failure
 
 __all__ = ["StepRecord", "ContextDiff", "StepResult", "step_record", "encode_records"]
 
 #: One executed step as the AdvanceRun batch carries it.
-StepRecord = tuple[Any, ...]
+StepRecord = BatchRecord
 
 
 class ContextDiff(NamedTuple):
@@ -33,10 +33,10 @@ StepResult = ContextDiff | bool | Failure
 def step_record(node_id: str, result: StepResult) -> StepRecord:
     """The AdvanceRun record of ``node_id`` having produced ``result``."""
     if isinstance(result, Failure):
-        return ("F", node_id, result.message, result.retryable)
+        return StepFailed(node_id, result.message, result.retryable)
     if isinstance(result, bool):
-        return ("P", node_id, result)
-    return ("T", node_id, result.changed, result.removed)
+        return PredicateDone(node_id, result)
+    return TaskDone(node_id, result.changed, result.removed)
 
 
 def encode_records(records: list[StepRecord]) -> bytes:
