@@ -1,1 +1,1 @@
-"""The conformance suite: SEMANTICS.md as tests, run for every store and every execution mode."""
+"""The conformance suite: docs/semantics.md as tests, run for every store and every execution mode."""

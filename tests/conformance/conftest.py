@@ -4,7 +4,7 @@ Stores: "memory" always; "postgres" when WIGGLE_TEST_POSTGRES=1 (the server at
 WIGGLE_TEST_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/test; every run gets its
 own schema, dropped at the end).
 Modes: SERVER, LOCAL_SYNC and LOCAL_ASYNC, set on each workflow with ``.execution(mode)``:
-the rules of SEMANTICS.md hold in every mode, so every scenario runs in every mode.
+the rules of docs/semantics.md hold in every mode, so every scenario runs in every mode.
 
 Workflow names are unique per test (``harness.define("linear")``) so tests sharing a PostgreSQL
 schema never see each other's queues.

@@ -1,4 +1,4 @@
-"""Errors at the edge: wrong state, unknown names, size limits (SEMANTICS.md, last table)."""
+"""Errors at the edge: wrong state, unknown names, size limits (docs/semantics.md#errors and #limits)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Control flow: linear runs, gates, choices, loops and sleeps (SEMANTICS.md, node rules)."""
+"""Control flow: linear runs, gates, choices, loops and sleeps (docs/semantics.md#node-kinds)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Prometheus /metrics endpoint (the ``metrics`` extra: prometheus-client).
 
-Exposes RPC calls and errors by method, local-run lengths and handback reasons (design doc §12),
+Exposes RPC calls and errors by method, local-run lengths and handback reasons (docs/semantics.md#handbacks),
 and the store's committed transactions.
 """
 
