@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 
 from .. import _fast
 from .._engine.engine import EngineConfig
-from .._engine.records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
+from .._engine.records import StepRecord
 from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus
 from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
@@ -389,7 +389,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             except RecursionError:  # unbalanced brackets check_depth left to the decoder
                 raise too_deep("steps_batch") from None
         else:
-            steps = [_step_from_pb(s) for s in request.steps]
+            steps = [convert.step_record_from_pb(s) for s in request.steps]
         outcome = await self.instances.advance_run(
             request.task_id, request.lease_owner, steps, request.final, request.handback_reason
         )
@@ -402,15 +402,3 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             token_status=outcome.token_status,
             applied_steps=outcome.applied_steps,
         )
-
-
-def _step_from_pb(step: pb.StepResult) -> StepRecord:
-    """The step record (wiggle/_engine/records.py) of one unbatched AdvanceRun step."""
-    which = step.WhichOneof("outcome")
-    if which == "context_json":
-        return ContextSet(step.node_id, decode_object(step.context_json, "context_json", None))
-    if which == "predicate_value":
-        return PredicateDone(step.node_id, step.predicate_value)
-    if which == "failure":
-        return StepFailed(step.node_id, step.failure.message or "step failed", step.failure.retryable)
-    return TaskDone(step.node_id, {}, [])

@@ -12,11 +12,13 @@ import msgspec
 
 from .._client.types import HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
 from .._engine.engine import Claimed, EngineConfig
+from .._engine.records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
 from .._engine.state import HistoryEntry as StateHistoryEntry
 from .._engine.state import Token
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._storage.base import InstanceView, WorkflowRecord
+from .payload import decode_object
 
 __all__ = [
     "token_to_pb",
@@ -28,6 +30,7 @@ __all__ = [
     "instance_from_pb",
     "history_from_pb",
     "workflow_from_pb",
+    "step_record_from_pb",
     "encode_json",
 ]
 
@@ -186,3 +189,18 @@ def workflow_from_pb(msg: pb.WorkflowInfo) -> WorkflowInfo:
         registered_at=msg.registered_at,
         created=msg.created,
     )
+
+
+# ---------------------------------------------------------------------------- server: wire -> step records
+
+
+def step_record_from_pb(step: pb.StepResult) -> StepRecord:
+    """The step record (wiggle/_engine/records.py) of one unbatched AdvanceRun step."""
+    which = step.WhichOneof("outcome")
+    if which == "context_json":
+        return ContextSet(step.node_id, decode_object(step.context_json, "context_json", None))
+    if which == "predicate_value":
+        return PredicateDone(step.node_id, step.predicate_value)
+    if which == "failure":
+        return StepFailed(step.node_id, step.failure.message or "step failed", step.failure.retryable)
+    return TaskDone(step.node_id, {}, [])
