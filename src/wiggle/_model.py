@@ -90,7 +90,7 @@ def _check_count(value: object, field: str, where: str, what_zero: str) -> None:
 
 
 class ExecutionMode(str, enum.Enum):
-    """Who drives a workflow's worker steps (docs/semantics.md: execution modes).
+    """Who drives a workflow's worker steps (docs/semantics.md#execution-modes).
 
     SERVER: the server, one node per claim; each step is committed before the next runs.
     LOCAL_SYNC: the worker chains same-queue steps locally and commits each one (AdvanceRun per
@@ -119,7 +119,7 @@ class NodeKind(str, enum.Enum):
 
 
 class Handback(str, enum.Enum):
-    """Why a worker's local run stops and hands control back to the server (docs/semantics.md: local runs)."""
+    """Why a worker's local run stops and hands control back to the server (docs/semantics.md#handbacks)."""
 
     SLEEP = "SLEEP"
     FORK = "FORK"

@@ -1,6 +1,6 @@
 """Step records: what a worker reports a step did, as AdvanceRun carries it to the engine.
 
-A local run (docs/glossary.md: "step", "local run") is reported as an ordered list of these
+A local run (docs/glossary.md#step-record, #local-run) is reported as an ordered list of these
 records; ``Engine.advance_run`` takes them, ``wiggle._fast.decode_batch`` returns them and
 ``wiggle._fast.encode_batch`` takes them. This module imports nothing of Wiggle's, so the worker
 and the ``_fast`` twins can use it without importing the engine.

@@ -103,7 +103,7 @@ def workflow_to_pb(record: WorkflowRecord, created: bool = False, body: bool = T
 
 
 def activation_to_pb(claimed: Claimed, config: EngineConfig) -> pb.TaskActivation:
-    """A claimed token as the activation a worker runs (the wire's "task", docs/glossary.md)."""
+    """A claimed token as the activation a worker runs (the wire's "task", docs/glossary.md#task-wire-only)."""
     token = claimed.token
     inst = claimed.instance
     return pb.TaskActivation(
