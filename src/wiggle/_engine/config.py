@@ -1,0 +1,38 @@
+"""What the engine runs with: the server-wide rules and a registered definition, compiled."""
+
+from __future__ import annotations
+
+import msgspec
+
+from .. import _fast
+from .._model import ExecutionMode, Node, WorkflowDefinition
+
+__all__ = ["EngineConfig", "LoadedDefinition"]
+
+
+class EngineConfig(msgspec.Struct):
+    """Server-wide rules the engine applies (all from WIGGLE_* settings)."""
+
+    lease_millis: int = 30_000
+    execution_mode: ExecutionMode = ExecutionMode.SERVER  # what DEFAULT resolves to
+    max_local_steps: int = 1000  # server cap on one local run (0: none); a definition may lower it
+    max_payload_bytes: int = 1 << 20  # context, step result, user-task payload
+    max_instance_steps: int = 100_000  # runaway guard: worker steps one instance may take
+    max_drive_moves: int = 10_000  # runaway guard: server-side moves in one drive
+
+
+class LoadedDefinition:
+    """A registered definition with its compiled graph, cached by the store."""
+
+    __slots__ = ("definition", "version", "graph", "nodes", "json")
+
+    def __init__(self, definition: WorkflowDefinition, version: str | None = None) -> None:
+        self.definition = definition
+        self.version = version or definition.content_version()
+        self.graph = _fast.CompiledGraph(definition)
+        self.nodes: dict[str, Node] = definition.node_map()
+        self.json = definition.to_json()
+
+    def queue_of(self, node: Node) -> str:
+        """The queue a worker node (or a join's combine call) runs on."""
+        return node.queue or self.definition.name

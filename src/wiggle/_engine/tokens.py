@@ -1,0 +1,244 @@
+"""Token and instance bookkeeping the transitions share.
+
+Create, move and finish tokens, record history, end the instance, check a worker's lease, count
+steps against the runaway guard, and fail a step (retry with backoff or fail the instance). Like
+every engine module: no I/O, and nothing is mutated before the input is validated.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._model import Node
+from ..errors import AlreadyFinished, FailedPrecondition
+from .config import LoadedDefinition
+from .state import (
+    FINISHED_INSTANCE_STATUSES,
+    Changes,
+    HistoryEntry,
+    HistoryOutcome,
+    InstanceState,
+    InstanceStatus,
+    Token,
+    TokenStatus,
+)
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = [
+    "context_of",
+    "count_step",
+    "end_instance",
+    "fail_instance",
+    "fail_step",
+    "finish_token",
+    "leased_token",
+    "move",
+    "new_token",
+    "record",
+    "set_context",
+]
+
+
+def context_of(state: InstanceState, token: Token) -> dict[str, Any]:
+    """The context a token carries (the instance context on the main line)."""
+    return token.context if token.context is not None else state.instance.context
+
+
+def set_context(state: InstanceState, token: Token, context: dict[str, Any], changes: Changes) -> None:
+    """Give ``token`` its new context: its own on a branch, the instance's on the main line."""
+    if token.fork_stack:
+        token.context = context
+    else:
+        token.context = None
+        state.instance.context = context
+        changes.instance_changed = True
+
+
+def new_token(state: InstanceState, node_id: str, now: int, changes: Changes) -> Token:
+    """A new READY token at ``node_id``, numbered from the instance's token sequence."""
+    inst = state.instance
+    inst.token_seq += 1
+    changes.instance_changed = True
+    token = Token(
+        id=f"{inst.id}.{inst.token_seq}",
+        instance_id=inst.id,
+        node_id=node_id,
+        status=TokenStatus.READY,
+        created_at=now,
+    )
+    state.tokens[token.id] = token
+    changes.tokens[token.id] = token
+    return token
+
+
+def finish_token(state: InstanceState, token: Token, status: TokenStatus, now: int, changes: Changes) -> None:
+    """End ``token`` with ``status``: it leaves the active set and its lease is cleared."""
+    token.status = status
+    token.finished_at = now
+    token.lease_owner = ""
+    token.lease_expires_at = 0
+    token.local_run_owner = ""
+    state.tokens.pop(token.id, None)
+    changes.tokens[token.id] = token
+
+
+def record(
+    state: InstanceState,
+    token: Token,
+    node: Node,
+    outcome: HistoryOutcome,
+    now: int,
+    changes: Changes,
+    error: str = "",
+    worker: str = "",
+    started: int = 0,
+) -> None:
+    """Append one history entry for ``token`` at ``node``."""
+    changes.history.append(
+        HistoryEntry(
+            instance_id=state.instance.id,
+            token_id=token.id,
+            node_id=node.id,
+            kind=node.kind.value,
+            attempt=token.attempt,
+            worker_id=worker,
+            started_at=started or now,
+            ended_at=now,
+            outcome=outcome,
+            error=error,
+        )
+    )
+
+
+def end_instance(
+    state: InstanceState,
+    status: InstanceStatus,
+    now: int,
+    changes: Changes,
+    reason: str = "",
+    error: str = "",
+) -> None:
+    """Finish the instance with ``status``; every token still active is CANCELLED."""
+    inst = state.instance
+    inst.status = status
+    inst.reason = reason
+    inst.error = error
+    inst.finished_at = now
+    inst.updated_at = now
+    inst.joins = {}
+    changes.instance_changed = True
+    changes.finished = True
+    for other in list(state.tokens.values()):
+        finish_token(state, other, TokenStatus.CANCELLED, now, changes)
+
+
+def fail_instance(state: InstanceState, error: str, now: int, changes: Changes) -> None:
+    """Finish the instance FAILED with ``error``."""
+    end_instance(state, InstanceStatus.FAILED, now, changes, error=error)
+
+
+def move(token: Token, next_id: str) -> None:
+    """Put ``token`` on ``next_id`` with a fresh attempt and no lease."""
+    token.node_id = next_id
+    token.attempt = 1
+    token.last_error = ""
+    token.lease_owner = ""
+    token.lease_expires_at = 0
+
+
+def leased_token(state: InstanceState, token_id: str, owner: str) -> Token:
+    """The RUNNING token ``token_id`` leased to ``owner``; the report is refused otherwise."""
+    inst = state.instance
+    if inst.status in FINISHED_INSTANCE_STATUSES:
+        raise AlreadyFinished(
+            f"instance {inst.id} is {inst.status}; the report on token {token_id} was refused",
+            inst.status,
+        )
+    token = state.tokens.get(token_id)
+    if token is None:
+        raise FailedPrecondition(f"token {token_id} is not active (it already finished or moved on)")
+    if token.status != TokenStatus.RUNNING:
+        raise FailedPrecondition(f"token {token_id} is {token.status}, not RUNNING (its lease was lost)")
+    if token.lease_owner != owner:
+        raise FailedPrecondition(
+            f"token {token_id} is leased to {token.lease_owner!r}, not {owner!r}; the report was refused"
+        )
+    return token
+
+
+def count_step(engine: Engine, state: InstanceState, token: Token, now: int, changes: Changes) -> bool:
+    """Count one worker step; False (and the instance failed) past the runaway guard."""
+    state.instance.steps += 1
+    if state.instance.steps > engine.config.max_instance_steps:
+        fail_instance(
+            state,
+            f"runaway: more than {engine.config.max_instance_steps} steps (last at node {token.node_id!r}); "
+            "a loop that never exits?",
+            now,
+            changes,
+        )
+        return False
+    return True
+
+
+def fail_step(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    token: Token,
+    node: Node,
+    message: str,
+    retryable: bool,
+    now: int,
+    changes: Changes,
+    worker: str = "",
+) -> Changes:
+    message = message[:4000]
+    policy = loaded.definition.retry_for(node)
+    state.instance.updated_at = now
+    changes.instance_changed = True
+    worker = worker or token.lease_owner
+    if retryable and policy.allows_another(token.attempt):
+        record(
+            state,
+            token,
+            node,
+            HistoryOutcome.RETRY,
+            now,
+            changes,
+            error=message,
+            worker=worker,
+            started=token.started_at,
+        )
+        delay = policy.backoff_millis(token.attempt, engine.rng)
+        token.attempt += 1
+        token.status = TokenStatus.READY
+        token.available_at = now + delay
+        token.last_error = message
+        token.lease_owner = ""
+        token.lease_expires_at = 0
+        token.local_run_owner = ""
+        token.local_run_steps = 0
+        token.queue = loaded.queue_of(node)
+        changes.tokens[token.id] = token
+        changes.ready_queues.add(token.queue)
+        if delay > 0:
+            changes.timers = True
+        return changes
+    record(
+        state,
+        token,
+        node,
+        HistoryOutcome.FAILED,
+        now,
+        changes,
+        error=message,
+        worker=worker,
+        started=token.started_at,
+    )
+    token.last_error = message
+    finish_token(state, token, TokenStatus.FAILED, now, changes)
+    fail_instance(state, f"{node.id}: {message}", now, changes)
+    return changes
