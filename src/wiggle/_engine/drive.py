@@ -1,4 +1,4 @@
-"""The drive loop: move a token through server-side nodes until it parks (docs/semantics.md).
+"""The drive loop: move a token through server-side nodes until it parks (docs/semantics.md#node-kinds).
 
 A worker node (task, predicate) parks the token READY on its queue; a sleep or user task parks it
 WAITING / AWAITING; an end finishes it; a fork spawns one token per branch; a join parks branches
@@ -24,7 +24,7 @@ __all__ = ["drive", "arrive_at_join"]
 def drive(
     engine: Engine, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
 ) -> None:
-    """Move ``token`` (and any tokens it spawns) until each is parked (docs/semantics.md: node rules)."""
+    """Move ``token`` (and any tokens it spawns) until each is parked (docs/semantics.md#node-kinds)."""
     pending = [token]
     moves = 0
     while pending:

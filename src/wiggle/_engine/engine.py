@@ -104,7 +104,7 @@ class Engine:
     def drive(
         self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
     ) -> None:
-        """Move ``token`` (and any tokens it spawns) until each is parked (docs/semantics.md: node rules)."""
+        """Move ``token`` (and any tokens it spawns) until each is parked (docs/semantics.md#node-kinds)."""
         driving.drive(self, loaded, state, token, now, changes)
 
     # ------------------------------------------------------------------ start
@@ -264,7 +264,7 @@ class Engine:
         now: int,
         handback_reason: str = "",
     ) -> tuple[AdvanceOutcome, Changes]:
-        """Apply an ordered run of locally executed steps atomically (docs/semantics.md, local runs).
+        """Apply an ordered run of locally executed steps atomically (docs/semantics.md#advancerun).
 
         ``steps`` are step records (wiggle._engine.records): TaskDone (a task as its context
         diff), PredicateDone, StepFailed (last only), or ContextSet (a task reported with its

@@ -1,4 +1,4 @@
-"""AdvanceRun: a local run's steps, validated as a whole batch, then applied (docs/semantics.md)."""
+"""AdvanceRun: a local run's steps, validated as a whole batch, then applied (docs/semantics.md#advancerun)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def advance_run(
     now: int,
     handback_reason: str = "",
 ) -> tuple[AdvanceOutcome, Changes]:
-    """Apply an ordered run of locally executed steps atomically (docs/semantics.md, local runs).
+    """Apply an ordered run of locally executed steps atomically (docs/semantics.md#advancerun).
 
     ``steps`` are step records (wiggle._engine.records): TaskDone (a task as its context
     diff), PredicateDone, StepFailed (last only), or ContextSet (a task reported with its
@@ -66,7 +66,7 @@ def advance_run(
         return AdvanceOutcome(inst.status, 0, token_id, "", 0), changes
     token = leased_token(state, token_id, owner)
     if engine.resolve_mode(loaded) is ExecutionMode.SERVER and (len(records) > 1 or not final):
-        # SERVER mode commits every step before the next runs (docs/semantics.md): a worker
+        # SERVER mode commits every step before the next runs (docs/semantics.md#advancerun): a worker
         # may not chain steps under one claim, whatever it sends.
         raise FailedPrecondition(
             f"workflow {inst.workflow!r} runs in execution mode SERVER: one step per claim, "
