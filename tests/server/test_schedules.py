@@ -271,3 +271,19 @@ def test_plan_marks_only_the_latest_recent_tick_on_time() -> None:
     assert (late.fire, late.dropped, late.next_tick_at) == ([121_000], 120, 122_000)
     very_late = plan_ticks(msgspec.structs.replace(s, interval_millis=3_600_000), 1000 + 7_200_000 + 61_000)
     assert very_late.fire == []  # even the latest tick is more than a minute late: missed
+
+
+def test_cron_across_daylight_saving_changes() -> None:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    paris = ZoneInfo("Europe/Paris")
+    s = Schedule(id="dst", workflow="w", cron="30 2 * * *", timezone="Europe/Paris")
+    start = int(datetime(2026, 3, 27, 12, 0, tzinfo=paris).timestamp() * 1000)
+    spring = [datetime.fromtimestamp(t / 1000, paris) for t in next_ticks(s, start, 3)]
+    # 2026-03-29 02:30 does not exist in Paris: that tick fires when the gap ends, at 03:00
+    assert [(d.day, d.hour, d.minute) for d in spring] == [(28, 2, 30), (29, 3, 0), (30, 2, 30)]
+    start = int(datetime(2026, 10, 24, 12, 0, tzinfo=paris).timestamp() * 1000)
+    autumn = next_ticks(s, start, 2)
+    # 2026-10-25 02:30 happens twice: one tick, then the next day's
+    assert autumn[1] - autumn[0] == 25 * 3_600_000
