@@ -287,3 +287,25 @@ def test_cron_across_daylight_saving_changes() -> None:
     autumn = next_ticks(s, start, 2)
     # 2026-10-25 02:30 happens twice: one tick, then the next day's
     assert autumn[1] - autumn[0] == 25 * 3_600_000
+
+
+async def test_a_trigger_never_takes_a_ticks_key(instances: Instances) -> None:
+    """A trigger in the very millisecond of a tick: the tick still starts its own instance."""
+    sched = instances.schedules
+    s = await sched.create(_every(10, overlap="ALLOW"))
+    new = msgspec.structs.replace(s, revision=s.revision + 1)
+    start = await sched._start(new, s.next_tick_at, s.next_tick_at)
+    start.manual = True
+    assert await instances.store.schedules.fire(new, s.revision, [start])
+    assert await sched.run_duties(s.next_tick_at) == 1
+    assert [t for t, _ in await _by_schedule(instances, "s1")] == [s.next_tick_at, s.next_tick_at]
+
+
+async def test_purged_tick_rows_still_cannot_fire_twice(instances: Instances) -> None:
+    """Tick rows are forgotten after the retention period; the revision check still refuses."""
+    s = await instances.schedules.create(_every(10, overlap="ALLOW"))
+    assert await instances.schedules.tick(s, s.next_tick_at) == 1
+    assert await instances.store.schedules.purge_ticks(s.next_tick_at + 1) == 1
+    assert await instances.store.schedules.purge_ticks(s.next_tick_at + 1) == 0
+    assert await instances.schedules.tick(s, s.next_tick_at) == 0
+    assert len(await _by_schedule(instances, "s1")) == 1

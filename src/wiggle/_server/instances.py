@@ -346,5 +346,6 @@ class Instances:
                 cutoff = now_millis() - int(retention_seconds * 1000)
                 while await self.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
                     await asyncio.sleep(0)
+                await self.store.schedules.purge_ticks(cutoff)
             except Exception as exc:
                 log.warning("retention purge failed: %s", exc)

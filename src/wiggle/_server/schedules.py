@@ -159,6 +159,7 @@ class Schedules:
             now = now_millis()
             new = msgspec.structs.replace(current, revision=current.revision + 1, updated_at=now)
             start = await self._start(new, now, now)
+            start.manual = True
             if await self.store.schedules.fire(new, current.revision, [start]):
                 return new, start.state.instance.id
         raise Unavailable(f"schedule {schedule_id!r} is being changed concurrently; try again")

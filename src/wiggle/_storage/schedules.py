@@ -49,6 +49,7 @@ class ScheduledStart(msgspec.Struct):
     tick_at: int
     state: InstanceState
     changes: Changes
+    manual: bool = False  # a trigger: not a tick, so no tick row (it must not take a tick's key)
 
 
 class ScheduleStore(abc.ABC):
@@ -81,6 +82,14 @@ class ScheduleStore(abc.ABC):
     @abc.abstractmethod
     async def next_due_at(self) -> int | None:
         """The earliest next tick of an unpaused schedule, or None."""
+
+    @abc.abstractmethod
+    async def purge_ticks(self, older_than: int) -> int:
+        """Forget tick rows of ticks before ``older_than`` (ms); how many went.
+
+        Safe at any age: a firing also needs the schedule's current revision, which a tick
+        already handled no longer has; the rows are the second guard, for recent ticks.
+        """
 
     @abc.abstractmethod
     async def fire(
@@ -145,13 +154,18 @@ class MemorySchedules(ScheduleStore):
         times = [s.next_tick_at for s in self._schedules.values() if not s.paused and s.next_tick_at > 0]
         return min(times) if times else None
 
+    async def purge_ticks(self, older_than: int) -> int:
+        old = {t for t in self._ticks if t[1] < older_than}
+        self._ticks -= old
+        return len(old)
+
     async def fire(
         self, schedule: Schedule, expected_revision: int, starts: builtins.list[ScheduledStart]
     ) -> bool:
         current = self._schedules.get(schedule.id)
         if current is None or current.revision != expected_revision:
             return False
-        keys = [(schedule.id, s.tick_at) for s in starts]
+        keys = [(schedule.id, s.tick_at) for s in starts if not s.manual]
         if any(k in self._ticks for k in keys) or len(set(keys)) != len(keys):
             return False
         self._schedules[schedule.id] = msgspec.structs.replace(schedule)

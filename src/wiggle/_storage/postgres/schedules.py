@@ -61,6 +61,7 @@ class PostgresSchedules(ScheduleStore):
             "((next_tick_at > 0 AND next_tick_at <= %s) OR buffered) ORDER BY next_tick_at LIMIT %s"
         )
         self.q_next = f"SELECT min(next_tick_at) FROM {s}.schedules WHERE NOT paused AND next_tick_at > 0"
+        self.q_purge = f"DELETE FROM {s}.schedule_ticks WHERE tick_at < %s"
         self.q_tick = (
             f"INSERT INTO {s}.schedule_ticks (schedule_id, tick_at, instance_id, fired_at) "
             "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
@@ -128,6 +129,13 @@ class PostgresSchedules(ScheduleStore):
         ((due,),) = await self.db.fetch("next schedule", self.q_next)
         return None if due is None else int(due)
 
+    async def purge_ticks(self, older_than: int) -> int:
+        async def body(conn: Conn) -> int:
+            cur = await conn.execute(self.q_purge, (older_than,))
+            return cur.rowcount
+
+        return await self.db.run("purge schedule ticks", body)
+
     async def fire(
         self, schedule: Schedule, expected_revision: int, starts: builtins.list[ScheduledStart]
     ) -> bool:
@@ -137,6 +145,8 @@ class PostgresSchedules(ScheduleStore):
                     if not await self._update(conn, schedule, expected_revision):
                         raise _Refused
                     for start in starts:
+                        if start.manual:
+                            continue
                         inst = start.state.instance
                         cur = await conn.execute(
                             self.q_tick, (schedule.id, start.tick_at, inst.id, inst.created_at)
