@@ -294,7 +294,7 @@ async def test_a_trigger_never_takes_a_ticks_key(instances: Instances) -> None:
     sched = instances.schedules
     s = await sched.create(_every(10, overlap="ALLOW"))
     new = msgspec.structs.replace(s, revision=s.revision + 1)
-    start = await sched._start(new, s.next_tick_at, s.next_tick_at)
+    start = await sched._start(new, s.next_tick_at)
     start.manual = True
     assert await instances.store.schedules.fire(new, s.revision, [start])
     assert await sched.run_duties(s.next_tick_at) == 1

@@ -158,7 +158,7 @@ class Schedules:
             current = await self.store.schedules.get(schedule_id)
             now = now_millis()
             new = msgspec.structs.replace(current, revision=current.revision + 1, updated_at=now)
-            start = await self._start(new, now, now)
+            start = await self._start(new, now)
             start.manual = True
             if await self.store.schedules.fire(new, current.revision, [start]):
                 return new, start.state.instance.id
@@ -166,9 +166,14 @@ class Schedules:
 
     # ------------------------------------------------------------------ clock duty
 
-    async def _start(self, schedule: Schedule, tick_at: int, now: int) -> ScheduledStart:
-        """The engine's start of one tick's instance, recorded on ``schedule`` (not yet stored)."""
+    async def _start(self, schedule: Schedule, tick_at: int) -> ScheduledStart:
+        """The engine's start of one tick's instance, recorded on ``schedule`` (not yet stored).
+
+        Started at the wall-clock time, whatever moment the duty was asked to plan for: instance
+        ids begin with their creation millisecond (wiggle/_engine/state.py new_instance_id).
+        """
         record = await self.store.get_workflow(schedule.workflow, schedule.version)
+        now = now_millis()
         state, changes = self.engine.start(
             record.loaded,
             new_instance_id(now),
@@ -220,7 +225,7 @@ class Schedules:
                     new.skipped += 1
                 continue
             try:
-                start = await self._start(new, tick_at, now)
+                start = await self._start(new, tick_at)
             except WiggleError as exc:  # e.g. the context no longer fits the engine's limits
                 log.warning("schedule %s: tick %d not started: %s", schedule.id, tick_at, exc)
                 new.skipped += 1
