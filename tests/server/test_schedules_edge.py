@@ -128,6 +128,9 @@ async def test_bad_requests_are_refused_and_change_nothing(
 
 
 async def test_client_errors_are_wiggle_errors(server: EmbeddedServer) -> None:
+    made = await server.client.create_schedule("lower", FLOW, every=5, overlap="buffer_one", catchup="all")
+    assert (made.overlap, made.catchup) == ("BUFFER_ONE", "ALL")  # policies are not case-sensitive
+    await server.client.delete_schedule("lower")
     with pytest.raises(InvalidArgument, match="cron expression"):
         await server.client.create_schedule("c", FLOW, cron="not a cron at all")
     with pytest.raises(NotFound, match="schedule 'zz' does not exist"):

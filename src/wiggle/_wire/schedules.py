@@ -29,8 +29,8 @@ def spec_from_pb(msg: pb.ScheduleSpec, max_bytes: int) -> Schedule:
         cron=msg.cron,
         timezone=msg.timezone or "UTC",
         context=decode_object(msg.context_json, "context_json", max_bytes),
-        overlap=msg.overlap or Overlap.SKIP.value,
-        catchup=msg.catchup or Catchup.NONE.value,
+        overlap=msg.overlap.upper() or Overlap.SKIP.value,
+        catchup=msg.catchup.upper() or Catchup.NONE.value,
         catchup_limit=msg.catchup_limit,
         paused=msg.paused,
     )
