@@ -18,6 +18,7 @@ EXPECTED = {
     "NotFound",
     "PermanentError",
     "RetryPolicy",
+    "ScheduleInfo",
     "Step",
     "TokenInfo",
     "Unavailable",

@@ -2,7 +2,15 @@
 
 from ._model import ExecutionMode, Handback, NodeKind, RetryPolicy, WorkflowDefinition
 from ._version import __version__
-from .client import AsyncClient, Client, HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
+from .client import (
+    AsyncClient,
+    Client,
+    HistoryEntry,
+    InstanceInfo,
+    ScheduleInfo,
+    TokenInfo,
+    WorkflowInfo,
+)
 from .errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -31,6 +39,7 @@ __all__ = [
     "NotFound",
     "PermanentError",
     "RetryPolicy",
+    "ScheduleInfo",
     "Step",
     "TokenInfo",
     "Unavailable",

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from ._cli_schedules import add_schedule_parser
 from ._engine.state import InstanceStatus
 from ._version import __version__
 from .errors import ErrorCode, WiggleError
@@ -359,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="JSON object merged into the context (or @file)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_complete_task)
+
+    add_schedule_parser(sub, (_client, _print_json, _json_arg, _when))
 
     p = sub.add_parser("doctor", help="show the installation: version, hot-path implementation, drivers")
     p.set_defaults(func=cmd_doctor)

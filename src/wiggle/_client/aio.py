@@ -17,10 +17,11 @@ from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._wire.convert import history_from_pb, instance_from_pb, workflow_from_pb
+from .._wire.schedules import schedule_from_pb
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
-from .types import HistoryEntry, InstanceInfo, WorkflowInfo
+from .types import HistoryEntry, InstanceInfo, ScheduleInfo, WorkflowInfo
 
 __all__ = ["AsyncClient"]
 
@@ -136,3 +137,100 @@ class AsyncClient:
         """Every step attempt and event of the instance, in order."""
         reply = await self._call(self.stub.GetHistory, pb.GetHistoryRequest(instance_id=instance_id))
         return [history_from_pb(e) for e in reply.entries]
+
+    # ------------------------------------------------------------------ schedules
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: str | Blueprint[Any],
+        context: Any = None,
+        *,
+        every: float | None = None,
+        cron: str = "",
+        timezone: str = "UTC",
+        version: str = "",
+        overlap: str = "SKIP",
+        catchup: str = "NONE",
+        catchup_limit: int = 0,
+        paused: bool = False,
+    ) -> ScheduleInfo:
+        """Start an instance of ``workflow`` every ``every`` seconds or on a 5-field ``cron``.
+
+        ``timezone`` is an IANA zone for cron; ``overlap`` is SKIP, BUFFER_ONE or ALLOW (what a
+        tick does while the previous instance runs); ``catchup`` is NONE, LAST or ALL (up to
+        ``catchup_limit``): which ticks missed while every server was down still start one.
+        """
+        request = core.schedule_spec(
+            schedule_id,
+            workflow,
+            context,
+            every,
+            cron,
+            timezone,
+            version,
+            overlap,
+            catchup,
+            catchup_limit,
+            paused,
+        )
+        return schedule_from_pb(await self._call(self.stub.CreateSchedule, request))
+
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        workflow: str | Blueprint[Any],
+        context: Any = None,
+        *,
+        every: float | None = None,
+        cron: str = "",
+        timezone: str = "UTC",
+        version: str = "",
+        overlap: str = "SKIP",
+        catchup: str = "NONE",
+        catchup_limit: int = 0,
+    ) -> ScheduleInfo:
+        """Replace a schedule's spec (same arguments as create_schedule); ticks restart from now."""
+        request = core.schedule_spec(
+            schedule_id,
+            workflow,
+            context,
+            every,
+            cron,
+            timezone,
+            version,
+            overlap,
+            catchup,
+            catchup_limit,
+            False,
+        )
+        return schedule_from_pb(await self._call(self.stub.UpdateSchedule, request))
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """A schedule with its next fire times."""
+        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        return schedule_from_pb(await self._call(self.stub.GetSchedule, request))
+
+    async def list_schedules(self, workflow: str = "") -> builtins.list[ScheduleInfo]:
+        """Every schedule (of ``workflow``), by id, with their next fire times."""
+        reply = await self._call(self.stub.ListSchedules, pb.ListSchedulesRequest(workflow=workflow))
+        return [schedule_from_pb(s) for s in reply.schedules]
+
+    async def pause_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """Stop a schedule firing (its ticks meanwhile are dropped)."""
+        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        return schedule_from_pb(await self._call(self.stub.PauseSchedule, request))
+
+    async def resume_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """Fire a paused schedule again, from its next tick after now."""
+        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        return schedule_from_pb(await self._call(self.stub.ResumeSchedule, request))
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """Delete a schedule (the instances it started stay)."""
+        await self._call(self.stub.DeleteSchedule, pb.ScheduleRequest(schedule_id=schedule_id))
+
+    async def trigger_schedule(self, schedule_id: str) -> InstanceInfo:
+        """Start one instance of a schedule now (whatever its overlap policy, even paused)."""
+        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        return instance_from_pb(await self._call(self.stub.TriggerSchedule, request))

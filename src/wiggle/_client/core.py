@@ -124,3 +124,33 @@ def check_result(info: InstanceInfo, timeout: float) -> InstanceInfo:
     if info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
         raise WorkflowFailed(f"instance {info.instance_id} {info.status}: {info.error or info.reason}")
     return info
+
+
+def schedule_spec(
+    schedule_id: str,
+    workflow: str | Blueprint[Any],
+    context: Any,
+    every: float | None,
+    cron: str,
+    timezone: str,
+    version: str,
+    overlap: str,
+    catchup: str,
+    catchup_limit: int,
+    paused: bool,
+) -> pb.ScheduleSpec:
+    """CreateSchedule / UpdateSchedule: ``every`` in seconds, or a 5-field ``cron`` expression."""
+    name = workflow.name if isinstance(workflow, Blueprint) else workflow
+    return pb.ScheduleSpec(
+        id=schedule_id,
+        workflow=name,
+        version=version,
+        interval_millis=round(every * 1000) if every else 0,
+        cron=cron,
+        timezone=timezone,
+        context_json=_context_json(context),
+        overlap=str(overlap),
+        catchup=str(catchup),
+        catchup_limit=catchup_limit,
+        paused=paused,
+    )

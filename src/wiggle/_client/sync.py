@@ -16,10 +16,11 @@ from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._wire.convert import history_from_pb, instance_from_pb, workflow_from_pb
+from .._wire.schedules import schedule_from_pb
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
-from .types import HistoryEntry, InstanceInfo, WorkflowInfo
+from .types import HistoryEntry, InstanceInfo, ScheduleInfo, WorkflowInfo
 
 __all__ = ["Client"]
 
@@ -135,3 +136,100 @@ class Client:
         """Every step attempt and event of the instance, in order."""
         reply = self._call(self.stub.GetHistory, pb.GetHistoryRequest(instance_id=instance_id))
         return [history_from_pb(e) for e in reply.entries]
+
+    # ------------------------------------------------------------------ schedules
+
+    def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: str | Blueprint[Any],
+        context: Any = None,
+        *,
+        every: float | None = None,
+        cron: str = "",
+        timezone: str = "UTC",
+        version: str = "",
+        overlap: str = "SKIP",
+        catchup: str = "NONE",
+        catchup_limit: int = 0,
+        paused: bool = False,
+    ) -> ScheduleInfo:
+        """Start an instance of ``workflow`` every ``every`` seconds or on a 5-field ``cron``.
+
+        ``timezone`` is an IANA zone for cron; ``overlap`` is SKIP, BUFFER_ONE or ALLOW (what a
+        tick does while the previous instance runs); ``catchup`` is NONE, LAST or ALL (up to
+        ``catchup_limit``): which ticks missed while every server was down still start one.
+        """
+        request = core.schedule_spec(
+            schedule_id,
+            workflow,
+            context,
+            every,
+            cron,
+            timezone,
+            version,
+            overlap,
+            catchup,
+            catchup_limit,
+            paused,
+        )
+        return schedule_from_pb(self._call(self.stub.CreateSchedule, request))
+
+    def update_schedule(
+        self,
+        schedule_id: str,
+        workflow: str | Blueprint[Any],
+        context: Any = None,
+        *,
+        every: float | None = None,
+        cron: str = "",
+        timezone: str = "UTC",
+        version: str = "",
+        overlap: str = "SKIP",
+        catchup: str = "NONE",
+        catchup_limit: int = 0,
+    ) -> ScheduleInfo:
+        """Replace a schedule's spec (same arguments as create_schedule); ticks restart from now."""
+        request = core.schedule_spec(
+            schedule_id,
+            workflow,
+            context,
+            every,
+            cron,
+            timezone,
+            version,
+            overlap,
+            catchup,
+            catchup_limit,
+            False,
+        )
+        return schedule_from_pb(self._call(self.stub.UpdateSchedule, request))
+
+    def get_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """A schedule with its next fire times."""
+        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        return schedule_from_pb(self._call(self.stub.GetSchedule, request))
+
+    def list_schedules(self, workflow: str = "") -> builtins.list[ScheduleInfo]:
+        """Every schedule (of ``workflow``), by id, with their next fire times."""
+        reply = self._call(self.stub.ListSchedules, pb.ListSchedulesRequest(workflow=workflow))
+        return [schedule_from_pb(s) for s in reply.schedules]
+
+    def pause_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """Stop a schedule firing (its ticks meanwhile are dropped)."""
+        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        return schedule_from_pb(self._call(self.stub.PauseSchedule, request))
+
+    def resume_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """Fire a paused schedule again, from its next tick after now."""
+        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        return schedule_from_pb(self._call(self.stub.ResumeSchedule, request))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        """Delete a schedule (the instances it started stay)."""
+        self._call(self.stub.DeleteSchedule, pb.ScheduleRequest(schedule_id=schedule_id))
+
+    def trigger_schedule(self, schedule_id: str) -> InstanceInfo:
+        """Start one instance of a schedule now (whatever its overlap policy, even paused)."""
+        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        return instance_from_pb(self._call(self.stub.TriggerSchedule, request))

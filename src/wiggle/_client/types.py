@@ -9,7 +9,7 @@ import msgspec
 from .._engine.state import FINISHED_INSTANCE_STATUSES
 from .._model import WorkflowDefinition
 
-__all__ = ["TokenInfo", "InstanceInfo", "HistoryEntry", "WorkflowInfo"]
+__all__ = ["TokenInfo", "InstanceInfo", "HistoryEntry", "WorkflowInfo", "ScheduleInfo"]
 
 
 class TokenInfo(msgspec.Struct, frozen=True):
@@ -43,6 +43,8 @@ class InstanceInfo(msgspec.Struct, frozen=True):
     updated_at: int
     finished_at: int
     tokens: tuple[TokenInfo, ...] = ()
+    schedule_id: str = ""  # the schedule whose tick started it ("" if none)
+    schedule_tick_at: int = 0  # that tick's time (ms)
 
     @property
     def finished(self) -> bool:
@@ -72,3 +74,28 @@ class WorkflowInfo(msgspec.Struct, frozen=True):
     definition: WorkflowDefinition
     registered_at: int
     created: bool = False
+
+
+class ScheduleInfo(msgspec.Struct, frozen=True):
+    """A schedule (docs/semantics.md#schedules): its spec, its progress and its next fire times."""
+
+    schedule_id: str
+    workflow: str
+    version: str
+    interval_seconds: float | None  # None for a cron schedule
+    cron: str
+    timezone: str
+    context: dict[str, Any]
+    overlap: str  # SKIP | BUFFER_ONE | ALLOW
+    catchup: str  # NONE | LAST | ALL
+    catchup_limit: int
+    paused: bool
+    created_at: int
+    updated_at: int
+    next_tick_at: int
+    last_tick_at: int
+    last_instance_id: str
+    buffered_tick_at: int
+    fired: int
+    skipped: int
+    next_fire_times: tuple[int, ...] = ()

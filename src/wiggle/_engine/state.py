@@ -142,6 +142,8 @@ class Instance(msgspec.Struct):
     token_seq: int = 0
     joins: dict[str, JoinState] = {}
     steps: int = 0  # worker steps applied so far (the runaway guard)
+    schedule_id: str = ""  # the schedule whose tick started it (docs/semantics.md#schedules)
+    schedule_tick_at: int = 0  # that tick's time (ms)
 
 
 class Token(msgspec.Struct):

@@ -85,7 +85,7 @@ class TokenInfo(_message.Message):
     def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., available_at: _Optional[int] = ..., last_error: _Optional[str] = ..., local_run_owner: _Optional[str] = ..., local_run_steps: _Optional[int] = ..., queue: _Optional[str] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
-    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode")
+    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +99,8 @@ class InstanceInfo(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_MODE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_TICK_AT_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     workflow: str
     version: str
@@ -112,7 +114,9 @@ class InstanceInfo(_message.Message):
     finished_at: int
     tokens: _containers.RepeatedCompositeFieldContainer[TokenInfo]
     execution_mode: str
-    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ...) -> None: ...
+    schedule_id: str
+    schedule_tick_at: int
+    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ...) -> None: ...
 
 class GetInstanceRequest(_message.Message):
     __slots__ = ("instance_id", "wait_millis")
@@ -411,3 +415,77 @@ class ServerBatch(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ServerMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[ServerMessage, _Mapping]]] = ...) -> None: ...
+
+class ScheduleSpec(_message.Message):
+    __slots__ = ("id", "workflow", "version", "interval_millis", "cron", "timezone", "context_json", "overlap", "catchup", "catchup_limit", "paused")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    workflow: str
+    version: str
+    interval_millis: int
+    cron: str
+    timezone: str
+    context_json: bytes
+    overlap: str
+    catchup: str
+    catchup_limit: int
+    paused: bool
+    def __init__(self, id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., interval_millis: _Optional[int] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., context_json: _Optional[bytes] = ..., overlap: _Optional[str] = ..., catchup: _Optional[str] = ..., catchup_limit: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class ScheduleInfo(_message.Message):
+    __slots__ = ("spec", "created_at", "updated_at", "next_tick_at", "last_tick_at", "last_instance_id", "buffered_tick_at", "fired", "skipped", "next_fire_times")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TICK_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_TICK_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_TICK_AT_FIELD_NUMBER: _ClassVar[int]
+    FIRED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_TIMES_FIELD_NUMBER: _ClassVar[int]
+    spec: ScheduleSpec
+    created_at: int
+    updated_at: int
+    next_tick_at: int
+    last_tick_at: int
+    last_instance_id: str
+    buffered_tick_at: int
+    fired: int
+    skipped: int
+    next_fire_times: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., next_tick_at: _Optional[int] = ..., last_tick_at: _Optional[int] = ..., last_instance_id: _Optional[str] = ..., buffered_tick_at: _Optional[int] = ..., fired: _Optional[int] = ..., skipped: _Optional[int] = ..., next_fire_times: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("workflow",)
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    workflow: str
+    def __init__(self, workflow: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules",)
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[ScheduleInfo]
+    def __init__(self, schedules: _Optional[_Iterable[_Union[ScheduleInfo, _Mapping]]] = ...) -> None: ...
+
+class DeleteScheduleResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...

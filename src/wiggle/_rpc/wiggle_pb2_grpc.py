@@ -109,6 +109,46 @@ class WiggleControlPlaneStub:
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.SerializeToString,
                 response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.FromString,
                 _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/CreateSchedule',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleSpec.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+                _registered_method=True)
+        self.UpdateSchedule = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/UpdateSchedule',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleSpec.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+                _registered_method=True)
+        self.GetSchedule = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/GetSchedule',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/ListSchedules',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/PauseSchedule',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/ResumeSchedule',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/DeleteSchedule',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
+        self.TriggerSchedule = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/TriggerSchedule',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.FromString,
+                _registered_method=True)
 
 
 class WiggleControlPlaneServicer:
@@ -212,6 +252,57 @@ class WiggleControlPlaneServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """Schedules (docs/semantics.md#schedules): instances started on an interval or a cron expression.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSchedule(self, request, context):
+        """Replaces the spec of an existing schedule (its counters are kept); ticks restart from now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerSchedule(self, request, context):
+        """Starts one instance now, whatever the overlap policy and even while paused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WiggleControlPlaneServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -289,6 +380,46 @@ def add_WiggleControlPlaneServicer_to_server(servicer, server):
                     servicer.WorkerSession,
                     request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.FromString,
                     response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleSpec.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.SerializeToString,
+            ),
+            'UpdateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSchedule,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleSpec.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.SerializeToString,
+            ),
+            'GetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedule,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.DeleteScheduleResponse.SerializeToString,
+            ),
+            'TriggerSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerSchedule,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -696,6 +827,222 @@ class WiggleControlPlane:
             '/wiggle.v1.WiggleControlPlane/WorkerSession',
             wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.SerializeToString,
             wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/CreateSchedule',
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleSpec.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/UpdateSchedule',
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleSpec.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/GetSchedule',
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/ListSchedules',
+            wiggle_dot___rpc_dot_wiggle__pb2.ListSchedulesRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/PauseSchedule',
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/ResumeSchedule',
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/DeleteSchedule',
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.DeleteScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TriggerSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/TriggerSchedule',
+            wiggle_dot___rpc_dot_wiggle__pb2.ScheduleRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.FromString,
             options,
             channel_credentials,
             insecure,

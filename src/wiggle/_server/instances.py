@@ -35,6 +35,7 @@ from .._model import WorkflowDefinition
 from .._storage.base import Action, InstanceQuery, InstanceView, Store, StoreStats, WorkflowRecord
 from .._storage.notifier import wait_event
 from ..errors import NotFound, Unavailable
+from .schedules import Schedules
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
@@ -62,6 +63,7 @@ class Instances:
     def __init__(self, store: Store, engine: Engine | None = None) -> None:
         self.store = store
         self.engine: Engine = engine if engine is not None else Engine()
+        self.schedules = Schedules(store, self.engine)  # schedule operations and their clock duty
 
     @property
     def config(self) -> EngineConfig:
@@ -301,7 +303,7 @@ class Instances:
             actions += acted
             if not acted:
                 break
-        return actions
+        return actions + await self.schedules.run_duties(now)
 
     async def next_due_at(self) -> int | None:
         """When the clock duty next has something to do (ms), or None."""
@@ -322,6 +324,9 @@ class Instances:
             try:
                 await self.run_clock_duties(now_millis())
                 due = await self.store.next_due_at()
+                ticks = await self.schedules.next_due_at()
+                if ticks is not None:
+                    due = ticks if due is None else min(due, ticks)
             except Exception as exc:  # the database is down: keep trying, never die
                 log.warning("clock duties failed: %s", exc)
                 due = None
@@ -341,5 +346,6 @@ class Instances:
                 cutoff = now_millis() - int(retention_seconds * 1000)
                 while await self.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
                     await asyncio.sleep(0)
+                await self.store.schedules.purge_ticks(cutoff)
             except Exception as exc:
                 log.warning("retention purge failed: %s", exc)

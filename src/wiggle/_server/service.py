@@ -33,6 +33,7 @@ from .._wire.status import to_grpc
 from ..errors import InvalidArgument
 from .faults import status_of
 from .instances import MAX_WAIT_SECONDS, Instances
+from .schedule_service import ScheduleHandlers
 from .session import serve_session
 
 __all__ = ["ControlPlane", "Metrics", "ServiceLimits", "Route"]
@@ -148,6 +149,19 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             "HeartbeatTask": Route(pb.HeartbeatTaskRequest, self.heartbeat_task),
             "AdvanceRun": Route(pb.AdvanceRunRequest, self.advance_run),
         }
+        sched = ScheduleHandlers(instances.schedules, self.limits.max_payload_bytes)
+        self.routes.update(
+            {
+                "CreateSchedule": Route(pb.ScheduleSpec, sched.create),
+                "UpdateSchedule": Route(pb.ScheduleSpec, sched.update),
+                "GetSchedule": Route(pb.ScheduleRequest, sched.get),
+                "ListSchedules": Route(pb.ListSchedulesRequest, sched.list),
+                "PauseSchedule": Route(pb.ScheduleRequest, sched.pause),
+                "ResumeSchedule": Route(pb.ScheduleRequest, sched.resume),
+                "DeleteSchedule": Route(pb.ScheduleRequest, sched.delete),
+                "TriggerSchedule": Route(pb.ScheduleRequest, sched.trigger),
+            }
+        )
 
     # ------------------------------------------------------------------ dispatch
 
@@ -221,6 +235,34 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
 
     async def AdvanceRun(self, request: pb.AdvanceRunRequest, context: Context) -> pb.AdvanceRunResult:
         return await self._unary("AdvanceRun", request, context, pb.AdvanceRunResult)
+
+    async def CreateSchedule(self, request: pb.ScheduleSpec, context: Context) -> pb.ScheduleInfo:
+        return await self._unary("CreateSchedule", request, context, pb.ScheduleInfo)
+
+    async def UpdateSchedule(self, request: pb.ScheduleSpec, context: Context) -> pb.ScheduleInfo:
+        return await self._unary("UpdateSchedule", request, context, pb.ScheduleInfo)
+
+    async def GetSchedule(self, request: pb.ScheduleRequest, context: Context) -> pb.ScheduleInfo:
+        return await self._unary("GetSchedule", request, context, pb.ScheduleInfo)
+
+    async def ListSchedules(
+        self, request: pb.ListSchedulesRequest, context: Context
+    ) -> pb.ListSchedulesResponse:
+        return await self._unary("ListSchedules", request, context, pb.ListSchedulesResponse)
+
+    async def PauseSchedule(self, request: pb.ScheduleRequest, context: Context) -> pb.ScheduleInfo:
+        return await self._unary("PauseSchedule", request, context, pb.ScheduleInfo)
+
+    async def ResumeSchedule(self, request: pb.ScheduleRequest, context: Context) -> pb.ScheduleInfo:
+        return await self._unary("ResumeSchedule", request, context, pb.ScheduleInfo)
+
+    async def DeleteSchedule(
+        self, request: pb.ScheduleRequest, context: Context
+    ) -> pb.DeleteScheduleResponse:
+        return await self._unary("DeleteSchedule", request, context, pb.DeleteScheduleResponse)
+
+    async def TriggerSchedule(self, request: pb.ScheduleRequest, context: Context) -> pb.InstanceInfo:
+        return await self._unary("TriggerSchedule", request, context, pb.InstanceInfo)
 
     async def WorkerSession(
         self, request_iterator: AsyncIterator[pb.WorkerBatch], context: Context

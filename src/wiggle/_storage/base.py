@@ -18,6 +18,7 @@ import msgspec
 from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import Changes, HistoryEntry, Instance, InstanceState, Token
 from .notifier import Notifier, ready_counts
+from .schedules import ScheduleStore
 
 __all__ = [
     "Store",
@@ -78,6 +79,8 @@ class Store(abc.ABC):
 
     #: How many clock-duty mutations the instance layer may run at once on this store.
     clock_parallelism = 1
+    #: The store's schedules (wiggle/_storage/schedules.py), set by each store.
+    schedules: ScheduleStore
 
     def __init__(self) -> None:
         self.notifier = Notifier()

@@ -25,6 +25,7 @@ from .._engine.state import (
 from .._model import validate_name
 from ..errors import NotFound
 from .base import Action, ClaimTransition, InstanceQuery, InstanceView, R, Store, WorkflowRecord
+from .schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
 
@@ -42,6 +43,7 @@ class MemoryStore(Store):
         self._ready: dict[str, list[tuple[int, int, str]]] = {}  # queue -> heap of (available_at, seq, token)
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
         self._seq = itertools.count()
+        self.schedules = MemorySchedules(self.insert)
 
     # ------------------------------------------------------------------ plumbing
 

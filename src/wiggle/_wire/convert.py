@@ -73,6 +73,8 @@ def instance_to_pb(view: InstanceView, with_tokens: bool = True) -> pb.InstanceI
         updated_at=inst.updated_at,
         finished_at=inst.finished_at,
         tokens=[token_to_pb(t) for t in view.tokens] if with_tokens else [],
+        schedule_id=inst.schedule_id,
+        schedule_tick_at=inst.schedule_tick_at,
     )
 
 
@@ -162,6 +164,8 @@ def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
         updated_at=msg.updated_at,
         finished_at=msg.finished_at,
         tokens=tuple(token_from_pb(t) for t in msg.tokens),
+        schedule_id=msg.schedule_id,
+        schedule_tick_at=msg.schedule_tick_at,
     )
 
 

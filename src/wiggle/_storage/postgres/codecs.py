@@ -58,7 +58,16 @@ I_CONTEXT = INSTANCE_FIELDS.index("context")
 I_JOINS = INSTANCE_FIELDS.index("joins")
 TOKEN_IMMUTABLE = ("id", "instance_id", "created_at")
 TOKEN_UPDATED = [i for i, f in enumerate(TOKEN_FIELDS) if f not in TOKEN_IMMUTABLE]
-INSTANCE_IMMUTABLE = ("id", "workflow", "version", "context", "correlation_id", "created_at")
+INSTANCE_IMMUTABLE = (
+    "id",
+    "workflow",
+    "version",
+    "context",
+    "correlation_id",
+    "created_at",
+    "schedule_id",
+    "schedule_tick_at",
+)
 INSTANCE_UPDATED = [i for i, f in enumerate(INSTANCE_FIELDS) if f not in INSTANCE_IMMUTABLE]
 
 
@@ -95,6 +104,8 @@ SQL_TYPES: dict[str, str] = {
     "steps": "integer",
     "worker_id": "text",
     "outcome": "text",
+    "schedule_id": "text",
+    "schedule_tick_at": "bigint",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"

@@ -37,6 +37,7 @@ from .db import Conn, Database
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
 from .migrations import check_schema, migrate
+from .schedules import PostgresSchedules
 from .statements import ID_CLOCK_SLACK_MILLIS, Queries
 from .writes import ChangeWriter
 
@@ -73,6 +74,7 @@ class PostgresStore(Store):
         self.group = GroupCommit(
             self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
         )
+        self.schedules = PostgresSchedules(self.db, self.schema, self._persist, self._announce)
 
     @property
     def node_id(self) -> str:

@@ -1,0 +1,76 @@
+"""docs/semantics.md#schedules: a schedule starts instances that workers run, in every store and mode.
+
+Real time here (a one-second interval, the shortest): tests wait for what must happen, with a
+generous ceiling, and never assert on how long it took. The tick rules themselves (catch-up,
+overlap, one instance per tick) are checked in virtual time in tests/server/test_schedules.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from wiggle import InstanceInfo
+from wiggle.testing import EmbeddedServer
+
+from .conftest import Harness
+
+
+async def _scheduled(server: EmbeddedServer, schedule_id: str) -> list[InstanceInfo]:
+    items, _ = await server.client.list(correlation_id=f"schedule:{schedule_id}", page_size=1000)
+    return items
+
+
+async def _until(
+    server: EmbeddedServer, schedule_id: str, count: int, timeout: float = 30.0
+) -> list[InstanceInfo]:
+    """The schedule's instances once ``count`` of them finished (fails after ``timeout`` s)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        items = await _scheduled(server, schedule_id)
+        if sum(i.finished for i in items) >= count:
+            return items
+        assert loop.time() < deadline, f"{len(items)} instances, fewer than {count} finished: {items}"
+        await asyncio.sleep(0.2)
+
+
+async def test_interval_schedule_runs_through_workers(harness: Harness) -> None:
+    def bump(ctx: dict[str, Any]) -> dict[str, Any]:
+        return {**ctx, "n": ctx["n"] + 1}
+
+    def double(ctx: dict[str, Any]) -> dict[str, Any]:
+        return {**ctx, "n": ctx["n"] * 2}
+
+    flow = harness.define("tick").step(bump).step(double).build()
+    sid = f"every-second-{uuid.uuid4().hex[:8]}"
+    async with harness.running([flow]) as (server, _):
+        client = server.client
+        created = await client.create_schedule(sid, flow, {"n": 1}, every=1, overlap="ALLOW")
+        assert created.interval_seconds == 1 and len(created.next_fire_times) == 3
+        items = await _until(server, sid, 2)
+        done = [i for i in items if i.finished]
+        for info in done:
+            assert (info.status, info.context, info.schedule_id) == ("COMPLETED", {"n": 4}, sid)
+            assert info.correlation_id == f"schedule:{sid}" and info.schedule_tick_at > 0
+        ticks = [i.schedule_tick_at for i in items]
+        assert len(set(ticks)) == len(ticks)  # one instance per tick
+        assert all((t - created.next_fire_times[0]) % 1000 == 0 for t in ticks)
+
+        paused = await client.pause_schedule(sid)
+        assert paused.paused and paused.next_fire_times == ()
+        before = len(await _scheduled(server, sid))
+        triggered = await client.trigger_schedule(sid)  # a trigger works while paused
+        assert triggered.schedule_id == sid
+        info = await harness.finish(server, triggered.instance_id)
+        assert info.context == {"n": 4}
+        assert len(await _scheduled(server, sid)) == before + 1
+
+        listed = await client.list_schedules(flow.name)
+        assert [s.schedule_id for s in listed] == [sid]
+        assert listed[0].fired == before + 1
+        await client.delete_schedule(sid)
+        assert await client.list_schedules(flow.name) == []
+        # the instances it started stay
+        assert len(await _scheduled(server, sid)) == before + 1
