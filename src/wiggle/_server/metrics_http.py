@@ -6,6 +6,7 @@ and the store's committed transactions.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +19,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ..errors import WiggleError
 
 __all__ = ["start_metrics_server", "WiggleCollector"]
+
+log = logging.getLogger("wiggle.server")
 
 
 class WiggleCollector(Collector):
@@ -109,7 +112,12 @@ def _start_secure(host: str, port: int, registry: CollectorRegistry, security: A
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by default
             pass
 
-    http_server = ThreadingHTTPServer((host, port), Handler)
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            # a failed handshake (plaintext, untrusted client certificate) is the client's problem
+            log.debug("HTTP connection from %s dropped", client_address, exc_info=True)
+
+    http_server = Server((host, port), Handler)
     http_server.daemon_threads = True
     threading.Thread(target=http_server.serve_forever, name="wiggle-metrics", daemon=True).start()
     return http_server
