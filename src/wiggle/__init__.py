@@ -2,7 +2,7 @@
 
 from ._model import ExecutionMode, Handback, NodeKind, RetryPolicy, WorkflowDefinition
 from ._version import __version__
-from .client import AsyncClient, Client, HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
+from .client import AsyncClient, Client, Credentials, HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
 from .errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -21,6 +21,7 @@ __all__ = [
     "Blueprint",
     "Branch",
     "Client",
+    "Credentials",
     "ExecutionMode",
     "FailedPrecondition",
     "Handback",

@@ -13,6 +13,7 @@ from ._client.aio import AsyncClient
 from ._client.core import DEFAULT_TARGET
 from ._client.sync import Client
 from ._client.types import HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
+from ._security.credentials import Credentials
 
 __all__ = [
     "Client",
@@ -22,4 +23,5 @@ __all__ = [
     "HistoryEntry",
     "WorkflowInfo",
     "DEFAULT_TARGET",
+    "Credentials",
 ]
