@@ -151,3 +151,20 @@ def test_a_broken_certificate_stops_the_start_naming_the_file(tmp_path: Path, pk
     bad.write_text("not a certificate")
     with pytest.raises(FailedPrecondition, match="bad.crt"):
         build_security(ServerConfig(tls_cert=str(bad), tls_key=str(pki.server_key)))
+
+
+async def test_grpc_takes_a_certificate_another_reload_loaded_first(tmp_path: Path, pki: Pki) -> None:
+    live_cert, live_key = tmp_path / "live.crt", tmp_path / "live.key"
+    shutil.copy(pki.server_cert, live_cert)
+    shutil.copy(pki.server_key, live_key)
+    server = WiggleServer(ServerConfig(port=0, tls_cert=str(live_cert), tls_key=str(live_key)))
+    await server.start()
+    try:
+        renewed = Authority(tmp_path, "renewed-ca")
+        new_cert, new_key = renewed.issue("localhost", server=True)
+        shutil.copy(new_key, live_key)
+        shutil.copy(new_cert, live_cert)
+        server.reload()  # SIGHUP (or the HTTP port's timer) loads the files before any handshake
+        assert await _reachable(server.target, Credentials(ca_file=str(renewed.ca_file))) is None
+    finally:
+        await server.stop(grace=0.5)

@@ -51,7 +51,8 @@ class ServerTLS:
         self._stamps = self._current_stamps()
         self._material = self._load()
         self._contexts: list[ssl.SSLContext] = []
-        self.reloads = 0  # how many times new material was loaded (tests and logs)
+        self.reloads = 0  # how many times new material was loaded: the material's generation
+        self._grpc_generation = 0  # the generation gRPC was last handed
 
     @property
     def mutual(self) -> bool:
@@ -108,8 +109,14 @@ class ServerTLS:
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
 
     def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        # called by gRPC at each new handshake; None keeps the current configuration
-        return self._config() if self.reload_if_changed() else None
+        # called by gRPC at each new handshake; None keeps the current configuration. The
+        # generation, not this call's reload, decides: the HTTP timer or SIGHUP may have loaded
+        # the new files first.
+        self.reload_if_changed()
+        if self._grpc_generation == self.reloads:
+            return None
+        self._grpc_generation = self.reloads
+        return self._config()
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         """Server credentials for ``add_secure_port``, re-reading changed files at each handshake."""
