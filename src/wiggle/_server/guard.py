@@ -87,11 +87,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def __init__(self, authenticator: Authenticator) -> None:
         self.authenticator = authenticator
+        # method -> its wrapped handler: the wrapper holds nothing of one call, so it is built once
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def _admit(self, method: str, context: grpc.aio.ServicerContext) -> Identity:
         try:
+            authorization = _authorization(context.invocation_metadata())
+            # the certificate is looked at only when no token was sent
             identity = self.authenticator.identify(
-                _authorization(context.invocation_metadata()), _common_name(context)
+                authorization, "" if authorization else _common_name(context)
             )
             check_method(identity, method, allowed_roles(method))
         except WiggleError as exc:
@@ -104,10 +108,18 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
         method = details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = await continuation(details)
         if handler is None or method in PUBLIC_METHODS:
             return handler
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = wrapped
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         admit = self._admit
         if handler.unary_unary is not None:
             inner_uu = handler.unary_unary
