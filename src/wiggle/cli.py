@@ -116,7 +116,8 @@ def cmd_server(args: argparse.Namespace) -> int:
 def _run_processes(n: int) -> int:
     """N server processes sharing the port (SO_REUSEPORT); the kernel spreads connections.
 
-    SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully.
+    SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully; so is
+    SIGHUP, which makes each child reload its certificate and identity files.
     """
     env = dict(os.environ, WIGGLE_PROCESSES="1", WIGGLE_REUSEPORT="1")
     # argparse keeps the last value of a repeated flag: the children each run one process.
@@ -128,7 +129,9 @@ def _run_processes(n: int) -> int:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP too: each child re-reads its certificate and identity files
+    forwarded = (signal.SIGTERM, signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []))
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
     try:
         codes = [child.wait() for child in children]
     finally:
