@@ -32,6 +32,7 @@ REWRITES: list[tuple[str, str]] = [
     (r"\bAsyncClient\b", "Client"),
     (r"\bgrpc\.aio\.Channel\b", "grpc.Channel"),
     (r"\bgrpc\.aio\.insecure_channel\b", "grpc.insecure_channel"),
+    (r"\bgrpc\.aio\.secure_channel\b", "grpc.secure_channel"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
 ]

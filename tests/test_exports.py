@@ -8,6 +8,7 @@ EXPECTED = {
     "Blueprint",
     "Branch",
     "Client",
+    "Credentials",
     "ExecutionMode",
     "FailedPrecondition",
     "Handback",

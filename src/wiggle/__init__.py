@@ -5,6 +5,7 @@ from ._version import __version__
 from .client import (
     AsyncClient,
     Client,
+    Credentials,
     HistoryEntry,
     InstanceInfo,
     ScheduleInfo,
@@ -29,6 +30,7 @@ __all__ = [
     "Blueprint",
     "Branch",
     "Client",
+    "Credentials",
     "ExecutionMode",
     "FailedPrecondition",
     "Handback",

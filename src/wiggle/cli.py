@@ -117,7 +117,8 @@ def cmd_server(args: argparse.Namespace) -> int:
 def _run_processes(n: int) -> int:
     """N server processes sharing the port (SO_REUSEPORT); the kernel spreads connections.
 
-    SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully.
+    SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully; so is
+    SIGHUP, which makes each child reload its certificate and identity files.
     """
     env = dict(os.environ, WIGGLE_PROCESSES="1", WIGGLE_REUSEPORT="1")
     # argparse keeps the last value of a repeated flag: the children each run one process.
@@ -129,7 +130,9 @@ def _run_processes(n: int) -> int:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP too: each child re-reads its certificate and identity files
+    forwarded = (signal.SIGTERM, signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []))
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
     try:
         codes = [child.wait() for child in children]
     finally:
@@ -199,9 +202,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> Any:
+    from ._security.credentials import Credentials
     from .client import Client
 
-    return Client(args.target)
+    try:
+        credentials = Credentials.from_env(
+            ca_file=args.tls_ca,
+            cert_file=args.client_cert,
+            key_file=args.client_key,
+            token_file=args.token_file,
+            server_name=args.tls_server_name,
+        )
+        return Client(args.target, credentials=credentials)
+    except ValueError as exc:
+        raise SystemExit(f"wiggle: {exc}") from None
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -283,6 +297,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    from ._security.tokens import hash_token, new_token
+
+    token = new_token()
+    entry: dict[str, Any] = {
+        "name": args.name,
+        "roles": args.role or ["client"],
+        "token_sha256": hash_token(token),
+    }
+    if args.queue:
+        entry["queues"] = args.queue
+    print(f"token (give it to the caller; it is not stored): {token}")
+    print('identity (add it to the --auth-file\'s "identities" list):')
+    print(json.dumps(entry))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from ._bench import e2e
 
@@ -293,7 +324,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._server.config import SETTINGS
+    from ._server.config import SETTINGS, ServerConfig
 
     parser = argparse.ArgumentParser(
         prog="wiggle", description="Wiggle for Python: a durable workflow engine."
@@ -302,13 +333,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--target",
         default=os.environ.get("WIGGLE_TARGET", "127.0.0.1:7233"),
-        help="server host:port (WIGGLE_TARGET)",
+        help="server host:port, or several comma-separated for fail-over (WIGGLE_TARGET)",
+    )
+    # the client's TLS and token (wiggle/_security/credentials.py); unset: the WIGGLE_* variable
+    parser.add_argument("--tls-ca", default=None, help="CA of the server's certificate (WIGGLE_TLS_CA)")
+    parser.add_argument(
+        "--client-cert", default=None, help="client certificate for mTLS (WIGGLE_TLS_CLIENT_CERT)"
+    )
+    parser.add_argument("--client-key", default=None, help="its private key (WIGGLE_TLS_CLIENT_KEY)")
+    parser.add_argument(
+        "--token-file", default=None, help="file holding a bearer token (WIGGLE_TOKEN_FILE; or WIGGLE_TOKEN)"
+    )
+    parser.add_argument(
+        "--tls-server-name",
+        default=None,
+        help="name to check the server certificate against (WIGGLE_TLS_SERVER_NAME)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("server", help="run a server (in-memory unless --database-url)")
     for field, var, text in SETTINGS:
-        p.add_argument("--" + field.replace("_", "-"), dest=field, default=None, help=f"{text} [{var}]")
+        flag = "--" + field.replace("_", "-")
+        if isinstance(getattr(ServerConfig(), field), bool):  # a switch: --insecure, --open-metrics
+            p.add_argument(flag, dest=field, action="store_true", default=None, help=f"{text} [{var}]")
+            continue
+        p.add_argument(flag, dest=field, default=None, help=f"{text} [{var}]")
     p.set_defaults(func=cmd_server)
 
     p = sub.add_parser("migrate", help="create or migrate the PostgreSQL schema, then exit")
@@ -365,6 +414,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="show the installation: version, hot-path implementation, drivers")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("token", help="make a bearer token and its --auth-file identity entry")
+    p.add_argument("name", help="the identity's name (a worker's ids are prefixed with it)")
+    p.add_argument(
+        "--role", action="append", choices=["admin", "client", "worker", "viewer"], help="repeatable (client)"
+    )
+    p.add_argument("--queue", action="append", help="a queue a worker may serve (repeatable; * for all)")
+    p.set_defaults(func=cmd_token)
 
     p = sub.add_parser("bench", help="the end-to-end benchmark (see bench/README.md)", add_help=False)
     p.add_argument("bench_args", nargs=argparse.REMAINDER)

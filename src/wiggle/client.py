@@ -13,6 +13,7 @@ from ._client.aio import AsyncClient
 from ._client.core import DEFAULT_TARGET
 from ._client.sync import Client
 from ._client.types import HistoryEntry, InstanceInfo, ScheduleInfo, TokenInfo, WorkflowInfo
+from ._security.credentials import Credentials
 
 __all__ = [
     "Client",
@@ -23,4 +24,5 @@ __all__ = [
     "WorkflowInfo",
     "ScheduleInfo",
     "DEFAULT_TARGET",
+    "Credentials",
 ]

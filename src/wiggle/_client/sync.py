@@ -7,6 +7,7 @@ source of truth); tests/server/test_client_drift.py fails when the two drift apa
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -15,11 +16,13 @@ from google.protobuf.message import Message
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
+from .._security.credentials import Credentials
 from .._wire.convert import history_from_pb, instance_from_pb, workflow_from_pb
 from .._wire.schedules import schedule_from_pb
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
+from .targets import join_targets
 from .types import HistoryEntry, InstanceInfo, ScheduleInfo, WorkflowInfo
 
 __all__ = ["Client"]
@@ -31,9 +34,25 @@ class Client:
     Errors arrive as ``wiggle.errors`` exceptions carrying the server's message.
     """
 
-    def __init__(self, target: str = core.DEFAULT_TARGET, channel: grpc.Channel | None = None) -> None:
-        self.target = target
-        self._channel = channel or grpc.insecure_channel(target, options=core.CHANNEL_OPTIONS)
+    def __init__(
+        self,
+        target: str | Sequence[str] = core.DEFAULT_TARGET,
+        channel: grpc.Channel | None = None,
+        *,
+        credentials: Credentials | None = None,
+    ) -> None:
+        # several targets (a list or "a:1,b:2"): one channel that moves to another when one is down
+        self.target = join_targets(target)
+        #: TLS and token settings; by default from WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
+        secure = self.credentials.channel_credentials() if channel is None else None
+        options = core.CHANNEL_OPTIONS + self.credentials.channel_options()
+        if channel is not None:
+            self._channel = channel
+        elif secure is not None:
+            self._channel = grpc.secure_channel(self.target, secure, options=options)
+        else:
+            self._channel = grpc.insecure_channel(self.target, options=options)
         self.stub = pb_grpc.WiggleControlPlaneStub(self._channel)
 
     @property

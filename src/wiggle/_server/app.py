@@ -18,6 +18,8 @@ from .._storage.base import Store
 from .._storage.memory import MemoryStore
 from ..errors import FailedPrecondition
 from .config import ServerConfig
+from .exposure import Security, build_security
+from .guard import AuthInterceptor, RequestGuard
 from .instances import Instances
 from .service import ControlPlane, Metrics
 
@@ -47,7 +49,7 @@ def make_store(config: ServerConfig) -> Store:
     set but the PostgreSQL driver is not installed.
     """
     if not config.database_url:
-        return MemoryStore()
+        return MemoryStore(config.max_live_instances)
     try:
         from .._storage.postgres import PostgresStore
     except ImportError as exc:
@@ -76,6 +78,7 @@ class WiggleServer:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = asyncio.Event()
         self._metrics_server: Any = None
+        self.security: Security | None = None  # built at start (wiggle/_server/exposure.py)
 
     @property
     def target(self) -> str:
@@ -83,7 +86,12 @@ class WiggleServer:
         return f"{self.config.host}:{self.port}"
 
     async def start(self) -> int:
-        """Open the store, bind, start serving and the clock duties; returns the bound port."""
+        """Open the store, bind, start serving and the clock duties; returns the bound port.
+
+        Refuses (FailedPrecondition) a non-loopback bind without TLS and authentication unless
+        ``config.insecure``; loads the TLS and identity files first, so a bad file stops the start.
+        """
+        security = self.security = build_security(self.config)
         await self.store.open()
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -95,10 +103,18 @@ class WiggleServer:
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
         ]
-        server = grpc.aio.server(options=options)
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if security.authenticator is not None:
+            interceptors.append(AuthInterceptor(security.authenticator))
+            self.service.guard = RequestGuard()
+        server = grpc.aio.server(options=options, interceptors=interceptors)
         pb_grpc.add_WiggleControlPlaneServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        self.port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        address = f"{self.config.host}:{self.config.port}"
+        if security.tls is not None:
+            self.port = server.add_secure_port(address, security.tls.grpc_credentials())
+        else:
+            self.port = server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
         await server.start()
@@ -107,8 +123,14 @@ class WiggleServer:
         await _set_health(self._health, SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._tasks.append(asyncio.ensure_future(self.instances.clock_loop(self._stopping)))
         self._tasks.append(
-            asyncio.ensure_future(self.instances.purge_loop(self._stopping, self.config.retention_seconds))
+            asyncio.ensure_future(
+                self.instances.purge_loop(
+                    self._stopping, self.config.retention_seconds, self.config.purge_interval_seconds
+                )
+            )
         )
+        if security.tls is not None or security.identities is not None:
+            self._tasks.append(asyncio.ensure_future(self._reload_loop(security)))
         if self.config.metrics_port:
             self._start_metrics()
         log.info(
@@ -125,7 +147,24 @@ class WiggleServer:
         except ImportError as exc:  # the metrics extra is not installed
             log.warning("WIGGLE_METRICS_PORT is set but metrics are unavailable: %s", exc)
             return
-        self._metrics_server = start_metrics_server(self.config.host, self.config.metrics_port, self)
+        from .http_security import HttpSecurity
+
+        security = self.security or Security()
+        http = HttpSecurity(security.tls, security.authenticator, self.config.open_metrics)
+        self._metrics_server = start_metrics_server(self.config.host, self.config.metrics_port, self, http)
+
+    async def _reload_loop(self, security: Security) -> None:
+        # gRPC re-reads changed certificates at each handshake by itself; this loop keeps the
+        # HTTP port's certificate and the identity file current
+        while not self._stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), max(self.config.reload_seconds, 0.1))
+            security.reload_if_changed()
+
+    def reload(self) -> None:
+        """Re-read the certificate and identity files now (what SIGHUP does)."""
+        if self.security is not None:
+            self.security.reload_if_changed(force=True)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, let in-flight ones finish for up to ``grace`` seconds, close the store."""
@@ -166,6 +205,8 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(NotImplementedError, AttributeError):  # no SIGHUP on Windows
+        loop.add_signal_handler(signal.SIGHUP, server.reload)
     await stop.wait()
     log.info("stopping (grace 5 s)")
     await server.stop(5.0)

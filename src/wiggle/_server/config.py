@@ -29,6 +29,17 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     metrics_port: int = 0  # > 0: serve Prometheus metrics on http://host:metrics_port/metrics
     pool_size: int = 10
     processes: int = 1
+    # securing a deployment (docs/semantics.md#security)
+    tls_cert: str = ""  # PEM server certificate: TLS on the gRPC and HTTP ports
+    tls_key: str = ""
+    tls_client_ca: str = ""  # PEM CA bundle: client certificates required (mTLS)
+    auth_file: str = ""  # JSON identity file: tokens and certificate names -> roles
+    insecure: bool = False  # allow a non-loopback bind without TLS and authentication
+    open_metrics: bool = False  # /metrics and /healthz answer without a credential
+    reload_seconds: float = 10.0  # how often certificate and identity files are checked for changes
+    # bounds
+    max_live_instances: int = 100_000  # memory store: instances held at once; 0: no bound
+    purge_interval_seconds: float = 60.0  # how often finished instances past retention are purged
 
 
 #: (field, env var, help) for every setting, in the order the README documents them.
@@ -62,7 +73,31 @@ SETTINGS: list[tuple[str, str, str]] = [
     ("metrics_port", "WIGGLE_METRICS_PORT", "port of the Prometheus /metrics endpoint; 0: off"),
     ("pool_size", "WIGGLE_POOL_SIZE", "PostgreSQL connections per server process (10)"),
     ("processes", "WIGGLE_PROCESSES", "server processes sharing the port (PostgreSQL only) (1)"),
+    ("tls_cert", "WIGGLE_TLS_CERT", "PEM server certificate: TLS on the gRPC and HTTP ports"),
+    ("tls_key", "WIGGLE_TLS_KEY", "PEM private key of --tls-cert"),
+    (
+        "tls_client_ca",
+        "WIGGLE_TLS_CLIENT_CA",
+        "PEM CA bundle; client certificates signed by it required (mTLS)",
+    ),
+    ("auth_file", "WIGGLE_AUTH_FILE", "JSON identity file: hashed tokens and certificate names -> roles"),
+    ("insecure", "WIGGLE_INSECURE", "allow a non-loopback bind without TLS and authentication"),
+    ("open_metrics", "WIGGLE_OPEN_METRICS", "serve /metrics and /healthz without a credential"),
+    ("reload_seconds", "WIGGLE_RELOAD_SECONDS", "seconds between checks of the TLS and identity files (10)"),
+    (
+        "max_live_instances",
+        "WIGGLE_MAX_LIVE_INSTANCES",
+        "memory store: instances held at once, finished ones evicted first; 0: no bound (100000)",
+    ),
+    (
+        "purge_interval_seconds",
+        "WIGGLE_PURGE_INTERVAL",
+        "seconds between purges of instances finished longer than the retention (60)",
+    ),
 ]
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
 
 
 def _convert(field: str, raw: str) -> object:
@@ -74,6 +109,17 @@ def _convert(field: str, raw: str) -> object:
             raise InvalidArgument(
                 f"execution mode {raw!r} is not one of SERVER, LOCAL_SYNC, LOCAL_ASYNC"
             ) from None
+    if isinstance(default, bool):
+        if raw.strip().lower() in _TRUE:
+            return True
+        if raw.strip().lower() in _FALSE:
+            return False
+        raise InvalidArgument(f"{field} must be true or false, got {raw!r}")
+    if isinstance(default, float):
+        try:
+            return float(raw)
+        except ValueError:
+            raise InvalidArgument(f"{field} must be a number, got {raw!r}") from None
     if isinstance(default, int):
         try:
             return int(raw)

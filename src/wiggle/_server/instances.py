@@ -335,11 +335,13 @@ class Instances:
                 timeout = min(timeout, max((due - now_millis()) / 1000, 0.0))
             await notifier.wait_clock(timeout)
 
-    async def purge_loop(self, stopping: asyncio.Event, retention_seconds: float) -> None:
-        """Every PURGE_EVERY_SECONDS, delete instances finished more than ``retention_seconds`` ago."""
+    async def purge_loop(
+        self, stopping: asyncio.Event, retention_seconds: float, every_seconds: float = PURGE_EVERY_SECONDS
+    ) -> None:
+        """Every ``every_seconds``, delete instances finished more than ``retention_seconds`` ago."""
         while not stopping.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopping.wait(), PURGE_EVERY_SECONDS)
+                await asyncio.wait_for(stopping.wait(), every_seconds)
             if stopping.is_set():
                 return
             try:

@@ -162,6 +162,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
                 "TriggerSchedule": Route(pb.ScheduleRequest, sched.trigger),
             }
         )
+        #: run on every request before its handler (access control: wiggle/_server/guard.py)
+        self.guard: Callable[[str, Message], None] | None = None
 
     # ------------------------------------------------------------------ dispatch
 
@@ -169,6 +171,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         """Run ``method``'s handler, counting the call; a WiggleError propagates to the caller."""
         self.metrics.rpc_calls[method] += 1
         try:
+            if self.guard is not None:
+                self.guard(method, request)
             return await self.routes[method](request)
         except Exception:
             self.metrics.rpc_errors[method] += 1

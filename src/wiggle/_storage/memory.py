@@ -8,6 +8,7 @@ one token to two workers.
 from __future__ import annotations
 
 import bisect
+import collections
 import heapq
 import itertools
 
@@ -23,7 +24,7 @@ from .._engine.state import (
     token_instance_id,
 )
 from .._model import validate_name
-from ..errors import NotFound
+from ..errors import NotFound, ResourceExhausted
 from .base import Action, ClaimTransition, InstanceQuery, InstanceView, R, Store, WorkflowRecord
 from .schedules import MemorySchedules
 
@@ -31,10 +32,20 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore(Store):
-    """Definitions, instances and history in dicts; READY tokens and timers in heaps."""
+    """Definitions, instances and history in dicts; READY tokens and timers in heaps.
 
-    def __init__(self) -> None:
+    ``max_instances`` bounds the instances held at once (0: no bound): at the bound, the
+    instances that finished first are evicted before their retention ends; when none is
+    finished, a start is refused with RESOURCE_EXHAUSTED (docs/semantics.md#bounded-memory).
+    """
+
+    def __init__(self, max_instances: int = 0) -> None:
         super().__init__()
+        if max_instances < 0:
+            raise ValueError(f"max_instances must be 0 (no bound) or more, got {max_instances}")
+        self.max_instances = max_instances
+        self.evicted = 0  # finished instances dropped early to stay under the bound
+        self._finished: collections.deque[str] = collections.deque()  # ids, in the order they finished
         self._definitions: dict[tuple[str, str], WorkflowRecord] = {}
         self._latest: dict[str, str] = {}
         self._instances: dict[str, InstanceState] = {}
@@ -76,6 +87,8 @@ class MemoryStore(Store):
         if changes.timers:
             self.notifier.clock_changed()
         if changes.finished:
+            if self.max_instances:
+                self._finished.append(state.instance.id)
             self.notifier.instance_finished(state.instance.id)
 
     # ------------------------------------------------------------------ definitions
@@ -111,7 +124,34 @@ class MemoryStore(Store):
 
     # ------------------------------------------------------------------ instances
 
+    def _make_room(self) -> None:
+        """Evict finished instances (the earliest finished first) to hold one more, or refuse."""
+        bound = self.max_instances
+        if not bound or len(self._instances) < bound:
+            return
+        # evict a slice at once so the id index is rebuilt once per slice, not once per start
+        want = max(1, bound // 100)
+        doomed: list[str] = []
+        while self._finished and len(doomed) < want:
+            instance_id = self._finished.popleft()
+            state = self._instances.get(instance_id)
+            if state is not None and state.instance.status in FINISHED_INSTANCE_STATUSES:
+                doomed.append(instance_id)
+        if not doomed:
+            raise ResourceExhausted(
+                f"the in-memory store holds {len(self._instances)} running instances, its bound "
+                "(--max-live-instances / WIGGLE_MAX_LIVE_INSTANCES); let some finish, raise the bound, "
+                "or use PostgreSQL"
+            )
+        for instance_id in doomed:
+            del self._instances[instance_id]
+            self._history.pop(instance_id, None)
+        gone = set(doomed)
+        self._ids = [i for i in self._ids if i not in gone]
+        self.evicted += len(doomed)
+
     async def insert(self, state: InstanceState, changes: Changes) -> None:
+        self._make_room()
         instance_id = state.instance.id
         self._instances[instance_id] = state
         ids = self._ids

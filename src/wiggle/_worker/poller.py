@@ -117,7 +117,12 @@ class Poller:
                 for _ in range(free):
                     slots.release()
                 code = exc.code() if hasattr(exc, "code") else None
-                if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED):
+                if code in (
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    grpc.StatusCode.PERMISSION_DENIED,  # a credential not allowed on these queues
+                    grpc.StatusCode.UNAUTHENTICATED,
+                ):
                     log.error("PollTasks refused: %s", exc.details() if hasattr(exc, "details") else exc)
                 else:
                     log.debug("PollTasks failed (%s); retrying in %.1f s", code, backoff)

@@ -11,14 +11,16 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .._model import ExecutionMode, NodeKind
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
+from .._security.credentials import Credentials
 from ..client import AsyncClient
+from ..errors import PermissionDenied
 from ..workflow import Blueprint
 from .handlers import Context, Failure, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
@@ -47,13 +49,18 @@ class Worker:
 
     def __init__(
         self,
-        client_or_target: AsyncClient | str,
+        client_or_target: AsyncClient | str | Sequence[str],
         blueprints: Iterable[Blueprint[Any]],
         options: WorkerOptions | None = None,
+        *,
+        credentials: Credentials | None = None,
     ) -> None:
         self.options = options or WorkerOptions()
         check_options(self.options)
+        # several addresses (a list, "a:1,b:2", or a DNS name resolving to several): the worker's
+        # channel moves to another server when its own is down (wiggle/_client/targets.py)
         self._target = client_or_target
+        self._credentials = credentials  # None: WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
         self._client: AsyncClient | None = (
             client_or_target if isinstance(client_or_target, AsyncClient) else None
         )
@@ -95,8 +102,8 @@ class Worker:
         if self._running:
             return
         if self._client is None:
-            assert isinstance(self._target, str)
-            self._client = AsyncClient(self._target)
+            assert not isinstance(self._target, AsyncClient)
+            self._client = AsyncClient(self._target, credentials=self._credentials)
         stub = pb_grpc.WiggleControlPlaneStub(self._client.channel)
         opts = self.options
         inner: Transport
@@ -134,7 +141,10 @@ class Worker:
             stream.on_orphan_tasks = poller.hand_back_orphans
         if opts.register:
             for bp in self.blueprints:
-                await self._client.register(bp)
+                try:
+                    await self._client.register(bp)
+                except PermissionDenied as exc:  # a worker credential: an admin registers the workflows
+                    log.warning("not registering %s: %s", bp.name, exc)
         self._running = True
         self._closing = False
         poller.start()

@@ -1,0 +1,109 @@
+"""What a client or a worker presents to a server: the CA it trusts, its certificate, its token.
+
+Every value comes from an argument or, when the argument is not given, from a WIGGLE_*
+variable (``Credentials.from_env``), so the CLI, ``Client``, ``AsyncClient`` and ``Worker``
+agree on the names. A token is only ever sent over TLS (docs/semantics.md#security).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+import msgspec
+
+__all__ = ["Credentials", "ENV_VARS"]
+
+#: Credentials field -> the environment variable it is read from.
+ENV_VARS: dict[str, str] = {
+    "ca_file": "WIGGLE_TLS_CA",
+    "cert_file": "WIGGLE_TLS_CLIENT_CERT",
+    "key_file": "WIGGLE_TLS_CLIENT_KEY",
+    "token": "WIGGLE_TOKEN",
+    "token_file": "WIGGLE_TOKEN_FILE",
+    "server_name": "WIGGLE_TLS_SERVER_NAME",
+}
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read the {what} {path!r}: {exc.strerror or exc}") from None
+
+
+class Credentials(msgspec.Struct, frozen=True, kw_only=True):
+    """A client's TLS and token settings; all empty means a plaintext channel without a token.
+
+    ca_file: PEM bundle of the CA that signed the server's certificate (turns TLS on).
+    cert_file / key_file: the client certificate and key, for a server that requires mTLS.
+    token / token_file: a bearer token (or a file holding it), sent on every call.
+    server_name: the name to check the server's certificate against when the target is an
+    address (several addresses for fail-over, or an IP).
+    """
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    token: str = ""
+    token_file: str = ""
+    server_name: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **given: str | None) -> Credentials:
+        """``given`` values (None: not given) over the WIGGLE_TLS_* / WIGGLE_TOKEN* variables."""
+        env = os.environ if env is None else env
+        values: dict[str, str] = {}
+        for field, var in ENV_VARS.items():
+            value = given.get(field)
+            values[field] = value if value is not None else env.get(var, "").strip()
+        return cls(**values)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the channel uses TLS."""
+        return bool(self.ca_file or self.cert_file)
+
+    def bearer(self) -> str:
+        """The token to send ('' for none): ``token``, else the first line of ``token_file``."""
+        if self.token:
+            return self.token.strip()
+        if self.token_file:
+            return _read(self.token_file, "token file").decode("utf-8", "replace").strip()
+        return ""
+
+    def check(self) -> None:
+        """Raise ValueError naming the setting when the combination cannot work."""
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError(
+                "a client certificate needs both cert_file and key_file "
+                "(WIGGLE_TLS_CLIENT_CERT and WIGGLE_TLS_CLIENT_KEY)"
+            )
+        if (self.token or self.token_file) and not self.tls:
+            raise ValueError(
+                "a token is only sent over TLS: set ca_file (WIGGLE_TLS_CA) to the CA of the "
+                "server's certificate"
+            )
+
+    def channel_credentials(self) -> grpc.ChannelCredentials | None:
+        """gRPC channel credentials (TLS, plus the token as call credentials), or None for plaintext."""
+        self.check()
+        if not self.tls:
+            return None
+        ssl = grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca_file, "CA file") if self.ca_file else None,
+            private_key=_read(self.key_file, "client key") if self.key_file else None,
+            certificate_chain=_read(self.cert_file, "client certificate") if self.cert_file else None,
+        )
+        token = self.bearer()
+        if not token:
+            return ssl
+        return grpc.composite_channel_credentials(ssl, grpc.access_token_call_credentials(token))
+
+    def channel_options(self) -> list[tuple[str, str]]:
+        """Extra channel options: the certificate name to check when ``server_name`` is set."""
+        if self.server_name and self.tls:
+            return [("grpc.ssl_target_name_override", self.server_name)]
+        return []

@@ -1,0 +1,179 @@
+"""The identities a deployment knows: hashed bearer tokens and client-certificate names, each with
+its roles and (for workers) its queues. Read from a JSON file, reloaded when the file changes.
+
+The file (``--auth-file``)::
+
+    {"identities": [
+      {"name": "ops", "roles": ["admin"], "token_sha256": "<hex>"},
+      {"name": "payments-worker", "roles": ["worker"], "queues": ["payments"],
+       "token_sha256": "<hex>"},
+      {"name": "billing-svc", "roles": ["client"], "cert_cn": "billing.internal"}
+    ]}
+
+Only the SHA-256 of a token is stored (``wiggle token`` makes a token and its entry); tokens are
+long random strings, so a plain hash is enough and a stolen file reveals no usable token.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+__all__ = ["Role", "Identity", "IdentityTable", "hash_token", "new_token", "ALL_QUEUES"]
+
+log = logging.getLogger("wiggle.server")
+
+ALL_QUEUES = "*"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-@]{0,99}")
+
+
+class Role(str, enum.Enum):
+    """What a credential may do (the per-RPC table is wiggle/_security/roles.py)."""
+
+    ADMIN = "admin"
+    CLIENT = "client"
+    WORKER = "worker"
+    VIEWER = "viewer"
+
+
+class Identity(msgspec.Struct, frozen=True):
+    """Who is calling: a name, its roles, and the queues a worker credential may serve."""
+
+    name: str
+    roles: frozenset[Role]
+    queues: frozenset[str] = frozenset()
+
+    def may_serve(self, queue: str) -> bool:
+        """Whether this credential may poll ``queue``."""
+        return ALL_QUEUES in self.queues or queue in self.queues
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 of a token, as the identity file stores it."""
+    return hashlib.sha256(token.strip().encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits)."""
+    return "wgl_" + secrets.token_urlsafe(32)
+
+
+def _identity(entry: object, index: int) -> tuple[Identity, str, str]:
+    where = f"identity #{index + 1}"
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where} must be an object with name, roles and token_sha256 or cert_cn")
+    unknown = set(entry) - {"name", "roles", "queues", "token_sha256", "cert_cn"}
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {sorted(unknown)}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"{where}: name {name!r} must be 1-100 of [A-Za-z0-9_.-@]")
+    where = f"identity {name!r}"
+    raw_roles = entry.get("roles")
+    if not isinstance(raw_roles, Sequence) or isinstance(raw_roles, str) or not raw_roles:
+        raise ValueError(f"{where}: roles must be a non-empty list of admin, client, worker, viewer")
+    try:
+        roles = frozenset(Role(r) for r in raw_roles)
+    except ValueError:
+        raise ValueError(
+            f"{where}: roles {list(raw_roles)} must be among admin, client, worker, viewer"
+        ) from None
+    queues = entry.get("queues", [])
+    if (
+        not isinstance(queues, Sequence)
+        or isinstance(queues, str)
+        or not all(isinstance(q, str) for q in queues)
+    ):
+        raise ValueError(f'{where}: queues must be a list of queue names (or ["*"] for every queue)')
+    if Role.WORKER in roles and not queues:
+        raise ValueError(
+            f'{where}: a worker identity lists the queues it may serve ("queues": ["*"] for all)'
+        )
+    digest = entry.get("token_sha256", "")
+    cert_cn = entry.get("cert_cn", "")
+    if not isinstance(digest, str) or (digest and not _HEX64.fullmatch(digest)):
+        raise ValueError(f"{where}: token_sha256 must be 64 lowercase hex digits (wiggle token makes one)")
+    if not isinstance(cert_cn, str) or not (digest or cert_cn):
+        raise ValueError(f"{where}: give token_sha256, cert_cn, or both")
+    return Identity(name, roles, frozenset(queues)), digest, cert_cn
+
+
+class IdentityTable:
+    """The identities of one file, looked up by token or certificate name; thread-safe reloads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] = (0, 0)
+        self._by_digest: dict[str, Identity] = {}
+        self._by_cn: dict[str, Identity] = {}
+        self.reload_if_changed(force=True, strict=True)
+
+    def __len__(self) -> int:
+        return len(self._by_digest) + len(self._by_cn)
+
+    def _parse(self) -> tuple[dict[str, Identity], dict[str, Identity]]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except OSError as exc:
+            raise ValueError(f"cannot read the identity file {self.path!r}: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"identity file {self.path!r} is not valid JSON: {exc}") from None
+        entries = doc.get("identities") if isinstance(doc, dict) else None
+        if not isinstance(entries, list):
+            raise ValueError(f'identity file {self.path!r} must be {{"identities": [...]}}')
+        by_digest: dict[str, Identity] = {}
+        by_cn: dict[str, Identity] = {}
+        names: set[str] = set()
+        for i, entry in enumerate(entries):
+            identity, digest, cn = _identity(entry, i)
+            if identity.name in names:
+                raise ValueError(f"identity file {self.path!r} names {identity.name!r} twice")
+            names.add(identity.name)
+            if digest:
+                by_digest[digest] = identity
+            if cn:
+                by_cn[cn] = identity
+        return by_digest, by_cn
+
+    def reload_if_changed(self, force: bool = False, strict: bool = False) -> bool:
+        """Read the file again if it changed; a broken file is an error at start (``strict``),
+        later it is logged and the identities in use are kept."""
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = (0, 0)
+        with self._lock:
+            if not force and stamp == self._stamp:
+                return False
+            try:
+                by_digest, by_cn = self._parse()
+            except ValueError as exc:
+                if strict:
+                    raise
+                log.warning("keeping the current identities: %s", exc)
+                return False
+            self._stamp, self._by_digest, self._by_cn = stamp, by_digest, by_cn
+        log.info("identities loaded from %s (%d)", self.path, len(by_digest) + len(by_cn))
+        return True
+
+    def by_token(self, token: str) -> Identity | None:
+        """The identity whose token hashes to ``token``'s hash."""
+        # a lookup by hash: timing can only tell about the hash, never about a token
+        return self._by_digest.get(hash_token(token))
+
+    def by_certificate(self, common_name: str) -> Identity | None:
+        """The identity of a verified client certificate's common name."""
+        return self._by_cn.get(common_name)

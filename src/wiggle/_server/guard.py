@@ -1,0 +1,207 @@
+"""Access control on the gRPC port: who is calling (interceptor), and what each call may touch.
+
+``AuthInterceptor`` authenticates every call (a bearer token, or the verified client
+certificate) and checks the method against the role table (wiggle/_security/roles.py); the
+caller's identity then travels in a context variable to ``RequestGuard``, which the dispatch
+table (wiggle/_server/service.py) runs on each request — the unary ones and each message of a
+WorkerSession stream alike — to scope worker calls to the credential's queues and leases.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from .._security.roles import PUBLIC_METHODS, WORKER_METHODS, allowed_roles, check_method, owner_prefix
+from .._security.tokens import Identity, IdentityTable, Role
+from .._wire.status import to_grpc
+from ..errors import PermissionDenied, Unauthenticated, WiggleError
+
+__all__ = ["AuthInterceptor", "Authenticator", "RequestGuard", "CALLER"]
+
+#: The identity of the call being served (None: access control is off).
+CALLER: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("wiggle_caller", default=None)
+
+#: With mTLS and no identity file, a verified client certificate is trusted with every role.
+_CERTIFIED = frozenset({Role.ADMIN})
+
+
+class Authenticator:
+    """Turns what a caller presents into an Identity: a bearer token looked up in the identity
+    file, else the common name of its verified client certificate."""
+
+    def __init__(self, table: IdentityTable | None, mutual_tls: bool) -> None:
+        if table is None and not mutual_tls:
+            raise ValueError("access control needs an identity file (--auth-file) or client certificates")
+        self.table = table
+        self.mutual_tls = mutual_tls
+
+    def identify(self, authorization: str, common_name: str) -> Identity:
+        """The caller's identity; Unauthenticated (naming what is missing or wrong) otherwise."""
+        if authorization:
+            scheme, _, token = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("the authorization header must be 'Bearer <token>'")
+            if self.table is None:
+                raise Unauthenticated(
+                    "this server takes no tokens (no --auth-file); use a client certificate"
+                )
+            found = self.table.by_token(token.strip())
+            if found is None:
+                raise Unauthenticated("the token is not known to this server (revoked or mistyped?)")
+            return found
+        if common_name:
+            if self.table is None:
+                return Identity(common_name, _CERTIFIED, frozenset({"*"}))
+            found = self.table.by_certificate(common_name)
+            if found is None:
+                raise Unauthenticated(
+                    f"client certificate {common_name!r} is not in the identity file; add a cert_cn entry"
+                )
+            return found
+        raise Unauthenticated(
+            "no credential: send a bearer token (WIGGLE_TOKEN) over TLS or a client certificate "
+            "(WIGGLE_TLS_CLIENT_CERT / WIGGLE_TLS_CLIENT_KEY)"
+        )
+
+
+def _common_name(context: grpc.aio.ServicerContext) -> str:
+    auth = context.auth_context() or {}
+    names = auth.get("x509_common_name") or []
+    return names[0].decode("utf-8", "replace") if names else ""
+
+
+def _authorization(metadata: Any) -> str:
+    for key, value in metadata or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return ""
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Authenticates each call and checks its method against the role table."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self.authenticator = authenticator
+        # method -> its wrapped handler: the wrapper holds nothing of one call, so it is built once
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
+    async def _admit(self, method: str, context: grpc.aio.ServicerContext) -> Identity:
+        try:
+            authorization = _authorization(context.invocation_metadata())
+            # the certificate is looked at only when no token was sent
+            identity = self.authenticator.identify(
+                authorization, "" if authorization else _common_name(context)
+            )
+            check_method(identity, method, allowed_roles(method))
+        except WiggleError as exc:
+            await context.abort(to_grpc(exc.code), str(exc))
+            raise  # abort raises; this line is for the type checker
+        return identity
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = await continuation(details)
+        if handler is None or method in PUBLIC_METHODS:
+            return handler
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = wrapped
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        admit = self._admit
+        if handler.unary_unary is not None:
+            inner_uu = handler.unary_unary
+
+            async def unary_unary(request: Message, context: grpc.aio.ServicerContext) -> Message:
+                reset = CALLER.set(await admit(method, context))
+                try:
+                    return await inner_uu(request, context)  # type: ignore[no-any-return]
+                finally:
+                    CALLER.reset(reset)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary_unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.stream_stream is not None:
+            inner_ss = handler.stream_stream
+
+            async def stream_stream(
+                requests: AsyncIterator[Message], context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Message]:
+                CALLER.set(await admit(method, context))  # this call's own task: nothing to reset
+                async for reply in inner_ss(requests, context):
+                    yield reply
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream is not None:
+            inner_us = handler.unary_stream
+
+            async def unary_stream(
+                request: Message, context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Message]:
+                CALLER.set(await admit(method, context))
+                async for reply in inner_us(request, context):
+                    yield reply
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream, handler.request_deserializer, handler.response_serializer
+            )
+        inner_su = handler.stream_unary
+
+        async def stream_unary(
+            requests: AsyncIterator[Message], context: grpc.aio.ServicerContext
+        ) -> Message:
+            reset = CALLER.set(await admit(method, context))
+            try:
+                return await inner_su(requests, context)  # type: ignore[no-any-return]
+            finally:
+                CALLER.reset(reset)
+
+        return grpc.stream_unary_rpc_method_handler(
+            stream_unary, handler.request_deserializer, handler.response_serializer
+        )
+
+
+class RequestGuard:
+    """Run by the dispatch table on each request: a worker credential polls only its queues,
+    under a worker id prefixed with its own name, and reports only on leases held under it."""
+
+    def __call__(self, method: str, request: Message) -> None:
+        identity = CALLER.get()
+        if identity is None or Role.ADMIN in identity.roles:
+            return
+        check_method(identity, method)  # a stream carries several methods
+        if method not in WORKER_METHODS:
+            return
+        prefix = owner_prefix(identity)
+        if method == "PollTasks":
+            denied = [q for q in request.queues if not identity.may_serve(q)]  # type: ignore[attr-defined]
+            if denied:
+                raise PermissionDenied(
+                    f"worker credential {identity.name!r} may serve queues {sorted(identity.queues)}; "
+                    f"not {denied}"
+                )
+            worker_id: str = request.worker_id  # type: ignore[attr-defined]
+            if not worker_id.startswith(prefix):
+                request.worker_id = prefix + worker_id  # type: ignore[attr-defined]
+            return
+        owner: str = request.lease_owner  # type: ignore[attr-defined]
+        if not owner.startswith(prefix):
+            raise PermissionDenied(
+                f"lease_owner {owner[:80]!r} is not a lease of worker credential {identity.name!r}; "
+                "report only the tasks this worker claimed"
+            )

@@ -1,0 +1,78 @@
+"""TLS and access control for the HTTP port, framework-free so any HTTP server can adopt it.
+
+``HttpSecurity.ssl_context()`` is the ``ssl.SSLContext`` to serve with (None: plaintext), kept
+current when the certificate files change; ``HttpSecurity.check(path, authorization,
+peer_common_name)`` authenticates a request and checks its path against the role table
+(``HTTP_ROLES`` in wiggle/_security/roles.py), raising Unauthenticated or PermissionDenied with
+the message to send (401 / 403; ``http_status`` maps them). /metrics and /healthz can be left
+open (``open_metrics``). The dashboard and API are expected to call ``check`` from their
+middleware; the built-in /metrics server (wiggle/_server/metrics_http.py) does.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from .._security.roles import HTTP_ROLES, check_method
+from .._security.tls import ServerTLS
+from .._security.tokens import Identity
+from ..errors import ErrorCode, WiggleError
+from .guard import Authenticator
+
+__all__ = ["HttpSecurity", "OPEN_PATHS", "http_status", "peer_common_name"]
+
+#: paths ``open_metrics`` leaves open.
+OPEN_PATHS = ("/metrics", "/healthz")
+
+_HTTP_STATUS = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.PERMISSION_DENIED: 403}
+
+
+def http_status(error: WiggleError) -> int:
+    """The HTTP status for an error ``check`` raised (401, 403; 500 for anything else)."""
+    return _HTTP_STATUS.get(error.code, 500)
+
+
+def peer_common_name(peercert: object) -> str:
+    """The common name of a verified peer certificate (``SSLSocket.getpeercert()``), or ''."""
+    if not isinstance(peercert, dict):
+        return ""
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
+
+
+class HttpSecurity:
+    """What the HTTP port needs from the server's security settings."""
+
+    def __init__(
+        self, tls: ServerTLS | None, authenticator: Authenticator | None, open_metrics: bool = False
+    ) -> None:
+        self.tls = tls
+        self.authenticator = authenticator
+        self.open_metrics = open_metrics
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context to wrap the listening socket with; None when TLS is off."""
+        return self.tls.ssl_context() if self.tls is not None else None
+
+    def roles_for(self, path: str) -> str:
+        """The HTTP_ROLES prefix governing ``path`` (the longest that matches)."""
+        best = "/"
+        for prefix in HTTP_ROLES:
+            if path == prefix or path.startswith(prefix.rstrip("/") + "/") or prefix == "/":
+                if len(prefix) > len(best):
+                    best = prefix
+        return best
+
+    def check(self, path: str, authorization: str, peer_cn: str) -> Identity | None:
+        """The caller of ``path``; None when access control is off or the path is left open."""
+        path = path.split("?", 1)[0]
+        if self.authenticator is None:
+            return None
+        if self.open_metrics and path in OPEN_PATHS:
+            return None
+        identity = self.authenticator.identify(authorization, peer_cn)
+        check_method(identity, path, HTTP_ROLES[self.roles_for(path)])
+        return identity

@@ -1,0 +1,72 @@
+"""No accidental exposure: a non-loopback bind needs TLS and authentication, or --insecure."""
+
+from __future__ import annotations
+
+import pytest
+
+from wiggle import cli
+from wiggle._server.app import WiggleServer
+from wiggle._server.config import ServerConfig, from_mapping
+from wiggle._server.exposure import build_security, is_loopback
+from wiggle.errors import FailedPrecondition
+
+from .conftest import Pki
+
+
+def test_loopback_addresses() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("::") and not is_loopback("10.1.2.3")
+    assert not is_loopback("db.example")
+
+
+def test_non_loopback_bind_without_tls_and_auth_is_refused_naming_the_flags(pki: Pki) -> None:
+    with pytest.raises(FailedPrecondition) as refused:
+        build_security(ServerConfig(host="0.0.0.0"))
+    message = str(refused.value)
+    for flag in ("--tls-cert", "--tls-key", "--auth-file", "--tls-client-ca", "--insecure"):
+        assert flag in message
+    # TLS alone is not enough: nobody would be authenticated
+    with pytest.raises(FailedPrecondition, match="authentication"):
+        build_security(
+            ServerConfig(host="0.0.0.0", tls_cert=str(pki.server_cert), tls_key=str(pki.server_key))
+        )
+    ok = build_security(
+        ServerConfig(
+            host="0.0.0.0",
+            tls_cert=str(pki.server_cert),
+            tls_key=str(pki.server_key),
+            auth_file=str(pki.auth_file),
+        )
+    )
+    assert ok.authenticator is not None
+    assert build_security(ServerConfig(host="0.0.0.0", insecure=True)).authenticator is None
+
+
+def test_tokens_need_tls(pki: Pki) -> None:
+    with pytest.raises(FailedPrecondition, match="--auth-file needs TLS"):
+        build_security(ServerConfig(auth_file=str(pki.auth_file)))
+
+
+async def test_insecure_bind_on_every_interface_serves() -> None:
+    server = WiggleServer(ServerConfig(host="0.0.0.0", port=0, insecure=True))
+    await server.start()
+    try:
+        assert server.port > 0
+    finally:
+        await server.stop(grace=0.5)
+
+
+def test_cli_refuses_and_exits_with_the_message(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["server", "--host", "0.0.0.0", "--port", "0"])
+    assert code != 0
+    assert "--insecure" in capsys.readouterr().err
+
+
+def test_switches_from_env_and_flags() -> None:
+    assert from_mapping({}, env={"WIGGLE_INSECURE": "1"}).insecure is True
+    assert from_mapping({"insecure": True}, env={}).insecure is True
+    assert from_mapping({}, env={"WIGGLE_OPEN_METRICS": "no"}).open_metrics is False
+    with pytest.raises(ValueError, match="insecure must be true or false"):
+        from_mapping({}, env={"WIGGLE_INSECURE": "maybe"})
+    args = cli.build_parser().parse_args(["server", "--insecure", "--open-metrics"])
+    assert args.insecure is True and args.open_metrics is True

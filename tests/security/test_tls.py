@@ -1,0 +1,170 @@
+"""TLS and mTLS on the gRPC port, and certificates reloaded without a restart."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._security.credentials import Credentials
+from wiggle._security.tokens import hash_token
+from wiggle._server.app import WiggleServer
+from wiggle._server.config import ServerConfig
+from wiggle.client import AsyncClient
+from wiggle.errors import PermissionDenied, Unauthenticated, Unavailable, WiggleError
+
+from .certs import Authority
+from .conftest import Pki
+
+
+async def _reachable(target: str, credentials: Credentials) -> WiggleError | None:
+    async with AsyncClient(target, credentials=credentials) as client:
+        try:
+            await client._call(client.stub.ListWorkflows, pb.ListWorkflowsRequest(), timeout=5)
+        except WiggleError as exc:
+            return exc
+    return None
+
+
+async def test_tls_server_refuses_plaintext_and_an_untrusted_ca(tmp_path: Path, pki: Pki) -> None:
+    server = WiggleServer(ServerConfig(port=0, tls_cert=str(pki.server_cert), tls_key=str(pki.server_key)))
+    await server.start()
+    try:
+        assert await _reachable(server.target, Credentials(ca_file=str(pki.ca.ca_file))) is None
+        assert isinstance(await _reachable(server.target, Credentials()), Unavailable)
+        stranger = Authority(tmp_path, "stranger-ca")
+        assert isinstance(
+            await _reachable(server.target, Credentials(ca_file=str(stranger.ca_file))), Unavailable
+        )
+    finally:
+        await server.stop(grace=0.5)
+
+
+async def test_mtls_requires_a_client_certificate_of_the_client_ca(tmp_path: Path, pki: Pki) -> None:
+    clients = Authority(tmp_path, "client-ca")
+    cert, key = clients.issue("billing.internal", server=False)
+    config = ServerConfig(
+        port=0, tls_cert=str(pki.server_cert), tls_key=str(pki.server_key), tls_client_ca=str(clients.ca_file)
+    )
+    server = WiggleServer(config)
+    await server.start()
+    try:
+        ca = str(pki.ca.ca_file)
+        assert isinstance(await _reachable(server.target, Credentials(ca_file=ca)), Unavailable)
+        # a certificate from another CA is refused at the handshake too
+        rogue_cert, rogue_key = pki.ca.issue("rogue", server=False)
+        rogue = Credentials(ca_file=ca, cert_file=str(rogue_cert), key_file=str(rogue_key))
+        assert isinstance(await _reachable(server.target, rogue), Unavailable)
+        # no identity file: a verified client certificate is trusted with every role
+        good = Credentials(ca_file=ca, cert_file=str(cert), key_file=str(key))
+        assert await _reachable(server.target, good) is None
+    finally:
+        await server.stop(grace=0.5)
+
+
+async def test_client_certificate_names_map_to_roles(tmp_path: Path, pki: Pki) -> None:
+    clients = Authority(tmp_path, "client-ca")
+    viewer_cert, viewer_key = clients.issue("dash.internal", server=False)
+    unknown_cert, unknown_key = clients.issue("unlisted.internal", server=False)
+    auth = tmp_path / "certs.json"
+    auth.write_text(
+        json.dumps({"identities": [{"name": "dash", "roles": ["viewer"], "cert_cn": "dash.internal"}]})
+    )
+    config = ServerConfig(
+        port=0,
+        tls_cert=str(pki.server_cert),
+        tls_key=str(pki.server_key),
+        tls_client_ca=str(clients.ca_file),
+        auth_file=str(auth),
+    )
+    server = WiggleServer(config)
+    await server.start()
+    try:
+        ca = str(pki.ca.ca_file)
+        viewer = Credentials(ca_file=ca, cert_file=str(viewer_cert), key_file=str(viewer_key))
+        async with AsyncClient(server.target, credentials=viewer) as client:
+            assert await client.list_workflows() == []
+            with pytest.raises(
+                PermissionDenied, match="'dash' \\(roles: viewer\\) may not call StartInstance"
+            ):
+                await client.start("anything")
+        unknown = Credentials(ca_file=ca, cert_file=str(unknown_cert), key_file=str(unknown_key))
+        assert isinstance(await _reachable(server.target, unknown), Unauthenticated)
+    finally:
+        await server.stop(grace=0.5)
+
+
+async def test_certificate_reloaded_when_the_files_change(tmp_path: Path, pki: Pki) -> None:
+    live_cert, live_key = tmp_path / "live.crt", tmp_path / "live.key"
+    shutil.copy(pki.server_cert, live_cert)
+    shutil.copy(pki.server_key, live_key)
+    server = WiggleServer(ServerConfig(port=0, tls_cert=str(live_cert), tls_key=str(live_key)))
+    await server.start()
+    try:
+        old_ca = Credentials(ca_file=str(pki.ca.ca_file))
+        assert await _reachable(server.target, old_ca) is None
+        renewed = Authority(tmp_path, "renewed-ca")
+        new_cert, new_key = renewed.issue("localhost", server=True)
+        # replace both files the way a renewal job does (write aside, rename over)
+        shutil.copy(new_cert, tmp_path / "next.crt")
+        shutil.copy(new_key, tmp_path / "next.key")
+        (tmp_path / "next.key").replace(live_key)
+        (tmp_path / "next.crt").replace(live_cert)
+        # the next handshake uses the new certificate: a client of the new CA gets in, the old CA's
+        # clients no longer trust the server; no restart
+        assert await _reachable(server.target, Credentials(ca_file=str(renewed.ca_file))) is None
+        assert isinstance(await _reachable(server.target, old_ca), Unavailable)
+        assert server.security is not None and server.security.tls is not None
+        assert server.security.tls.reloads >= 1
+    finally:
+        await server.stop(grace=0.5)
+
+
+async def test_identity_file_reloaded_on_sighup_path(secured: WiggleServer, pki: Pki) -> None:
+    from .conftest import write_identities
+
+    async with pki.client(secured.target, "late") as late:
+        with pytest.raises(Unauthenticated):
+            await late.list_workflows()
+        write_identities(
+            pki.auth_file,
+            [
+                {
+                    "name": "late",
+                    "roles": ["viewer"],
+                    "token_sha256": hash_token("tok-late"),
+                }
+            ],
+        )
+        secured.reload()  # what SIGHUP calls
+        assert await late.list_workflows() == []
+
+
+def test_a_broken_certificate_stops_the_start_naming_the_file(tmp_path: Path, pki: Pki) -> None:
+    from wiggle._server.exposure import build_security
+    from wiggle.errors import FailedPrecondition
+
+    bad = tmp_path / "bad.crt"
+    bad.write_text("not a certificate")
+    with pytest.raises(FailedPrecondition, match="bad.crt"):
+        build_security(ServerConfig(tls_cert=str(bad), tls_key=str(pki.server_key)))
+
+
+async def test_grpc_takes_a_certificate_another_reload_loaded_first(tmp_path: Path, pki: Pki) -> None:
+    live_cert, live_key = tmp_path / "live.crt", tmp_path / "live.key"
+    shutil.copy(pki.server_cert, live_cert)
+    shutil.copy(pki.server_key, live_key)
+    server = WiggleServer(ServerConfig(port=0, tls_cert=str(live_cert), tls_key=str(live_key)))
+    await server.start()
+    try:
+        renewed = Authority(tmp_path, "renewed-ca")
+        new_cert, new_key = renewed.issue("localhost", server=True)
+        shutil.copy(new_key, live_key)
+        shutil.copy(new_cert, live_cert)
+        server.reload()  # SIGHUP (or the HTTP port's timer) loads the files before any handshake
+        assert await _reachable(server.target, Credentials(ca_file=str(renewed.ca_file))) is None
+    finally:
+        await server.stop(grace=0.5)
