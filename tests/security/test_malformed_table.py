@@ -86,6 +86,13 @@ NOT_FOUND = grpc.StatusCode.NOT_FOUND
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 
 
+def _schedule(**fields: object) -> pb.ScheduleSpec:
+    """A valid schedule spec on the SERVER-mode flow, with ``fields`` replaced."""
+    spec: dict[str, object] = {"id": "nightly", "workflow": SERVER_FLOW.name, "interval_millis": 60_000}
+    spec.update(fields)
+    return pb.ScheduleSpec(**spec)  # type: ignore[arg-type]
+
+
 def _forged(task: pb.TaskActivation) -> str:
     return task.task_id.rsplit(".", 1)[0] + ".999"
 
@@ -403,6 +410,35 @@ TABLE: list[Row] = [
         ),
         PRECONDITION,
     ),
+    # schedules
+    Row("CreateSchedule", "empty", lambda f: pb.ScheduleSpec(), INVALID),
+    Row("CreateSchedule", "NUL id", lambda f: _schedule(id=NUL), INVALID),
+    Row("CreateSchedule", "unknown workflow", lambda f: _schedule(workflow="no-such-flow"), NOT_FOUND),
+    Row("CreateSchedule", "bad cron", lambda f: _schedule(interval_millis=0, cron="61 * * * *"), INVALID),
+    Row("CreateSchedule", "no interval nor cron", lambda f: _schedule(interval_millis=0), INVALID),
+    Row(
+        "CreateSchedule",
+        "unknown zone",
+        lambda f: _schedule(interval_millis=0, cron="* * * * *", timezone="Mars/Base"),
+        INVALID,
+    ),
+    Row("CreateSchedule", "deep context", lambda f: _schedule(context_json=DEEP_OBJECT), INVALID),
+    Row("CreateSchedule", "bad overlap", lambda f: _schedule(overlap="SOMETIMES"), INVALID),
+    Row("UpdateSchedule", "empty", lambda f: pb.ScheduleSpec(), INVALID),
+    Row("UpdateSchedule", "unknown id", lambda f: _schedule(id="no-such-schedule"), NOT_FOUND),
+    Row("GetSchedule", "empty", lambda f: pb.ScheduleRequest(), INVALID),
+    Row("GetSchedule", "unknown", lambda f: pb.ScheduleRequest(schedule_id="no-such-schedule"), NOT_FOUND),
+    Row("ListSchedules", "NUL", lambda f: pb.ListSchedulesRequest(workflow=NUL), INVALID),
+    Row("PauseSchedule", "empty", lambda f: pb.ScheduleRequest(), INVALID),
+    Row("PauseSchedule", "unknown", lambda f: pb.ScheduleRequest(schedule_id="no-such-schedule"), NOT_FOUND),
+    Row("ResumeSchedule", "empty", lambda f: pb.ScheduleRequest(), INVALID),
+    Row("ResumeSchedule", "unknown", lambda f: pb.ScheduleRequest(schedule_id="no-such-schedule"), NOT_FOUND),
+    Row("DeleteSchedule", "empty", lambda f: pb.ScheduleRequest(), INVALID),
+    Row("DeleteSchedule", "unknown", lambda f: pb.ScheduleRequest(schedule_id="no-such-schedule"), NOT_FOUND),
+    Row("TriggerSchedule", "empty", lambda f: pb.ScheduleRequest(), INVALID),
+    Row(
+        "TriggerSchedule", "unknown", lambda f: pb.ScheduleRequest(schedule_id="no-such-schedule"), NOT_FOUND
+    ),
 ]
 
 
@@ -416,7 +452,12 @@ async def _snapshot(stub: pb_grpc.WiggleControlPlaneStub) -> tuple[object, ...]:
         state.append(
             (info.SerializeToString(deterministic=True), history.SerializeToString(deterministic=True))
         )
-    return (workflows.SerializeToString(deterministic=True), tuple(state))
+    schedules = await stub.ListSchedules(pb.ListSchedulesRequest(), timeout=10)
+    return (
+        workflows.SerializeToString(deterministic=True),
+        tuple(state),
+        schedules.SerializeToString(deterministic=True),
+    )
 
 
 async def _poll(stub: pb_grpc.WiggleControlPlaneStub, queue: str) -> pb.TaskActivation:

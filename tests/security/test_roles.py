@@ -50,6 +50,14 @@ REQUESTS: dict[str, Message] = {
     "FailTask": pb.FailTaskRequest(task_id="tk-0", lease_owner=OWNER),
     "HeartbeatTask": pb.HeartbeatTaskRequest(task_id="tk-0", lease_owner=OWNER),
     "AdvanceRun": pb.AdvanceRunRequest(task_id="tk-0", lease_owner=OWNER),
+    "CreateSchedule": pb.ScheduleSpec(id="s", workflow="nope", interval_millis=60_000),
+    "UpdateSchedule": pb.ScheduleSpec(id="s", workflow="nope", interval_millis=60_000),
+    "GetSchedule": pb.ScheduleRequest(schedule_id="s"),
+    "ListSchedules": pb.ListSchedulesRequest(),
+    "PauseSchedule": pb.ScheduleRequest(schedule_id="s"),
+    "ResumeSchedule": pb.ScheduleRequest(schedule_id="s"),
+    "DeleteSchedule": pb.ScheduleRequest(schedule_id="s"),
+    "TriggerSchedule": pb.ScheduleRequest(schedule_id="s"),
 }
 CALLERS = {Role.ADMIN: "ops", Role.CLIENT: "app", Role.WORKER: "pay-worker", Role.VIEWER: "watcher"}
 

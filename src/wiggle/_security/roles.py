@@ -44,8 +44,15 @@ RPC_ROLES: dict[str, frozenset[Role]] = {
     "SignalInstance": _CLIENT,
     "CancelInstance": _ADMIN,
     "RetryInstance": _ADMIN,
-    # schedules: admin only (CreateSchedule, DeleteSchedule, ... are absent on purpose)
+    # schedules: reads for client and viewer, every change admin only
     "ListSchedules": _READ,
+    "GetSchedule": _READ,
+    "CreateSchedule": _ADMIN,
+    "UpdateSchedule": _ADMIN,
+    "PauseSchedule": _ADMIN,
+    "ResumeSchedule": _ADMIN,
+    "DeleteSchedule": _ADMIN,
+    "TriggerSchedule": _ADMIN,
     # workers
     "PollTasks": _WORKER,
     "CompleteTask": _WORKER,
