@@ -19,7 +19,7 @@ from .codecs import (
     array_literals,
 )
 
-__all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite"]
+__all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite", "StartQueries"]
 
 ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much after its id's time
 
@@ -176,4 +176,21 @@ class Queries:
         self.definitions = q(
             "SELECT name, version, registered_at, definition FROM {s}.definitions "
             "WHERE %s = '' OR name = %s ORDER BY name, registered_at, seq"
+        )
+
+
+class StartQueries:
+    """The statements of idempotent starts (start_commit.py), rendered once with the schema quoted."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema).as_string()
+        self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
+        # A taken request id is skipped (DO NOTHING waits for a concurrent holder's commit first).
+        self.claim_requests = (
+            f"INSERT INTO {s}.start_requests (request_id, instance_id) "
+            "SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT (request_id) DO NOTHING "
+            "RETURNING request_id, instance_id"
+        )
+        self.request_owners = (
+            f"SELECT request_id, instance_id FROM {s}.start_requests WHERE request_id = ANY(%s)"
         )

@@ -26,6 +26,7 @@ from ..base import (
     ClaimTransition,
     InstanceQuery,
     InstanceView,
+    NewInstance,
     R,
     Store,
     WorkflowRecord,
@@ -37,7 +38,8 @@ from .db import Conn, Database
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
 from .migrations import check_schema, migrate
-from .statements import ID_CLOCK_SLACK_MILLIS, Queries
+from .start_commit import StartCommit
+from .statements import ID_CLOCK_SLACK_MILLIS, Queries, StartQueries
 from .writes import ChangeWriter
 
 __all__ = ["PostgresStore"]
@@ -73,6 +75,7 @@ class PostgresStore(Store):
         self.group = GroupCommit(
             self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
         )
+        self.starts = StartCommit(self.db, StartQueries(self.schema), self._persist_new, self._started)
 
     @property
     def node_id(self) -> str:
@@ -104,6 +107,7 @@ class PostgresStore(Store):
 
     async def close(self) -> None:
         await self.group.close()
+        await self.starts.close()
         await self.cluster.close()
         await self.db.close()
 
@@ -177,6 +181,18 @@ class PostgresStore(Store):
         if await self.db.run("start", body):
             self.stats.transactions += 1
             self._announce(state.instance.id, changes)
+
+    async def insert_many(self, items: list[NewInstance]) -> list[str]:
+        return await self.starts.submit(items)
+
+    async def _persist_new(self, conn: Conn, items: list[NewInstance]) -> None:
+        await self._persist(conn, [(item.state, item.changes, None) for item in items], frozenset())
+
+    def _started(self, created: list[NewInstance]) -> None:
+        if created:
+            self.stats.transactions += 1
+        for item in created:
+            self._announce(item.state.instance.id, item.changes)
 
     async def get_instance(self, instance_id: str) -> InstanceView:
         found = views(await self.db.fetch("get_instance", self.queries.view, (instance_id,), binary=True))
