@@ -204,3 +204,23 @@ async def test_a_failing_start_fails_alone_and_its_group_is_retried(
     assert isinstance(outcomes[1], WiggleError), outcomes[1]
     assert outcomes[2] == ["wi-000000000001aaaa00000002", "wi-000000000001aaaa00000003"]
     assert len(await _all_ids(layer)) == 4
+
+
+async def test_concurrent_latest_version_reads_share_one_statement(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    store, layer = pg
+    before = store.definitions.latest_queries
+    records = await asyncio.gather(*(store.get_workflow("one") for _ in range(50)))
+    assert store.definitions.latest_queries - before == 1
+    assert {r.loaded.version for r in records} == {records[0].loaded.version}
+    # a version registered (acknowledged) before a call is what that call sees
+    v2 = WorkflowDefinition(
+        name="one",
+        start_node="b",
+        nodes=(Node(id="b", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
+    )
+    record, created = await layer.register(v2)
+    assert created
+    started = await layer.start("one", "", {}, "", "")
+    assert started.instance.version == record.loaded.version != records[0].loaded.version
