@@ -124,10 +124,15 @@ class Queries:
             "WHERE datname = current_database() AND application_name LIKE %(prefix)s "
             "AND split_part(application_name, ':', 3) <> %(node)s"
         )
+        # No condition on the instance's status here (the store checks it, PostgresStore.claim):
+        # with one, a plan made before the tables have statistics (a new schema, until autovacuum
+        # analyzes them) joins through instances_status, scanning every RUNNING instance for each
+        # READY token, and a prepared statement keeps that plan; without one, the instance can
+        # only be reached through its primary key (docs/postgres-plans.md#claims-on-a-new-schema).
         claim = (
             f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')} "
             "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
-            "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s AND i.status = 'RUNNING' "
+            "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s "
             "ORDER BY t.available_at LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
         )
         # One queue: an ordered scan of tokens_ready, stopping after LIMIT rows that could be locked.

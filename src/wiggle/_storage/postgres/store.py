@@ -19,7 +19,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from ..._engine.engine import Claimed, LoadedDefinition
-from ..._engine.state import Changes, HistoryEntry, InstanceState, now_millis
+from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus, now_millis
 from ...errors import NotFound
 from ..base import (
     Action,
@@ -264,7 +264,10 @@ class PostgresStore(Store):
                         token = token_from(row)
                         entry = states.get(token.instance_id)
                         if entry is None:
-                            entry = (InstanceState(instance_from(row, N_TOKEN), {}), Changes())
+                            instance = instance_from(row, N_TOKEN)
+                            if instance.status != InstanceStatus.RUNNING:
+                                continue  # never expected (a finished instance has no READY token)
+                            entry = (InstanceState(instance, {}), Changes())
                             states[token.instance_id] = entry
                         state, changes = entry
                         state.tokens[token.id] = token
