@@ -224,3 +224,24 @@ async def test_concurrent_latest_version_reads_share_one_statement(
     assert created
     started = await layer.start("one", "", {}, "", "")
     assert started.instance.version == record.loaded.version != records[0].loaded.version
+
+
+async def test_two_servers_starting_one_request_id_start_one_instance() -> None:
+    async with async_temp_schema() as schema:
+        stores = [PostgresStore(TEST_DATABASE_URL, schema) for _ in range(2)]
+        for store in stores:
+            await store.open()
+        try:
+            layers = [Instances(store, Engine()) for store in stores]
+            await layers[0].register(_one_step())
+            views = await asyncio.gather(
+                *(layers[i % 2].start("one", "", {"i": i}, "", f"shared-{i % 3}") for i in range(30))
+            )
+            by_request: dict[int, set[str]] = {}
+            for i, view in enumerate(views):
+                by_request.setdefault(i % 3, set()).add(view.instance.id)
+            assert all(len(ids) == 1 for ids in by_request.values()), by_request
+            assert len(await _all_ids(layers[1])) == 3
+        finally:
+            for store in stores:
+                await store.close()
