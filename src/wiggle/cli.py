@@ -218,13 +218,60 @@ def _client(args: argparse.Namespace) -> Any:
         raise SystemExit(f"wiggle: {exc}") from None
 
 
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    """The contexts of a JSON-lines file (one JSON object per line, blank lines skipped; - = stdin)."""
+    contexts: list[dict[str, Any]] = []
+    try:
+        fh = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise SystemExit(f"wiggle: --from-file {path}: {exc.strerror}") from None
+    with fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"wiggle: {path} line {number} is not valid JSON: {exc}") from None
+            if not isinstance(value, dict):
+                raise SystemExit(
+                    f"wiggle: {path} line {number} must be a JSON object, got {type(value).__name__}"
+                )
+            contexts.append(value)
+    return contexts
+
+
+def cmd_start_many(args: argparse.Namespace) -> int:
+    if args.context is not None or args.wait:
+        raise SystemExit("wiggle: --from-file takes the contexts from the file: drop --context and --wait")
+    contexts = _read_jsonl(args.from_file)
+    if not contexts:
+        raise SystemExit(f"wiggle: {args.from_file} holds no contexts (one JSON object per line)")
+    with _client(args) as client:
+        ids = client.start_many(
+            args.workflow,
+            contexts,
+            version=args.version or "",
+            correlation_id=args.correlation_id or "",
+            request_id=args.request_id or "",
+        )
+    if args.json:
+        _print_json(ids)
+    else:
+        print("\n".join(ids))
+    return 0
+
+
 def cmd_start(args: argparse.Namespace) -> int:
+    if args.from_file is not None:
+        return cmd_start_many(args)
     with _client(args) as client:
         info = client.start(
             args.workflow,
             _json_arg(args.context, "--context") or {},
             version=args.version or "",
             correlation_id=args.correlation_id or "",
+            request_id=args.request_id or "",
         )
         if args.wait:
             info = client.wait(info.instance_id, timeout=args.timeout)
@@ -375,6 +422,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", help="JSON object (or @file)")
     p.add_argument("--version", dest="version")
     p.add_argument("--correlation-id")
+    p.add_argument(
+        "--request-id",
+        help="idempotency key: a start repeating it returns the instance the first one started",
+    )
+    p.add_argument(
+        "--from-file",
+        metavar="FILE.jsonl",
+        help="start one instance per line (a JSON object each; - reads stdin) in bulk; prints the ids in order",
+    )
     p.add_argument(
         "--wait", action="store_true", help="wait until it finishes; exit 1 if it FAILED or was CANCELLED"
     )

@@ -410,6 +410,38 @@ TABLE: list[Row] = [
         ),
         PRECONDITION,
     ),
+    # StartInstances (bulk start)
+    Row("StartInstances", "empty", lambda f: pb.StartInstancesRequest(), INVALID),
+    Row(
+        "StartInstances",
+        "unknown workflow",
+        lambda f: pb.StartInstancesRequest(workflow="no-such-flow", contexts_json=[b"{}"]),
+        NOT_FOUND,
+    ),
+    Row(
+        "StartInstances",
+        "a context that is not an object",
+        lambda f: pb.StartInstancesRequest(workflow=SERVER_FLOW.name, contexts_json=[b"{}", b"[1]"]),
+        INVALID,
+    ),
+    Row(
+        "StartInstances",
+        "deep context",
+        lambda f: pb.StartInstancesRequest(workflow=SERVER_FLOW.name, contexts_json=[DEEP_OBJECT]),
+        INVALID,
+    ),
+    Row(
+        "StartInstances",
+        "oversize context",
+        lambda f: pb.StartInstancesRequest(workflow=SERVER_FLOW.name, contexts_json=[BIG]),
+        INVALID,
+    ),
+    Row(
+        "StartInstances",
+        "NUL request id",
+        lambda f: pb.StartInstancesRequest(workflow=SERVER_FLOW.name, contexts_json=[b"{}"], request_id=NUL),
+        INVALID,
+    ),
     # schedules
     Row("CreateSchedule", "empty", lambda f: pb.ScheduleSpec(), INVALID),
     Row("CreateSchedule", "NUL id", lambda f: _schedule(id=NUL), INVALID),

@@ -8,7 +8,7 @@ wiggle/_client/core.py and replies converted in wiggle/_wire/convert.py.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -100,10 +100,41 @@ class AsyncClient:
         *,
         version: str = "",
         correlation_id: str = "",
+        request_id: str = "",
     ) -> InstanceInfo:
-        """Start an instance; ``context`` is a dict or msgspec.Struct. Pins ``version`` if given."""
-        request = core.start_request(workflow, context, version, correlation_id)
+        """Start an instance; ``context`` is a dict or msgspec.Struct. Pins ``version`` if given.
+
+        ``request_id`` makes the start idempotent: a start repeating a request id (a retry after
+        an error or a lost answer) returns the instance the first one started.
+        """
+        request = core.start_request(workflow, context, version, correlation_id, request_id)
         return instance_from_pb(await self._call(self.stub.StartInstance, request))
+
+    async def start_many(
+        self,
+        workflow: str | Blueprint[Any],
+        contexts: Iterable[Any],
+        *,
+        version: str = "",
+        correlation_id: str = "",
+        request_id: str = "",
+        chunk_size: int = core.START_CHUNK,
+    ) -> builtins.list[str]:
+        """Start one instance per context (dicts or msgspec.Structs); the instance ids, in order.
+
+        Sent in StartInstances calls of ``chunk_size`` contexts, each committed in large batches.
+        With ``request_id``, instance i is started with request id "<request_id>:<i>": repeating
+        the call after an error starts only what the first call did not.
+        """
+        chunks = core.StartChunks(workflow, contexts, version, correlation_id, request_id, chunk_size)
+        ids: builtins.list[str] = []
+        request = chunks.next_request()
+        while request is not None:
+            reply = await self._call(self.stub.StartInstances, request)
+            ids.extend(reply.instance_ids)
+            chunks.pin(reply.version)
+            request = chunks.next_request()
+        return ids
 
     async def get(self, instance_id: str) -> InstanceInfo:
         """The instance as it is now."""

@@ -7,6 +7,7 @@ and each reply conversion (wiggle/_wire/convert.py) exists once.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -30,6 +31,9 @@ __all__ = [
     "complete_user_task_request",
     "WaitClock",
     "check_result",
+    "START_CHUNK",
+    "START_CHUNK_BYTES",
+    "StartChunks",
 ]
 
 DEFAULT_TARGET = "127.0.0.1:7233"
@@ -60,13 +64,75 @@ def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.Regist
 
 
 def start_request(
-    workflow: str | Blueprint[Any], context: Any, version: str, correlation_id: str
+    workflow: str | Blueprint[Any], context: Any, version: str, correlation_id: str, request_id: str = ""
 ) -> pb.StartInstanceRequest:
     """StartInstance; ``context`` is a dict, a msgspec.Struct or None."""
     name = workflow.name if isinstance(workflow, Blueprint) else workflow
     return pb.StartInstanceRequest(
-        workflow=name, version=version, context_json=_context_json(context), correlation_id=correlation_id
+        workflow=name,
+        version=version,
+        context_json=_context_json(context),
+        correlation_id=correlation_id,
+        request_id=request_id,
     )
+
+
+START_CHUNK = 1000  # contexts per StartInstances call (the server accepts up to 10,000)
+START_CHUNK_BYTES = 8 << 20  # and at most about this many bytes of contexts per call
+
+
+class StartChunks:
+    """``start_many``'s contexts as StartInstances calls of at most ``chunk_size`` contexts.
+
+    The first call starts the latest version unless ``version`` is given; ``pin`` makes the
+    following calls start the version the first one did, so one ``start_many`` starts one version.
+    """
+
+    def __init__(
+        self,
+        workflow: str | Blueprint[Any],
+        contexts: Iterable[Any],
+        version: str,
+        correlation_id: str,
+        request_id: str,
+        chunk_size: int,
+    ) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+        self.name = workflow.name if isinstance(workflow, Blueprint) else workflow
+        self.contexts = iter(contexts)
+        self.version = version
+        self.correlation_id = correlation_id
+        self.request_id = request_id
+        self.chunk_size = chunk_size
+        self.sent = 0
+
+    def next_request(self) -> pb.StartInstancesRequest | None:
+        """The next call, or None once every context was sent."""
+        chunk: list[bytes] = []
+        size = 0
+        for context in self.contexts:
+            data = _context_json(context)
+            chunk.append(data)
+            size += len(data)
+            if len(chunk) >= self.chunk_size or size >= START_CHUNK_BYTES:
+                break
+        if not chunk:
+            return None
+        request = pb.StartInstancesRequest(
+            workflow=self.name,
+            version=self.version,
+            contexts_json=chunk,
+            correlation_id=self.correlation_id,
+            request_id=self.request_id,
+            first_index=self.sent,
+        )
+        self.sent += len(chunk)
+        return request
+
+    def pin(self, version: str) -> None:
+        """Start the following chunks at ``version`` (the one the first chunk started)."""
+        self.version = version
 
 
 def list_request(

@@ -47,16 +47,42 @@ class ListWorkflowsResponse(_message.Message):
     def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
 
 class StartInstanceRequest(_message.Message):
-    __slots__ = ("workflow", "version", "context_json", "correlation_id")
+    __slots__ = ("workflow", "version", "context_json", "correlation_id", "request_id")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     version: str
     context_json: bytes
     correlation_id: str
-    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class StartInstancesRequest(_message.Message):
+    __slots__ = ("workflow", "version", "contexts_json", "correlation_id", "request_id", "first_index")
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTEXTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    workflow: str
+    version: str
+    contexts_json: _containers.RepeatedScalarFieldContainer[bytes]
+    correlation_id: str
+    request_id: str
+    first_index: int
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., contexts_json: _Optional[_Iterable[bytes]] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., first_index: _Optional[int] = ...) -> None: ...
+
+class StartInstancesResponse(_message.Message):
+    __slots__ = ("instance_ids", "version")
+    INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    instance_ids: _containers.RepeatedScalarFieldContainer[str]
+    version: str
+    def __init__(self, instance_ids: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ...) -> None: ...
 
 class TokenInfo(_message.Message):
     __slots__ = ("token_id", "node_id", "status", "attempt", "lease_owner", "lease_expires_at", "available_at", "last_error", "local_run_owner", "local_run_steps", "queue")

@@ -54,6 +54,11 @@ class WiggleControlPlaneStub:
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.StartInstanceRequest.SerializeToString,
                 response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.FromString,
                 _registered_method=True)
+        self.StartInstances = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/StartInstances',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.StartInstancesRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.StartInstancesResponse.FromString,
+                _registered_method=True)
         self.GetInstance = channel.unary_unary(
                 '/wiggle.v1.WiggleControlPlane/GetInstance',
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.GetInstanceRequest.SerializeToString,
@@ -175,6 +180,14 @@ class WiggleControlPlaneServicer:
 
     def StartInstance(self, request, context):
         """Instances.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartInstances(self, request, context):
+        """Bulk start: many instances of one workflow in one call, committed in large batches; the ids
+        come back in the order of the contexts. Clients send long lists in chunks of this call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -325,6 +338,11 @@ def add_WiggleControlPlaneServicer_to_server(servicer, server):
                     servicer.StartInstance,
                     request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.StartInstanceRequest.FromString,
                     response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.SerializeToString,
+            ),
+            'StartInstances': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartInstances,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.StartInstancesRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.StartInstancesResponse.SerializeToString,
             ),
             'GetInstance': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInstance,
@@ -530,6 +548,33 @@ class WiggleControlPlane:
             '/wiggle.v1.WiggleControlPlane/StartInstance',
             wiggle_dot___rpc_dot_wiggle__pb2.StartInstanceRequest.SerializeToString,
             wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartInstances(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/StartInstances',
+            wiggle_dot___rpc_dot_wiggle__pb2.StartInstancesRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.StartInstancesResponse.FromString,
             options,
             channel_credentials,
             insecure,

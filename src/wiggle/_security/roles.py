@@ -36,7 +36,7 @@ RPC_ROLES: dict[str, frozenset[Role]] = {
     "ListWorkflows": _READ,
     # instances
     "StartInstance": _CLIENT,
-    "StartMany": _CLIENT,
+    "StartInstances": _CLIENT,
     "GetInstance": _READ,
     "ListInstances": _READ,
     "GetHistory": _READ,

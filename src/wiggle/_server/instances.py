@@ -32,9 +32,17 @@ from .._engine.state import (
     token_instance_id,
 )
 from .._model import WorkflowDefinition
-from .._storage.base import Action, InstanceQuery, InstanceView, Store, StoreStats, WorkflowRecord
+from .._storage.base import (
+    Action,
+    InstanceQuery,
+    InstanceView,
+    NewInstance,
+    Store,
+    StoreStats,
+    WorkflowRecord,
+)
 from .._storage.notifier import wait_event
-from ..errors import NotFound, Unavailable
+from ..errors import InvalidArgument, NotFound, Unavailable
 from .schedules import Schedules
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
@@ -92,14 +100,45 @@ class Instances:
     # ------------------------------------------------------------------ instances
 
     async def start(
-        self, name: str, version: str, context: dict[str, Any], correlation_id: str
+        self, name: str, version: str, context: dict[str, Any], correlation_id: str, request_id: str = ""
     ) -> InstanceView:
-        """Start an instance of ``name`` (latest version unless pinned)."""
+        """Start an instance of ``name`` (latest version unless pinned).
+
+        With a ``request_id`` already used, the instance that start created, as it is now
+        (docs/semantics.md#idempotent-starts).
+        """
         record = await self.store.get_workflow(name, version)
         now = now_millis()
         state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
-        await self.store.insert(state, changes)
-        return self.store.view(state)
+        (instance_id,) = await self.store.insert_many([NewInstance(state, changes, request_id)])
+        if instance_id == state.instance.id:
+            return self.store.view(state)
+        return await self.store.get_instance(instance_id)
+
+    async def start_many(
+        self,
+        name: str,
+        version: str,
+        contexts: Sequence[dict[str, Any]],
+        correlation_id: str,
+        request_ids: Sequence[str] = (),
+    ) -> tuple[str, list[str]]:
+        """Start one instance of ``name`` per context; (the version, the ids in order).
+
+        ``request_ids``, if given, has one (possibly empty) request id per context.
+        """
+        record = await self.store.get_workflow(name, version)
+        loaded = record.loaded
+        start = self.engine.start
+        items: list[NewInstance] = []
+        for i, context in enumerate(contexts):
+            now = now_millis()
+            try:
+                state, changes = start(loaded, new_instance_id(now), context, correlation_id, now)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"context {i} of {len(contexts)}: {exc}") from None
+            items.append(NewInstance(state, changes, request_ids[i] if request_ids else ""))
+        return loaded.version, await self.store.insert_many(items)
 
     async def get_instance(self, instance_id: str) -> InstanceView:
         """An instance with its active tokens."""

@@ -75,6 +75,7 @@ class ServiceLimits(msgspec.Struct, frozen=True, kw_only=True):
     default_page_size: int = 50
     max_page_size: int = 1000
     max_payload_bytes: int = 1 << 20  # JSON fields and definitions (EngineConfig.max_payload_bytes)
+    max_start_batch: int = 10_000  # contexts in one StartInstances call (clients send chunks)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> ServiceLimits:
@@ -138,6 +139,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             "GetWorkflow": Route(pb.GetWorkflowRequest, self.get_workflow),
             "ListWorkflows": Route(pb.ListWorkflowsRequest, self.list_workflows),
             "StartInstance": Route(pb.StartInstanceRequest, self.start_instance),
+            "StartInstances": Route(pb.StartInstancesRequest, self.start_instances),
             "GetInstance": Route(pb.GetInstanceRequest, self.get_instance),
             "ListInstances": Route(pb.ListInstancesRequest, self.list_instances),
             "CancelInstance": Route(pb.CancelInstanceRequest, self.cancel_instance),
@@ -203,6 +205,11 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
 
     async def StartInstance(self, request: pb.StartInstanceRequest, context: Context) -> pb.InstanceInfo:
         return await self._unary("StartInstance", request, context, pb.InstanceInfo)
+
+    async def StartInstances(
+        self, request: pb.StartInstancesRequest, context: Context
+    ) -> pb.StartInstancesResponse:
+        return await self._unary("StartInstances", request, context, pb.StartInstancesResponse)
 
     async def GetInstance(self, request: pb.GetInstanceRequest, context: Context) -> pb.InstanceInfo:
         return await self._unary("GetInstance", request, context, pb.InstanceInfo)
@@ -311,9 +318,39 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         validate_name(request.workflow, "workflow")
         _optional_name(request.version, "version")
         _optional_name(request.correlation_id, "correlation_id")
+        _optional_name(request.request_id, "request_id")
         ctx = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
-        view = await self.instances.start(request.workflow, request.version, ctx, request.correlation_id)
+        view = await self.instances.start(
+            request.workflow, request.version, ctx, request.correlation_id, request.request_id
+        )
         return convert.instance_to_pb(view)
+
+    async def start_instances(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        """Start one instance per context, committed in large batches; the ids in order."""
+        validate_name(request.workflow, "workflow")
+        _optional_name(request.version, "version")
+        _optional_name(request.correlation_id, "correlation_id")
+        _optional_name(request.request_id, "request_id")
+        count = len(request.contexts_json)
+        if not 1 <= count <= self.limits.max_start_batch:
+            raise InvalidArgument(
+                f"contexts_json holds {count} contexts; send between 1 and {self.limits.max_start_batch} "
+                "per call (the clients' start_many sends long lists in chunks)"
+            )
+        if request.first_index < 0:
+            raise InvalidArgument(f"first_index must be 0 or more, got {request.first_index}")
+        limit = self.limits.max_payload_bytes
+        contexts = [
+            decode_object(data, f"contexts_json[{i}]", limit) for i, data in enumerate(request.contexts_json)
+        ]
+        request_ids: list[str] = []
+        if request.request_id:
+            first = request.first_index
+            request_ids = [f"{request.request_id}:{first + i}" for i in range(count)]
+        version, ids = await self.instances.start_many(
+            request.workflow, request.version, contexts, request.correlation_id, request_ids
+        )
+        return pb.StartInstancesResponse(instance_ids=ids, version=version)
 
     async def get_instance(self, request: pb.GetInstanceRequest) -> pb.InstanceInfo:
         """An instance now, or once finished within ``wait_millis``."""

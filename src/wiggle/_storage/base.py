@@ -30,6 +30,7 @@ __all__ = [
     "Action",
     "ClaimTransition",
     "ready_counts",
+    "NewInstance",
 ]
 
 R = TypeVar("R")
@@ -40,6 +41,14 @@ R = TypeVar("R")
 Action = Callable[[LoadedDefinition, InstanceState, int], tuple[R, Changes | None]]
 # The engine's claim transition for one due READY token: (definition, state, token, now, changes into).
 ClaimTransition = Callable[[LoadedDefinition, InstanceState, Token, int, Changes], Claimed]
+
+
+class NewInstance(msgspec.Struct):
+    """An instance to insert: the engine's start (state and changes) and its optional request id."""
+
+    state: InstanceState
+    changes: Changes
+    request_id: str = ""  # "" = no idempotency key
 
 
 class WorkflowRecord(msgspec.Struct):
@@ -111,6 +120,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def insert(self, state: InstanceState, changes: Changes) -> None:
         """Persist a new instance (``changes`` from the engine's start), commit, announce."""
+
+    @abc.abstractmethod
+    async def insert_many(self, items: list[NewInstance]) -> list[str]:
+        """Persist new instances, commit, announce; for each item, the id of the instance it names.
+
+        An item whose request id an earlier start already used (or an earlier item of ``items``)
+        is not inserted: its answer is the id of the instance that start created
+        (docs/semantics.md#idempotent-starts). All items are committed before any is answered.
+        """
 
     @abc.abstractmethod
     async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:

@@ -25,7 +25,16 @@ from .._engine.state import (
 )
 from .._model import validate_name
 from ..errors import NotFound, ResourceExhausted
-from .base import Action, ClaimTransition, InstanceQuery, InstanceView, R, Store, WorkflowRecord
+from .base import (
+    Action,
+    ClaimTransition,
+    InstanceQuery,
+    InstanceView,
+    NewInstance,
+    R,
+    Store,
+    WorkflowRecord,
+)
 from .schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
@@ -55,6 +64,9 @@ class MemoryStore(Store):
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
         self._seq = itertools.count()
         self.schedules = MemorySchedules(self.insert)
+        # idempotent starts: request id -> instance id, and back (purged with the instance)
+        self._requests: dict[str, str] = {}
+        self._request_of: dict[str, str] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -146,6 +158,9 @@ class MemoryStore(Store):
         for instance_id in doomed:
             del self._instances[instance_id]
             self._history.pop(instance_id, None)
+            request_id = self._request_of.pop(instance_id, None)
+            if request_id is not None:
+                del self._requests[request_id]
         gone = set(doomed)
         self._ids = [i for i in self._ids if i not in gone]
         self.evicted += len(doomed)
@@ -160,6 +175,23 @@ class MemoryStore(Store):
         else:  # pragma: no cover - ids are generated in increasing order
             bisect.insort(ids, instance_id)
         self._apply(state, changes)
+
+    async def insert_many(self, items: list[NewInstance]) -> list[str]:
+        out: list[str] = []
+        requests = self._requests
+        for item in items:
+            instance_id = item.state.instance.id
+            if item.request_id:
+                known = requests.get(item.request_id)
+                if known is not None:
+                    out.append(known)
+                    continue
+            await self.insert(item.state, item.changes)  # may refuse (the bound): nothing recorded
+            if item.request_id:
+                requests[item.request_id] = instance_id
+                self._request_of[instance_id] = item.request_id
+            out.append(instance_id)
+        return out
 
     async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
         state = self._instances.get(instance_id)
@@ -294,6 +326,9 @@ class MemoryStore(Store):
         for instance_id in doomed:
             del self._instances[instance_id]
             self._history.pop(instance_id, None)
+            request_id = self._request_of.pop(instance_id, None)
+            if request_id is not None:
+                del self._requests[request_id]
         if doomed:
             self._ids = [i for i in self._ids if i in self._instances]
         return len(doomed)

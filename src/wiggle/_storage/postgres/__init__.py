@@ -2,6 +2,7 @@
 
 - ``store``: ``PostgresStore``, the persistence primitives of wiggle/_storage/base.py;
 - ``group_commit``: concurrent mutations sharing transactions;
+- ``start_commit``: concurrent starts sharing transactions, idempotent by request id;
 - ``writes``: persisting what transitions changed;
 - ``cluster``: LISTEN/NOTIFY wake-ups across nodes, peer counting, clock leadership;
 - ``db``: the pool, dedicated connections, bounded retries;

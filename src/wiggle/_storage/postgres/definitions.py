@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from ..._engine.engine import LoadedDefinition
 from ..._engine.state import now_millis
 from ..._model import definition_from_json, validate_name
@@ -20,6 +22,51 @@ class Definitions:
         self.db = db
         self.queries = queries
         self.records: dict[tuple[str, str], WorkflowRecord] = {}
+        # Latest-version lookups not sent yet, by name: concurrent starts share one (see latest()).
+        self._latest: dict[str, asyncio.Future[str | None]] = {}
+        self._lookups: set[asyncio.Task[None]] = set()
+        self.latest_queries = 0  # latest-version statements sent (tests count them)
+
+    async def latest(self, name: str) -> str | None:
+        """The latest registered version of ``name`` (None if none), as of a read made after this call.
+
+        Concurrent callers share one read, which is sent only after each of them has joined it:
+        a version registered (and acknowledged) before a caller's call is always seen, so a start
+        never picks an older version than its caller could know of, while a burst of starts costs
+        one statement instead of one each.
+        """
+        lookup = self._latest.get(name)
+        if lookup is None:
+            lookup = asyncio.get_running_loop().create_future()
+            self._latest[name] = lookup
+            task = asyncio.ensure_future(self._look_up(name, lookup))
+            self._lookups.add(task)
+            task.add_done_callback(self._lookups.discard)
+        return await asyncio.shield(lookup)
+
+    async def _look_up(self, name: str, lookup: asyncio.Future[str | None]) -> None:
+        def close_door() -> None:
+            # From here on the read is being sent: later callers must not join it.
+            if self._latest.get(name) is lookup:
+                del self._latest[name]
+
+        async def body(conn: Conn) -> str | None:
+            close_door()
+            self.latest_queries += 1
+            cur = await conn.execute(self.queries.latest_version, (name,))
+            row = await cur.fetchone()
+            return None if row is None else str(row[0])
+
+        try:
+            version = await self.db.run("get_workflow", body)
+        except BaseException as exc:
+            close_door()
+            if not lookup.done():
+                lookup.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            lookup.set_result(version)
 
     async def loaded_record(self, conn: Conn, name: str, version: str) -> WorkflowRecord:
         """A definition version, from the cache or read on ``conn`` (inside its transaction)."""
@@ -70,6 +117,14 @@ class Definitions:
         validate_name(name, "workflow")
         if version and (name, version) in self.records:
             return self.records[(name, version)]
+        if not version:
+            latest = await self.latest(name)
+            if latest is None:
+                raise NotFound(f"workflow {name!r} is not registered")
+            record = self.records.get((name, latest))
+            if record is not None:
+                return record
+            version = latest
 
         async def body(conn: Conn) -> WorkflowRecord:
             wanted = version

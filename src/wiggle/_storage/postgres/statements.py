@@ -19,7 +19,7 @@ from .codecs import (
     array_literals,
 )
 
-__all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite"]
+__all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite", "StartQueries"]
 
 ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much after its id's time
 
@@ -124,10 +124,15 @@ class Queries:
             "WHERE datname = current_database() AND application_name LIKE %(prefix)s "
             "AND split_part(application_name, ':', 3) <> %(node)s"
         )
+        # No condition on the instance's status here (the store checks it, PostgresStore.claim):
+        # with one, a plan made before the tables have statistics (a new schema, until autovacuum
+        # analyzes them) joins through instances_status, scanning every RUNNING instance for each
+        # READY token, and a prepared statement keeps that plan; without one, the instance can
+        # only be reached through its primary key (docs/postgres-plans.md#claims-on-a-new-schema).
         claim = (
             f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')} "
             "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
-            "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s AND i.status = 'RUNNING' "
+            "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s "
             "ORDER BY t.available_at LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
         )
         # One queue: an ordered scan of tokens_ready, stopping after LIMIT rows that could be locked.
@@ -176,4 +181,21 @@ class Queries:
         self.definitions = q(
             "SELECT name, version, registered_at, definition FROM {s}.definitions "
             "WHERE %s = '' OR name = %s ORDER BY name, registered_at, seq"
+        )
+
+
+class StartQueries:
+    """The statements of idempotent starts (start_commit.py), rendered once with the schema quoted."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema).as_string()
+        self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
+        # A taken request id is skipped (DO NOTHING waits for a concurrent holder's commit first).
+        self.claim_requests = (
+            f"INSERT INTO {s}.start_requests (request_id, instance_id) "
+            "SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT (request_id) DO NOTHING "
+            "RETURNING request_id, instance_id"
+        )
+        self.request_owners = (
+            f"SELECT request_id, instance_id FROM {s}.start_requests WHERE request_id = ANY(%s)"
         )

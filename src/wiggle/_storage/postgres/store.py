@@ -19,13 +19,14 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from ..._engine.engine import Claimed, LoadedDefinition
-from ..._engine.state import Changes, HistoryEntry, InstanceState, now_millis
+from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus, now_millis
 from ...errors import NotFound
 from ..base import (
     Action,
     ClaimTransition,
     InstanceQuery,
     InstanceView,
+    NewInstance,
     R,
     Store,
     WorkflowRecord,
@@ -38,7 +39,8 @@ from .definitions import Definitions
 from .group_commit import GroupCommit, Items
 from .migrations import check_schema, migrate
 from .schedules import PostgresSchedules
-from .statements import ID_CLOCK_SLACK_MILLIS, Queries
+from .start_commit import StartCommit
+from .statements import ID_CLOCK_SLACK_MILLIS, Queries, StartQueries
 from .writes import ChangeWriter
 
 __all__ = ["PostgresStore"]
@@ -75,6 +77,7 @@ class PostgresStore(Store):
             self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
         )
         self.schedules = PostgresSchedules(self.db, self.schema, self._persist, self._announce)
+        self.starts = StartCommit(self.db, StartQueries(self.schema), self._persist_new, self._started)
 
     @property
     def node_id(self) -> str:
@@ -106,6 +109,7 @@ class PostgresStore(Store):
 
     async def close(self) -> None:
         await self.group.close()
+        await self.starts.close()
         await self.cluster.close()
         await self.db.close()
 
@@ -180,6 +184,18 @@ class PostgresStore(Store):
             self.stats.transactions += 1
             self._announce(state.instance.id, changes)
 
+    async def insert_many(self, items: list[NewInstance]) -> list[str]:
+        return await self.starts.submit(items)
+
+    async def _persist_new(self, conn: Conn, items: list[NewInstance]) -> None:
+        await self._persist(conn, [(item.state, item.changes, None) for item in items], frozenset())
+
+    def _started(self, created: list[NewInstance]) -> None:
+        if created:
+            self.stats.transactions += 1
+        for item in created:
+            self._announce(item.state.instance.id, item.changes)
+
     async def get_instance(self, instance_id: str) -> InstanceView:
         found = views(await self.db.fetch("get_instance", self.queries.view, (instance_id,), binary=True))
         if not found:
@@ -250,7 +266,10 @@ class PostgresStore(Store):
                         token = token_from(row)
                         entry = states.get(token.instance_id)
                         if entry is None:
-                            entry = (InstanceState(instance_from(row, N_TOKEN), {}), Changes())
+                            instance = instance_from(row, N_TOKEN)
+                            if instance.status != InstanceStatus.RUNNING:
+                                continue  # never expected (a finished instance has no READY token)
+                            entry = (InstanceState(instance, {}), Changes())
                             states[token.instance_id] = entry
                         state, changes = entry
                         state.tokens[token.id] = token

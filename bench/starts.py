@@ -1,0 +1,187 @@
+"""Start throughput (issue #16 targets): ``Client.start`` from T threads, and ``start_many``.
+
+    python bench/starts.py --database-url postgresql://postgres@127.0.0.1:5432/test
+    python bench/starts.py                       # the in-memory store
+
+Runs a real ``wiggle server`` subprocess (a fresh PostgreSQL schema, dropped afterwards), registers
+a one-step workflow and measures, with no worker running (only the starts are timed):
+
+- ``threads``: ``--instances`` starts from ``--threads`` OS threads, each with its own blocking
+  ``Client`` (as independent callers), starts/s over the span and start latency p50/p99;
+- ``start_many``: one ``Client.start_many`` call of ``--many`` contexts (chunks of 1,000).
+
+Both run in one invocation, so their ratio is measured under the same machine load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+from psycopg import sql
+
+from wiggle import Client, Workflow
+
+
+def bump(ctx: dict[str, object]) -> dict[str, object]:
+    return ctx
+
+
+FLOW = Workflow.define("bench-starts").step(bump).build()
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid``."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        fields = fh.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(target: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with Client(target) as client:
+                client.list_workflows()
+                return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def threads_run(target: str, total: int, threads: int) -> dict[str, float]:
+    lock = threading.Lock()
+    taken = [0]
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with Client(target) as client:
+                while True:
+                    with lock:
+                        if taken[0] >= total:
+                            return
+                        taken[0] += 1
+                    t0 = time.perf_counter()
+                    client.start(FLOW.name, {"n": 1})
+                    latencies.append(time.perf_counter() - t0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    span = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    latencies.sort()
+    return {
+        "starts_per_s": total / span,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+    }
+
+
+def many_run(target: str, total: int) -> dict[str, float]:
+    contexts = [{"n": i} for i in range(total)]
+    with Client(target) as client:
+        t0 = time.perf_counter()
+        ids = client.start_many(FLOW.name, contexts)
+        span = time.perf_counter() - t0
+    assert len(ids) == total
+    return {"starts_per_s": total / span, "seconds": span}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--database-url", default="")
+    p.add_argument("--instances", type=int, default=4000, help="starts of the threads run")
+    p.add_argument("--threads", type=int, default=16)
+    p.add_argument("--many", type=int, default=20000, help="contexts of the start_many run")
+    p.add_argument("--repeat", type=int, default=2, help="runs of each measurement")
+    p.add_argument(
+        "--py-spy",
+        metavar="OUT",
+        default="",
+        help="profile the server during the threads runs with py-spy (collapsed stacks to OUT)",
+    )
+    args = p.parse_args()
+
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "wiggle.cli", "server", "--port", str(port)]
+    schema = f"wiggle_bench_starts_{os.getpid()}"
+    if args.database_url:
+        argv += ["--database-url", args.database_url, "--database-schema", schema]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(target)
+        with Client(target) as client:
+            client.register(FLOW)
+        store = "PostgreSQL" if args.database_url else "memory"
+        print(f"store: {store}; load average before: {os.getloadavg()[0]:.2f}")
+        for run in range(args.repeat):
+            spy = None
+            if args.py_spy:
+                spy = subprocess.Popen(
+                    ["py-spy", "record", "--pid", str(server.pid), "--format", "raw", "--nonblocking"]
+                    + ["--rate", "200", "-o", f"{args.py_spy}.{run + 1}"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                time.sleep(1.0)
+            cpu0 = proc_cpu(server.pid), own_cpu()
+            t = threads_run(target, args.instances, args.threads)
+            cpu1 = proc_cpu(server.pid), own_cpu()
+            t["server_cpu_ms"] = (cpu1[0] - cpu0[0]) / args.instances * 1000
+            t["client_cpu_ms"] = (cpu1[1] - cpu0[1]) / args.instances * 1000
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(30)
+            cpu0 = proc_cpu(server.pid), own_cpu()
+            m = many_run(target, args.many)
+            cpu1 = proc_cpu(server.pid), own_cpu()
+            m["server_cpu_ms"] = (cpu1[0] - cpu0[0]) / args.many * 1000
+            print(
+                f"run {run + 1}: start x{args.threads} threads: {t['starts_per_s']:,.0f} starts/s "
+                f"(p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms; CPU ms/start: server "
+                f"{t['server_cpu_ms']:.2f}, clients {t['client_cpu_ms']:.2f}); "
+                f"start_many({args.many}): {m['starts_per_s']:,.0f} starts/s "
+                f"(server CPU ms/start {m['server_cpu_ms']:.3f})"
+            )
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
+    finally:
+        server.terminate()
+        server.wait(30)
+        if args.database_url:
+            with psycopg.connect(args.database_url, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""Starting instances (issue #16, items 1 and 2): the group commit of starts, idempotent starts by
+request id, and bulk starts, on both stores (docs/semantics.md#idempotent-starts).
+
+The PostgreSQL cases always run: PostgreSQL being unreachable fails them (tests/pg.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from pg import TEST_DATABASE_URL, async_temp_schema
+
+from wiggle._engine.engine import Engine
+from wiggle._engine.state import InstanceStatus, TokenStatus
+from wiggle._model import Node, NodeKind, WorkflowDefinition
+from wiggle._server.instances import Instances
+from wiggle._storage.base import InstanceQuery, NewInstance, Store
+from wiggle._storage.memory import MemoryStore
+from wiggle._storage.postgres import PostgresStore
+from wiggle.errors import InvalidArgument, WiggleError
+
+
+def _one_step() -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="one",
+        start_node="a",
+        nodes=(Node(id="a", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
+    )
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
+    if request.param == "memory":
+        store: Store = MemoryStore()
+        instances = Instances(store, Engine())
+        await instances.register(_one_step())
+        yield instances
+        return
+    async with async_temp_schema() as schema:
+        store = PostgresStore(TEST_DATABASE_URL, schema)
+        await store.open()
+        try:
+            instances = Instances(store, Engine())
+            await instances.register(_one_step())
+            yield instances
+        finally:
+            await store.close()
+
+
+async def _all_ids(layer: Instances) -> list[str]:
+    views, _ = await layer.list_instances(InstanceQuery(page_size=10_000))
+    return sorted(v.instance.id for v in views)
+
+
+async def test_a_repeated_request_id_returns_the_first_instance(layer: Instances) -> None:
+    first = await layer.start("one", "", {"n": 1}, "", "order-17")
+    again = await layer.start("one", "", {"n": 2}, "", "order-17")
+    other = await layer.start("one", "", {"n": 3}, "", "order-18")
+    plain = await layer.start("one", "", {"n": 4}, "", "")
+    assert again.instance.id == first.instance.id
+    assert again.instance.context == {"n": 1}  # the first start's, as stored
+    assert len({first.instance.id, other.instance.id, plain.instance.id}) == 3
+    assert await _all_ids(layer) == sorted([first.instance.id, other.instance.id, plain.instance.id])
+    # the repeated start woke nobody and added no token: one READY token for the first instance
+    view = await layer.get_instance(first.instance.id)
+    assert [t.status for t in view.tokens] == [TokenStatus.READY]
+
+
+async def test_concurrent_starts_with_one_request_id_start_one_instance(layer: Instances) -> None:
+    views = await asyncio.gather(*(layer.start("one", "", {"i": i}, "", "same") for i in range(20)))
+    assert len({v.instance.id for v in views}) == 1
+    assert await _all_ids(layer) == [views[0].instance.id]
+
+
+async def test_start_many_returns_the_ids_in_order(layer: Instances) -> None:
+    contexts = [{"i": i} for i in range(2500)]
+    version, ids = await layer.start_many("one", "", contexts, "batch", [])
+    assert version == (await layer.store.get_workflow("one")).loaded.version
+    assert len(ids) == len(set(ids)) == 2500
+    assert await _all_ids(layer) == sorted(ids)
+    for i in (0, 1, 1234, 2499):
+        view = await layer.get_instance(ids[i])
+        assert view.instance.context == {"i": i}
+        assert view.instance.correlation_id == "batch"
+        assert view.instance.status == InstanceStatus.RUNNING
+    # every instance has its READY token on the queue: the claims see all of them
+    claimed = 0
+    while True:
+        got = await layer.poll("w", ["one"], 256, 0.0)
+        if not got:
+            break
+        claimed += len(got)
+    assert claimed == 2500
+
+
+async def test_start_many_with_request_ids_is_idempotent(layer: Instances) -> None:
+    contexts = [{"i": i} for i in range(30)]
+    rids = [f"r:{i}" for i in range(30)]
+    _, first = await layer.start_many("one", "", contexts[:10], "", rids[:10])
+    # the whole list again (a retry after a lost answer): the first ten come back, 20 are new
+    _, again = await layer.start_many("one", "", contexts, "", rids)
+    assert again[:10] == first
+    assert len(set(again)) == 30
+    # a request id twice in one call names one instance
+    _, twice = await layer.start_many("one", "", [{"x": 1}, {"x": 2}], "", ["dup", "dup"])
+    assert twice[0] == twice[1]
+    assert len(await _all_ids(layer)) == 31
+
+
+async def test_a_bad_context_in_start_many_names_it_and_starts_nothing(layer: Instances) -> None:
+    big = {"blob": "x" * (layer.config.max_payload_bytes + 10)}
+    with pytest.raises(InvalidArgument, match="context 2 of 3"):
+        await layer.start_many("one", "", [{}, {}, big], "", [])
+    assert await _all_ids(layer) == []
+
+
+async def test_purged_instances_forget_their_request_ids(layer: Instances) -> None:
+    first = await layer.start("one", "", {}, "", "short-lived")
+    await layer.cancel(first.instance.id, "done with it")
+    assert await layer.store.purge_finished(2**62, 100) == 1
+    again = await layer.start("one", "", {}, "", "short-lived")
+    assert again.instance.id != first.instance.id
+
+
+# ---------------------------------------------------------------------------- PostgreSQL only
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[tuple[PostgresStore, Instances]]:
+    async with async_temp_schema() as schema:
+        store = PostgresStore(TEST_DATABASE_URL, schema)
+        await store.open()
+        try:
+            instances = Instances(store, Engine())
+            await instances.register(_one_step())
+            yield store, instances
+        finally:
+            await store.close()
+
+
+async def test_concurrent_starts_share_transactions(pg: tuple[PostgresStore, Instances]) -> None:
+    store, layer = pg
+    before = store.starts.groups
+    views = await asyncio.gather(*(layer.start("one", "", {"i": i}, "", "") for i in range(200)))
+    groups = store.starts.groups - before
+    # 200 starts queued at once: a committer takes every queued start into its transaction
+    assert groups <= store.starts.committers * 4, groups
+    assert await _all_ids(layer) == sorted(v.instance.id for v in views)
+
+
+async def test_a_commit_whose_answer_was_lost_is_not_applied_twice(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    store, layer = pg
+    db = store.starts.db
+    real_run = db.run
+    replays = 0
+
+    async def run_twice(what: str, body: Callable[[Any], Awaitable[Any]]) -> Any:
+        # The first attempt commits but its answer is lost; the retry runs the same body again.
+        nonlocal replays
+        if what != "start":
+            return await real_run(what, body)
+        await real_run(what, body)
+        replays += 1
+        return await real_run(what, body)
+
+    db.run = run_twice  # type: ignore[method-assign]
+    try:
+        keyed = await layer.start("one", "", {"k": 1}, "", "lost-ack")
+        plain = await layer.start("one", "", {"k": 2}, "", "")
+        _, many = await layer.start_many("one", "", [{"m": i} for i in range(5)], "", [])
+    finally:
+        db.run = real_run  # type: ignore[method-assign]
+    assert replays == 3
+    assert await _all_ids(layer) == sorted([keyed.instance.id, plain.instance.id, *many])
+    again = await layer.start("one", "", {}, "", "lost-ack")
+    assert again.instance.id == keyed.instance.id
+
+
+async def test_a_failing_start_fails_alone_and_its_group_is_retried(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    store, layer = pg
+    existing = await layer.start("one", "", {}, "", "")
+    record = await store.get_workflow("one")
+    engine = layer.engine
+
+    def item(instance_id: str) -> NewInstance:
+        state, changes = engine.start(record.loaded, instance_id, {}, "", 1)
+        return NewInstance(state, changes)
+
+    # The duplicate id breaks the shared transaction: the group is retried job by job.
+    outcomes = await asyncio.gather(
+        store.insert_many([item("wi-000000000001aaaa00000001")]),
+        store.insert_many([item(existing.instance.id)]),
+        store.insert_many([item("wi-000000000001aaaa00000002"), item("wi-000000000001aaaa00000003")]),
+        return_exceptions=True,
+    )
+    assert outcomes[0] == ["wi-000000000001aaaa00000001"]
+    assert isinstance(outcomes[1], WiggleError), outcomes[1]
+    assert outcomes[2] == ["wi-000000000001aaaa00000002", "wi-000000000001aaaa00000003"]
+    assert len(await _all_ids(layer)) == 4
+
+
+async def test_concurrent_latest_version_reads_share_one_statement(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    store, layer = pg
+    before = store.definitions.latest_queries
+    records = await asyncio.gather(*(store.get_workflow("one") for _ in range(50)))
+    assert store.definitions.latest_queries - before == 1
+    assert {r.loaded.version for r in records} == {records[0].loaded.version}
+    # a version registered (acknowledged) before a call is what that call sees
+    v2 = WorkflowDefinition(
+        name="one",
+        start_node="b",
+        nodes=(Node(id="b", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
+    )
+    record, created = await layer.register(v2)
+    assert created
+    started = await layer.start("one", "", {}, "", "")
+    assert started.instance.version == record.loaded.version != records[0].loaded.version
+
+
+async def test_two_servers_starting_one_request_id_start_one_instance() -> None:
+    async with async_temp_schema() as schema:
+        stores = [PostgresStore(TEST_DATABASE_URL, schema) for _ in range(2)]
+        for store in stores:
+            await store.open()
+        try:
+            layers = [Instances(store, Engine()) for store in stores]
+            await layers[0].register(_one_step())
+            views = await asyncio.gather(
+                *(layers[i % 2].start("one", "", {"i": i}, "", f"shared-{i % 3}") for i in range(30))
+            )
+            by_request: dict[int, set[str]] = {}
+            for i, view in enumerate(views):
+                by_request.setdefault(i % 3, set()).add(view.instance.id)
+            assert all(len(ids) == 1 for ids in by_request.values()), by_request
+            assert len(await _all_ids(layers[1])) == 3
+        finally:
+            for store in stores:
+                await store.close()
