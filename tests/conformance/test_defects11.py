@@ -43,3 +43,39 @@ async def test_struct_of_another_type_fails_the_step_that_returned_it(harness: H
     assert trace.steps == ["wrong"]  # not retried, and "after" never ran
     failed = [e for e in history if e.outcome in ("FAILED", "RETRY")]
     assert [(e.node_id, e.outcome) for e in failed] == [("wrong", "FAILED")]
+
+
+async def test_worker_without_the_handler_releases_the_step(harness: Harness, trace, eventually) -> None:
+    def first(ctx):
+        trace.hit("first")
+        return {**ctx, "first": True}
+
+    def extra(ctx):
+        trace.hit("extra")
+        return {**ctx, "extra": True}
+
+    wf = harness.define("mixed-fleet")
+    old = type(wf).define(wf.name, dict).execution(harness.mode).step(first).build()
+    new = type(wf).define(wf.name, dict).execution(harness.mode).step(first).step(extra).build()
+    assert old.version != new.version
+    async with harness.server() as server:
+        await server.client.register(new)
+        info = await server.client.start(new, {})
+        async with server.worker([old], harness.options()):
+
+            async def released() -> bool:
+                now = await server.client.get(info.instance_id)
+                return any(t.node_id == "extra" and "no handler" in t.last_error for t in now.tokens)
+
+            # the old worker ran "first" by name, then claimed "extra" and gave it back, more than once
+            await eventually(released, what="the old worker to release 'extra'")
+            await eventually(released, what="the old worker to release 'extra' again")
+            during = await server.client.get(info.instance_id)
+        assert during.status == "RUNNING", during
+        assert [t.attempt for t in during.tokens if t.node_id == "extra"] == [1]
+        async with server.worker([new], harness.options()):
+            done = await harness.finish(server, info.instance_id)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED" and done.context == {"first": True, "extra": True}
+    assert [e.outcome for e in history if e.node_id == "extra"] == ["COMPLETED"]
+    assert [e.attempt for e in history if e.node_id == "extra"] == [1]

@@ -46,6 +46,7 @@ from .tokens import (
     move,
     new_token,
     record,
+    release_step,
     set_context,
 )
 
@@ -242,6 +243,19 @@ class Engine:
         token = leased_token(state, token_id, owner)
         node = loaded.nodes[token.node_id]
         return fail_step(self, loaded, state, token, node, message, retryable, now, Changes(), owner)
+
+    def release(
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        token_id: str,
+        owner: str,
+        message: str,
+        now: int,
+    ) -> Changes:
+        """FailTask with ``release``: the worker cannot run the step; READY again, same attempt."""
+        token = leased_token(state, token_id, owner)
+        return release_step(self, loaded, state, token, message, now)
 
     def heartbeat(self, state: InstanceState, token_id: str, owner: str, now: int) -> tuple[int, Changes]:
         """Extend the lease; returns the new expiry."""

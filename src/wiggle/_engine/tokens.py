@@ -37,6 +37,7 @@ __all__ = [
     "move",
     "new_token",
     "record",
+    "release_step",
     "set_context",
 ]
 
@@ -241,4 +242,29 @@ def fail_step(
     token.last_error = message
     finish_token(state, token, TokenStatus.FAILED, now, changes)
     fail_instance(state, f"{node.id}: {message}", now, changes)
+    return changes
+
+
+def release_step(
+    engine: Engine, loaded: LoadedDefinition, state: InstanceState, token: Token, message: str, now: int
+) -> Changes:
+    """Give a claimed step back without consuming an attempt (docs/semantics.md#mixed-fleets).
+
+    The worker that claimed it cannot run it (no handler for the node of the pinned version): the
+    token is READY again, with the same attempt, after a short delay so that another worker can
+    claim it. No history entry: a step can bounce many times while only unfit workers poll.
+    """
+    node = loaded.nodes[token.node_id]
+    token.status = TokenStatus.READY
+    token.available_at = now + engine.config.release_delay_millis
+    token.last_error = message[:4000]
+    token.lease_owner = ""
+    token.lease_expires_at = 0
+    token.local_run_owner = ""
+    token.local_run_steps = 0
+    token.queue = loaded.queue_of(node)
+    changes = Changes()
+    changes.tokens[token.id] = token
+    changes.ready_queues.add(token.queue)
+    changes.timers = True
     return changes

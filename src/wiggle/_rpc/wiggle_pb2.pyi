@@ -277,16 +277,18 @@ class CompleteTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ...) -> None: ...
 
 class FailTaskRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "message", "retryable")
+    __slots__ = ("task_id", "lease_owner", "message", "retryable", "release")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     message: str
     retryable: bool
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    release: bool
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., release: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatTaskRequest(_message.Message):
     __slots__ = ("task_id", "lease_owner")

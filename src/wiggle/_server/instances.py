@@ -209,10 +209,14 @@ class Instances:
         _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
 
-    async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
-        """FailTask; the instance status."""
+    async def fail(
+        self, token_id: str, owner: str, message: str, retryable: bool, release: bool = False
+    ) -> str:
+        """FailTask (with ``release``: give the step back, no attempt consumed); the instance status."""
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            if release:
+                return None, self.engine.release(loaded, state, token_id, owner, message, now)
             return None, self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
 
         _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)

@@ -364,7 +364,11 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         """A step failed; retried by its policy unless not ``retryable``."""
         validate_name(request.task_id, "task_id")
         status = await self.instances.fail(
-            request.task_id, request.lease_owner, request.message or "step failed", request.retryable
+            request.task_id,
+            request.lease_owner,
+            request.message or "step failed",
+            request.retryable,
+            request.release,
         )
         return pb.ReportResult(instance_status=status)
 

@@ -20,13 +20,13 @@ from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from ..client import AsyncClient
 from ..workflow import Blueprint
-from .handlers import Context, Failure, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
+from .handlers import Context, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
 from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
 from .options import WorkerOptions, check_options
 from .poller import Poller
 from .reporter import Reporter
-from .server_step import report_failure, run_server_step
+from .server_step import release_step, run_server_step
 from .stats import WorkerStats
 from .stream import StreamTransport
 from .transport import CountedTransport, Transport, UnaryTransport
@@ -217,7 +217,7 @@ class Worker:
                 f"worker {self.worker_id} has no handler for node {act.node_id!r} of workflow "
                 f"{act.workflow!r} version {act.version}"
             )
-            await report_failure(self._reporter, act, Failure(message, True))
+            await release_step(self._reporter, act, message)
             return
         local = (
             exact
