@@ -79,3 +79,21 @@ async def test_worker_without_the_handler_releases_the_step(harness: Harness, tr
     assert done.status == "COMPLETED" and done.context == {"first": True, "extra": True}
     assert [e.outcome for e in history if e.node_id == "extra"] == ["COMPLETED"]
     assert [e.attempt for e in history if e.node_id == "extra"] == [1]
+
+
+async def test_sleep_history_started_at_is_when_the_sleep_began(harness: Harness, trace) -> None:
+    def slow(ctx):
+        trace.hit("slow")
+        time.sleep(0.3)  # the sleep begins clearly after the instance started
+        return {**ctx, "slow": True}
+
+    bp = harness.define("sleep-start").step(slow).sleep("nap", 0.05).step(lambda c: c, name="last").build()
+    async with harness.running([bp]) as (server, _):
+        info = await server.client.start(bp, {})
+        await harness.finish(server, info.instance_id)
+        history = await server.client.history(info.instance_id)
+    by_node = {e.node_id: e for e in history}
+    assert by_node["nap"].started_at >= by_node["slow"].ended_at, history
+    assert by_node["nap"].started_at <= by_node["nap"].ended_at
+    ordered = sorted(history, key=lambda e: (e.started_at, e.ended_at))
+    assert [e.node_id for e in ordered if e.node_id in ("slow", "nap", "last")] == ["slow", "nap", "last"]

@@ -44,7 +44,7 @@ def fire_timer(
     node = loaded.nodes[token.node_id]
     if token.status != TokenStatus.WAITING or token.available_at > now:
         return changes
-    record(state, token, node, HistoryOutcome.SLEPT, now, changes, started=token.created_at)
+    record(state, token, node, HistoryOutcome.SLEPT, now, changes, started=token.started_at)
     assert node.next is not None
     move(token, node.next)
     state.instance.updated_at = now
@@ -64,11 +64,20 @@ def user_task_deadline(
     state.instance.updated_at = now
     changes.instance_changed = True
     if node.alt_next is None:
-        record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes, error="timed out")
+        record(
+            state,
+            token,
+            node,
+            HistoryOutcome.TIMED_OUT,
+            now,
+            changes,
+            error="timed out",
+            started=token.started_at,
+        )
         finish_token(state, token, TokenStatus.FAILED, now, changes)
         fail_instance(state, f"user task {node.id!r} timed out", now, changes)
         return changes
-    record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes)
+    record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes, started=token.started_at)
     move(token, node.alt_next)
     drive(engine, loaded, state, token, now, changes)
     return changes

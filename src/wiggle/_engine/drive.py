@@ -60,6 +60,7 @@ def drive(
                 tok.status = TokenStatus.WAITING
                 tok.kind = kind.value
                 tok.queue = ""
+                tok.started_at = now  # the history entry's started_at (docs/semantics.md#sleep)
                 tok.available_at = now + node.sleep_millis
                 tok.lease_owner = ""
                 tok.lease_expires_at = 0
@@ -69,6 +70,7 @@ def drive(
                 tok.status = TokenStatus.AWAITING
                 tok.kind = kind.value
                 tok.queue = ""
+                tok.started_at = now
                 tok.available_at = now + node.timeout_millis if node.timeout_millis > 0 else 0
                 tok.lease_owner = ""
                 tok.lease_expires_at = 0

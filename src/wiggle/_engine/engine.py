@@ -350,7 +350,7 @@ class Engine:
             now,
             changes,
             worker="(user task)",
-            started=token.created_at,
+            started=token.started_at,
         )
         assert node.next is not None
         move(token, node.next)
