@@ -9,7 +9,7 @@ import msgspec
 from .._engine.state import FINISHED_INSTANCE_STATUSES
 from .._model import WorkflowDefinition
 
-__all__ = ["TokenInfo", "InstanceInfo", "HistoryEntry", "WorkflowInfo"]
+__all__ = ["TokenInfo", "InstanceInfo", "HistoryEntry", "WorkflowInfo", "PendingSignalInfo", "SignalResult"]
 
 
 class TokenInfo(msgspec.Struct, frozen=True):
@@ -28,6 +28,15 @@ class TokenInfo(msgspec.Struct, frozen=True):
     local_run_steps: int
 
 
+class PendingSignalInfo(msgspec.Struct, frozen=True):
+    """A signal buffered on an instance: sent before any wait for it was reached, not yet consumed."""
+
+    name: str
+    data: dict[str, Any]
+    signal_id: str
+    sent_at: int
+
+
 class InstanceInfo(msgspec.Struct, frozen=True):
     """A snapshot of an instance."""
 
@@ -43,6 +52,7 @@ class InstanceInfo(msgspec.Struct, frozen=True):
     updated_at: int
     finished_at: int
     tokens: tuple[TokenInfo, ...] = ()
+    pending_signals: tuple[PendingSignalInfo, ...] = ()  # buffered signals (docs/semantics.md#signal)
 
     @property
     def finished(self) -> bool:
@@ -72,3 +82,15 @@ class WorkflowInfo(msgspec.Struct, frozen=True):
     definition: WorkflowDefinition
     registered_at: int
     created: bool = False
+
+
+class SignalResult(msgspec.Struct, frozen=True):
+    """What ``signal`` did: ``outcome`` is DELIVERED (a wait took it), BUFFERED or DUPLICATE."""
+
+    outcome: str
+    instance: InstanceInfo
+
+    @property
+    def delivered(self) -> bool:
+        """True if a waiting token took the signal now."""
+        return self.outcome == "DELIVERED"

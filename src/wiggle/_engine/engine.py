@@ -22,7 +22,7 @@ import msgspec
 
 from .._model import ExecutionMode, NodeKind
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
-from . import clock, local_runs
+from . import clock, local_runs, resume, signals
 from . import drive as driving
 from .config import EngineConfig, LoadedDefinition
 from .local_runs import AdvanceOutcome
@@ -314,6 +314,31 @@ class Engine:
             return False, changes
         end_instance(state, InstanceStatus.CANCELLED, now, changes, reason=reason or "cancelled")
         return True, changes
+
+    def signal(
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        name: str,
+        data: dict[str, Any],
+        signal_id: str,
+        sender: str,
+        now: int,
+    ) -> tuple[str, Changes | None]:
+        """Deliver or buffer a named signal (docs/semantics.md#signal); (outcome, changes)."""
+        return signals.signal(self, loaded, state, name, data, signal_id, sender, now)
+
+    def retry(
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        from_node: str,
+        context: dict[str, Any] | None,
+        requested_by: str,
+        now: int,
+    ) -> Changes:
+        """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance)."""
+        return resume.retry(self, loaded, state, from_node, context, requested_by, now)
 
     def complete_user_task(
         self, loaded: LoadedDefinition, state: InstanceState, name: str, payload: dict[str, Any], now: int

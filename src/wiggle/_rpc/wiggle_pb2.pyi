@@ -85,7 +85,7 @@ class TokenInfo(_message.Message):
     def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., available_at: _Optional[int] = ..., last_error: _Optional[str] = ..., local_run_owner: _Optional[str] = ..., local_run_steps: _Optional[int] = ..., queue: _Optional[str] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
-    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode")
+    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "pending_signals")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +99,7 @@ class InstanceInfo(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_MODE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_SIGNALS_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     workflow: str
     version: str
@@ -112,7 +113,56 @@ class InstanceInfo(_message.Message):
     finished_at: int
     tokens: _containers.RepeatedCompositeFieldContainer[TokenInfo]
     execution_mode: str
-    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ...) -> None: ...
+    pending_signals: _containers.RepeatedCompositeFieldContainer[PendingSignal]
+    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., pending_signals: _Optional[_Iterable[_Union[PendingSignal, _Mapping]]] = ...) -> None: ...
+
+class PendingSignal(_message.Message):
+    __slots__ = ("name", "data_json", "signal_id", "sent_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    data_json: bytes
+    signal_id: str
+    sent_at: int
+    def __init__(self, name: _Optional[str] = ..., data_json: _Optional[bytes] = ..., signal_id: _Optional[str] = ..., sent_at: _Optional[int] = ...) -> None: ...
+
+class SignalInstanceRequest(_message.Message):
+    __slots__ = ("instance_id", "name", "data_json", "signal_id", "sender")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    name: str
+    data_json: bytes
+    signal_id: str
+    sender: str
+    def __init__(self, instance_id: _Optional[str] = ..., name: _Optional[str] = ..., data_json: _Optional[bytes] = ..., signal_id: _Optional[str] = ..., sender: _Optional[str] = ...) -> None: ...
+
+class SignalInstanceResponse(_message.Message):
+    __slots__ = ("instance", "outcome")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    instance: InstanceInfo
+    outcome: str
+    def __init__(self, instance: _Optional[_Union[InstanceInfo, _Mapping]] = ..., outcome: _Optional[str] = ...) -> None: ...
+
+class RetryInstanceRequest(_message.Message):
+    __slots__ = ("instance_id", "from_node", "context_json", "replace_context", "requested_by")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    from_node: str
+    context_json: bytes
+    replace_context: bool
+    requested_by: str
+    def __init__(self, instance_id: _Optional[str] = ..., from_node: _Optional[str] = ..., context_json: _Optional[bytes] = ..., replace_context: _Optional[bool] = ..., requested_by: _Optional[str] = ...) -> None: ...
 
 class GetInstanceRequest(_message.Message):
     __slots__ = ("instance_id", "wait_millis")
