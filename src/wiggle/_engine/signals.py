@@ -66,15 +66,14 @@ def signal(
 ) -> tuple[str, Changes | None]:
     """Send the signal ``name`` with ``data`` to the instance: (a SignalOutcome value, changes).
 
-    A duplicate (a ``signal_id`` already seen) changes nothing. A name no SIGNAL node of the
-    instance's version waits for is NOT_FOUND; a finished instance is FAILED_PRECONDITION.
+    A duplicate (a ``signal_id`` already taken) changes nothing, whatever the instance's status.
+    A name no SIGNAL node of the instance's version waits for is NOT_FOUND; a finished instance
+    is FAILED_PRECONDITION.
     """
     inst = state.instance
-    if inst.status in FINISHED_INSTANCE_STATUSES:
-        raise FailedPrecondition(
-            f"instance {inst.id} is {inst.status}; the signal {name!r} was not delivered "
-            "(only a RUNNING instance takes signals)"
-        )
+    if signal_id and signal_id in inst.signal_ids:
+        # A resend of a signal already taken (even if the instance has finished since): a no-op.
+        return SignalOutcome.DUPLICATE, None
     waits = [n for n in loaded.definition.nodes if n.kind is NodeKind.SIGNAL and n.signal == name]
     if not waits:
         names = sorted({n.signal for n in loaded.definition.nodes if n.kind is NodeKind.SIGNAL if n.signal})
@@ -82,9 +81,12 @@ def signal(
             f"workflow {inst.workflow!r} (version {inst.version}) waits for no signal {name!r}"
             + (f"; it waits for {', '.join(map(repr, names))}" if names else "; it has no signal wait")
         )
+    if inst.status in FINISHED_INSTANCE_STATUSES:
+        raise FailedPrecondition(
+            f"instance {inst.id} is {inst.status}; the signal {name!r} was not delivered "
+            "(only a RUNNING instance takes signals)"
+        )
     engine.check_context(data, "signal data")
-    if signal_id and signal_id in inst.signal_ids:
-        return SignalOutcome.DUPLICATE, None
     waiting = [
         t
         for t in state.tokens.values()
