@@ -194,3 +194,47 @@ async def test_retry_from_inside_a_fork_is_refused(harness: Harness, trace) -> N
         after = await server.client.get(info.instance_id)
     assert "inside a fork branch" in str(err.value)
     assert after == failed
+
+
+async def test_retry_of_an_instance_failed_at_an_end_needs_a_node(harness: Harness, trace) -> None:
+    def a(ctx):
+        trace.hit("a")
+        return {**ctx, "a": ctx.get("a", 0) + 1}
+
+    bp = harness.define("resume-end").step(a).end("rejected", success=False).build()
+    async with harness.running([bp]) as (server, _):
+        info = await server.client.start(bp, {})
+        failed = await harness.finish(server, info.instance_id)
+        assert failed.status == "FAILED" and failed.error == "rejected"
+        history = await server.client.history(info.instance_id)
+        with pytest.raises(FailedPrecondition) as err:
+            await server.client.retry(info.instance_id)
+        assert "no step in progress" in str(err.value) and "from_node" in str(err.value)
+        assert await server.client.get(info.instance_id) == failed
+        assert await server.client.history(info.instance_id) == history
+        await server.client.retry(info.instance_id, from_node="a")
+        again = await harness.finish(server, info.instance_id)
+    assert again.status == "FAILED" and again.context == {"a": 2}
+    assert trace.steps == ["a", "a"]
+
+
+async def test_retry_after_a_join_conflict_needs_a_node(harness: Harness, trace) -> None:
+    def left(ctx):
+        trace.hit("left")
+        return {**ctx, "k": "left"}
+
+    def right(ctx):
+        trace.hit("right")
+        return {**ctx, "k": "right"}
+
+    bp = (
+        harness.define("resume-conflict").fork(lambda b: b.step(left), lambda b: b.step(right)).join().build()
+    )
+    async with harness.running([bp]) as (server, _):
+        info = await server.client.start(bp, {})
+        failed = await harness.finish(server, info.instance_id)
+        assert failed.status == "FAILED" and "both changed 'k'" in failed.error
+        with pytest.raises(FailedPrecondition):
+            await server.client.retry(info.instance_id)
+        after = await server.client.get(info.instance_id)
+    assert after == failed

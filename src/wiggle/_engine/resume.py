@@ -78,10 +78,12 @@ def retry(
                 f"node {from_node!r} is {where}; retry from a node on the main line "
                 "(outside any fork) that is not an END"
             )
-    elif point is None or not point.tokens:
+    elif point is None or all(t.status == TokenStatus.JOINED for t in point.tokens):
+        # Nothing to restart: it reached a failing END, or failed at a join (a conflict), where
+        # re-running the same fold would fail the same way.
         raise FailedPrecondition(
             f"instance {inst.id} failed with no step in progress ({inst.error or 'no error recorded'}); "
-            "name a node to retry from (--from NODE)"
+            "name a node to retry from (from_node, --from NODE)"
         )
     if context is not None:
         engine.check_context(context, "context")

@@ -96,7 +96,7 @@ def signal(
     ]
     changes = Changes()
     if waiting:
-        token = min(waiting, key=lambda t: t.id)
+        token = min(waiting, key=lambda t: (t.created_at, int(t.id.rpartition(".")[2])))  # the oldest
         node = loaded.nodes[token.node_id]
         merged = _merged(node, context_of(state, token), data)
         engine.check_context(merged, "context after the signal data")
