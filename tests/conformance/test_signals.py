@@ -162,3 +162,29 @@ async def test_signal_bad_input_changes_nothing(harness: Harness, trace, eventua
         history = await server.client.history(info.instance_id)
     assert after == done and after.pending_signals == ()
     assert len([e for e in history if e.outcome == "SIGNALLED"]) == 1
+
+
+async def test_a_signal_named_after_a_user_task_completes_it(harness: Harness, trace, eventually) -> None:
+    prepare, ship, _ = _handlers(trace)
+    bp = harness.define("sig-ut").step(prepare).user_task("approval").step(ship).build()
+    async with harness.server() as server:
+        await server.client.register(bp)
+        info = await server.client.start(bp, {})
+        before = await server.client.get(info.instance_id)
+        # a user task is not buffered: before it is awaited the signal is refused, changing nothing
+        with pytest.raises(FailedPrecondition) as early:
+            await server.client.signal(info.instance_id, "approval", {"approved": True}, "s-1")
+        assert "not waiting on user task 'approval'" in str(early.value)
+        assert await server.client.get(info.instance_id) == before
+        async with server.worker([bp], harness.options()):
+            await _awaiting(server, eventually, info.instance_id, "approval")
+            sent = await server.client.signal(info.instance_id, "approval", {"approved": True}, "s-1")
+            assert sent.outcome == "DELIVERED"
+            done = await harness.finish(server, info.instance_id)
+        dup = await server.client.signal(info.instance_id, "approval", {"approved": False}, "s-1")
+    assert dup.outcome == "DUPLICATE"
+    assert done.status == "COMPLETED" and done.context == {
+        "prepared": True,
+        "approved": True,
+        "shipped": True,
+    }

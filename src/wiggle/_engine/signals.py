@@ -75,6 +75,13 @@ def signal(
         # A resend of a signal already taken (even if the instance has finished since): a no-op.
         return SignalOutcome.DUPLICATE, None
     waits = [n for n in loaded.definition.nodes if n.kind is NodeKind.SIGNAL and n.signal == name]
+    task = loaded.nodes.get(name)
+    if not waits and task is not None and task.kind is NodeKind.USER_TASK:
+        # A user task is the unbuffered kind of signal wait: a signal named after it completes it
+        # exactly as CompleteUserTask would (refused, changing nothing, if it is not awaited).
+        changes = engine.complete_user_task(loaded, state, name, data, now)
+        _remember(state, signal_id)
+        return SignalOutcome.DELIVERED, changes
     if not waits:
         names = sorted({n.signal for n in loaded.definition.nodes if n.kind is NodeKind.SIGNAL if n.signal})
         raise NotFound(
