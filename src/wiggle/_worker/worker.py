@@ -77,6 +77,7 @@ class Worker:
             self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         )
         self.stats = WorkerStats()
+        self._warned_missing: set[tuple[str, str, str]] = set()
         self._inline = InlinePolicy(self.options.sync_handlers, self.options.inline_threshold_ms)
         self._caller = HandlerCaller(self._inline, self.stats, self.worker_id)
         self._advance = AdvanceSupport()
@@ -217,6 +218,13 @@ class Worker:
                 f"worker {self.worker_id} has no handler for node {act.node_id!r} of workflow "
                 f"{act.workflow!r} version {act.version}"
             )
+            self.stats.released += 1
+            key = (act.workflow, act.version, act.node_id)
+            if key not in self._warned_missing:  # once per node: it may bounce back here many times
+                self._warned_missing.add(key)
+                log.warning(
+                    "%s; the step is released for a worker that has it (no attempt consumed)", message
+                )
             await release_step(self._reporter, act, message)
             return
         local = (
