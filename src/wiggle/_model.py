@@ -107,7 +107,7 @@ class ExecutionMode(str, enum.Enum):
 
 
 class NodeKind(str, enum.Enum):
-    """The seven node kinds of a workflow graph."""
+    """The node kinds of a workflow graph."""
 
     TASK = "TASK"
     PREDICATE = "PREDICATE"
@@ -116,6 +116,7 @@ class NodeKind(str, enum.Enum):
     JOIN = "JOIN"
     USER_TASK = "USER_TASK"
     END = "END"
+    SIGNAL = "SIGNAL"  # wait for a named signal (docs/semantics.md#signal)
 
 
 class Handback(str, enum.Enum):
@@ -132,6 +133,7 @@ class Handback(str, enum.Enum):
     MAX_STEPS = "MAX_STEPS"
     NOT_RUNNING = "NOT_RUNNING"  # the server says the instance is no longer RUNNING
     SHUTDOWN = "SHUTDOWN"  # Worker.close(): drain and hand back
+    SIGNAL = "SIGNAL"
 
 
 #: Names of workflows, nodes, queues, user tasks and correlation ids.
@@ -266,6 +268,9 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     branch), ``join``. JOIN: ``fork``, ``combine`` (a combine handler runs on conflicts; it is a
     worker step on ``queue``), ``next``. USER_TASK: ``timeout_millis`` (0: none), ``alt_next``
     (where a timeout continues; unset: the instance fails), ``next``. END: ``success``, ``reason``.
+    SIGNAL: ``signal`` (the name waited for), ``timeout_millis`` (0: none), ``alt_next`` (the
+    timeout path; unset: the instance fails), ``result_key`` (unset: the data merges into the
+    context), ``next``.
 
     ``sleep_millis`` and ``timeout_millis`` are bounded by MAX_DURATION_MILLIS (10 years).
     """
@@ -284,6 +289,8 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     timeout_millis: int = 0
     success: bool = True
     reason: str | None = None
+    signal: str | None = None  # SIGNAL: the signal name waited for
+    result_key: str | None = None  # SIGNAL: the context key the data goes to (None: merged)
 
     @property
     def is_worker_step(self) -> bool:
@@ -388,6 +395,15 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
                 edge(node, "next", node.next, True)
             elif kind is NodeKind.USER_TASK:
                 _check_millis(node.timeout_millis, "timeout_millis", f"user task {node.id!r}")
+                edge(node, "next", node.next, True)
+                edge(node, "alt_next", node.alt_next, False)
+            elif kind is NodeKind.SIGNAL:
+                if node.signal is None:
+                    raise InvalidArgument(f"signal node {node.id!r} names no signal to wait for")
+                validate_name(node.signal, f"signal node {node.id!r} signal")
+                if node.result_key is not None:
+                    validate_name(node.result_key, f"signal node {node.id!r} result_key")
+                _check_millis(node.timeout_millis, "timeout_millis", f"signal node {node.id!r}")
                 edge(node, "next", node.next, True)
                 edge(node, "alt_next", node.alt_next, False)
             elif kind is NodeKind.END:

@@ -72,6 +72,11 @@ def _print_instance(info: Any, history: list[Any] | None = None) -> None:
         if t.last_error:
             line += f"; last error: {t.last_error}"
         print(line)
+    for s in getattr(info, "pending_signals", ()):
+        print(
+            f"  buffered signal {s.name!r} sent {_when(s.sent_at)}"
+            + (f" (id {s.signal_id})" if s.signal_id else "")
+        )
     if history is not None:
         print("history")
         for e in history:
@@ -332,6 +337,31 @@ def cmd_complete_task(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_signal(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        data = _json_arg(args.data, "--data") or {}
+        result = client.signal(args.instance_id, args.name, data, args.signal_id, sender=args.sender or "")
+        if args.json:
+            _print_json(result)
+        else:
+            print(f"{args.instance_id}: signal {args.name!r} {result.outcome.lower()}")
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        context = _json_arg(args.context, "--context")
+        info = client.retry(
+            args.instance_id, from_node=args.from_node or "", context=context, requested_by=args.by
+        )
+        if args.wait:
+            info = client.wait(info.instance_id, timeout=args.timeout)
+        _print_json(info) if args.json else _print_instance(info)
+        if args.wait and info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
+            return 1
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     print(f"wiggle {__version__} on Python {sys.version.split()[0]}")
     print(_impl_line())
@@ -467,6 +497,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_complete_task)
 
     add_schedule_parser(sub, (_client, _print_json, _json_arg, _when))
+    p = sub.add_parser("signal", help="send a named signal to an instance (buffered if not yet awaited)")
+    p.add_argument("instance_id")
+    p.add_argument("name", help="the signal name a wait_signal node listens for")
+    p.add_argument("--data", help="JSON object: the signal's data (or @file)")
+    p.add_argument("--id", dest="signal_id", help="a signal id: a second send with the same id is a no-op")
+    p.add_argument("--sender", help="who sends it (recorded in the history)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_signal)
+
+    p = sub.add_parser("retry", help="resume a FAILED instance from the steps that failed (or --from NODE)")
+    p.add_argument("instance_id")
+    p.add_argument("--from", dest="from_node", help="restart from this node (on the main line)")
+    p.add_argument("--context", help="JSON object replacing the context (or @file)")
+    p.add_argument("--by", help="who asks (recorded in the history; default user@host)")
+    p.add_argument("--wait", action="store_true", help="wait until the instance finishes")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_retry)
 
     p = sub.add_parser("doctor", help="show the installation: version, hot-path implementation, drivers")
     p.set_defaults(func=cmd_doctor)

@@ -1,7 +1,7 @@
 """Clients of the control plane: ``Client`` (blocking) and ``AsyncClient`` (asyncio).
 
-Both register workflows, start instances, read them, wait for them, list, cancel and complete
-user tasks. Errors arrive as ``wiggle.errors`` exceptions carrying the server's message.
+Both register workflows, start instances, read them, wait for them, list, cancel, complete
+user tasks, send signals and retry failed instances. Errors arrive as ``wiggle.errors`` exceptions carrying the server's message.
 
 ``AsyncClient`` is written once (wiggle/_client/aio.py); ``Client`` is generated from it
 (wiggle/_client/sync.py, by scripts/gen_sync_client.py).
@@ -12,7 +12,15 @@ from __future__ import annotations
 from ._client.aio import AsyncClient
 from ._client.core import DEFAULT_TARGET
 from ._client.sync import Client
-from ._client.types import HistoryEntry, InstanceInfo, ScheduleInfo, TokenInfo, WorkflowInfo
+from ._client.types import (
+    HistoryEntry,
+    InstanceInfo,
+    PendingSignalInfo,
+    ScheduleInfo,
+    SignalResult,
+    TokenInfo,
+    WorkflowInfo,
+)
 from ._security.credentials import Credentials
 
 __all__ = [
@@ -23,6 +31,8 @@ __all__ = [
     "HistoryEntry",
     "WorkflowInfo",
     "ScheduleInfo",
+    "PendingSignalInfo",
+    "SignalResult",
     "DEFAULT_TARGET",
     "Credentials",
 ]

@@ -110,6 +110,14 @@ class _UserTask(_Item):
         self.name, self.timeout_millis, self.on_timeout = name, timeout_millis, on_timeout
 
 
+class _Signal(_Item):
+    def __init__(
+        self, name: str, signal: str, timeout_millis: int, on_timeout: Branch[Any] | None, key: str | None
+    ) -> None:
+        self.name, self.signal, self.timeout_millis = name, signal, timeout_millis
+        self.on_timeout, self.key = on_timeout, key
+
+
 class _End(_Item):
     def __init__(self, node_id: str, reason: str | None, success: bool) -> None:
         self.node_id, self.reason, self.success = node_id, reason, success
@@ -300,6 +308,32 @@ class Branch(Generic[C]):
         )
         return self
 
+    def wait_signal(
+        self: B,
+        signal: str,
+        *,
+        name: str | None = None,
+        timeout: timedelta | float | None = None,
+        on_timeout: BranchSpec = None,
+        key: str | None = None,
+    ) -> B:
+        """Park until the signal ``signal`` is sent to the instance (``client.signal(id, signal, data)``).
+
+        The signal's data (a JSON object) merges into the context, or goes under ``key`` when
+        given. A signal sent before the instance gets here is buffered and consumed on arrival.
+        With ``timeout`` and no ``on_timeout`` a missed deadline fails the instance; with
+        ``on_timeout`` it runs that branch instead. The node is named ``name`` (default: the
+        signal name) — docs/semantics.md#signal.
+        """
+        signal_name = validate_name(signal, "signal name")
+        if key is not None:
+            validate_name(key, "signal key")
+        ms = _millis(timeout, "timeout") if timeout is not None else 0
+        node_id = self._root._unique(validate_name(name or signal_name, "signal node name"))
+        branch = self._sub(on_timeout, "on_timeout") if on_timeout is not None else None
+        self._add(_Signal(node_id, signal_name, ms, branch, key))
+        return self
+
     def end(self: B, reason: str | None = None, *, success: bool = True) -> B:
         """End the instance here: COMPLETED (or FAILED with ``success=False``) with ``reason``."""
         if reason is not None and not isinstance(reason, str):
@@ -460,6 +494,19 @@ class _Compiler:
                     kind=NodeKind.USER_TASK,
                     timeout_millis=item.timeout_millis,
                     alt_next=alt,
+                    next=next_id,
+                )
+            )
+        if isinstance(item, _Signal):
+            alt = self.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
+            return self._node(
+                Node(
+                    id=item.name,
+                    kind=NodeKind.SIGNAL,
+                    signal=item.signal,
+                    timeout_millis=item.timeout_millis,
+                    alt_next=alt,
+                    result_key=item.key,
                     next=next_id,
                 )
             )

@@ -107,7 +107,7 @@ def test_the_selector_exports_one_implementation() -> None:
 
 CONSTANTS = {
     "merge": (),
-    "traversal": ("TASK", "PREDICATE", "SLEEP", "FORK", "JOIN", "USER_TASK", "END"),
+    "traversal": ("TASK", "PREDICATE", "SLEEP", "FORK", "JOIN", "USER_TASK", "END", "SIGNAL"),
     "batch": ("MAX_BATCH_STEPS",),
 }
 

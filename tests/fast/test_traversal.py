@@ -367,3 +367,30 @@ def test_checkpoints_built_through_the_dsl(impl: Impl) -> None:
     wf = Workflow.define("lin").step(_h("s1")).step(_h("s2")).checkpoint().step(_h("s3"))
     graph = impl.traversal.CompiledGraph(wf.build().definition)
     assert graph.is_checkpoint("s2") and not graph.is_checkpoint("s1") and not graph.is_checkpoint("s3")
+
+
+# SIGNAL (issue #11): a server-side wait, so a handback boundary in both twins ---------------------
+
+SIGNAL_DEMO = WorkflowDefinition(
+    name="orders",
+    start_node="fetch",
+    nodes=(
+        Node(id="fetch", kind=NodeKind.TASK, next="wait"),
+        Node(id="wait", kind=NodeKind.SIGNAL, signal="paid", next="ship", alt_next="late", timeout_millis=5),
+        Node(id="ship", kind=NodeKind.TASK, next="done"),
+        Node(id="late", kind=NodeKind.END, success=False),
+        Node(id="done", kind=NodeKind.END),
+    ),
+).validate()
+
+
+def test_signal_kind_code_and_handback(impl: Impl) -> None:
+    t = impl.traversal
+    assert t.SIGNAL == 7
+    g = t.CompiledGraph(SIGNAL_DEMO)
+    assert g.kinds[1] == 7
+    assert g.classify("wait", {"orders"}) is Handback.SIGNAL
+    assert g.successor("wait") == "ship"
+    assert g.successor("fetch") == "wait"
+    restored = pickle.loads(pickle.dumps(g))
+    assert restored.classify("wait", {"orders"}) is Handback.SIGNAL

@@ -410,6 +410,60 @@ TABLE: list[Row] = [
         ),
         PRECONDITION,
     ),
+    # SignalInstance
+    Row("SignalInstance", "empty", lambda f: pb.SignalInstanceRequest(), INVALID),
+    Row(
+        "SignalInstance",
+        "unknown instance",
+        lambda f: pb.SignalInstanceRequest(instance_id=UNKNOWN_ID, name="go"),
+        NOT_FOUND,
+    ),
+    Row(
+        "SignalInstance",
+        "NUL name",
+        lambda f: pb.SignalInstanceRequest(instance_id=f.user_instance, name=NUL),
+        INVALID,
+    ),
+    Row(
+        "SignalInstance",
+        "data not an object",
+        lambda f: pb.SignalInstanceRequest(instance_id=f.user_instance, name="approval", data_json=b"[1]"),
+        INVALID,
+    ),
+    Row(
+        "SignalInstance",
+        "deep data",
+        lambda f: pb.SignalInstanceRequest(
+            instance_id=f.user_instance, name="approval", data_json=DEEP_OBJECT
+        ),
+        INVALID,
+    ),
+    Row(
+        "SignalInstance",
+        "a signal its workflow never waits for (finished instance)",
+        lambda f: pb.SignalInstanceRequest(instance_id=f.stale_task.instance_id, name="go"),
+        NOT_FOUND,
+    ),
+    # RetryInstance
+    Row("RetryInstance", "empty", lambda f: pb.RetryInstanceRequest(), INVALID),
+    Row(
+        "RetryInstance",
+        "unknown instance",
+        lambda f: pb.RetryInstanceRequest(instance_id=UNKNOWN_ID),
+        NOT_FOUND,
+    ),
+    Row(
+        "RetryInstance",
+        "a RUNNING instance",
+        lambda f: pb.RetryInstanceRequest(instance_id=f.user_instance),
+        PRECONDITION,
+    ),
+    Row(
+        "RetryInstance",
+        "a COMPLETED instance",
+        lambda f: pb.RetryInstanceRequest(instance_id=f.stale_task.instance_id),
+        PRECONDITION,
+    ),
     # StartInstances (bulk start)
     Row("StartInstances", "empty", lambda f: pb.StartInstancesRequest(), INVALID),
     Row(

@@ -6,6 +6,8 @@ and each reply conversion (wiggle/_wire/convert.py) exists once.
 
 from __future__ import annotations
 
+import getpass
+import socket
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -29,6 +31,9 @@ __all__ = [
     "start_request",
     "list_request",
     "complete_user_task_request",
+    "signal_request",
+    "retry_request",
+    "who_asks",
     "WaitClock",
     "check_result",
     "START_CHUNK",
@@ -160,6 +165,41 @@ def complete_user_task_request(instance_id: str, name: str, data: Any) -> pb.Com
     """CompleteUserTask; ``data`` (a dict, a msgspec.Struct or None) merges into the context."""
     return pb.CompleteUserTaskRequest(
         instance_id=instance_id, task_name=name, payload_json=_context_json(data)
+    )
+
+
+def signal_request(
+    instance_id: str, name: str, data: Any, signal_id: str | None, sender: str
+) -> pb.SignalInstanceRequest:
+    """SignalInstance; ``data`` (a dict, a msgspec.Struct or None) is the signal's payload."""
+    return pb.SignalInstanceRequest(
+        instance_id=instance_id,
+        name=name,
+        data_json=_context_json(data),
+        signal_id=signal_id or "",
+        sender=sender,
+    )
+
+
+def who_asks() -> str:
+    """``user@host`` of this process: the default requester recorded by a retry."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name (a container without a passwd entry)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def retry_request(
+    instance_id: str, from_node: str, context: Any, requested_by: str | None
+) -> pb.RetryInstanceRequest:
+    """RetryInstance; ``context`` (a dict or msgspec.Struct) replaces the context unless None."""
+    return pb.RetryInstanceRequest(
+        instance_id=instance_id,
+        from_node=from_node,
+        context_json=_context_json(context) if context is not None else b"",
+        replace_context=context is not None,
+        requested_by=requested_by if requested_by is not None else who_asks(),
     )
 
 

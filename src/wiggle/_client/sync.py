@@ -17,13 +17,13 @@ from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._security.credentials import Credentials
-from .._wire.convert import history_from_pb, instance_from_pb, workflow_from_pb
+from .._wire.convert import history_from_pb, instance_from_pb, signal_result_from_pb, workflow_from_pb
 from .._wire.schedules import schedule_from_pb
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
 from .targets import join_targets
-from .types import HistoryEntry, InstanceInfo, ScheduleInfo, WorkflowInfo
+from .types import HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult, WorkflowInfo
 
 __all__ = ["Client"]
 
@@ -181,6 +181,37 @@ class Client:
         """Complete the user task ``name``; ``data`` (a dict) merges into the context."""
         request = core.complete_user_task_request(instance_id, name, data)
         return instance_from_pb(self._call(self.stub.CompleteUserTask, request))
+
+    def signal(
+        self, instance_id: str, name: str, data: Any = None, signal_id: str | None = None, *, sender: str = ""
+    ) -> SignalResult:
+        """Send the signal ``name`` with ``data`` (a dict) to an instance (docs/semantics.md#signal).
+
+        A token waiting for it takes it now (DELIVERED); otherwise it is buffered on the instance
+        until one does (BUFFERED). With ``signal_id``, a second send of the same id changes
+        nothing (DUPLICATE). A finished instance is FailedPrecondition; a name no wait of the
+        instance's version listens for is NotFound.
+        """
+        request = core.signal_request(instance_id, name, data, signal_id, sender)
+        return signal_result_from_pb(self._call(self.stub.SignalInstance, request))
+
+    def retry(
+        self,
+        instance_id: str,
+        *,
+        from_node: str = "",
+        context: Any = None,
+        requested_by: str | None = None,
+    ) -> InstanceInfo:
+        """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance).
+
+        By default the steps that failed run again with a fresh attempt budget and everything
+        completed is kept; ``from_node`` restarts from that node instead, and ``context`` (a dict)
+        replaces the context. ``requested_by`` (default ``user@host``) is recorded in the history.
+        Any other status is FailedPrecondition, and nothing changes.
+        """
+        request = core.retry_request(instance_id, from_node, context, requested_by)
+        return instance_from_pb(self._call(self.stub.RetryInstance, request))
 
     def history(self, instance_id: str) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""

@@ -9,7 +9,15 @@ import msgspec
 from .._engine.state import FINISHED_INSTANCE_STATUSES
 from .._model import WorkflowDefinition
 
-__all__ = ["TokenInfo", "InstanceInfo", "HistoryEntry", "WorkflowInfo", "ScheduleInfo"]
+__all__ = [
+    "TokenInfo",
+    "InstanceInfo",
+    "HistoryEntry",
+    "WorkflowInfo",
+    "ScheduleInfo",
+    "PendingSignalInfo",
+    "SignalResult",
+]
 
 
 class TokenInfo(msgspec.Struct, frozen=True):
@@ -26,6 +34,15 @@ class TokenInfo(msgspec.Struct, frozen=True):
     last_error: str
     local_run_owner: str  # a worker holds this token in a local run (LOCAL_SYNC / LOCAL_ASYNC)
     local_run_steps: int
+
+
+class PendingSignalInfo(msgspec.Struct, frozen=True):
+    """A signal buffered on an instance: sent before any wait for it was reached, not yet consumed."""
+
+    name: str
+    data: dict[str, Any]
+    signal_id: str
+    sent_at: int
 
 
 class InstanceInfo(msgspec.Struct, frozen=True):
@@ -45,6 +62,7 @@ class InstanceInfo(msgspec.Struct, frozen=True):
     tokens: tuple[TokenInfo, ...] = ()
     schedule_id: str = ""  # the schedule whose tick started it ("" if none)
     schedule_tick_at: int = 0  # that tick's time (ms)
+    pending_signals: tuple[PendingSignalInfo, ...] = ()  # buffered signals (docs/semantics.md#signal)
 
     @property
     def finished(self) -> bool:
@@ -99,3 +117,15 @@ class ScheduleInfo(msgspec.Struct, frozen=True):
     fired: int
     skipped: int
     next_fire_times: tuple[int, ...] = ()
+
+
+class SignalResult(msgspec.Struct, frozen=True):
+    """What ``signal`` did: ``outcome`` is DELIVERED (a wait took it), BUFFERED or DUPLICATE."""
+
+    outcome: str
+    instance: InstanceInfo
+
+    @property
+    def delivered(self) -> bool:
+        """True if a waiting token took the signal now."""
+        return self.outcome == "DELIVERED"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._model import NodeKind
 from .config import LoadedDefinition
 from .drive import drive
 from .state import Changes, HistoryOutcome, InstanceState, Token, TokenStatus
@@ -44,7 +45,7 @@ def fire_timer(
     node = loaded.nodes[token.node_id]
     if token.status != TokenStatus.WAITING or token.available_at > now:
         return changes
-    record(state, token, node, HistoryOutcome.SLEPT, now, changes, started=token.created_at)
+    record(state, token, node, HistoryOutcome.SLEPT, now, changes, started=token.started_at)
     assert node.next is not None
     move(token, node.next)
     state.instance.updated_at = now
@@ -56,7 +57,7 @@ def fire_timer(
 def user_task_deadline(
     engine: Engine, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int
 ) -> Changes:
-    """A user task's deadline passed: continue at its on-timeout node, or fail the instance."""
+    """A user task's (or a signal wait's) deadline passed: continue at ``alt_next``, or fail the instance."""
     changes = Changes()
     node = loaded.nodes[token.node_id]
     if token.status != TokenStatus.AWAITING or token.available_at <= 0 or token.available_at > now:
@@ -64,11 +65,21 @@ def user_task_deadline(
     state.instance.updated_at = now
     changes.instance_changed = True
     if node.alt_next is None:
-        record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes, error="timed out")
+        record(
+            state,
+            token,
+            node,
+            HistoryOutcome.TIMED_OUT,
+            now,
+            changes,
+            error="timed out",
+            started=token.started_at,
+        )
         finish_token(state, token, TokenStatus.FAILED, now, changes)
-        fail_instance(state, f"user task {node.id!r} timed out", now, changes)
+        what = "signal wait" if node.kind is NodeKind.SIGNAL else "user task"
+        fail_instance(state, f"{what} {node.id!r} timed out", now, changes, failed=token)
         return changes
-    record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes)
+    record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes, started=token.started_at)
     move(token, node.alt_next)
     drive(engine, loaded, state, token, now, changes)
     return changes

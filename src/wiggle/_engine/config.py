@@ -19,6 +19,7 @@ class EngineConfig(msgspec.Struct):
     max_payload_bytes: int = 1 << 20  # context, step result, user-task payload
     max_instance_steps: int = 100_000  # runaway guard: worker steps one instance may take
     max_drive_moves: int = 10_000  # runaway guard: server-side moves in one drive
+    release_delay_millis: int = 200  # a released step waits this long before the next claim
 
 
 class LoadedDefinition:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .. import _fast
 from .._model import Node, NodeKind
 from .config import LoadedDefinition
+from .signals import take_buffered
 from .state import Changes, HistoryOutcome, InstanceState, InstanceStatus, JoinState, Token, TokenStatus
 from .tokens import context_of, end_instance, fail_instance, finish_token, new_token, record, set_context
 
@@ -60,6 +61,7 @@ def drive(
                 tok.status = TokenStatus.WAITING
                 tok.kind = kind.value
                 tok.queue = ""
+                tok.started_at = now  # the history entry's started_at (docs/semantics.md#sleep)
                 tok.available_at = now + node.sleep_millis
                 tok.lease_owner = ""
                 tok.lease_expires_at = 0
@@ -69,10 +71,27 @@ def drive(
                 tok.status = TokenStatus.AWAITING
                 tok.kind = kind.value
                 tok.queue = ""
+                tok.started_at = now
                 tok.available_at = now + node.timeout_millis if node.timeout_millis > 0 else 0
                 tok.lease_owner = ""
                 tok.lease_expires_at = 0
                 changes.timers = True
+                break
+            if kind is NodeKind.SIGNAL:
+                # A signal sent earlier is consumed at once; otherwise wait (docs/semantics.md#signal).
+                if take_buffered(engine, state, tok, node, now, changes):
+                    continue
+                if state.instance.status != InstanceStatus.RUNNING:
+                    return
+                tok.status = TokenStatus.AWAITING
+                tok.kind = kind.value
+                tok.queue = ""
+                tok.started_at = now
+                tok.available_at = now + node.timeout_millis if node.timeout_millis > 0 else 0
+                tok.lease_owner = ""
+                tok.lease_expires_at = 0
+                if node.timeout_millis > 0:
+                    changes.timers = True
                 break
             if kind is NodeKind.END:
                 record(state, tok, node, HistoryOutcome.END, now, changes)

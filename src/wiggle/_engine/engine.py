@@ -22,7 +22,7 @@ import msgspec
 
 from .._model import ExecutionMode, NodeKind
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
-from . import clock, local_runs
+from . import clock, local_runs, resume, signals
 from . import drive as driving
 from .config import EngineConfig, LoadedDefinition
 from .local_runs import AdvanceOutcome
@@ -46,6 +46,7 @@ from .tokens import (
     move,
     new_token,
     record,
+    release_step,
     set_context,
 )
 
@@ -243,6 +244,19 @@ class Engine:
         node = loaded.nodes[token.node_id]
         return fail_step(self, loaded, state, token, node, message, retryable, now, Changes(), owner)
 
+    def release(
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        token_id: str,
+        owner: str,
+        message: str,
+        now: int,
+    ) -> Changes:
+        """FailTask with ``release``: the worker cannot run the step; READY again, same attempt."""
+        token = leased_token(state, token_id, owner)
+        return release_step(self, loaded, state, token, message, now)
+
     def heartbeat(self, state: InstanceState, token_id: str, owner: str, now: int) -> tuple[int, Changes]:
         """Extend the lease; returns the new expiry."""
         token = leased_token(state, token_id, owner)
@@ -301,6 +315,31 @@ class Engine:
         end_instance(state, InstanceStatus.CANCELLED, now, changes, reason=reason or "cancelled")
         return True, changes
 
+    def signal(
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        name: str,
+        data: dict[str, Any],
+        signal_id: str,
+        sender: str,
+        now: int,
+    ) -> tuple[str, Changes | None]:
+        """Deliver or buffer a named signal (docs/semantics.md#signal); (outcome, changes)."""
+        return signals.signal(self, loaded, state, name, data, signal_id, sender, now)
+
+    def retry(
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        from_node: str,
+        context: dict[str, Any] | None,
+        requested_by: str,
+        now: int,
+    ) -> Changes:
+        """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance)."""
+        return resume.retry(self, loaded, state, from_node, context, requested_by, now)
+
     def complete_user_task(
         self, loaded: LoadedDefinition, state: InstanceState, name: str, payload: dict[str, Any], now: int
     ) -> Changes:
@@ -336,7 +375,7 @@ class Engine:
             now,
             changes,
             worker="(user task)",
-            started=token.created_at,
+            started=token.started_at,
         )
         assert node.next is not None
         move(token, node.next)

@@ -17,6 +17,8 @@ __all__ = [
     "Instance",
     "Token",
     "JoinState",
+    "PendingSignal",
+    "RetryPoint",
     "HistoryEntry",
     "Changes",
     "InstanceState",
@@ -53,7 +55,7 @@ class TokenStatus(str, enum.Enum):
     READY = "READY"  # dispatchable (a delayed retry is READY with a future available_at)
     RUNNING = "RUNNING"  # leased to a worker (owner + expiry)
     WAITING = "WAITING"  # a SLEEP timer
-    AWAITING = "AWAITING"  # a user task, optionally with a deadline
+    AWAITING = "AWAITING"  # a user task or a signal wait, optionally with a deadline
     JOINED = "JOINED"  # arrived at a join barrier
     DONE = "DONE"
     FAILED = "FAILED"
@@ -73,7 +75,9 @@ class HistoryOutcome(str, enum.Enum):
     FORKED = "FORKED"
     JOINED = "JOINED"
     SLEPT = "SLEPT"
-    TIMED_OUT = "TIMED_OUT"  # a user task's deadline passed
+    TIMED_OUT = "TIMED_OUT"  # a user task's (or a signal wait's) deadline passed
+    SIGNALLED = "SIGNALLED"  # a signal wait received its signal (docs/semantics.md#signal)
+    RESUMED = "RESUMED"  # a FAILED instance was retried (docs/semantics.md#resuming-a-failed-instance)
 
     def __str__(self) -> str:
         return self.value
@@ -125,6 +129,26 @@ class JoinState(msgspec.Struct):
     joined_tokens: list[str] = []
 
 
+class PendingSignal(msgspec.Struct):
+    """A signal sent before the instance reached a wait for it: buffered on the instance."""
+
+    name: str
+    data: dict[str, Any]
+    signal_id: str = ""
+    sent_at: int = 0
+
+
+class RetryPoint(msgspec.Struct):
+    """Where a FAILED instance stood when it failed: what ``retry`` restarts from.
+
+    ``tokens`` are copies of the tokens active at the failure (the one that failed included),
+    ``joins`` the fork barriers then open.
+    """
+
+    tokens: list[Token] = []
+    joins: dict[str, JoinState] = {}
+
+
 class Instance(msgspec.Struct):
     """One run of a workflow version."""
 
@@ -144,6 +168,9 @@ class Instance(msgspec.Struct):
     steps: int = 0  # worker steps applied so far (the runaway guard)
     schedule_id: str = ""  # the schedule whose tick started it (docs/semantics.md#schedules)
     schedule_tick_at: int = 0  # that tick's time (ms)
+    signals: list[PendingSignal] = []  # buffered, not yet consumed (docs/semantics.md#signal)
+    signal_ids: list[str] = []  # the latest signal ids seen (duplicates are detected by these)
+    retry_point: RetryPoint | None = None  # set when the instance fails; used by retry
 
 
 class Token(msgspec.Struct):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from .._model import Node
 from ..errors import AlreadyFinished, FailedPrecondition
 from .config import LoadedDefinition
@@ -19,6 +21,7 @@ from .state import (
     HistoryOutcome,
     InstanceState,
     InstanceStatus,
+    RetryPoint,
     Token,
     TokenStatus,
 )
@@ -37,6 +40,7 @@ __all__ = [
     "move",
     "new_token",
     "record",
+    "release_step",
     "set_context",
 ]
 
@@ -119,9 +123,20 @@ def end_instance(
     changes: Changes,
     reason: str = "",
     error: str = "",
+    failed: Token | None = None,
 ) -> None:
-    """Finish the instance with ``status``; every token still active is CANCELLED."""
+    """Finish the instance with ``status``; every token still active is CANCELLED.
+
+    A FAILED instance keeps a RetryPoint: copies of its active tokens (and of ``failed``, the
+    token whose step failed) and its open joins, what ``retry`` restarts from
+    (docs/semantics.md#resuming-a-failed-instance).
+    """
     inst = state.instance
+    if status is InstanceStatus.FAILED:
+        kept = [msgspec.structs.replace(t) for t in state.tokens.values()]
+        if failed is not None and failed.id not in state.tokens:
+            kept.append(msgspec.structs.replace(failed))
+        inst.retry_point = RetryPoint(tokens=kept, joins=dict(inst.joins))
     inst.status = status
     inst.reason = reason
     inst.error = error
@@ -134,9 +149,11 @@ def end_instance(
         finish_token(state, other, TokenStatus.CANCELLED, now, changes)
 
 
-def fail_instance(state: InstanceState, error: str, now: int, changes: Changes) -> None:
-    """Finish the instance FAILED with ``error``."""
-    end_instance(state, InstanceStatus.FAILED, now, changes, error=error)
+def fail_instance(
+    state: InstanceState, error: str, now: int, changes: Changes, failed: Token | None = None
+) -> None:
+    """Finish the instance FAILED with ``error`` (``failed``: the token whose step failed)."""
+    end_instance(state, InstanceStatus.FAILED, now, changes, error=error, failed=failed)
 
 
 def move(token: Token, next_id: str) -> None:
@@ -240,5 +257,30 @@ def fail_step(
     )
     token.last_error = message
     finish_token(state, token, TokenStatus.FAILED, now, changes)
-    fail_instance(state, f"{node.id}: {message}", now, changes)
+    fail_instance(state, f"{node.id}: {message}", now, changes, failed=token)
+    return changes
+
+
+def release_step(
+    engine: Engine, loaded: LoadedDefinition, state: InstanceState, token: Token, message: str, now: int
+) -> Changes:
+    """Give a claimed step back without consuming an attempt (docs/semantics.md#mixed-fleets).
+
+    The worker that claimed it cannot run it (no handler for the node of the pinned version): the
+    token is READY again, with the same attempt, after a short delay so that another worker can
+    claim it. No history entry: a step can bounce many times while only unfit workers poll.
+    """
+    node = loaded.nodes[token.node_id]
+    token.status = TokenStatus.READY
+    token.available_at = now + engine.config.release_delay_millis
+    token.last_error = message[:4000]
+    token.lease_owner = ""
+    token.lease_expires_at = 0
+    token.local_run_owner = ""
+    token.local_run_steps = 0
+    token.queue = loaded.queue_of(node)
+    changes = Changes()
+    changes.tokens[token.id] = token
+    changes.ready_queues.add(token.queue)
+    changes.timers = True
     return changes

@@ -15,6 +15,7 @@ __all__ = ["CompiledGraph"]
 
 # Kind codes of CompiledGraph.kinds (the Cython twin keeps them in a C int array).
 TASK, PREDICATE, SLEEP, FORK, JOIN, USER_TASK, END = range(7)
+SIGNAL = 7
 _KIND_CODE = {
     NodeKind.TASK: TASK,
     NodeKind.PREDICATE: PREDICATE,
@@ -23,6 +24,7 @@ _KIND_CODE = {
     NodeKind.JOIN: JOIN,
     NodeKind.USER_TASK: USER_TASK,
     NodeKind.END: END,
+    NodeKind.SIGNAL: SIGNAL,
 }
 _BOUNDARY = {
     SLEEP: Handback.SLEEP,
@@ -30,6 +32,7 @@ _BOUNDARY = {
     JOIN: Handback.JOIN,
     USER_TASK: Handback.USER_TASK,
     END: Handback.TERMINAL,
+    SIGNAL: Handback.SIGNAL,
 }
 
 

@@ -111,7 +111,7 @@ class TokenInfo(_message.Message):
     def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., available_at: _Optional[int] = ..., last_error: _Optional[str] = ..., local_run_owner: _Optional[str] = ..., local_run_steps: _Optional[int] = ..., queue: _Optional[str] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
-    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at")
+    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at", "pending_signals")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +127,7 @@ class InstanceInfo(_message.Message):
     EXECUTION_MODE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_TICK_AT_FIELD_NUMBER: _ClassVar[int]
+    PENDING_SIGNALS_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     workflow: str
     version: str
@@ -142,7 +143,56 @@ class InstanceInfo(_message.Message):
     execution_mode: str
     schedule_id: str
     schedule_tick_at: int
-    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ...) -> None: ...
+    pending_signals: _containers.RepeatedCompositeFieldContainer[PendingSignal]
+    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ..., pending_signals: _Optional[_Iterable[_Union[PendingSignal, _Mapping]]] = ...) -> None: ...
+
+class PendingSignal(_message.Message):
+    __slots__ = ("name", "data_json", "signal_id", "sent_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    data_json: bytes
+    signal_id: str
+    sent_at: int
+    def __init__(self, name: _Optional[str] = ..., data_json: _Optional[bytes] = ..., signal_id: _Optional[str] = ..., sent_at: _Optional[int] = ...) -> None: ...
+
+class SignalInstanceRequest(_message.Message):
+    __slots__ = ("instance_id", "name", "data_json", "signal_id", "sender")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    name: str
+    data_json: bytes
+    signal_id: str
+    sender: str
+    def __init__(self, instance_id: _Optional[str] = ..., name: _Optional[str] = ..., data_json: _Optional[bytes] = ..., signal_id: _Optional[str] = ..., sender: _Optional[str] = ...) -> None: ...
+
+class SignalInstanceResponse(_message.Message):
+    __slots__ = ("instance", "outcome")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    instance: InstanceInfo
+    outcome: str
+    def __init__(self, instance: _Optional[_Union[InstanceInfo, _Mapping]] = ..., outcome: _Optional[str] = ...) -> None: ...
+
+class RetryInstanceRequest(_message.Message):
+    __slots__ = ("instance_id", "from_node", "context_json", "replace_context", "requested_by")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    from_node: str
+    context_json: bytes
+    replace_context: bool
+    requested_by: str
+    def __init__(self, instance_id: _Optional[str] = ..., from_node: _Optional[str] = ..., context_json: _Optional[bytes] = ..., replace_context: _Optional[bool] = ..., requested_by: _Optional[str] = ...) -> None: ...
 
 class GetInstanceRequest(_message.Message):
     __slots__ = ("instance_id", "wait_millis")
@@ -307,16 +357,18 @@ class CompleteTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ...) -> None: ...
 
 class FailTaskRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "message", "retryable")
+    __slots__ = ("task_id", "lease_owner", "message", "retryable", "release")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     message: str
     retryable: bool
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    release: bool
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., release: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatTaskRequest(_message.Message):
     __slots__ = ("task_id", "lease_owner")

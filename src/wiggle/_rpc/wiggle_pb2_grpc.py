@@ -84,6 +84,16 @@ class WiggleControlPlaneStub:
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryRequest.SerializeToString,
                 response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryResponse.FromString,
                 _registered_method=True)
+        self.SignalInstance = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/SignalInstance',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.SignalInstanceRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.SignalInstanceResponse.FromString,
+                _registered_method=True)
+        self.RetryInstance = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/RetryInstance',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.RetryInstanceRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.FromString,
+                _registered_method=True)
         self.PollTasks = channel.unary_unary(
                 '/wiggle.v1.WiggleControlPlane/PollTasks',
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.PollTasksRequest.SerializeToString,
@@ -220,6 +230,20 @@ class WiggleControlPlaneServicer:
 
     def GetHistory(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SignalInstance(self, request, context):
+        """Signals (docs/semantics.md#signal): delivered to a waiting token, else buffered on the instance.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryInstance(self, request, context):
+        """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -368,6 +392,16 @@ def add_WiggleControlPlaneServicer_to_server(servicer, server):
                     servicer.GetHistory,
                     request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryRequest.FromString,
                     response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryResponse.SerializeToString,
+            ),
+            'SignalInstance': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignalInstance,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.SignalInstanceRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.SignalInstanceResponse.SerializeToString,
+            ),
+            'RetryInstance': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryInstance,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.RetryInstanceRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.SerializeToString,
             ),
             'PollTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.PollTasks,
@@ -710,6 +744,60 @@ class WiggleControlPlane:
             '/wiggle.v1.WiggleControlPlane/GetHistory',
             wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryRequest.SerializeToString,
             wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SignalInstance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/SignalInstance',
+            wiggle_dot___rpc_dot_wiggle__pb2.SignalInstanceRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.SignalInstanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryInstance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/RetryInstance',
+            wiggle_dot___rpc_dot_wiggle__pb2.RetryInstanceRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.FromString,
             options,
             channel_credentials,
             insecure,

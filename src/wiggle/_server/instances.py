@@ -187,6 +187,28 @@ class Instances:
         _, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state)
 
+    async def signal(
+        self, instance_id: str, name: str, data: dict[str, Any], signal_id: str, sender: str
+    ) -> tuple[str, InstanceView]:
+        """Send the signal ``name`` (docs/semantics.md#signal); (DELIVERED / BUFFERED / DUPLICATE, view)."""
+
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[str, Changes | None]:
+            return self.engine.signal(loaded, state, name, data, signal_id, sender, now)
+
+        outcome, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        return outcome, self.store.view(state)
+
+    async def retry(
+        self, instance_id: str, from_node: str, context: dict[str, Any] | None, requested_by: str
+    ) -> InstanceView:
+        """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance)."""
+
+        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            return None, self.engine.retry(loaded, state, from_node, context, requested_by, now)
+
+        _, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        return self.store.view(state)
+
     # ------------------------------------------------------------------ workers
 
     async def claim(self, worker_id: str, queues: list[str], max_tasks: int) -> list[Claimed]:
@@ -250,10 +272,14 @@ class Instances:
         _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
 
-    async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
-        """FailTask; the instance status."""
+    async def fail(
+        self, token_id: str, owner: str, message: str, retryable: bool, release: bool = False
+    ) -> str:
+        """FailTask (with ``release``: give the step back, no attempt consumed); the instance status."""
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+            if release:
+                return None, self.engine.release(loaded, state, token_id, owner, message, now)
             return None, self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
 
         _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)

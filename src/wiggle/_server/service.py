@@ -150,6 +150,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             "FailTask": Route(pb.FailTaskRequest, self.fail_task),
             "HeartbeatTask": Route(pb.HeartbeatTaskRequest, self.heartbeat_task),
             "AdvanceRun": Route(pb.AdvanceRunRequest, self.advance_run),
+            "SignalInstance": Route(pb.SignalInstanceRequest, self.signal_instance),
+            "RetryInstance": Route(pb.RetryInstanceRequest, self.retry_instance),
         }
         sched = ScheduleHandlers(instances.schedules, self.limits.max_payload_bytes)
         self.routes.update(
@@ -223,6 +225,14 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         self, request: pb.CancelInstanceRequest, context: Context
     ) -> pb.CancelInstanceResponse:
         return await self._unary("CancelInstance", request, context, pb.CancelInstanceResponse)
+
+    async def SignalInstance(
+        self, request: pb.SignalInstanceRequest, context: Context
+    ) -> pb.SignalInstanceResponse:
+        return await self._unary("SignalInstance", request, context, pb.SignalInstanceResponse)
+
+    async def RetryInstance(self, request: pb.RetryInstanceRequest, context: Context) -> pb.InstanceInfo:
+        return await self._unary("RetryInstance", request, context, pb.InstanceInfo)
 
     async def CompleteUserTask(
         self, request: pb.CompleteUserTaskRequest, context: Context
@@ -405,6 +415,35 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         view = await self.instances.complete_user_task(request.instance_id, request.task_name, payload)
         return convert.instance_to_pb(view)
 
+    async def signal_instance(self, request: pb.SignalInstanceRequest) -> pb.SignalInstanceResponse:
+        """Send a named signal to an instance: delivered to a waiting token or buffered."""
+        validate_name(request.instance_id, "instance_id")
+        validate_name(request.name, "name (the signal name)")
+        if request.signal_id:
+            validate_name(request.signal_id, "signal_id")
+        if len(request.sender) > 200:
+            raise InvalidArgument(f"sender is {len(request.sender)} characters; the limit is 200")
+        data = decode_object(request.data_json, "data_json", self.limits.max_payload_bytes)
+        outcome, view = await self.instances.signal(
+            request.instance_id, request.name, data, request.signal_id, request.sender
+        )
+        return pb.SignalInstanceResponse(instance=convert.instance_to_pb(view), outcome=outcome)
+
+    async def retry_instance(self, request: pb.RetryInstanceRequest) -> pb.InstanceInfo:
+        """Resume a FAILED instance from the steps that failed, or from a named node."""
+        validate_name(request.instance_id, "instance_id")
+        if request.from_node:
+            validate_name(request.from_node, "from_node")
+        if len(request.requested_by) > 200:
+            raise InvalidArgument(f"requested_by is {len(request.requested_by)} characters; the limit is 200")
+        context: dict[str, Any] | None = None
+        if request.replace_context:
+            context = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
+        view = await self.instances.retry(
+            request.instance_id, request.from_node, context, request.requested_by
+        )
+        return convert.instance_to_pb(view)
+
     async def get_history(self, request: pb.GetHistoryRequest) -> pb.GetHistoryResponse:
         """Every step attempt and event of an instance."""
         validate_name(request.instance_id, "instance_id")
@@ -447,7 +486,11 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         """A step failed; retried by its policy unless not ``retryable``."""
         validate_name(request.task_id, "task_id")
         status = await self.instances.fail(
-            request.task_id, request.lease_owner, request.message or "step failed", request.retryable
+            request.task_id,
+            request.lease_owner,
+            request.message or "step failed",
+            request.retryable,
+            request.release,
         )
         return pb.ReportResult(instance_status=status)
 

@@ -10,7 +10,14 @@ from typing import Any
 
 import msgspec
 
-from .._client.types import HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
+from .._client.types import (
+    HistoryEntry,
+    InstanceInfo,
+    PendingSignalInfo,
+    SignalResult,
+    TokenInfo,
+    WorkflowInfo,
+)
 from .._engine.engine import Claimed, EngineConfig
 from .._engine.records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
 from .._engine.state import HistoryEntry as StateHistoryEntry
@@ -31,6 +38,7 @@ __all__ = [
     "history_from_pb",
     "workflow_from_pb",
     "step_record_from_pb",
+    "signal_result_from_pb",
     "encode_json",
 ]
 
@@ -75,6 +83,12 @@ def instance_to_pb(view: InstanceView, with_tokens: bool = True) -> pb.InstanceI
         tokens=[token_to_pb(t) for t in view.tokens] if with_tokens else [],
         schedule_id=inst.schedule_id,
         schedule_tick_at=inst.schedule_tick_at,
+        pending_signals=[
+            pb.PendingSignal(
+                name=s.name, data_json=encode_json(s.data), signal_id=s.signal_id, sent_at=s.sent_at
+            )
+            for s in inst.signals
+        ],
     )
 
 
@@ -166,7 +180,21 @@ def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
         tokens=tuple(token_from_pb(t) for t in msg.tokens),
         schedule_id=msg.schedule_id,
         schedule_tick_at=msg.schedule_tick_at,
+        pending_signals=tuple(
+            PendingSignalInfo(
+                name=s.name,
+                data=msgspec.json.decode(s.data_json) if s.data_json else {},
+                signal_id=s.signal_id,
+                sent_at=s.sent_at,
+            )
+            for s in msg.pending_signals
+        ),
     )
+
+
+def signal_result_from_pb(msg: pb.SignalInstanceResponse) -> SignalResult:
+    """The client's view of a SignalInstance reply."""
+    return SignalResult(outcome=msg.outcome, instance=instance_from_pb(msg.instance))
 
 
 def history_from_pb(msg: pb.HistoryEntry) -> HistoryEntry:

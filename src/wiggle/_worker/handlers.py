@@ -144,8 +144,14 @@ def failure_of(exc: BaseException) -> Failure:
     return Failure(message, not isinstance(exc, PermanentError))
 
 
-def outcome_of(kind: str, node_id: str, result: object, before: Context) -> Outcome:
-    """A handler's result as a context dict / bool, or a non-retryable Failure naming the problem."""
+def outcome_of(
+    kind: str, node_id: str, result: object, before: Context, expected: type[Any] = dict
+) -> Outcome:
+    """A handler's result as a context dict / bool, or a non-retryable Failure naming the problem.
+
+    ``expected`` is the blueprint's context type: a Struct of another type is refused here, at the
+    step that returned it, rather than stored as the context (docs/semantics.md#contexts).
+    """
     if kind == HandlerKind.PREDICATE:
         if not isinstance(result, bool):
             return Failure(f"predicate {node_id!r} returned {type(result).__name__}, not bool", False)
@@ -156,6 +162,12 @@ def outcome_of(kind: str, node_id: str, result: object, before: Context) -> Outc
     if isinstance(result, dict):
         return result
     if isinstance(result, msgspec.Struct):
+        if expected is not dict and not isinstance(result, expected):
+            return Failure(
+                f"step {node_id!r} returned {type(result).__name__}; the workflow's context type is "
+                f"{expected.__name__}: return a {expected.__name__} (or None)",
+                False,
+            )
         converted: Context = msgspec.to_builtins(result)
         return converted
     return Failure(f"step {node_id!r} returned {type(result).__name__}; return the context (or None)", False)
@@ -239,7 +251,7 @@ class HandlerCaller:
             result = await self.call(loaded, node_id, context, info)
         except Exception as exc:  # the handler raised: that is the step's outcome
             return failure_of(exc)
-        return outcome_of(kind, node_id, result, context)
+        return outcome_of(kind, node_id, result, context, loaded.blueprint.context_type)
 
     def run_sync(
         self,
@@ -258,7 +270,7 @@ class HandlerCaller:
             result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
         except Exception as exc:
             return failure_of(exc)
-        return outcome_of(kind, node_id, result, context)
+        return outcome_of(kind, node_id, result, context, loaded.blueprint.context_type)
 
     async def in_pool(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the thread pool with the caller's contextvars."""

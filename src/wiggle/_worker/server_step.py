@@ -15,7 +15,7 @@ from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome
 from .heartbeats import Heartbeats
 from .reporter import Reporter
 
-__all__ = ["run_server_step", "report_outcome", "report_failure", "decode_context"]
+__all__ = ["run_server_step", "report_outcome", "report_failure", "release_step", "decode_context"]
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -67,5 +67,14 @@ async def report_failure(reporter: Reporter, act: pb.TaskActivation, failure: Fa
             lease_owner=act.lease_owner,
             message=failure.message,
             retryable=failure.retryable,
+        )
+    )
+
+
+async def release_step(reporter: Reporter, act: pb.TaskActivation, message: str) -> None:
+    """FailTask with ``release``: this worker cannot run the step; another worker gets it, same attempt."""
+    await reporter.fail(
+        pb.FailTaskRequest(
+            task_id=act.task_id, lease_owner=act.lease_owner, message=message, retryable=True, release=True
         )
     )

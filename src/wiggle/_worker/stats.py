@@ -15,3 +15,4 @@ class WorkerStats:
         self.steps = 0  # handler executions
         self.handbacks: Counter[str] = Counter()
         self.local_run_lengths: list[int] = []
+        self.released = 0  # steps given back: no handler for the node (docs/semantics.md#mixed-fleets)

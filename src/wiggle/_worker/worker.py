@@ -22,13 +22,13 @@ from .._security.credentials import Credentials
 from ..client import AsyncClient
 from ..errors import PermissionDenied
 from ..workflow import Blueprint
-from .handlers import Context, Failure, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
+from .handlers import Context, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
 from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
 from .options import WorkerOptions, check_options
 from .poller import Poller
 from .reporter import Reporter
-from .server_step import report_failure, run_server_step
+from .server_step import release_step, run_server_step
 from .stats import WorkerStats
 from .stream import StreamTransport
 from .transport import CountedTransport, Transport, UnaryTransport
@@ -84,6 +84,7 @@ class Worker:
             self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         )
         self.stats = WorkerStats()
+        self._warned_missing: set[tuple[str, str, str]] = set()
         self._inline = InlinePolicy(self.options.sync_handlers, self.options.inline_threshold_ms)
         self._caller = HandlerCaller(self._inline, self.stats, self.worker_id)
         self._advance = AdvanceSupport()
@@ -227,7 +228,14 @@ class Worker:
                 f"worker {self.worker_id} has no handler for node {act.node_id!r} of workflow "
                 f"{act.workflow!r} version {act.version}"
             )
-            await report_failure(self._reporter, act, Failure(message, True))
+            self.stats.released += 1
+            key = (act.workflow, act.version, act.node_id)
+            if key not in self._warned_missing:  # once per node: it may bounce back here many times
+                self._warned_missing.add(key)
+                log.warning(
+                    "%s; the step is released for a worker that has it (no attempt consumed)", message
+                )
+            await release_step(self._reporter, act, message)
             return
         local = (
             exact

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ..._engine.state import HistoryEntry, Instance, JoinState, Token
+from ..._engine.state import HistoryEntry, Instance, JoinState, PendingSignal, RetryPoint, Token
 from ..base import InstanceView
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "TOKEN_UPDATED",
     "array_literals",
     "encode",
+    "encode_instance_json",
     "instance_from",
     "instance_row",
     "token_from",
@@ -42,6 +43,9 @@ encode = msgspec.json.Encoder().encode
 decode_context = msgspec.json.Decoder(dict[str, Any]).decode
 decode_joins = msgspec.json.Decoder(dict[str, JoinState]).decode
 decode_fork_stack = msgspec.json.Decoder(list[tuple[str, int]]).decode
+decode_signals = msgspec.json.Decoder(list[PendingSignal]).decode
+decode_signal_ids = msgspec.json.Decoder(list[str]).decode
+decode_retry_point = msgspec.json.Decoder(RetryPoint).decode
 
 # Columns are named after the Struct fields, in field order, so rows and Structs map positionally
 # (msgspec.structs.astuple one way, Token(*row) the other). A new field needs a migration.
@@ -56,6 +60,10 @@ T_CONTEXT = TOKEN_FIELDS.index("context")
 T_FORK_STACK = TOKEN_FIELDS.index("fork_stack")
 I_CONTEXT = INSTANCE_FIELDS.index("context")
 I_JOINS = INSTANCE_FIELDS.index("joins")
+# The signal and retry columns (migration 0003): JSON in bytea like joins; retry_point NULL when unset.
+I_SIGNALS = INSTANCE_FIELDS.index("signals")
+I_SIGNAL_IDS = INSTANCE_FIELDS.index("signal_ids")
+I_RETRY_POINT = INSTANCE_FIELDS.index("retry_point")
 TOKEN_IMMUTABLE = ("id", "instance_id", "created_at")
 TOKEN_UPDATED = [i for i, f in enumerate(TOKEN_FIELDS) if f not in TOKEN_IMMUTABLE]
 INSTANCE_IMMUTABLE = (
@@ -106,6 +114,9 @@ SQL_TYPES: dict[str, str] = {
     "outcome": "text",
     "schedule_id": "text",
     "schedule_tick_at": "bigint",
+    "signals": "bytea",
+    "signal_ids": "bytea",
+    "retry_point": "bytea",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"
@@ -152,6 +163,10 @@ def instance_from(row: Any, o: int = 0) -> Instance:
     values = list(row[o : o + N_INSTANCE])
     values[I_CONTEXT] = decode_context(values[I_CONTEXT])
     values[I_JOINS] = decode_joins(values[I_JOINS])
+    values[I_SIGNALS] = decode_signals(values[I_SIGNALS])
+    values[I_SIGNAL_IDS] = decode_signal_ids(values[I_SIGNAL_IDS])
+    point = values[I_RETRY_POINT]
+    values[I_RETRY_POINT] = None if point is None else decode_retry_point(point)
     return Instance(*values)
 
 
@@ -198,5 +213,13 @@ def token_update(t: Token) -> list[Any]:
 def instance_row(inst: Instance) -> list[Any]:
     values = list(msgspec.structs.astuple(inst))
     values[I_CONTEXT] = encode(inst.context)
-    values[I_JOINS] = encode(inst.joins)
+    encode_instance_json(values, inst)
     return values
+
+
+def encode_instance_json(values: list[Any], inst: Instance) -> None:
+    """Encode in ``values`` (an instance's fields in order) the JSON columns other than the context."""
+    values[I_JOINS] = encode(inst.joins)
+    values[I_SIGNALS] = encode(inst.signals)
+    values[I_SIGNAL_IDS] = encode(inst.signal_ids)
+    values[I_RETRY_POINT] = None if inst.retry_point is None else encode(inst.retry_point)

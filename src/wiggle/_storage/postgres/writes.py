@@ -7,7 +7,14 @@ from typing import Any
 import msgspec
 
 from ..._engine.state import Changes, InstanceState
-from .codecs import I_JOINS, INSTANCE_UPDATED, encode, instance_row, token_row, token_update
+from .codecs import (
+    INSTANCE_UPDATED,
+    encode,
+    encode_instance_json,
+    instance_row,
+    token_row,
+    token_update,
+)
 from .db import Conn
 from .statements import Queries
 
@@ -50,7 +57,7 @@ class ChangeWriter:
                 new_instances.append(instance_row(inst))
             elif changes.instance_changed:
                 values = list(msgspec.structs.astuple(inst))
-                values[I_JOINS] = encode(inst.joins)
+                encode_instance_json(values, inst)
                 common = [values[i] for i in INSTANCE_UPDATED]
                 # The engine replaces the context, never edits it in place (advance_run relies on it too).
                 if inst.context is original_context:

@@ -1,0 +1,146 @@
+"""Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance).
+
+When an instance fails, ``tokens.end_instance`` keeps a RetryPoint: copies of the tokens then
+active (the failed one included) and the open fork barriers. ``retry`` brings them back as new
+tokens at the same nodes with a fresh attempt budget, keeping the context and everything that had
+completed; or, given a node, restarts one main-line token there (optionally with a replacement
+context). A pure transition: everything is checked before anything changes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._model import NodeKind, WorkflowDefinition
+from ..errors import FailedPrecondition, InvalidArgument
+from .config import LoadedDefinition
+from .state import (
+    Changes,
+    HistoryEntry,
+    HistoryOutcome,
+    InstanceState,
+    InstanceStatus,
+    JoinState,
+    TokenStatus,
+)
+from .tokens import new_token
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["retry", "inside_forks"]
+
+
+def inside_forks(definition: WorkflowDefinition) -> set[str]:
+    """The nodes that lie inside a fork branch (between a fork and its join)."""
+    nodes = definition.node_map()
+    inside: set[str] = set()
+    for node in definition.nodes:
+        if node.kind is not NodeKind.FORK or node.join is None:
+            continue
+        stack = list(node.branches)
+        while stack:
+            n = stack.pop()
+            if n == node.join or n in inside:
+                continue
+            inside.add(n)
+            follow = nodes[n]
+            stack.extend(t for t in (follow.next, follow.alt_next) if t is not None)
+            stack.extend(follow.branches)
+    return inside
+
+
+def retry(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    from_node: str,
+    context: dict[str, Any] | None,
+    requested_by: str,
+    now: int,
+) -> Changes:
+    """Restart a FAILED instance: from where it failed, or from ``from_node``; RUNNING again."""
+    inst = state.instance
+    if inst.status != InstanceStatus.FAILED:
+        raise FailedPrecondition(
+            f"instance {inst.id} is {inst.status}; only a FAILED instance can be retried"
+        )
+    point = inst.retry_point
+    if from_node:
+        node = loaded.nodes.get(from_node)
+        if node is None:
+            raise InvalidArgument(
+                f"workflow {inst.workflow!r} (version {inst.version}) has no node {from_node!r} to retry from"
+            )
+        if node.kind is NodeKind.END or from_node in inside_forks(loaded.definition):
+            where = "an END" if node.kind is NodeKind.END else "inside a fork branch"
+            raise InvalidArgument(
+                f"node {from_node!r} is {where}; retry from a node on the main line "
+                "(outside any fork) that is not an END"
+            )
+    elif point is None or all(t.status == TokenStatus.JOINED for t in point.tokens):
+        # Nothing to restart: it reached a failing END, or failed at a join (a conflict), where
+        # re-running the same fold would fail the same way.
+        raise FailedPrecondition(
+            f"instance {inst.id} failed with no step in progress ({inst.error or 'no error recorded'}); "
+            "name a node to retry from (from_node, --from NODE)"
+        )
+    if context is not None:
+        engine.check_context(context, "context")
+    # Checked: now change.
+    changes = Changes()
+    changes.instance_changed = True
+    inst.status = InstanceStatus.RUNNING
+    inst.finished_at = 0
+    inst.updated_at = now
+    inst.error = ""
+    inst.reason = ""
+    inst.retry_point = None
+    if context is not None:
+        inst.context = context
+    if from_node:
+        inst.joins = {}
+        restarted = [new_token(state, from_node, now, changes)]
+        at = from_node
+    else:
+        assert point is not None
+        renamed: dict[str, str] = {}
+        restarted = []
+        for old in point.tokens:
+            tok = new_token(state, old.node_id, now, changes)
+            tok.context = old.context
+            tok.fork_stack = list(old.fork_stack)
+            renamed[old.id] = tok.id
+            if old.status == TokenStatus.JOINED:
+                tok.status = TokenStatus.JOINED
+                tok.kind = NodeKind.JOIN.value
+            else:
+                restarted.append(tok)
+        inst.joins = {
+            group: JoinState(
+                fork_node=join.fork_node,
+                branch_count=join.branch_count,
+                base=join.base,
+                arrived=dict(join.arrived),
+                joined_tokens=[renamed.get(t, t) for t in join.joined_tokens],
+            )
+            for group, join in point.joins.items()
+        }
+        at = ", ".join(sorted({t.node_id for t in point.tokens}))
+    changes.history.append(
+        HistoryEntry(
+            instance_id=inst.id,
+            token_id=restarted[0].id if restarted else "",
+            node_id=at,
+            kind="RETRY",
+            attempt=1,
+            worker_id=requested_by or "(unknown)",
+            started_at=now,
+            ended_at=now,
+            outcome=HistoryOutcome.RESUMED,
+            error="with a replacement context" if context is not None else "",
+        )
+    )
+    for tok in restarted:
+        engine.drive(loaded, state, tok, now, changes)
+    return changes
