@@ -367,3 +367,41 @@ def test_checkpoints_built_through_the_dsl(impl: Impl) -> None:
     wf = Workflow.define("lin").step(_h("s1")).step(_h("s2")).checkpoint().step(_h("s3"))
     graph = impl.traversal.CompiledGraph(wf.build().definition)
     assert graph.is_checkpoint("s2") and not graph.is_checkpoint("s1") and not graph.is_checkpoint("s3")
+
+
+# SUB_WORKFLOW and FOR_EACH (issue #11): server-side nodes, so a local run hands back there -------
+
+NESTING = (
+    Workflow.define("nesting")
+    .step(lambda ctx: ctx, name="prep")
+    .sub_workflow("call", "child", result_key="out")
+    .for_each("xs", lambda b: b.step(lambda ctx: ctx, name="body"), concurrency=3)
+    .build()
+    .definition
+)
+
+
+def test_new_kind_codes(impl: Impl) -> None:
+    t = impl.traversal
+    assert (t.SUB_WORKFLOW, t.FOR_EACH) == (8, 9)
+    g = t.CompiledGraph(NESTING)
+    assert g.kinds[g.index["call"]] == 8 and g.kinds[g.index["for_each"]] == 9
+
+
+def test_sub_workflow_and_for_each_are_handback_boundaries(impl: Impl) -> None:
+    g = impl.traversal.CompiledGraph(NESTING)
+    queues = {"nesting"}
+    assert g.classify("prep", queues) is None
+    assert g.successor("prep") == "call"
+    assert g.classify("call", queues) is Handback.SUB_WORKFLOW
+    assert g.classify("for_each", queues) is Handback.FOR_EACH
+    assert g.classify("body", queues) is None
+    assert g.successor("body") == "for_each.join"
+    assert g.classify("for_each.join", queues) is Handback.JOIN
+
+
+def test_new_kinds_survive_pickling(impl: Impl) -> None:
+    g = impl.traversal.CompiledGraph(NESTING)
+    back = pickle.loads(pickle.dumps(g))
+    assert back.kinds == g.kinds
+    assert back.classify("call", {"nesting"}) is Handback.SUB_WORKFLOW

@@ -26,6 +26,7 @@ class TokenInfo(msgspec.Struct, frozen=True):
     last_error: str
     local_run_owner: str  # a worker holds this token in a local run (LOCAL_SYNC / LOCAL_ASYNC)
     local_run_steps: int
+    child_id: str = ""  # at a SUB_WORKFLOW node: the child instance it waits for
 
 
 class InstanceInfo(msgspec.Struct, frozen=True):
@@ -43,6 +44,9 @@ class InstanceInfo(msgspec.Struct, frozen=True):
     updated_at: int
     finished_at: int
     tokens: tuple[TokenInfo, ...] = ()
+    parent_id: str = ""  # a sub-workflow's child: its parent instance ("" at the top level)
+    parent_token_id: str = ""
+    depth: int = 0
 
     @property
     def finished(self) -> bool:
@@ -62,6 +66,7 @@ class HistoryEntry(msgspec.Struct, frozen=True):
     ended_at: int
     outcome: str
     error: str
+    child_id: str = ""  # a SUB_WORKFLOW entry: the child instance
 
 
 class WorkflowInfo(msgspec.Struct, frozen=True):

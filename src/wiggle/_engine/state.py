@@ -74,6 +74,7 @@ class HistoryOutcome(str, enum.Enum):
     JOINED = "JOINED"
     SLEPT = "SLEPT"
     TIMED_OUT = "TIMED_OUT"  # a user task's deadline passed
+    CHILD_STARTED = "CHILD_STARTED"  # a SUB_WORKFLOW node started its child instance
 
     def __str__(self) -> str:
         return self.value
@@ -123,6 +124,11 @@ class JoinState(msgspec.Struct):
     base: dict[str, Any]
     arrived: dict[str, dict[str, Any]] = {}  # branch index (as str, for JSON) -> branch context
     joined_tokens: list[str] = []
+    # A FOR_EACH's barrier (docs/semantics.md#for-each): the elements started so far, and each
+    # finished branch's result (its output_key) by index; ``arrived`` stays empty.
+    for_each: bool = False
+    started: int = 0
+    results: dict[str, Any] = {}
 
 
 class Instance(msgspec.Struct):
@@ -142,6 +148,9 @@ class Instance(msgspec.Struct):
     token_seq: int = 0
     joins: dict[str, JoinState] = {}
     steps: int = 0  # worker steps applied so far (the runaway guard)
+    parent_id: str = ""  # a sub-workflow's parent instance (docs/semantics.md#sub-workflows)
+    parent_token: str = ""  # the parent token waiting for this child
+    depth: int = 0  # 0 for a top-level instance, parent's + 1 for a child
 
 
 class Token(msgspec.Struct):
@@ -165,6 +174,7 @@ class Token(msgspec.Struct):
     local_run_steps: int = 0
     created_at: int = 0
     finished_at: int = 0
+    child_id: str = ""  # at a SUB_WORKFLOW node: the child instance this attempt starts / waits for
 
 
 class HistoryEntry(msgspec.Struct):
@@ -180,6 +190,7 @@ class HistoryEntry(msgspec.Struct):
     ended_at: int
     outcome: str  # a HistoryOutcome (a plain str once loaded back from a store)
     error: str = ""
+    child_id: str = ""  # a SUB_WORKFLOW entry: the child instance
 
 
 class Changes:

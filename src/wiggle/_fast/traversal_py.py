@@ -15,6 +15,7 @@ __all__ = ["CompiledGraph"]
 
 # Kind codes of CompiledGraph.kinds (the Cython twin keeps them in a C int array).
 TASK, PREDICATE, SLEEP, FORK, JOIN, USER_TASK, END = range(7)
+SUB_WORKFLOW, FOR_EACH = 8, 9  # 7 is left to SIGNAL (issue #11)
 _KIND_CODE = {
     NodeKind.TASK: TASK,
     NodeKind.PREDICATE: PREDICATE,
@@ -23,6 +24,8 @@ _KIND_CODE = {
     NodeKind.JOIN: JOIN,
     NodeKind.USER_TASK: USER_TASK,
     NodeKind.END: END,
+    NodeKind.SUB_WORKFLOW: SUB_WORKFLOW,
+    NodeKind.FOR_EACH: FOR_EACH,
 }
 _BOUNDARY = {
     SLEEP: Handback.SLEEP,
@@ -30,6 +33,8 @@ _BOUNDARY = {
     JOIN: Handback.JOIN,
     USER_TASK: Handback.USER_TASK,
     END: Handback.TERMINAL,
+    SUB_WORKFLOW: Handback.SUB_WORKFLOW,
+    FOR_EACH: Handback.FOR_EACH,
 }
 
 

@@ -54,6 +54,7 @@ def token_to_pb(token: Token) -> pb.TokenInfo:
         local_run_owner=token.local_run_owner,
         local_run_steps=token.local_run_steps,
         queue=token.queue,
+        child_id=token.child_id,
     )
 
 
@@ -73,6 +74,9 @@ def instance_to_pb(view: InstanceView, with_tokens: bool = True) -> pb.InstanceI
         updated_at=inst.updated_at,
         finished_at=inst.finished_at,
         tokens=[token_to_pb(t) for t in view.tokens] if with_tokens else [],
+        parent_id=inst.parent_id,
+        parent_token_id=inst.parent_token,
+        depth=inst.depth,
     )
 
 
@@ -88,6 +92,7 @@ def history_to_pb(entry: StateHistoryEntry) -> pb.HistoryEntry:
         outcome=entry.outcome,
         error=entry.error,
         kind=entry.kind,
+        child_id=entry.child_id,
     )
 
 
@@ -143,6 +148,7 @@ def token_from_pb(msg: pb.TokenInfo) -> TokenInfo:
         last_error=msg.last_error,
         local_run_owner=msg.local_run_owner,
         local_run_steps=msg.local_run_steps,
+        child_id=msg.child_id,
     )
 
 
@@ -162,6 +168,9 @@ def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
         updated_at=msg.updated_at,
         finished_at=msg.finished_at,
         tokens=tuple(token_from_pb(t) for t in msg.tokens),
+        parent_id=msg.parent_id,
+        parent_token_id=msg.parent_token_id,
+        depth=msg.depth,
     )
 
 
@@ -177,6 +186,7 @@ def history_from_pb(msg: pb.HistoryEntry) -> HistoryEntry:
         ended_at=msg.ended_at,
         outcome=msg.outcome,
         error=msg.error,
+        child_id=msg.child_id,
     )
 
 
