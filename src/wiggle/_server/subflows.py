@@ -112,10 +112,17 @@ class SubWorkflows:
             return
         engine = inst.engine
 
-        def started(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes | None]:
-            return None, children.child_started(engine, state, spec.parent_token, spec.child_id, now)
+        def started(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[bool, Changes | None]:
+            changes = children.child_started(engine, state, spec.parent_token, spec.child_id, now)
+            return changes is not None, changes
 
-        await inst.mutate(spec.parent_id, f"instance {spec.parent_id} does not exist", started)
+        waits, parent = await inst.mutate(
+            spec.parent_id, f"instance {spec.parent_id} does not exist", started
+        )
+        if not waits:  # the parent was cancelled (or failed) while the child was being started
+            if child.status == InstanceStatus.RUNNING:
+                await self.cancel_child(child.id, parent.instance)
+            return
         if child.status != InstanceStatus.RUNNING:
             await self.resume_parent(child)
 
@@ -124,15 +131,13 @@ class SubWorkflows:
         try:
             record = await inst.store.get_workflow(spec.workflow, spec.version)
             now = inst.now()
+            parent = (spec.parent_id, spec.parent_token, spec.depth)
             state, changes = inst.engine.start(
-                record.loaded, spec.child_id, spec.context, spec.correlation_id, now
+                record.loaded, spec.child_id, spec.context, spec.correlation_id, now, parent
             )
         except WiggleError as exc:
             await self._not_started(spec, str(exc))
             return None
-        state.instance.parent_id = spec.parent_id
-        state.instance.parent_token = spec.parent_token
-        state.instance.depth = spec.depth
         try:
             await inst.store.insert(state, changes)
         except Exception:
