@@ -224,3 +224,23 @@ async def test_unknown_child_workflow_is_refused_at_register(harness: Harness) -
             await server.client.register(pinned)
         assert await server.client.list_workflows(parent.name) == []
         assert await server.client.list_workflows(pinned.name) == []
+
+
+async def test_for_each_over_sub_workflows(harness: Harness) -> None:
+    def square(ctx):
+        return {**ctx, "sq": ctx["item"] ** 2}
+
+    child = harness.define("child-fe").step(square).build()
+    parent = (
+        harness.define("parent-fe")
+        .for_each("xs", lambda b: b.sub_workflow("each", child, input_keys=["item"], result_key="result"))
+        .build()
+    )
+    async with harness.running([child, parent]) as (server, _):
+        info = await server.client.start(parent.name, {"xs": [1, 2, 3]})
+        done = await harness.finish(server, info.instance_id)
+        listed, _ = await server.client.list(workflow=child.name)
+    assert done.status == "COMPLETED", done.error
+    assert done.context == {"xs": [1, 2, 3], "results": [{"item": i, "sq": i * i} for i in (1, 2, 3)]}
+    assert sorted(c.context["item"] for c in listed) == [1, 2, 3]
+    assert {c.parent_id for c in listed} == {info.instance_id}

@@ -22,6 +22,8 @@ def test_ten_thousand_elements_never_one_giant_transition() -> None:
     n = 10_000
     state, changes = engine.start(loaded, "wi-big", {"items": list(range(n))}, "", 1)
     assert len(changes.tokens) <= 51  # the parent token and the first 50 branches
+    (join,) = state.instance.joins.values()
+    assert join.base == {} and join.base_is_context  # the list is not repeated in the join
     largest = 0
     transitions = 0
     while state.instance.status == InstanceStatus.RUNNING:

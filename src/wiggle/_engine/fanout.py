@@ -74,8 +74,15 @@ def start_for_each(
     limit = node.concurrency or DEFAULT_FOR_EACH_CONCURRENCY
     first = min(len(items), limit)
     state.instance.joins = dict(state.instance.joins)
+    main_line = not tok.fork_stack
     state.instance.joins[group] = JoinState(
-        fork_node=node.id, branch_count=len(items), base=base, for_each=True, started=first, results={}
+        fork_node=node.id,
+        branch_count=len(items),
+        base={} if main_line else base,
+        for_each=True,
+        started=first,
+        results={},
+        base_is_context=main_line,
     )
     changes.instance_changed = True
     spawned: list[Token] = []
@@ -102,13 +109,14 @@ def arrive_for_each(
     """A FOR_EACH branch reached its join: True if ``tok`` moves on (past the join, or round again)."""
     node = loaded.nodes[join.fork_node]
     _, _, output_key, result_key = _keys(node)
+    base = state.instance.context if join.base_is_context else join.base
     join.results[str(index)] = context_of(state, tok).get(output_key)
     changes.instance_changed = True
     if join.started < join.branch_count:  # elements remain: this token takes the next one
         nxt = join.started
         join.started += 1
         tok.fork_stack = [*tok.fork_stack[:-1], (group, nxt)]
-        tok.context = branch_context(node, join.base, nxt)
+        tok.context = branch_context(node, base, nxt)
         move(tok, node.branches[0])
         return True
     if len(join.results) < join.branch_count:  # others still run: this branch is done
@@ -119,7 +127,7 @@ def arrive_for_each(
     record(state, tok, join_node, HistoryOutcome.JOINED, now, changes)
     tok.fork_stack = list(tok.fork_stack[:-1])
     tok.context = None
-    set_context(state, tok, {**join.base, result_key: results}, changes)
+    set_context(state, tok, {**base, result_key: results}, changes)
     assert join_node.next is not None
     move(tok, join_node.next)
     return True

@@ -129,6 +129,10 @@ class JoinState(msgspec.Struct):
     for_each: bool = False
     started: int = 0
     results: dict[str, Any] = {}
+    # On the main line the fork-time context is the instance's own (unchanged while the branches
+    # run): ``base`` stays empty instead of repeating it, so a long list is not rewritten with
+    # every arrival.
+    base_is_context: bool = False
 
 
 class Instance(msgspec.Struct):
