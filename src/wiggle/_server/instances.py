@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from .._engine.children import ChildSpec
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
 from .._engine.records import StepRecord
 from .._engine.state import (
@@ -272,7 +273,7 @@ class Instances:
 
     # ------------------------------------------------------------------ clock duties
 
-    def _clock_action(self, token_id: str, now: int, child: list[Any] | None = None) -> Action[int]:
+    def _clock_action(self, token_id: str, now: int, child: list[ChildSpec] | None = None) -> Action[int]:
         """The one dispatch of a due token: lease expired, timer due, user-task deadline, or a
         sub-workflow's child to start or re-check (put in ``child``, for the caller to do)."""
         engine = self.engine
@@ -312,7 +313,7 @@ class Instances:
 
         async def one(token_id: str) -> int:
             async with gate:
-                child: list[Any] = []
+                child: list[ChildSpec] = []
                 acted, _ = await self.mutate(
                     token_instance_id(token_id),
                     _token_missing(token_id),
