@@ -19,6 +19,7 @@ from wiggle._engine.engine import Engine, EngineConfig, LoadedDefinition
 from wiggle._engine.state import InstanceState, InstanceStatus, TokenStatus, now_millis
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
+from wiggle._server.subflows import ORPHAN_SWEEP_MILLIS
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.memory import MemoryStore
 from wiggle._storage.postgres import PostgresStore
@@ -120,3 +121,28 @@ async def test_unknown_child_at_start_is_refused_and_nothing_is_stored(instances
         await instances.start("sf-orphan", "", {}, "")
     listed, _ = await instances.list_instances(InstanceQuery(workflow="sf-orphan"))
     assert listed == []
+
+
+async def test_a_lost_cancel_cascade_is_made_good_by_the_orphan_sweep(
+    instances: Instances, monkeypatch
+) -> None:
+    _, parent = await _register(instances, "orphan-sweep")
+    view = await instances.start(parent, "", {}, "")
+    now = now_millis()
+    await instances.run_clock_duties(now)  # starts the child (and sweeps: nothing to do)
+    child_id = await _child_of(instances, view.instance.id)
+
+    async def lost(*args: object) -> None:  # the server dies right after the parent's commit
+        return None
+
+    with monkeypatch.context() as patch:
+        patch.setattr(instances.subflows, "follow_up", lost)
+        await instances.cancel(view.instance.id, "stop")
+    assert (await instances.get_instance(child_id)).instance.status == InstanceStatus.RUNNING
+    assert await instances.store.orphaned_children(10) == [(child_id, view.instance.id)]
+
+    await instances.run_clock_duties(now + ORPHAN_SWEEP_MILLIS + 1)
+    kid = (await instances.get_instance(child_id)).instance
+    assert kid.status == InstanceStatus.CANCELLED
+    assert kid.reason == f"parent {view.instance.id} is no longer running"
+    assert await instances.store.orphaned_children(10) == []

@@ -36,7 +36,7 @@ from .._model import WorkflowDefinition
 from .._storage.base import Action, InstanceQuery, InstanceView, Store, StoreStats, WorkflowRecord
 from .._storage.notifier import wait_event
 from ..errors import NotFound, Unavailable
-from .subflows import SubWorkflows, check_children_registered, due_child
+from .subflows import ORPHAN_SWEEP_MILLIS, SubWorkflows, check_children_registered, due_child
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
@@ -67,6 +67,7 @@ class Instances:
         self.store = store
         self.engine: Engine = engine if engine is not None else Engine()
         self.subflows = SubWorkflows(self)
+        self._next_orphan_sweep = 0
 
     def now(self) -> int:
         """The current time in ms, as transitions see it."""
@@ -310,6 +311,9 @@ class Instances:
             return 0
         store = self.store
         gate = asyncio.Semaphore(max(1, store.clock_parallelism))
+        if now >= self._next_orphan_sweep:  # docs/semantics.md#sub-workflows (cancellation)
+            self._next_orphan_sweep = now + ORPHAN_SWEEP_MILLIS
+            await self.subflows.sweep_orphans()
 
         async def one(token_id: str) -> int:
             async with gate:

@@ -33,6 +33,9 @@ __all__ = ["SubWorkflows", "check_children_registered"]
 
 log = logging.getLogger("wiggle.server")
 
+ORPHAN_BATCH = 200  # children cancelled per sweep
+ORPHAN_SWEEP_MILLIS = 60_000  # how often the clock leader looks for orphaned children
+
 Lookup = Callable[[str, str], Awaitable[object]]
 
 
@@ -96,6 +99,18 @@ class SubWorkflows:
             )
         except NotFound:
             pass  # never started: the clock duty will not start it (its token is not waiting)
+
+    async def sweep_orphans(self, limit: int = ORPHAN_BATCH) -> int:
+        """Cancel running children whose parent is finished or gone (a crash lost the cascade of
+        ``follow_up``); how many were cancelled."""
+        cancelled = 0
+        for child_id, parent_id in await self.instances.store.orphaned_children(limit):
+            try:
+                _, changed = await self.instances.cancel(child_id, f"parent {parent_id} is no longer running")
+            except NotFound:
+                continue
+            cancelled += changed
+        return cancelled
 
     # ------------------------------------------------------------------ the clock duty
 

@@ -156,6 +156,11 @@ class Queries:
             "(SELECT min(available_at) FROM {s}.tokens "
             "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)))"
         )
+        self.orphans = q(
+            "SELECT c.id, c.parent_id FROM {s}.instances c LEFT JOIN {s}.instances p ON p.id = c.parent_id "
+            "WHERE c.parent_id <> '' AND c.status = 'RUNNING' AND (p.id IS NULL OR p.status <> 'RUNNING') "
+            "LIMIT %s"
+        )
         self.purge = q(
             "WITH doomed AS (SELECT id FROM {s}.instances WHERE status <> 'RUNNING' AND finished_at < %s "
             "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED), "

@@ -5,3 +5,7 @@ ALTER TABLE instances ADD COLUMN IF NOT EXISTS parent_token text NOT NULL DEFAUL
 ALTER TABLE instances ADD COLUMN IF NOT EXISTS depth integer NOT NULL DEFAULT 0;
 ALTER TABLE tokens ADD COLUMN IF NOT EXISTS child_id text NOT NULL DEFAULT '';
 ALTER TABLE history ADD COLUMN IF NOT EXISTS child_id text NOT NULL DEFAULT '';
+-- The orphan sweep (a crash between a parent's cancellation and its child's) reads running
+-- children only.
+CREATE INDEX IF NOT EXISTS instances_running_children ON instances (parent_id)
+    WHERE parent_id <> '' AND status = 'RUNNING';
