@@ -41,10 +41,9 @@ from .subflows import ORPHAN_SWEEP_MILLIS, SubWorkflows, check_children_register
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
 log = logging.getLogger("wiggle.server")
-
-MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in one call
 R = TypeVar("R")
 
+MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in one call
 CLOCK_BATCH = 200  # due tokens handled per clock-duty round
 CLOCK_ROUNDS = 10  # rounds per run_clock_duties call (an action may make more work due at once)
 CLOCK_IDLE_SECONDS = 1.0  # the clock duty re-checks at least this often (other nodes' timers)
