@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wiggle import Workflow
-from wiggle._engine.engine import Engine, LoadedDefinition
+from wiggle._engine.engine import Engine, EngineConfig, LoadedDefinition
 from wiggle._engine.state import Changes, InstanceStatus, TokenStatus
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle.errors import InvalidArgument
@@ -103,3 +103,24 @@ def test_bad_sub_workflow_definitions_name_the_node() -> None:
                 Node(id="end", kind=NodeKind.END),
             ),
         ).validate()
+
+
+def test_results_beyond_the_payload_limit_fail_the_instance_at_once() -> None:
+    bp = Workflow.define("fat").for_each("items", lambda b: b.step(_double), concurrency=4).build()
+    loaded = LoadedDefinition(bp.definition)
+    engine = Engine(EngineConfig(max_payload_bytes=2_000))
+    state, _ = engine.start(loaded, "wi-fat", {"items": list(range(100))}, "", 1)
+    done = 0
+    while state.instance.status == InstanceStatus.RUNNING:
+        for tok in [t for t in state.tokens.values() if t.status == TokenStatus.READY]:
+            engine.claim(loaded, state, tok, "w", 2, Changes())
+            engine.complete(
+                loaded, state, tok.id, "w", 3, context={**(tok.context or {}), "result": "x" * 100}
+            )
+            done += 1
+            if state.instance.status != InstanceStatus.RUNNING:
+                break
+    assert state.instance.status == InstanceStatus.FAILED
+    assert done < 25  # it stopped as soon as the results passed the limit
+    assert state.instance.error.startswith("for_each 'for_each': the results reached ")
+    assert "of 100 elements; the limit is 2000 bytes (return less at 'result')" in state.instance.error

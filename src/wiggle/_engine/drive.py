@@ -154,7 +154,8 @@ def arrive_at_join(
         fail_instance(state, f"join {node.id!r} reached by a branch of another fork", now, changes)
         return False
     if join.for_each:
-        return fanout.arrive_for_each(loaded, state, tok, node, group, join, index, now, changes)
+        limit = engine.config.max_payload_bytes
+        return fanout.arrive_for_each(loaded, state, tok, node, group, join, index, now, changes, limit)
     join.arrived[str(index)] = context_of(state, tok)
     join.joined_tokens.append(tok.id)
     changes.instance_changed = True

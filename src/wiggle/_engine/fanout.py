@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from .._model import DEFAULT_FOR_EACH_CONCURRENCY, Node
 from ..errors import InvalidArgument
 from .config import LoadedDefinition
 from .state import Changes, HistoryOutcome, InstanceState, JoinState, Token, TokenStatus
-from .tokens import context_of, finish_token, move, new_token, record, set_context
+from .tokens import context_of, fail_instance, finish_token, move, new_token, record, set_context
+
+_encode = msgspec.json.Encoder().encode
 
 __all__ = ["NotAList", "start_for_each", "arrive_for_each", "branch_context"]
 
@@ -105,12 +109,28 @@ def arrive_for_each(
     index: int,
     now: int,
     changes: Changes,
+    limit: int,
 ) -> bool:
-    """A FOR_EACH branch reached its join: True if ``tok`` moves on (past the join, or round again)."""
+    """A FOR_EACH branch reached its join: True if ``tok`` moves on (past the join, or round again).
+
+    The results together must stay within ``limit`` bytes (the payload limit: they become part of
+    the context); past it the instance fails at once, naming the node and the limit.
+    """
     node = loaded.nodes[join.fork_node]
     _, _, output_key, result_key = _keys(node)
     base = state.instance.context if join.base_is_context else join.base
-    join.results[str(index)] = context_of(state, tok).get(output_key)
+    result = context_of(state, tok).get(output_key)
+    join.results_bytes += len(_encode(result)) + len(str(index)) + 4
+    if join.results_bytes > limit:
+        fail_instance(
+            state,
+            f"for_each {node.id!r}: the results reached {join.results_bytes} bytes after {len(join.results) + 1} "
+            f"of {join.branch_count} elements; the limit is {limit} bytes (return less at {output_key!r})",
+            now,
+            changes,
+        )
+        return False
+    join.results[str(index)] = result
     changes.instance_changed = True
     if join.started < join.branch_count:  # elements remain: this token takes the next one
         nxt = join.started

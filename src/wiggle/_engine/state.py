@@ -133,6 +133,7 @@ class JoinState(msgspec.Struct):
     # run): ``base`` stays empty instead of repeating it, so a long list is not rewritten with
     # every arrival.
     base_is_context: bool = False
+    results_bytes: int = 0  # the JSON size of ``results`` so far (bounded by the payload limit)
 
 
 class Instance(msgspec.Struct):
