@@ -33,7 +33,12 @@ __all__ = [
     "MAX_COUNT",
     "MAX_BACKOFF_MULTIPLIER",
     "seconds_to_millis",
+    "DEFAULT_FOR_EACH_CONCURRENCY",
 ]
+
+#: Branches of a FOR_EACH running at once when the node sets no ``concurrency``: a large list is
+#: started a slice at a time, never one token per element in one transaction.
+DEFAULT_FOR_EACH_CONCURRENCY = 100
 
 #: The longest duration a definition may hold (sleeps, user-task timeouts, retry backoffs):
 #: ten years of 365.25 days, in milliseconds. Far beyond any real wait, and far inside the
@@ -117,6 +122,8 @@ class NodeKind(str, enum.Enum):
     USER_TASK = "USER_TASK"
     END = "END"
     SIGNAL = "SIGNAL"  # wait for a named signal (docs/semantics.md#signal)
+    SUB_WORKFLOW = "SUB_WORKFLOW"  # start a child instance and wait for it (upstream SUB_WORKFLOW)
+    FOR_EACH = "FOR_EACH"  # one branch per element of a list (upstream DYN_FORK)
 
 
 class Handback(str, enum.Enum):
@@ -134,6 +141,8 @@ class Handback(str, enum.Enum):
     NOT_RUNNING = "NOT_RUNNING"  # the server says the instance is no longer RUNNING
     SHUTDOWN = "SHUTDOWN"  # Worker.close(): drain and hand back
     SIGNAL = "SIGNAL"
+    SUB_WORKFLOW = "SUB_WORKFLOW"
+    FOR_EACH = "FOR_EACH"
 
 
 #: Names of workflows, nodes, queues, user tasks and correlation ids.
@@ -272,6 +281,16 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     timeout path; unset: the instance fails), ``result_key`` (unset: the data merges into the
     context), ``next``.
 
+    SUB_WORKFLOW: ``workflow`` (the child's name), ``version`` (pinned; unset: the latest at the
+    child's start), ``input_keys`` (the parent keys the child starts with; unset: all),
+    ``result_key`` (where the child's final context goes; unset: merged in), ``next``,
+    ``alt_next`` (where a failed child continues; unset: the step fails), ``retry``.
+    FOR_EACH: ``items_key`` (the list), ``branches`` (the body's first node), ``join``,
+    ``item_key`` / ``index_key`` (default "item" / "index"), ``output_key`` (a branch's result;
+    default "result"), ``result_key`` (where the join puts the results; default "results"),
+    ``concurrency`` (0: DEFAULT_FOR_EACH_CONCURRENCY). docs/semantics.md#sub-workflows and
+    #for-each state the rules.
+
     ``sleep_millis`` and ``timeout_millis`` are bounded by MAX_DURATION_MILLIS (10 years).
     """
 
@@ -290,7 +309,17 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     success: bool = True
     reason: str | None = None
     signal: str | None = None  # SIGNAL: the signal name waited for
-    result_key: str | None = None  # SIGNAL: the context key the data goes to (None: merged)
+    # SIGNAL: the context key the signal's data goes to; SUB_WORKFLOW: the key the child's final
+    # context goes to (None: merged into the context)
+    result_key: str | None = None
+    workflow: str | None = None
+    version: str | None = None
+    input_keys: tuple[str, ...] | None = None
+    items_key: str | None = None
+    item_key: str | None = None
+    index_key: str | None = None
+    output_key: str | None = None
+    concurrency: int = 0
 
     @property
     def is_worker_step(self) -> bool:
@@ -372,6 +401,40 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
             elif kind is NodeKind.SLEEP:
                 _check_millis(node.sleep_millis, "sleep_millis", f"sleep {node.id!r}")
                 edge(node, "next", node.next, True)
+            elif kind is NodeKind.SUB_WORKFLOW:
+                validate_name(node.workflow, f"sub-workflow {node.id!r} workflow")
+                if node.version is not None:
+                    validate_name(node.version, f"sub-workflow {node.id!r} version")
+                for key in node.input_keys or ():
+                    _check_key(key, "input_keys", node)
+                if node.result_key is not None:
+                    _check_key(node.result_key, "result_key", node)
+                edge(node, "next", node.next, True)
+                edge(node, "alt_next", node.alt_next, False)
+                if node.retry is not None:
+                    node.retry.check(f"node {node.id!r}")
+            elif kind is NodeKind.FOR_EACH:
+                if node.items_key is None:
+                    raise InvalidArgument(f"for_each {node.id!r} needs an items_key (the list to fan out)")
+                for field in ("items_key", "item_key", "index_key", "output_key", "result_key"):
+                    if getattr(node, field) is not None:
+                        _check_key(getattr(node, field), field, node)
+                _check_count(node.concurrency, "concurrency", f"for_each {node.id!r}", "0 = the default")
+                if len(node.branches) != 1:
+                    raise InvalidArgument(
+                        f"for_each {node.id!r} needs exactly one body (branches), got {len(node.branches)}"
+                    )
+                edge(node, "branches", node.branches[0], True)
+                if node.join is None:
+                    raise InvalidArgument(f"for_each {node.id!r} has no join")
+                edge(node, "join", node.join, True)
+                j = nodes[node.join]
+                if j.kind is not NodeKind.JOIN or j.fork != node.id:
+                    raise InvalidArgument(
+                        f"for_each {node.id!r}: its join {node.join!r} is not a JOIN of this for_each"
+                    )
+                if j.combine:
+                    raise InvalidArgument(f"join {j.id!r} of for_each {node.id!r} cannot have a combine step")
             elif kind is NodeKind.FORK:
                 if not node.branches:
                     raise InvalidArgument(f"fork {node.id!r} has no branches")
@@ -386,8 +449,8 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
                         f"fork {node.id!r}: its join {node.join!r} is not a JOIN of this fork"
                     )
             elif kind is NodeKind.JOIN:
-                if node.fork is None or node.fork not in nodes or nodes[node.fork].kind is not NodeKind.FORK:
-                    raise InvalidArgument(f"join {node.id!r} does not name the FORK it closes")
+                if node.fork is None or node.fork not in nodes or nodes[node.fork].kind not in _FORKS:
+                    raise InvalidArgument(f"join {node.id!r} does not name the FORK or FOR_EACH it closes")
                 if nodes[node.fork].join != node.id:
                     raise InvalidArgument(f"join {node.id!r}: fork {node.fork!r} names another join")
                 if node.queue is not None:
@@ -433,7 +496,7 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
                 raise InvalidArgument(f"node {node.id!r} cannot reach an END node (an endless loop?)")
         # Each branch of a fork must reach that fork's join.
         for node in self.nodes:
-            if node.kind is NodeKind.FORK:
+            if node.kind in _FORKS:
                 assert node.join is not None
                 for b in node.branches:
                     seen = _closure([b], lambda n, stop=node.join: [] if n == stop else _out_edges(nodes[n]))
@@ -444,9 +507,18 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
         return self
 
 
+_FORKS = (NodeKind.FORK, NodeKind.FOR_EACH)
+
+
+def _check_key(key: object, field: str, node: Node) -> None:
+    """A context key a node names: a non-empty string."""
+    if not isinstance(key, str) or not key:
+        raise InvalidArgument(f"node {node.id!r}: {field} must name a context key (a non-empty string)")
+
+
 def _out_edges(node: Node) -> list[str]:
     out = [t for t in (node.next, node.alt_next) if t is not None]
-    if node.kind is NodeKind.FORK:
+    if node.kind in _FORKS:
         out.extend(node.branches)
     return out
 

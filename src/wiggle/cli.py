@@ -61,6 +61,8 @@ def _print_instance(info: Any, history: list[Any] | None = None) -> None:
         print(f"error      {info.error}")
     if info.correlation_id:
         print(f"correlation {info.correlation_id}")
+    if info.parent_id:
+        print(f"parent     {info.parent_id} (token {info.parent_token_id}, depth {info.depth})")
     print(f"created    {_when(info.created_at)}   finished {_when(info.finished_at)}")
     print(f"context    {json.dumps(info.context, sort_keys=True)}")
     for t in info.tokens:
@@ -71,6 +73,8 @@ def _print_instance(info: Any, history: list[Any] | None = None) -> None:
             line += f"; in a local run by {t.local_run_owner} ({t.local_run_steps} steps reported)"
         if t.last_error:
             line += f"; last error: {t.last_error}"
+        if t.child_id:
+            line += f"; waits for child {t.child_id}"
         print(line)
     for s in getattr(info, "pending_signals", ()):
         print(
@@ -84,6 +88,8 @@ def _print_instance(info: Any, history: list[Any] | None = None) -> None:
             line = (
                 f"  {_when(e.ended_at)}  {e.node_id:<20} #{e.attempt} {e.outcome:<10} {took:>8} {e.worker_id}"
             )
+            if e.child_id:
+                line += f"  child: {e.child_id}"
             if e.error:
                 line += f"  error: {e.error}"
             print(line)

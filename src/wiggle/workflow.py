@@ -118,6 +118,24 @@ class _Signal(_Item):
         self.on_timeout, self.key = on_timeout, key
 
 
+class _ForEach(_Item):
+    def __init__(
+        self, name: str, join_name: str, items_key: str, body: Branch[Any], keys: dict[str, Any]
+    ) -> None:
+        self.name, self.join_name, self.items_key, self.body, self.keys = (
+            name,
+            join_name,
+            items_key,
+            body,
+            keys,
+        )
+
+
+class _SubWorkflow(_Item):
+    def __init__(self, name: str, spec: dict[str, Any], on_error: Branch[Any] | None) -> None:
+        self.name, self.spec, self.on_error = name, spec, on_error
+
+
 class _End(_Item):
     def __init__(self, node_id: str, reason: str | None, success: bool) -> None:
         self.node_id, self.reason, self.success = node_id, reason, success
@@ -334,6 +352,72 @@ class Branch(Generic[C]):
         self._add(_Signal(node_id, signal_name, ms, branch, key))
         return self
 
+    def for_each(
+        self: B,
+        items_key: str,
+        body: BranchSpec,
+        *,
+        name: str | None = None,
+        item_key: str = "item",
+        index_key: str = "index",
+        output_key: str = "result",
+        result_key: str = "results",
+        concurrency: int = 0,
+    ) -> B:
+        """Run ``body`` once per element of the list at ``items_key``, then join (docs/semantics.md#for-each).
+
+        Each branch starts from the context without the list, plus ``item_key`` (the element) and
+        ``index_key`` (its index); its result is the value it leaves at ``output_key``. After the
+        last branch the context is the fork-time one plus ``result_key``: the results in input
+        order. At most ``concurrency`` branches run at once (0: DEFAULT_FOR_EACH_CONCURRENCY); an
+        empty list goes straight on with ``[]``. A value that is not a list fails the instance (or,
+        at the start, refuses the start).
+        """
+        fe_name = self._root._unique(validate_name(name or "for_each", "for_each name"))
+        join_name = self._root._unique(f"{fe_name}.join")
+        keys = {
+            "item_key": item_key if item_key != "item" else None,
+            "index_key": index_key if index_key != "index" else None,
+            "output_key": output_key if output_key != "result" else None,
+            "result_key": result_key if result_key != "results" else None,
+            "concurrency": concurrency,
+        }
+        self._add(_ForEach(fe_name, join_name, items_key, self._sub(body, "for_each body"), keys))
+        return self
+
+    def sub_workflow(
+        self: B,
+        name: str,
+        workflow: str | Blueprint[Any],
+        *,
+        version: str | None = None,
+        input_keys: list[str] | None = None,
+        result_key: str | None = None,
+        on_error: BranchSpec = None,
+        retry: RetryPolicy | None = None,
+    ) -> B:
+        """Start an instance of ``workflow`` and wait for it, holding no worker (docs/semantics.md#sub-workflows).
+
+        The child starts with the parent's context (only ``input_keys`` if given), at ``version``
+        if pinned (else the latest when it starts). Its final context is merged into the parent's,
+        or put under ``result_key``. A failed child fails this step: ``retry`` (or the workflow's
+        policy) starts a new child; when the attempts are spent the instance fails, or continues
+        at ``on_error`` if given.
+        """
+        node_name = self._root._unique(validate_name(name, "sub_workflow name"))
+        target = workflow.name if isinstance(workflow, Blueprint) else workflow
+        spec: dict[str, Any] = {
+            "workflow": target,
+            "version": version,
+            "input_keys": tuple(input_keys) if input_keys is not None else None,
+            "result_key": result_key,
+            "retry": retry,
+        }
+        self._add(
+            _SubWorkflow(node_name, spec, self._sub(on_error, "on_error") if on_error is not None else None)
+        )
+        return self
+
     def end(self: B, reason: str | None = None, *, success: bool = True) -> B:
         """End the instance here: COMPLETED (or FAILED with ``success=False``) with ``reason``."""
         if reason is not None and not isinstance(reason, str):
@@ -486,6 +570,24 @@ class _Compiler:
                 self.handlers[join_id] = (HandlerKind.COMBINE, item.combine)
             firsts = tuple(self.sequence(b, join_id) for b in item.branches)
             return self._node(Node(id=item.name, kind=NodeKind.FORK, branches=firsts, join=join_id))
+        if isinstance(item, _ForEach):
+            self._node(Node(id=item.join_name, kind=NodeKind.JOIN, fork=item.name, next=next_id))
+            first = self.sequence(item.body, item.join_name)
+            return self._node(
+                Node(
+                    id=item.name,
+                    kind=NodeKind.FOR_EACH,
+                    items_key=item.items_key,
+                    branches=(first,),
+                    join=item.join_name,
+                    **item.keys,
+                )
+            )
+        if isinstance(item, _SubWorkflow):
+            alt_id = self.sequence(item.on_error, next_id) if item.on_error is not None else None
+            return self._node(
+                Node(id=item.name, kind=NodeKind.SUB_WORKFLOW, next=next_id, alt_next=alt_id, **item.spec)
+            )
         if isinstance(item, _UserTask):
             alt = self.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
             return self._node(

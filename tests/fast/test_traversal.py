@@ -394,3 +394,41 @@ def test_signal_kind_code_and_handback(impl: Impl) -> None:
     assert g.successor("fetch") == "wait"
     restored = pickle.loads(pickle.dumps(g))
     assert restored.classify("wait", {"orders"}) is Handback.SIGNAL
+
+
+# SUB_WORKFLOW and FOR_EACH (issue #11): server-side nodes, so a local run hands back there -------
+
+NESTING = (
+    Workflow.define("nesting")
+    .step(lambda ctx: ctx, name="prep")
+    .sub_workflow("call", "child", result_key="out")
+    .for_each("xs", lambda b: b.step(lambda ctx: ctx, name="body"), concurrency=3)
+    .build()
+    .definition
+)
+
+
+def test_new_kind_codes(impl: Impl) -> None:
+    t = impl.traversal
+    assert (t.SUB_WORKFLOW, t.FOR_EACH) == (8, 9)
+    g = t.CompiledGraph(NESTING)
+    assert g.kinds[g.index["call"]] == 8 and g.kinds[g.index["for_each"]] == 9
+
+
+def test_sub_workflow_and_for_each_are_handback_boundaries(impl: Impl) -> None:
+    g = impl.traversal.CompiledGraph(NESTING)
+    queues = {"nesting"}
+    assert g.classify("prep", queues) is None
+    assert g.successor("prep") == "call"
+    assert g.classify("call", queues) is Handback.SUB_WORKFLOW
+    assert g.classify("for_each", queues) is Handback.FOR_EACH
+    assert g.classify("body", queues) is None
+    assert g.successor("body") == "for_each.join"
+    assert g.classify("for_each.join", queues) is Handback.JOIN
+
+
+def test_new_kinds_survive_pickling(impl: Impl) -> None:
+    g = impl.traversal.CompiledGraph(NESTING)
+    back = pickle.loads(pickle.dumps(g))
+    assert back.kinds == g.kinds
+    assert back.classify("call", {"nesting"}) is Handback.SUB_WORKFLOW

@@ -106,3 +106,26 @@ async def test_health_service_reports_serving() -> None:
             for service in ("", "wiggle.v1.WiggleControlPlane"):
                 reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_get_shows_a_childs_parent_and_the_parents_child() -> None:
+    child = Workflow.define("cli-child").user_task("go").build()
+    parent = Workflow.define("cli-parent").sub_workflow("call", child).build()
+    async with EmbeddedServer() as server:
+        client = server.client
+        await client.register(child)
+        await client.register(parent)
+        info = await client.start(parent.name, {})
+        target = server.target
+        for _ in range(200):  # the clock duty starts the child
+            entries = await client.history(info.instance_id)
+            if entries:
+                break
+            await asyncio.sleep(0.05)
+        child_id = entries[0].child_id
+        shown = await wiggle(target, "get", info.instance_id, "--history")
+        assert shown.returncode == 0, shown.stderr
+        assert f"waits for child {child_id}" in shown.stdout
+        assert "CHILD_STARTED" in shown.stdout and f"child: {child_id}" in shown.stdout
+        kid = await wiggle(target, "get", child_id)
+        assert f"parent     {info.instance_id} (token {info.instance_id}.1, depth 1)" in kid.stdout

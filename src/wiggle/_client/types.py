@@ -34,6 +34,7 @@ class TokenInfo(msgspec.Struct, frozen=True):
     last_error: str
     local_run_owner: str  # a worker holds this token in a local run (LOCAL_SYNC / LOCAL_ASYNC)
     local_run_steps: int
+    child_id: str = ""  # at a SUB_WORKFLOW node: the child instance it waits for
 
 
 class PendingSignalInfo(msgspec.Struct, frozen=True):
@@ -63,6 +64,9 @@ class InstanceInfo(msgspec.Struct, frozen=True):
     schedule_id: str = ""  # the schedule whose tick started it ("" if none)
     schedule_tick_at: int = 0  # that tick's time (ms)
     pending_signals: tuple[PendingSignalInfo, ...] = ()  # buffered signals (docs/semantics.md#signal)
+    parent_id: str = ""  # a sub-workflow's child: its parent instance ("" at the top level)
+    parent_token_id: str = ""
+    depth: int = 0
 
     @property
     def finished(self) -> bool:
@@ -82,6 +86,7 @@ class HistoryEntry(msgspec.Struct, frozen=True):
     ended_at: int
     outcome: str
     error: str
+    child_id: str = ""  # a SUB_WORKFLOW entry: the child instance
 
 
 class WorkflowInfo(msgspec.Struct, frozen=True):

@@ -20,6 +20,8 @@ class EngineConfig(msgspec.Struct):
     max_instance_steps: int = 100_000  # runaway guard: worker steps one instance may take
     max_drive_moves: int = 10_000  # runaway guard: server-side moves in one drive
     release_delay_millis: int = 200  # a released step waits this long before the next claim
+    max_sub_workflow_depth: int = 10  # children of children: the deepest a child may be
+    child_recheck_millis: int = 30_000  # a waiting parent re-reads its child this often (safety net)
 
 
 class LoadedDefinition:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .. import _fast
 from .._model import Node, NodeKind
+from . import children, fanout
 from .config import LoadedDefinition
 from .signals import take_buffered
 from .state import Changes, HistoryOutcome, InstanceState, InstanceStatus, JoinState, Token, TokenStatus
@@ -134,6 +135,21 @@ def drive(
                     break
                 # the continuation token (tok, reused) moves on
                 continue
+            if kind is NodeKind.FOR_EACH:
+                try:
+                    spawned = fanout.start_for_each(loaded, state, tok, node, now, changes)
+                except fanout.NotAList as exc:
+                    if changes.created:
+                        raise  # at start: refused, nothing is stored (docs/semantics.md#for-each)
+                    fail_instance(state, str(exc), now, changes)
+                    return
+                if not spawned:
+                    continue  # an empty list: tok went straight past the join
+                pending.extend(spawned)
+                break
+            if kind is NodeKind.SUB_WORKFLOW:
+                children.park(engine, loaded, state, tok, node, now, changes)
+                break
             raise AssertionError(f"unknown node kind {kind}")  # pragma: no cover
 
 
@@ -156,6 +172,9 @@ def arrive_at_join(
     if join is None or join.fork_node != node.fork:
         fail_instance(state, f"join {node.id!r} reached by a branch of another fork", now, changes)
         return False
+    if join.for_each:
+        limit = engine.config.max_payload_bytes
+        return fanout.arrive_for_each(loaded, state, tok, node, group, join, index, now, changes, limit)
     join.arrived[str(index)] = context_of(state, tok)
     join.joined_tokens.append(tok.id)
     changes.instance_changed = True

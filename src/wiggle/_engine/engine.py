@@ -117,8 +117,12 @@ class Engine:
         context: dict[str, Any],
         correlation_id: str,
         now: int,
+        parent: tuple[str, str, int] = ("", "", 0),
     ) -> tuple[InstanceState, Changes]:
-        """Create an instance at the start node and drive it until parked."""
+        """Create an instance at the start node and drive it until parked.
+
+        ``parent`` is a sub-workflow child's (parent instance, parent token, depth).
+        """
         self.check_context(context, "context")
         instance = Instance(
             id=instance_id,
@@ -130,6 +134,9 @@ class Engine:
             created_at=now,
             updated_at=now,
             joins={},
+            parent_id=parent[0],
+            parent_token=parent[1],
+            depth=parent[2],
         )
         state = InstanceState(instance, {})
         changes = Changes()

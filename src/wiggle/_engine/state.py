@@ -78,6 +78,7 @@ class HistoryOutcome(str, enum.Enum):
     TIMED_OUT = "TIMED_OUT"  # a user task's (or a signal wait's) deadline passed
     SIGNALLED = "SIGNALLED"  # a signal wait received its signal (docs/semantics.md#signal)
     RESUMED = "RESUMED"  # a FAILED instance was retried (docs/semantics.md#resuming-a-failed-instance)
+    CHILD_STARTED = "CHILD_STARTED"  # a SUB_WORKFLOW node started its child instance
 
     def __str__(self) -> str:
         return self.value
@@ -127,6 +128,16 @@ class JoinState(msgspec.Struct):
     base: dict[str, Any]
     arrived: dict[str, dict[str, Any]] = {}  # branch index (as str, for JSON) -> branch context
     joined_tokens: list[str] = []
+    # A FOR_EACH's barrier (docs/semantics.md#for-each): the elements started so far, and each
+    # finished branch's result (its output_key) by index; ``arrived`` stays empty.
+    for_each: bool = False
+    started: int = 0
+    results: dict[str, Any] = {}
+    # On the main line the fork-time context is the instance's own (unchanged while the branches
+    # run): ``base`` stays empty instead of repeating it, so a long list is not rewritten with
+    # every arrival.
+    base_is_context: bool = False
+    results_bytes: int = 0  # the JSON size of ``results`` so far (bounded by the payload limit)
 
 
 class PendingSignal(msgspec.Struct):
@@ -171,6 +182,9 @@ class Instance(msgspec.Struct):
     signals: list[PendingSignal] = []  # buffered, not yet consumed (docs/semantics.md#signal)
     signal_ids: list[str] = []  # the latest signal ids seen (duplicates are detected by these)
     retry_point: RetryPoint | None = None  # set when the instance fails; used by retry
+    parent_id: str = ""  # a sub-workflow's parent instance (docs/semantics.md#sub-workflows)
+    parent_token: str = ""  # the parent token waiting for this child
+    depth: int = 0  # 0 for a top-level instance, parent's + 1 for a child
 
 
 class Token(msgspec.Struct):
@@ -194,6 +208,7 @@ class Token(msgspec.Struct):
     local_run_steps: int = 0
     created_at: int = 0
     finished_at: int = 0
+    child_id: str = ""  # at a SUB_WORKFLOW node: the child instance this attempt starts / waits for
 
 
 class HistoryEntry(msgspec.Struct):
@@ -209,6 +224,7 @@ class HistoryEntry(msgspec.Struct):
     ended_at: int
     outcome: str  # a HistoryOutcome (a plain str once loaded back from a store)
     error: str = ""
+    child_id: str = ""  # a SUB_WORKFLOW entry: the child instance
 
 
 class Changes:

@@ -18,7 +18,7 @@ __all__ = ["CompiledGraph"]
 
 # Kind codes of CompiledGraph.kinds (kept in a C int array here).
 TASK, PREDICATE, SLEEP, FORK, JOIN, USER_TASK, END = range(7)
-SIGNAL = 7
+SIGNAL, SUB_WORKFLOW, FOR_EACH = 7, 8, 9
 
 cdef enum:
     C_TASK = 0
@@ -29,6 +29,9 @@ cdef enum:
     C_USER_TASK = 5
     C_END = 6
     C_SIGNAL = 7
+    C_SUB_WORKFLOW = 8
+    C_FOR_EACH = 9
+    C_LAST = 9
 
 _KIND_CODE = {
     NodeKind.TASK: TASK,
@@ -39,12 +42,14 @@ _KIND_CODE = {
     NodeKind.USER_TASK: USER_TASK,
     NodeKind.END: END,
     NodeKind.SIGNAL: SIGNAL,
+    NodeKind.SUB_WORKFLOW: SUB_WORKFLOW,
+    NodeKind.FOR_EACH: FOR_EACH,
 }
 cdef object _OTHER_QUEUE = Handback.OTHER_QUEUE
 # Handback by kind code; None for the worker steps (never read for them).
 cdef tuple _BOUNDARY_BY_CODE = (
     None, None, Handback.SLEEP, Handback.FORK, Handback.JOIN, Handback.USER_TASK, Handback.TERMINAL,
-    Handback.SIGNAL,
+    Handback.SIGNAL, Handback.SUB_WORKFLOW, Handback.FOR_EACH,
 )
 
 
@@ -220,7 +225,7 @@ def _restore(ids, index, kinds, nexts, alts, queues, checkpoints):
         raise ValueError("CompiledGraph state arrays differ in length")
     for i in range(count):
         # indexes are read unchecked by the walks: refuse any that point outside the arrays
-        if not (-1 <= nexts[i] < count and -1 <= alts[i] < count and 0 <= kinds[i] < len(_BOUNDARY_BY_CODE)):
+        if not (-1 <= nexts[i] < count and -1 <= alts[i] < count and 0 <= kinds[i] <= C_LAST):
             raise ValueError(f"CompiledGraph state is corrupt at node {i}")
     for position in index.values():
         if not 0 <= position < count:

@@ -15,7 +15,7 @@ __all__ = ["CompiledGraph"]
 
 # Kind codes of CompiledGraph.kinds (the Cython twin keeps them in a C int array).
 TASK, PREDICATE, SLEEP, FORK, JOIN, USER_TASK, END = range(7)
-SIGNAL = 7
+SIGNAL, SUB_WORKFLOW, FOR_EACH = 7, 8, 9
 _KIND_CODE = {
     NodeKind.TASK: TASK,
     NodeKind.PREDICATE: PREDICATE,
@@ -25,6 +25,8 @@ _KIND_CODE = {
     NodeKind.USER_TASK: USER_TASK,
     NodeKind.END: END,
     NodeKind.SIGNAL: SIGNAL,
+    NodeKind.SUB_WORKFLOW: SUB_WORKFLOW,
+    NodeKind.FOR_EACH: FOR_EACH,
 }
 _BOUNDARY = {
     SLEEP: Handback.SLEEP,
@@ -33,6 +35,8 @@ _BOUNDARY = {
     USER_TASK: Handback.USER_TASK,
     END: Handback.TERMINAL,
     SIGNAL: Handback.SIGNAL,
+    SUB_WORKFLOW: Handback.SUB_WORKFLOW,
+    FOR_EACH: Handback.FOR_EACH,
 }
 
 

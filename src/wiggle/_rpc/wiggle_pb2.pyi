@@ -85,7 +85,7 @@ class StartInstancesResponse(_message.Message):
     def __init__(self, instance_ids: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ...) -> None: ...
 
 class TokenInfo(_message.Message):
-    __slots__ = ("token_id", "node_id", "status", "attempt", "lease_owner", "lease_expires_at", "available_at", "last_error", "local_run_owner", "local_run_steps", "queue")
+    __slots__ = ("token_id", "node_id", "status", "attempt", "lease_owner", "lease_expires_at", "available_at", "last_error", "local_run_owner", "local_run_steps", "queue", "child_id")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +97,7 @@ class TokenInfo(_message.Message):
     LOCAL_RUN_OWNER_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RUN_STEPS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CHILD_ID_FIELD_NUMBER: _ClassVar[int]
     token_id: str
     node_id: str
     status: str
@@ -108,10 +109,11 @@ class TokenInfo(_message.Message):
     local_run_owner: str
     local_run_steps: int
     queue: str
-    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., available_at: _Optional[int] = ..., last_error: _Optional[str] = ..., local_run_owner: _Optional[str] = ..., local_run_steps: _Optional[int] = ..., queue: _Optional[str] = ...) -> None: ...
+    child_id: str
+    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., available_at: _Optional[int] = ..., last_error: _Optional[str] = ..., local_run_owner: _Optional[str] = ..., local_run_steps: _Optional[int] = ..., queue: _Optional[str] = ..., child_id: _Optional[str] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
-    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at", "pending_signals")
+    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at", "pending_signals", "parent_id", "parent_token_id", "depth")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +130,9 @@ class InstanceInfo(_message.Message):
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_TICK_AT_FIELD_NUMBER: _ClassVar[int]
     PENDING_SIGNALS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     workflow: str
     version: str
@@ -144,7 +149,10 @@ class InstanceInfo(_message.Message):
     schedule_id: str
     schedule_tick_at: int
     pending_signals: _containers.RepeatedCompositeFieldContainer[PendingSignal]
-    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ..., pending_signals: _Optional[_Iterable[_Union[PendingSignal, _Mapping]]] = ...) -> None: ...
+    parent_id: str
+    parent_token_id: str
+    depth: int
+    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ..., pending_signals: _Optional[_Iterable[_Union[PendingSignal, _Mapping]]] = ..., parent_id: _Optional[str] = ..., parent_token_id: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
 
 class PendingSignal(_message.Message):
     __slots__ = ("name", "data_json", "signal_id", "sent_at")
@@ -263,7 +271,7 @@ class GetHistoryRequest(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ...) -> None: ...
 
 class HistoryEntry(_message.Message):
-    __slots__ = ("token_id", "node_id", "attempt", "worker_id", "started_at", "ended_at", "outcome", "error", "kind")
+    __slots__ = ("token_id", "node_id", "attempt", "worker_id", "started_at", "ended_at", "outcome", "error", "kind", "child_id")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -273,6 +281,7 @@ class HistoryEntry(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    CHILD_ID_FIELD_NUMBER: _ClassVar[int]
     token_id: str
     node_id: str
     attempt: int
@@ -282,7 +291,8 @@ class HistoryEntry(_message.Message):
     outcome: str
     error: str
     kind: str
-    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[int] = ..., ended_at: _Optional[int] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+    child_id: str
+    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[int] = ..., ended_at: _Optional[int] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., kind: _Optional[str] = ..., child_id: _Optional[str] = ...) -> None: ...
 
 class GetHistoryResponse(_message.Message):
     __slots__ = ("entries",)

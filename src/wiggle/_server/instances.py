@@ -15,8 +15,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from .._engine.children import ChildSpec
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
 from .._engine.records import StepRecord
 from .._engine.state import (
@@ -44,10 +45,12 @@ from .._storage.base import (
 from .._storage.notifier import wait_event
 from ..errors import InvalidArgument, NotFound, Unavailable
 from .schedules import Schedules
+from .subflows import ORPHAN_SWEEP_MILLIS, SubWorkflows, check_children_registered, due_child
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
 log = logging.getLogger("wiggle.server")
+R = TypeVar("R")
 
 MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in one call
 CLOCK_BATCH = 200  # due tokens handled per clock-duty round
@@ -72,6 +75,27 @@ class Instances:
         self.store = store
         self.engine: Engine = engine if engine is not None else Engine()
         self.schedules = Schedules(store, self.engine)  # schedule operations and their clock duty
+        self.subflows = SubWorkflows(self)
+        self._next_orphan_sweep = 0
+
+    def now(self) -> int:
+        """The current time in ms, as transitions see it."""
+        return now_millis()
+
+    async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
+        """``Store.mutate``, then the sub-workflow follow-ups of what it committed (a finished child
+        wakes its parent; a cancelled waiting token cancels its child)."""
+        committed: list[Changes] = []
+
+        def run(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
+            result, changes = action(loaded, state, now)
+            committed[:] = [changes] if changes is not None else []
+            return result, changes
+
+        result, state = await self.store.mutate(instance_id, missing, run)
+        if committed:
+            await self.subflows.follow_up(state, committed[0])
+        return result, state
 
     @property
     def config(self) -> EngineConfig:
@@ -86,7 +110,11 @@ class Instances:
     # ------------------------------------------------------------------ definitions
 
     async def register(self, definition: WorkflowDefinition) -> tuple[WorkflowRecord, bool]:
-        """Store a validated definition; (record, created). Re-registering is a no-op."""
+        """Store a validated definition; (record, created). Re-registering is a no-op.
+
+        FailedPrecondition if a SUB_WORKFLOW node names a workflow that is not registered.
+        """
+        await check_children_registered(definition, self.store.get_workflow)
         return await self.store.put_definition(LoadedDefinition(definition))
 
     async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
@@ -108,6 +136,7 @@ class Instances:
         (docs/semantics.md#idempotent-starts).
         """
         record = await self.store.get_workflow(name, version)
+        await check_children_registered(record.loaded.definition, self.store.get_workflow)
         now = now_millis()
         state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
         (instance_id,) = await self.store.insert_many([NewInstance(state, changes, request_id)])
@@ -175,7 +204,7 @@ class Instances:
             changed, changes = self.engine.cancel(state, reason, now)
             return changed, changes if changed else None
 
-        changed, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        changed, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state), changed
 
     async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
@@ -184,7 +213,7 @@ class Instances:
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
             return None, self.engine.complete_user_task(loaded, state, name, payload, now)
 
-        _, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state)
 
     async def signal(
@@ -195,7 +224,7 @@ class Instances:
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[str, Changes | None]:
             return self.engine.signal(loaded, state, name, data, signal_id, sender, now)
 
-        outcome, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        outcome, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         return outcome, self.store.view(state)
 
     async def retry(
@@ -206,7 +235,7 @@ class Instances:
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
             return None, self.engine.retry(loaded, state, from_node, context, requested_by, now)
 
-        _, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state)
 
     # ------------------------------------------------------------------ workers
@@ -269,7 +298,7 @@ class Instances:
             )
             return None, changes
 
-        _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        _, state = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
 
     async def fail(
@@ -282,7 +311,7 @@ class Instances:
                 return None, self.engine.release(loaded, state, token_id, owner, message, now)
             return None, self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
 
-        _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        _, state = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
 
     async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
@@ -306,13 +335,14 @@ class Instances:
         ) -> tuple[AdvanceOutcome, Changes]:
             return self.engine.advance_run(loaded, state, token_id, owner, steps, final, now, reason)
 
-        outcome, _ = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        outcome, _ = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return outcome
 
     # ------------------------------------------------------------------ clock duties
 
-    def _clock_action(self, token_id: str, now: int) -> Action[int]:
-        """The one dispatch of a due token: lease expired, timer due, or user-task deadline."""
+    def _clock_action(self, token_id: str, now: int, child: list[ChildSpec] | None = None) -> Action[int]:
+        """The one dispatch of a due token: lease expired, timer due, user-task deadline, or a
+        sub-workflow's child to start or re-check (put in ``child``, for the caller to do)."""
         engine = self.engine
 
         def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes | None]:
@@ -326,6 +356,11 @@ class Instances:
                 return 1, engine.expire_lease(loaded, state, token, now)
             if status == TokenStatus.WAITING and token.available_at <= now:
                 return 1, engine.fire_timer(loaded, state, token, now)
+            spec = due_child(loaded, state, token, now)
+            if spec is not None:
+                if child is not None:
+                    child[:] = [spec]
+                return 1, None
             if status == TokenStatus.AWAITING and 0 < token.available_at <= now:
                 return 1, engine.user_task_deadline(loaded, state, token, now)
             return 0, None  # the token moved on since (a heartbeat, a completion)
@@ -342,12 +377,20 @@ class Instances:
             return 0
         store = self.store
         gate = asyncio.Semaphore(max(1, store.clock_parallelism))
+        if now >= self._next_orphan_sweep:  # docs/semantics.md#sub-workflows (cancellation)
+            self._next_orphan_sweep = now + ORPHAN_SWEEP_MILLIS
+            await self.subflows.sweep_orphans()
 
         async def one(token_id: str) -> int:
             async with gate:
-                acted, _ = await store.mutate(
-                    token_instance_id(token_id), _token_missing(token_id), self._clock_action(token_id, now)
+                child: list[ChildSpec] = []
+                acted, _ = await self.mutate(
+                    token_instance_id(token_id),
+                    _token_missing(token_id),
+                    self._clock_action(token_id, now, child),
                 )
+                if child:
+                    await self.subflows.start_child(child[0])
                 return acted
 
         actions = 0

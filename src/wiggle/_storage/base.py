@@ -181,6 +181,11 @@ class Store(abc.ABC):
         """Delete up to ``limit`` instances finished before ``older_than`` (ms); how many went."""
         return 0
 
+    async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` RUNNING sub-workflow children whose parent is finished or gone:
+        (child id, parent id). docs/semantics.md#sub-workflows."""
+        return []
+
     @staticmethod
     def view(state: InstanceState) -> InstanceView:
         """An instance and its active tokens, as returned to clients."""

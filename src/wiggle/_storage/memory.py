@@ -18,6 +18,7 @@ from .._engine.state import (
     Changes,
     HistoryEntry,
     InstanceState,
+    InstanceStatus,
     Token,
     TokenStatus,
     now_millis,
@@ -316,6 +317,18 @@ class MemoryStore(Store):
             if heap and (best is None or heap[0][0] < best):
                 best = heap[0][0]
         return best
+
+    async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+        for state in self._instances.values():
+            inst = state.instance
+            if inst.parent_id and inst.status == InstanceStatus.RUNNING:
+                parent = self._instances.get(inst.parent_id)
+                if parent is None or parent.instance.status != InstanceStatus.RUNNING:
+                    found.append((inst.id, inst.parent_id))
+                    if len(found) >= limit:
+                        break
+        return found
 
     async def purge_finished(self, older_than: int, limit: int) -> int:
         doomed = [

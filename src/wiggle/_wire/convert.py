@@ -62,6 +62,7 @@ def token_to_pb(token: Token) -> pb.TokenInfo:
         local_run_owner=token.local_run_owner,
         local_run_steps=token.local_run_steps,
         queue=token.queue,
+        child_id=token.child_id,
     )
 
 
@@ -89,6 +90,9 @@ def instance_to_pb(view: InstanceView, with_tokens: bool = True) -> pb.InstanceI
             )
             for s in inst.signals
         ],
+        parent_id=inst.parent_id,
+        parent_token_id=inst.parent_token,
+        depth=inst.depth,
     )
 
 
@@ -104,6 +108,7 @@ def history_to_pb(entry: StateHistoryEntry) -> pb.HistoryEntry:
         outcome=entry.outcome,
         error=entry.error,
         kind=entry.kind,
+        child_id=entry.child_id,
     )
 
 
@@ -159,6 +164,7 @@ def token_from_pb(msg: pb.TokenInfo) -> TokenInfo:
         last_error=msg.last_error,
         local_run_owner=msg.local_run_owner,
         local_run_steps=msg.local_run_steps,
+        child_id=msg.child_id,
     )
 
 
@@ -189,6 +195,9 @@ def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
             )
             for s in msg.pending_signals
         ),
+        parent_id=msg.parent_id,
+        parent_token_id=msg.parent_token_id,
+        depth=msg.depth,
     )
 
 
@@ -209,6 +218,7 @@ def history_from_pb(msg: pb.HistoryEntry) -> HistoryEntry:
         ended_at=msg.ended_at,
         outcome=msg.outcome,
         error=msg.error,
+        child_id=msg.child_id,
     )
 
 

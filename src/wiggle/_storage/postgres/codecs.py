@@ -117,6 +117,10 @@ SQL_TYPES: dict[str, str] = {
     "signals": "bytea",
     "signal_ids": "bytea",
     "retry_point": "bytea",
+    "parent_id": "text",
+    "parent_token": "text",
+    "depth": "integer",
+    "child_id": "text",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"

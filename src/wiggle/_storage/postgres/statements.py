@@ -83,7 +83,7 @@ class Queries:
         token_set = ", ".join(f"{TOKEN_FIELDS[i]} = %s" for i in TOKEN_UPDATED)
         self.update_token = q(f"UPDATE {{s}}.tokens SET {token_set} WHERE id = %s")
         self.insert_history = q(
-            f"INSERT INTO {{s}}.history ({HISTORY_COLS}) VALUES ({', '.join(['%s'] * 10)})"
+            f"INSERT INTO {{s}}.history ({HISTORY_COLS}) VALUES ({', '.join(['%s'] * len(HistoryEntry.__struct_fields__))})"
         )
 
         # The same writes for several rows at once: one statement, one array per column (a
@@ -160,6 +160,11 @@ class Queries:
             "SELECT LEAST((SELECT min(lease_expires_at) FROM {s}.tokens WHERE status = 'RUNNING'), "
             "(SELECT min(available_at) FROM {s}.tokens "
             "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)))"
+        )
+        self.orphans = q(
+            "SELECT c.id, c.parent_id FROM {s}.instances c LEFT JOIN {s}.instances p ON p.id = c.parent_id "
+            "WHERE c.parent_id <> '' AND c.status = 'RUNNING' AND (p.id IS NULL OR p.status <> 'RUNNING') "
+            "LIMIT %s"
         )
         self.purge = q(
             "WITH doomed AS (SELECT id FROM {s}.instances WHERE status <> 'RUNNING' AND finished_at < %s "

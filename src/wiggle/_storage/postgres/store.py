@@ -234,6 +234,10 @@ class PostgresStore(Store):
             return found, found[-1].instance.id
         return found, ""
 
+    async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:
+        rows = await self.db.fetch("orphans", self.queries.orphans, (limit,))
+        return [(r[0], r[1]) for r in rows]
+
     async def history(self, instance_id: str) -> list[HistoryEntry]:
         rows = await self.db.fetch("history", self.queries.history, (instance_id,))
         if not rows and not await self.db.fetch("history", self.queries.instance_exists, (instance_id,)):

@@ -1,0 +1,235 @@
+"""SUB_WORKFLOW: a token that waits for a child instance (docs/semantics.md#sub-workflows).
+
+Pure transitions of the *parent*; the instance layer (wiggle/_server/instances.py) does the
+cross-instance part. At the node the token parks AWAITING with the child's id already chosen and
+stored on it, due at once: the clock duty then inserts the child under that id (a second attempt
+finds it and inserts nothing, so a crash in between never starts two) and records the start here.
+When the child finishes, ``child_finished`` resumes the parent; it checks the token still waits
+for that very child, so a repeated wake-up changes nothing. While the child runs, the token stays
+due every ``child_recheck_millis``: a wake-up lost to a crash is made good then.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .._model import Node
+from ..errors import InvalidArgument
+from .config import LoadedDefinition
+from .state import (
+    Changes,
+    HistoryEntry,
+    HistoryOutcome,
+    Instance,
+    InstanceState,
+    InstanceStatus,
+    Token,
+    TokenStatus,
+    new_instance_id,
+)
+from .tokens import context_of, fail_instance, finish_token, move, set_context
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["ChildSpec", "park", "child_spec", "child_started", "child_finished", "child_not_started"]
+
+
+class ChildSpec(msgspec.Struct, frozen=True):
+    """What the instance layer needs to start a waiting token's child."""
+
+    parent_id: str
+    parent_token: str
+    child_id: str
+    workflow: str
+    version: str
+    context: dict[str, Any]
+    correlation_id: str
+    depth: int
+
+
+def park(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    tok: Token,
+    node: Node,
+    now: int,
+    changes: Changes,
+) -> None:
+    """Park ``tok`` at the SUB_WORKFLOW ``node``, its child chosen and due to start."""
+    depth = state.instance.depth + 1
+    limit = engine.config.max_sub_workflow_depth
+    if depth > limit:
+        fail_instance(
+            state,
+            f"sub-workflow {node.id!r}: starting {node.workflow!r} would nest {depth} deep; the limit is "
+            f"{limit} (a workflow that starts itself without a way out?)",
+            now,
+            changes,
+        )
+        return
+    tok.status = TokenStatus.AWAITING
+    tok.kind = node.kind.value
+    tok.queue = ""
+    tok.available_at = now  # due: the clock duty starts the child
+    tok.lease_owner = ""
+    tok.lease_expires_at = 0
+    tok.local_run_owner = ""
+    tok.local_run_steps = 0
+    tok.started_at = 0  # set when the child's start is recorded
+    tok.child_id = new_instance_id(now)
+    changes.tokens[tok.id] = tok
+    changes.timers = True
+
+
+def waiting(state: InstanceState, token_id: str, child_id: str) -> Token | None:
+    """The token ``token_id`` if it still waits for the child ``child_id``."""
+    if state.instance.status != InstanceStatus.RUNNING:
+        return None
+    tok = state.tokens.get(token_id)
+    if tok is None or tok.status != TokenStatus.AWAITING or tok.child_id != child_id or not child_id:
+        return None
+    return tok
+
+
+def child_spec(loaded: LoadedDefinition, state: InstanceState, tok: Token) -> ChildSpec:
+    """The child a waiting token starts: its id, workflow, version and context."""
+    node = loaded.nodes[tok.node_id]
+    assert node.workflow is not None
+    context = context_of(state, tok)
+    if node.input_keys is not None:
+        context = {k: context[k] for k in node.input_keys if k in context}
+    return ChildSpec(
+        parent_id=state.instance.id,
+        parent_token=tok.id,
+        child_id=tok.child_id,
+        workflow=node.workflow,
+        version=node.version or "",
+        context=dict(context),
+        correlation_id=state.instance.correlation_id,
+        depth=state.instance.depth + 1,
+    )
+
+
+def child_started(
+    engine: Engine, state: InstanceState, token_id: str, child_id: str, now: int
+) -> Changes | None:
+    """The child exists: record its start once, and wait (re-checking now and then)."""
+    tok = waiting(state, token_id, child_id)
+    if tok is None:
+        return None
+    changes = Changes()
+    if tok.started_at == 0:
+        tok.started_at = now
+        changes.history.append(_entry(state, tok, HistoryOutcome.CHILD_STARTED, now, now))
+    tok.available_at = now + engine.config.child_recheck_millis
+    changes.tokens[tok.id] = tok
+    changes.timers = True
+    return changes
+
+
+def child_finished(
+    engine: Engine, loaded: LoadedDefinition, state: InstanceState, token_id: str, child: Instance, now: int
+) -> Changes | None:
+    """The child ``child`` finished: merge its context and move on, retry, or take the error path."""
+    tok = waiting(state, token_id, child.id)
+    if tok is None or child.status == InstanceStatus.RUNNING:
+        return None
+    node = loaded.nodes[tok.node_id]
+    if child.status == InstanceStatus.COMPLETED:
+        base = context_of(state, tok)
+        merged = {**base, node.result_key: child.context} if node.result_key else {**base, **child.context}
+        try:
+            engine.check_context(merged, f"context after sub-workflow {node.id!r}")
+        except InvalidArgument as exc:
+            return _failed(engine, loaded, state, tok, node, str(exc), False, now)
+        changes = Changes()
+        set_context(state, tok, merged, changes)
+        changes.history.append(_entry(state, tok, HistoryOutcome.COMPLETED, tok.started_at or now, now))
+        assert node.next is not None
+        move(tok, node.next)
+        tok.child_id = ""
+        state.instance.updated_at = now
+        changes.instance_changed = True
+        engine.drive(loaded, state, tok, now, changes)
+        return changes
+    why = child.error or child.reason or str(child.status).lower()
+    message = f"child instance {child.id} ({child.workflow}) ended {child.status}: {why}"
+    return _failed(engine, loaded, state, tok, node, message, child.status == InstanceStatus.FAILED, now)
+
+
+def child_not_started(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    token_id: str,
+    child_id: str,
+    error: str,
+    now: int,
+) -> Changes | None:
+    """The child could not be started (its workflow is gone, its context refused): the step fails."""
+    tok = waiting(state, token_id, child_id)
+    if tok is None:
+        return None
+    return _failed(engine, loaded, state, tok, loaded.nodes[tok.node_id], error, False, now)
+
+
+def _entry(
+    state: InstanceState, tok: Token, outcome: HistoryOutcome, started: int, now: int, error: str = ""
+) -> HistoryEntry:
+    return HistoryEntry(
+        instance_id=state.instance.id,
+        token_id=tok.id,
+        node_id=tok.node_id,
+        kind=tok.kind,
+        attempt=tok.attempt,
+        worker_id="",
+        started_at=started,
+        ended_at=now,
+        outcome=outcome,
+        error=error,
+        child_id=tok.child_id,
+    )
+
+
+def _failed(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    tok: Token,
+    node: Node,
+    message: str,
+    retryable: bool,
+    now: int,
+) -> Changes:
+    """The step failed: a new child after the backoff, else the error branch, else the instance fails."""
+    message = message[:4000]
+    changes = Changes()
+    state.instance.updated_at = now
+    changes.instance_changed = True
+    policy = loaded.definition.retry_for(node)
+    started = tok.started_at or now
+    if retryable and policy.allows_another(tok.attempt):
+        changes.history.append(_entry(state, tok, HistoryOutcome.RETRY, started, now, message))
+        tok.available_at = now + policy.backoff_millis(tok.attempt, engine.rng)
+        tok.attempt += 1
+        tok.last_error = message
+        tok.started_at = 0
+        tok.child_id = new_instance_id(now)
+        changes.tokens[tok.id] = tok
+        changes.timers = True
+        return changes
+    changes.history.append(_entry(state, tok, HistoryOutcome.FAILED, started, now, message))
+    if node.alt_next is not None:
+        move(tok, node.alt_next)
+        tok.child_id = ""
+        tok.last_error = message
+        engine.drive(loaded, state, tok, now, changes)
+        return changes
+    tok.last_error = message
+    finish_token(state, tok, TokenStatus.FAILED, now, changes)
+    fail_instance(state, f"{node.id}: {message}", now, changes)
+    return changes
