@@ -72,15 +72,10 @@ def _print_instance(info: Any, history: list[Any] | None = None) -> None:
             line += f"; last error: {t.last_error}"
         print(line)
     if history is not None:
+        from ._cli_views import print_history
+
         print("history")
-        for e in history:
-            took = f"{e.ended_at - e.started_at} ms" if e.started_at else ""
-            line = (
-                f"  {_when(e.ended_at)}  {e.node_id:<20} #{e.attempt} {e.outcome:<10} {took:>8} {e.worker_id}"
-            )
-            if e.error:
-                line += f"  error: {e.error}"
-            print(line)
+        print_history(history, sys.stdout)
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -230,6 +225,18 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    from ._cli_views import print_history
+
+    with _client(args) as client:
+        history = client.history(args.instance_id)
+        if args.json:
+            _print_json(history)
+        else:
+            print_history(history, sys.stdout, tracebacks=not args.no_tracebacks, indent="")
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
         info, changed = client.cancel(args.instance_id, args.reason)
@@ -337,6 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history", action="store_true", help="with every step attempt")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("history", help="an instance's step attempts, with each failure's traceback")
+    p.add_argument("instance_id")
+    p.add_argument("--no-tracebacks", action="store_true", help="the error lines only")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("cancel", help="cancel an instance")
     p.add_argument("instance_id")

@@ -62,6 +62,7 @@ class HistoryEntry(msgspec.Struct, frozen=True):
     ended_at: int
     outcome: str
     error: str
+    traceback: str = ""  # a failed attempt's traceback, as the worker sent it (bounded)
 
 
 class WorkflowInfo(msgspec.Struct, frozen=True):

@@ -180,6 +180,7 @@ class HistoryEntry(msgspec.Struct):
     ended_at: int
     outcome: str  # a HistoryOutcome (a plain str once loaded back from a store)
     error: str = ""
+    traceback: str = ""  # a failed attempt's traceback as the worker sent it (bounded), else ""
 
 
 class Changes:

@@ -183,7 +183,7 @@ class GetHistoryRequest(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ...) -> None: ...
 
 class HistoryEntry(_message.Message):
-    __slots__ = ("token_id", "node_id", "attempt", "worker_id", "started_at", "ended_at", "outcome", "error", "kind")
+    __slots__ = ("token_id", "node_id", "attempt", "worker_id", "started_at", "ended_at", "outcome", "error", "kind", "traceback")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +193,7 @@ class HistoryEntry(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     token_id: str
     node_id: str
     attempt: int
@@ -202,7 +203,8 @@ class HistoryEntry(_message.Message):
     outcome: str
     error: str
     kind: str
-    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[int] = ..., ended_at: _Optional[int] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+    traceback: str
+    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[int] = ..., ended_at: _Optional[int] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., kind: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class GetHistoryResponse(_message.Message):
     __slots__ = ("entries",)
@@ -277,16 +279,18 @@ class CompleteTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ...) -> None: ...
 
 class FailTaskRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "message", "retryable")
+    __slots__ = ("task_id", "lease_owner", "message", "retryable", "traceback")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     message: str
     retryable: bool
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    traceback: str
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class HeartbeatTaskRequest(_message.Message):
     __slots__ = ("task_id", "lease_owner")
@@ -325,20 +329,22 @@ class StepResult(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ..., failure: _Optional[_Union[StepFailure, _Mapping]] = ...) -> None: ...
 
 class AdvanceRunRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason")
+    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason", "failure_traceback")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     STEPS_BATCH_FIELD_NUMBER: _ClassVar[int]
     HANDBACK_REASON_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     steps: _containers.RepeatedCompositeFieldContainer[StepResult]
     final: bool
     steps_batch: bytes
     handback_reason: str
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ...) -> None: ...
+    failure_traceback: str
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ..., failure_traceback: _Optional[str] = ...) -> None: ...
 
 class AdvanceRunResult(_message.Message):
     __slots__ = ("instance_status", "lease_expires_at", "parked_task_id", "token_status", "applied_steps")

@@ -35,6 +35,7 @@ from .._model import WorkflowDefinition
 from .._storage.base import Action, InstanceQuery, InstanceView, Store, StoreStats, WorkflowRecord
 from .._storage.notifier import wait_event
 from ..errors import NotFound, Unavailable
+from .failures import attach_traceback, failed_step
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
@@ -209,11 +210,15 @@ class Instances:
         _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
 
-    async def fail(self, token_id: str, owner: str, message: str, retryable: bool) -> str:
-        """FailTask; the instance status."""
+    async def fail(
+        self, token_id: str, owner: str, message: str, retryable: bool, traceback: str = ""
+    ) -> str:
+        """FailTask; the instance status. ``traceback`` (bounded) goes on the attempt's history entry."""
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
-            return None, self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
+            changes = self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
+            attach_traceback(changes, None, message, traceback)
+            return None, changes
 
         _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
@@ -230,14 +235,30 @@ class Instances:
         return state.instance.status, expires
 
     async def advance_run(
-        self, token_id: str, owner: str, steps: Sequence[StepRecord], final: bool, reason: str
+        self,
+        token_id: str,
+        owner: str,
+        steps: Sequence[StepRecord],
+        final: bool,
+        reason: str,
+        failure_traceback: str = "",
     ) -> AdvanceOutcome:
-        """AdvanceRun: apply a local run's steps (see Engine.advance_run)."""
+        """AdvanceRun: apply a local run's steps (see Engine.advance_run).
+
+        ``failure_traceback`` belongs to the batch's failed last step (if any) and goes on its
+        history entry.
+        """
+        failed = failed_step(steps)
 
         def action(
             loaded: LoadedDefinition, state: InstanceState, now: int
         ) -> tuple[AdvanceOutcome, Changes]:
-            return self.engine.advance_run(loaded, state, token_id, owner, steps, final, now, reason)
+            outcome, changes = self.engine.advance_run(
+                loaded, state, token_id, owner, steps, final, now, reason
+            )
+            if failed is not None:
+                attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
+            return outcome, changes
 
         outcome, _ = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return outcome

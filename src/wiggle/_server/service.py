@@ -364,7 +364,11 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         """A step failed; retried by its policy unless not ``retryable``."""
         validate_name(request.task_id, "task_id")
         status = await self.instances.fail(
-            request.task_id, request.lease_owner, request.message or "step failed", request.retryable
+            request.task_id,
+            request.lease_owner,
+            request.message or "step failed",
+            request.retryable,
+            request.traceback,
         )
         return pb.ReportResult(instance_status=status)
 
@@ -391,7 +395,12 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         else:
             steps = [_step_from_pb(s) for s in request.steps]
         outcome = await self.instances.advance_run(
-            request.task_id, request.lease_owner, steps, request.final, request.handback_reason
+            request.task_id,
+            request.lease_owner,
+            steps,
+            request.final,
+            request.handback_reason,
+            request.failure_traceback,
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
             self.metrics.observe_run(outcome.applied_steps, request.handback_reason)

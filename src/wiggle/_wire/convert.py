@@ -85,6 +85,7 @@ def history_to_pb(entry: StateHistoryEntry) -> pb.HistoryEntry:
         outcome=entry.outcome,
         error=entry.error,
         kind=entry.kind,
+        traceback=entry.traceback,
     )
 
 
@@ -174,6 +175,7 @@ def history_from_pb(msg: pb.HistoryEntry) -> HistoryEntry:
         ended_at=msg.ended_at,
         outcome=msg.outcome,
         error=msg.error,
+        traceback=msg.traceback,
     )
 
 

@@ -10,9 +10,12 @@ thread pool, or inline on the event loop once the ``InlinePolicy`` trusts them t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import logging
+import os
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -35,6 +38,7 @@ __all__ = [
     "Handler",
     "outcome_of",
     "failure_of",
+    "log_failure",
     "HandlerCaller",
 ]
 
@@ -120,13 +124,14 @@ class InlinePolicy:
 
 
 class Failure:
-    """A step that failed: the message reported and whether the server may retry it."""
+    """A step that failed: the message reported, whether the server may retry it, the traceback."""
 
-    __slots__ = ("message", "retryable")
+    __slots__ = ("message", "retryable", "traceback")
 
-    def __init__(self, message: str, retryable: bool) -> None:
+    def __init__(self, message: str, retryable: bool, traceback: str = "") -> None:
         self.message = message
         self.retryable = retryable
+        self.traceback = traceback  # the formatted traceback of a raising handler, else ""
 
     def __repr__(self) -> str:
         return f"Failure({self.message!r}, retryable={self.retryable})"
@@ -138,10 +143,47 @@ Outcome = Context | bool | None | Failure
 
 
 def failure_of(exc: BaseException) -> Failure:
-    """The Failure a raising handler reports: retryable unless it raised PermanentError."""
+    """The Failure a raising handler reports: retryable unless it raised PermanentError.
+
+    It carries the formatted traceback (chained causes included), which the server stores in the
+    history next to the message (docs/semantics.md#failure-tracebacks).
+    """
     text = str(exc)
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return Failure(message, not isinstance(exc, PermanentError))
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and _is_plumbing(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next  # start at the user's code: the worker's own frames are the same every time
+    formatted = "".join(traceback.TracebackException(type(exc), exc, tb).format())
+    return Failure(message, not isinstance(exc, PermanentError), formatted)
+
+
+_WORKER_DIR = os.path.dirname(os.path.abspath(__file__))
+_FUTURES_DIR = os.path.dirname(os.path.abspath(concurrent.futures.__file__))
+
+
+def _is_plumbing(filename: str) -> bool:
+    """A frame of the worker's handler-calling code or of the thread pool, not of the user's."""
+    return filename.startswith((_WORKER_DIR, _FUTURES_DIR))
+
+
+def log_failure(info: Step, failure: Failure) -> None:
+    """Log a failed attempt with its traceback (the context, a payload, is never logged)."""
+    log.warning(
+        "step %s of instance %s failed (attempt %d, %s): %s\n%s",
+        info.node_id,
+        info.instance_id,
+        info.attempt,
+        "will retry if its policy allows" if failure.retryable else "not retryable",
+        failure.message,
+        failure.traceback.rstrip(),
+        extra={
+            "instance_id": info.instance_id,
+            "node_id": info.node_id,
+            "attempt": info.attempt,
+            "worker_id": info.worker_id,
+            "workflow": info.workflow,
+        },
+    )
 
 
 def outcome_of(kind: str, node_id: str, result: object, before: Context) -> Outcome:
@@ -238,7 +280,9 @@ class HandlerCaller:
         try:
             result = await self.call(loaded, node_id, context, info)
         except Exception as exc:  # the handler raised: that is the step's outcome
-            return failure_of(exc)
+            failure = failure_of(exc)
+            log_failure(info, failure)
+            return failure
         return outcome_of(kind, node_id, result, context)
 
     def run_sync(
@@ -257,7 +301,9 @@ class HandlerCaller:
         try:
             result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
         except Exception as exc:
-            return failure_of(exc)
+            failure = failure_of(exc)
+            log_failure(info, failure)
+            return failure
         return outcome_of(kind, node_id, result, context)
 
     async def in_pool(self, fn: Callable[..., T], *args: object) -> T:

@@ -117,6 +117,7 @@ class LocalRun:
         # without AdvanceRun gets it SERVER style (module docstring)
         self.first: tuple[str, Outcome] | None = None
         self.fell_back = False
+        self.failure_traceback = ""  # of the failed step that ends the batch (sent with it)
 
     # ------------------------------------------------------------------ deciding
 
@@ -135,6 +136,7 @@ class LocalRun:
         if isinstance(outcome, Failure):
             # A mid-run failure: flush the successful prefix with the failure (the server retries).
             self.batch.append(step_record(node_id, outcome))
+            self.failure_traceback = outcome.traceback
             return Decided(Decision.HANDBACK, Handback.RETRY)
         if kind == HandlerKind.PREDICATE:
             value = bool(outcome)
@@ -249,8 +251,10 @@ class LocalRun:
             steps_batch=encode_records(self.batch),
             final=final,
             handback_reason=reason.value if reason is not None else "",
+            failure_traceback=self.failure_traceback,
         )
         self.batch = []
+        self.failure_traceback = ""
         self.last_flush = time.monotonic()
         stats = self.env.stats
         try:

@@ -67,5 +67,6 @@ async def report_failure(reporter: Reporter, act: pb.TaskActivation, failure: Fa
             lease_owner=act.lease_owner,
             message=failure.message,
             retryable=failure.retryable,
+            traceback=failure.traceback,
         )
     )
