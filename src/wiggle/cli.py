@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -22,6 +21,8 @@ from typing import Any
 import msgspec
 
 from ._engine.state import InstanceStatus
+from ._env import EnvError
+from ._logging import configure_logging
 from ._version import __version__
 from .errors import ErrorCode, WiggleError
 
@@ -99,7 +100,7 @@ def cmd_server(args: argparse.Namespace) -> int:
 
     values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
     config = from_mapping(values)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     if config.processes > 1:
         if not config.database_url:
             raise SystemExit("wiggle: --processes > 1 needs a PostgreSQL database (--database-url)")
@@ -135,6 +136,7 @@ def _run_processes(n: int) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ._server.config import from_mapping
 
+    configure_logging()
     config = from_mapping({"database_url": args.database_url, "database_schema": args.database_schema})
     if not config.database_url:
         raise SystemExit("wiggle: migrate needs --database-url or WIGGLE_DATABASE_URL")
@@ -151,11 +153,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .testing import EmbeddedServer
 
     mode = ExecutionMode(args.mode.upper())
+    configure_logging(default_level="WARNING")
 
     async def run() -> int:
         async with EmbeddedServer() as server:
             print(f"embedded server (in-memory store) on {server.target}")
-            worker = subprocess.Popen([sys.executable, "-m", "wiggle._demo", server.target, mode.value])
+            # the demo's own output is the point: its worker logs warnings (tracebacks) and up
+            env = {"WIGGLE_LOG_LEVEL": "WARNING", **os.environ}
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "wiggle._demo", server.target, mode.value], env=env
+            )
             print(f"worker process pid {worker.pid} serving workflow demo-orders in {mode.value} mode")
             try:
                 client = server.client
@@ -393,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     except WiggleError as exc:
         print(f"wiggle: {exc.code.name}: {exc}", file=sys.stderr)
         return EXIT_CODES.get(exc.code, 1)
+    except EnvError as exc:  # a malformed WIGGLE_* variable: bad input
+        print(f"wiggle: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

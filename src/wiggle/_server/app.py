@@ -159,13 +159,13 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     """Run a server until SIGINT/SIGTERM, then stop gracefully."""
     server = WiggleServer(config)
     await server.start()
-    if ready is not None:
-        ready(server)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    if ready is not None:  # after the handlers: a SIGTERM right after "listening" stops gracefully
+        ready(server)
     await stop.wait()
     log.info("stopping (grace 5 s)")
     await server.stop(5.0)

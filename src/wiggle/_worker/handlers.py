@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from .. import _fast
+from .._logging import step_fields
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError
 from ..workflow import Blueprint, HandlerKind
@@ -39,6 +40,7 @@ __all__ = [
     "outcome_of",
     "failure_of",
     "log_failure",
+    "log_fields_of",
     "HandlerCaller",
 ]
 
@@ -71,6 +73,18 @@ class Step(msgspec.Struct, frozen=True):
     def current() -> Step:
         """The step being executed; LookupError outside a handler."""
         return _current_step.get()
+
+
+def log_fields_of(info: Step) -> dict[str, object]:
+    """The log-record fields of a step (docs: README "Operating Wiggle"; never its context)."""
+    return {
+        "instance_id": info.instance_id,
+        "workflow": info.workflow,
+        "node_id": info.node_id,
+        "attempt": info.attempt,
+        "worker_id": info.worker_id,
+        "task_id": info.task_id,
+    }
 
 
 class LoadedBlueprint:
@@ -176,13 +190,7 @@ def log_failure(info: Step, failure: Failure) -> None:
         "will retry if its policy allows" if failure.retryable else "not retryable",
         failure.message,
         failure.traceback.rstrip(),
-        extra={
-            "instance_id": info.instance_id,
-            "node_id": info.node_id,
-            "attempt": info.attempt,
-            "worker_id": info.worker_id,
-            "workflow": info.workflow,
-        },
+        extra=log_fields_of(info),
     )
 
 
@@ -217,7 +225,8 @@ def timed_call(
     token = _current_step.set(info)
     started = time.perf_counter()
     try:
-        return fn(*args)
+        with step_fields(log_fields_of(info)):
+            return fn(*args)
     finally:
         policy.observe(fn, time.perf_counter() - started, inline)
         _current_step.reset(token)
@@ -263,7 +272,8 @@ class HandlerCaller:
         if loaded.blueprint.is_async[node_id]:
             token = _current_step.set(info)
             try:
-                result: object = await fn(*args)
+                with step_fields(log_fields_of(info)):
+                    result: object = await fn(*args)
                 return result
             finally:
                 _current_step.reset(token)

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .._logging import configure_logging
 from .._model import ExecutionMode, NodeKind
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -172,7 +173,12 @@ class Worker:
             await self.close()
 
     def run(self) -> None:
-        """Blocking form of run_async."""
+        """Blocking form of run_async.
+
+        A process whose root logger has no handler gets Wiggle's (WIGGLE_LOG_LEVEL,
+        WIGGLE_LOG_FORMAT); a program that set up logging itself keeps its setup.
+        """
+        configure_logging(only_if_unconfigured=True)
         asyncio.run(self.run_async())
 
     async def __aenter__(self) -> Worker:
