@@ -10,7 +10,7 @@ import msgspec
 from .._model import ExecutionMode
 from ..errors import InvalidArgument
 
-__all__ = ["ServerConfig", "SETTINGS"]
+__all__ = ["ServerConfig", "SETTINGS", "BOUNDS", "check_config"]
 
 
 class ServerConfig(msgspec.Struct, kw_only=True):
@@ -94,4 +94,29 @@ def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = N
             kwargs[field] = _convert(field, str(value)) if isinstance(value, str) else value
     if "execution_mode" in kwargs and kwargs["execution_mode"] is ExecutionMode.DEFAULT:
         raise InvalidArgument("WIGGLE_EXECUTION_MODE must be SERVER, LOCAL_SYNC or LOCAL_ASYNC, not DEFAULT")
-    return ServerConfig(**kwargs)  # type: ignore[arg-type]
+    return check_config(ServerConfig(**kwargs))  # type: ignore[arg-type]
+
+
+#: The smallest (and largest) value each numeric setting accepts (docs: README "Configuration").
+BOUNDS: dict[str, tuple[int, int]] = {
+    "port": (0, 65535),
+    "metrics_port": (0, 65535),
+    "lease_millis": (100, 24 * 3600 * 1000),
+    "max_local_steps": (0, 1 << 31),
+    "max_payload_bytes": (1024, 1 << 30),
+    "max_instance_steps": (1, 1 << 62),
+    "retention_seconds": (0, 100 * 365 * 24 * 3600),
+    "pool_size": (1, 1000),
+    "processes": (1, 256),
+}
+
+
+def check_config(config: ServerConfig) -> ServerConfig:
+    """``config`` if every numeric setting is within BOUNDS; else InvalidArgument naming it."""
+    names = {field: var for field, var, _ in SETTINGS}
+    for field, (low, high) in BOUNDS.items():
+        value = getattr(config, field)
+        if not low <= value <= high:
+            flag = "--" + field.replace("_", "-")
+            raise InvalidArgument(f"{flag} ({names[field]}) must be between {low} and {high}, got {value}")
+    return config
