@@ -18,6 +18,7 @@ from .._storage.base import Store
 from .._storage.memory import MemoryStore
 from ..errors import FailedPrecondition
 from .config import ServerConfig
+from .http_port import HttpPort, open_http_port
 from .instances import Instances
 from .service import ControlPlane, Metrics
 
@@ -76,6 +77,16 @@ class WiggleServer:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = asyncio.Event()
         self._metrics_server: Any = None
+        self._http: HttpPort | None = None  # the HTTP port (dashboard, /metrics), if configured
+
+    def serving(self) -> bool:
+        """The gRPC port is up and the server is not stopping (/readyz)."""
+        return self._server is not None and not self._stopping.is_set()
+
+    @property
+    def http_port(self) -> int:
+        """The bound HTTP port (dashboard, /metrics), 0 if none."""
+        return self._http.port if self._http is not None else 0
 
     @property
     def target(self) -> str:
@@ -110,7 +121,7 @@ class WiggleServer:
             asyncio.ensure_future(self.instances.purge_loop(self._stopping, self.config.retention_seconds))
         )
         if self.config.metrics_port:
-            self._start_metrics()
+            self._http = await open_http_port(self)
         log.info(
             "wiggle server on %s (%s store, default mode %s)",
             self.target,
@@ -118,14 +129,6 @@ class WiggleServer:
             self.config.execution_mode.value,
         )
         return self.port
-
-    def _start_metrics(self) -> None:
-        try:
-            from .metrics_http import start_metrics_server
-        except ImportError as exc:  # the metrics extra is not installed
-            log.warning("WIGGLE_METRICS_PORT is set but metrics are unavailable: %s", exc)
-            return
-        self._metrics_server = start_metrics_server(self.config.host, self.config.metrics_port, self)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, let in-flight ones finish for up to ``grace`` seconds, close the store."""
@@ -141,6 +144,9 @@ class WiggleServer:
         self._tasks.clear()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         await self.store.close()
 
     async def wait(self) -> None:

@@ -36,6 +36,7 @@ from .._storage.base import Action, InstanceQuery, InstanceView, Store, StoreSta
 from .._storage.notifier import wait_event
 from ..errors import NotFound, Unavailable
 from .failures import attach_traceback, failed_step
+from .operator import record_action
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
@@ -128,21 +129,31 @@ class Instances:
         """Every recorded step attempt and event of an instance, in order."""
         return await self.store.history(instance_id)
 
-    async def cancel(self, instance_id: str, reason: str) -> tuple[InstanceView, bool]:
-        """Cancel; (view, changed). A finished instance is left alone (changed False)."""
+    async def cancel(self, instance_id: str, reason: str, actor: str = "") -> tuple[InstanceView, bool]:
+        """Cancel; (view, changed). A finished instance is left alone (changed False).
+
+        ``actor`` (an operator) is recorded in the history with the cancellation.
+        """
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[bool, Changes | None]:
             changed, changes = self.engine.cancel(state, reason, now)
+            if changed and actor:
+                record_action(changes, state, actor, "CANCELLED", "", reason, now)
             return changed, changes if changed else None
 
         changed, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state), changed
 
-    async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
-        """Complete the user task ``name`` the instance awaits."""
+    async def complete_user_task(
+        self, instance_id: str, name: str, payload: dict[str, Any], actor: str = ""
+    ) -> InstanceView:
+        """Complete the user task ``name`` the instance awaits (``actor``: recorded in the history)."""
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
-            return None, self.engine.complete_user_task(loaded, state, name, payload, now)
+            changes = self.engine.complete_user_task(loaded, state, name, payload, now)
+            if actor:
+                record_action(changes, state, actor, "COMPLETED", name, "user task completed", now)
+            return None, changes
 
         _, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state)

@@ -6,14 +6,14 @@ and the store's committed transactions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import start_http_server
+from prometheus_client import generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-__all__ = ["start_metrics_server", "WiggleCollector"]
+__all__ = ["start_metrics_server", "WiggleCollector", "metrics_text"]
 
 
 class WiggleCollector(Collector):
@@ -61,3 +61,14 @@ def start_metrics_server(host: str, port: int, server: Any) -> Any:
     registry.register(WiggleCollector(server))
     http_server, _thread = start_http_server(port, addr=host, registry=registry)
     return http_server
+
+
+def metrics_text(server: Any) -> Callable[[], bytes]:
+    """A function answering the Prometheus text format of ``server``'s metrics (for /metrics)."""
+    registry = CollectorRegistry()
+    registry.register(WiggleCollector(server))
+
+    def text() -> bytes:
+        return generate_latest(registry)
+
+    return text

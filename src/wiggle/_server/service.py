@@ -33,6 +33,7 @@ from .._wire.status import to_grpc
 from ..errors import InvalidArgument
 from .faults import status_of
 from .instances import MAX_WAIT_SECONDS, Instances
+from .pollers import Pollers
 from .session import serve_session
 
 __all__ = ["ControlPlane", "Metrics", "ServiceLimits", "Route"]
@@ -132,6 +133,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         self.instances = instances
         self.metrics = metrics or Metrics()
         self.limits = limits or ServiceLimits.from_config(instances.config)
+        self.pollers = Pollers()  # the workers polling this node (the dashboard's Queues page)
         self.routes: dict[str, Route[Any, Message]] = {
             "RegisterWorkflow": Route(pb.RegisterWorkflowRequest, self.register_workflow),
             "GetWorkflow": Route(pb.GetWorkflowRequest, self.get_workflow),
@@ -343,6 +345,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         if not 1 <= max_tasks <= limit:
             raise InvalidArgument(f"max_tasks must be between 1 and {limit}, got {max_tasks}")
         wait = _wait_seconds(request.wait_millis, self.limits)
+        self.pollers.seen(request.worker_id, queues)
         claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
         config = self.instances.config
         return pb.PollTasksResponse(tasks=[convert.activation_to_pb(c, config) for c in claimed])
