@@ -20,6 +20,7 @@ from ..errors import FailedPrecondition
 from .config import ServerConfig
 from .http_port import HttpPort, open_http_port
 from .instances import Instances
+from .lag import QueueLagMonitor
 from .service import ControlPlane, Metrics
 
 __all__ = ["WiggleServer", "make_store", "serve"]
@@ -78,6 +79,14 @@ class WiggleServer:
         self._stopping = asyncio.Event()
         self._metrics_server: Any = None
         self._http: HttpPort | None = None  # the HTTP port (dashboard, /metrics), if configured
+        c = self.config
+        self.lag = QueueLagMonitor(
+            self.store,
+            c.queue_lag_warn_millis,
+            c.queue_lag_clear_millis or c.queue_lag_warn_millis // 2,
+            c.queue_lag_interval_millis / 1000,
+            self.service.pollers.dispatched,
+        )
 
     def serving(self) -> bool:
         """The gRPC port is up and the server is not stopping (/readyz)."""
@@ -117,6 +126,7 @@ class WiggleServer:
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.SERVING)
         await _set_health(self._health, SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._tasks.append(asyncio.ensure_future(self.instances.clock_loop(self._stopping)))
+        self._tasks.append(asyncio.ensure_future(self.lag.run(self._stopping)))
         self._tasks.append(
             asyncio.ensure_future(self.instances.purge_loop(self._stopping, self.config.retention_seconds))
         )

@@ -29,6 +29,9 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     metrics_port: int = 0  # > 0: serve Prometheus metrics on http://host:metrics_port/metrics
     pool_size: int = 10
     processes: int = 1
+    queue_lag_warn_millis: int = 30_000  # a queue whose oldest ready step waited this long lags
+    queue_lag_clear_millis: int = 0  # ... until that age is below this (0: half the warning)
+    queue_lag_interval_millis: int = 5_000  # how often the queue-lag monitor looks
 
 
 #: (field, env var, help) for every setting, in the order the README documents them.
@@ -62,6 +65,17 @@ SETTINGS: list[tuple[str, str, str]] = [
     ("metrics_port", "WIGGLE_METRICS_PORT", "port of the Prometheus /metrics endpoint; 0: off"),
     ("pool_size", "WIGGLE_POOL_SIZE", "PostgreSQL connections per server process (10)"),
     ("processes", "WIGGLE_PROCESSES", "server processes sharing the port (PostgreSQL only) (1)"),
+    (
+        "queue_lag_warn_millis",
+        "WIGGLE_QUEUE_LAG_WARN_MILLIS",
+        "warn when a queue's oldest ready step waited this long (30000)",
+    ),
+    (
+        "queue_lag_clear_millis",
+        "WIGGLE_QUEUE_LAG_CLEAR_MILLIS",
+        "the lag ends below this age; 0: half the warning threshold (hysteresis)",
+    ),
+    ("queue_lag_interval_millis", "WIGGLE_QUEUE_LAG_INTERVAL_MILLIS", "how often queues are checked (5000)"),
 ]
 
 
@@ -108,6 +122,9 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "retention_seconds": (0, 100 * 365 * 24 * 3600),
     "pool_size": (1, 1000),
     "processes": (1, 256),
+    "queue_lag_warn_millis": (1, 7 * 24 * 3600 * 1000),
+    "queue_lag_clear_millis": (0, 7 * 24 * 3600 * 1000),
+    "queue_lag_interval_millis": (10, 3600 * 1000),
 }
 
 
@@ -119,4 +136,9 @@ def check_config(config: ServerConfig) -> ServerConfig:
         if not low <= value <= high:
             flag = "--" + field.replace("_", "-")
             raise InvalidArgument(f"{flag} ({names[field]}) must be between {low} and {high}, got {value}")
+    if config.queue_lag_clear_millis >= config.queue_lag_warn_millis:
+        raise InvalidArgument(
+            f"--queue-lag-clear-millis ({config.queue_lag_clear_millis}) must be below "
+            f"--queue-lag-warn-millis ({config.queue_lag_warn_millis}): the lag must end below where it starts"
+        )
     return config

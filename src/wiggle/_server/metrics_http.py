@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import generate_latest, start_http_server
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 __all__ = ["start_metrics_server", "WiggleCollector", "metrics_text"]
@@ -53,6 +53,48 @@ class WiggleCollector(Collector):
         tx = CounterMetricFamily("wiggle_store_transactions", "mutations committed by the store")
         tx.add_metric([], self.server.store.stats.transactions)
         yield tx
+        yield from queue_gauges(self.server)
+
+
+def queue_gauges(server: Any) -> Iterator[Any]:
+    """The queue-lag monitor's last look (wiggle/_server/lag.py), one series per queue."""
+    lag = getattr(server, "lag", None)
+    if lag is None:
+        return
+    queues = sorted(lag.queues.values(), key=lambda q: q.queue)
+    families: list[tuple[str, str, Callable[[Any], float]]] = [
+        ("wiggle_queue_ready_steps", "steps READY and due, waiting for a worker", lambda q: q.ready),
+        ("wiggle_queue_delayed_steps", "steps READY in a retry backoff", lambda q: q.delayed),
+        ("wiggle_queue_running_steps", "steps leased to workers", lambda q: q.running),
+        (
+            "wiggle_queue_local_run_steps",
+            "of the running steps: tokens in a local run",
+            lambda q: q.in_local_run,
+        ),
+        (
+            "wiggle_queue_oldest_ready_age_seconds",
+            "how long the oldest due READY step has waited",
+            lambda q: q.oldest_ready_age_ms / 1000,
+        ),
+        (
+            "wiggle_queue_lagging",
+            "1 while the queue lags (hysteresis: see docs)",
+            lambda q: 1 if q.lagging else 0,
+        ),
+        (
+            "wiggle_queue_dispatch_rate_per_second",
+            "steps handed to workers per second (between two looks)",
+            lambda q: q.rate_per_second or 0.0,
+        ),
+    ]
+    for name, text, value in families:
+        gauge = GaugeMetricFamily(name, text, labels=["queue"])
+        for q in queues:
+            gauge.add_metric([q.queue], value(q))
+        yield gauge
+    warnings = CounterMetricFamily("wiggle_queue_lag_warnings", "queue-lag warnings logged by this node")
+    warnings.add_metric([], lag.warnings)
+    yield warnings
 
 
 def start_metrics_server(host: str, port: int, server: Any) -> Any:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+
 import msgspec
 
 from .._engine.state import now_millis
@@ -26,6 +29,11 @@ class Pollers:
 
     def __init__(self) -> None:
         self._by_id: dict[str, Poller] = {}
+        self.dispatched: Counter[str] = Counter()  # steps handed out per queue (the dispatch rate)
+
+    def claimed(self, queues: Iterable[str]) -> None:
+        """Count the steps a poll handed out, one queue name per step."""
+        self.dispatched.update(queues)
 
     def seen(self, worker_id: str, queues: list[str]) -> None:
         """``worker_id`` polled ``queues`` now."""

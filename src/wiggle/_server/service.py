@@ -347,6 +347,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         wait = _wait_seconds(request.wait_millis, self.limits)
         self.pollers.seen(request.worker_id, queues)
         claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
+        if claimed:
+            self.pollers.claimed(c.token.queue for c in claimed)
         config = self.instances.config
         return pb.PollTasksResponse(tasks=[convert.activation_to_pb(c, config) for c in claimed])
 
