@@ -32,11 +32,12 @@ from .._engine.state import (
     token_instance_id,
 )
 from .._model import WorkflowDefinition
-from .._storage.base import Action, InstanceQuery, InstanceView, Store, StoreStats, WorkflowRecord
+from .._storage.base import Action, InstanceQuery, InstanceView, R, Store, StoreStats, WorkflowRecord
 from .._storage.notifier import wait_event
 from ..errors import NotFound, Unavailable
 from .failures import attach_traceback, failed_step
 from .operator import record_action
+from .timings import Timings
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
@@ -64,6 +65,22 @@ class Instances:
     def __init__(self, store: Store, engine: Engine | None = None) -> None:
         self.store = store
         self.engine: Engine = engine if engine is not None else Engine()
+        self.timings = Timings()  # histograms and outcomes for /metrics (wiggle/_server/timings.py)
+
+    async def _mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
+        """``Store.mutate`` with its latency and the transition's steps and outcome observed."""
+        timings = self.timings
+
+        def observed(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
+            result, changes = action(loaded, state, now)
+            timings.changed(loaded, state, changes)
+            return result, changes
+
+        started = time.perf_counter()
+        try:
+            return await self.store.mutate(instance_id, missing, observed)
+        finally:
+            timings.mutation.observe(("mutate",), time.perf_counter() - started)
 
     @property
     def config(self) -> EngineConfig:
@@ -141,7 +158,7 @@ class Instances:
                 record_action(changes, state, actor, "CANCELLED", "", reason, now)
             return changed, changes if changed else None
 
-        changed, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        changed, state = await self._mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state), changed
 
     async def complete_user_task(
@@ -155,7 +172,7 @@ class Instances:
                 record_action(changes, state, actor, "COMPLETED", name, "user task completed", now)
             return None, changes
 
-        _, state = await self.store.mutate(instance_id, _instance_missing(instance_id), action)
+        _, state = await self._mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state)
 
     # ------------------------------------------------------------------ workers
@@ -165,10 +182,12 @@ class Instances:
         if not queues or max_tasks <= 0:
             return []
         claim = self.engine.claim
+        timings = self.timings
 
         def transition(
             loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
         ) -> Claimed:
+            timings.claimed(loaded, token, now)
             return claim(loaded, state, token, worker_id, now, changes)
 
         return await self.store.claim(worker_id, queues, max_tasks, transition)
@@ -218,7 +237,7 @@ class Instances:
             )
             return None, changes
 
-        _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        _, state = await self._mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
 
     async def fail(
@@ -231,7 +250,7 @@ class Instances:
             attach_traceback(changes, None, message, traceback)
             return None, changes
 
-        _, state = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        _, state = await self._mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
 
     async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
@@ -240,9 +259,7 @@ class Instances:
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
             return self.engine.heartbeat(state, token_id, owner, now)
 
-        expires, state = await self.store.mutate(
-            token_instance_id(token_id), _token_missing(token_id), action
-        )
+        expires, state = await self._mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status, expires
 
     async def advance_run(
@@ -271,7 +288,7 @@ class Instances:
                 attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
             return outcome, changes
 
-        outcome, _ = await self.store.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        outcome, _ = await self._mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return outcome
 
     # ------------------------------------------------------------------ clock duties
@@ -310,7 +327,7 @@ class Instances:
 
         async def one(token_id: str) -> int:
             async with gate:
-                acted, _ = await store.mutate(
+                acted, _ = await self._mutate(
                     token_instance_id(token_id), _token_missing(token_id), self._clock_action(token_id, now)
                 )
                 return acted

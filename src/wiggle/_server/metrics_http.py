@@ -54,6 +54,44 @@ class WiggleCollector(Collector):
         tx.add_metric([], self.server.store.stats.transactions)
         yield tx
         yield from queue_gauges(self.server)
+        yield from timing_metrics(self.server)
+
+
+def timing_metrics(server: Any) -> Iterator[Any]:
+    """Step and store histograms, instance outcomes (wiggle/_server/timings.py)."""
+    timings = server.instances.timings
+    for name, text, hist, labels in (
+        (
+            "wiggle_step_schedule_to_start_seconds",
+            "how long a due step waited for a worker to claim it",
+            timings.schedule_to_start,
+            ["workflow", "queue"],
+        ),
+        (
+            "wiggle_step_run_seconds",
+            "claim to report of a step attempt",
+            timings.run_time,
+            ["workflow", "queue"],
+        ),
+        (
+            "wiggle_store_mutation_seconds",
+            "one store mutation: lock, load, transition, persist, commit",
+            timings.mutation,
+            ["operation"],
+        ),
+    ):
+        family = HistogramMetricFamily(name, text, labels=labels)
+        for label_values, buckets, total in hist.series():
+            family.add_metric(list(label_values), buckets, sum_value=total)
+        yield family
+    outcomes = CounterMetricFamily(
+        "wiggle_instances_finished",
+        "instances that finished, by workflow and status",
+        labels=["workflow", "status"],
+    )
+    for (workflow, status), n in sorted(timings.outcomes.items()):
+        outcomes.add_metric([workflow, status], n)
+    yield outcomes
 
 
 def queue_gauges(server: Any) -> Iterator[Any]:
