@@ -8,10 +8,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from ._client.types import WorkflowInfo
+from ._client.types import QueueInfo, WorkflowInfo
 from ._model import Node, NodeKind, WorkflowDefinition
 
-__all__ = ["print_workflows", "describe", "doctor_checks", "EXTRAS"]
+__all__ = ["print_workflows", "print_queues", "describe", "doctor_checks", "EXTRAS"]
 
 #: Optional extras and the module each one installs (what `wiggle doctor` looks for).
 EXTRAS: tuple[tuple[str, str, str], ...] = (
@@ -39,6 +39,22 @@ def print_workflows(items: Sequence[WorkflowInfo], out: TextIO) -> None:
             f"{w.name:<24} {w.version:<16} {d.execution_mode.value:<11} {len(d.nodes):>5}  {fmt(w.registered_at)}",
             file=out,
         )
+
+
+def print_queues(items: Sequence[QueueInfo], out: TextIO) -> None:
+    """One line per queue under a header, then the workers polling it, indented."""
+    print(
+        f"{'QUEUE':<24} {'READY':>6} {'DELAYED':>7} {'OLDEST':>9} {'RUNNING':>7} {'LOCAL':>6}  WORKERS",
+        file=out,
+    )
+    for q in items:
+        oldest = f"{q.oldest_ready_age_millis / 1000:.1f} s" if q.ready else "-"
+        print(
+            f"{q.queue:<24} {q.ready:>6} {q.delayed:>7} {oldest:>9} {q.running:>7} {q.in_local_run:>6}  {len(q.workers)}",
+            file=out,
+        )
+        for w in q.workers:
+            print(f"  worker {w.worker_id}: {w.in_flight} in flight", file=out)
 
 
 def _edges(node: Node) -> str:

@@ -312,6 +312,18 @@ def cmd_workflows(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_queues(args: argparse.Namespace) -> int:
+    from ._cli_ops import print_queues
+
+    with _client(args) as client:
+        items = client.queues()
+        if args.json:
+            _print_json(items)
+        else:
+            print_queues(items, sys.stdout)
+    return 0
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
     from ._cli_ops import describe
 
@@ -436,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("workflows", help="list registered workflow versions")
     p.add_argument("--name", help="only this workflow's versions")
     p.set_defaults(func=cmd_workflows)
+
+    p = sub.add_parser("queues", help="queues: ready depth, oldest ready step, workers polling")
+    p.set_defaults(func=cmd_queues)
 
     p = sub.add_parser("describe", help="a workflow's graph as text")
     p.add_argument("workflow")

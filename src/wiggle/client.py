@@ -12,7 +12,7 @@ from __future__ import annotations
 from ._client.aio import AsyncClient
 from ._client.core import DEFAULT_TARGET
 from ._client.sync import Client
-from ._client.types import HistoryEntry, InstanceInfo, TokenInfo, WorkflowInfo
+from ._client.types import HistoryEntry, InstanceInfo, QueueInfo, QueueWorker, TokenInfo, WorkflowInfo
 
 __all__ = [
     "Client",
@@ -21,5 +21,7 @@ __all__ = [
     "TokenInfo",
     "HistoryEntry",
     "WorkflowInfo",
+    "QueueInfo",
+    "QueueWorker",
     "DEFAULT_TARGET",
 ]

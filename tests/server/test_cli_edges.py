@@ -176,3 +176,22 @@ def test_a_bad_environment_value_is_named(capsys: pytest.CaptureFixture[str]) ->
     )
     assert proc.returncode == 2
     assert "--lease-millis (WIGGLE_LEASE_MILLIS) must be between 100 and 86400000, got -1" in proc.stderr
+
+
+async def test_queues_lists_depth_and_workers() -> None:
+    async with EmbeddedServer() as server:
+        await server.client.register(FLOW)
+        for _ in range(4):
+            await server.client.start(FLOW, {})
+        table = await run("queues", "--target", server.target)
+        assert table.returncode == 0, table.stderr
+        header, row = table.stdout.splitlines()
+        assert header.split() == ["QUEUE", "READY", "DELAYED", "OLDEST", "RUNNING", "LOCAL", "WORKERS"]
+        assert row.split()[:3] == ["cli-edges", "4", "0"] and row.split()[-1] == "0"
+        async with server.worker([FLOW]):
+            while (await server.client.queues())[0].ready:
+                await asyncio.sleep(0.05)
+            as_json = json.loads((await run("queues", "--json", "--target", server.target)).stdout)
+        (queue,) = as_json
+        assert queue["queue"] == "cli-edges" and queue["ready"] == 0
+        assert len(queue["workers"]) == 1 and queue["workers"][0]["last_seen"] > 0

@@ -16,11 +16,11 @@ from google.protobuf.message import Message
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
-from .._wire.convert import history_from_pb, instance_from_pb, workflow_from_pb
+from .._wire.convert import history_from_pb, instance_from_pb, queue_from_pb, workflow_from_pb
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
-from .types import HistoryEntry, InstanceInfo, WorkflowInfo
+from .types import HistoryEntry, InstanceInfo, QueueInfo, WorkflowInfo
 
 __all__ = ["AsyncClient"]
 
@@ -136,3 +136,8 @@ class AsyncClient:
         """Every step attempt and event of the instance, in order."""
         reply = await self._call(self.stub.GetHistory, pb.GetHistoryRequest(instance_id=instance_id))
         return [history_from_pb(e) for e in reply.entries]
+
+    async def queues(self) -> builtins.list[QueueInfo]:
+        """Every queue with ready or leased steps, and the workers polling it (the answering node)."""
+        reply = await self._call(self.stub.ListQueues, pb.ListQueuesRequest())
+        return [queue_from_pb(q) for q in reply.queues]

@@ -9,7 +9,7 @@ import msgspec
 from .._engine.state import FINISHED_INSTANCE_STATUSES
 from .._model import WorkflowDefinition
 
-__all__ = ["TokenInfo", "InstanceInfo", "HistoryEntry", "WorkflowInfo"]
+__all__ = ["TokenInfo", "InstanceInfo", "HistoryEntry", "WorkflowInfo", "QueueInfo", "QueueWorker"]
 
 
 class TokenInfo(msgspec.Struct, frozen=True):
@@ -73,3 +73,23 @@ class WorkflowInfo(msgspec.Struct, frozen=True):
     definition: WorkflowDefinition
     registered_at: int
     created: bool = False
+
+
+class QueueWorker(msgspec.Struct, frozen=True):
+    """A worker polling a queue, as the answering server node saw it."""
+
+    worker_id: str
+    last_seen: int  # ms: its last poll on that node
+    in_flight: int  # steps it holds on the queue
+
+
+class QueueInfo(msgspec.Struct, frozen=True):
+    """A queue right now: steps ready (due), delayed (retry backoff), leased; who polls it."""
+
+    queue: str
+    ready: int
+    delayed: int
+    oldest_ready_age_millis: int
+    running: int
+    in_local_run: int
+    workers: tuple[QueueWorker, ...] = ()

@@ -417,3 +417,43 @@ class ServerBatch(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ServerMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[ServerMessage, _Mapping]]] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueWorker(_message.Message):
+    __slots__ = ("worker_id", "last_seen", "in_flight")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    last_seen: int
+    in_flight: int
+    def __init__(self, worker_id: _Optional[str] = ..., last_seen: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+
+class QueueInfo(_message.Message):
+    __slots__ = ("queue", "ready", "delayed", "oldest_ready_age_millis", "running", "in_local_run", "workers")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    IN_LOCAL_RUN_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    ready: int
+    delayed: int
+    oldest_ready_age_millis: int
+    running: int
+    in_local_run: int
+    workers: _containers.RepeatedCompositeFieldContainer[QueueWorker]
+    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_ready_age_millis: _Optional[int] = ..., running: _Optional[int] = ..., in_local_run: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[QueueWorker, _Mapping]]] = ...) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues", "now")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
+    now: int
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ..., now: _Optional[int] = ...) -> None: ...

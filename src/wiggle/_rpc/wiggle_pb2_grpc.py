@@ -79,6 +79,11 @@ class WiggleControlPlaneStub:
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryRequest.SerializeToString,
                 response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryResponse.FromString,
                 _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/ListQueues',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
         self.PollTasks = channel.unary_unary(
                 '/wiggle.v1.WiggleControlPlane/PollTasks',
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.PollTasksRequest.SerializeToString,
@@ -171,6 +176,13 @@ class WiggleControlPlaneServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQueues(self, request, context):
+        """Operating: every queue with ready or leased steps, and the workers polling it (this node).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PollTasks(self, request, context):
         """Workers. Every report names the token and the lease owner.
         """
@@ -259,6 +271,11 @@ def add_WiggleControlPlaneServicer_to_server(servicer, server):
                     servicer.GetHistory,
                     request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryRequest.FromString,
                     response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.SerializeToString,
             ),
             'PollTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.PollTasks,
@@ -534,6 +551,33 @@ class WiggleControlPlane:
             '/wiggle.v1.WiggleControlPlane/GetHistory',
             wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryRequest.SerializeToString,
             wiggle_dot___rpc_dot_wiggle__pb2.GetHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/ListQueues',
+            wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

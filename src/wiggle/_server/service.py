@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from .. import _fast
 from .._engine.engine import EngineConfig
 from .._engine.records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
-from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus
+from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus, now_millis
 from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -144,6 +144,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             "CancelInstance": Route(pb.CancelInstanceRequest, self.cancel_instance),
             "CompleteUserTask": Route(pb.CompleteUserTaskRequest, self.complete_user_task),
             "GetHistory": Route(pb.GetHistoryRequest, self.get_history),
+            "ListQueues": Route(pb.ListQueuesRequest, self.list_queues),
             "PollTasks": Route(pb.PollTasksRequest, self.poll_tasks),
             "CompleteTask": Route(pb.CompleteTaskRequest, self.complete_task),
             "FailTask": Route(pb.FailTaskRequest, self.fail_task),
@@ -208,6 +209,9 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
 
     async def GetHistory(self, request: pb.GetHistoryRequest, context: Context) -> pb.GetHistoryResponse:
         return await self._unary("GetHistory", request, context, pb.GetHistoryResponse)
+
+    async def ListQueues(self, request: pb.ListQueuesRequest, context: Context) -> pb.ListQueuesResponse:
+        return await self._unary("ListQueues", request, context, pb.ListQueuesResponse)
 
     async def PollTasks(self, request: pb.PollTasksRequest, context: Context) -> pb.PollTasksResponse:
         return await self._unary("PollTasks", request, context, pb.PollTasksResponse)
@@ -329,6 +333,13 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         validate_name(request.instance_id, "instance_id")
         entries = await self.instances.history(request.instance_id)
         return pb.GetHistoryResponse(entries=[convert.history_to_pb(e) for e in entries])
+
+    async def list_queues(self, request: pb.ListQueuesRequest) -> pb.ListQueuesResponse:
+        """Every queue with ready or leased steps, and the workers polling it on this node."""
+        now = now_millis()
+        stats = await self.instances.store.queue_stats(now)
+        pollers = [(p.worker_id, p.last_seen, p.queues) for p in self.pollers.snapshot()]
+        return convert.queues_to_pb(stats, pollers, now)
 
     # ------------------------------------------------------------------ workers
 
