@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from .. import _tracing as tracing
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -54,7 +55,7 @@ class AsyncClient:
     async def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
         # rpc is a stub method (untyped generated code); the caller converts the reply it returns
         try:
-            return await rpc(request, timeout=timeout)
+            return await rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from None
 
@@ -83,7 +84,8 @@ class AsyncClient:
     ) -> InstanceInfo:
         """Start an instance; ``context`` is a dict or msgspec.Struct. Pins ``version`` if given."""
         request = core.start_request(workflow, context, version, correlation_id)
-        return instance_from_pb(await self._call(self.stub.StartInstance, request))
+        with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
+            return instance_from_pb(await self._call(self.stub.StartInstance, request))
 
     async def get(self, instance_id: str) -> InstanceInfo:
         """The instance as it is now."""

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from .. import _tracing as tracing
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -53,7 +54,7 @@ class Client:
     def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
         # rpc is a stub method (untyped generated code); the caller converts the reply it returns
         try:
-            return rpc(request, timeout=timeout)
+            return rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from None
 
@@ -82,7 +83,8 @@ class Client:
     ) -> InstanceInfo:
         """Start an instance; ``context`` is a dict or msgspec.Struct. Pins ``version`` if given."""
         request = core.start_request(workflow, context, version, correlation_id)
-        return instance_from_pb(self._call(self.stub.StartInstance, request))
+        with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
+            return instance_from_pb(self._call(self.stub.StartInstance, request))
 
     def get(self, instance_id: str) -> InstanceInfo:
         """The instance as it is now."""

@@ -142,6 +142,7 @@ class Instance(msgspec.Struct):
     token_seq: int = 0
     joins: dict[str, JoinState] = {}
     steps: int = 0  # worker steps applied so far (the runaway guard)
+    traceparent: str = ""  # W3C trace context of the start (tracing; docs/semantics.md#tracing)
 
 
 class Token(msgspec.Struct):

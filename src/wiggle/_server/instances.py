@@ -109,12 +109,13 @@ class Instances:
     # ------------------------------------------------------------------ instances
 
     async def start(
-        self, name: str, version: str, context: dict[str, Any], correlation_id: str
+        self, name: str, version: str, context: dict[str, Any], correlation_id: str, traceparent: str = ""
     ) -> InstanceView:
-        """Start an instance of ``name`` (latest version unless pinned)."""
+        """Start an instance of ``name`` (latest version unless pinned); ``traceparent``: tracing."""
         record = await self.store.get_workflow(name, version)
         now = now_millis()
         state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
+        state.instance.traceparent = traceparent
         await self.store.insert(state, changes)
         return self.store.view(state)
 

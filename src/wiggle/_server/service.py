@@ -20,6 +20,7 @@ import msgspec
 from google.protobuf.message import Message
 
 from .. import _fast
+from .. import _tracing as tracing
 from .._engine.engine import EngineConfig
 from .._engine.records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
 from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus, now_millis
@@ -164,6 +165,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             raise
 
     async def _unary(self, method: str, request: Message, context: Context, reply: type[R]) -> R:
+        if tracing.ENABLED:  # the caller's trace context, for the handler's span (each call is a task)
+            tracing.set_incoming(context.invocation_metadata())
         try:
             return cast(R, await self.dispatch(method, request))
         except Exception as exc:  # CancelledError is a BaseException and passes through
@@ -272,7 +275,11 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         _optional_name(request.version, "version")
         _optional_name(request.correlation_id, "correlation_id")
         ctx = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
-        view = await self.instances.start(request.workflow, request.version, ctx, request.correlation_id)
+        attributes = {"wiggle.workflow": request.workflow}
+        with tracing.span("wiggle.StartInstance", tracing.SERVER, tracing.incoming(), attributes):
+            view = await self.instances.start(
+                request.workflow, request.version, ctx, request.correlation_id, tracing.traceparent()
+            )
         return convert.instance_to_pb(view)
 
     async def get_instance(self, request: pb.GetInstanceRequest) -> pb.InstanceInfo:

@@ -125,6 +125,7 @@ def activation_to_pb(claimed: Claimed, config: EngineConfig) -> pb.TaskActivatio
         max_local_steps=claimed.max_local_steps,
         lease_millis=config.lease_millis,
         max_payload_bytes=config.max_payload_bytes,
+        traceparent=inst.traceparent,
     )
 
 

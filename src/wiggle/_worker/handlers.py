@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from .. import _fast
+from .. import _tracing as tracing
 from .._logging import step_fields
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError
@@ -73,6 +74,16 @@ class Step(msgspec.Struct, frozen=True):
     def current() -> Step:
         """The step being executed; LookupError outside a handler."""
         return _current_step.get()
+
+
+def _span_attributes(info: Step) -> dict[str, object]:
+    return {
+        "wiggle.instance_id": info.instance_id,
+        "wiggle.workflow": info.workflow,
+        "wiggle.node_id": info.node_id,
+        "wiggle.attempt": info.attempt,
+        "wiggle.worker_id": info.worker_id,
+    }
 
 
 def log_fields_of(info: Step) -> dict[str, object]:
@@ -288,7 +299,10 @@ class HandlerCaller:
         kind = loaded.blueprint.handlers[node_id][0]
         info = self.step_info(act, node_id, attempt)
         try:
-            result = await self.call(loaded, node_id, context, info)
+            with tracing.span(
+                f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+            ):
+                result = await self.call(loaded, node_id, context, info)
         except Exception as exc:  # the handler raised: that is the step's outcome
             failure = failure_of(exc)
             log_failure(info, failure)
@@ -309,7 +323,10 @@ class HandlerCaller:
         info = self.step_info(act, node_id, attempt)
         self.stats.steps += 1
         try:
-            result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
+            with tracing.span(
+                f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+            ):
+                result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
         except Exception as exc:
             failure = failure_of(exc)
             log_failure(info, failure)

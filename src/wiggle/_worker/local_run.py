@@ -30,6 +30,7 @@ from typing import NamedTuple
 import msgspec
 
 from .. import _fast
+from .. import _tracing as tracing
 from .._engine.state import InstanceStatus, TokenStatus
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
@@ -258,7 +259,8 @@ class LocalRun:
         self.last_flush = time.monotonic()
         stats = self.env.stats
         try:
-            result = await self.env.reporter.advance(request)
+            with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
+                result = await self.env.reporter.advance(request)
         except AdvanceUnsupported:
             await self._fall_back()
             return False
