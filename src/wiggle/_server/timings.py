@@ -8,47 +8,18 @@ Plain counters: prometheus-client is needed only to export them.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
-from collections.abc import Iterable
 
 from .._engine.engine import LoadedDefinition
 from .._engine.state import Changes, InstanceState, Token
+from .._histogram import Histogram
 
-__all__ = ["Histogram", "Timings", "STEP_BUCKETS", "STORE_BUCKETS"]
+__all__ = ["Timings", "STEP_BUCKETS", "STORE_BUCKETS"]
 
 STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 _WORKER_KINDS = frozenset({"TASK", "PREDICATE"})
 _REPORTED = frozenset({"COMPLETED", "RETRY", "FAILED"})
-
-
-class Histogram:
-    """Cumulative-bucket histogram per label tuple (seconds)."""
-
-    def __init__(self, buckets: tuple[float, ...]) -> None:
-        self.buckets = buckets
-        self.counts: dict[tuple[str, ...], list[int]] = {}  # per bucket, plus +Inf last
-        self.sums: dict[tuple[str, ...], float] = {}
-
-    def observe(self, labels: tuple[str, ...], seconds: float) -> None:
-        """Count one observation."""
-        counts = self.counts.get(labels)
-        if counts is None:
-            counts = self.counts[labels] = [0] * (len(self.buckets) + 1)
-            self.sums[labels] = 0.0
-        counts[bisect.bisect_left(self.buckets, seconds)] += 1
-        self.sums[labels] += seconds
-
-    def series(self) -> Iterable[tuple[tuple[str, ...], list[tuple[str, int]], float]]:
-        """(labels, cumulative buckets as (le, count), sum) per label tuple."""
-        for labels in sorted(self.counts):
-            running = 0
-            out = []
-            for bound, n in zip((*map(str, self.buckets), "+Inf"), self.counts[labels], strict=True):
-                running += n
-                out.append((bound, running))
-            yield labels, out, self.sums[labels]
 
 
 class Timings:

@@ -298,6 +298,7 @@ class HandlerCaller:
         """Run one step on the event loop's side and return its Outcome (a raise becomes a Failure)."""
         kind = loaded.blueprint.handlers[node_id][0]
         info = self.step_info(act, node_id, attempt)
+        started = time.perf_counter()
         try:
             with tracing.span(
                 f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
@@ -306,7 +307,9 @@ class HandlerCaller:
         except Exception as exc:  # the handler raised: that is the step's outcome
             failure = failure_of(exc)
             log_failure(info, failure)
+            self.observe(info, started, "failed")
             return failure
+        self.observe(info, started, "completed")
         return outcome_of(kind, node_id, result, context)
 
     def run_sync(
@@ -322,6 +325,7 @@ class HandlerCaller:
         kind, fn = loaded.blueprint.handlers[node_id]
         info = self.step_info(act, node_id, attempt)
         self.stats.steps += 1
+        started = time.perf_counter()
         try:
             with tracing.span(
                 f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
@@ -330,8 +334,15 @@ class HandlerCaller:
         except Exception as exc:
             failure = failure_of(exc)
             log_failure(info, failure)
+            self.observe(info, started, "failed")
             return failure
+        self.observe(info, started, "completed")
         return outcome_of(kind, node_id, result, context)
+
+    def observe(self, info: Step, started: float, outcome: str) -> None:
+        """Count one handler run and its duration (the worker's /metrics)."""
+        self.stats.outcomes[outcome] += 1
+        self.stats.handler_seconds.observe((info.workflow,), time.perf_counter() - started)
 
     async def in_pool(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the thread pool with the caller's contextvars."""
