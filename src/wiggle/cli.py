@@ -156,7 +156,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     configure_logging(default_level="WARNING")
 
     async def run() -> int:
-        async with EmbeddedServer() as server:
+        async with EmbeddedServer(metrics_port=args.dashboard_port) as server:
             print(f"embedded server (in-memory store) on {server.target}")
             # the demo's own output is the point: its worker logs warnings (tracebacks) and up
             env = {"WIGGLE_LOG_LEVEL": "WARNING", **os.environ}
@@ -187,7 +187,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                         f"{info.correlation_id}: {info.status}{extra}  steps: {steps}  total_cents={info.context.get('total_cents')}"
                     )
                     ok = ok and info.status == InstanceStatus.COMPLETED
-                print("all instances COMPLETED" if ok else "some instances did not complete")
+                print("all instances COMPLETED" if ok else "some instances did not complete", flush=True)
+                if args.dashboard_port:
+                    await _serve_dashboard(server.server.http_port)
                 return 0 if ok else 1
             finally:
                 worker.terminate()
@@ -197,6 +199,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     worker.kill()
 
     return asyncio.run(run())
+
+
+async def _serve_dashboard(port: int) -> None:
+    """Keep the demo's server (and its dashboard) up until SIGINT / SIGTERM."""
+    print(f"dashboard on http://127.0.0.1:{port}/ (Ctrl-C to stop)", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -389,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="embedded server + a worker process + a sample workflow")
     p.add_argument("--instances", type=int, default=8)
+    p.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=0,
+        help="serve the dashboard on this port and keep running until Ctrl-C (needs the dashboard extra)",
+    )
     p.add_argument(
         "--mode",
         default="LOCAL_SYNC",
