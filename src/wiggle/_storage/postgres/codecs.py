@@ -58,7 +58,7 @@ I_CONTEXT = INSTANCE_FIELDS.index("context")
 I_JOINS = INSTANCE_FIELDS.index("joins")
 TOKEN_IMMUTABLE = ("id", "instance_id", "created_at")
 TOKEN_UPDATED = [i for i, f in enumerate(TOKEN_FIELDS) if f not in TOKEN_IMMUTABLE]
-INSTANCE_IMMUTABLE = ("id", "workflow", "version", "context", "correlation_id", "created_at")
+INSTANCE_IMMUTABLE = ("id", "workflow", "version", "context", "correlation_id", "created_at", "traceparent")
 INSTANCE_UPDATED = [i for i, f in enumerate(INSTANCE_FIELDS) if f not in INSTANCE_IMMUTABLE]
 
 
