@@ -147,10 +147,16 @@ async def test_queues_show_depth_age_workers_and_local_runs(store: str, pg_schem
                     return bool(q) and q[0]["ready"] == 0 and len(q[0]["workers"]) == 1
 
                 await until(polled_and_drained)
+            _, page = await get(http, f"{base}/api/queues")
+            (queue,) = [q for q in page["queues"] if q["queue"] == flow.name]
+            wait = queue["schedule_to_start"]
+            # three steps were claimed after waiting for the worker; their wait is measured
+            assert wait["claimed"] >= 3 and wait["mean_seconds"] >= 0
+            assert wait["p95_seconds_at_most"] is None or wait["p95_seconds_at_most"] > 0
             status, html = 0, ""
             async with http.get(f"{base}/queues") as r:
                 status, html = r.status, await r.text()
-            assert status == 200 and f'data-queue="{flow.name}"' in html
+            assert status == 200 and f'data-queue="{flow.name}"' in html and "p95 ≤" in html
 
 
 async def test_readyz_says_not_ready_when_the_schema_is_behind(pg_schema: str) -> None:

@@ -234,6 +234,7 @@ async def queues_page(src: Sources) -> dict[str, Any]:
     stats = await src.instances.store.queue_stats(now)
     pollers = src.pollers.snapshot()
     lag = src.lag.snapshot() if src.lag is not None else {}
+    waits = schedule_to_start_by_queue(src.instances)
     names = sorted({s.queue for s in stats} | {q for p in pollers for q in p.queues} | set(lag))
     by_name = {s.queue: s for s in stats}
     out = []
@@ -249,6 +250,7 @@ async def queues_page(src: Sources) -> dict[str, Any]:
                 "running": s.running if s else 0,
                 "in_local_run": s.in_local_run if s else 0,
                 "lag": lag.get(name),
+                "schedule_to_start": waits.get(name),
                 "workers": [
                     {
                         "worker_id": p.worker_id,
@@ -263,6 +265,31 @@ async def queues_page(src: Sources) -> dict[str, Any]:
             }
         )
     return {"now": now, "queues": out}
+
+
+def schedule_to_start_by_queue(instances: Instances) -> dict[str, dict[str, float | None]]:
+    """Per queue since this node started: steps claimed, mean wait, and the bucket bound under
+    which 95% of the waits fell (seconds; from the schedule-to-start histogram; None: above the
+    largest bucket, 300 s)."""
+    merged: dict[str, tuple[list[int], float]] = {}
+    hist = instances.timings.schedule_to_start
+    for (workflow, queue), counts in hist.counts.items():
+        total, seconds = merged.get(queue, ([0] * len(counts), 0.0))
+        added = [a + b for a, b in zip(total, counts, strict=True)]
+        merged[queue] = (added, seconds + hist.sums[(workflow, queue)])
+    out: dict[str, dict[str, float | None]] = {}
+    for queue, (counts, seconds) in merged.items():
+        n = sum(counts)
+        if not n:
+            continue
+        running, p95 = 0, None  # None: above the largest bucket
+        for bound, c in zip((*hist.buckets, None), counts, strict=True):
+            running += c
+            if running >= 0.95 * n:
+                p95 = bound
+                break
+        out[queue] = {"claimed": n, "mean_seconds": seconds / n, "p95_seconds_at_most": p95}
+    return out
 
 
 async def cluster_page(src: Sources) -> dict[str, Any]:

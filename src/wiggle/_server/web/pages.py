@@ -269,15 +269,23 @@ def queues_html(data: dict[str, Any]) -> str:
             for w in q["workers"]
         )
         rate = f"{lag['rate_per_second']:.1f}/s" if lag.get("rate_per_second") is not None else "-"
+        wait = q["schedule_to_start"]
+        waited = "-"
+        if wait:
+            p95 = wait["p95_seconds_at_most"]
+            bound = age(int(p95 * 1000)) if p95 is not None else "5 min+"
+            waited = f"{age(int(wait['mean_seconds'] * 1000))} mean, p95 ≤ {bound}"
+
         rows.append(
             f'<tr data-queue="{escape(q["queue"])}"><td>{escape(q["queue"])}</td><td class="num">{q["ready"]}</td>'
             f'<td class="num">{q["delayed"]}</td><td class="num"{warn}>{age(q["oldest_ready_age_ms"])}</td>'
             f'<td class="num">{q["running"]}</td><td class="num">{q["in_local_run"]}</td>'
-            f'<td class="num">{rate}</td><td>{workers or "-"}</td></tr>'
+            f'<td class="num">{rate}</td><td class="num wait">{waited}</td><td>{workers or "-"}</td></tr>'
         )
     return (
         "<h2>Queues</h2><table><thead><tr><th>queue</th><th>ready</th><th>delayed</th><th>oldest ready</th>"
-        "<th>running</th><th>in local runs</th><th>throughput</th><th>workers polling</th></tr></thead>"
+        "<th>running</th><th>in local runs</th><th>throughput</th><th>schedule to start</th>"
+        "<th>workers polling</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
