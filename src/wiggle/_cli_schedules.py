@@ -117,11 +117,9 @@ def add_schedule_parser(sub: Any, helpers: Helpers) -> None:
         v.add_argument("--catchup-limit", type=int, default=0, help="ALL: the most missed ticks started")
         if name == "create":
             v.add_argument("--paused", action="store_true", help="create paused")
-        v.add_argument("--json", action="store_true")
         v.set_defaults(func=func)
     v = verbs.add_parser("list", help="list schedules with their next fire times")
     v.add_argument("--workflow")
-    v.add_argument("--json", action="store_true")
     v.set_defaults(func=list_)
     for name, method, text in (
         ("get", "get_schedule", "show a schedule"),
@@ -130,12 +128,10 @@ def add_schedule_parser(sub: Any, helpers: Helpers) -> None:
     ):
         v = verbs.add_parser(name, help=text)
         v.add_argument("schedule_id")
-        v.add_argument("--json", action="store_true")
         v.set_defaults(func=one(method))
     v = verbs.add_parser("delete", help="delete a schedule (its instances stay)")
     v.add_argument("schedule_id")
     v.set_defaults(func=delete)
     v = verbs.add_parser("trigger", help="start one instance of a schedule now; prints its id")
     v.add_argument("schedule_id")
-    v.add_argument("--json", action="store_true")
     v.set_defaults(func=trigger)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -23,8 +22,10 @@ import msgspec
 
 from ._cli_schedules import add_schedule_parser
 from ._engine.state import InstanceStatus
+from ._env import EnvError
+from ._logging import configure_logging
 from ._version import __version__
-from .errors import ErrorCode, WiggleError
+from .errors import ErrorCode, InvalidArgument, WiggleError
 
 __all__ = ["main"]
 
@@ -82,6 +83,8 @@ def _print_instance(info: Any, history: list[Any] | None = None) -> None:
             + (f" (id {s.signal_id})" if s.signal_id else "")
         )
     if history is not None:
+        from ._cli_views import print_history
+
         print("history")
         for e in history:
             took = f"{e.ended_at - e.started_at} ms" if e.started_at else ""
@@ -93,6 +96,7 @@ def _print_instance(info: Any, history: list[Any] | None = None) -> None:
             if e.error:
                 line += f"  error: {e.error}"
             print(line)
+        print_history(history, sys.stdout)
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -104,7 +108,7 @@ def _json_arg(text: str | None, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SystemExit(f"wiggle: {what} is not valid JSON: {exc}") from None
+        raise InvalidArgument(f"{what} is not valid JSON: {exc}") from None
 
 
 # ---------------------------------------------------------------------- commands
@@ -116,10 +120,10 @@ def cmd_server(args: argparse.Namespace) -> int:
 
     values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
     config = from_mapping(values)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     if config.processes > 1:
         if not config.database_url:
-            raise SystemExit("wiggle: --processes > 1 needs a PostgreSQL database (--database-url)")
+            raise InvalidArgument("--processes > 1 needs a PostgreSQL database (--database-url)")
         return _run_processes(config.processes)
     asyncio.run(serve(config, ready=lambda s: print(f"wiggle server listening on {s.target}", flush=True)))
     return 0
@@ -155,9 +159,10 @@ def _run_processes(n: int) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ._server.config import from_mapping
 
+    configure_logging()
     config = from_mapping({"database_url": args.database_url, "database_schema": args.database_schema})
     if not config.database_url:
-        raise SystemExit("wiggle: migrate needs --database-url or WIGGLE_DATABASE_URL")
+        raise InvalidArgument("migrate needs --database-url or WIGGLE_DATABASE_URL")
     from ._storage.postgres import migrate
 
     applied = asyncio.run(migrate(config.database_url, config.database_schema))
@@ -171,11 +176,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .testing import EmbeddedServer
 
     mode = ExecutionMode(args.mode.upper())
+    configure_logging(default_level="WARNING")
 
     async def run() -> int:
-        async with EmbeddedServer() as server:
+        async with EmbeddedServer(metrics_port=args.dashboard_port) as server:
             print(f"embedded server (in-memory store) on {server.target}")
-            worker = subprocess.Popen([sys.executable, "-m", "wiggle._demo", server.target, mode.value])
+            # the demo's own output is the point: its worker logs warnings (tracebacks) and up
+            env = {"WIGGLE_LOG_LEVEL": "WARNING", **os.environ}
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "wiggle._demo", server.target, mode.value], env=env
+            )
             print(f"worker process pid {worker.pid} serving workflow demo-orders in {mode.value} mode")
             try:
                 client = server.client
@@ -200,7 +210,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                         f"{info.correlation_id}: {info.status}{extra}  steps: {steps}  total_cents={info.context.get('total_cents')}"
                     )
                     ok = ok and info.status == InstanceStatus.COMPLETED
-                print("all instances COMPLETED" if ok else "some instances did not complete")
+                print("all instances COMPLETED" if ok else "some instances did not complete", flush=True)
+                if args.dashboard_port:
+                    await _serve_dashboard(server.server.http_port)
                 return 0 if ok else 1
             finally:
                 worker.terminate()
@@ -210,6 +222,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     worker.kill()
 
     return asyncio.run(run())
+
+
+async def _serve_dashboard(port: int) -> None:
+    """Keep the demo's server (and its dashboard) up until SIGINT / SIGTERM."""
+    print(f"dashboard on http://127.0.0.1:{port}/ (Ctrl-C to stop)", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -303,6 +325,18 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    from ._cli_views import print_history
+
+    with _client(args) as client:
+        history = client.history(args.instance_id)
+        if args.json:
+            _print_json(history)
+        else:
+            print_history(history, sys.stdout, tracebacks=not args.no_tracebacks, indent="")
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
         info, changed = client.cancel(args.instance_id, args.reason)
@@ -327,9 +361,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({"instances": items, "next_page_token": next_token})
             return 0
+        print(f"{'INSTANCE':<28}  {'WORKFLOW':<20} {'STATUS':<10} {'CREATED':<24}  CORRELATION")
         for i in items:
             print(
-                f"{i.instance_id}  {i.workflow:<20} {i.status:<10} {_when(i.created_at)}  {i.correlation_id}"
+                f"{i.instance_id:<28}  {i.workflow:<20} {i.status:<10} {_when(i.created_at):<24}  {i.correlation_id}"
             )
         if next_token:
             print(f"more: --page-token {next_token}")
@@ -369,14 +404,53 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    print(f"wiggle {__version__} on Python {sys.version.split()[0]}")
-    print(_impl_line())
-    try:
-        import psycopg
+    from ._cli_ops import doctor_checks
 
-        print(f"postgres driver: psycopg {psycopg.__version__}")
-    except ImportError:
-        print("postgres driver: not installed (pip install 'wiggle-workflows[postgres]')")
+    database_url = args.database_url or os.environ.get("WIGGLE_DATABASE_URL", "")
+    schema = args.database_schema or os.environ.get("WIGGLE_DATABASE_SCHEMA", "") or "wiggle"
+    checks = doctor_checks(args.target, database_url, schema)
+    if args.json:
+        _print_json([{"check": name, "ok": ok, "detail": detail} for name, ok, detail in checks])
+    else:
+        print(f"{'CHECK':<18} {'OK':<4} DETAIL")
+        for name, ok, detail in checks:
+            print(f"{name:<18} {'yes' if ok else 'NO':<4} {detail}")
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+def cmd_workflows(args: argparse.Namespace) -> int:
+    from ._cli_ops import print_workflows
+
+    with _client(args) as client:
+        items = client.list_workflows(args.name or "")
+        if args.json:
+            _print_json(items)
+        else:
+            print_workflows(items, sys.stdout)
+    return 0
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    from ._cli_ops import print_queues
+
+    with _client(args) as client:
+        items = client.queues()
+        if args.json:
+            _print_json(items)
+        else:
+            print_queues(items, sys.stdout)
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from ._cli_ops import describe
+
+    with _client(args) as client:
+        info = client.get_workflow(args.workflow, args.version or "")
+        if args.json:
+            _print_json(info)
+        else:
+            describe(info, sys.stdout)
     return 0
 
 
@@ -406,6 +480,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 
 
+def _parser_with(common: argparse.ArgumentParser) -> type[argparse.ArgumentParser]:
+    """A subcommand parser class that also accepts ``common``'s options (not for ``bench``)."""
+
+    class SubParser(argparse.ArgumentParser):
+        def __init__(self, **kwargs: Any) -> None:
+            if kwargs.get("add_help", True):
+                kwargs["parents"] = [*kwargs.get("parents", []), common]
+            super().__init__(**kwargs)
+
+    return SubParser
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ._server.config import SETTINGS, ServerConfig
 
@@ -432,7 +518,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="name to check the server certificate against (WIGGLE_TLS_SERVER_NAME)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    # The same options after the subcommand too (`wiggle list --target h:1 --json`): SUPPRESS
+    # leaves the value given before the subcommand (or the default) when they are absent.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--target", default=argparse.SUPPRESS, help="server host:port (WIGGLE_TARGET)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_parser_with(common))
 
     p = sub.add_parser("server", help="run a server (in-memory unless --database-url)")
     for field, var, text in SETTINGS:
@@ -450,7 +542,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="embedded server + a worker process + a sample workflow")
     p.add_argument("--instances", type=int, default=8)
-    p.add_argument("--mode", default="LOCAL_SYNC", help="SERVER, LOCAL_SYNC or LOCAL_ASYNC")
+    p.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=0,
+        help="serve the dashboard on this port and keep running until Ctrl-C (needs the dashboard extra)",
+    )
+    p.add_argument(
+        "--mode",
+        default="LOCAL_SYNC",
+        type=str.upper,
+        choices=["SERVER", "LOCAL_SYNC", "LOCAL_ASYNC"],
+        help="SERVER, LOCAL_SYNC or LOCAL_ASYNC",
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("start", help="start an instance")
@@ -471,19 +575,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait", action="store_true", help="wait until it finishes; exit 1 if it FAILED or was CANCELLED"
     )
     p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_start)
 
     p = sub.add_parser("get", help="show an instance")
     p.add_argument("instance_id")
     p.add_argument("--history", action="store_true", help="with every step attempt")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("history", help="an instance's step attempts, with each failure's traceback")
+    p.add_argument("instance_id")
+    p.add_argument("--no-tracebacks", action="store_true", help="the error lines only")
+    p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("cancel", help="cancel an instance")
     p.add_argument("instance_id")
     p.add_argument("--reason", default="cancelled by operator")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("list", help="list instances, newest first")
@@ -492,14 +598,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--correlation-id")
     p.add_argument("--page-size", type=int, default=50)
     p.add_argument("--page-token")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("complete-task", help="complete a user task")
     p.add_argument("instance_id")
     p.add_argument("name")
     p.add_argument("--data", help="JSON object merged into the context (or @file)")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_complete_task)
 
     add_schedule_parser(sub, (_client, _print_json, _json_arg, _when))
@@ -509,7 +613,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="JSON object: the signal's data (or @file)")
     p.add_argument("--id", dest="signal_id", help="a signal id: a second send with the same id is a no-op")
     p.add_argument("--sender", help="who sends it (recorded in the history)")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_signal)
 
     p = sub.add_parser("retry", help="resume a FAILED instance from the steps that failed (or --from NODE)")
@@ -519,11 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", help="who asks (recorded in the history; default user@host)")
     p.add_argument("--wait", action="store_true", help="wait until the instance finishes")
     p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_retry)
-
-    p = sub.add_parser("doctor", help="show the installation: version, hot-path implementation, drivers")
-    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("token", help="make a bearer token and its --auth-file identity entry")
     p.add_argument("name", help="the identity's name (a worker's ids are prefixed with it)")
@@ -532,6 +631,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--queue", action="append", help="a queue a worker may serve (repeatable; * for all)")
     p.set_defaults(func=cmd_token)
+
+    p = sub.add_parser(
+        "doctor", help="check the server, the schema, the extras and the hot-path implementation"
+    )
+    p.add_argument("--database-url", default=None, help="check this database's schema (WIGGLE_DATABASE_URL)")
+    p.add_argument("--database-schema", default=None)
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("workflows", help="list registered workflow versions")
+    p.add_argument("--name", help="only this workflow's versions")
+    p.set_defaults(func=cmd_workflows)
+
+    p = sub.add_parser("queues", help="queues: ready depth, oldest ready step, workers polling")
+    p.set_defaults(func=cmd_queues)
+
+    p = sub.add_parser("describe", help="a workflow's graph as text")
+    p.add_argument("workflow")
+    p.add_argument("--version", dest="version", help="a version (default: the latest)")
+    p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("bench", help="the end-to-end benchmark (see bench/README.md)", add_help=False)
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
@@ -546,10 +664,21 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_bench(argparse.Namespace(bench_args=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return code
+    except BrokenPipeError:
+        # `wiggle list | head`: the reader left. Point stdout at /dev/null so the interpreter's
+        # own flush at exit does not fail again, and exit as a process killed by SIGPIPE would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except WiggleError as exc:
         print(f"wiggle: {exc.code.name}: {exc}", file=sys.stderr)
         return EXIT_CODES.get(exc.code, 1)
+    except EnvError as exc:  # a malformed WIGGLE_* variable: bad input
+        print(f"wiggle: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -16,6 +16,8 @@ from ._client.types import (
     HistoryEntry,
     InstanceInfo,
     PendingSignalInfo,
+    QueueInfo,
+    QueueWorker,
     ScheduleInfo,
     SignalResult,
     TokenInfo,
@@ -33,6 +35,8 @@ __all__ = [
     "ScheduleInfo",
     "PendingSignalInfo",
     "SignalResult",
+    "QueueInfo",
+    "QueueWorker",
     "DEFAULT_TARGET",
     "Credentials",
 ]

@@ -410,6 +410,8 @@ TABLE: list[Row] = [
         ),
         PRECONDITION,
     ),
+    # ListQueues takes nothing: an empty request is the whole request
+    Row("ListQueues", "empty", lambda f: pb.ListQueuesRequest(), grpc.StatusCode.OK),
     # SignalInstance
     Row("SignalInstance", "empty", lambda f: pb.SignalInstanceRequest(), INVALID),
     Row(

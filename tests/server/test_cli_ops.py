@@ -129,3 +129,35 @@ async def test_get_shows_a_childs_parent_and_the_parents_child() -> None:
         assert "CHILD_STARTED" in shown.stdout and f"child: {child_id}" in shown.stdout
         kid = await wiggle(target, "get", child_id)
         assert f"parent     {info.instance_id} (token {info.instance_id}.1, depth 1)" in kid.stdout
+
+
+def declined(ctx: dict[str, Any]) -> dict[str, Any]:
+    raise RuntimeError("card declined")
+
+
+async def test_history_and_get_show_the_traceback_of_a_failed_step() -> None:
+    from wiggle import RetryPolicy
+
+    failing = Workflow.define("cli-declined").step(declined, retry=RetryPolicy.fixed(2, 0.01)).build()
+    async with EmbeddedServer() as server:
+        async with server.worker([failing]):
+            info = await server.client.start(failing, {})
+            done = await server.client.wait(info.instance_id, timeout=20)
+            assert done.status == "FAILED"
+        shown = await wiggle(server.target, "history", info.instance_id)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0].split() == ["ENDED", "NODE", "ATTEMPT", "OUTCOME", "TOOK", "WORKER"]
+        assert [ln.split()[3:5] for ln in lines if " declined " in ln] == [["1", "RETRY"], ["2", "FAILED"]]
+        assert shown.stdout.count("| Traceback (most recent call last):") == 2
+        assert "in declined\n" in shown.stdout and "| RuntimeError: card declined" in shown.stdout
+        brief = await wiggle(server.target, "history", info.instance_id, "--no-tracebacks")
+        assert "Traceback" not in brief.stdout and "error: RuntimeError: card declined" in brief.stdout
+        as_json = await wiggle(server.target, "history", info.instance_id, "--json")
+        entries = json.loads(as_json.stdout)
+        assert [e["outcome"] for e in entries if e["node_id"] == "declined"] == ["RETRY", "FAILED"]
+        assert all(e["traceback"].startswith("Traceback") for e in entries if e["node_id"] == "declined")
+        got = await wiggle(server.target, "get", info.instance_id, "--history")
+        assert got.stdout.count("| Traceback (most recent call last):") == 2
+        missing = await wiggle(server.target, "history", "wi-nope")
+        assert missing.returncode == 3 and "instance wi-nope does not exist" in missing.stderr

@@ -245,3 +245,26 @@ async def test_postgres_poller_woken_by_another_server(pg_layers: Any) -> None:
     store.hook = start_there
     (claimed,) = await asyncio.wait_for(here.poll("w", [queue], 1, 60.0), 40.0)
     assert claimed.token.instance_id == started[0]
+
+
+# ---------------------------------------------------------------------- failure tracebacks
+
+
+def test_a_long_traceback_keeps_its_head_and_tail_within_the_bound() -> None:
+    import re
+
+    from wiggle._server.failures import MAX_TRACEBACK_CHARS, bound_traceback
+
+    short = "Traceback (most recent call last):\nValueError: x\n"
+    assert bound_traceback(short) == short
+    frames = "".join(f"  frame {i}\n" for i in range(5000))
+    long = "Traceback (most recent call last):\n" + frames + "ValueError: end\n"
+    bounded = bound_traceback(long)
+    assert len(bounded) == MAX_TRACEBACK_CHARS
+    assert bounded.startswith("Traceback (most recent call last):\n  frame 0\n")
+    assert bounded.endswith("  frame 4999\nValueError: end\n")
+    match = re.search(r"\n\.\.\. (\d+) characters cut \.\.\.\n", bounded)
+    assert match is not None
+    head, tail = bounded[: match.start()], bounded[match.end() :]
+    assert long.startswith(head) and long.endswith(tail)
+    assert len(head) + int(match.group(1)) + len(tail) == len(long)  # the note counts what is gone

@@ -1,5 +1,6 @@
 """The Prometheus endpoint shows RPC counts and local-run handbacks."""
 
+import asyncio
 import socket
 import urllib.request
 
@@ -16,6 +17,11 @@ class Ctx(msgspec.Struct):
 def bump(c: Ctx) -> Ctx:
     c.n += 1
     return c
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return str(answer.read().decode())
 
 
 def _free_port() -> int:
@@ -38,7 +44,8 @@ async def test_metrics_endpoint_reports_rpcs_and_handbacks() -> None:
             info = await server.client.start(bp, Ctx())
             done = await server.client.result(info.instance_id, timeout=20)
             assert done.context == {"n": 2}
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        # in a thread: the HTTP port is served by this process's event loop
+        body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
     assert 'wiggle_rpc_calls_total{method="AdvanceRun"}' in body
     assert 'wiggle_local_run_handbacks_total{reason="TERMINAL"} 1.0' in body
     assert "wiggle_local_run_steps_bucket" in body

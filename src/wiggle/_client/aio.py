@@ -14,17 +14,24 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from .. import _tracing as tracing
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._security.credentials import Credentials
-from .._wire.convert import history_from_pb, instance_from_pb, signal_result_from_pb, workflow_from_pb
+from .._wire.convert import (
+    history_from_pb,
+    instance_from_pb,
+    queue_from_pb,
+    signal_result_from_pb,
+    workflow_from_pb,
+)
 from .._wire.schedules import schedule_from_pb
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
 from .targets import join_targets
-from .types import HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult, WorkflowInfo
+from .types import HistoryEntry, InstanceInfo, QueueInfo, ScheduleInfo, SignalResult, WorkflowInfo
 
 __all__ = ["AsyncClient"]
 
@@ -74,7 +81,7 @@ class AsyncClient:
     async def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
         # rpc is a stub method (untyped generated code); the caller converts the reply it returns
         try:
-            return await rpc(request, timeout=timeout)
+            return await rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from None
 
@@ -108,7 +115,8 @@ class AsyncClient:
         an error or a lost answer) returns the instance the first one started.
         """
         request = core.start_request(workflow, context, version, correlation_id, request_id)
-        return instance_from_pb(await self._call(self.stub.StartInstance, request))
+        with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
+            return instance_from_pb(await self._call(self.stub.StartInstance, request))
 
     async def start_many(
         self,
@@ -315,3 +323,8 @@ class AsyncClient:
         """Start one instance of a schedule now (whatever its overlap policy, even paused)."""
         request = pb.ScheduleRequest(schedule_id=schedule_id)
         return instance_from_pb(await self._call(self.stub.TriggerSchedule, request))
+
+    async def queues(self) -> builtins.list[QueueInfo]:
+        """Every queue with ready or leased steps, and the workers polling it (the answering node)."""
+        reply = await self._call(self.stub.ListQueues, pb.ListQueuesRequest())
+        return [queue_from_pb(q) for q in reply.queues]

@@ -17,6 +17,8 @@ __all__ = [
     "ScheduleInfo",
     "PendingSignalInfo",
     "SignalResult",
+    "QueueInfo",
+    "QueueWorker",
 ]
 
 
@@ -87,6 +89,7 @@ class HistoryEntry(msgspec.Struct, frozen=True):
     outcome: str
     error: str
     child_id: str = ""  # a SUB_WORKFLOW entry: the child instance
+    traceback: str = ""  # a failed attempt's traceback, as the worker sent it (bounded)
 
 
 class WorkflowInfo(msgspec.Struct, frozen=True):
@@ -134,3 +137,23 @@ class SignalResult(msgspec.Struct, frozen=True):
     def delivered(self) -> bool:
         """True if a waiting token took the signal now."""
         return self.outcome == "DELIVERED"
+
+
+class QueueWorker(msgspec.Struct, frozen=True):
+    """A worker polling a queue, as the answering server node saw it."""
+
+    worker_id: str
+    last_seen: int  # ms: its last poll on that node
+    in_flight: int  # steps it holds on the queue
+
+
+class QueueInfo(msgspec.Struct, frozen=True):
+    """A queue right now: steps ready (due), delayed (retry backoff), leased; who polls it."""
+
+    queue: str
+    ready: int
+    delayed: int
+    oldest_ready_age_millis: int
+    running: int
+    in_local_run: int
+    workers: tuple[QueueWorker, ...] = ()

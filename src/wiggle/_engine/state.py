@@ -185,6 +185,7 @@ class Instance(msgspec.Struct):
     parent_id: str = ""  # a sub-workflow's parent instance (docs/semantics.md#sub-workflows)
     parent_token: str = ""  # the parent token waiting for this child
     depth: int = 0  # 0 for a top-level instance, parent's + 1 for a child
+    traceparent: str = ""  # W3C trace context of the start (tracing; docs/semantics.md#tracing)
 
 
 class Token(msgspec.Struct):
@@ -225,6 +226,7 @@ class HistoryEntry(msgspec.Struct):
     outcome: str  # a HistoryOutcome (a plain str once loaded back from a store)
     error: str = ""
     child_id: str = ""  # a SUB_WORKFLOW entry: the child instance
+    traceback: str = ""  # a failed attempt's traceback as the worker sent it (bounded), else ""
 
 
 class Changes:

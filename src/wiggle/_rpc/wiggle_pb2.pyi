@@ -271,7 +271,7 @@ class GetHistoryRequest(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ...) -> None: ...
 
 class HistoryEntry(_message.Message):
-    __slots__ = ("token_id", "node_id", "attempt", "worker_id", "started_at", "ended_at", "outcome", "error", "kind", "child_id")
+    __slots__ = ("token_id", "node_id", "attempt", "worker_id", "started_at", "ended_at", "outcome", "error", "kind", "child_id", "traceback")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -282,6 +282,7 @@ class HistoryEntry(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     CHILD_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     token_id: str
     node_id: str
     attempt: int
@@ -292,7 +293,8 @@ class HistoryEntry(_message.Message):
     error: str
     kind: str
     child_id: str
-    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[int] = ..., ended_at: _Optional[int] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., kind: _Optional[str] = ..., child_id: _Optional[str] = ...) -> None: ...
+    traceback: str
+    def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_at: _Optional[int] = ..., ended_at: _Optional[int] = ..., outcome: _Optional[str] = ..., error: _Optional[str] = ..., kind: _Optional[str] = ..., child_id: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class GetHistoryResponse(_message.Message):
     __slots__ = ("entries",)
@@ -313,7 +315,7 @@ class PollTasksRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., wait_millis: _Optional[int] = ...) -> None: ...
 
 class TaskActivation(_message.Message):
-    __slots__ = ("task_id", "instance_id", "workflow", "version", "node_id", "attempt", "context_json", "lease_owner", "lease_expires_at", "queue", "kind", "correlation_id", "execution_mode", "max_local_steps", "lease_millis", "max_payload_bytes")
+    __slots__ = ("task_id", "instance_id", "workflow", "version", "node_id", "attempt", "context_json", "lease_owner", "lease_expires_at", "queue", "kind", "correlation_id", "execution_mode", "max_local_steps", "lease_millis", "max_payload_bytes", "traceparent")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
@@ -330,6 +332,7 @@ class TaskActivation(_message.Message):
     MAX_LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MILLIS_FIELD_NUMBER: _ClassVar[int]
     MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     instance_id: str
     workflow: str
@@ -346,7 +349,8 @@ class TaskActivation(_message.Message):
     max_local_steps: int
     lease_millis: int
     max_payload_bytes: int
-    def __init__(self, task_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., context_json: _Optional[bytes] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., queue: _Optional[str] = ..., kind: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_mode: _Optional[str] = ..., max_local_steps: _Optional[int] = ..., lease_millis: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, task_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., context_json: _Optional[bytes] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., queue: _Optional[str] = ..., kind: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_mode: _Optional[str] = ..., max_local_steps: _Optional[int] = ..., lease_millis: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class PollTasksResponse(_message.Message):
     __slots__ = ("tasks",)
@@ -367,18 +371,20 @@ class CompleteTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ...) -> None: ...
 
 class FailTaskRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "message", "retryable", "release")
+    __slots__ = ("task_id", "lease_owner", "message", "retryable", "release", "traceback")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     message: str
     retryable: bool
     release: bool
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., release: _Optional[bool] = ...) -> None: ...
+    traceback: str
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., release: _Optional[bool] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class HeartbeatTaskRequest(_message.Message):
     __slots__ = ("task_id", "lease_owner")
@@ -417,20 +423,22 @@ class StepResult(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ..., failure: _Optional[_Union[StepFailure, _Mapping]] = ...) -> None: ...
 
 class AdvanceRunRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason")
+    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason", "failure_traceback")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     STEPS_BATCH_FIELD_NUMBER: _ClassVar[int]
     HANDBACK_REASON_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     steps: _containers.RepeatedCompositeFieldContainer[StepResult]
     final: bool
     steps_batch: bytes
     handback_reason: str
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ...) -> None: ...
+    failure_traceback: str
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ..., failure_traceback: _Optional[str] = ...) -> None: ...
 
 class AdvanceRunResult(_message.Message):
     __slots__ = ("instance_status", "lease_expires_at", "parked_task_id", "token_status", "applied_steps")
@@ -577,3 +585,43 @@ class DeleteScheduleResponse(_message.Message):
     DELETED_FIELD_NUMBER: _ClassVar[int]
     deleted: bool
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueWorker(_message.Message):
+    __slots__ = ("worker_id", "last_seen", "in_flight")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    last_seen: int
+    in_flight: int
+    def __init__(self, worker_id: _Optional[str] = ..., last_seen: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+
+class QueueInfo(_message.Message):
+    __slots__ = ("queue", "ready", "delayed", "oldest_ready_age_millis", "running", "in_local_run", "workers")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    IN_LOCAL_RUN_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    ready: int
+    delayed: int
+    oldest_ready_age_millis: int
+    running: int
+    in_local_run: int
+    workers: _containers.RepeatedCompositeFieldContainer[QueueWorker]
+    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_ready_age_millis: _Optional[int] = ..., running: _Optional[int] = ..., in_local_run: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[QueueWorker, _Mapping]]] = ...) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues", "now")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
+    now: int
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ..., now: _Optional[int] = ...) -> None: ...

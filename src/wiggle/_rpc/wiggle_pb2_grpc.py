@@ -94,6 +94,11 @@ class WiggleControlPlaneStub:
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.RetryInstanceRequest.SerializeToString,
                 response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.FromString,
                 _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/ListQueues',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
         self.PollTasks = channel.unary_unary(
                 '/wiggle.v1.WiggleControlPlane/PollTasks',
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.PollTasksRequest.SerializeToString,
@@ -243,6 +248,13 @@ class WiggleControlPlaneServicer:
 
     def RetryInstance(self, request, context):
         """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """Operating: every queue with ready or leased steps, and the workers polling it (this node).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -402,6 +414,11 @@ def add_WiggleControlPlaneServicer_to_server(servicer, server):
                     servicer.RetryInstance,
                     request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.RetryInstanceRequest.FromString,
                     response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.SerializeToString,
             ),
             'PollTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.PollTasks,
@@ -798,6 +815,33 @@ class WiggleControlPlane:
             '/wiggle.v1.WiggleControlPlane/RetryInstance',
             wiggle_dot___rpc_dot_wiggle__pb2.RetryInstanceRequest.SerializeToString,
             wiggle_dot___rpc_dot_wiggle__pb2.InstanceInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/ListQueues',
+            wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

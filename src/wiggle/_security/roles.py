@@ -40,6 +40,7 @@ RPC_ROLES: dict[str, frozenset[Role]] = {
     "GetInstance": _READ,
     "ListInstances": _READ,
     "GetHistory": _READ,
+    "ListQueues": _READ,
     "CompleteUserTask": _CLIENT,
     "SignalInstance": _CLIENT,
     "CancelInstance": _ADMIN,

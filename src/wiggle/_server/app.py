@@ -20,7 +20,10 @@ from ..errors import FailedPrecondition
 from .config import ServerConfig
 from .exposure import Security, build_security
 from .guard import AuthInterceptor, RequestGuard
+from .http_port import HttpPort, open_http_port
+from .http_security import HttpSecurity
 from .instances import Instances
+from .lag import QueueLagMonitor
 from .service import ControlPlane, Metrics
 
 __all__ = ["WiggleServer", "make_store", "serve"]
@@ -79,6 +82,25 @@ class WiggleServer:
         self._stopping = asyncio.Event()
         self._metrics_server: Any = None
         self.security: Security | None = None  # built at start (wiggle/_server/exposure.py)
+        self._http: HttpPort | None = None  # the HTTP port (dashboard, /metrics), if configured
+        self.http_security: HttpSecurity | None = None  # TLS and access control of the HTTP port
+        c = self.config
+        self.lag = QueueLagMonitor(
+            self.store,
+            c.queue_lag_warn_millis,
+            c.queue_lag_clear_millis or c.queue_lag_warn_millis // 2,
+            c.queue_lag_interval_millis / 1000,
+            self.service.pollers.dispatched,
+        )
+
+    def serving(self) -> bool:
+        """The gRPC port is up and the server is not stopping (/readyz)."""
+        return self._server is not None and not self._stopping.is_set()
+
+    @property
+    def http_port(self) -> int:
+        """The bound HTTP port (dashboard, /metrics), 0 if none."""
+        return self._http.port if self._http is not None else 0
 
     @property
     def target(self) -> str:
@@ -122,6 +144,7 @@ class WiggleServer:
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.SERVING)
         await _set_health(self._health, SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._tasks.append(asyncio.ensure_future(self.instances.clock_loop(self._stopping)))
+        self._tasks.append(asyncio.ensure_future(self.lag.run(self._stopping)))
         self._tasks.append(
             asyncio.ensure_future(
                 self.instances.purge_loop(
@@ -132,7 +155,8 @@ class WiggleServer:
         if security.tls is not None or security.identities is not None:
             self._tasks.append(asyncio.ensure_future(self._reload_loop(security)))
         if self.config.metrics_port:
-            self._start_metrics()
+            self.http_security = HttpSecurity(security.tls, security.authenticator, self.config.open_metrics)
+            self._http = await open_http_port(self)
         log.info(
             "wiggle server on %s (%s store, default mode %s)",
             self.target,
@@ -140,18 +164,6 @@ class WiggleServer:
             self.config.execution_mode.value,
         )
         return self.port
-
-    def _start_metrics(self) -> None:
-        try:
-            from .metrics_http import start_metrics_server
-        except ImportError as exc:  # the metrics extra is not installed
-            log.warning("WIGGLE_METRICS_PORT is set but metrics are unavailable: %s", exc)
-            return
-        from .http_security import HttpSecurity
-
-        security = self.security or Security()
-        http = HttpSecurity(security.tls, security.authenticator, self.config.open_metrics)
-        self._metrics_server = start_metrics_server(self.config.host, self.config.metrics_port, self, http)
 
     async def _reload_loop(self, security: Security) -> None:
         # gRPC re-reads changed certificates at each handshake by itself; this loop keeps the
@@ -180,6 +192,9 @@ class WiggleServer:
         self._tasks.clear()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         await self.store.close()
 
     async def wait(self) -> None:
@@ -198,8 +213,6 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     """Run a server until SIGINT/SIGTERM, then stop gracefully."""
     server = WiggleServer(config)
     await server.start()
-    if ready is not None:
-        ready(server)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -207,6 +220,8 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
             loop.add_signal_handler(sig, stop.set)
     with contextlib.suppress(NotImplementedError, AttributeError):  # no SIGHUP on Windows
         loop.add_signal_handler(signal.SIGHUP, server.reload)
+    if ready is not None:  # after the handlers: a SIGTERM right after "listening" stops gracefully
+        ready(server)
     await stop.wait()
     log.info("stopping (grace 5 s)")
     await server.stop(5.0)

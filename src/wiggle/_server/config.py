@@ -10,7 +10,7 @@ import msgspec
 from .._model import ExecutionMode
 from ..errors import InvalidArgument
 
-__all__ = ["ServerConfig", "SETTINGS"]
+__all__ = ["ServerConfig", "SETTINGS", "BOUNDS", "check_config"]
 
 
 class ServerConfig(msgspec.Struct, kw_only=True):
@@ -40,6 +40,9 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     # bounds
     max_live_instances: int = 100_000  # memory store: instances held at once; 0: no bound
     purge_interval_seconds: float = 60.0  # how often finished instances past retention are purged
+    queue_lag_warn_millis: int = 30_000  # a queue whose oldest ready step waited this long lags
+    queue_lag_clear_millis: int = 0  # ... until that age is below this (0: half the warning)
+    queue_lag_interval_millis: int = 5_000  # how often the queue-lag monitor looks
 
 
 #: (field, env var, help) for every setting, in the order the README documents them.
@@ -94,6 +97,17 @@ SETTINGS: list[tuple[str, str, str]] = [
         "WIGGLE_PURGE_INTERVAL",
         "seconds between purges of instances finished longer than the retention (60)",
     ),
+    (
+        "queue_lag_warn_millis",
+        "WIGGLE_QUEUE_LAG_WARN_MILLIS",
+        "warn when a queue's oldest ready step waited this long (30000)",
+    ),
+    (
+        "queue_lag_clear_millis",
+        "WIGGLE_QUEUE_LAG_CLEAR_MILLIS",
+        "the lag ends below this age; 0: half the warning threshold (hysteresis)",
+    ),
+    ("queue_lag_interval_millis", "WIGGLE_QUEUE_LAG_INTERVAL_MILLIS", "how often queues are checked (5000)"),
 ]
 
 _TRUE = ("1", "true", "yes", "on")
@@ -140,4 +154,37 @@ def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = N
             kwargs[field] = _convert(field, str(value)) if isinstance(value, str) else value
     if "execution_mode" in kwargs and kwargs["execution_mode"] is ExecutionMode.DEFAULT:
         raise InvalidArgument("WIGGLE_EXECUTION_MODE must be SERVER, LOCAL_SYNC or LOCAL_ASYNC, not DEFAULT")
-    return ServerConfig(**kwargs)  # type: ignore[arg-type]
+    return check_config(ServerConfig(**kwargs))  # type: ignore[arg-type]
+
+
+#: The smallest (and largest) value each numeric setting accepts (docs: README "Configuration").
+BOUNDS: dict[str, tuple[int, int]] = {
+    "port": (0, 65535),
+    "metrics_port": (0, 65535),
+    "lease_millis": (100, 24 * 3600 * 1000),
+    "max_local_steps": (0, 1 << 31),
+    "max_payload_bytes": (1024, 1 << 30),
+    "max_instance_steps": (1, 1 << 62),
+    "retention_seconds": (0, 100 * 365 * 24 * 3600),
+    "pool_size": (1, 1000),
+    "processes": (1, 256),
+    "queue_lag_warn_millis": (1, 7 * 24 * 3600 * 1000),
+    "queue_lag_clear_millis": (0, 7 * 24 * 3600 * 1000),
+    "queue_lag_interval_millis": (10, 3600 * 1000),
+}
+
+
+def check_config(config: ServerConfig) -> ServerConfig:
+    """``config`` if every numeric setting is within BOUNDS; else InvalidArgument naming it."""
+    names = {field: var for field, var, _ in SETTINGS}
+    for field, (low, high) in BOUNDS.items():
+        value = getattr(config, field)
+        if not low <= value <= high:
+            flag = "--" + field.replace("_", "-")
+            raise InvalidArgument(f"{flag} ({names[field]}) must be between {low} and {high}, got {value}")
+    if config.queue_lag_clear_millis >= config.queue_lag_warn_millis:
+        raise InvalidArgument(
+            f"--queue-lag-clear-millis ({config.queue_lag_clear_millis}) must be below "
+            f"--queue-lag-warn-millis ({config.queue_lag_warn_millis}): the lag must end below where it starts"
+        )
+    return config

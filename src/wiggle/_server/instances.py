@@ -44,8 +44,11 @@ from .._storage.base import (
 )
 from .._storage.notifier import wait_event
 from ..errors import InvalidArgument, NotFound, Unavailable
+from .failures import attach_traceback, failed_step
+from .operator import record_action
 from .schedules import Schedules
 from .subflows import ORPHAN_SWEEP_MILLIS, SubWorkflows, check_children_registered, due_child
+from .timings import Timings
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
@@ -77,22 +80,30 @@ class Instances:
         self.schedules = Schedules(store, self.engine)  # schedule operations and their clock duty
         self.subflows = SubWorkflows(self)
         self._next_orphan_sweep = 0
+        self.timings = Timings()  # histograms and outcomes for /metrics (wiggle/_server/timings.py)
 
     def now(self) -> int:
         """The current time in ms, as transitions see it."""
         return now_millis()
 
     async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
-        """``Store.mutate``, then the sub-workflow follow-ups of what it committed (a finished child
-        wakes its parent; a cancelled waiting token cancels its child)."""
+        """``Store.mutate``, observed (latency, the transition's steps and outcome: /metrics), then
+        the sub-workflow follow-ups of what it committed (a finished child wakes its parent; a
+        cancelled waiting token cancels its child)."""
+        timings = self.timings
         committed: list[Changes] = []
 
         def run(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
             result, changes = action(loaded, state, now)
+            timings.changed(loaded, state, changes)
             committed[:] = [changes] if changes is not None else []
             return result, changes
 
-        result, state = await self.store.mutate(instance_id, missing, run)
+        started = time.perf_counter()
+        try:
+            result, state = await self.store.mutate(instance_id, missing, run)
+        finally:
+            timings.mutation.observe(("mutate",), time.perf_counter() - started)
         if committed:
             await self.subflows.follow_up(state, committed[0])
         return result, state
@@ -128,17 +139,24 @@ class Instances:
     # ------------------------------------------------------------------ instances
 
     async def start(
-        self, name: str, version: str, context: dict[str, Any], correlation_id: str, request_id: str = ""
+        self,
+        name: str,
+        version: str,
+        context: dict[str, Any],
+        correlation_id: str,
+        request_id: str = "",
+        traceparent: str = "",
     ) -> InstanceView:
         """Start an instance of ``name`` (latest version unless pinned).
 
         With a ``request_id`` already used, the instance that start created, as it is now
-        (docs/semantics.md#idempotent-starts).
+        (docs/semantics.md#idempotent-starts). ``traceparent``: the caller's trace (tracing).
         """
         record = await self.store.get_workflow(name, version)
         await check_children_registered(record.loaded.definition, self.store.get_workflow)
         now = now_millis()
         state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
+        state.instance.traceparent = traceparent
         (instance_id,) = await self.store.insert_many([NewInstance(state, changes, request_id)])
         if instance_id == state.instance.id:
             return self.store.view(state)
@@ -158,6 +176,7 @@ class Instances:
         """
         record = await self.store.get_workflow(name, version)
         loaded = record.loaded
+        await check_children_registered(loaded.definition, self.store.get_workflow)
         start = self.engine.start
         items: list[NewInstance] = []
         for i, context in enumerate(contexts):
@@ -197,21 +216,31 @@ class Instances:
         """Every recorded step attempt and event of an instance, in order."""
         return await self.store.history(instance_id)
 
-    async def cancel(self, instance_id: str, reason: str) -> tuple[InstanceView, bool]:
-        """Cancel; (view, changed). A finished instance is left alone (changed False)."""
+    async def cancel(self, instance_id: str, reason: str, actor: str = "") -> tuple[InstanceView, bool]:
+        """Cancel; (view, changed). A finished instance is left alone (changed False).
+
+        ``actor`` (an operator) is recorded in the history with the cancellation.
+        """
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[bool, Changes | None]:
             changed, changes = self.engine.cancel(state, reason, now)
+            if changed and actor:
+                record_action(changes, state, actor, "CANCELLED", "", reason, now)
             return changed, changes if changed else None
 
         changed, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state), changed
 
-    async def complete_user_task(self, instance_id: str, name: str, payload: dict[str, Any]) -> InstanceView:
-        """Complete the user task ``name`` the instance awaits."""
+    async def complete_user_task(
+        self, instance_id: str, name: str, payload: dict[str, Any], actor: str = ""
+    ) -> InstanceView:
+        """Complete the user task ``name`` the instance awaits (``actor``: recorded in the history)."""
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
-            return None, self.engine.complete_user_task(loaded, state, name, payload, now)
+            changes = self.engine.complete_user_task(loaded, state, name, payload, now)
+            if actor:
+                record_action(changes, state, actor, "COMPLETED", name, "user task completed", now)
+            return None, changes
 
         _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         return self.store.view(state)
@@ -245,10 +274,12 @@ class Instances:
         if not queues or max_tasks <= 0:
             return []
         claim = self.engine.claim
+        timings = self.timings
 
         def transition(
             loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
         ) -> Claimed:
+            timings.claimed(loaded, token, now)
             return claim(loaded, state, token, worker_id, now, changes)
 
         return await self.store.claim(worker_id, queues, max_tasks, transition)
@@ -302,14 +333,23 @@ class Instances:
         return state.instance.status
 
     async def fail(
-        self, token_id: str, owner: str, message: str, retryable: bool, release: bool = False
+        self,
+        token_id: str,
+        owner: str,
+        message: str,
+        retryable: bool,
+        traceback: str = "",
+        release: bool = False,
     ) -> str:
-        """FailTask (with ``release``: give the step back, no attempt consumed); the instance status."""
+        """FailTask; the instance status. ``traceback`` (bounded) goes on the attempt's history
+        entry; with ``release`` the step is given back, no attempt consumed (docs/semantics.md#mixed-fleets)."""
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
             if release:
                 return None, self.engine.release(loaded, state, token_id, owner, message, now)
-            return None, self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
+            changes = self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
+            attach_traceback(changes, None, message, traceback)
+            return None, changes
 
         _, state = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status
@@ -320,20 +360,34 @@ class Instances:
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
             return self.engine.heartbeat(state, token_id, owner, now)
 
-        expires, state = await self.store.mutate(
-            token_instance_id(token_id), _token_missing(token_id), action
-        )
+        expires, state = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return state.instance.status, expires
 
     async def advance_run(
-        self, token_id: str, owner: str, steps: Sequence[StepRecord], final: bool, reason: str
+        self,
+        token_id: str,
+        owner: str,
+        steps: Sequence[StepRecord],
+        final: bool,
+        reason: str,
+        failure_traceback: str = "",
     ) -> AdvanceOutcome:
-        """AdvanceRun: apply a local run's steps (see Engine.advance_run)."""
+        """AdvanceRun: apply a local run's steps (see Engine.advance_run).
+
+        ``failure_traceback`` belongs to the batch's failed last step (if any) and goes on its
+        history entry.
+        """
+        failed = failed_step(steps)
 
         def action(
             loaded: LoadedDefinition, state: InstanceState, now: int
         ) -> tuple[AdvanceOutcome, Changes]:
-            return self.engine.advance_run(loaded, state, token_id, owner, steps, final, now, reason)
+            outcome, changes = self.engine.advance_run(
+                loaded, state, token_id, owner, steps, final, now, reason
+            )
+            if failed is not None:
+                attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
+            return outcome, changes
 
         outcome, _ = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
         return outcome

@@ -20,9 +20,10 @@ import msgspec
 from google.protobuf.message import Message
 
 from .. import _fast
+from .. import _tracing as tracing
 from .._engine.engine import EngineConfig
 from .._engine.records import StepRecord
-from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus
+from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus, now_millis
 from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -33,6 +34,7 @@ from .._wire.status import to_grpc
 from ..errors import InvalidArgument
 from .faults import status_of
 from .instances import MAX_WAIT_SECONDS, Instances
+from .pollers import Pollers
 from .schedule_service import ScheduleHandlers
 from .session import serve_session
 
@@ -134,6 +136,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         self.instances = instances
         self.metrics = metrics or Metrics()
         self.limits = limits or ServiceLimits.from_config(instances.config)
+        self.pollers = Pollers()  # the workers polling this node (the dashboard's Queues page)
         self.routes: dict[str, Route[Any, Message]] = {
             "RegisterWorkflow": Route(pb.RegisterWorkflowRequest, self.register_workflow),
             "GetWorkflow": Route(pb.GetWorkflowRequest, self.get_workflow),
@@ -145,6 +148,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             "CancelInstance": Route(pb.CancelInstanceRequest, self.cancel_instance),
             "CompleteUserTask": Route(pb.CompleteUserTaskRequest, self.complete_user_task),
             "GetHistory": Route(pb.GetHistoryRequest, self.get_history),
+            "ListQueues": Route(pb.ListQueuesRequest, self.list_queues),
             "PollTasks": Route(pb.PollTasksRequest, self.poll_tasks),
             "CompleteTask": Route(pb.CompleteTaskRequest, self.complete_task),
             "FailTask": Route(pb.FailTaskRequest, self.fail_task),
@@ -183,6 +187,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             raise
 
     async def _unary(self, method: str, request: Message, context: Context, reply: type[R]) -> R:
+        if tracing.ENABLED:  # the caller's trace context, for the handler's span (each call is a task)
+            tracing.set_incoming(context.invocation_metadata())
         try:
             return cast(R, await self.dispatch(method, request))
         except Exception as exc:  # CancelledError is a BaseException and passes through
@@ -241,6 +247,9 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
 
     async def GetHistory(self, request: pb.GetHistoryRequest, context: Context) -> pb.GetHistoryResponse:
         return await self._unary("GetHistory", request, context, pb.GetHistoryResponse)
+
+    async def ListQueues(self, request: pb.ListQueuesRequest, context: Context) -> pb.ListQueuesResponse:
+        return await self._unary("ListQueues", request, context, pb.ListQueuesResponse)
 
     async def PollTasks(self, request: pb.PollTasksRequest, context: Context) -> pb.PollTasksResponse:
         return await self._unary("PollTasks", request, context, pb.PollTasksResponse)
@@ -330,9 +339,16 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         _optional_name(request.correlation_id, "correlation_id")
         _optional_name(request.request_id, "request_id")
         ctx = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
-        view = await self.instances.start(
-            request.workflow, request.version, ctx, request.correlation_id, request.request_id
-        )
+        attributes = {"wiggle.workflow": request.workflow}
+        with tracing.span("wiggle.StartInstance", tracing.SERVER, tracing.incoming(), attributes):
+            view = await self.instances.start(
+                request.workflow,
+                request.version,
+                ctx,
+                request.correlation_id,
+                request_id=request.request_id,
+                traceparent=tracing.traceparent(),
+            )
         return convert.instance_to_pb(view)
 
     async def start_instances(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
@@ -450,6 +466,13 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         entries = await self.instances.history(request.instance_id)
         return pb.GetHistoryResponse(entries=[convert.history_to_pb(e) for e in entries])
 
+    async def list_queues(self, request: pb.ListQueuesRequest) -> pb.ListQueuesResponse:
+        """Every queue with ready or leased steps, and the workers polling it on this node."""
+        now = now_millis()
+        stats = await self.instances.store.queue_stats(now)
+        pollers = [(p.worker_id, p.last_seen, p.queues) for p in self.pollers.snapshot()]
+        return convert.queues_to_pb(stats, pollers, now)
+
     # ------------------------------------------------------------------ workers
 
     async def poll_tasks(self, request: pb.PollTasksRequest) -> pb.PollTasksResponse:
@@ -465,7 +488,10 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         if not 1 <= max_tasks <= limit:
             raise InvalidArgument(f"max_tasks must be between 1 and {limit}, got {max_tasks}")
         wait = _wait_seconds(request.wait_millis, self.limits)
+        self.pollers.seen(request.worker_id, queues)
         claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
+        if claimed:
+            self.pollers.claimed(c.token.queue for c in claimed)
         config = self.instances.config
         return pb.PollTasksResponse(tasks=[convert.activation_to_pb(c, config) for c in claimed])
 
@@ -490,7 +516,8 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             request.lease_owner,
             request.message or "step failed",
             request.retryable,
-            request.release,
+            traceback=request.traceback,
+            release=request.release,
         )
         return pb.ReportResult(instance_status=status)
 
@@ -517,7 +544,12 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         else:
             steps = [convert.step_record_from_pb(s) for s in request.steps]
         outcome = await self.instances.advance_run(
-            request.task_id, request.lease_owner, steps, request.final, request.handback_reason
+            request.task_id,
+            request.lease_owner,
+            steps,
+            request.final,
+            request.handback_reason,
+            request.failure_traceback,
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
             self.metrics.observe_run(outcome.applied_steps, request.handback_reason)

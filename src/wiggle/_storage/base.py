@@ -18,6 +18,7 @@ import msgspec
 from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import Changes, HistoryEntry, Instance, InstanceState, Token
 from .notifier import Notifier, ready_counts
+from .ops import NodeInfo, QueueStat, Readiness
 from .schedules import ScheduleStore
 
 __all__ = [
@@ -184,6 +185,24 @@ class Store(abc.ABC):
     async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` RUNNING sub-workflow children whose parent is finished or gone:
         (child id, parent id). docs/semantics.md#sub-workflows."""
+        return []
+
+    # ------------------------------------------------------------------ operating (issue #13)
+
+    async def count_by_status(self) -> dict[str, dict[str, int]]:
+        """Instances per workflow and status: {workflow: {status: n}}."""
+        return {}
+
+    async def queue_stats(self, now: int) -> list[QueueStat]:
+        """Every queue with READY or leased tokens, at ``now`` (ms)."""
+        return []
+
+    async def readiness(self) -> Readiness:
+        """Whether the store can serve now (reachable, schema current)."""
+        return Readiness(ready=True, detail="ready")
+
+    async def cluster_nodes(self) -> list[NodeInfo]:
+        """The server nodes sharing this store."""
         return []
 
     @staticmethod

@@ -36,6 +36,7 @@ from .base import (
     Store,
     WorkflowRecord,
 )
+from .ops import NodeInfo, QueueStat
 from .schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
@@ -345,3 +346,37 @@ class MemoryStore(Store):
         if doomed:
             self._ids = [i for i in self._ids if i in self._instances]
         return len(doomed)
+
+    # ------------------------------------------------------------------ operating (issue #13)
+
+    async def count_by_status(self) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for state in self._instances.values():
+            inst = state.instance
+            per = counts.setdefault(inst.workflow, {})
+            per[str(inst.status)] = per.get(str(inst.status), 0) + 1
+        return counts
+
+    async def queue_stats(self, now: int) -> list[QueueStat]:
+        stats: dict[str, QueueStat] = {}
+        for state in self._instances.values():
+            for token in state.tokens.values():
+                if token.status == TokenStatus.READY:
+                    stat = stats.setdefault(token.queue, QueueStat(queue=token.queue))
+                    if token.available_at > now:
+                        stat.delayed += 1
+                        continue
+                    stat.ready += 1
+                    if not stat.oldest_ready_at or token.available_at < stat.oldest_ready_at:
+                        stat.oldest_ready_at = token.available_at
+                elif token.status == TokenStatus.RUNNING:
+                    stat = stats.setdefault(token.queue, QueueStat(queue=token.queue))
+                    stat.running += 1
+                    if token.local_run_owner:
+                        stat.in_local_run += 1
+                    owner = token.lease_owner or token.local_run_owner
+                    stat.in_flight = {**stat.in_flight, owner: stat.in_flight.get(owner, 0) + 1}
+        return [stats[q] for q in sorted(stats)]
+
+    async def cluster_nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(node_id="memory", this_node=True, clock_leader=True, last_seen=now_millis())]

@@ -6,6 +6,7 @@ Client side: protobuf replies -> the client's value types (wiggle/_client/types.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -14,6 +15,8 @@ from .._client.types import (
     HistoryEntry,
     InstanceInfo,
     PendingSignalInfo,
+    QueueInfo,
+    QueueWorker,
     SignalResult,
     TokenInfo,
     WorkflowInfo,
@@ -25,9 +28,12 @@ from .._engine.state import Token
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._storage.base import InstanceView, WorkflowRecord
+from .._storage.ops import QueueStat
 from .payload import decode_object
 
 __all__ = [
+    "queues_to_pb",
+    "queue_from_pb",
     "token_to_pb",
     "instance_to_pb",
     "history_to_pb",
@@ -109,6 +115,7 @@ def history_to_pb(entry: StateHistoryEntry) -> pb.HistoryEntry:
         error=entry.error,
         kind=entry.kind,
         child_id=entry.child_id,
+        traceback=entry.traceback,
     )
 
 
@@ -144,6 +151,7 @@ def activation_to_pb(claimed: Claimed, config: EngineConfig) -> pb.TaskActivatio
         max_local_steps=claimed.max_local_steps,
         lease_millis=config.lease_millis,
         max_payload_bytes=config.max_payload_bytes,
+        traceparent=inst.traceparent,
     )
 
 
@@ -219,6 +227,7 @@ def history_from_pb(msg: pb.HistoryEntry) -> HistoryEntry:
         outcome=msg.outcome,
         error=msg.error,
         child_id=msg.child_id,
+        traceback=msg.traceback,
     )
 
 
@@ -246,3 +255,44 @@ def step_record_from_pb(step: pb.StepResult) -> StepRecord:
     if which == "failure":
         return StepFailed(step.node_id, step.failure.message or "step failed", step.failure.retryable)
     return TaskDone(step.node_id, {}, [])
+
+
+def queues_to_pb(
+    stats: Sequence[QueueStat], pollers: Sequence[tuple[str, int, Sequence[str]]], now: int
+) -> pb.ListQueuesResponse:
+    """The queues as ListQueues answers them: the store's view plus the workers polling each
+    (``pollers``: worker id, last seen, queues)."""
+    by_name = {s.queue: s for s in stats}
+    names = sorted(set(by_name) | {q for _, _, queues in pollers for q in queues})
+    out = []
+    for name in names:
+        s = by_name.get(name) or QueueStat(queue=name)
+        out.append(
+            pb.QueueInfo(
+                queue=name,
+                ready=s.ready,
+                delayed=s.delayed,
+                oldest_ready_age_millis=now - s.oldest_ready_at if s.ready and s.oldest_ready_at else 0,
+                running=s.running,
+                in_local_run=s.in_local_run,
+                workers=[
+                    pb.QueueWorker(worker_id=worker, last_seen=seen, in_flight=s.in_flight.get(worker, 0))
+                    for worker, seen, queues in pollers
+                    if name in queues
+                ],
+            )
+        )
+    return pb.ListQueuesResponse(queues=out, now=now)
+
+
+def queue_from_pb(msg: pb.QueueInfo) -> QueueInfo:
+    """The client's view of one queue."""
+    return QueueInfo(
+        queue=msg.queue,
+        ready=msg.ready,
+        delayed=msg.delayed,
+        oldest_ready_age_millis=msg.oldest_ready_age_millis,
+        running=msg.running,
+        in_local_run=msg.in_local_run,
+        workers=tuple(QueueWorker(w.worker_id, w.last_seen, w.in_flight) for w in msg.workers),
+    )

@@ -10,9 +10,12 @@ thread pool, or inline on the event loop once the ``InlinePolicy`` trusts them t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import logging
+import os
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -20,6 +23,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from .. import _fast
+from .. import _tracing as tracing
+from .._logging import step_fields
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError
 from ..workflow import Blueprint, HandlerKind
@@ -35,6 +40,8 @@ __all__ = [
     "Handler",
     "outcome_of",
     "failure_of",
+    "log_failure",
+    "log_fields_of",
     "HandlerCaller",
 ]
 
@@ -67,6 +74,28 @@ class Step(msgspec.Struct, frozen=True):
     def current() -> Step:
         """The step being executed; LookupError outside a handler."""
         return _current_step.get()
+
+
+def _span_attributes(info: Step) -> dict[str, object]:
+    return {
+        "wiggle.instance_id": info.instance_id,
+        "wiggle.workflow": info.workflow,
+        "wiggle.node_id": info.node_id,
+        "wiggle.attempt": info.attempt,
+        "wiggle.worker_id": info.worker_id,
+    }
+
+
+def log_fields_of(info: Step) -> dict[str, object]:
+    """The log-record fields of a step (docs: README "Operating Wiggle"; never its context)."""
+    return {
+        "instance_id": info.instance_id,
+        "workflow": info.workflow,
+        "node_id": info.node_id,
+        "attempt": info.attempt,
+        "worker_id": info.worker_id,
+        "task_id": info.task_id,
+    }
 
 
 class LoadedBlueprint:
@@ -120,13 +149,14 @@ class InlinePolicy:
 
 
 class Failure:
-    """A step that failed: the message reported and whether the server may retry it."""
+    """A step that failed: the message reported, whether the server may retry it, the traceback."""
 
-    __slots__ = ("message", "retryable")
+    __slots__ = ("message", "retryable", "traceback")
 
-    def __init__(self, message: str, retryable: bool) -> None:
+    def __init__(self, message: str, retryable: bool, traceback: str = "") -> None:
         self.message = message
         self.retryable = retryable
+        self.traceback = traceback  # the formatted traceback of a raising handler, else ""
 
     def __repr__(self) -> str:
         return f"Failure({self.message!r}, retryable={self.retryable})"
@@ -138,10 +168,41 @@ Outcome = Context | bool | None | Failure
 
 
 def failure_of(exc: BaseException) -> Failure:
-    """The Failure a raising handler reports: retryable unless it raised PermanentError."""
+    """The Failure a raising handler reports: retryable unless it raised PermanentError.
+
+    It carries the formatted traceback (chained causes included), which the server stores in the
+    history next to the message (docs/semantics.md#failure-tracebacks).
+    """
     text = str(exc)
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return Failure(message, not isinstance(exc, PermanentError))
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and _is_plumbing(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next  # start at the user's code: the worker's own frames are the same every time
+    formatted = "".join(traceback.TracebackException(type(exc), exc, tb).format())
+    return Failure(message, not isinstance(exc, PermanentError), formatted)
+
+
+_WORKER_DIR = os.path.dirname(os.path.abspath(__file__))
+_FUTURES_DIR = os.path.dirname(os.path.abspath(concurrent.futures.__file__))
+
+
+def _is_plumbing(filename: str) -> bool:
+    """A frame of the worker's handler-calling code or of the thread pool, not of the user's."""
+    return filename.startswith((_WORKER_DIR, _FUTURES_DIR))
+
+
+def log_failure(info: Step, failure: Failure) -> None:
+    """Log a failed attempt with its traceback (the context, a payload, is never logged)."""
+    log.warning(
+        "step %s of instance %s failed (attempt %d, %s): %s\n%s",
+        info.node_id,
+        info.instance_id,
+        info.attempt,
+        "will retry if its policy allows" if failure.retryable else "not retryable",
+        failure.message,
+        failure.traceback.rstrip(),
+        extra=log_fields_of(info),
+    )
 
 
 def outcome_of(
@@ -187,7 +248,8 @@ def timed_call(
     token = _current_step.set(info)
     started = time.perf_counter()
     try:
-        return fn(*args)
+        with step_fields(log_fields_of(info)):
+            return fn(*args)
     finally:
         policy.observe(fn, time.perf_counter() - started, inline)
         _current_step.reset(token)
@@ -233,7 +295,8 @@ class HandlerCaller:
         if loaded.blueprint.is_async[node_id]:
             token = _current_step.set(info)
             try:
-                result: object = await fn(*args)
+                with step_fields(log_fields_of(info)):
+                    result: object = await fn(*args)
                 return result
             finally:
                 _current_step.reset(token)
@@ -247,10 +310,18 @@ class HandlerCaller:
         """Run one step on the event loop's side and return its Outcome (a raise becomes a Failure)."""
         kind = loaded.blueprint.handlers[node_id][0]
         info = self.step_info(act, node_id, attempt)
+        started = time.perf_counter()
         try:
-            result = await self.call(loaded, node_id, context, info)
+            with tracing.span(
+                f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+            ):
+                result = await self.call(loaded, node_id, context, info)
         except Exception as exc:  # the handler raised: that is the step's outcome
-            return failure_of(exc)
+            failure = failure_of(exc)
+            log_failure(info, failure)
+            self.observe(info, started, "failed")
+            return failure
+        self.observe(info, started, "completed")
         return outcome_of(kind, node_id, result, context, loaded.blueprint.context_type)
 
     def run_sync(
@@ -266,11 +337,24 @@ class HandlerCaller:
         kind, fn = loaded.blueprint.handlers[node_id]
         info = self.step_info(act, node_id, attempt)
         self.stats.steps += 1
+        started = time.perf_counter()
         try:
-            result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
+            with tracing.span(
+                f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+            ):
+                result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
         except Exception as exc:
-            return failure_of(exc)
+            failure = failure_of(exc)
+            log_failure(info, failure)
+            self.observe(info, started, "failed")
+            return failure
+        self.observe(info, started, "completed")
         return outcome_of(kind, node_id, result, context, loaded.blueprint.context_type)
+
+    def observe(self, info: Step, started: float, outcome: str) -> None:
+        """Count one handler run and its duration (the worker's /metrics)."""
+        self.stats.outcomes[outcome] += 1
+        self.stats.handler_seconds.observe((info.workflow,), time.perf_counter() - started)
 
     async def in_pool(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the thread pool with the caller's contextvars."""

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import msgspec
 
 from .. import _fast
+from .. import _tracing as tracing
 from .._engine.state import InstanceStatus, TokenStatus
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
@@ -117,6 +118,7 @@ class LocalRun:
         # without AdvanceRun gets it SERVER style (module docstring)
         self.first: tuple[str, Outcome] | None = None
         self.fell_back = False
+        self.failure_traceback = ""  # of the failed step that ends the batch (sent with it)
 
     # ------------------------------------------------------------------ deciding
 
@@ -135,6 +137,7 @@ class LocalRun:
         if isinstance(outcome, Failure):
             # A mid-run failure: flush the successful prefix with the failure (the server retries).
             self.batch.append(step_record(node_id, outcome))
+            self.failure_traceback = outcome.traceback
             return Decided(Decision.HANDBACK, Handback.RETRY)
         if kind == HandlerKind.PREDICATE:
             value = bool(outcome)
@@ -249,12 +252,15 @@ class LocalRun:
             steps_batch=encode_records(self.batch),
             final=final,
             handback_reason=reason.value if reason is not None else "",
+            failure_traceback=self.failure_traceback,
         )
         self.batch = []
+        self.failure_traceback = ""
         self.last_flush = time.monotonic()
         stats = self.env.stats
         try:
-            result = await self.env.reporter.advance(request)
+            with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
+                result = await self.env.reporter.advance(request)
         except AdvanceUnsupported:
             await self._fall_back()
             return False

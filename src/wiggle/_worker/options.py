@@ -41,6 +41,8 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     it has finished quicker than inline_threshold_ms eight times in a row; from then on it runs
     inline, saving the thread hop (about a third of a worker's CPU on trivial steps), and the
     first inline run slower than ten times the threshold sends it back to the pool for good.
+    metrics_port: > 0 serves the worker's Prometheus /metrics on that port (0: the
+    WIGGLE_WORKER_METRICS_PORT variable, unset: off; needs the metrics extra).
     """
 
     concurrency: int = 16
@@ -57,6 +59,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     threads: int = 0  # thread pool for sync handlers; 0: concurrency
     sync_handlers: str = "auto"  # "auto" | "thread" | "inline" (see the class docstring)
     inline_threshold_ms: float = 0.5
+    metrics_port: int = 0  # > 0: serve Prometheus /metrics here (else WIGGLE_WORKER_METRICS_PORT)
 
 
 def check_options(options: WorkerOptions) -> None:
@@ -89,6 +92,8 @@ def check_options(options: WorkerOptions) -> None:
         raise ValueError(f"lease_margin must be in [0, 1), got {options.lease_margin}")
     if options.inline_threshold_ms < 0:
         raise ValueError(f"inline_threshold_ms must be >= 0, got {options.inline_threshold_ms}")
+    if not 0 <= options.metrics_port <= 65535:
+        raise ValueError(f"metrics_port must be between 0 (off) and 65535, got {options.metrics_port}")
     if isinstance(options.queues, str):
         # a lone string is a Sequence[str] too: "orders" would serve the queues o, r, d, e, s
         raise ValueError(f"queues must be a list of queue names, got the string {options.queues!r}")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
 
+from .._histogram import Histogram
 from .._rpc import wiggle_pb2 as pb
 from .transport import DEFAULT_TIMEOUT, Transport
 
@@ -39,6 +41,7 @@ class Reporter:
     def __init__(self, transport: Transport, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.transport = transport
         self.timeout = timeout
+        self.latency: Histogram | None = None  # seconds per report, by RPC (the worker's /metrics)
 
     async def complete(self, request: pb.CompleteTaskRequest) -> pb.ReportResult | None:
         """CompleteTask; None if refused or given up."""
@@ -55,8 +58,12 @@ class Reporter:
     async def _send(self, name: str, send: Callable[[], Awaitable[R]]) -> R | None:
         delay = 0.1
         for _ in range(self.ATTEMPTS):
+            started = time.perf_counter()
             try:
-                return await send()
+                result = await send()
+                if self.latency is not None:
+                    self.latency.observe((name,), time.perf_counter() - started)
+                return result
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code in _RETRIED:

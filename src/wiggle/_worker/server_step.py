@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .. import _tracing as tracing
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
 from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome
@@ -48,6 +49,12 @@ async def run_server_step(
 
 async def report_outcome(reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome) -> None:
     """CompleteTask with the outcome, or FailTask if it is a Failure."""
+    name = "FailTask" if isinstance(outcome, Failure) else "CompleteTask"
+    with tracing.span(f"wiggle.report {name}", tracing.CLIENT, act.traceparent):
+        await _report(reporter, act, kind, outcome)
+
+
+async def _report(reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome) -> None:
     if isinstance(outcome, Failure):
         await report_failure(reporter, act, outcome)
         return
@@ -67,6 +74,7 @@ async def report_failure(reporter: Reporter, act: pb.TaskActivation, failure: Fa
             lease_owner=act.lease_owner,
             message=failure.message,
             retryable=failure.retryable,
+            traceback=failure.traceback,
         )
     )
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-__all__ = ["WorkerStats"]
+from .._histogram import Histogram
+
+__all__ = ["WorkerStats", "HANDLER_BUCKETS"]
+
+HANDLER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 
 
 class WorkerStats:
@@ -16,3 +20,8 @@ class WorkerStats:
         self.handbacks: Counter[str] = Counter()
         self.local_run_lengths: list[int] = []
         self.released = 0  # steps given back: no handler for the node (docs/semantics.md#mixed-fleets)
+        # for the worker's optional /metrics (wiggle/_worker/metrics.py)
+        self.in_flight = 0  # steps or local runs executing now (slots in use)
+        self.outcomes: Counter[str] = Counter()  # handler runs by outcome: completed | failed
+        self.handler_seconds = Histogram(HANDLER_BUCKETS)  # (workflow,)
+        self.report_seconds = Histogram(HANDLER_BUCKETS)  # (rpc,)

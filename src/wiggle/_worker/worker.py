@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .._logging import configure_logging
 from .._model import ExecutionMode, NodeKind
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -25,6 +26,7 @@ from ..workflow import Blueprint
 from .handlers import Context, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
 from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
+from .metrics import WorkerMetrics, start_worker_metrics
 from .options import WorkerOptions, check_options
 from .poller import Poller
 from .reporter import Reporter
@@ -89,6 +91,7 @@ class Worker:
         self._caller = HandlerCaller(self._inline, self.stats, self.worker_id)
         self._advance = AdvanceSupport()
         self._running = False
+        self._metrics: WorkerMetrics | None = None
         self._closing = False
         self._transport: Transport | None = None
         self._reporter: Reporter | None = None
@@ -115,6 +118,8 @@ class Worker:
             inner = UnaryTransport(stub)
         transport = self._transport = CountedTransport(inner, self.stats.calls)
         reporter = self._reporter = Reporter(transport)
+        reporter.latency = self.stats.report_seconds
+        self._metrics = start_worker_metrics(self, opts.metrics_port)
         heartbeats = self._heartbeats = Heartbeats(transport, opts.heartbeat_seconds, lambda: self._running)
         self._caller.pool = ThreadPoolExecutor(
             opts.threads or opts.concurrency, thread_name_prefix="wiggle-step"
@@ -165,6 +170,9 @@ class Worker:
             await self._transport.close()
         if self._caller.pool is not None:
             self._caller.pool.shutdown(wait=False)
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         if self._own_client and self._client is not None:
             await self._client.close()
             self._client = None
@@ -183,7 +191,12 @@ class Worker:
             await self.close()
 
     def run(self) -> None:
-        """Blocking form of run_async."""
+        """Blocking form of run_async.
+
+        A process whose root logger has no handler gets Wiggle's (WIGGLE_LOG_LEVEL,
+        WIGGLE_LOG_FORMAT); a program that set up logging itself keeps its setup.
+        """
+        configure_logging(only_if_unconfigured=True)
         asyncio.run(self.run_async())
 
     async def __aenter__(self) -> Worker:
@@ -219,6 +232,13 @@ class Worker:
         return None, False
 
     async def _execute(self, act: pb.TaskActivation) -> None:
+        self.stats.in_flight += 1
+        try:
+            await self._execute_one(act)
+        finally:
+            self.stats.in_flight -= 1
+
+    async def _execute_one(self, act: pb.TaskActivation) -> None:
         assert self._reporter is not None and self._heartbeats is not None and self._run_env is not None
         if act.lease_millis:
             self._heartbeats.lease_millis = act.lease_millis

@@ -75,6 +75,7 @@ INSTANCE_IMMUTABLE = (
     "created_at",
     "schedule_id",
     "schedule_tick_at",
+    "traceparent",
 )
 INSTANCE_UPDATED = [i for i, f in enumerate(INSTANCE_FIELDS) if f not in INSTANCE_IMMUTABLE]
 
@@ -121,6 +122,8 @@ SQL_TYPES: dict[str, str] = {
     "parent_token": "text",
     "depth": "integer",
     "child_id": "text",
+    "traceback": "text",
+    "traceparent": "text",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"

@@ -82,8 +82,9 @@ class Queries:
         )
         token_set = ", ".join(f"{TOKEN_FIELDS[i]} = %s" for i in TOKEN_UPDATED)
         self.update_token = q(f"UPDATE {{s}}.tokens SET {token_set} WHERE id = %s")
+        n_history = len(HistoryEntry.__struct_fields__)
         self.insert_history = q(
-            f"INSERT INTO {{s}}.history ({HISTORY_COLS}) VALUES ({', '.join(['%s'] * len(HistoryEntry.__struct_fields__))})"
+            f"INSERT INTO {{s}}.history ({HISTORY_COLS}) VALUES ({', '.join(['%s'] * n_history)})"
         )
 
         # The same writes for several rows at once: one statement, one array per column (a

@@ -32,6 +32,8 @@ from ..base import (
     WorkflowRecord,
     ready_counts,
 )
+from ..ops import NodeInfo, QueueStat, Readiness
+from . import ops
 from .cluster import Cluster
 from .codecs import N_TOKEN, instance_from, token_from, views
 from .db import Conn, Database
@@ -330,3 +332,19 @@ class PostgresStore(Store):
         if count:
             self.stats.transactions += 1
         return count
+
+    # ------------------------------------------------------------------ operating (issue #13)
+
+    async def count_by_status(self) -> dict[str, dict[str, int]]:
+        return await ops.count_by_status(self.db, self.schema)
+
+    async def queue_stats(self, now: int) -> list[QueueStat]:
+        return await ops.queue_stats(self.db, self.schema, now)
+
+    async def readiness(self) -> Readiness:
+        if self.db.pool is None:
+            return Readiness(ready=False, detail="not connected to the database yet")
+        return await ops.readiness(self.db, self.schema)
+
+    async def cluster_nodes(self) -> list[NodeInfo]:
+        return await ops.cluster_nodes(self.db, self.schema, self.cluster.app_prefix, self.cluster.node_id)

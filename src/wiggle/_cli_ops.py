@@ -1,0 +1,180 @@
+"""The ``wiggle`` command's operator views: workflows, describe (the graph as text), doctor."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from ._client.types import QueueInfo, WorkflowInfo
+from ._model import Node, NodeKind, WorkflowDefinition
+
+__all__ = ["print_workflows", "print_queues", "describe", "doctor_checks", "EXTRAS"]
+
+#: Optional extras and the module each one installs (what `wiggle doctor` looks for).
+EXTRAS: tuple[tuple[str, str, str], ...] = (
+    ("postgres", "psycopg", "the PostgreSQL store"),
+    ("metrics", "prometheus_client", "Prometheus /metrics"),
+    ("dashboard", "aiohttp", "the web dashboard, /healthz and /readyz"),
+    ("otel", "opentelemetry.sdk", "OpenTelemetry tracing"),
+)
+
+
+def _ms(value: int) -> str:
+    if value % 1000 == 0:
+        return f"{value // 1000} s"
+    return f"{value} ms"
+
+
+def print_workflows(items: Sequence[WorkflowInfo], out: TextIO) -> None:
+    """One line per registered version under a header."""
+    from ._cli_views import when as fmt
+
+    print(f"{'NAME':<24} {'VERSION':<16} {'MODE':<11} {'NODES':>5}  REGISTERED", file=out)
+    for w in items:
+        d = w.definition
+        print(
+            f"{w.name:<24} {w.version:<16} {d.execution_mode.value:<11} {len(d.nodes):>5}  {fmt(w.registered_at)}",
+            file=out,
+        )
+
+
+def print_queues(items: Sequence[QueueInfo], out: TextIO) -> None:
+    """One line per queue under a header, then the workers polling it, indented."""
+    print(
+        f"{'QUEUE':<24} {'READY':>6} {'DELAYED':>7} {'OLDEST':>9} {'RUNNING':>7} {'LOCAL':>6}  WORKERS",
+        file=out,
+    )
+    for q in items:
+        oldest = f"{q.oldest_ready_age_millis / 1000:.1f} s" if q.ready else "-"
+        print(
+            f"{q.queue:<24} {q.ready:>6} {q.delayed:>7} {oldest:>9} {q.running:>7} {q.in_local_run:>6}  {len(q.workers)}",
+            file=out,
+        )
+        for w in q.workers:
+            print(f"  worker {w.worker_id}: {w.in_flight} in flight", file=out)
+
+
+def _edges(node: Node) -> str:
+    kind = node.kind
+    if kind is NodeKind.PREDICATE:
+        return f"true -> {node.next}, false -> {node.alt_next}"
+    if kind is NodeKind.FORK:
+        return f"branches {', '.join(node.branches)}; joins at {node.join}"
+    if kind is NodeKind.USER_TASK:
+        timeout = f"; after {_ms(node.timeout_millis)} -> {node.alt_next or 'the instance fails'}"
+        return f"-> {node.next}" + (timeout if node.timeout_millis else "")
+    if kind is NodeKind.END:
+        status = "COMPLETED" if node.success else "FAILED"
+        return f"ends the instance {status}" + (f" (reason {node.reason})" if node.reason else "")
+    if kind is NodeKind.SLEEP:
+        return f"sleeps {_ms(node.sleep_millis)} -> {node.next}"
+    if kind is NodeKind.JOIN:
+        return f"joins {node.fork}" + (" (combine handler)" if node.combine else "") + f" -> {node.next}"
+    return f"-> {node.next}" if node.next else "-> end"
+
+
+def describe(info: WorkflowInfo, out: TextIO) -> None:
+    """The graph as text: one line per node in walk order from the start, with its edges."""
+    d: WorkflowDefinition = info.definition
+    nodes = d.node_map()
+    print(f"workflow   {info.name} (version {info.version})", file=out)
+    print(f"mode       {d.execution_mode.value}", file=out)
+    if d.default_retry is not None:
+        r = d.default_retry
+        print(
+            f"retry      {r.max_attempts or 'unlimited'} attempts, from {_ms(r.initial_backoff_millis)}",
+            file=out,
+        )
+    print(f"{'NODE':<24} {'KIND':<10} {'QUEUE':<20} EDGES", file=out)
+    order: list[str] = []
+    pending = [d.start_node]
+    while pending:
+        node_id = pending.pop(0)
+        if node_id in order or node_id not in nodes:
+            continue
+        order.append(node_id)
+        n = nodes[node_id]
+        pending.extend(x for x in (n.next, n.alt_next, *n.branches, n.join) if x)
+    order.extend(n.id for n in d.nodes if n.id not in order)
+    for node_id in order:
+        n = nodes[node_id]
+        queue = n.queue or (d.name if n.is_worker_step or n.combine else "")
+        marks = " [checkpoint]" if node_id in d.checkpoints else ""
+        start = "> " if node_id == d.start_node else "  "
+        print(f"{start}{node_id:<22} {n.kind.value:<10} {queue:<20} {_edges(n)}{marks}", file=out)
+
+
+def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str, bool, str]]:
+    """(check, ok, detail) for the server, the schema, the extras and the hot paths."""
+    from . import _fast
+    from ._version import __version__
+
+    checks: list[tuple[str, bool, str]] = [
+        ("wiggle", True, f"{__version__} on Python {sys.version.split()[0]}"),
+        ("hot paths", True, f"{_fast.IMPL} ({_fast.IMPL_REASON})"),
+    ]
+    for extra, module, what in EXTRAS:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        detail = f"installed ({what})" if found else f"not installed: pip install 'wiggle-workflows[{extra}]'"
+        checks.append((f"extra {extra}", True, detail))
+    checks.append(asyncio.run(_server_check(target)))
+    if database_url:
+        checks.append(asyncio.run(_schema_check(database_url, schema)))
+    else:
+        checks.append(("schema", True, "no --database-url / WIGGLE_DATABASE_URL: not checked"))
+    return checks
+
+
+async def _server_check(target: str) -> tuple[str, bool, str]:
+    from .client import AsyncClient
+    from .errors import WiggleError
+
+    try:
+        async with AsyncClient(target) as client:
+            workflows = await asyncio.wait_for(client.list_workflows(), 5)
+    except (WiggleError, asyncio.TimeoutError, OSError) as exc:
+        return ("server", False, f"{target} unreachable: {exc}")
+    return ("server", True, f"{target} answers ({len(workflows)} workflow version(s) registered)")
+
+
+async def _schema_check(url: str, schema: str) -> tuple[str, bool, str]:
+    try:
+        import psycopg
+        from psycopg import sql
+    except ImportError:
+        return ("schema", False, "psycopg is not installed: pip install 'wiggle-workflows[postgres]'")
+    from ._storage.postgres import migration_files
+
+    newest = migration_files()[-1][0]
+    try:
+        async with await psycopg.AsyncConnection.connect(url, connect_timeout=5) as conn:
+            cur = await conn.execute(
+                sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(
+                    sql.Identifier(schema)
+                )
+            )
+            row = await cur.fetchone()
+    except psycopg.errors.UndefinedTable:
+        return ("schema", False, f"schema {schema!r} has no Wiggle tables: run `wiggle migrate`")
+    except psycopg.Error as exc:
+        return ("schema", False, f"database unreachable: {str(exc).strip().splitlines()[0]}")
+    current = int(row[0]) if row else 0
+    if current < newest:
+        return (
+            "schema",
+            False,
+            f"schema {schema!r} at version {current}, this Wiggle needs {newest}: run `wiggle migrate`",
+        )
+    if current > newest:
+        return (
+            "schema",
+            False,
+            f"schema {schema!r} at version {current}, newer than this Wiggle ({newest}): upgrade",
+        )
+    return ("schema", True, f"schema {schema!r} at version {current}, current")

@@ -1,0 +1,306 @@
+"""The dashboard's HTML: each page rendered on the server from its JSON API data (api.py).
+
+A little JavaScript (SCRIPT) re-fetches the page's ``<main>`` every few seconds (no full reload)
+and runs the actions: a dialog asks for confirmation and for who is acting, then POSTs to the API.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+import msgspec
+
+from ..._model import WorkflowDefinition
+from .api import STATUSES
+from .graph import render_svg
+
+__all__ = ["layout", "instances_html", "instance_html", "workflows_html", "queues_html", "cluster_html"]
+
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2330;color:#fff;padding:10px 20px;display:flex;gap:22px;align-items:center}
+header a{color:#cfd6e4;text-decoration:none}header a.on{color:#fff;font-weight:600}
+header b{font-size:16px;margin-right:10px}main{padding:16px 20px}
+table{border-collapse:collapse;background:#fff;margin:8px 0 18px;min-width:60%}
+th,td{border-bottom:1px solid #e3e6ec;padding:5px 9px;text-align:left;vertical-align:top}
+th{background:#eef1f5;font-weight:600}td.num{text-align:right}code,pre{font:12px/1.35 ui-monospace,monospace}
+pre{background:#fff;border:1px solid #e3e6ec;padding:8px;overflow:auto;max-height:420px}
+pre.tb{background:#fff5f5;border-color:#f0c4c4;margin:4px 0}
+.pill{display:inline-block;padding:1px 8px;border-radius:10px;background:#e3e6ec;margin-right:6px}
+.RUNNING{background:#dbe9ff}.COMPLETED{background:#d9f2df}.FAILED{background:#fbdada}.CANCELLED{background:#eee}
+form.filters input,form.filters select{margin-right:8px}button{cursor:pointer}
+svg.graph .node rect{fill:#fff;stroke:#8a93a6;stroke-width:1.5}
+svg.graph text.name{font:600 12px system-ui}svg.graph text.sub{font:11px system-ui;fill:#4a5366}
+svg.graph .done rect{fill:#d9f2df;stroke:#3c9a55}svg.graph .failed rect{fill:#fbdada;stroke:#c0392b}
+svg.graph .retrying rect{fill:#fff0d6;stroke:#d68910}svg.graph .running rect{fill:#dbe9ff;stroke:#2e6bd1}
+svg.graph .local-run rect{fill:#e8dcff;stroke:#7d4cdb}svg.graph .ready rect{fill:#fffbe0;stroke:#b7950b}
+svg.graph .awaiting rect,svg.graph .sleeping rect,svg.graph .joined rect{fill:#e0f7fa;stroke:#117a8b}
+dialog{border:1px solid #8a93a6;border-radius:8px;padding:16px 18px;min-width:340px}
+dialog label{display:block;margin:8px 0}dialog input,dialog textarea{width:100%;box-sizing:border-box}
+.err{color:#c0392b}.muted{color:#6b7385}
+"""
+
+SCRIPT = """
+const main = () => document.getElementById('main');
+let busy = false;
+async function refresh() {
+  if (busy || document.querySelector('dialog[open]')) return;
+  try {
+    const r = await fetch(location.href, {headers: {'X-Fragment': '1'}});
+    if (r.ok) { main().innerHTML = await r.text(); main().dataset.refreshed = String(Date.now()); }
+  } catch (e) { /* the server is away: try again at the next tick */ }
+}
+setInterval(refresh, 2000);
+function act(button) {
+  const d = document.getElementById('confirm');
+  d.querySelector('.what').textContent = button.dataset.what;
+  d.querySelector('#data-row').style.display = button.dataset.kind === 'task' ? '' : 'none';
+  d.querySelector('#reason-row').style.display = button.dataset.kind === 'cancel' ? '' : 'none';
+  d.querySelector('#actor').value = localStorage.getItem('wiggle-actor') || '';
+  d.querySelector('.err').textContent = '';
+  d.dataset.url = button.dataset.url; d.dataset.kind = button.dataset.kind;
+  d.showModal();
+}
+async function confirmAction() {
+  const d = document.getElementById('confirm');
+  const actor = d.querySelector('#actor').value.trim();
+  if (!actor) { d.querySelector('.err').textContent = 'Say who you are: it goes in the history.'; return; }
+  localStorage.setItem('wiggle-actor', actor);
+  const body = {actor};
+  if (d.dataset.kind === 'cancel') body.reason = d.querySelector('#reason').value;
+  if (d.dataset.kind === 'task') {
+    try { body.data = JSON.parse(d.querySelector('#data').value || '{}'); }
+    catch (e) { d.querySelector('.err').textContent = 'data is not valid JSON: ' + e.message; return; }
+  }
+  busy = true;
+  try {
+    const r = await fetch(d.dataset.url, {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                           body: JSON.stringify(body)});
+    const answer = await r.json();
+    if (!r.ok) { d.querySelector('.err').textContent = answer.error || r.statusText; return; }
+    d.close();
+  } finally { busy = false; }
+  refresh();
+}
+"""
+
+NAV = (
+    ("instances", "/instances"),
+    ("workflows", "/workflows"),
+    ("queues", "/queues"),
+    ("cluster", "/cluster"),
+)
+
+
+def when(ms: int) -> str:
+    """A millisecond timestamp as UTC text ("-" for 0)."""
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def age(ms: int) -> str:
+    """A duration in ms as short text."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 120_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.1f} min"
+
+
+def layout(title: str, page: str, body: str) -> str:
+    """The whole document around one page's ``<main>`` content."""
+    links = "".join(
+        f'<a href="{href}" class="{"on" if name == page else ""}">{name}</a>' for name, href in NAV
+    )
+    dialog = (
+        '<dialog id="confirm"><h3>Confirm: <span class="what"></span></h3>'
+        '<label>Who are you (recorded in the history) <input id="actor" autocomplete="name"></label>'
+        '<label id="reason-row">Reason <input id="reason" value="cancelled from the dashboard"></label>'
+        '<label id="data-row">Data (JSON object) <textarea id="data" rows="4">{}</textarea></label>'
+        '<p class="err"></p><button id="confirm-yes" onclick="confirmAction()">Confirm</button> '
+        "<button onclick=\"this.closest('dialog').close()\">Back</button></dialog>"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)} · Wiggle</title>"
+        f"<style>{STYLE}</style></head><body><header><b>Wiggle</b>{links}</header>"
+        f'<main id="main" data-page="{page}">{body}</main>{dialog}<script>{SCRIPT}</script></body></html>'
+    )
+
+
+def _pill(status: str) -> str:
+    return f'<span class="pill {escape(status)}">{escape(status)}</span>'
+
+
+def instances_html(data: dict[str, Any]) -> str:
+    """The Instances page body: filters, counts, one page of instances, the next-page link."""
+    f = data["filters"]
+    options = "".join(
+        f'<option value="{s}"{" selected" if s == f["status"] else ""}>{s.lower()}</option>'
+        for s in ("", *STATUSES)
+    )
+    counts = " ".join(
+        f'<a href="/instances?{urlencode({**_kept(f), "status": s})}" class="pill {s}" data-count="{s}">'
+        f"{s.lower()} {n}</a>"
+        for s, n in data["counts"].items()
+    )
+    rows = "".join(
+        f'<tr data-id="{escape(i["instance_id"])}"><td><a href="/instances/{escape(i["instance_id"])}">'
+        f"{escape(i['instance_id'])}</a></td><td>{escape(i['workflow'])}</td><td>{_pill(i['status'])}</td>"
+        f"<td>{escape(', '.join(i['at']))}</td><td>{escape(i['correlation_id'])}</td>"
+        f'<td>{when(i["created_at"])}</td><td class="err">{escape(i["error"])}</td></tr>'
+        for i in data["instances"]
+    )
+    more = ""
+    if data["next_page_token"]:
+        more = (
+            f'<a id="next-page" href="/instances?{urlencode({**_kept(f), "page_token": data["next_page_token"]})}">'
+            "next page →</a>"
+        )
+    return (
+        "<h2>Instances</h2>"
+        '<form class="filters" method="get" action="/instances">'
+        f'<input name="workflow" placeholder="workflow" value="{escape(f["workflow"])}">'
+        f'<select name="status">{options}</select>'
+        f'<input name="correlation_id" placeholder="correlation id" value="{escape(f["correlation_id"])}">'
+        f'<input name="created_after" placeholder="created after (ms)" value="{f["created_after"] or ""}">'
+        f'<input name="created_before" placeholder="created before (ms)" value="{f["created_before"] or ""}">'
+        '<button type="submit">search</button></form>'
+        f'<p class="counts">{counts}</p>'
+        "<table><thead><tr><th>instance</th><th>workflow</th><th>status</th><th>at</th>"
+        f"<th>correlation id</th><th>created</th><th>error</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"{more}"
+    )
+
+
+def _kept(filters: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in filters.items() if v and k != "page_token"}
+
+
+def instance_html(data: dict[str, Any]) -> str:
+    """The Instance page body: status, actions, graph with node states, context, tokens, history."""
+    inst = data["instance"]
+    iid = escape(inst["instance_id"])
+    definition = msgspec.convert(data["definition"], WorkflowDefinition)
+    actions = []
+    if data["actions"]["cancel"]:
+        actions.append(
+            f'<button id="cancel" data-kind="cancel" data-what="cancel {iid}" '
+            f'data-url="/api/instances/{iid}/cancel" onclick="act(this)">cancel…</button>'
+        )
+    for name in data["actions"]["complete_user_task"]:
+        n = escape(name)
+        actions.append(
+            f'<button class="complete-task" data-task="{n}" data-kind="task" data-what="complete user task {n}" '
+            f'data-url="/api/instances/{iid}/user-tasks/{n}" onclick="act(this)">complete {n}…</button>'
+        )
+    tokens = "".join(
+        f"<tr><td>{escape(t['id'])}</td><td>{escape(t['node_id'])}</td><td>{escape(t['status'])}</td>"
+        f'<td class="num">{t["attempt"]}</td><td>{escape(t["queue"])}</td>'
+        f"<td>{escape(t['lease_owner'])}</td><td>{escape(t['local_run_owner'])}"
+        f"{' (' + str(t['local_run_steps']) + ' steps)' if t['local_run_owner'] else ''}</td>"
+        f'<td class="err">{escape(t["last_error"])}</td></tr>'
+        for t in data["tokens"]
+    )
+    history = []
+    for e in data["history"]:
+        who = escape(e["worker_id"])
+        tb = f'<pre class="tb">{escape(e["traceback"])}</pre>' if e.get("traceback") else ""
+        history.append(
+            f'<tr class="h-{escape(e["outcome"])}"><td>{when(e["ended_at"])}</td><td>{escape(e["node_id"])}</td>'
+            f'<td>{escape(e["kind"])}</td><td class="num">{e["attempt"] or ""}</td><td>{escape(e["outcome"])}</td>'
+            f'<td class="num">{age(e["duration_ms"])}</td><td>{who}</td>'
+            f'<td><span class="err">{escape(e["error"])}</span>{tb}</td></tr>'
+        )
+    reason = f' <span class="muted">{escape(inst["reason"])}</span>' if inst["reason"] else ""
+    error = f'<p class="err">{escape(inst["error"])}</p>' if inst["error"] else ""
+    return (
+        f'<h2>Instance <code id="instance-id">{iid}</code></h2>'
+        f'<p>{_pill(inst["status"])}{reason} workflow <a href="/workflows#{escape(inst["workflow"])}">'
+        f'{escape(inst["workflow"])}</a> <span class="muted">version {escape(inst["version"])}</span>'
+        f" · correlation {escape(inst['correlation_id'] or '-')} · created {when(inst['created_at'])}"
+        f" · finished {when(inst['finished_at'])} · {inst['steps']} steps</p>{error}"
+        f'<p class="actions">{" ".join(actions)}</p>'
+        f"{render_svg(definition, data['node_states'], data['node_labels'])}"
+        f'<h3>Context</h3><pre id="context">{escape(json.dumps(inst["context"], indent=2, sort_keys=True))}</pre>'
+        "<h3>Tokens</h3><table><thead><tr><th>token</th><th>node</th><th>status</th><th>attempt</th>"
+        "<th>queue</th><th>lease owner</th><th>local run</th><th>last error</th></tr></thead>"
+        f"<tbody>{tokens}</tbody></table>"
+        '<h3>History</h3><table id="history"><thead><tr><th>ended</th><th>node</th><th>kind</th><th>attempt</th>'
+        "<th>outcome</th><th>took</th><th>worker / who</th><th>error, traceback</th></tr></thead>"
+        f"<tbody>{''.join(history)}</tbody></table>"
+    )
+
+
+def workflows_html(data: dict[str, Any]) -> str:
+    """The Workflows page body: per version its mode, node count, graph; counts per status."""
+    parts = ["<h2>Workflows</h2>"]
+    counts = data["counts"]
+    for w in data["workflows"]:
+        definition = msgspec.convert(w["definition"], WorkflowDefinition)
+        per = counts.get(w["name"], {})
+        pills = " ".join(
+            f'<a class="pill {s}" href="/instances?{urlencode({"workflow": w["name"], "status": s})}">'
+            f"{s.lower()} {n}</a>"
+            for s, n in per.items()
+        )
+        parts.append(
+            f'<section class="workflow" id="{escape(w["name"])}" data-version="{escape(w["version"])}">'
+            f'<h3>{escape(w["name"])} <span class="muted">version {escape(w["version"])}</span></h3>'
+            f"<p>mode {escape(w['execution_mode'])} · {w['nodes']} nodes · registered {when(w['registered_at'])}</p>"
+            f"<p>{pills}</p><details open><summary>graph</summary>{render_svg(definition)}</details></section>"
+        )
+    return "".join(parts)
+
+
+def queues_html(data: dict[str, Any]) -> str:
+    """The Queues page body: one row per queue, then the workers polling each."""
+    rows = []
+    for q in data["queues"]:
+        lag = q["lag"] or {}
+        warn = ' class="err"' if lag.get("lagging") else ""
+        workers = "<br>".join(
+            f'{escape(w["worker_id"])} <span class="muted">seen {age(data["now"] - w["last_seen"])} ago,'
+            f" {w['in_flight']} in flight</span>"
+            for w in q["workers"]
+        )
+        rate = f"{lag['rate_per_second']:.1f}/s" if lag.get("rate_per_second") is not None else "-"
+        wait = q["schedule_to_start"]
+        waited = "-"
+        if wait:
+            p95 = wait["p95_seconds_at_most"]
+            bound = age(int(p95 * 1000)) if p95 is not None else "5 min+"
+            waited = f"{age(int(wait['mean_seconds'] * 1000))} mean, p95 ≤ {bound}"
+
+        rows.append(
+            f'<tr data-queue="{escape(q["queue"])}"><td>{escape(q["queue"])}</td><td class="num">{q["ready"]}</td>'
+            f'<td class="num">{q["delayed"]}</td><td class="num"{warn}>{age(q["oldest_ready_age_ms"])}</td>'
+            f'<td class="num">{q["running"]}</td><td class="num">{q["in_local_run"]}</td>'
+            f'<td class="num">{rate}</td><td class="num wait">{waited}</td><td>{workers or "-"}</td></tr>'
+        )
+    return (
+        "<h2>Queues</h2><table><thead><tr><th>queue</th><th>ready</th><th>delayed</th><th>oldest ready</th>"
+        "<th>running</th><th>in local runs</th><th>throughput</th><th>schedule to start</th>"
+        "<th>workers polling</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def cluster_html(data: dict[str, Any]) -> str:
+    """The Cluster page body: nodes, the clock leader, readiness."""
+    ready = data["readiness"]
+    rows = "".join(
+        f"<tr><td>{escape(n['node_id'])}{' (this node)' if n['this_node'] else ''}</td>"
+        f"<td>{'leader' if n['clock_leader'] else ''}</td><td>{escape(n['address'])}</td>"
+        f"<td>{when(n['connected_since'])}</td><td>{age(max(data['now'] - n['last_seen'], 0))} ago</td></tr>"
+        for n in data["nodes"]
+    )
+    return (
+        f"<h2>Cluster</h2><p>this node: {'ready' if ready['ready'] else 'NOT READY'} — {escape(ready['detail'])}</p>"
+        "<table><thead><tr><th>node</th><th>clock</th><th>address</th><th>connected since</th>"
+        f"<th>last activity</th></tr></thead><tbody>{rows}</tbody></table>"
+    )

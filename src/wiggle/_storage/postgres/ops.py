@@ -1,0 +1,113 @@
+"""The operator's reads on PostgreSQL: counts, queue depths, readiness and the cluster's nodes.
+
+Autocommit reads, each one statement (docs/postgres-plans.md covers the hot paths, not these:
+they run when a person looks, or once per queue-lag interval).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ...errors import WiggleError
+from ..ops import NodeInfo, QueueStat, Readiness
+from .db import Database, short
+from .migrations import lock_key, migration_files
+
+__all__ = ["count_by_status", "queue_stats", "readiness", "cluster_nodes"]
+
+
+def _s(schema: str) -> str:
+    return sql.Identifier(schema).as_string()
+
+
+async def count_by_status(db: Database, schema: str) -> dict[str, dict[str, int]]:
+    """{workflow: {status: n}} over every kept instance."""
+    rows = await db.fetch(
+        "count_by_status", f"SELECT workflow, status, count(*) FROM {_s(schema)}.instances GROUP BY 1, 2"
+    )
+    out: dict[str, dict[str, int]] = {}
+    for workflow, status, n in rows:
+        out.setdefault(workflow, {})[status] = int(n)
+    return out
+
+
+async def queue_stats(db: Database, schema: str, now: int) -> list[QueueStat]:
+    """Per queue: due and delayed READY tokens, the oldest due one, leased tokens per owner."""
+    s = _s(schema)
+    ready = await db.fetch(
+        "queue_stats",
+        f"SELECT queue, count(*) FILTER (WHERE available_at <= %(now)s), "
+        f"count(*) FILTER (WHERE available_at > %(now)s), "
+        f"coalesce(min(available_at) FILTER (WHERE available_at <= %(now)s), 0) "
+        f"FROM {s}.tokens WHERE status = 'READY' GROUP BY queue",
+        {"now": now},
+    )
+    running = await db.fetch(
+        "queue_stats",
+        f"SELECT queue, lease_owner, local_run_owner <> '', count(*) FROM {s}.tokens "
+        "WHERE status = 'RUNNING' GROUP BY 1, 2, 3",
+    )
+    stats: dict[str, QueueStat] = {}
+    for queue, due, delayed, oldest in ready:
+        stats[queue] = QueueStat(
+            queue=queue, ready=int(due), delayed=int(delayed), oldest_ready_at=int(oldest)
+        )
+    for queue, owner, local, n in running:
+        stat = stats.setdefault(queue, QueueStat(queue=queue))
+        stat.running += int(n)
+        if local:
+            stat.in_local_run += int(n)
+        stat.in_flight = {**stat.in_flight, owner: stat.in_flight.get(owner, 0) + int(n)}
+    return [stats[q] for q in sorted(stats)]
+
+
+async def readiness(db: Database, schema: str) -> Readiness:
+    """Ready when the database answers and the schema is at this Wiggle's newest migration."""
+    expected = migration_files()[-1][0]
+    try:
+        rows = await db.fetch(
+            "readiness", f"SELECT coalesce(max(version), 0) FROM {_s(schema)}.schema_version"
+        )
+    except (WiggleError, psycopg.Error) as exc:
+        return Readiness(ready=False, detail=f"database unavailable: {short(exc)}", expected_version=expected)
+    current = int(rows[0][0]) if rows else 0
+    if current != expected:
+        return Readiness(
+            ready=False,
+            detail=f"schema {schema!r} is at version {current}, this server needs {expected}",
+            schema_version=current,
+            expected_version=expected,
+        )
+    return Readiness(ready=True, detail="ready", schema_version=current, expected_version=expected)
+
+
+async def cluster_nodes(db: Database, schema: str, prefix: str, this_node: str) -> list[NodeInfo]:
+    """The nodes connected on ``schema`` (by their application_name prefix) and the clock leader."""
+    key = lock_key("clock", schema)
+    hi, lo = (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
+    rows: list[Any] = await db.fetch(
+        "cluster_nodes",
+        "SELECT split_part(substr(a.application_name, length(%(prefix)s) + 1), ':', 1) AS node, "
+        "min(extract(epoch FROM a.backend_start) * 1000)::bigint, "
+        "max(extract(epoch FROM greatest(a.state_change, a.query_start, a.backend_start)) * 1000)::bigint, "
+        "coalesce(min(host(a.client_addr)), 'local'), "
+        "bool_or(EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' "
+        "AND l.granted AND l.classid = %(hi)s::oid AND l.objid = %(lo)s::oid AND l.objsubid = 1)) "
+        "FROM pg_stat_activity a WHERE a.application_name LIKE %(prefix)s || '%%' "
+        "AND a.datname = current_database() GROUP BY 1 ORDER BY 1",
+        {"prefix": prefix, "hi": hi, "lo": lo},
+    )
+    return [
+        NodeInfo(
+            node_id=node,
+            this_node=node == this_node,
+            clock_leader=bool(leader),
+            connected_since=int(since or 0),
+            last_seen=int(seen or 0),
+            address=addr,
+        )
+        for node, since, seen, addr, leader in rows
+    ]

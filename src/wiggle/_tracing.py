@@ -1,0 +1,94 @@
+"""OpenTelemetry tracing, when the ``otel`` extra is installed; nothing at all when it is not.
+
+One trace per instance: the client's ``start`` span → the server's StartInstance span (linked by
+the W3C ``traceparent`` in the gRPC metadata) → every step attempt a worker runs (linked by the
+``traceparent`` the server stores on the instance and sends in each activation) → the worker's
+reports. Spans go to whatever TracerProvider the process configured (the SDK's exporters); without
+one the API's no-op tracer records nothing. Without the extra, ``span`` is a shared no-op context
+manager and ``traceparent`` is "" (README "Operating Wiggle").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "ENABLED",
+    "span",
+    "traceparent",
+    "outgoing_metadata",
+    "set_incoming",
+    "incoming",
+    "CLIENT",
+    "SERVER",
+    "INTERNAL",
+]
+
+try:
+    from opentelemetry import trace as _trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    ENABLED = True
+    _propagator = TraceContextTextMapPropagator()
+    CLIENT: Any = _trace.SpanKind.CLIENT
+    SERVER: Any = _trace.SpanKind.SERVER
+    INTERNAL: Any = _trace.SpanKind.INTERNAL
+except ImportError:  # the otel extra is not installed: tracing is off and costs nothing
+    ENABLED = False
+    CLIENT = SERVER = INTERNAL = None
+
+_NOTHING = contextlib.nullcontext()
+_incoming: contextvars.ContextVar[str] = contextvars.ContextVar("wiggle_incoming_traceparent", default="")
+
+
+def span(
+    name: str, kind: Any = None, parent: str = "", attributes: Mapping[str, Any] | None = None
+) -> contextlib.AbstractContextManager[Any]:
+    """A span named ``name`` under ``parent`` (a traceparent; "" for the current span), or a no-op."""
+    if not ENABLED:
+        return _NOTHING
+    return _span(name, kind, parent, attributes)
+
+
+@contextlib.contextmanager
+def _span(name: str, kind: Any, parent: str, attributes: Mapping[str, Any] | None) -> Iterator[Any]:
+    ctx = _propagator.extract({"traceparent": parent}) if parent else None
+    tracer = _trace.get_tracer("wiggle")
+    with tracer.start_as_current_span(
+        name, context=ctx, kind=kind or _trace.SpanKind.INTERNAL, attributes=dict(attributes or {})
+    ) as current:
+        yield current
+
+
+def traceparent() -> str:
+    """The current span as a W3C traceparent, or "" (no extra, no provider, no span)."""
+    if not ENABLED:
+        return ""
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier)
+    return carrier.get("traceparent", "")
+
+
+def outgoing_metadata() -> tuple[tuple[str, str], ...] | None:
+    """gRPC metadata carrying the current span, or None."""
+    value = traceparent()
+    return (("traceparent", value),) if value else None
+
+
+def set_incoming(metadata: Sequence[Any] | None) -> None:
+    """Remember the traceparent of an incoming call (its gRPC metadata) for ``incoming()``."""
+    if not ENABLED or not metadata:
+        return
+    for item in metadata:
+        key, value = item[0], item[1]
+        if key == "traceparent" and isinstance(value, str):
+            _incoming.set(value)
+            return
+
+
+def incoming() -> str:
+    """The traceparent the current call came with ("" if none)."""
+    return _incoming.get()

@@ -1,0 +1,189 @@
+"""The dashboard in a real browser: Debian's chromium driven by selenium through chromedriver.
+
+Each page is opened against a server with real instances; the tests click cancel and complete a
+user task through the confirmation dialog, check the outcome in the store and the graph's node
+states, and save a screenshot of every page in SCREENSHOTS (printed by .ci/run; CI artifacts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pg import TEST_DATABASE_URL
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+from wiggle import ExecutionMode
+
+from .helpers import dashboard_server, orders, until
+
+CHROMIUM = os.environ.get("WIGGLE_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("WIGGLE_CHROMEDRIVER", "/usr/bin/chromedriver")
+SCREENSHOTS = Path(
+    os.environ.get(
+        "WIGGLE_SCREENSHOTS", Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    """A headless chromium (missing chromium is a failure: .ci/run installs it)."""
+    assert Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(), (
+        f"the browser tests need {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver"
+    )
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver: webdriver.Chrome, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
+def wait_for(driver: webdriver.Chrome, css: str, timeout: float = 20) -> Any:
+    return WebDriverWait(driver, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
+def node_state(driver: webdriver.Chrome, node: str) -> str:
+    return str(
+        driver.find_element(By.CSS_SELECTOR, f'g.node[data-node="{node}"]').get_attribute("data-state")
+    )
+
+
+def confirm(driver: webdriver.Chrome, button_css: str, actor: str) -> None:
+    """Click an action, fill in who, confirm (the dialog closes once the server accepted it)."""
+    wait_for(driver, button_css).click()
+    dialog = WebDriverWait(driver, 10).until(ec.visibility_of_element_located((By.ID, "confirm")))
+    field = dialog.find_element(By.ID, "actor")
+    field.clear()
+    field.send_keys(actor)
+    dialog.find_element(By.ID, "confirm-yes").click()
+    WebDriverWait(driver, 20).until(ec.invisibility_of_element_located((By.ID, "confirm")))
+
+
+async def test_every_page_and_the_actions_in_a_browser(
+    browser: webdriver.Chrome, store: str, pg_schema: str
+) -> None:
+    flow = orders(f"browser-orders-{store}", ExecutionMode.LOCAL_SYNC)
+    async with dashboard_server(store, pg_schema, TEST_DATABASE_URL) as (server, base):
+        async with server.worker([flow]):
+            declined = (
+                await server.client.start(flow, {"declined": True}, correlation_id="order-1")
+            ).instance_id
+            victim = (await server.client.start(flow, {}, correlation_id="order-2")).instance_id
+            approved = (await server.client.start(flow, {}, correlation_id="order-3")).instance_id
+
+            async def awaiting() -> bool:
+                infos = [await server.client.get(i) for i in (declined, victim, approved)]
+                return all(any(t.status == "AWAITING" for t in i.tokens) for i in infos)
+
+            await until(awaiting)
+            await server.client.complete_user_task(declined, "approve", {"ok": True})
+            assert (await server.client.wait(declined, timeout=20)).status == "FAILED"
+
+            def instances_page() -> tuple[int, str]:
+                browser.get(f"{base}/instances?workflow={flow.name}")
+                wait_for(browser, "tr[data-id]")
+                rows = browser.find_elements(By.CSS_SELECTOR, "tbody tr[data-id]")
+                running = browser.find_element(By.CSS_SELECTOR, 'a[data-count="RUNNING"]').text
+                shot(browser, f"instances-{store}")
+                return len(rows), running
+
+            rows, running = await asyncio.to_thread(instances_page)
+            assert rows == 3 and running == "running 2"
+
+            def failed_instance() -> dict[str, str]:
+                browser.get(f"{base}/instances/{declined}")
+                wait_for(browser, "svg.graph")
+                states = {n: node_state(browser, n) for n in ("validate", "approve", "charge", "ship")}
+                tracebacks = browser.find_elements(By.CSS_SELECTOR, "#history pre.tb")
+                states["tracebacks"] = str(len(tracebacks))
+                states["last"] = tracebacks[-1].text if tracebacks else ""
+                shot(browser, f"instance-failed-{store}")
+                return states
+
+            seen = await asyncio.to_thread(failed_instance)
+            assert (seen["validate"], seen["approve"], seen["charge"], seen["ship"]) == (
+                "done",
+                "done",
+                "failed",
+                "",
+            )
+            assert seen["tracebacks"] == "2" and seen["last"].rstrip().endswith("RuntimeError: card declined")
+
+            def cancel_in_browser() -> str:
+                browser.get(f"{base}/instances/{victim}")
+                wait_for(browser, "svg.graph")
+                before = node_state(browser, "approve")
+                confirm(browser, "button#cancel", "ada")
+                return before
+
+            assert await asyncio.to_thread(cancel_in_browser) == "awaiting"
+            info = await server.client.get(victim)
+            assert info.status == "CANCELLED" and info.reason == "cancelled from the dashboard"
+            operator = [e for e in await server.client.history(victim) if e.kind == "OPERATOR"]
+            assert len(operator) == 1 and operator[0].worker_id.startswith("ada (dashboard")
+
+            def refreshed() -> tuple[str, bool]:
+                # the page refreshes itself (no reload): the status pill and the history follow
+                WebDriverWait(browser, 20).until(
+                    lambda d: (
+                        "CANCELLED" in d.find_element(By.ID, "main").text
+                        and d.find_elements(By.CSS_SELECTOR, "#history tr.h-CANCELLED")
+                    )
+                )
+                shot(browser, f"instance-cancelled-{store}")
+                return browser.find_element(By.CSS_SELECTOR, "#main .pill").text, bool(
+                    browser.find_elements(By.CSS_SELECTOR, "button#cancel")
+                )
+
+            pill, still_cancellable = await asyncio.to_thread(refreshed)
+            assert pill == "CANCELLED" and not still_cancellable
+
+            def complete_in_browser() -> None:
+                browser.get(f"{base}/instances/{approved}")
+                wait_for(browser, "svg.graph")
+                confirm(browser, 'button.complete-task[data-task="approve"]', "grace")
+
+            await asyncio.to_thread(complete_in_browser)
+            done = await server.client.wait(approved, timeout=20)
+            assert done.status == "COMPLETED" and done.context["shipped"] is True
+
+            def graph_done() -> list[str]:
+                WebDriverWait(browser, 20).until(lambda d: node_state(d, "ship") == "done")
+                shot(browser, f"instance-completed-{store}")
+                return [node_state(browser, n) for n in ("validate", "approve", "charge", "ship")]
+
+            assert await asyncio.to_thread(graph_done) == ["done"] * 4
+
+            def other_pages() -> dict[str, str]:
+                texts = {}
+                for page in ("workflows", "queues", "cluster"):
+                    browser.get(f"{base}/{page}")
+                    wait_for(browser, "#main h2")
+                    texts[page] = browser.find_element(By.ID, "main").text
+                    shot(browser, f"{page}-{store}")
+                return texts
+
+            texts = await asyncio.to_thread(other_pages)
+            assert flow.name in texts["workflows"] and "LOCAL_SYNC" in texts["workflows"]
+            assert flow.name in texts["queues"]
+            assert "ready" in texts["cluster"] and "leader" in texts["cluster"]

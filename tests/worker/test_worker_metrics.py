@@ -1,0 +1,73 @@
+"""The worker's optional /metrics under real load through a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import urllib.request
+
+import pytest
+
+from wiggle import ExecutionMode, RetryPolicy, WorkerOptions, Workflow
+from wiggle.testing import EmbeddedServer
+
+
+def bump(ctx: dict) -> dict:
+    return {**ctx, "n": ctx.get("n", 0) + 1}
+
+
+def picky(ctx: dict) -> dict:
+    if ctx.get("bad"):
+        raise RuntimeError("bad input")
+    return ctx
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def value(body: str, series: str) -> float:
+    match = re.search(rf"^{re.escape(series)} (\S+)$", body, re.M)
+    assert match, f"no {series} in {body}"
+    return float(match.group(1))
+
+
+async def test_worker_metrics_count_steps_reports_and_local_runs() -> None:
+    flow = (
+        Workflow.define("worker-metrics")
+        .execution(ExecutionMode.LOCAL_ASYNC)
+        .step(bump)
+        .step(picky, retry=RetryPolicy.fixed(2, 0.01))
+        .build()
+    )
+    port = _free_port()
+    async with EmbeddedServer() as server:
+        options = WorkerOptions(metrics_port=port, worker_id="wm-1", poll_wait_seconds=1.0)
+        async with server.worker([flow], options):
+            ids = [(await server.client.start(flow, {"bad": i == 0})).instance_id for i in range(4)]
+            for instance_id in ids:
+                await server.client.wait(instance_id, timeout=30)
+            body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+    # 4 x bump; picky: 3 good + 2 failed attempts of the bad one
+    assert value(body, 'wiggle_worker_steps_total{outcome="completed"}') == 7
+    assert value(body, 'wiggle_worker_steps_total{outcome="failed"}') == 2
+    assert value(body, 'wiggle_worker_handler_seconds_count{workflow="worker-metrics"}') == 9
+    assert value(body, 'wiggle_worker_report_seconds_count{rpc="AdvanceRun"}') >= 4
+    assert value(body, "wiggle_worker_local_run_steps_count") >= 4
+    assert value(body, 'wiggle_worker_slots{worker_id="wm-1"}') == 16
+    assert value(body, 'wiggle_worker_slots_in_use{worker_id="wm-1"}') >= 0
+
+
+def test_a_bad_metrics_port_is_refused() -> None:
+    from wiggle._worker.options import check_options
+
+    with pytest.raises(ValueError, match="metrics_port must be between 0 .off. and 65535, got 70000"):
+        check_options(WorkerOptions(metrics_port=70000))
