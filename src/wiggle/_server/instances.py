@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._clock import Clock
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
 from .._engine.records import StepRecord
 from .._engine.state import (
@@ -28,7 +29,6 @@ from .._engine.state import (
     Token,
     TokenStatus,
     new_instance_id,
-    now_millis,
     token_instance_id,
 )
 from .._model import WorkflowDefinition
@@ -59,9 +59,16 @@ def _instance_missing(instance_id: str) -> str:
 class Instances:
     """Workflows and instances over ``store``: register, start, read, report, wait, clock duties."""
 
-    def __init__(self, store: Store, engine: Engine | None = None) -> None:
+    def __init__(self, store: Store, engine: Engine | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.engine: Engine = engine if engine is not None else Engine()
+        if clock is not None:
+            store.clock = clock  # one clock for the layer and its store (wiggle/_clock.py)
+
+    @property
+    def clock(self) -> Clock:
+        """Where workflow time comes from: the wall clock, unless a test kit injected another."""
+        return self.store.clock
 
     @property
     def config(self) -> EngineConfig:
@@ -94,7 +101,7 @@ class Instances:
     ) -> InstanceView:
         """Start an instance of ``name`` (latest version unless pinned)."""
         record = await self.store.get_workflow(name, version)
-        now = now_millis()
+        now = self.clock.now()
         state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
         await self.store.insert(state, changes)
         return self.store.view(state)
@@ -185,7 +192,7 @@ class Instances:
                         return []
                     next_ready = await self.store.next_ready_at(queues)
                     if next_ready is not None:
-                        remaining = min(remaining, max((next_ready - now_millis()) / 1000, 0.001))
+                        remaining = min(remaining, max((next_ready - self.clock.now()) / 1000, 0.001))
                     if await notifier.wait(waiter, remaining):
                         woken_for = waiter.woken_for
         except BaseException:
@@ -320,14 +327,14 @@ class Instances:
         notifier = self.store.notifier
         while not stopping.is_set():
             try:
-                await self.run_clock_duties(now_millis())
+                await self.run_clock_duties(self.clock.now())
                 due = await self.store.next_due_at()
             except Exception as exc:  # the database is down: keep trying, never die
                 log.warning("clock duties failed: %s", exc)
                 due = None
             timeout = CLOCK_IDLE_SECONDS
             if due is not None:
-                timeout = min(timeout, max((due - now_millis()) / 1000, 0.0))
+                timeout = min(timeout, max((due - self.clock.now()) / 1000, 0.0))
             await notifier.wait_clock(timeout)
 
     async def purge_loop(self, stopping: asyncio.Event, retention_seconds: float) -> None:
@@ -338,7 +345,7 @@ class Instances:
             if stopping.is_set():
                 return
             try:
-                cutoff = now_millis() - int(retention_seconds * 1000)
+                cutoff = self.clock.now() - int(retention_seconds * 1000)
                 while await self.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
                     await asyncio.sleep(0)
             except Exception as exc:

@@ -19,7 +19,6 @@ from .._engine.state import (
     InstanceState,
     Token,
     TokenStatus,
-    now_millis,
     token_instance_id,
 )
 from .._model import validate_name
@@ -84,7 +83,7 @@ class MemoryStore(Store):
         existing = self._definitions.get(key)
         if existing is not None:
             return existing, False
-        record = WorkflowRecord(loaded, now_millis())
+        record = WorkflowRecord(loaded, self.clock.now())
         self._definitions[key] = record
         self._latest[name] = loaded.version
         return record, True
@@ -123,7 +122,7 @@ class MemoryStore(Store):
         state = self._instances.get(instance_id)
         if state is None:
             raise NotFound(missing)
-        result, changes = action(self._loaded(state), state, now_millis())
+        result, changes = action(self._loaded(state), state, self.clock.now())
         if changes is not None:
             self._apply(state, changes)
         return result, state
@@ -175,7 +174,7 @@ class MemoryStore(Store):
     async def claim(
         self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition
     ) -> list[Claimed]:
-        now = now_millis()
+        now = self.clock.now()
         out: list[Claimed] = []
         while len(out) < max_tasks:
             best_queue = None

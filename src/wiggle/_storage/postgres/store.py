@@ -19,7 +19,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from ..._engine.engine import Claimed, LoadedDefinition
-from ..._engine.state import Changes, HistoryEntry, InstanceState, now_millis
+from ..._engine.state import Changes, HistoryEntry, InstanceState
 from ...errors import NotFound
 from ..base import (
     Action,
@@ -73,6 +73,7 @@ class PostgresStore(Store):
         self.group = GroupCommit(
             self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
         )
+        self.group.now = self._now
 
     @property
     def node_id(self) -> str:
@@ -88,6 +89,10 @@ class PostgresStore(Store):
     def is_clock_leader(self) -> bool:
         """True while this store holds the clock-duty advisory lock."""
         return self.cluster.leader
+
+    def _now(self) -> int:
+        # Read at each call: the instance layer may hand the store its clock after construction.
+        return self.clock.now()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -145,7 +150,7 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ definitions
 
     async def put_definition(self, loaded: LoadedDefinition) -> tuple[WorkflowRecord, bool]:
-        record, created = await self.definitions.put(loaded)
+        record, created = await self.definitions.put(loaded, self.clock.now())
         if created:
             self.stats.transactions += 1
         return record, created
@@ -236,7 +241,7 @@ class PostgresStore(Store):
             announced: list[tuple[str, Changes]] = []
             async with conn.pipeline() as pipeline:
                 async with conn.transaction():
-                    now = now_millis()
+                    now = self.clock.now()
                     params = (queue_param, now, max_tasks) + ((max_tasks,) if len(queues) > 1 else ())
                     cur = await conn.execute(text, params, binary=True)
                     await pipeline.sync()
@@ -293,7 +298,7 @@ class PostgresStore(Store):
         ((earliest,),) = await self.db.fetch("next_ready_at", self.queries.next_ready, (list(queues),))
         if earliest is None:
             return None
-        now = now_millis()
+        now = self.clock.now()
         # A due token that claim() skipped is locked by a transaction in flight: look again shortly.
         return earliest if earliest > now else now + 50
 
