@@ -120,3 +120,26 @@ async def test_the_sync_environment_awaited_from_another_loop() -> None:
         history = await env.aio.history(done)
     assert done.context == {"shipped": True}
     assert history[-1].ended_at - t0 == 3 * 86_400_000
+
+
+async def test_instances_of_other_workflows_do_not_stop_the_skipping(kit: Kit) -> None:
+    stranger = kit.define("stranger").step(_ship).build()  # nobody serves it: READY for ever
+    bp = kit.define("napper").sleep("nap", timedelta(days=1)).step(_ship).build()
+    async with kit.env([bp]) as env:
+        await env.client.register(stranger)
+        await env.client.start(stranger, {})
+        t0 = env.now_millis()
+        done = await env.run(bp, {})
+        assert env.now_millis() - t0 == 86_400_000
+    assert done.context == {"shipped": True}
+
+
+async def test_a_virtual_clock_leaves_the_ids_of_wall_clock_servers_alone() -> None:
+    from wiggle._engine.state import new_instance_id
+
+    bp = Workflow.define(f"ids-{uuid.uuid4().hex[:6]}").sleep("nap", timedelta(days=400)).step(_ship).build()
+    async with WorkflowEnvironment([bp]) as env:
+        done = await env.run(bp, {})
+    assert int(done.instance_id[3:15], 16) == done.created_at  # the id carries the virtual time
+    wall = new_instance_id()  # the wall clock's ids do not jump 400 days ahead with it
+    assert int(wall[3:15], 16) < env.now_millis() - 399 * 86_400_000

@@ -17,13 +17,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._clock import Clock
+from .._clock import WALL_CLOCK, Clock
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
 from .._engine.records import StepRecord
 from .._engine.state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
     HistoryEntry,
+    InstanceIds,
     InstanceState,
     InstanceStatus,
     Token,
@@ -64,6 +65,8 @@ class Instances:
         self.engine: Engine = engine if engine is not None else Engine()
         if clock is not None:
             store.clock = clock  # one clock for the layer and its store (wiggle/_clock.py)
+        # instance ids follow this layer's clock (state.py, InstanceIds)
+        self.new_instance_id = new_instance_id if clock is None or clock is WALL_CLOCK else InstanceIds()
 
     @property
     def clock(self) -> Clock:
@@ -102,7 +105,9 @@ class Instances:
         """Start an instance of ``name`` (latest version unless pinned)."""
         record = await self.store.get_workflow(name, version)
         now = self.clock.now()
-        state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
+        state, changes = self.engine.start(
+            record.loaded, self.new_instance_id(now), context, correlation_id, now
+        )
         await self.store.insert(state, changes)
         return self.store.view(state)
 

@@ -105,6 +105,7 @@ class WorkflowEnvironment:
             config = msgspec.structs.replace(config, **settings)
         self.server = WiggleServer(config, clock=self.clock)
         self.skipper = TimeSkipper(self.server.instances, self.clock, self._live_worker)
+        self.skipper.workflows.update(bp.name for bp in self.workflows)
         self.workers: list[Worker] = []
         self._worker_ids: set[str] = set()
         self._client: AsyncClient | None = None
@@ -170,7 +171,9 @@ class WorkflowEnvironment:
         opts = options or self.worker_options
         if not opts.worker_id:
             opts = msgspec.structs.replace(opts, worker_id=f"test-worker-{len(self._worker_ids) + 1}")
-        worker = Worker(self.client, list(self.workflows if blueprints is None else blueprints), opts)
+        served = list(self.workflows if blueprints is None else blueprints)
+        self.skipper.workflows.update(bp.name for bp in served)
+        worker = Worker(self.client, served, opts)
         await worker.start()
         self.workers.append(worker)
         self._worker_ids.add(worker.worker_id)
@@ -210,6 +213,7 @@ class WorkflowEnvironment:
         """Start an instance (registering the blueprint first); its snapshot."""
         if isinstance(workflow, Blueprint):
             await self.client.register(workflow)
+        self.skipper.workflows.add(workflow.name if isinstance(workflow, Blueprint) else workflow)
         return await self.client.start(workflow, context, correlation_id=correlation_id)
 
     async def wait(
@@ -227,6 +231,7 @@ class WorkflowEnvironment:
             view = await instances.wait_finished(iid, CHECK_SECONDS)
             if view.instance.status != InstanceStatus.RUNNING:
                 return await self.client.get(iid)
+            self.skipper.workflows.add(view.instance.workflow)  # started by any client: still ours
             if skipping and await self.skipper.skip():
                 continue
             if time.monotonic() >= deadline:
