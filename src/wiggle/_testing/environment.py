@@ -264,13 +264,21 @@ class WorkflowEnvironment:
         return await self.wait(info, timeout)
 
     async def wait_for(
-        self, instance_id: str | InstanceInfo, node: str, timeout: float = DEFAULT_TIMEOUT
+        self,
+        instance_id: str | InstanceInfo,
+        node: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        skip: bool | None = None,
     ) -> InstanceInfo:
-        """Wait (without skipping time) until a token of the instance is at ``node``; its snapshot.
+        """Wait until a token of the instance is at ``node``; its snapshot.
 
-        For a user task: ``await env.wait_for(info, "approve")`` then ``complete_user_task``.
+        Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
+        never past the arrival: a deadline that starts at ``node`` has not run when this returns.
+        For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
         """
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
+        skipping = self.time_skipping if skip is None else skip
         deadline = time.monotonic() + timeout
         while True:
             info = await self.client.get(iid)
@@ -278,6 +286,9 @@ class WorkflowEnvironment:
                 return info
             if info.finished:
                 raise AssertionError(f"instance {iid} finished ({info.status}) without reaching {node!r}")
+            self.skipper.workflows.add(info.workflow)
+            if skipping and await self.skipper.skip():
+                continue
             if time.monotonic() >= deadline:
                 where = ", ".join(f"{t.node_id} {t.status}" for t in info.tokens) or "no tokens"
                 raise TimeoutError(

@@ -172,9 +172,11 @@ class SyncWorkflowEnvironment:
         """Start an instance and wait for it to finish, in one call."""
         return self._call(self.env.run(workflow, context, timeout=timeout, check=check))
 
-    def wait_for(self, instance_id: Instance, node: str, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
-        """Wait (without skipping time) until a token of the instance is at ``node``."""
-        return self._call(self.env.wait_for(instance_id, node, timeout))
+    def wait_for(
+        self, instance_id: Instance, node: str, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+    ) -> InstanceInfo:
+        """Wait until a token of the instance is at ``node`` (skipping idle time, never past it)."""
+        return self._call(self.env.wait_for(instance_id, node, timeout, skip=skip))
 
     def complete_user_task(
         self, instance_id: Instance, name: str, data: Any = None, *, wait: bool = True
@@ -244,10 +246,10 @@ class AsyncView:
         return await self._await(self._env.run(workflow, context, timeout=timeout, check=check))
 
     async def wait_for(
-        self, instance_id: Instance, node: str, timeout: float = DEFAULT_TIMEOUT
+        self, instance_id: Instance, node: str, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
     ) -> InstanceInfo:
-        """Wait (without skipping time) until a token of the instance is at ``node``."""
-        return await self._await(self._env.wait_for(instance_id, node, timeout))
+        """Wait until a token of the instance is at ``node`` (skipping idle time, never past it)."""
+        return await self._await(self._env.wait_for(instance_id, node, timeout, skip=skip))
 
     async def complete_user_task(
         self, instance_id: Instance, name: str, data: Any = None, *, wait: bool = True
