@@ -185,3 +185,16 @@ async def test_several_workers_share_the_work_in_virtual_time(kit: Kit) -> None:
     assert inside == {"test-worker-1", "test-worker-2"}
     assert {d.context["worker"] for d in done} == inside
     assert all(d.finished_at - t0 == DAY for d in done)
+
+
+async def test_concurrent_waits_jump_to_each_due_moment_in_turn(kit: Kit) -> None:
+    def done(ctx):
+        return ctx
+
+    bp = kit.define("staggered").sleep("nap", timedelta(hours=1)).step(done).build()
+    slow = kit.define("staggered-slow").sleep("nap", timedelta(hours=5)).step(done).build()
+    async with kit.env([bp, slow]) as env:
+        t0 = env.now_millis()
+        one, two = await env.start_workflow(bp, {}), await env.start_workflow(slow, {})
+        first, second = await asyncio.gather(env.result(one), env.result(two))
+    assert (first.finished_at - t0, second.finished_at - t0) == (HOUR, 5 * HOUR)

@@ -14,6 +14,7 @@ the jump never passes a due moment unprocessed. See docs/semantics.md#time-in-te
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 
 from .._clock import VirtualClock
@@ -67,6 +68,7 @@ class TimeSkipper:
         self.live_workers = live_workers
         self.jumps = 0  # how often the clock jumped (tests and reports)
         self.workflows: set[str] = set()  # the names whose instances count as live
+        self._lock = asyncio.Lock()  # concurrent waits (gather) look and jump one at a time
 
     async def live(self) -> list[InstanceView]:
         """Every RUNNING instance of ``workflows``, with its active tokens."""
@@ -110,6 +112,10 @@ class TimeSkipper:
 
     async def skip(self) -> bool:
         """Jump to the next due moment if every live instance waits on time; True if it jumped."""
+        async with self._lock:
+            return await self._skip()
+
+    async def _skip(self) -> bool:
         waiting = self.waiting(await self.live())
         if waiting.busy:
             return False
