@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from wiggle import Workflow, WorkflowFailed
+from wiggle import WorkerOptions, Workflow, WorkflowFailed
 from wiggle.testing import SyncWorkflowEnvironment, WorkflowEnvironment, mock_step
 
 from .conftest import Kit
@@ -82,6 +82,8 @@ async def test_bad_arguments_are_named() -> None:
         WorkflowEnvironment(start=datetime(2030, 1, 1))
     with pytest.raises(ValueError, match="workers must be >= 0"):
         WorkflowEnvironment(workers=-1)
+    with pytest.raises(ValueError, match="would name all 2 workers alike"):
+        WorkflowEnvironment(workers=2, worker_options=WorkerOptions(worker_id="w"))
     async with WorkflowEnvironment(start=datetime(2030, 1, 1, tzinfo=timezone.utc)) as env:
         assert env.now() == datetime(2030, 1, 1, tzinfo=timezone.utc)
         with pytest.raises(ValueError, match="must not be negative"):

@@ -94,6 +94,11 @@ class WorkflowEnvironment:
         self.workflows = list(workflows)
         self.worker_count = workers
         self.worker_options = worker_options or WorkerOptions(poll_wait_seconds=1.0)
+        if workers > 1 and self.worker_options.worker_id:
+            raise ValueError(
+                f"worker_options.worker_id={self.worker_options.worker_id!r} would name all {workers} "
+                "workers alike: leave it empty (they become test-worker-1, -2...)"
+            )
         self.time_skipping = time_skipping
         self.clock = VirtualClock(_epoch_millis(start))
         mode = execution_mode if isinstance(execution_mode, ExecutionMode) else ExecutionMode(execution_mode)
@@ -108,6 +113,7 @@ class WorkflowEnvironment:
         self.skipper.workflows.update(bp.name for bp in self.workflows)
         self.workers: list[Worker] = []
         self._worker_ids: set[str] = set()
+        self._workers_started = 0
         self._client: AsyncClient | None = None
         self._started = False
         self._drop_schema = bool(database_url) and not database_schema  # ours: dropped on stop
@@ -170,7 +176,8 @@ class WorkflowEnvironment:
         """Start one more in-process worker (for ``blueprints``, by default the environment's)."""
         opts = options or self.worker_options
         if not opts.worker_id:
-            opts = msgspec.structs.replace(opts, worker_id=f"test-worker-{len(self._worker_ids) + 1}")
+            self._workers_started += 1  # ids never repeat, even after a worker stopped
+            opts = msgspec.structs.replace(opts, worker_id=f"test-worker-{self._workers_started}")
         served = list(self.workflows if blueprints is None else blueprints)
         self.skipper.workflows.update(bp.name for bp in served)
         worker = Worker(self.client, served, opts)
