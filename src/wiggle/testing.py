@@ -1,6 +1,10 @@
-"""Helpers for testing workflows: an embedded server (in-memory unless configured) and workers.
+"""Testing workflows: an environment on a virtual clock, helpers, and an embedded server.
 
-::
+``WorkflowEnvironment`` (async) and ``SyncWorkflowEnvironment`` (sync, with ``.aio``) run a
+server, in-process workers and a client on a ``VirtualClock`` that jumps over idle time (README,
+"Testing your workflows"; docs/semantics.md#time-in-tests). ``mock_step`` replaces one step's
+function; ``path_of`` reads the path an instance took. The pytest plugin (wiggle.pytest_plugin)
+offers them as fixtures. ``EmbeddedServer`` is a plain server on the wall clock::
 
     async with EmbeddedServer() as server:
         async with server.worker([blueprint]) as worker:
@@ -15,13 +19,25 @@ from typing import Any
 
 import msgspec
 
+from ._clock import VirtualClock
 from ._server.app import WiggleServer
 from ._server.config import ServerConfig
+from ._testing.environment import WorkflowEnvironment
+from ._testing.helpers import mock_step, path_of
+from ._testing.sync import AsyncView, SyncWorkflowEnvironment
 from .client import AsyncClient
 from .worker import Worker, WorkerOptions
 from .workflow import Blueprint
 
-__all__ = ["EmbeddedServer"]
+__all__ = [
+    "AsyncView",
+    "EmbeddedServer",
+    "SyncWorkflowEnvironment",
+    "VirtualClock",
+    "WorkflowEnvironment",
+    "mock_step",
+    "path_of",
+]
 
 
 class EmbeddedServer:

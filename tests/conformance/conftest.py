@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from wiggle import Blueprint, ExecutionMode, InstanceInfo, Worker, WorkerOptions, Workflow
-from wiggle.testing import EmbeddedServer
+from wiggle.testing import EmbeddedServer, WorkflowEnvironment
 
 POSTGRES_URL = os.environ.get("WIGGLE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
@@ -64,6 +64,18 @@ class Harness:
             settings.setdefault("database_url", POSTGRES_URL)
             settings.setdefault("database_schema", self.schema)
         return EmbeddedServer(**settings)
+
+    def env(self, blueprints: Iterable[Blueprint[Any]] = (), **settings: Any) -> WorkflowEnvironment:
+        """A test-kit WorkflowEnvironment (virtual time) on this harness's store (``async with``).
+
+        For scenarios that wait on time (sleeps, backoff, deadlines, leases): virtual time
+        jumps over the wait, and the history's timestamps show exactly when things happened.
+        """
+        if self.store == "postgres":
+            settings.setdefault("database_url", POSTGRES_URL)
+            settings.setdefault("database_schema", self.schema)
+        settings.setdefault("worker_options", self.options())
+        return WorkflowEnvironment(blueprints, **settings)
 
     def define(self, base: str, context_type: type[Any] = dict) -> Workflow[Any]:
         """``Workflow.define`` with a name unique to this test, in this harness's mode."""

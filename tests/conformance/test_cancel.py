@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 from wiggle import FailedPrecondition
 
@@ -123,7 +122,7 @@ async def test_cancel_running_refuses_the_late_report(harness: Harness, trace, e
     assert not [e for e in history if e.node_id == "block" and e.outcome == "COMPLETED"]
 
 
-async def test_cancel_waiting_during_sleep(harness: Harness, trace, eventually) -> None:
+async def test_cancel_waiting_during_sleep(harness: Harness, trace) -> None:
     def first(ctx):
         trace.hit("first")
         return {**ctx, "first": True}
@@ -132,19 +131,17 @@ async def test_cancel_waiting_during_sleep(harness: Harness, trace, eventually) 
         trace.hit("later")
         return {**ctx, "later": True}
 
-    bp = harness.define("cancel-waiting").step(first).sleep("nap", 0.8).step(later).build()
-    async with harness.running([bp], _options(harness)) as (server, _):
-        info = await server.client.start(bp, {})
-
-        async def sleeping() -> bool:
-            return (await _tokens(server, info.instance_id)) == {"nap": "WAITING"}
-
-        await eventually(sleeping, what="the sleep")
-        due = (await server.client.get(info.instance_id)).tokens[0].available_at
-        cancelled = await _cancel_and_check(server, info.instance_id)
-        # wait until past the sleep's end: the timer must not fire
-        await asyncio.sleep(max(due - time.time() * 1000, 0) / 1000 + 0.3)
-        final = await server.client.get(info.instance_id)
+    bp = harness.define("cancel-waiting").step(first).sleep("nap", 3600).step(later).build()
+    # Virtual time (the test kit): the clock is moved past the sleep's end by hand.
+    async with harness.env([bp], time_skipping=False, worker_options=_options(harness)) as env:
+        info = await env.start_workflow(bp, {})
+        await env.wait_for(info, "nap")
+        due = (await env.client.get(info.instance_id)).tokens[0].available_at
+        cancelled = await _cancel_and_check(env, info.instance_id)
+        await env.advance(
+            (due - env.now_millis()) / 1000 + 1
+        )  # past the sleep's end: the timer must not fire
+        final = await env.client.get(info.instance_id)
     assert trace.steps == ["first"]
     assert final == cancelled
     assert final.context == {"first": True}

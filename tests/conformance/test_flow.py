@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from wiggle import Step
 
 from .conftest import Harness
@@ -189,25 +187,30 @@ async def test_end_with_failure_fails_the_instance_with_its_reason(harness: Harn
 
 
 async def test_sleep_continues_after_the_duration_never_early(harness: Harness, trace) -> None:
-    ended: list[float] = []
-
     def before(ctx):
         trace.hit("before")
-        ended.append(time.monotonic())  # the sleep starts after this returns
         return {**ctx, "before": True}
 
     def after(ctx):
         trace.hit("after")
         return {**ctx, "after": True}
 
-    bp = harness.define("sleep").step(before).sleep("nap", 0.2).step(after).build()
-    async with harness.running([bp]) as (server, _):
-        info = await server.client.start(bp, {})
-        done = await harness.finish(server, info.instance_id)
-        history = await server.client.history(info.instance_id)
+    # Virtual time (the test kit): the clock moves only when advanced, so "never early" is exact.
+    bp = harness.define("sleep").step(before).sleep("nap", 3600).step(after).build()
+    async with harness.env([bp], time_skipping=False) as env:
+        info = await env.start_workflow(bp, {})
+        await env.wait_for(info, "nap")
+        await env.advance(3600 - 0.001)  # one millisecond short of the sleep's end
+        assert [(t.node_id, t.status) for t in (await env.client.get(info.instance_id)).tokens] == [
+            ("nap", "WAITING")
+        ]
+        await env.advance(0.001)
+        done = await env.wait(info)
+        history = await env.history(info)
     assert done.status == "COMPLETED" and done.reason == "" and done.error == ""
     assert done.context == {"before": True, "after": True}
     assert trace.steps == ["before", "after"]
-    waited = trace.times["after"][0] - ended[0]
-    assert waited >= 0.199, f"the sleep ended early: {waited:.3f} s"  # timestamps are whole ms
+    ended = next(e.ended_at for e in history if e.node_id == "before")
+    started = next(e.started_at for e in history if e.node_id == "after")
+    assert started - ended == 3_600_000  # the sleep took exactly its duration
     assert [e.node_id for e in history if e.node_id == "nap"] == ["nap"]  # fired exactly once

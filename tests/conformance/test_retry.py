@@ -53,14 +53,17 @@ async def test_retry_waits_for_the_backoff(harness: Harness, trace) -> None:
             raise RuntimeError("once")
         return ctx
 
-    bp = harness.define("retry-backoff").step(flaky, retry=RetryPolicy.fixed(2, 0.3)).build()
-    async with harness.running([bp]) as (server, _):
-        info = await server.client.start(bp, {})
-        done = await harness.finish(server, info.instance_id)
+    # Virtual time (the test kit): an hour of backoff is skipped, and the history shows it exactly.
+    bp = harness.define("retry-backoff").step(flaky, retry=RetryPolicy.fixed(2, 3600)).build()
+    async with harness.env([bp]) as env:
+        done = await env.run(bp, {})
+        history = await env.history(done)
     assert done.status == "COMPLETED"
     assert trace.attempts["flaky"] == [1, 2]
-    gap = trace.times["flaky"][1] - trace.times["flaky"][0]
-    assert gap >= 0.29, f"the retry ran {gap:.3f} s after the failure; the backoff is 0.3 s"
+    failed, retried = [e for e in history if e.node_id == "flaky"]
+    assert (failed.outcome, retried.outcome) == ("RETRY", "COMPLETED")
+    gap = retried.started_at - failed.ended_at
+    assert gap == 3_600_000, f"the retry ran {gap} ms after the failure; the backoff is 3600000 ms"
 
 
 async def test_retries_exhausted_fail_the_instance(harness: Harness, trace) -> None:
@@ -132,19 +135,21 @@ async def test_lease_expiry_redelivers_to_another_worker(harness: Harness, trace
         return {**ctx, "last": True}
 
     bp = harness.define("lease").retry(FAST).step(first).step(hang).step(last).build()
-    async with harness.server(lease_millis=500) as server:
-        w1 = server.worker([bp], harness.options(worker_id="worker-one"))
-        await w1.start()
-        info = await server.client.start(bp, {})
+    # Virtual time (the test kit): once worker-one is gone, the clock jumps to its lease's expiry.
+    async with harness.env([bp], workers=0, lease_millis=60_000) as env:
+        w1 = await env.start_worker([bp], harness.options(worker_id="worker-one"))
+        info = await env.start_workflow(bp, {})
         await asyncio.wait_for(started.wait(), 10)
-        await w1.close(timeout=0.01)  # abrupt: the running step is abandoned, nothing is reported
-        async with server.worker([bp], harness.options(worker_id="worker-two")):
-            done = await harness.finish(server, info.instance_id)
-        history = await server.client.history(info.instance_id)
+        await env.stop_worker(w1, timeout=0.01)  # abrupt: the running step is abandoned, nothing is reported
+        await env.start_worker([bp], harness.options(worker_id="worker-two"))
+        done = await env.wait(info)
+        history = await env.history(info)
     assert done.status == "COMPLETED" and done.error == ""
     assert trace.workers["hang"] == ["worker-one", "worker-two"]
     assert trace.workers["last"] == ["worker-two"]
     expired = [(e.node_id, e.attempt, e.error) for e in history if e.outcome == "RETRY"]
+    (lost,) = [e for e in history if e.outcome == "RETRY"]
+    assert lost.ended_at - lost.started_at == 60_000  # expired when the lease ran out, in virtual time
     if harness.mode.value == "LOCAL_ASYNC":
         # Nothing was flushed: the server still had the token at "first", so the expiry is a
         # failed attempt of "first" and the whole unflushed run is replayed.

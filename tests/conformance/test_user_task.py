@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from wiggle import FailedPrecondition
 
 from .conftest import Harness
@@ -59,13 +61,15 @@ async def test_user_task_timeout_runs_on_timeout_branch(harness: Harness, trace)
     bp = (
         harness.define("approval-timeout")
         .step(prepare)
-        .user_task("approval", timeout=0.2, on_timeout=lambda b: b.step(escalate))
+        .user_task("approval", timeout=timedelta(hours=24), on_timeout=lambda b: b.step(escalate))
         .step(ship)
         .build()
     )
-    async with harness.running([bp]) as (server, _):
-        info = await server.client.start(bp, {})
-        done = await harness.finish(server, info.instance_id)
+    async with harness.env([bp]) as env:  # the test kit: the 24 h deadline passes in virtual time
+        done = await env.run(bp, {})
+        history = await env.history(done)
+    timed_out = next(e for e in history if e.node_id == "approval")
+    assert (timed_out.outcome, timed_out.ended_at - done.created_at) == ("TIMED_OUT", 86_400_000)
     assert done.status == "COMPLETED" and done.reason == "" and done.error == ""
     assert done.context == {"prepared": True, "escalated": True, "shipped": False}
     assert trace.steps == ["prepare", "escalate", "ship"]
@@ -73,10 +77,16 @@ async def test_user_task_timeout_runs_on_timeout_branch(harness: Harness, trace)
 
 async def test_user_task_timeout_without_branch_fails(harness: Harness, trace) -> None:
     prepare, ship, _ = _handlers(trace)
-    bp = harness.define("approval-fail").step(prepare).user_task("approval", timeout=0.2).step(ship).build()
-    async with harness.running([bp]) as (server, _):
-        info = await server.client.start(bp, {})
-        done = await harness.finish(server, info.instance_id)
+    bp = (
+        harness.define("approval-fail")
+        .step(prepare)
+        .user_task("approval", timeout=timedelta(hours=24))
+        .step(ship)
+        .build()
+    )
+    async with harness.env([bp]) as env:  # the test kit: the 24 h deadline passes in virtual time
+        done = await env.wait(await env.start_workflow(bp, {}))
+    assert done.finished_at - done.created_at == 86_400_000
     assert done.status == "FAILED"
     assert done.error == "user task 'approval' timed out"
     assert done.context == {"prepared": True}

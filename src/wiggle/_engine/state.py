@@ -23,6 +23,7 @@ __all__ = [
     "Changes",
     "InstanceState",
     "new_instance_id",
+    "InstanceIds",
     "token_instance_id",
     "now_millis",
     "InstanceStatus",
@@ -97,21 +98,34 @@ def now_millis() -> int:
     return time.time_ns() // 1_000_000
 
 
-_last_id_ms = 0
-_id_counter = 0
+class InstanceIds:
+    """Makes instance ids from one clock's times (wiggle/_clock.py).
+
+    An id is ``wi-`` + 12 hex ms + 4 hex seq + 8 hex random: unique, URL-safe and sortable by
+    time, because the ms part never goes back (a repeated or earlier ms reuses the last one with
+    the next seq). Each clock has its own: a test kit's virtual clock, running days ahead, must
+    not drag the ids of wall-clock servers in the same process into its future.
+    """
+
+    __slots__ = ("last_ms", "counter")
+
+    def __init__(self) -> None:
+        self.last_ms = 0
+        self.counter = 0
+
+    def __call__(self, now: int | None = None) -> str:
+        ms = now_millis() if now is None else now
+        if ms <= self.last_ms:
+            ms = self.last_ms
+            self.counter += 1
+        else:
+            self.last_ms = ms
+            self.counter = 0
+        return f"wi-{ms:012x}{self.counter & 0xFFFF:04x}{os.urandom(4).hex()}"
 
 
-def new_instance_id(now: int | None = None) -> str:
-    """A unique, URL-safe, time-sortable instance id: ``wi-`` + 12 hex ms + 4 hex seq + 8 hex random."""
-    global _last_id_ms, _id_counter
-    ms = now_millis() if now is None else now
-    if ms <= _last_id_ms:
-        ms = _last_id_ms
-        _id_counter += 1
-    else:
-        _last_id_ms = ms
-        _id_counter = 0
-    return f"wi-{ms:012x}{_id_counter & 0xFFFF:04x}{os.urandom(4).hex()}"
+#: The ids of every instance layer on the wall clock.
+new_instance_id = InstanceIds()
 
 
 def token_instance_id(token_id: str) -> str:

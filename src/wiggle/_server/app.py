@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from .._clock import Clock
 from .._engine.engine import Engine, EngineConfig
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._storage.base import Store
@@ -67,13 +68,17 @@ class WiggleServer:
     """One server process. ``await start()``, then ``await stop()``."""
 
     def __init__(
-        self, config: ServerConfig | None = None, store: Store | None = None, engine: Engine | None = None
+        self,
+        config: ServerConfig | None = None,
+        store: Store | None = None,
+        engine: Engine | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config or ServerConfig()
         self.engine = engine if engine is not None else Engine(engine_config(self.config))
         self.store = store or make_store(self.config)
         self.metrics = Metrics()
-        self.instances = Instances(self.store, self.engine)
+        self.instances = Instances(self.store, self.engine, clock)
         self.service = ControlPlane(self.instances, self.metrics)
         self.port = 0
         self._server: grpc.aio.Server | None = None

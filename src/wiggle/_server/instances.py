@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from .._clock import WALL_CLOCK, Clock
 from .._engine.children import ChildSpec
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
 from .._engine.records import StepRecord
@@ -24,12 +25,12 @@ from .._engine.state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
     HistoryEntry,
+    InstanceIds,
     InstanceState,
     InstanceStatus,
     Token,
     TokenStatus,
     new_instance_id,
-    now_millis,
     token_instance_id,
 )
 from .._model import WorkflowDefinition
@@ -74,17 +75,21 @@ def _instance_missing(instance_id: str) -> str:
 class Instances:
     """Workflows and instances over ``store``: register, start, read, report, wait, clock duties."""
 
-    def __init__(self, store: Store, engine: Engine | None = None) -> None:
+    def __init__(self, store: Store, engine: Engine | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.engine: Engine = engine if engine is not None else Engine()
+        if clock is not None:
+            store.clock = clock  # one clock for the layer and its store (wiggle/_clock.py)
+        # instance ids follow this layer's clock (state.py, InstanceIds)
+        self.new_instance_id = new_instance_id if clock is None or clock is WALL_CLOCK else InstanceIds()
         self.schedules = Schedules(store, self.engine)  # schedule operations and their clock duty
         self.subflows = SubWorkflows(self)
         self._next_orphan_sweep = 0
         self.timings = Timings()  # histograms and outcomes for /metrics (wiggle/_server/timings.py)
 
     def now(self) -> int:
-        """The current time in ms, as transitions see it."""
-        return now_millis()
+        """The current time in ms, as transitions see it (the layer's clock, wiggle/_clock.py)."""
+        return self.clock.now()
 
     async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
         """``Store.mutate``, observed (latency, the transition's steps and outcome: /metrics), then
@@ -107,6 +112,11 @@ class Instances:
         if committed:
             await self.subflows.follow_up(state, committed[0])
         return result, state
+
+    @property
+    def clock(self) -> Clock:
+        """Where workflow time comes from: the wall clock, unless a test kit injected another."""
+        return self.store.clock
 
     @property
     def config(self) -> EngineConfig:
@@ -154,8 +164,10 @@ class Instances:
         """
         record = await self.store.get_workflow(name, version)
         await check_children_registered(record.loaded.definition, self.store.get_workflow)
-        now = now_millis()
-        state, changes = self.engine.start(record.loaded, new_instance_id(now), context, correlation_id, now)
+        now = self.clock.now()
+        state, changes = self.engine.start(
+            record.loaded, self.new_instance_id(now), context, correlation_id, now
+        )
         state.instance.traceparent = traceparent
         (instance_id,) = await self.store.insert_many([NewInstance(state, changes, request_id)])
         if instance_id == state.instance.id:
@@ -179,10 +191,11 @@ class Instances:
         await check_children_registered(loaded.definition, self.store.get_workflow)
         start = self.engine.start
         items: list[NewInstance] = []
+        new_id = self.new_instance_id
         for i, context in enumerate(contexts):
-            now = now_millis()
+            now = self.clock.now()
             try:
-                state, changes = start(loaded, new_instance_id(now), context, correlation_id, now)
+                state, changes = start(loaded, new_id(now), context, correlation_id, now)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"context {i} of {len(contexts)}: {exc}") from None
             items.append(NewInstance(state, changes, request_ids[i] if request_ids else ""))
@@ -308,7 +321,7 @@ class Instances:
                         return []
                     next_ready = await self.store.next_ready_at(queues)
                     if next_ready is not None:
-                        remaining = min(remaining, max((next_ready - now_millis()) / 1000, 0.001))
+                        remaining = min(remaining, max((next_ready - self.clock.now()) / 1000, 0.001))
                     if await notifier.wait(waiter, remaining):
                         woken_for = waiter.woken_for
         except BaseException:
@@ -484,7 +497,7 @@ class Instances:
         notifier = self.store.notifier
         while not stopping.is_set():
             try:
-                await self.run_clock_duties(now_millis())
+                await self.run_clock_duties(self.clock.now())
                 due = await self.store.next_due_at()
                 ticks = await self.schedules.next_due_at()
                 if ticks is not None:
@@ -494,7 +507,7 @@ class Instances:
                 due = None
             timeout = CLOCK_IDLE_SECONDS
             if due is not None:
-                timeout = min(timeout, max((due - now_millis()) / 1000, 0.0))
+                timeout = min(timeout, max((due - self.clock.now()) / 1000, 0.0))
             await notifier.wait_clock(timeout)
 
     async def purge_loop(
@@ -507,7 +520,7 @@ class Instances:
             if stopping.is_set():
                 return
             try:
-                cutoff = now_millis() - int(retention_seconds * 1000)
+                cutoff = self.clock.now() - int(retention_seconds * 1000)
                 while await self.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
                     await asyncio.sleep(0)
                 await self.store.schedules.purge_ticks(cutoff)

@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 
-from .._engine.state import now_millis
 from .._storage.base import Store
 from .._storage.ops import QueueStat
 
@@ -122,7 +121,7 @@ class QueueLagMonitor:
 
     async def tick(self) -> None:
         """One look at the store."""
-        now = now_millis()
+        now = self.store.clock.now()
         stats = await self.store.queue_stats(now)
         self.observe(stats, now, speak=await self.store.clock_leader())
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
-from .._engine.state import now_millis
+from .._clock import WALL_CLOCK
 
 __all__ = ["Poller", "Pollers", "FORGET_AFTER_MILLIS"]
 
@@ -27,7 +27,8 @@ class Poller(msgspec.Struct, kw_only=True):
 class Pollers:
     """Updated by PollTasks (one dict write per poll); read by the dashboard."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], int] = WALL_CLOCK.now) -> None:
+        self.now = now  # the server's clock (wiggle/_clock.py): last-seen times compare with its time
         self._by_id: dict[str, Poller] = {}
         self.dispatched: Counter[str] = Counter()  # steps handed out per queue (the dispatch rate)
 
@@ -37,7 +38,7 @@ class Pollers:
 
     def seen(self, worker_id: str, queues: list[str]) -> None:
         """``worker_id`` polled ``queues`` now."""
-        now = now_millis()
+        now = self.now()
         known = self._by_id.get(worker_id)
         if known is None:
             if len(self._by_id) > 10_000:  # bounded: forget the long gone first
@@ -58,5 +59,5 @@ class Pollers:
 
     def snapshot(self) -> list[Poller]:
         """Every worker seen recently, by id."""
-        self.forget(now_millis())
+        self.forget(self.now())
         return [self._by_id[k] for k in sorted(self._by_id)]

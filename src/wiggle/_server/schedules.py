@@ -27,7 +27,7 @@ from .._engine.schedules import (
     next_ticks,
     plan_ticks,
 )
-from .._engine.state import FINISHED_INSTANCE_STATUSES, new_instance_id, now_millis
+from .._engine.state import FINISHED_INSTANCE_STATUSES, new_instance_id
 from .._storage.base import Store
 from .._storage.schedules import ScheduledStart
 from ..errors import NotFound, Unavailable, WiggleError
@@ -77,7 +77,7 @@ class Schedules:
 
     async def create(self, spec: Schedule) -> Schedule:
         """Store a new schedule from ``spec`` (its spec fields); the first tick is after now."""
-        now = now_millis()
+        now = self.store.clock.now()
         schedule = Schedule(
             id=spec.id,
             **{f: getattr(spec, f) for f in SPEC_FIELDS},
@@ -110,7 +110,9 @@ class Schedules:
         """Read, ``change`` (a function editing a copy in place), write back if unchanged since."""
         for _ in range(CAS_ATTEMPTS):
             current = await self.store.schedules.get(schedule_id)
-            new = msgspec.structs.replace(current, revision=current.revision + 1, updated_at=now_millis())
+            new = msgspec.structs.replace(
+                current, revision=current.revision + 1, updated_at=self.store.clock.now()
+            )
             await change(new)
             if await self.store.schedules.replace(new, current.revision):
                 return new
@@ -156,7 +158,7 @@ class Schedules:
         """Start one instance now, whatever the overlap policy and even if paused; (schedule, id)."""
         for _ in range(CAS_ATTEMPTS):
             current = await self.store.schedules.get(schedule_id)
-            now = now_millis()
+            now = self.store.clock.now()
             new = msgspec.structs.replace(current, revision=current.revision + 1, updated_at=now)
             start = await self._start(new, now)
             start.manual = True
@@ -173,7 +175,7 @@ class Schedules:
         ids begin with their creation millisecond (wiggle/_engine/state.py new_instance_id).
         """
         record = await self.store.get_workflow(schedule.workflow, schedule.version)
-        now = now_millis()
+        now = self.store.clock.now()
         state, changes = self.engine.start(
             record.loaded,
             new_instance_id(now),

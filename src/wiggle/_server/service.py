@@ -23,7 +23,7 @@ from .. import _fast
 from .. import _tracing as tracing
 from .._engine.engine import EngineConfig
 from .._engine.records import StepRecord
-from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus, now_millis
+from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus
 from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -136,7 +136,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
         self.instances = instances
         self.metrics = metrics or Metrics()
         self.limits = limits or ServiceLimits.from_config(instances.config)
-        self.pollers = Pollers()  # the workers polling this node (the dashboard's Queues page)
+        self.pollers = Pollers(instances.now)  # the workers polling this node (the dashboard's Queues page)
         self.routes: dict[str, Route[Any, Message]] = {
             "RegisterWorkflow": Route(pb.RegisterWorkflowRequest, self.register_workflow),
             "GetWorkflow": Route(pb.GetWorkflowRequest, self.get_workflow),
@@ -468,7 +468,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
 
     async def list_queues(self, request: pb.ListQueuesRequest) -> pb.ListQueuesResponse:
         """Every queue with ready or leased steps, and the workers polling it on this node."""
-        now = now_millis()
+        now = self.instances.clock.now()
         stats = await self.instances.store.queue_stats(now)
         pollers = [(p.worker_id, p.last_seen, p.queues) for p in self.pollers.snapshot()]
         return convert.queues_to_pb(stats, pollers, now)

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import msgspec
 
+from .._clock import WALL_CLOCK, Clock
 from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import Changes, HistoryEntry, Instance, InstanceState, Token
 from .notifier import Notifier, ready_counts
@@ -95,6 +96,9 @@ class Store(abc.ABC):
     def __init__(self) -> None:
         self.notifier = Notifier()
         self.stats = StoreStats()
+        #: Where the store reads workflow time (claims, the ``now`` handed to actions): the
+        #: instance layer's clock, set by ``Instances`` (wiggle/_clock.py); the wall clock if unset.
+        self.clock: Clock = WALL_CLOCK
 
     async def open(self) -> None:  # noqa: B027 (optional hook: the memory store needs none)
         """Connect, migrate, load caches."""

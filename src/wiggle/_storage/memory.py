@@ -21,7 +21,6 @@ from .._engine.state import (
     InstanceStatus,
     Token,
     TokenStatus,
-    now_millis,
     token_instance_id,
 )
 from .._model import validate_name
@@ -113,7 +112,7 @@ class MemoryStore(Store):
         existing = self._definitions.get(key)
         if existing is not None:
             return existing, False
-        record = WorkflowRecord(loaded, now_millis())
+        record = WorkflowRecord(loaded, self.clock.now())
         self._definitions[key] = record
         self._latest[name] = loaded.version
         return record, True
@@ -199,7 +198,7 @@ class MemoryStore(Store):
         state = self._instances.get(instance_id)
         if state is None:
             raise NotFound(missing)
-        result, changes = action(self._loaded(state), state, now_millis())
+        result, changes = action(self._loaded(state), state, self.clock.now())
         if changes is not None:
             self._apply(state, changes)
         return result, state
@@ -251,7 +250,7 @@ class MemoryStore(Store):
     async def claim(
         self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition
     ) -> list[Claimed]:
-        now = now_millis()
+        now = self.clock.now()
         out: list[Claimed] = []
         while len(out) < max_tasks:
             best_queue = None
@@ -379,4 +378,4 @@ class MemoryStore(Store):
         return [stats[q] for q in sorted(stats)]
 
     async def cluster_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(node_id="memory", this_node=True, clock_leader=True, last_seen=now_millis())]
+        return [NodeInfo(node_id="memory", this_node=True, clock_leader=True, last_seen=self.clock.now())]

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ..._engine.state import HistoryEntry, InstanceStatus, Token, TokenStatus, now_millis
+from ..._engine.state import HistoryEntry, InstanceStatus, Token, TokenStatus
 from ..._model import validate_name
 from ..._storage.base import InstanceQuery
 from ...errors import InvalidArgument
@@ -230,7 +230,7 @@ async def workflows_page(src: Sources) -> dict[str, Any]:
 
 async def queues_page(src: Sources) -> dict[str, Any]:
     """Per queue: depth, the oldest ready step's age, leased steps, the workers polling it."""
-    now = now_millis()
+    now = src.instances.clock.now()
     stats = await src.instances.store.queue_stats(now)
     pollers = src.pollers.snapshot()
     lag = src.lag.snapshot() if src.lag is not None else {}
@@ -296,4 +296,5 @@ async def cluster_page(src: Sources) -> dict[str, Any]:
     """The server nodes on this store, the clock leader, and this node's readiness."""
     nodes = await src.instances.store.cluster_nodes()
     ready = await src.instances.store.readiness()
-    return {"nodes": [_builtins(n) for n in nodes], "readiness": _builtins(ready), "now": now_millis()}
+    now = src.instances.clock.now()
+    return {"nodes": [_builtins(n) for n in nodes], "readiness": _builtins(ready), "now": now}

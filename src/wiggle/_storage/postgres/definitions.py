@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from ..._engine.engine import LoadedDefinition
-from ..._engine.state import now_millis
 from ..._model import definition_from_json, validate_name
 from ...errors import NotFound
 from ..base import WorkflowRecord
@@ -89,8 +88,8 @@ class Definitions:
             self.records[(name, version)] = record
         return record
 
-    async def put(self, loaded: LoadedDefinition) -> tuple[WorkflowRecord, bool]:
-        """Insert a version unless it exists; (record, created)."""
+    async def put(self, loaded: LoadedDefinition, now: int) -> tuple[WorkflowRecord, bool]:
+        """Insert a version unless it exists, registered at ``now`` (ms); (record, created)."""
         definition = loaded.definition
         key = (definition.name, loaded.version)
         cached = self.records.get(key)
@@ -99,7 +98,7 @@ class Definitions:
 
         async def body(conn: Conn) -> tuple[WorkflowRecord, bool]:
             cur = await conn.execute(
-                self.queries.insert_definition, (definition.name, loaded.version, loaded.json, now_millis())
+                self.queries.insert_definition, (definition.name, loaded.version, loaded.json, now)
             )
             row = await cur.fetchone()
             if row is not None:

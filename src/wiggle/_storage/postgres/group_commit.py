@@ -67,6 +67,8 @@ class GroupCommit:
         self.load_definition = load_definition
         self.persist = persist
         self.committed = committed
+        # Where an action's ``now`` comes from: the store's clock (wiggle/_clock.py) once it sets it.
+        self.now: Callable[[], int] = now_millis
         # Committers: enough to overlap one group's commit with the next one's work.
         self.committers = max(1, min(4, db.pool_size - 2))
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
@@ -153,7 +155,7 @@ class GroupCommit:
                         continue
                     record = await self.load_definition(conn, state.instance.workflow, state.instance.version)
                     try:
-                        result, changes = job.action(record.loaded, state, now_millis())
+                        result, changes = job.action(record.loaded, state, self.now())
                     except WiggleError as exc:
                         results.append(exc)  # validated before any change: nothing to undo
                         continue

@@ -19,7 +19,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from ..._engine.engine import Claimed, LoadedDefinition
-from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus, now_millis
+from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus
 from ...errors import NotFound
 from ..base import (
     Action,
@@ -80,6 +80,7 @@ class PostgresStore(Store):
         )
         self.schedules = PostgresSchedules(self.db, self.schema, self._persist, self._announce)
         self.starts = StartCommit(self.db, StartQueries(self.schema), self._persist_new, self._started)
+        self.group.now = self._now
 
     @property
     def node_id(self) -> str:
@@ -95,6 +96,10 @@ class PostgresStore(Store):
     def is_clock_leader(self) -> bool:
         """True while this store holds the clock-duty advisory lock."""
         return self.cluster.leader
+
+    def _now(self) -> int:
+        # Read at each call: the instance layer may hand the store its clock after construction.
+        return self.clock.now()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,7 +158,7 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ definitions
 
     async def put_definition(self, loaded: LoadedDefinition) -> tuple[WorkflowRecord, bool]:
-        record, created = await self.definitions.put(loaded)
+        record, created = await self.definitions.put(loaded, self.clock.now())
         if created:
             self.stats.transactions += 1
         return record, created
@@ -260,7 +265,7 @@ class PostgresStore(Store):
             announced: list[tuple[str, Changes]] = []
             async with conn.pipeline() as pipeline:
                 async with conn.transaction():
-                    now = now_millis()
+                    now = self.clock.now()
                     params = (queue_param, now, max_tasks) + ((max_tasks,) if len(queues) > 1 else ())
                     cur = await conn.execute(text, params, binary=True)
                     await pipeline.sync()
@@ -320,7 +325,7 @@ class PostgresStore(Store):
         ((earliest,),) = await self.db.fetch("next_ready_at", self.queries.next_ready, (list(queues),))
         if earliest is None:
             return None
-        now = now_millis()
+        now = self.clock.now()
         # A due token that claim() skipped is locked by a transaction in flight: look again shortly.
         return earliest if earliest > now else now + 50
 

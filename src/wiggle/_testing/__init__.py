@@ -1,0 +1,7 @@
+"""The test kit behind ``wiggle.testing``: a virtual clock that skips, an environment, helpers.
+
+- skipping.py     TimeSkipper: is every live instance waiting on time? then jump to the next due moment
+- environment.py  WorkflowEnvironment: an embedded server on a VirtualClock, in-process workers, helpers
+- sync.py         SyncWorkflowEnvironment: the same from plain sync code (a loop in a thread)
+- helpers.py      mock_step (replace one step's function), the path an instance took
+"""

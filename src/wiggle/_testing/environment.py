@@ -1,0 +1,334 @@
+"""WorkflowEnvironment: an embedded server on a virtual clock, in-process workers, a client, helpers.
+
+Time stands still unless moved: ``advance(delta)`` moves it by hand, and while the test waits on
+the environment (``result``, ``run``, ``wait``) with time skipping on, the clock jumps to the next
+due moment whenever every live instance waits on time (skipping.py). Between the test's own
+calls time never jumps, so a test can act on an instance (complete a user task, cancel it)
+before a deadline it set up fires. See docs/semantics.md#time-in-tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import msgspec
+
+from .._client import core
+from .._clock import VirtualClock
+from .._engine.state import InstanceStatus
+from .._model import ExecutionMode
+from .._server.app import WiggleServer
+from .._server.config import ServerConfig
+from ..client import AsyncClient, HistoryEntry, InstanceInfo
+from ..worker import Worker, WorkerOptions
+from ..workflow import Blueprint
+from .helpers import path_of
+from .skipping import TimeSkipper
+
+__all__ = ["WorkflowEnvironment", "DEFAULT_TIMEOUT"]
+
+DEFAULT_TIMEOUT = 30.0  # real seconds a wait may take before it fails the test
+CHECK_SECONDS = 0.005  # how often a wait re-checks whether every instance waits on time
+
+
+def _millis(delta: timedelta | float | int, what: str) -> int:
+    if isinstance(delta, timedelta):
+        millis = delta / timedelta(milliseconds=1)
+    elif isinstance(delta, (int, float)) and not isinstance(delta, bool):
+        millis = float(delta) * 1000
+    else:
+        raise TypeError(f"{what} is a timedelta or seconds, not {type(delta).__name__}")
+    if millis < 0:
+        raise ValueError(f"{what} must not be negative (virtual time only moves forward): {delta!r}")
+    return round(millis)
+
+
+def _epoch_millis(start: datetime | None) -> int | None:
+    if start is None:
+        return None
+    if start.tzinfo is None:
+        raise ValueError(f"start={start!r} is naive: give a timezone (datetime(..., tzinfo=timezone.utc))")
+    return round(start.timestamp() * 1000)
+
+
+async def _drop_schema(url: str, schema: str) -> None:
+    import psycopg  # only with a database URL: the postgres extra is installed then
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # a name we generated
+
+
+class WorkflowEnvironment:
+    """A server, workers and a client for testing workflows, on a clock the test controls.
+
+    ``async with WorkflowEnvironment([blueprint]) as env: done = await env.run(blueprint, ctx)``.
+
+    ``workflows`` are registered and served by ``workers`` in-process workers (``worker_options``
+    for each; their ids are ``test-worker-1``...). ``database_url`` selects PostgreSQL (each
+    environment in its own schema unless ``database_schema`` is given; the memory store
+    otherwise). ``execution_mode`` is what a workflow's DEFAULT mode means here. ``start``
+    (an aware datetime) is where virtual time begins (default: now). ``time_skipping=False``
+    leaves the clock to ``advance``. Other ``settings`` go to ``ServerConfig``.
+    """
+
+    def __init__(
+        self,
+        workflows: Iterable[Blueprint[Any]] = (),
+        *,
+        workers: int = 1,
+        worker_options: WorkerOptions | None = None,
+        database_url: str = "",
+        database_schema: str = "",
+        execution_mode: ExecutionMode | str = ExecutionMode.SERVER,
+        time_skipping: bool = True,
+        start: datetime | None = None,
+        **settings: Any,
+    ) -> None:
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        self.workflows = list(workflows)
+        self.worker_count = workers
+        self.worker_options = worker_options or WorkerOptions(poll_wait_seconds=1.0)
+        if workers > 1 and self.worker_options.worker_id:
+            raise ValueError(
+                f"worker_options.worker_id={self.worker_options.worker_id!r} would name all {workers} "
+                "workers alike: leave it empty (they become test-worker-1, -2...)"
+            )
+        self.time_skipping = time_skipping
+        self.clock = VirtualClock(_epoch_millis(start))
+        mode = execution_mode if isinstance(execution_mode, ExecutionMode) else ExecutionMode(execution_mode)
+        config = ServerConfig(port=0, execution_mode=mode)
+        if database_url:
+            schema = database_schema or f"wiggle_env_{uuid.uuid4().hex[:12]}"
+            config = msgspec.structs.replace(config, database_url=database_url, database_schema=schema)
+        if settings:
+            config = msgspec.structs.replace(config, **settings)
+        self.server = WiggleServer(config, clock=self.clock)
+        self.skipper = TimeSkipper(self.server.instances, self.clock, self._live_worker)
+        self.skipper.workflows.update(bp.name for bp in self.workflows)
+        self.workers: list[Worker] = []
+        self._worker_ids: set[str] = set()
+        self._workers_started = 0
+        self._client: AsyncClient | None = None
+        self._started = False
+        self._drop_schema = bool(database_url) and not database_schema  # ours: dropped on stop
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def target(self) -> str:
+        """host:port of the embedded server."""
+        return self.server.target
+
+    @property
+    def client(self) -> AsyncClient:
+        """An AsyncClient connected to the embedded server."""
+        if self._client is None:
+            self._client = AsyncClient(self.target)
+        return self._client
+
+    async def start(self) -> WorkflowEnvironment:
+        """Start the server, register the workflows and start the workers."""
+        if self._started:
+            return self
+        await self.server.start()
+        self._started = True
+        try:
+            for bp in self.workflows:
+                await self.client.register(bp)
+            if self.workflows:
+                for _ in range(self.worker_count):
+                    await self.start_worker(self.workflows)
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def stop(self) -> None:
+        """Stop the workers, the client and the server; drop the schema the environment made up."""
+        for worker in list(self.workers):
+            await self.stop_worker(worker)
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if self._started:
+            self._started = False
+            await self.server.stop(grace=1.0)
+            if self._drop_schema:
+                await _drop_schema(self.server.config.database_url, self.server.config.database_schema)
+
+    async def __aenter__(self) -> WorkflowEnvironment:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ workers
+
+    async def start_worker(
+        self, blueprints: Iterable[Blueprint[Any]] | None = None, options: WorkerOptions | None = None
+    ) -> Worker:
+        """Start one more in-process worker (for ``blueprints``, by default the environment's)."""
+        opts = options or self.worker_options
+        if not opts.worker_id:
+            self._workers_started += 1  # ids never repeat, even after a worker stopped
+            opts = msgspec.structs.replace(opts, worker_id=f"test-worker-{self._workers_started}")
+        served = list(self.workflows if blueprints is None else blueprints)
+        self.skipper.workflows.update(bp.name for bp in served)
+        worker = Worker(self.client, served, opts)
+        await worker.start()
+        self.workers.append(worker)
+        self._worker_ids.add(worker.worker_id)
+        return worker
+
+    async def stop_worker(self, worker: Worker, timeout: float = 1.0) -> None:
+        """Stop ``worker``; a step it leaves running waits on its lease (which time skipping reaches)."""
+        self._worker_ids.discard(worker.worker_id)
+        if worker in self.workers:
+            self.workers.remove(worker)
+        await worker.close(timeout=timeout)
+
+    def _live_worker(self, worker_id: str) -> bool:
+        return bool(worker_id) and worker_id in self._worker_ids
+
+    # ------------------------------------------------------------------ time
+
+    def now(self) -> datetime:
+        """The virtual time (UTC)."""
+        return datetime.fromtimestamp(self.clock.now() / 1000, tz=timezone.utc)
+
+    def now_millis(self) -> int:
+        """The virtual time in epoch milliseconds (the unit of every timestamp in history)."""
+        return self.clock.now()
+
+    async def advance(self, delta: timedelta | float) -> datetime:
+        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due."""
+        self.clock.advance(_millis(delta, "advance"))
+        await self.skipper.tick()
+        return self.now()
+
+    # ------------------------------------------------------------------ instances
+
+    async def start_workflow(
+        self, workflow: Blueprint[Any] | str, context: Any = None, *, correlation_id: str = ""
+    ) -> InstanceInfo:
+        """Start an instance (registering the blueprint first); its snapshot."""
+        if isinstance(workflow, Blueprint):
+            await self.client.register(workflow)
+        self.skipper.workflows.add(workflow.name if isinstance(workflow, Blueprint) else workflow)
+        return await self.client.start(workflow, context, correlation_id=correlation_id)
+
+    async def wait(
+        self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+    ) -> InstanceInfo:
+        """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
+
+        ``skip`` overrides the environment's ``time_skipping`` for this wait.
+        """
+        iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
+        skipping = self.time_skipping if skip is None else skip
+        instances = self.server.instances
+        deadline = time.monotonic() + timeout
+        while True:
+            view = await instances.wait_finished(iid, CHECK_SECONDS)
+            if view.instance.status != InstanceStatus.RUNNING:
+                return await self.client.get(iid)
+            self.skipper.workflows.add(view.instance.workflow)  # started by any client: still ours
+            if skipping and await self.skipper.skip():
+                continue
+            if time.monotonic() >= deadline:
+                waiting = self.skipper.waiting(await self.skipper.live())
+                info = await self.client.get(iid)
+                where = ", ".join(f"{t.node_id} {t.status}" for t in info.tokens) or "no tokens"
+                hint = "; ".join(waiting.reasons)
+                raise TimeoutError(
+                    f"instance {iid} is still RUNNING after {timeout} s (real) at {where}"
+                    + (f"; {hint}" if hint else "")
+                    + ("" if skipping else "; time skipping is off: move the clock with advance()")
+                )
+
+    async def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
+        """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
+        return core.check_result(await self.wait(instance_id, timeout), timeout)
+
+    async def run(
+        self,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        check: bool = True,
+    ) -> InstanceInfo:
+        """Start an instance and wait for it to finish, in one call (``check``: raise unless COMPLETED)."""
+        info = await self.start_workflow(workflow, context)
+        if check:
+            return await self.result(info, timeout)
+        return await self.wait(info, timeout)
+
+    async def wait_for(
+        self,
+        instance_id: str | InstanceInfo,
+        node: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        skip: bool | None = None,
+    ) -> InstanceInfo:
+        """Wait until a token of the instance is at ``node``; its snapshot.
+
+        Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
+        never past the arrival: a deadline that starts at ``node`` has not run when this returns.
+        For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
+        """
+        iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
+        skipping = self.time_skipping if skip is None else skip
+        deadline = time.monotonic() + timeout
+        while True:
+            info = await self.client.get(iid)
+            if any(t.node_id == node for t in info.tokens):
+                return info
+            if info.finished:
+                raise AssertionError(f"instance {iid} finished ({info.status}) without reaching {node!r}")
+            self.skipper.workflows.add(info.workflow)
+            if skipping and await self.skipper.skip():
+                continue
+            if time.monotonic() >= deadline:
+                where = ", ".join(f"{t.node_id} {t.status}" for t in info.tokens) or "no tokens"
+                raise TimeoutError(
+                    f"instance {iid} did not reach {node!r} within {timeout} s; it is at {where}"
+                )
+            await asyncio.sleep(CHECK_SECONDS)
+
+    async def complete_user_task(
+        self, instance_id: str | InstanceInfo, name: str, data: Any = None, *, wait: bool = True
+    ) -> InstanceInfo:
+        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``)."""
+        iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
+        if wait:
+            await self.wait_for(iid, name)
+        return await self.client.complete_user_task(iid, name, data)
+
+    async def cancel(self, instance_id: str | InstanceInfo, reason: str = "cancelled") -> InstanceInfo:
+        """Cancel the instance; its snapshot."""
+        iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
+        info, _ = await self.client.cancel(iid, reason)
+        return info
+
+    async def history(self, instance_id: str | InstanceInfo) -> list[HistoryEntry]:
+        """Every step attempt and event of the instance, in order (timestamps in virtual time)."""
+        iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
+        return await self.client.history(iid)
+
+    async def path(self, instance_id: str | InstanceInfo) -> list[str]:
+        """The nodes the instance went through, in order (attempts of one visit counted once)."""
+        return path_of(await self.history(instance_id))
+
+    async def assert_path(self, instance_id: str | InstanceInfo, expected: Sequence[str]) -> None:
+        """AssertionError, showing both paths, unless the instance went through exactly ``expected``."""
+        taken = await self.path(instance_id)
+        if taken != list(expected):
+            raise AssertionError(f"path taken {taken} is not the expected {list(expected)}")

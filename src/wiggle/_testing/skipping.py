@@ -1,0 +1,137 @@
+"""Time skipping: when every live instance waits on time, jump the virtual clock to the next due moment.
+
+The live instances are the RUNNING instances of the workflows the environment knows (its
+workflows, and any it started or waited on): a database shared with other tests or servers may
+hold instances nobody will ever move, which must not stop the skipping. An instance waits on
+time when none of its tokens can move now: no READY token is due, no token
+is running on a live worker, and the clock duty has nothing due. Then the earliest moment
+something becomes due (a sleep's end, a retry's backoff, a user-task deadline, the lease of a
+step whose worker is gone, or whatever else the store's clock duty reports) is where the clock
+jumps; the clock duties run at once and every waiter is woken, so the next step starts without
+a real wait. A token the clock duty should act on now (due but not yet fired) counts as busy:
+the jump never passes a due moment unprocessed. See docs/semantics.md#time-in-tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from .._clock import VirtualClock
+from .._engine.state import InstanceStatus, Token, TokenStatus
+from .._server.instances import Instances
+from .._storage.base import InstanceQuery, InstanceView
+
+__all__ = ["TimeSkipper", "Waiting"]
+
+PAGE = 500
+
+
+class Waiting:
+    """What the live instances wait on: busy (something can move now) or the next due moment."""
+
+    __slots__ = ("busy", "next_due", "reasons")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.next_due: int | None = None
+        self.reasons: list[str] = []  # "instance wi-...: token at 'approve' AWAITING (no deadline)"
+
+    def due(self, at: int) -> None:
+        if self.next_due is None or at < self.next_due:
+            self.next_due = at
+
+
+def _token_due(token: Token, live_workers: Callable[[str], bool]) -> tuple[bool, int | None]:
+    """(busy now, due moment) of one token."""
+    status = token.status
+    if status == TokenStatus.READY:
+        return False, token.available_at  # due now (a worker will claim it) or after a backoff
+    if status == TokenStatus.RUNNING:
+        owner = token.local_run_owner or token.lease_owner
+        if live_workers(owner) or live_workers(token.lease_owner):
+            return True, None
+        return False, token.lease_expires_at  # its worker is gone: the lease expiry is next
+    if status in (TokenStatus.WAITING, TokenStatus.AWAITING) and token.available_at > 0:
+        return False, token.available_at  # a sleep's end, a user-task deadline
+    return False, None  # JOINED, or a user task without a deadline (waits on a person)
+
+
+class TimeSkipper:
+    """Jumps ``clock`` over idle time of the instances ``instances`` keeps."""
+
+    def __init__(
+        self, instances: Instances, clock: VirtualClock, live_workers: Callable[[str], bool]
+    ) -> None:
+        self.instances = instances
+        self.clock = clock
+        self.live_workers = live_workers
+        self.jumps = 0  # how often the clock jumped (tests and reports)
+        self.workflows: set[str] = set()  # the names whose instances count as live
+        self._lock = asyncio.Lock()  # concurrent waits (gather) look and jump one at a time
+
+    async def live(self) -> list[InstanceView]:
+        """Every RUNNING instance of ``workflows``, with its active tokens."""
+        out: list[InstanceView] = []
+        for name in sorted(self.workflows):
+            token = ""
+            while True:
+                page, token = await self.instances.list_instances(
+                    InstanceQuery(
+                        workflow=name, status=InstanceStatus.RUNNING, page_size=PAGE, page_token=token
+                    )
+                )
+                out.extend(page)
+                if not token:
+                    break
+        return out
+
+    def waiting(self, views: Iterable[InstanceView]) -> Waiting:
+        """What ``views`` wait on now."""
+        now = self.clock.now()
+        out = Waiting()
+        for view in views:
+            for token in view.tokens:
+                busy, due = _token_due(token, self.live_workers)
+                if busy or (due is not None and due <= now):
+                    out.busy = True
+                    return out
+                if due is not None:
+                    out.due(due)
+                elif token.status == TokenStatus.AWAITING:
+                    out.reasons.append(
+                        f"instance {view.instance.id} waits on user task {token.node_id!r} (no deadline)"
+                    )
+        return out
+
+    async def tick(self) -> int:
+        """Run the clock duties at the clock's time and wake every waiter; the actions taken."""
+        acted = await self.instances.run_clock_duties(self.clock.now())
+        self.instances.store.notifier.wake_all()  # pollers sleeping until a backoff's end re-look
+        return acted
+
+    async def skip(self) -> bool:
+        """Jump to the next due moment if every live instance waits on time; True if it jumped."""
+        async with self._lock:
+            return await self._skip()
+
+    async def _skip(self) -> bool:
+        waiting = self.waiting(await self.live())
+        if waiting.busy:
+            return False
+        now = self.clock.now()
+        due = waiting.next_due
+        # Other clock duties the store knows of. One due now is not ours (ours were checked
+        # above): let the clock duty act on it, without waiting for it. A later one may come
+        # first (an extra jump is harmless: nothing of ours is due before ``due``).
+        store_due = await self.instances.next_due_at()
+        if store_due is not None and store_due <= now:
+            await self.tick()
+        elif store_due is not None and (due is None or store_due < due):
+            due = store_due
+        if due is None:
+            return False
+        self.clock.advance_to(due)
+        self.jumps += 1
+        await self.tick()
+        return True

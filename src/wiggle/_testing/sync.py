@@ -1,0 +1,274 @@
+"""SyncWorkflowEnvironment: the WorkflowEnvironment for plain sync code, its loop in a thread.
+
+The environment (server, workers, virtual clock) lives on an event loop of its own thread; each
+sync method runs the matching coroutine there and waits. ``env.aio`` offers the same methods as
+coroutines that can be awaited from *any* event loop (a pytest-asyncio test's, for instance), so
+one environment serves sync and async tests alike (the pytest plugin relies on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from concurrent.futures import Future
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from ..client import Client, HistoryEntry, InstanceInfo
+from ..worker import Worker, WorkerOptions
+from ..workflow import Blueprint
+from .environment import DEFAULT_TIMEOUT, WorkflowEnvironment
+
+__all__ = ["SyncWorkflowEnvironment", "AsyncView"]
+
+T = TypeVar("T")
+Instance = str | InstanceInfo
+
+
+class SyncWorkflowEnvironment:
+    """``with SyncWorkflowEnvironment([blueprint]) as env: done = env.run(blueprint, ctx)``.
+
+    Takes the arguments of ``WorkflowEnvironment``; ``env.aio`` has the async methods.
+    """
+
+    def __init__(self, workflows: Iterable[Blueprint[Any]] = (), **options: Any) -> None:
+        self._workflows = list(workflows)
+        self._options = options
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._env: WorkflowEnvironment | None = None
+        self._client: Client | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        if self._loop is None:
+            coro.close()
+            raise RuntimeError("the environment is not started: use `with SyncWorkflowEnvironment(...)`")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._submit(coro).result()
+
+    @property
+    def env(self) -> WorkflowEnvironment:
+        """The async environment (its coroutines run on this environment's own loop only)."""
+        if self._env is None:
+            raise RuntimeError("the environment is not started: use `with SyncWorkflowEnvironment(...)`")
+        return self._env
+
+    def start(self) -> SyncWorkflowEnvironment:
+        """Start the loop thread, then the environment on it."""
+        if self._loop is not None:
+            return self
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="wiggle-test-env", daemon=True)
+        thread.start()
+        self._loop, self._thread = loop, thread
+
+        async def make() -> WorkflowEnvironment:
+            env = WorkflowEnvironment(self._workflows, **self._options)
+            return await env.start()
+
+        try:
+            self._env = self._call(make())
+        except BaseException:
+            self._shutdown()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop the environment and its loop thread."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._env is not None:
+            try:
+                self._call(self._env.stop())
+            finally:
+                self._env = None
+                self._shutdown()
+
+    def _shutdown(self) -> None:
+        loop, thread = self._loop, self._thread
+        self._loop = self._thread = None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+    def __enter__(self) -> SyncWorkflowEnvironment:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def target(self) -> str:
+        """host:port of the embedded server."""
+        return self.env.target
+
+    @property
+    def client(self) -> Client:
+        """A sync Client connected to the embedded server."""
+        if self._client is None:
+            self._client = Client(self.target)
+        return self._client
+
+    @property
+    def aio(self) -> AsyncView:
+        """The same helpers as coroutines, awaitable from any event loop."""
+        return AsyncView(self)
+
+    # ------------------------------------------------------------------ helpers (see WorkflowEnvironment)
+
+    def start_worker(
+        self, blueprints: Iterable[Blueprint[Any]] | None = None, options: WorkerOptions | None = None
+    ) -> Worker:
+        """Start one more in-process worker (for ``blueprints``, by default the environment's)."""
+        return self._call(self.env.start_worker(blueprints, options))
+
+    def stop_worker(self, worker: Worker, timeout: float = 1.0) -> None:
+        """Stop ``worker``; a step it leaves running waits on its lease."""
+        self._call(self.env.stop_worker(worker, timeout))
+
+    def now(self) -> datetime:
+        """The virtual time (UTC)."""
+        return self.env.now()
+
+    def now_millis(self) -> int:
+        """The virtual time in epoch milliseconds."""
+        return self.env.now_millis()
+
+    def advance(self, delta: timedelta | float) -> datetime:
+        """Move virtual time forward by ``delta`` and run what became due."""
+        return self._call(self.env.advance(delta))
+
+    def start_workflow(
+        self, workflow: Blueprint[Any] | str, context: Any = None, *, correlation_id: str = ""
+    ) -> InstanceInfo:
+        """Start an instance; its snapshot."""
+        return self._call(self.env.start_workflow(workflow, context, correlation_id=correlation_id))
+
+    def wait(
+        self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+    ) -> InstanceInfo:
+        """Wait until the instance finishes (any status), skipping idle time."""
+        return self._call(self.env.wait(instance_id, timeout, skip=skip))
+
+    def result(self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
+        """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED."""
+        return self._call(self.env.result(instance_id, timeout))
+
+    def run(
+        self,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        check: bool = True,
+    ) -> InstanceInfo:
+        """Start an instance and wait for it to finish, in one call."""
+        return self._call(self.env.run(workflow, context, timeout=timeout, check=check))
+
+    def wait_for(
+        self, instance_id: Instance, node: str, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+    ) -> InstanceInfo:
+        """Wait until a token of the instance is at ``node`` (skipping idle time, never past it)."""
+        return self._call(self.env.wait_for(instance_id, node, timeout, skip=skip))
+
+    def complete_user_task(
+        self, instance_id: Instance, name: str, data: Any = None, *, wait: bool = True
+    ) -> InstanceInfo:
+        """Complete the user task ``name`` (waiting until the instance reaches it)."""
+        return self._call(self.env.complete_user_task(instance_id, name, data, wait=wait))
+
+    def cancel(self, instance_id: Instance, reason: str = "cancelled") -> InstanceInfo:
+        """Cancel the instance."""
+        return self._call(self.env.cancel(instance_id, reason))
+
+    def history(self, instance_id: Instance) -> list[HistoryEntry]:
+        """Every step attempt and event of the instance, in order (virtual timestamps)."""
+        return self._call(self.env.history(instance_id))
+
+    def path(self, instance_id: Instance) -> list[str]:
+        """The nodes the instance went through, in order."""
+        return self._call(self.env.path(instance_id))
+
+    def assert_path(self, instance_id: Instance, expected: Sequence[str]) -> None:
+        """AssertionError unless the instance went through exactly ``expected``."""
+        self._call(self.env.assert_path(instance_id, expected))
+
+
+class AsyncView:
+    """A SyncWorkflowEnvironment's helpers as coroutines, awaitable from any event loop."""
+
+    def __init__(self, owner: SyncWorkflowEnvironment) -> None:
+        self._owner = owner
+
+    def _await(self, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        return asyncio.wrap_future(self._owner._submit(coro))
+
+    @property
+    def _env(self) -> WorkflowEnvironment:
+        return self._owner.env
+
+    async def advance(self, delta: timedelta | float) -> datetime:
+        """Move virtual time forward by ``delta`` and run what became due."""
+        return await self._await(self._env.advance(delta))
+
+    async def start_workflow(
+        self, workflow: Blueprint[Any] | str, context: Any = None, *, correlation_id: str = ""
+    ) -> InstanceInfo:
+        """Start an instance; its snapshot."""
+        return await self._await(self._env.start_workflow(workflow, context, correlation_id=correlation_id))
+
+    async def wait(
+        self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+    ) -> InstanceInfo:
+        """Wait until the instance finishes (any status), skipping idle time."""
+        return await self._await(self._env.wait(instance_id, timeout, skip=skip))
+
+    async def result(self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
+        """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED."""
+        return await self._await(self._env.result(instance_id, timeout))
+
+    async def run(
+        self,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        check: bool = True,
+    ) -> InstanceInfo:
+        """Start an instance and wait for it to finish, in one call."""
+        return await self._await(self._env.run(workflow, context, timeout=timeout, check=check))
+
+    async def wait_for(
+        self, instance_id: Instance, node: str, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+    ) -> InstanceInfo:
+        """Wait until a token of the instance is at ``node`` (skipping idle time, never past it)."""
+        return await self._await(self._env.wait_for(instance_id, node, timeout, skip=skip))
+
+    async def complete_user_task(
+        self, instance_id: Instance, name: str, data: Any = None, *, wait: bool = True
+    ) -> InstanceInfo:
+        """Complete the user task ``name`` (waiting until the instance reaches it)."""
+        return await self._await(self._env.complete_user_task(instance_id, name, data, wait=wait))
+
+    async def cancel(self, instance_id: Instance, reason: str = "cancelled") -> InstanceInfo:
+        """Cancel the instance."""
+        return await self._await(self._env.cancel(instance_id, reason))
+
+    async def history(self, instance_id: Instance) -> list[HistoryEntry]:
+        """Every step attempt and event of the instance, in order (virtual timestamps)."""
+        return await self._await(self._env.history(instance_id))
+
+    async def path(self, instance_id: Instance) -> list[str]:
+        """The nodes the instance went through, in order."""
+        return await self._await(self._env.path(instance_id))
+
+    async def assert_path(self, instance_id: Instance, expected: Sequence[str]) -> None:
+        """AssertionError unless the instance went through exactly ``expected``."""
+        await self._await(self._env.assert_path(instance_id, expected))

@@ -1,0 +1,147 @@
+"""The environment's helpers: run, mock a step, the path, errors a test author can act on, sync use."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from wiggle import WorkerOptions, Workflow, WorkflowFailed
+from wiggle.testing import SyncWorkflowEnvironment, WorkflowEnvironment, mock_step
+
+from .conftest import Kit
+
+
+def _charge(ctx):
+    raise RuntimeError("the real payment service must not be called in tests")
+
+
+def _ship(ctx):
+    return {**ctx, "shipped": True}
+
+
+def _orders(kit: Kit):
+    return kit.define("orders").step(_charge).sleep("wait", timedelta(days=2)).step(_ship).build()
+
+
+async def test_mock_step_replaces_one_function_without_editing_the_workflow(kit: Kit) -> None:
+    bp = _orders(kit)
+    calls: list[dict] = []
+
+    async def fake_charge(ctx):
+        calls.append(ctx)
+        return {**ctx, "charged": 42}
+
+    mocked = mock_step(bp, "_charge", fake_charge)
+    assert mocked.version == bp.version and mocked.definition is bp.definition
+    assert bp.handlers["_charge"][1] is _charge  # the original is untouched
+    async with kit.env([mocked]) as env:
+        done = await env.run(bp, {"order": 7})
+        await env.assert_path(done, ["_charge", "wait", "_ship", "end"])
+        with pytest.raises(AssertionError, match=r"path taken \['_charge', 'wait', '_ship', 'end'\]"):
+            await env.assert_path(done, ["_charge", "_ship"])
+    assert calls == [{"order": 7}]
+    assert done.context == {"order": 7, "charged": 42, "shipped": True}
+
+
+def test_mock_step_names_the_steps_when_one_is_unknown() -> None:
+    bp = Workflow.define(f"m-{uuid.uuid4().hex[:6]}").step(_charge).step(_ship).build()
+    with pytest.raises(KeyError, match="has no step 'charge' to mock; its steps: _charge, _ship"):
+        mock_step(bp, "charge", _ship)
+    with pytest.raises(TypeError, match="must be callable"):
+        mock_step(bp, "_charge", 3)  # type: ignore[arg-type]
+
+
+async def test_result_raises_for_a_failed_instance_and_wait_returns_it() -> None:
+    bp = Workflow.define(f"fail-{uuid.uuid4().hex[:6]}").step(_charge).build()
+    async with WorkflowEnvironment([bp]) as env:
+        with pytest.raises(WorkflowFailed, match="FAILED: _charge: RuntimeError"):
+            await env.run(bp, {})
+        info = await env.start_workflow(bp, {})
+        done = await env.wait(info)
+    assert done.status == "FAILED"
+
+
+async def test_a_wait_that_cannot_end_says_what_the_instance_waits_on() -> None:
+    bp = Workflow.define(f"stuck-{uuid.uuid4().hex[:6]}").user_task("sign").step(_ship).build()
+    async with WorkflowEnvironment([bp]) as env:
+        info = await env.start_workflow(bp, {})
+        with pytest.raises(TimeoutError, match=r"waits on user task 'sign' \(no deadline\)"):
+            await env.result(info, timeout=0.3)
+        nap = Workflow.define(f"nap-{uuid.uuid4().hex[:6]}").sleep("nap", 3600).step(_ship).build()
+        async with WorkflowEnvironment([nap], time_skipping=False) as manual:
+            sleeping = await manual.start_workflow(nap, {})
+            with pytest.raises(TimeoutError, match="time skipping is off: move the clock with advance"):
+                await manual.wait(sleeping, timeout=0.3)
+            assert (await manual.wait(sleeping, skip=True)).status == "COMPLETED"
+
+
+async def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        WorkflowEnvironment(start=datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="workers must be >= 0"):
+        WorkflowEnvironment(workers=-1)
+    with pytest.raises(ValueError, match="would name all 2 workers alike"):
+        WorkflowEnvironment(workers=2, worker_options=WorkerOptions(worker_id="w"))
+    async with WorkflowEnvironment(start=datetime(2030, 1, 1, tzinfo=timezone.utc)) as env:
+        assert env.now() == datetime(2030, 1, 1, tzinfo=timezone.utc)
+        with pytest.raises(ValueError, match="must not be negative"):
+            await env.advance(timedelta(seconds=-1))
+        with pytest.raises(TypeError, match="a timedelta or seconds"):
+            await env.advance("1h")  # type: ignore[arg-type]
+        assert await env.advance(timedelta(days=1)) == datetime(2030, 1, 2, tzinfo=timezone.utc)
+
+
+def test_the_sync_environment_from_plain_code() -> None:
+    bp = (
+        Workflow.define(f"sync-{uuid.uuid4().hex[:6]}")
+        .user_task(
+            "approve", timeout=timedelta(hours=24), on_timeout=lambda b: b.end("expired", success=False)
+        )
+        .step(_ship)
+        .build()
+    )
+    with SyncWorkflowEnvironment([bp], start=datetime(2030, 1, 1, tzinfo=timezone.utc)) as env:
+        info = env.start_workflow(bp, {})
+        env.complete_user_task(info, "approve", {"by": "ann"})
+        done = env.result(info)
+        assert env.path(done) == ["approve", "_ship", "end"]
+        late = env.wait(env.start_workflow(bp, {}))
+        assert late.status == "FAILED" and late.reason == "expired"
+        assert env.now() == datetime(2030, 1, 2, tzinfo=timezone.utc)
+        assert env.client.get(info.instance_id).status == "COMPLETED"
+    assert done.context == {"by": "ann", "shipped": True}
+
+
+async def test_the_sync_environment_awaited_from_another_loop() -> None:
+    bp = Workflow.define(f"aio-{uuid.uuid4().hex[:6]}").sleep("nap", timedelta(days=3)).step(_ship).build()
+    with SyncWorkflowEnvironment([bp]) as env:
+        t0 = env.now_millis()
+        done = await env.aio.run(bp, {})
+        history = await env.aio.history(done)
+    assert done.context == {"shipped": True}
+    assert history[-1].ended_at - t0 == 3 * 86_400_000
+
+
+async def test_instances_of_other_workflows_do_not_stop_the_skipping(kit: Kit) -> None:
+    stranger = kit.define("stranger").step(_ship).build()  # nobody serves it: READY for ever
+    bp = kit.define("napper").sleep("nap", timedelta(days=1)).step(_ship).build()
+    async with kit.env([bp]) as env:
+        await env.client.register(stranger)
+        await env.client.start(stranger, {})
+        t0 = env.now_millis()
+        done = await env.run(bp, {})
+        assert env.now_millis() - t0 == 86_400_000
+    assert done.context == {"shipped": True}
+
+
+async def test_a_virtual_clock_leaves_the_ids_of_wall_clock_servers_alone() -> None:
+    from wiggle._engine.state import new_instance_id
+
+    bp = Workflow.define(f"ids-{uuid.uuid4().hex[:6]}").sleep("nap", timedelta(days=400)).step(_ship).build()
+    async with WorkflowEnvironment([bp]) as env:
+        done = await env.run(bp, {})
+    assert int(done.instance_id[3:15], 16) == done.created_at  # the id carries the virtual time
+    wall = new_instance_id()  # the wall clock's ids do not jump 400 days ahead with it
+    assert int(wall[3:15], 16) < env.now_millis() - 399 * 86_400_000

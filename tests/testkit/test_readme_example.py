@@ -1,0 +1,27 @@
+"""The README's "Testing your workflows" example, run as a user would: pytest on the file."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_example_passes(tmp_path: Path) -> None:
+    section = README.read_text().split("## Testing your workflows", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None, "the section has no python example"
+    (tmp_path / "test_orders.py").write_text(code.group(1))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_orders.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout, run.stdout
