@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "ENABLED",
+    "active",
     "span",
     "traceparent",
     "outgoing_metadata",
@@ -32,6 +34,7 @@ try:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     ENABLED = True
+    _NO_PROVIDER: tuple[type, ...] = (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
     _propagator = TraceContextTextMapPropagator()
     CLIENT: Any = _trace.SpanKind.CLIENT
     SERVER: Any = _trace.SpanKind.SERVER
@@ -41,6 +44,28 @@ except ImportError:  # the otel extra is not installed: tracing is off and costs
     CLIENT = SERVER = INTERNAL = None
 
 _NOTHING = contextlib.nullcontext()
+
+
+def active() -> bool:
+    """Tracing is on: the extra is installed *and* the process configured a TracerProvider.
+
+    Without a provider the API's tracer records nothing, yet extracting, attaching and injecting
+    the context would still cost every step and every call; so nothing is done until one is set
+    (it may be set after import: looked for at most once a second until found).
+    """
+    global _active, _checked_at
+    if _active or not ENABLED:
+        return _active
+    now = time.monotonic()
+    if now - _checked_at >= RECHECK_SECONDS:  # get_tracer_provider reads the environment: not per step
+        _checked_at = now
+        _active = not isinstance(_trace.get_tracer_provider(), _NO_PROVIDER)
+    return _active
+
+
+RECHECK_SECONDS = 1.0  # a TracerProvider set after start is picked up within this long
+_active = False
+_checked_at = -RECHECK_SECONDS
 _incoming: contextvars.ContextVar[str] = contextvars.ContextVar("wiggle_incoming_traceparent", default="")
 
 
@@ -48,7 +73,7 @@ def span(
     name: str, kind: Any = None, parent: str = "", attributes: Mapping[str, Any] | None = None
 ) -> contextlib.AbstractContextManager[Any]:
     """A span named ``name`` under ``parent`` (a traceparent; "" for the current span), or a no-op."""
-    if not ENABLED:
+    if not active():
         return _NOTHING
     return _span(name, kind, parent, attributes)
 
@@ -65,7 +90,7 @@ def _span(name: str, kind: Any, parent: str, attributes: Mapping[str, Any] | Non
 
 def traceparent() -> str:
     """The current span as a W3C traceparent, or "" (no extra, no provider, no span)."""
-    if not ENABLED:
+    if not active():
         return ""
     carrier: dict[str, str] = {}
     _propagator.inject(carrier)
@@ -80,7 +105,7 @@ def outgoing_metadata() -> tuple[tuple[str, str], ...] | None:
 
 def set_incoming(metadata: Sequence[Any] | None) -> None:
     """Remember the traceparent of an incoming call (its gRPC metadata) for ``incoming()``."""
-    if not ENABLED or not metadata:
+    if not metadata or not active():
         return
     for item in metadata:
         key, value = item[0], item[1]

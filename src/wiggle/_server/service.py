@@ -187,7 +187,7 @@ class ControlPlane(pb_grpc.WiggleControlPlaneServicer):
             raise
 
     async def _unary(self, method: str, request: Message, context: Context, reply: type[R]) -> R:
-        if tracing.ENABLED:  # the caller's trace context, for the handler's span (each call is a task)
+        if tracing.active():  # the caller's trace context, for the handler's span (each call is a task)
             tracing.set_incoming(context.invocation_metadata())
         try:
             return cast(R, await self.dispatch(method, request))
