@@ -82,7 +82,7 @@ def schedules_html(data: dict[str, Any]) -> str:
             )
         instances = f"/instances?{urlencode({'schedule_id': s['id']})}"
         rows.append(
-            f'<tr data-schedule="{sid}" data-paused="{str(s["paused"]).lower()}"><td>{sid}</td>'
+            f'<tr id="{sid}" data-schedule="{sid}" data-paused="{str(s["paused"]).lower()}"><td>{sid}</td>'
             f'<td><a href="/workflows#{escape(s["workflow"])}">{escape(s["workflow"])}</a></td><td>{every}</td>'
             f"<td>{state}</td><td>{'<br>'.join(_when(t) for t in s['next_fire_times']) or '-'}</td>"
             f'<td>{_when(s["last_tick_at"])}</td><td class="num">{s["fired"]}</td><td class="num">{s["skipped"]}</td>'
