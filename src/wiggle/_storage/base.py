@@ -73,6 +73,7 @@ class InstanceQuery(msgspec.Struct):
     workflow: str = ""
     status: str = ""  # an InstanceStatus value, or "" for any
     correlation_id: str = ""
+    parent_id: str = ""  # a sub-workflow parent: only its children
     created_after: int = 0
     created_before: int = 0
     page_size: int = 50

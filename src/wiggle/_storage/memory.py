@@ -229,6 +229,8 @@ class MemoryStore(Store):
                 continue
             if query.correlation_id and inst.correlation_id != query.correlation_id:
                 continue
+            if query.parent_id and inst.parent_id != query.parent_id:
+                continue
             if query.created_after and inst.created_at < query.created_after:
                 continue
             if query.created_before and inst.created_at >= query.created_before:

@@ -12,12 +12,13 @@ from typing import Any
 import msgspec
 
 from ..._engine.state import HistoryEntry, InstanceStatus, Token, TokenStatus
-from ..._model import validate_name
+from ..._model import NodeKind, WorkflowDefinition, validate_name
 from ..._storage.base import InstanceQuery
 from ...errors import InvalidArgument
 from ..instances import Instances
 from ..operator import OPERATOR_KIND
 from ..pollers import Pollers
+from ..schedules import correlation_of
 
 __all__ = [
     "Sources",
@@ -27,6 +28,8 @@ __all__ = [
     "queues_page",
     "cluster_page",
     "node_states",
+    "children",
+    "signal_names",
     "STATUSES",
     "MAX_PAGE_SIZE",
 ]
@@ -76,10 +79,23 @@ def instance_query(args: Mapping[str, str]) -> InstanceQuery:
     workflow = args.get("workflow", "").strip()
     if workflow:
         validate_name(workflow, "workflow")
+    correlation_id = args.get("correlation_id", "").strip()
+    schedule_id = args.get("schedule_id", "").strip()
+    if schedule_id:  # a schedule's instances carry its correlation id (wiggle/_server/schedules.py)
+        validate_name(schedule_id, "schedule_id")
+        if correlation_id and correlation_id != correlation_of(schedule_id):
+            raise InvalidArgument(
+                f"schedule_id {schedule_id!r} and correlation_id {correlation_id!r} disagree; give one"
+            )
+        correlation_id = correlation_of(schedule_id)
+    parent_id = args.get("parent_id", "").strip()
+    if parent_id:
+        validate_name(parent_id, "parent_id")
     return InstanceQuery(
         workflow=workflow,
         status=status,
-        correlation_id=args.get("correlation_id", "").strip(),
+        correlation_id=correlation_id,
+        parent_id=parent_id,
         created_after=_ms_arg(args, "created_after"),
         created_before=_ms_arg(args, "created_before"),
         page_size=size,
@@ -103,6 +119,7 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
             "workflow": query.workflow,
             "status": query.status,
             "correlation_id": query.correlation_id,
+            "parent_id": query.parent_id,
             "created_after": query.created_after,
             "created_before": query.created_before,
             "page_size": query.page_size,
@@ -120,6 +137,7 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
                 "updated_at": v.instance.updated_at,
                 "finished_at": v.instance.finished_at,
                 "error": v.instance.error,
+                "parent_id": v.instance.parent_id,
                 "at": sorted({t.node_id for t in v.tokens}),
             }
             for v in views
@@ -168,6 +186,25 @@ def node_states(
     return states, labels
 
 
+def children(tokens: Sequence[Token], history: Sequence[HistoryEntry]) -> list[dict[str, str]]:
+    """The sub-workflow instances this instance started: (child id, node), first seen first."""
+    seen: dict[str, str] = {}
+    for e in history:
+        if e.child_id:
+            seen.setdefault(e.child_id, e.node_id)
+    for t in tokens:
+        if t.child_id:
+            seen.setdefault(t.child_id, t.node_id)
+    return [{"instance_id": c, "node_id": n} for c, n in seen.items()]
+
+
+def signal_names(definition: WorkflowDefinition) -> list[str]:
+    """The signals the workflow's SIGNAL nodes wait for, then its user tasks (a signal completes one)."""
+    waits = [n.signal for n in definition.nodes if n.kind is NodeKind.SIGNAL and n.signal]
+    tasks = [n.id for n in definition.nodes if n.kind is NodeKind.USER_TASK]
+    return sorted(set(waits)) + sorted(set(tasks) - set(waits))
+
+
 async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
     """One instance: its record, tokens, history (tracebacks), node states, its definition."""
     validate_name(instance_id, "instance_id")
@@ -186,6 +223,8 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
             "reason": inst.reason,
             "error": inst.error,
             "correlation_id": inst.correlation_id,
+            "schedule_id": inst.schedule_id,
+            "parent_id": inst.parent_id,
             "created_at": inst.created_at,
             "updated_at": inst.updated_at,
             "finished_at": inst.finished_at,
@@ -197,12 +236,16 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
             {**_builtins(e), "duration_ms": max(e.ended_at - e.started_at, 0) if e.started_at else 0}
             for e in history
         ],
+        "children": children(view.tokens, history),
         "node_states": states,
         "node_labels": labels,
         "awaiting_user_tasks": awaiting,
         "actions": {
             "cancel": inst.status == InstanceStatus.RUNNING,
             "complete_user_task": awaiting,
+            "retry": inst.status == InstanceStatus.FAILED,
+            "signal": inst.status == InstanceStatus.RUNNING,
+            "signal_names": signal_names(record.loaded.definition),
         },
         "definition": _builtins(record.loaded.definition),
     }

@@ -8,6 +8,10 @@ read the instance layer directly, with no second process or thread. Routes (docs
     GET  /api/instances  /api/instances/{id}  /api/workflows  /api/queues  /api/cluster
     POST /api/instances/{id}/cancel              {"actor": "...", "reason": "..."}
     POST /api/instances/{id}/user-tasks/{name}   {"actor": "...", "data": {...}}
+    POST /api/instances/{id}/signals/{name}      {"actor": "...", "data": {...}}
+    POST /api/instances/{id}/retry               {"actor": "...", "from_node": ""}
+    GET  /schedules  /api/schedules                                         (HTML, JSON)
+    POST /api/schedules/{id}/pause|resume|trigger {"actor": "..."}
 
 A page requested with the header ``X-Fragment: 1`` answers its ``<main>`` content only (the
 pages' refresh). Errors answer ``{"error": message, "code": ErrorCode}`` with an HTTP status.
@@ -27,7 +31,7 @@ from ..._security.tokens import Role
 from ...errors import ErrorCode, InvalidArgument, WiggleError
 from ..http_security import HttpSecurity, http_status, peer_common_name
 from ..instances import Instances
-from . import api, pages
+from . import actions, api, pages, schedules
 
 __all__ = ["HttpSide", "HTTP_STATUS"]
 
@@ -134,13 +138,18 @@ class HttpSide:
         r.add_get("/workflows", self.page(self._workflows_data, pages.workflows_html, "workflows"))
         r.add_get("/queues", self.page(self._queues_data, pages.queues_html, "queues"))
         r.add_get("/cluster", self.page(self._cluster_data, pages.cluster_html, "cluster"))
+        r.add_get("/schedules", self.page(self._schedules_data, schedules.schedules_html, "schedules"))
         r.add_get("/api/instances", self.json(self._instances_data))
         r.add_get("/api/instances/{id}", self.json(self._instance_data))
         r.add_get("/api/workflows", self.json(self._workflows_data))
         r.add_get("/api/queues", self.json(self._queues_data))
         r.add_get("/api/cluster", self.json(self._cluster_data))
+        r.add_get("/api/schedules", self.json(self._schedules_data))
         r.add_post("/api/instances/{id}/cancel", self.cancel)
         r.add_post("/api/instances/{id}/user-tasks/{name}", self.complete_user_task)
+        r.add_post("/api/instances/{id}/signals/{name}", self.signal)
+        r.add_post("/api/instances/{id}/retry", self.retry)
+        r.add_post("/api/schedules/{id}/{action}", self.schedule_action)
         return app
 
     async def start(self, host: str, port: int) -> int:
@@ -205,6 +214,9 @@ class HttpSide:
 
     async def _cluster_data(self, request: web.Request) -> dict[str, Any]:
         return await api.cluster_page(self.sources)
+
+    async def _schedules_data(self, request: web.Request) -> dict[str, Any]:
+        return await schedules.schedules_page(self.instances, request.query.get("workflow", "").strip())
 
     def page(
         self,
@@ -271,3 +283,34 @@ class HttpSide:
         validate_name(instance_id, "instance_id")
         view = await self.instances.complete_user_task(instance_id, request.match_info["name"], data, actor)
         return web.json_response({"status": str(view.instance.status)})
+
+    async def signal(self, request: web.Request) -> web.Response:
+        """Send a signal with ``data``; recorded in the history with who did it."""
+        body, actor = await self._body(request)
+        data = body.get("data", {})
+        if not isinstance(data, dict):
+            raise InvalidArgument('"data" must be a JSON object')
+        instance_id, name = request.match_info["id"], request.match_info["name"]
+        validate_name(instance_id, "instance_id")
+        validate_name(name, "signal name")
+        outcome, view = await actions.send_signal(self.instances, instance_id, name, data, actor)
+        return web.json_response({"outcome": str(outcome), "status": str(view.instance.status)})
+
+    async def retry(self, request: web.Request) -> web.Response:
+        """Retry a FAILED instance from the failed step (or ``from_node``); who did it is recorded."""
+        body, actor = await self._body(request)
+        from_node = body.get("from_node") or ""
+        if not isinstance(from_node, str):
+            raise InvalidArgument('"from_node" must be a node id (a string), or empty for the failed step')
+        instance_id = request.match_info["id"]
+        validate_name(instance_id, "instance_id")
+        view = await actions.retry_failed(self.instances, instance_id, from_node, actor)
+        return web.json_response({"status": str(view.instance.status)})
+
+    async def schedule_action(self, request: web.Request) -> web.Response:
+        """Pause, resume or trigger a schedule (``trigger`` starts one instance now)."""
+        _, actor = await self._body(request)  # schedules keep no history: the log names who acted
+        schedule_id, action = request.match_info["id"], request.match_info["action"]
+        validate_name(schedule_id, "schedule_id")
+        log.info("%s: %s schedule %s", actor, action, schedule_id)
+        return web.json_response(await schedules.act(self.instances, schedule_id, action))

@@ -20,6 +20,7 @@ from .graph import render_svg
 
 __all__ = ["layout", "instances_html", "instance_html", "workflows_html", "queues_html", "cluster_html"]
 
+
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 header{background:#1d2330;color:#fff;padding:10px 20px;display:flex;gap:22px;align-items:center}
@@ -58,7 +59,9 @@ setInterval(refresh, 2000);
 function act(button) {
   const d = document.getElementById('confirm');
   d.querySelector('.what').textContent = button.dataset.what;
-  d.querySelector('#data-row').style.display = button.dataset.kind === 'task' ? '' : 'none';
+  const k = button.dataset.kind;
+  d.querySelector('#data-row').style.display = (k === 'task' || k === 'signal') ? '' : 'none';
+  d.querySelector('#name-row').style.display = k === 'signal' ? '' : 'none';
   d.querySelector('#reason-row').style.display = button.dataset.kind === 'cancel' ? '' : 'none';
   d.querySelector('#actor').value = localStorage.getItem('wiggle-actor') || '';
   d.querySelector('.err').textContent = '';
@@ -72,13 +75,19 @@ async function confirmAction() {
   localStorage.setItem('wiggle-actor', actor);
   const body = {actor};
   if (d.dataset.kind === 'cancel') body.reason = d.querySelector('#reason').value;
-  if (d.dataset.kind === 'task') {
+  let url = d.dataset.url;
+  if (d.dataset.kind === 'signal') {
+    const name = d.querySelector('#signal-name').value.trim();
+    if (!name) { d.querySelector('.err').textContent = 'Name the signal to send.'; return; }
+    url += encodeURIComponent(name);
+  }
+  if (d.dataset.kind === 'task' || d.dataset.kind === 'signal') {
     try { body.data = JSON.parse(d.querySelector('#data').value || '{}'); }
     catch (e) { d.querySelector('.err').textContent = 'data is not valid JSON: ' + e.message; return; }
   }
   busy = true;
   try {
-    const r = await fetch(d.dataset.url, {method: 'POST', headers: {'Content-Type': 'application/json'},
+    const r = await fetch(url, {method: 'POST', headers: {'Content-Type': 'application/json'},
                                            body: JSON.stringify(body)});
     const answer = await r.json();
     if (!r.ok) { d.querySelector('.err').textContent = answer.error || r.statusText; return; }
@@ -92,6 +101,7 @@ NAV = (
     ("instances", "/instances"),
     ("workflows", "/workflows"),
     ("queues", "/queues"),
+    ("schedules", "/schedules"),
     ("cluster", "/cluster"),
 )
 
@@ -121,6 +131,7 @@ def layout(title: str, page: str, body: str) -> str:
         '<dialog id="confirm"><h3>Confirm: <span class="what"></span></h3>'
         '<label>Who are you (recorded in the history) <input id="actor" autocomplete="name"></label>'
         '<label id="reason-row">Reason <input id="reason" value="cancelled from the dashboard"></label>'
+        '<label id="name-row">Signal name <input id="signal-name" list="signal-names"></label>'
         '<label id="data-row">Data (JSON object) <textarea id="data" rows="4">{}</textarea></label>'
         '<p class="err"></p><button id="confirm-yes" onclick="confirmAction()">Confirm</button> '
         "<button onclick=\"this.closest('dialog').close()\">Back</button></dialog>"
@@ -167,6 +178,7 @@ def instances_html(data: dict[str, Any]) -> str:
         f'<input name="workflow" placeholder="workflow" value="{escape(f["workflow"])}">'
         f'<select name="status">{options}</select>'
         f'<input name="correlation_id" placeholder="correlation id" value="{escape(f["correlation_id"])}">'
+        f'<input name="parent_id" placeholder="parent instance" value="{escape(f["parent_id"])}">'
         f'<input name="created_after" placeholder="created after (ms)" value="{f["created_after"] or ""}">'
         f'<input name="created_before" placeholder="created before (ms)" value="{f["created_before"] or ""}">'
         '<button type="submit">search</button></form>'
@@ -198,6 +210,33 @@ def instance_html(data: dict[str, Any]) -> str:
             f'<button class="complete-task" data-task="{n}" data-kind="task" data-what="complete user task {n}" '
             f'data-url="/api/instances/{iid}/user-tasks/{n}" onclick="act(this)">complete {n}…</button>'
         )
+    if data["actions"]["retry"]:
+        actions.append(
+            f'<button id="retry" data-kind="retry" data-what="retry {iid} from the failed step" '
+            f'data-url="/api/instances/{iid}/retry" onclick="act(this)">retry from the failed step…</button>'
+        )
+    if data["actions"]["signal"]:
+        names = "".join(f'<option value="{escape(n)}">' for n in data["actions"]["signal_names"])
+        actions.append(
+            f'<button id="signal" data-kind="signal" data-what="send a signal to {iid}" '
+            f'data-url="/api/instances/{iid}/signals/" onclick="act(this)">send a signal…</button>'
+            f'<datalist id="signal-names">{names}</datalist>'
+        )
+    links = []
+    if inst["parent_id"]:
+        pid = escape(inst["parent_id"])
+        links.append(f'parent <a id="parent" href="/instances/{pid}">{pid}</a>')
+    if data["children"]:
+        kids = ", ".join(
+            f'<a class="child" href="/instances/{escape(c["instance_id"])}">{escape(c["instance_id"])}</a>'
+            f' <span class="muted">({escape(c["node_id"])})</span>'
+            for c in data["children"]
+        )
+        links.append(f"children {kids}")
+    if inst["schedule_id"]:
+        sid = escape(inst["schedule_id"])
+        links.append(f'started by schedule <a href="/schedules#{sid}">{sid}</a>')
+    related = f'<p class="related">{" · ".join(links)}</p>' if links else ""
     tokens = "".join(
         f"<tr><td>{escape(t['id'])}</td><td>{escape(t['node_id'])}</td><td>{escape(t['status'])}</td>"
         f'<td class="num">{t["attempt"]}</td><td>{escape(t["queue"])}</td>'
@@ -223,7 +262,7 @@ def instance_html(data: dict[str, Any]) -> str:
         f'<p>{_pill(inst["status"])}{reason} workflow <a href="/workflows#{escape(inst["workflow"])}">'
         f'{escape(inst["workflow"])}</a> <span class="muted">version {escape(inst["version"])}</span>'
         f" · correlation {escape(inst['correlation_id'] or '-')} · created {when(inst['created_at'])}"
-        f" · finished {when(inst['finished_at'])} · {inst['steps']} steps</p>{error}"
+        f" · finished {when(inst['finished_at'])} · {inst['steps']} steps</p>{related}{error}"
         f'<p class="actions">{" ".join(actions)}</p>'
         f"{render_svg(definition, data['node_states'], data['node_labels'])}"
         f'<h3>Context</h3><pre id="context">{escape(json.dumps(inst["context"], indent=2, sort_keys=True))}</pre>'

@@ -219,6 +219,7 @@ class PostgresStore(Store):
             ("status = %s", query.status),
             # the redundant "<> ''" lets even a generic plan use the partial index
             ("correlation_id = %s AND correlation_id <> ''", query.correlation_id),
+            ("parent_id = %s", query.parent_id),
             ("created_at >= %s", query.created_after),
             ("created_at < %s", query.created_before),
         ):

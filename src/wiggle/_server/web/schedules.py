@@ -1,0 +1,95 @@
+"""The dashboard's Schedules page and its JSON API: every schedule with its next fire times and
+paused state, and the pause / resume / trigger actions (docs/dashboard.md#schedules).
+"""
+
+from __future__ import annotations
+
+import logging
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+import msgspec
+
+from ..._engine.schedules import Schedule
+from ...errors import InvalidArgument
+from ..instances import Instances
+from ..schedules import correlation_of
+
+__all__ = ["schedules_page", "schedule_json", "act", "schedules_html", "ACTIONS"]
+
+log = logging.getLogger("wiggle.http")
+
+ACTIONS = ("pause", "resume", "trigger")
+
+
+def schedule_json(instances: Instances, schedule: Schedule) -> dict[str, Any]:
+    """One schedule as the API shows it: its record, its next fire times, its instances' filter."""
+    return {
+        **msgspec.to_builtins(schedule),
+        "next_fire_times": instances.schedules.upcoming(schedule),
+        "correlation_id": correlation_of(schedule.id),
+    }
+
+
+async def schedules_page(instances: Instances, workflow: str = "") -> dict[str, Any]:
+    """Every schedule (of ``workflow``), by id, with the server's clock."""
+    found = await instances.schedules.list(workflow)
+    return {"now": instances.clock.now(), "schedules": [schedule_json(instances, s) for s in found]}
+
+
+async def act(instances: Instances, schedule_id: str, action: str) -> dict[str, Any]:
+    """Run ``action`` (pause, resume or trigger) on the schedule; its new state (and started id)."""
+    if action not in ACTIONS:
+        raise InvalidArgument(f"schedule action must be one of {', '.join(ACTIONS)}, got {action!r}")
+    started = ""
+    if action == "pause":
+        schedule = await instances.schedules.pause(schedule_id)
+    elif action == "resume":
+        schedule = await instances.schedules.resume(schedule_id)
+    else:
+        schedule, started = await instances.schedules.trigger(schedule_id)
+    return {"schedule": schedule_json(instances, schedule), "started_instance_id": started}
+
+
+def _when(ms: int) -> str:
+    from .pages import when  # pages imports nothing from here; a late import keeps it one-way
+
+    return when(ms)
+
+
+def schedules_html(data: dict[str, Any]) -> str:
+    """The Schedules page body: one row per schedule with its actions."""
+    rows = []
+    for s in data["schedules"]:
+        sid = escape(s["id"])
+        every = (
+            f"cron {escape(s['cron'])} ({escape(s['timezone'])})"
+            if s["cron"]
+            else f"every {s['interval_millis']} ms"
+        )
+        state = (
+            '<span class="pill CANCELLED">paused</span>'
+            if s["paused"]
+            else '<span class="pill RUNNING">active</span>'
+        )
+        buttons = []
+        toggle = "resume" if s["paused"] else "pause"
+        for action in (toggle, "trigger"):
+            buttons.append(
+                f'<button class="schedule-{action}" data-kind="schedule" data-what="{action} schedule {sid}" '
+                f'data-url="/api/schedules/{sid}/{action}" onclick="act(this)">{action}…</button>'
+            )
+        instances = f"/instances?{urlencode({'schedule_id': s['id']})}"
+        rows.append(
+            f'<tr id="{sid}" data-schedule="{sid}" data-paused="{str(s["paused"]).lower()}"><td>{sid}</td>'
+            f'<td><a href="/workflows#{escape(s["workflow"])}">{escape(s["workflow"])}</a></td><td>{every}</td>'
+            f"<td>{state}</td><td>{'<br>'.join(_when(t) for t in s['next_fire_times']) or '-'}</td>"
+            f'<td>{_when(s["last_tick_at"])}</td><td class="num">{s["fired"]}</td><td class="num">{s["skipped"]}</td>'
+            f'<td><a href="{escape(instances)}">instances</a></td><td>{" ".join(buttons)}</td></tr>'
+        )
+    return (
+        "<h2>Schedules</h2><table><thead><tr><th>schedule</th><th>workflow</th><th>when</th><th>state</th>"
+        "<th>next fire times</th><th>last tick</th><th>fired</th><th>skipped</th><th></th><th>actions</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
