@@ -142,6 +142,21 @@ async def test_a_daily_schedule_fires_on_its_virtual_ticks(kit: Kit) -> None:
     assert after.next_tick_at == first + 3 * DAY
 
 
+async def test_advance_jumps_once_over_schedule_ticks(kit: Kit) -> None:
+    # advance is one jump: the clock duty runs at its end only, so a daily schedule fires once
+    # (catch-up NONE), at the end of the jump; sleep (above) stops at every tick instead.
+    bp = kit.define("jump").step(finish).build()
+    async with kit.env([bp]) as env:
+        t0 = env.now_millis()
+        schedule = await env.create_schedule(f"jump-{uuid.uuid4().hex[:6]}", bp, every=timedelta(days=1))
+        await env.advance(timedelta(days=3))
+        await env.sleep(0)  # let the started instance run
+        page, _ = await env.client.list(workflow=bp.name)
+        after = await env.client.get_schedule(schedule.schedule_id)
+    assert [i.created_at for i in page] == [t0 + 3 * DAY]
+    assert after.fired == 1
+
+
 async def test_sleep_without_timers_ends_exactly_at_its_end(kit: Kit) -> None:
     async with kit.env() as env:
         t0 = env.now_millis()
