@@ -12,7 +12,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from wiggle import Workflow
+from wiggle import RetryPolicy, Workflow
 from wiggle.client import HistoryEntry
 from wiggle.testing import SyncWorkflowEnvironment
 
@@ -140,6 +140,37 @@ async def test_a_daily_schedule_fires_on_its_virtual_ticks(kit: Kit) -> None:
     assert all(d.context == {"n": 1, "finished": True} for d in done)
     assert after.fired == 3
     assert after.next_tick_at == first + 3 * DAY
+
+
+async def test_a_schedule_made_through_the_client_ticks_in_virtual_time(kit: Kit) -> None:
+    # Not through env.create_schedule: the skipping still learns the schedule's workflow, so the
+    # instances a tick starts (with a step taking an hour of backoff) hold the clock until done.
+    tries: list[int] = []
+
+    def flaky(ctx):
+        tries.append(1)
+        if len(tries) % 2:
+            raise RuntimeError("every first try fails")
+        return ctx
+
+    bp = kit.define("direct").step(flaky, retry=RetryPolicy.fixed(2, 3600)).build()
+    async with kit.env() as env:
+        await env.client.register(bp)
+        await env.start_worker([bp])
+        env.skipper.workflows.discard(bp.name)  # as if the worker had been started elsewhere
+        t0 = env.now_millis()
+        schedule = await env.client.create_schedule(f"direct-{uuid.uuid4().hex[:6]}", bp, every=DAY / 1000)
+        await env.sleep(timedelta(days=2, hours=1))  # the second tick and its hour of backoff
+        page, _ = await env.client.list(workflow=bp.name)
+        histories = [await env.history(i) for i in sorted(page, key=lambda i: i.created_at)]
+    assert [i.status for i in page] == ["COMPLETED", "COMPLETED"]
+    first = schedule.next_tick_at
+    assert first == t0 + DAY
+    for n, history in enumerate(histories):
+        assert [(e.started_at, e.outcome) for e in _entries(history, "flaky")] == [
+            (first + n * DAY, "RETRY"),
+            (first + n * DAY + HOUR, "COMPLETED"),
+        ]
 
 
 async def test_advance_jumps_once_over_schedule_ticks(kit: Kit) -> None:

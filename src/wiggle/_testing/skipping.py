@@ -130,6 +130,9 @@ class TimeSkipper:
             return await self._skip(until, hold)
 
     async def _skip(self, until: int | None, hold: Callable[[list[InstanceView]], bool] | None) -> bool:
+        ticks = await self.instances.schedules.next_due_at()
+        if ticks is not None:  # a schedule made through the client directly: its instances are ours
+            self.workflows.update(sc.workflow for sc in await self.instances.schedules.list())
         views = await self.live()
         if hold is not None and hold(views):
             return False
@@ -140,7 +143,6 @@ class TimeSkipper:
         due = waiting.next_due
         if until is not None and (due is None or due > until):
             due = until if until > now else None
-        ticks = await self.instances.schedules.next_due_at()
         if ticks is not None and ticks <= now:
             await self.tick()  # a tick due now: fire it; the caller looks again (no jump)
             return False
