@@ -1,7 +1,7 @@
 """Time skipping: when every live instance waits on time, jump the virtual clock to the next due moment.
 
 The live instances are the RUNNING instances of the workflows the environment knows (its
-workflows, and any it started or waited on): a database shared with other tests or servers may
+workflows, any it started or waited on, and every schedule's): a database shared with other tests or servers may
 hold instances nobody will ever move, which must not stop the skipping. An instance waits on
 time when none of its tokens can move now: no READY token is due, no token
 is running on a live worker, and the clock duty has nothing due. Then the earliest moment
