@@ -25,3 +25,25 @@ def test_the_readme_example_passes(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 passed" in run.stdout, run.stdout
+
+
+def test_the_readme_schedule_snippet_passes() -> None:
+    from datetime import timedelta
+
+    from wiggle import Workflow
+    from wiggle.testing import SyncWorkflowEnvironment
+
+    section = README.read_text().split("## Testing your workflows", 1)[1].split("\n## ", 1)[0]
+    snippets = [s for s in re.findall(r"```python\n(.*?)```", section, re.S) if "create_schedule" in s]
+    assert len(snippets) == 1, "the section should show one schedule snippet"
+    snippet = "\n".join(line.strip() for line in snippets[0].splitlines())  # indented in a list
+
+    def work(ctx):
+        return {**ctx, "reported": True}
+
+    report = Workflow.define("report").step(work).build()
+    with SyncWorkflowEnvironment([report]) as env:
+        scope = {"env": env, "report": report, "timedelta": timedelta}
+        exec(compile(snippet, "README.md", "exec"), scope)  # the snippet's asserts are the test
+        page, _ = env.client.list(workflow=report.name)
+    assert len(page) == 3

@@ -24,7 +24,8 @@ from .._engine.state import InstanceStatus
 from .._model import ExecutionMode
 from .._server.app import WiggleServer
 from .._server.config import ServerConfig
-from ..client import AsyncClient, HistoryEntry, InstanceInfo
+from .._storage.base import InstanceView
+from ..client import AsyncClient, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
 from ..worker import Worker, WorkerOptions
 from ..workflow import Blueprint
 from .helpers import path_of
@@ -212,6 +213,27 @@ class WorkflowEnvironment:
         await self.skipper.tick()
         return self.now()
 
+    async def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
+        """Let ``delta`` of virtual time pass, stopping at every due moment on the way.
+
+        Unlike ``advance`` (one jump, then one round of clock duties), each timer, deadline and
+        schedule tick before the end fires at its own moment, and the steps it releases run
+        before time moves on: a daily schedule over ``sleep(timedelta(days=3))`` starts three
+        instances, each at its tick. TimeoutError if the instances stay busy ``timeout`` s (real).
+        """
+        target = self.clock.now() + _millis(delta, "sleep")
+        deadline = time.monotonic() + timeout
+        while True:
+            if await self.skipper.skip(until=target):
+                continue
+            if self.clock.now() >= target and not await self.skipper.busy():
+                return self.now()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"sleep: instances stayed busy for {timeout} s (real) at virtual {self.now().isoformat()}"
+                )
+            await asyncio.sleep(CHECK_SECONDS)
+
     # ------------------------------------------------------------------ instances
 
     async def start_workflow(
@@ -294,7 +316,11 @@ class WorkflowEnvironment:
             if info.finished:
                 raise AssertionError(f"instance {iid} finished ({info.status}) without reaching {node!r}")
             self.skipper.workflows.add(info.workflow)
-            if skipping and await self.skipper.skip():
+
+            def arrived(views: list[InstanceView]) -> bool:  # there already: do not jump past it
+                return any(v.instance.id == iid and any(t.node_id == node for t in v.tokens) for v in views)
+
+            if skipping and await self.skipper.skip(hold=arrived):
                 continue
             if time.monotonic() >= deadline:
                 where = ", ".join(f"{t.node_id} {t.status}" for t in info.tokens) or "no tokens"
@@ -311,6 +337,39 @@ class WorkflowEnvironment:
         if wait:
             await self.wait_for(iid, name)
         return await self.client.complete_user_task(iid, name, data)
+
+    async def signal(
+        self, instance_id: str | InstanceInfo, name: str, data: Any = None, signal_id: str | None = None
+    ) -> SignalResult:
+        """Send the signal ``name`` with ``data`` to the instance (``client.signal``); what it did.
+
+        Sent at once, whether or not the instance waits for it yet (an early signal is buffered).
+        """
+        iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
+        return await self.client.signal(iid, name, data, signal_id)
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        every: timedelta | float | None = None,
+        cron: str = "",
+        **options: Any,
+    ) -> ScheduleInfo:
+        """Create a schedule (``client.create_schedule``; ``options`` pass through) on virtual time.
+
+        Its ticks are counted from the virtual now; time skipping (``sleep``, and waits with a
+        bounded due moment) stops at each. The workflow's instances count as live.
+        """
+        if isinstance(workflow, Blueprint):
+            await self.client.register(workflow)
+        self.skipper.workflows.add(workflow.name if isinstance(workflow, Blueprint) else workflow)
+        seconds = None if every is None else _millis(every, "every") / 1000
+        return await self.client.create_schedule(
+            schedule_id, workflow, context, every=seconds, cron=cron, **options
+        )
 
     async def cancel(self, instance_id: str | InstanceInfo, reason: str = "cancelled") -> InstanceInfo:
         """Cancel the instance; its snapshot."""

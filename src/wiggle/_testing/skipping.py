@@ -1,7 +1,7 @@
 """Time skipping: when every live instance waits on time, jump the virtual clock to the next due moment.
 
 The live instances are the RUNNING instances of the workflows the environment knows (its
-workflows, and any it started or waited on): a database shared with other tests or servers may
+workflows, any it started or waited on, and every schedule's): a database shared with other tests or servers may
 hold instances nobody will ever move, which must not stop the skipping. An instance waits on
 time when none of its tokens can move now: no READY token is due, no token
 is running on a live worker, and the clock duty has nothing due. Then the earliest moment
@@ -9,7 +9,10 @@ something becomes due (a sleep's end, a retry's backoff, a user-task deadline, t
 step whose worker is gone, or whatever else the store's clock duty reports) is where the clock
 jumps; the clock duties run at once and every waiter is woken, so the next step starts without
 a real wait. A token the clock duty should act on now (due but not yet fired) counts as busy:
-the jump never passes a due moment unprocessed. See docs/semantics.md#time-in-tests.
+the jump never passes a due moment unprocessed. A signal wait's deadline is an AWAITING token's
+``available_at``, like a user task's. Schedule ticks are jump targets too, but only on the way
+to something bounded (a live instance's due moment, or the ``until`` of ``skip``): with nothing
+else due, time does not run on from tick to tick. See docs/semantics.md#time-in-tests.
 """
 
 from __future__ import annotations
@@ -110,17 +113,41 @@ class TimeSkipper:
         self.instances.store.notifier.wake_all()  # pollers sleeping until a backoff's end re-look
         return acted
 
-    async def skip(self) -> bool:
-        """Jump to the next due moment if every live instance waits on time; True if it jumped."""
-        async with self._lock:
-            return await self._skip()
+    async def busy(self) -> bool:
+        """True while some live instance can move now (a step runs, or something is due)."""
+        return self.waiting(await self.live()).busy
 
-    async def _skip(self) -> bool:
-        waiting = self.waiting(await self.live())
+    async def skip(
+        self, until: int | None = None, hold: Callable[[list[InstanceView]], bool] | None = None
+    ) -> bool:
+        """Jump to the next due moment if every live instance waits on time; True if it jumped.
+
+        With ``until`` (ms), never past it, and to it when nothing comes due before. ``hold``
+        sees the live instances the decision is made on and may keep the clock still (a wait
+        whose condition already holds there must not jump past it).
+        """
+        async with self._lock:
+            return await self._skip(until, hold)
+
+    async def _skip(self, until: int | None, hold: Callable[[list[InstanceView]], bool] | None) -> bool:
+        ticks = await self.instances.schedules.next_due_at()
+        if ticks is not None:  # a schedule made through the client directly: its instances are ours
+            self.workflows.update(sc.workflow for sc in await self.instances.schedules.list())
+        views = await self.live()
+        if hold is not None and hold(views):
+            return False
+        waiting = self.waiting(views)
         if waiting.busy:
             return False
         now = self.clock.now()
         due = waiting.next_due
+        if until is not None and (due is None or due > until):
+            due = until if until > now else None
+        if ticks is not None and ticks <= now:
+            await self.tick()  # a tick due now: fire it; the caller looks again (no jump)
+            return False
+        if ticks is not None and due is not None and ticks < due:
+            due = ticks
         # Other clock duties the store knows of. One due now is not ours (ours were checked
         # above): let the clock duty act on it, without waiting for it. A later one may come
         # first (an extra jump is harmless: nothing of ours is due before ``due``).
@@ -129,6 +156,8 @@ class TimeSkipper:
             await self.tick()
         elif store_due is not None and (due is None or store_due < due):
             due = store_due
+        if until is not None and due is not None and due > until:
+            due = until if until > now else None  # never past ``until``
         if due is None:
             return False
         self.clock.advance_to(due)

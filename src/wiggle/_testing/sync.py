@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from ..client import Client, HistoryEntry, InstanceInfo
+from ..client import Client, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
 from ..worker import Worker, WorkerOptions
 from ..workflow import Blueprint
 from .environment import DEFAULT_TIMEOUT, WorkflowEnvironment
@@ -145,6 +145,10 @@ class SyncWorkflowEnvironment:
         """Move virtual time forward by ``delta`` and run what became due."""
         return self._call(self.env.advance(delta))
 
+    def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
+        """Let ``delta`` of virtual time pass, stopping at every due moment on the way."""
+        return self._call(self.env.sleep(delta, timeout))
+
     def start_workflow(
         self, workflow: Blueprint[Any] | str, context: Any = None, *, correlation_id: str = ""
     ) -> InstanceInfo:
@@ -184,6 +188,27 @@ class SyncWorkflowEnvironment:
         """Complete the user task ``name`` (waiting until the instance reaches it)."""
         return self._call(self.env.complete_user_task(instance_id, name, data, wait=wait))
 
+    def signal(
+        self, instance_id: Instance, name: str, data: Any = None, signal_id: str | None = None
+    ) -> SignalResult:
+        """Send the signal ``name`` with ``data`` to the instance; what it did."""
+        return self._call(self.env.signal(instance_id, name, data, signal_id))
+
+    def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        every: timedelta | float | None = None,
+        cron: str = "",
+        **options: Any,
+    ) -> ScheduleInfo:
+        """Create a schedule on virtual time (``client.create_schedule``; ``options`` pass through)."""
+        return self._call(
+            self.env.create_schedule(schedule_id, workflow, context, every=every, cron=cron, **options)
+        )
+
     def cancel(self, instance_id: Instance, reason: str = "cancelled") -> InstanceInfo:
         """Cancel the instance."""
         return self._call(self.env.cancel(instance_id, reason))
@@ -217,6 +242,10 @@ class AsyncView:
     async def advance(self, delta: timedelta | float) -> datetime:
         """Move virtual time forward by ``delta`` and run what became due."""
         return await self._await(self._env.advance(delta))
+
+    async def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
+        """Let ``delta`` of virtual time pass, stopping at every due moment on the way."""
+        return await self._await(self._env.sleep(delta, timeout))
 
     async def start_workflow(
         self, workflow: Blueprint[Any] | str, context: Any = None, *, correlation_id: str = ""
@@ -256,6 +285,27 @@ class AsyncView:
     ) -> InstanceInfo:
         """Complete the user task ``name`` (waiting until the instance reaches it)."""
         return await self._await(self._env.complete_user_task(instance_id, name, data, wait=wait))
+
+    async def signal(
+        self, instance_id: Instance, name: str, data: Any = None, signal_id: str | None = None
+    ) -> SignalResult:
+        """Send the signal ``name`` with ``data`` to the instance; what it did."""
+        return await self._await(self._env.signal(instance_id, name, data, signal_id))
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        every: timedelta | float | None = None,
+        cron: str = "",
+        **options: Any,
+    ) -> ScheduleInfo:
+        """Create a schedule on virtual time (``client.create_schedule``; ``options`` pass through)."""
+        return await self._await(
+            self._env.create_schedule(schedule_id, workflow, context, every=every, cron=cron, **options)
+        )
 
     async def cancel(self, instance_id: Instance, reason: str = "cancelled") -> InstanceInfo:
         """Cancel the instance."""
