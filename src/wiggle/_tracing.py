@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import time
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -50,22 +50,21 @@ def active() -> bool:
     """Tracing is on: the extra is installed *and* the process configured a TracerProvider.
 
     Without a provider the API's tracer records nothing, yet extracting, attaching and injecting
-    the context would still cost every step and every call; so nothing is done until one is set
-    (it may be set after import: looked for at most once a second until found).
+    the context would still cost every step and every call; so nothing is done until one is set.
+    ``get_tracer_provider()`` reads the environment on every call while none is set, so the API's
+    module global is read instead (it is what ``set_tracer_provider`` sets), falling back to the
+    call where that global is missing or a provider is named by OTEL_PYTHON_TRACER_PROVIDER.
     """
-    global _active, _checked_at
-    if _active or not ENABLED:
-        return _active
-    now = time.monotonic()
-    if now - _checked_at >= RECHECK_SECONDS:  # get_tracer_provider reads the environment: not per step
-        _checked_at = now
-        _active = not isinstance(_trace.get_tracer_provider(), _NO_PROVIDER)
-    return _active
+    if not ENABLED:
+        return False
+    provider = getattr(_trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN or (provider is None and _PROVIDER_FROM_ENV):
+        provider = _trace.get_tracer_provider()
+    return provider is not None and not isinstance(provider, _NO_PROVIDER)
 
 
-RECHECK_SECONDS = 1.0  # a TracerProvider set after start is picked up within this long
-_active = False
-_checked_at = -RECHECK_SECONDS
+_UNKNOWN = object()
+_PROVIDER_FROM_ENV = bool(os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"))
 _incoming: contextvars.ContextVar[str] = contextvars.ContextVar("wiggle_incoming_traceparent", default="")
 
 
