@@ -4,8 +4,8 @@ The service (wiggle/_server/service.py) speaks the wire; this layer speaks the d
 engine and writes "load -> transition -> persist" once. Each operation becomes an engine
 transition handed to one of the store's primitives (``Store.mutate``, ``Store.insert``,
 ``Store.claim``; wiggle/_storage/base.py), so a new operation or node kind touches the engine and
-this module, not every store. It also runs the long-poll and await-completion waits, the clock
-duties and the retention purge.
+this module, not every store. It also runs the long-poll and await-completion waits; the clock
+duties and the retention purge are its ``ClockDuties`` (wiggle/_server/clock_duties.py).
 """
 
 from __future__ import annotations

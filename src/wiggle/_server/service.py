@@ -3,7 +3,9 @@
 Every RPC goes through one dispatch table (``ControlPlane.routes``: method name -> handler),
 used by the unary entry points and by the WorkerSession stream (wiggle/_server/session.py);
 errors become status codes in one place (wiggle/_server/faults.py, wiggle/_wire/status.py).
-Requests are validated here, at the edge, before the instance layer sees them.
+Requests are validated at this edge, before the instance layer sees them, by the handlers:
+instance_service.py (definitions and instances), worker_service.py (worker calls) and
+schedule_service.py (schedules).
 """
 
 from __future__ import annotations
