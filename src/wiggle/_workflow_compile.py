@@ -37,8 +37,12 @@ class HandlerKind:
 
 
 class Compiler:
-    def __init__(self, name: str) -> None:
+    """Compiles one workflow: ``sequence`` walks a branch's items last to first, so each node is
+    made knowing its successor; ``items_of`` reads a branch's items (kept private to the DSL)."""
+
+    def __init__(self, name: str, items_of: Callable[[Branch[Any]], list[Item]]) -> None:
         self.name = name
+        self.items_of = items_of
         self.nodes: list[Node] = []
         self.handlers: dict[str, tuple[str, Callable[..., Any]]] = {}
         self.checkpoints: set[str] = set()
@@ -64,7 +68,7 @@ class Compiler:
 
     def sequence(self, branch: Branch[Any], next_id: str) -> str:
         current = next_id
-        for item in reversed(branch._items):
+        for item in reversed(self.items_of(branch)):
             current = self.item(item, current)
         return current
 

@@ -419,7 +419,7 @@ class Workflow(Branch[C]):
 
     def build(self) -> Blueprint[C]:
         """Compile to a validated definition and its handler table."""
-        compiler = Compiler(self.name)
+        compiler = Compiler(self.name, lambda branch: branch._items)
         first = compiler.sequence(self, "end")
         if first == "end" or any("end" in (n.next, n.alt_next) for n in compiler.nodes):
             compiler.nodes.insert(0, Node(id="end", kind=NodeKind.END))
