@@ -12,10 +12,18 @@ import hashlib
 import math
 import random
 import re
-from collections.abc import Iterable
 
 import msgspec
 
+from ._limits import (
+    DEFAULT_FOR_EACH_CONCURRENCY,
+    MAX_BACKOFF_MULTIPLIER,
+    MAX_COUNT,
+    MAX_DURATION_MILLIS,
+    check_count,
+    check_millis,
+    seconds_to_millis,
+)
 from .errors import InvalidArgument
 
 __all__ = [
@@ -35,63 +43,6 @@ __all__ = [
     "seconds_to_millis",
     "DEFAULT_FOR_EACH_CONCURRENCY",
 ]
-
-#: Branches of a FOR_EACH running at once when the node sets no ``concurrency``: a large list is
-#: started a slice at a time, never one token per element in one transaction.
-DEFAULT_FOR_EACH_CONCURRENCY = 100
-
-#: The longest duration a definition may hold (sleeps, user-task timeouts, retry backoffs):
-#: ten years of 365.25 days, in milliseconds. Far beyond any real wait, and far inside the
-#: 64-bit millisecond timestamps the stores keep (a sleep of 2**63-1 ms used to be accepted and
-#: then overflowed the store on the next start).
-MAX_DURATION_MILLIS = 315_576_000_000
-
-#: The largest count a definition may hold (retry attempts, max_local_steps): 2**31 - 1.
-MAX_COUNT = 2**31 - 1
-
-#: The largest retry multiplier: beyond it the backoff reaches its cap after one or two attempts.
-MAX_BACKOFF_MULTIPLIER = 1000.0
-
-
-def seconds_to_millis(value: object, what: str) -> int:
-    """Whole milliseconds of ``value`` seconds (an int or float), bounded by MAX_DURATION_MILLIS.
-
-    InvalidArgument naming ``what`` for a non-number, NaN, infinity, a negative value or one
-    above the limit.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"{what} must be a number of seconds, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")
-    if value < 0:
-        raise InvalidArgument(f"{what} must not be negative")
-    if value * 1000 > MAX_DURATION_MILLIS:
-        raise InvalidArgument(
-            f"{what} is {value!r} seconds; the limit is {MAX_DURATION_MILLIS // 1000} seconds (10 years)"
-        )
-    return int(value * 1000)
-
-
-def _check_millis(value: object, field: str, where: str) -> None:
-    """A duration field in milliseconds: an int in [0, MAX_DURATION_MILLIS]."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{where}: {field} must be an integer, got {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgument(f"{where}: {field} must be >= 0, got {value}")
-    if value > MAX_DURATION_MILLIS:
-        raise InvalidArgument(
-            f"{where}: {field} is {value}; the limit is {MAX_DURATION_MILLIS} milliseconds (10 years)"
-        )
-
-
-def _check_count(value: object, field: str, where: str, what_zero: str) -> None:
-    """A count field: an int in [0, MAX_COUNT]; ``what_zero`` says what 0 means."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{where}: {field} must be an integer, got {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgument(f"{where}: {field} must be >= 0 ({what_zero}), got {value}")
-    if value > MAX_COUNT:
-        raise InvalidArgument(f"{where}: {field} is {value}; the limit is {MAX_COUNT}")
 
 
 class ExecutionMode(str, enum.Enum):
@@ -244,12 +195,12 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def check(self, where: str) -> None:
         """Raise InvalidArgument naming the field and its limit if one is out of range."""
-        _check_count(self.max_attempts, "retry max_attempts", where, "0 = forever")
+        check_count(self.max_attempts, "retry max_attempts", where, "0 = forever")
         for field in ("initial_backoff_millis", "max_backoff_millis"):
             value = getattr(self, field)
             if isinstance(value, int) and value < 0:
                 raise InvalidArgument(f"{where}: retry backoffs must be >= 0 milliseconds")
-            _check_millis(value, f"retry {field}", where)
+            check_millis(value, f"retry {field}", where)
         for field in ("multiplier", "jitter"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
@@ -362,177 +313,11 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
 
     def validate(self) -> WorkflowDefinition:
         """Raise InvalidArgument naming the first problem found; return self if the graph is sound."""
-        validate_name(self.name, "workflow name")
-        if not self.nodes:
-            raise InvalidArgument(f"workflow {self.name!r} has no nodes")
-        nodes: dict[str, Node] = {}
-        for node in self.nodes:
-            validate_name(node.id, "node id")
-            if node.id in nodes:
-                raise InvalidArgument(f"workflow {self.name!r}: duplicate node id {node.id!r}")
-            nodes[node.id] = node
-        if self.start_node not in nodes:
-            raise InvalidArgument(f"workflow {self.name!r}: start node {self.start_node!r} does not exist")
-        _check_count(
-            self.max_local_steps, "max_local_steps", f"workflow {self.name!r}", "0 = the server's cap"
-        )
-        if self.default_retry is not None:
-            self.default_retry.check(f"workflow {self.name!r}")
+        # The rules live in their own module; imported here because it imports these types.
+        from ._model_validate import validate_definition
 
-        def edge(node: Node, field: str, target: str | None, required: bool) -> None:
-            if target is None:
-                if required:
-                    raise InvalidArgument(f"node {node.id!r} ({node.kind.value}) needs a {field!r} edge")
-                return
-            if target not in nodes:
-                raise InvalidArgument(
-                    f"node {node.id!r}: {field!r} points to {target!r}, which does not exist"
-                )
-
-        for node in self.nodes:
-            kind = node.kind
-            if node.is_worker_step:
-                if node.queue is not None:
-                    validate_name(node.queue, f"node {node.id!r} queue")
-                edge(node, "next", node.next, True)
-                edge(node, "alt_next", node.alt_next, kind is NodeKind.PREDICATE)
-                if node.retry is not None:
-                    node.retry.check(f"node {node.id!r}")
-            elif kind is NodeKind.SLEEP:
-                _check_millis(node.sleep_millis, "sleep_millis", f"sleep {node.id!r}")
-                edge(node, "next", node.next, True)
-            elif kind is NodeKind.SUB_WORKFLOW:
-                validate_name(node.workflow, f"sub-workflow {node.id!r} workflow")
-                if node.version is not None:
-                    validate_name(node.version, f"sub-workflow {node.id!r} version")
-                for key in node.input_keys or ():
-                    _check_key(key, "input_keys", node)
-                if node.result_key is not None:
-                    _check_key(node.result_key, "result_key", node)
-                edge(node, "next", node.next, True)
-                edge(node, "alt_next", node.alt_next, False)
-                if node.retry is not None:
-                    node.retry.check(f"node {node.id!r}")
-            elif kind is NodeKind.FOR_EACH:
-                if node.items_key is None:
-                    raise InvalidArgument(f"for_each {node.id!r} needs an items_key (the list to fan out)")
-                for field in ("items_key", "item_key", "index_key", "output_key", "result_key"):
-                    if getattr(node, field) is not None:
-                        _check_key(getattr(node, field), field, node)
-                _check_count(node.concurrency, "concurrency", f"for_each {node.id!r}", "0 = the default")
-                if len(node.branches) != 1:
-                    raise InvalidArgument(
-                        f"for_each {node.id!r} needs exactly one body (branches), got {len(node.branches)}"
-                    )
-                edge(node, "branches", node.branches[0], True)
-                if node.join is None:
-                    raise InvalidArgument(f"for_each {node.id!r} has no join")
-                edge(node, "join", node.join, True)
-                j = nodes[node.join]
-                if j.kind is not NodeKind.JOIN or j.fork != node.id:
-                    raise InvalidArgument(
-                        f"for_each {node.id!r}: its join {node.join!r} is not a JOIN of this for_each"
-                    )
-                if j.combine:
-                    raise InvalidArgument(f"join {j.id!r} of for_each {node.id!r} cannot have a combine step")
-            elif kind is NodeKind.FORK:
-                if not node.branches:
-                    raise InvalidArgument(f"fork {node.id!r} has no branches")
-                for b in node.branches:
-                    edge(node, "branches", b, True)
-                if node.join is None:
-                    raise InvalidArgument(f"fork {node.id!r} has no join")
-                edge(node, "join", node.join, True)
-                j = nodes[node.join]
-                if j.kind is not NodeKind.JOIN or j.fork != node.id:
-                    raise InvalidArgument(
-                        f"fork {node.id!r}: its join {node.join!r} is not a JOIN of this fork"
-                    )
-            elif kind is NodeKind.JOIN:
-                if node.fork is None or node.fork not in nodes or nodes[node.fork].kind not in _FORKS:
-                    raise InvalidArgument(f"join {node.id!r} does not name the FORK or FOR_EACH it closes")
-                if nodes[node.fork].join != node.id:
-                    raise InvalidArgument(f"join {node.id!r}: fork {node.fork!r} names another join")
-                if node.queue is not None:
-                    validate_name(node.queue, f"join {node.id!r} queue")
-                edge(node, "next", node.next, True)
-            elif kind is NodeKind.USER_TASK:
-                _check_millis(node.timeout_millis, "timeout_millis", f"user task {node.id!r}")
-                edge(node, "next", node.next, True)
-                edge(node, "alt_next", node.alt_next, False)
-            elif kind is NodeKind.SIGNAL:
-                if node.signal is None:
-                    raise InvalidArgument(f"signal node {node.id!r} names no signal to wait for")
-                validate_name(node.signal, f"signal node {node.id!r} signal")
-                if node.result_key is not None:
-                    validate_name(node.result_key, f"signal node {node.id!r} result_key")
-                _check_millis(node.timeout_millis, "timeout_millis", f"signal node {node.id!r}")
-                edge(node, "next", node.next, True)
-                edge(node, "alt_next", node.alt_next, False)
-            elif kind is NodeKind.END:
-                if node.next is not None or node.alt_next is not None:
-                    raise InvalidArgument(f"end {node.id!r} must not have outgoing edges")
-        for cp in self.checkpoints:
-            if cp not in nodes or not nodes[cp].is_worker_step:
-                raise InvalidArgument(f"checkpoint {cp!r} is not a TASK or PREDICATE node of {self.name!r}")
-
-        # Every node is reachable from the start, and every node can reach an END.
-        reachable = _closure([self.start_node], lambda n: _out_edges(nodes[n]))
-        for node in self.nodes:
-            if node.id not in reachable:
-                raise InvalidArgument(
-                    f"node {node.id!r} is unreachable from the start node {self.start_node!r}"
-                )
-        reverse: dict[str, list[str]] = {n: [] for n in nodes}
-        for node in self.nodes:
-            for target in _out_edges(node):
-                reverse[target].append(node.id)
-        ends = [n.id for n in self.nodes if n.kind is NodeKind.END]
-        if not ends:
-            raise InvalidArgument(f"workflow {self.name!r} has no END node")
-        can_end = _closure(ends, lambda n: reverse[n])
-        for node in self.nodes:
-            if node.id not in can_end:
-                raise InvalidArgument(f"node {node.id!r} cannot reach an END node (an endless loop?)")
-        # Each branch of a fork must reach that fork's join.
-        for node in self.nodes:
-            if node.kind in _FORKS:
-                assert node.join is not None
-                for b in node.branches:
-                    seen = _closure([b], lambda n, stop=node.join: [] if n == stop else _out_edges(nodes[n]))
-                    if node.join not in seen:
-                        raise InvalidArgument(
-                            f"fork {node.id!r}: branch {b!r} never reaches join {node.join!r}"
-                        )
+        validate_definition(self)
         return self
-
-
-_FORKS = (NodeKind.FORK, NodeKind.FOR_EACH)
-
-
-def _check_key(key: object, field: str, node: Node) -> None:
-    """A context key a node names: a non-empty string."""
-    if not isinstance(key, str) or not key:
-        raise InvalidArgument(f"node {node.id!r}: {field} must name a context key (a non-empty string)")
-
-
-def _out_edges(node: Node) -> list[str]:
-    out = [t for t in (node.next, node.alt_next) if t is not None]
-    if node.kind in _FORKS:
-        out.extend(node.branches)
-    return out
-
-
-def _closure(start: Iterable[str], step: object) -> set[str]:
-    seen: set[str] = set()
-    stack = list(start)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        stack.extend(step(n))  # type: ignore[operator]
-    return seen
 
 
 _definition_decoder = msgspec.json.Decoder(WorkflowDefinition)

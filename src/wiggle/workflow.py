@@ -45,8 +45,23 @@ from ._model import (
     NodeKind,
     RetryPolicy,
     WorkflowDefinition,
-    seconds_to_millis,
     validate_name,
+)
+from ._workflow_compile import Compiler, HandlerKind
+from ._workflow_items import (
+    ChooseItem,
+    EndItem,
+    ForEachItem,
+    ForkItem,
+    GateItem,
+    Item,
+    LoopItem,
+    SignalItem,
+    SleepItem,
+    StepItem,
+    SubWorkflowItem,
+    UserTaskItem,
+    duration_millis,
 )
 from .errors import InvalidArgument
 
@@ -58,109 +73,17 @@ W = TypeVar("W", bound="Workflow[Any]")
 BranchSpec = Union["Branch[Any]", Callable[["Branch[Any]"], "Branch[Any] | None"], None]
 
 
-class HandlerKind:
-    """What a handler is called for."""
-
-    TASK = "TASK"
-    PREDICATE = "PREDICATE"
-    COMBINE = "COMBINE"
-
-
-class _Item:
-    pass
-
-
-class _Step(_Item):
-    def __init__(
-        self, fn: Callable[..., Any], name: str, queue: str | None, retry: RetryPolicy | None
-    ) -> None:
-        self.fn, self.name, self.queue, self.retry = fn, name, queue, retry
-        self.checkpoint = False
-
-
-class _Gate(_Step):
-    pass
-
-
-class _Choose(_Item):
-    def __init__(self, step: _Step, if_true: Branch[Any], if_false: Branch[Any]) -> None:
-        self.step, self.if_true, self.if_false = step, if_true, if_false
-
-
-class _Loop(_Item):
-    def __init__(self, step: _Step, body: Branch[Any]) -> None:
-        self.step, self.body = step, body
-
-
-class _Sleep(_Item):
-    def __init__(self, name: str, millis: int) -> None:
-        self.name, self.millis = name, millis
-
-
-class _Fork(_Item):
-    def __init__(self, name: str, branches: list[Branch[Any]]) -> None:
-        self.name, self.branches = name, branches
-        self.join_name = ""
-        self.combine: Callable[..., Any] | None = None
-        self.combine_queue: str | None = None
-
-
-class _UserTask(_Item):
-    def __init__(self, name: str, timeout_millis: int, on_timeout: Branch[Any] | None) -> None:
-        self.name, self.timeout_millis, self.on_timeout = name, timeout_millis, on_timeout
-
-
-class _Signal(_Item):
-    def __init__(
-        self, name: str, signal: str, timeout_millis: int, on_timeout: Branch[Any] | None, key: str | None
-    ) -> None:
-        self.name, self.signal, self.timeout_millis = name, signal, timeout_millis
-        self.on_timeout, self.key = on_timeout, key
-
-
-class _ForEach(_Item):
-    def __init__(
-        self, name: str, join_name: str, items_key: str, body: Branch[Any], keys: dict[str, Any]
-    ) -> None:
-        self.name, self.join_name, self.items_key, self.body, self.keys = (
-            name,
-            join_name,
-            items_key,
-            body,
-            keys,
-        )
-
-
-class _SubWorkflow(_Item):
-    def __init__(self, name: str, spec: dict[str, Any], on_error: Branch[Any] | None) -> None:
-        self.name, self.spec, self.on_error = name, spec, on_error
-
-
-class _End(_Item):
-    def __init__(self, node_id: str, reason: str | None, success: bool) -> None:
-        self.node_id, self.reason, self.success = node_id, reason, success
-
-
-def _millis(value: timedelta | float | int, what: str) -> int:
-    """Milliseconds of a timedelta or a number of seconds, within MAX_DURATION_MILLIS (10 years)."""
-    if isinstance(value, timedelta):
-        return seconds_to_millis(value.total_seconds(), what)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"{what} must be a timedelta or seconds, got {type(value).__name__}")
-    return seconds_to_millis(value, what)
-
-
 class Branch(Generic[C]):
     """A sequence of nodes: the body of a workflow, a choose arm, a fork branch or a loop body."""
 
     def __init__(self, root: Workflow[Any] | None = None) -> None:
-        self._items: list[_Item] = []
+        self._items: list[Item] = []
         self._root: Workflow[Any] = root if root is not None else self  # type: ignore[assignment]
 
     # -------------------------------------------------------------- building
 
-    def _add(self, item: _Item) -> None:
-        if self._items and isinstance(self._items[-1], _End):
+    def _add(self, item: Item) -> None:
+        if self._items and isinstance(self._items[-1], EndItem):
             raise InvalidArgument("nothing can follow .end() in the same branch")
         self._items.append(item)
 
@@ -179,12 +102,12 @@ class Branch(Generic[C]):
 
     def _step(
         self,
-        cls: type[_Step],
+        cls: type[StepItem],
         fn: Callable[..., Any],
         name: str | None,
         queue: str | None,
         retry: RetryPolicy | None,
-    ) -> _Step:
+    ) -> StepItem:
         if not callable(fn):
             raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
         node_id = self._root._unique(validate_name(name or fn.__name__, "step name"))
@@ -207,7 +130,7 @@ class Branch(Generic[C]):
         ``queue`` defaults to the workflow's name. ``retry`` defaults to the workflow's policy.
         Raise ``wiggle.PermanentError`` to fail without retrying.
         """
-        self._add(self._step(_Step, fn, name, queue, retry))
+        self._add(self._step(StepItem, fn, name, queue, retry))
         return self
 
     def gate(
@@ -219,7 +142,7 @@ class Branch(Generic[C]):
         retry: RetryPolicy | None = None,
     ) -> B:
         """A PREDICATE that ends the instance early: False ends it COMPLETED with reason ``gated:<name>``."""
-        self._add(self._step(_Gate, fn, name, queue, retry))
+        self._add(self._step(GateItem, fn, name, queue, retry))
         return self
 
     def checkpoint(self: B) -> B:
@@ -228,8 +151,8 @@ class Branch(Generic[C]):
         Put it after a step whose side effect must not be repeated by a LOCAL_ASYNC replay.
         """
         last = self._items[-1] if self._items else None
-        step = last.step if isinstance(last, (_Choose, _Loop)) else last
-        if not isinstance(step, _Step):
+        step = last.step if isinstance(last, (ChooseItem, LoopItem)) else last
+        if not isinstance(step, StepItem):
             raise InvalidArgument(".checkpoint() must directly follow a step or gate")
         step.checkpoint = True
         return self
@@ -245,8 +168,8 @@ class Branch(Generic[C]):
         retry: RetryPolicy | None = None,
     ) -> B:
         """Run ``predicate(ctx) -> bool`` and follow ``if_true`` or ``if_false``; both arms rejoin after."""
-        step = self._step(_Step, predicate, name, queue, retry)
-        self._add(_Choose(step, self._sub(if_true, "if_true"), self._sub(if_false, "if_false")))
+        step = self._step(StepItem, predicate, name, queue, retry)
+        self._add(ChooseItem(step, self._sub(if_true, "if_true"), self._sub(if_false, "if_false")))
         return self
 
     def loop(
@@ -260,8 +183,8 @@ class Branch(Generic[C]):
     ) -> B:
         """While ``predicate(ctx)`` is True run ``body``, then go on. The runaway guard
         (WIGGLE_MAX_INSTANCE_STEPS) fails an instance whose loop never exits."""
-        step = self._step(_Step, predicate, name, queue, retry)
-        self._add(_Loop(step, self._sub(body, "body")))
+        step = self._step(StepItem, predicate, name, queue, retry)
+        self._add(LoopItem(step, self._sub(body, "body")))
         return self
 
     def sleep(self: B, name: str, duration: timedelta | float) -> B:
@@ -270,7 +193,10 @@ class Branch(Generic[C]):
         ``duration`` (a timedelta or seconds) is at most 10 years (``MAX_DURATION_MILLIS``).
         """
         self._add(
-            _Sleep(self._root._unique(validate_name(name, "sleep name")), _millis(duration, "sleep duration"))
+            SleepItem(
+                self._root._unique(validate_name(name, "sleep name")),
+                duration_millis(duration, "sleep duration"),
+            )
         )
         return self
 
@@ -280,7 +206,7 @@ class Branch(Generic[C]):
             raise InvalidArgument("fork() needs at least one branch")
         fork_name = self._root._unique(validate_name(name or "fork", "fork name"))
         built = [self._sub(b, f"fork branch {i}") for i, b in enumerate(branches)]
-        self._add(_Fork(fork_name, built))
+        self._add(ForkItem(fork_name, built))
         return self
 
     def join(
@@ -294,7 +220,7 @@ class Branch(Generic[C]):
         changed the same key, ``combine(base, [branch contexts]) -> ctx`` decides, or without one the
         instance fails naming the key."""
         last = self._items[-1] if self._items else None
-        if not isinstance(last, _Fork) or last.join_name:
+        if not isinstance(last, ForkItem) or last.join_name:
             raise InvalidArgument(".join() must directly follow .fork(...)")
         last.join_name = self._root._unique(
             validate_name(name or last.name.replace("fork", "join", 1) or "join", "join name")
@@ -316,13 +242,15 @@ class Branch(Generic[C]):
         "user task '<name>' timed out"; with ``on_timeout`` the instance runs that branch instead.
         ``timeout`` (a timedelta or seconds) is at most 10 years (``MAX_DURATION_MILLIS``).
         """
-        ms = _millis(timeout, "timeout") if timeout is not None else 0
+        ms = duration_millis(timeout, "timeout") if timeout is not None else 0
         task_name = validate_name(name, "user task name")
         if task_name in self._root._names:
             raise InvalidArgument(f"user task name {name!r} is already used by another node")
         self._root._names.add(task_name)
         self._add(
-            _UserTask(task_name, ms, self._sub(on_timeout, "on_timeout") if on_timeout is not None else None)
+            UserTaskItem(
+                task_name, ms, self._sub(on_timeout, "on_timeout") if on_timeout is not None else None
+            )
         )
         return self
 
@@ -346,10 +274,10 @@ class Branch(Generic[C]):
         signal_name = validate_name(signal, "signal name")
         if key is not None:
             validate_name(key, "signal key")
-        ms = _millis(timeout, "timeout") if timeout is not None else 0
+        ms = duration_millis(timeout, "timeout") if timeout is not None else 0
         node_id = self._root._unique(validate_name(name or signal_name, "signal node name"))
         branch = self._sub(on_timeout, "on_timeout") if on_timeout is not None else None
-        self._add(_Signal(node_id, signal_name, ms, branch, key))
+        self._add(SignalItem(node_id, signal_name, ms, branch, key))
         return self
 
     def for_each(
@@ -382,7 +310,7 @@ class Branch(Generic[C]):
             "result_key": result_key if result_key != "results" else None,
             "concurrency": concurrency,
         }
-        self._add(_ForEach(fe_name, join_name, items_key, self._sub(body, "for_each body"), keys))
+        self._add(ForEachItem(fe_name, join_name, items_key, self._sub(body, "for_each body"), keys))
         return self
 
     def sub_workflow(
@@ -414,7 +342,9 @@ class Branch(Generic[C]):
             "retry": retry,
         }
         self._add(
-            _SubWorkflow(node_name, spec, self._sub(on_error, "on_error") if on_error is not None else None)
+            SubWorkflowItem(
+                node_name, spec, self._sub(on_error, "on_error") if on_error is not None else None
+            )
         )
         return self
 
@@ -422,7 +352,7 @@ class Branch(Generic[C]):
         """End the instance here: COMPLETED (or FAILED with ``success=False``) with ``reason``."""
         if reason is not None and not isinstance(reason, str):
             raise InvalidArgument(f"end reason must be a string, got {type(reason).__name__}")
-        self._add(_End(self._root._unique("end"), reason, success))
+        self._add(EndItem(self._root._unique("end"), reason, success))
         return self
 
 
@@ -489,7 +419,7 @@ class Workflow(Branch[C]):
 
     def build(self) -> Blueprint[C]:
         """Compile to a validated definition and its handler table."""
-        compiler = _Compiler(self.name)
+        compiler = Compiler(self.name, lambda branch: branch._items)
         first = compiler.sequence(self, "end")
         if first == "end" or any("end" in (n.next, n.alt_next) for n in compiler.nodes):
             compiler.nodes.insert(0, Node(id="end", kind=NodeKind.END))
@@ -503,121 +433,6 @@ class Workflow(Branch[C]):
             default_retry=self._default_retry,
         ).validate()
         return Blueprint(definition, compiler.handlers, self.context_type)
-
-
-class _Compiler:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.nodes: list[Node] = []
-        self.handlers: dict[str, tuple[str, Callable[..., Any]]] = {}
-        self.checkpoints: set[str] = set()
-        self._ids: set[str] = set()
-
-    def _node(self, node: Node) -> str:
-        if node.id in self._ids:
-            raise InvalidArgument(f"duplicate node id {node.id!r}")
-        self._ids.add(node.id)
-        self.nodes.append(node)
-        return node.id
-
-    def _worker(self, step: _Step, kind: NodeKind, next_id: str, alt: str | None) -> str:
-        self.handlers[step.name] = (
-            HandlerKind.PREDICATE if kind is NodeKind.PREDICATE else HandlerKind.TASK,
-            step.fn,
-        )
-        if step.checkpoint:
-            self.checkpoints.add(step.name)
-        return self._node(
-            Node(id=step.name, kind=kind, next=next_id, alt_next=alt, queue=step.queue, retry=step.retry)
-        )
-
-    def sequence(self, branch: Branch[Any], next_id: str) -> str:
-        current = next_id
-        for item in reversed(branch._items):
-            current = self.item(item, current)
-        return current
-
-    def item(self, item: _Item, next_id: str) -> str:
-        if isinstance(item, _Gate):
-            end = self._node(Node(id=f"gated.{item.name}", kind=NodeKind.END, reason=f"gated:{item.name}"))
-            return self._worker(item, NodeKind.PREDICATE, next_id, end)
-        if isinstance(item, _Step):
-            return self._worker(item, NodeKind.TASK, next_id, None)
-        if isinstance(item, _Choose):
-            yes = self.sequence(item.if_true, next_id)
-            no = self.sequence(item.if_false, next_id)
-            return self._worker(item.step, NodeKind.PREDICATE, yes, no)
-        if isinstance(item, _Loop):
-            body = self.sequence(item.body, item.step.name)
-            return self._worker(item.step, NodeKind.PREDICATE, body, next_id)
-        if isinstance(item, _Sleep):
-            return self._node(Node(id=item.name, kind=NodeKind.SLEEP, sleep_millis=item.millis, next=next_id))
-        if isinstance(item, _Fork):
-            join_id = item.join_name or (
-                item.name.replace("fork", "join", 1) if item.name.startswith("fork") else f"{item.name}.join"
-            )
-            self._node(
-                Node(
-                    id=join_id,
-                    kind=NodeKind.JOIN,
-                    fork=item.name,
-                    combine=item.combine is not None,
-                    queue=item.combine_queue,
-                    next=next_id,
-                )
-            )
-            if item.combine is not None:
-                self.handlers[join_id] = (HandlerKind.COMBINE, item.combine)
-            firsts = tuple(self.sequence(b, join_id) for b in item.branches)
-            return self._node(Node(id=item.name, kind=NodeKind.FORK, branches=firsts, join=join_id))
-        if isinstance(item, _ForEach):
-            self._node(Node(id=item.join_name, kind=NodeKind.JOIN, fork=item.name, next=next_id))
-            first = self.sequence(item.body, item.join_name)
-            return self._node(
-                Node(
-                    id=item.name,
-                    kind=NodeKind.FOR_EACH,
-                    items_key=item.items_key,
-                    branches=(first,),
-                    join=item.join_name,
-                    **item.keys,
-                )
-            )
-        if isinstance(item, _SubWorkflow):
-            alt_id = self.sequence(item.on_error, next_id) if item.on_error is not None else None
-            return self._node(
-                Node(id=item.name, kind=NodeKind.SUB_WORKFLOW, next=next_id, alt_next=alt_id, **item.spec)
-            )
-        if isinstance(item, _UserTask):
-            alt = self.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
-            return self._node(
-                Node(
-                    id=item.name,
-                    kind=NodeKind.USER_TASK,
-                    timeout_millis=item.timeout_millis,
-                    alt_next=alt,
-                    next=next_id,
-                )
-            )
-        if isinstance(item, _Signal):
-            alt = self.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
-            return self._node(
-                Node(
-                    id=item.name,
-                    kind=NodeKind.SIGNAL,
-                    signal=item.signal,
-                    timeout_millis=item.timeout_millis,
-                    alt_next=alt,
-                    result_key=item.key,
-                    next=next_id,
-                )
-            )
-        if isinstance(item, _End):
-            n = sum(1 for node in self.nodes if node.kind is NodeKind.END)
-            return self._node(
-                Node(id=f"end.{n}", kind=NodeKind.END, reason=item.reason, success=item.success)
-            )
-        raise AssertionError(item)  # pragma: no cover
 
 
 class Blueprint(Generic[C]):

@@ -4,21 +4,19 @@ The service (wiggle/_server/service.py) speaks the wire; this layer speaks the d
 engine and writes "load -> transition -> persist" once. Each operation becomes an engine
 transition handed to one of the store's primitives (``Store.mutate``, ``Store.insert``,
 ``Store.claim``; wiggle/_storage/base.py), so a new operation or node kind touches the engine and
-this module, not every store. It also runs the long-poll and await-completion waits, the clock
-duties and the retention purge.
+this module, not every store. It also runs the long-poll and await-completion waits; the clock
+duties and the retention purge are its ``ClockDuties`` (wiggle/_server/clock_duties.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from .._clock import WALL_CLOCK, Clock
-from .._engine.children import ChildSpec
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
 from .._engine.records import StepRecord
 from .._engine.state import (
@@ -27,9 +25,7 @@ from .._engine.state import (
     HistoryEntry,
     InstanceIds,
     InstanceState,
-    InstanceStatus,
     Token,
-    TokenStatus,
     new_instance_id,
     token_instance_id,
 )
@@ -44,11 +40,12 @@ from .._storage.base import (
     WorkflowRecord,
 )
 from .._storage.notifier import wait_event
-from ..errors import InvalidArgument, NotFound, Unavailable
+from ..errors import InvalidArgument
+from .clock_duties import CLOCK_BATCH, PURGE_EVERY_SECONDS, ClockDuties, token_missing
 from .failures import attach_traceback, failed_step
 from .operator import record_action
 from .schedules import Schedules
-from .subflows import ORPHAN_SWEEP_MILLIS, SubWorkflows, check_children_registered, due_child
+from .subflows import SubWorkflows, check_children_registered
 from .timings import Timings
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
@@ -57,15 +54,6 @@ log = logging.getLogger("wiggle.server")
 R = TypeVar("R")
 
 MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in one call
-CLOCK_BATCH = 200  # due tokens handled per clock-duty round
-CLOCK_ROUNDS = 10  # rounds per run_clock_duties call (an action may make more work due at once)
-CLOCK_IDLE_SECONDS = 1.0  # the clock duty re-checks at least this often (other nodes' timers)
-PURGE_EVERY_SECONDS = 60.0
-PURGE_BATCH = 1000
-
-
-def _token_missing(token_id: str) -> str:
-    return f"token {token_id} does not exist"
 
 
 def _instance_missing(instance_id: str) -> str:
@@ -84,7 +72,7 @@ class Instances:
         self.new_instance_id = new_instance_id if clock is None or clock is WALL_CLOCK else InstanceIds()
         self.schedules = Schedules(store, self.engine)  # schedule operations and their clock duty
         self.subflows = SubWorkflows(self)
-        self._next_orphan_sweep = 0
+        self.duties = ClockDuties(self)  # timers, leases, deadlines, purge (clock_duties.py)
         self.timings = Timings()  # histograms and outcomes for /metrics (wiggle/_server/timings.py)
 
     def now(self) -> int:
@@ -342,7 +330,7 @@ class Instances:
             )
             return None, changes
 
-        _, state = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        _, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
         return state.instance.status
 
     async def fail(
@@ -364,7 +352,7 @@ class Instances:
             attach_traceback(changes, None, message, traceback)
             return None, changes
 
-        _, state = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        _, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
         return state.instance.status
 
     async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
@@ -373,7 +361,7 @@ class Instances:
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
             return self.engine.heartbeat(state, token_id, owner, now)
 
-        expires, state = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        expires, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
         return state.instance.status, expires
 
     async def advance_run(
@@ -402,83 +390,15 @@ class Instances:
                 attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
             return outcome, changes
 
-        outcome, _ = await self.mutate(token_instance_id(token_id), _token_missing(token_id), action)
+        outcome, _ = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
         return outcome
 
     # ------------------------------------------------------------------ clock duties
 
-    def _clock_action(self, token_id: str, now: int, child: list[ChildSpec] | None = None) -> Action[int]:
-        """The one dispatch of a due token: lease expired, timer due, user-task deadline, or a
-        sub-workflow's child to start or re-check (put in ``child``, for the caller to do)."""
-        engine = self.engine
-
-        def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes | None]:
-            if state.instance.status != InstanceStatus.RUNNING:
-                return 0, None
-            token = state.tokens.get(token_id)
-            if token is None:
-                return 0, None  # finished or moved on since it was found due
-            status = token.status
-            if status == TokenStatus.RUNNING and token.lease_expires_at <= now:
-                return 1, engine.expire_lease(loaded, state, token, now)
-            if status == TokenStatus.WAITING and token.available_at <= now:
-                return 1, engine.fire_timer(loaded, state, token, now)
-            spec = due_child(loaded, state, token, now)
-            if spec is not None:
-                if child is not None:
-                    child[:] = [spec]
-                return 1, None
-            if status == TokenStatus.AWAITING and 0 < token.available_at <= now:
-                return 1, engine.user_task_deadline(loaded, state, token, now)
-            return 0, None  # the token moved on since (a heartbeat, a completion)
-
-        return action
-
     async def run_clock_duties(self, now: int) -> int:
-        """Fire due timers, expire leases, apply user-task deadlines; the number of actions taken.
-
-        Only the clock leader acts (``Store.clock_leader``); each action re-checks its token
-        under the instance lock, so even two leaders at once could not fire a timer twice.
-        """
-        if not await self.store.clock_leader():
-            return 0
-        store = self.store
-        gate = asyncio.Semaphore(max(1, store.clock_parallelism))
-        if now >= self._next_orphan_sweep:  # docs/semantics.md#sub-workflows (cancellation)
-            self._next_orphan_sweep = now + ORPHAN_SWEEP_MILLIS
-            await self.subflows.sweep_orphans()
-
-        async def one(token_id: str) -> int:
-            async with gate:
-                child: list[ChildSpec] = []
-                acted, _ = await self.mutate(
-                    token_instance_id(token_id),
-                    _token_missing(token_id),
-                    self._clock_action(token_id, now, child),
-                )
-                if child:
-                    await self.subflows.start_child(child[0])
-                return acted
-
-        actions = 0
-        for _ in range(CLOCK_ROUNDS):
-            token_ids = await store.due_tokens(now, CLOCK_BATCH)
-            if not token_ids:
-                break
-            results = await asyncio.gather(*(one(t) for t in token_ids), return_exceptions=True)
-            acted = 0
-            for result in results:
-                if isinstance(result, Unavailable):
-                    raise result
-                if isinstance(result, BaseException):
-                    if not isinstance(result, NotFound):  # purged meanwhile: nothing to do
-                        log.error("clock duty failed", exc_info=result)
-                    continue
-                acted += result
-            actions += acted
-            if not acted:
-                break
-        return actions + await self.schedules.run_duties(now)
+        """Fire due timers, expire leases, apply user-task deadlines; the number of actions taken
+        (wiggle/_server/clock_duties.py)."""
+        return await self.duties.run(now)
 
     async def next_due_at(self) -> int | None:
         """When the clock duty next has something to do (ms), or None."""
@@ -494,35 +414,10 @@ class Instances:
 
     async def clock_loop(self, stopping: asyncio.Event) -> None:
         """Run the clock duties until ``stopping`` is set, sleeping until the next due time."""
-        notifier = self.store.notifier
-        while not stopping.is_set():
-            try:
-                await self.run_clock_duties(self.clock.now())
-                due = await self.store.next_due_at()
-                ticks = await self.schedules.next_due_at()
-                if ticks is not None:
-                    due = ticks if due is None else min(due, ticks)
-            except Exception as exc:  # the database is down: keep trying, never die
-                log.warning("clock duties failed: %s", exc)
-                due = None
-            timeout = CLOCK_IDLE_SECONDS
-            if due is not None:
-                timeout = min(timeout, max((due - self.clock.now()) / 1000, 0.0))
-            await notifier.wait_clock(timeout)
+        await self.duties.loop(stopping)
 
     async def purge_loop(
         self, stopping: asyncio.Event, retention_seconds: float, every_seconds: float = PURGE_EVERY_SECONDS
     ) -> None:
         """Every ``every_seconds``, delete instances finished more than ``retention_seconds`` ago."""
-        while not stopping.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopping.wait(), every_seconds)
-            if stopping.is_set():
-                return
-            try:
-                cutoff = self.clock.now() - int(retention_seconds * 1000)
-                while await self.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
-                    await asyncio.sleep(0)
-                await self.store.schedules.purge_ticks(cutoff)
-            except Exception as exc:
-                log.warning("retention purge failed: %s", exc)
+        await self.duties.purge_loop(stopping, retention_seconds, every_seconds)

@@ -1,0 +1,97 @@
+"""What the ``wiggle`` command's verbs share: the client from the flags, JSON arguments, printing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import msgspec
+
+from ._cli_views import when
+from .errors import InvalidArgument
+
+__all__ = ["print_json", "print_instance", "json_arg", "client_from_args"]
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` (a result struct, list or dict) as indented JSON (``--json``)."""
+    print(json.dumps(msgspec.to_builtins(value), indent=2, sort_keys=True))
+
+
+def print_instance(info: Any, history: list[Any] | None = None) -> None:
+    """Print an instance (and its history) as text."""
+    print(f"instance   {info.instance_id}")
+    print(f"workflow   {info.workflow} (version {info.version})")
+    print(f"status     {info.status}" + (f"  reason: {info.reason}" if info.reason else ""))
+    if info.error:
+        print(f"error      {info.error}")
+    if info.correlation_id:
+        print(f"correlation {info.correlation_id}")
+    if info.parent_id:
+        print(f"parent     {info.parent_id} (token {info.parent_token_id}, depth {info.depth})")
+    print(f"created    {when(info.created_at)}   finished {when(info.finished_at)}")
+    print(f"context    {json.dumps(info.context, sort_keys=True)}")
+    for t in info.tokens:
+        line = f"  token {t.token_id} at {t.node_id}: {t.status} (attempt {t.attempt})"
+        if t.lease_owner:
+            line += f" leased to {t.lease_owner}"
+        if t.local_run_owner:
+            line += f"; in a local run by {t.local_run_owner} ({t.local_run_steps} steps reported)"
+        if t.last_error:
+            line += f"; last error: {t.last_error}"
+        if t.child_id:
+            line += f"; waits for child {t.child_id}"
+        print(line)
+    for s in getattr(info, "pending_signals", ()):
+        print(
+            f"  buffered signal {s.name!r} sent {when(s.sent_at)}"
+            + (f" (id {s.signal_id})" if s.signal_id else "")
+        )
+    if history is not None:
+        from ._cli_views import print_history
+
+        print("history")
+        for e in history:
+            took = f"{e.ended_at - e.started_at} ms" if e.started_at else ""
+            line = (
+                f"  {when(e.ended_at)}  {e.node_id:<20} #{e.attempt} {e.outcome:<10} {took:>8} {e.worker_id}"
+            )
+            if e.child_id:
+                line += f"  child: {e.child_id}"
+            if e.error:
+                line += f"  error: {e.error}"
+            print(line)
+        print_history(history, sys.stdout)
+
+
+def json_arg(text: str | None, what: str) -> Any:
+    """The JSON value of a flag (``@file`` reads a file); InvalidArgument naming ``what``."""
+    if text is None:
+        return None
+    if text.startswith("@"):
+        with open(text[1:], encoding="utf-8") as fh:
+            text = fh.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{what} is not valid JSON: {exc}") from None
+
+
+def client_from_args(args: argparse.Namespace) -> Any:
+    """A sync Client for ``--target`` with the TLS and token flags (or WIGGLE_* variables)."""
+    from ._security.credentials import Credentials
+    from .client import Client
+
+    try:
+        credentials = Credentials.from_env(
+            ca_file=args.tls_ca,
+            cert_file=args.client_cert,
+            key_file=args.client_key,
+            token_file=args.token_file,
+            server_name=args.tls_server_name,
+        )
+        return Client(args.target, credentials=credentials)
+    except ValueError as exc:
+        raise SystemExit(f"wiggle: {exc}") from None

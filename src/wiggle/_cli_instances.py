@@ -1,0 +1,177 @@
+"""The ``wiggle`` verbs on instances: start (one or many), get, history, cancel, list, complete-task,
+signal, retry."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ._cli_common import client_from_args, json_arg, print_instance, print_json
+from ._cli_views import when
+from ._engine.state import InstanceStatus
+
+__all__ = [
+    "cmd_start",
+    "cmd_start_many",
+    "cmd_get",
+    "cmd_history",
+    "cmd_cancel",
+    "cmd_list",
+    "cmd_complete_task",
+    "cmd_signal",
+    "cmd_retry",
+]
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    """The contexts of a JSON-lines file (one JSON object per line, blank lines skipped; - = stdin)."""
+    contexts: list[dict[str, Any]] = []
+    try:
+        fh = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise SystemExit(f"wiggle: --from-file {path}: {exc.strerror}") from None
+    with fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"wiggle: {path} line {number} is not valid JSON: {exc}") from None
+            if not isinstance(value, dict):
+                raise SystemExit(
+                    f"wiggle: {path} line {number} must be a JSON object, got {type(value).__name__}"
+                )
+            contexts.append(value)
+    return contexts
+
+
+def cmd_start_many(args: argparse.Namespace) -> int:
+    if args.context is not None or args.wait:
+        raise SystemExit("wiggle: --from-file takes the contexts from the file: drop --context and --wait")
+    contexts = _read_jsonl(args.from_file)
+    if not contexts:
+        raise SystemExit(f"wiggle: {args.from_file} holds no contexts (one JSON object per line)")
+    with client_from_args(args) as client:
+        ids = client.start_many(
+            args.workflow,
+            contexts,
+            version=args.version or "",
+            correlation_id=args.correlation_id or "",
+            request_id=args.request_id or "",
+        )
+    if args.json:
+        print_json(ids)
+    else:
+        print("\n".join(ids))
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    if args.from_file is not None:
+        return cmd_start_many(args)
+    with client_from_args(args) as client:
+        info = client.start(
+            args.workflow,
+            json_arg(args.context, "--context") or {},
+            version=args.version or "",
+            correlation_id=args.correlation_id or "",
+            request_id=args.request_id or "",
+        )
+        if args.wait:
+            info = client.wait(info.instance_id, timeout=args.timeout)
+        print_json(info) if args.json else print_instance(info)
+        if args.wait and info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
+            return 1
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with client_from_args(args) as client:
+        info = client.get(args.instance_id)
+        history = client.history(args.instance_id) if args.history else None
+        if args.json:
+            print_json({"instance": info, "history": history} if history is not None else info)
+        else:
+            print_instance(info, history)
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from ._cli_views import print_history
+
+    with client_from_args(args) as client:
+        history = client.history(args.instance_id)
+        if args.json:
+            print_json(history)
+        else:
+            print_history(history, sys.stdout, tracebacks=not args.no_tracebacks, indent="")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with client_from_args(args) as client:
+        info, changed = client.cancel(args.instance_id, args.reason)
+        if args.json:
+            print_json({"instance": info, "changed": changed})
+        else:
+            print(
+                f"{info.instance_id}: {'cancelled' if changed else f'already {info.status}; nothing changed'}"
+            )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with client_from_args(args) as client:
+        items, next_token = client.list(
+            workflow=args.workflow or "",
+            status=(args.status or "").upper(),
+            correlation_id=args.correlation_id or "",
+            page_size=args.page_size,
+            page_token=args.page_token or "",
+        )
+        if args.json:
+            print_json({"instances": items, "next_page_token": next_token})
+            return 0
+        print(f"{'INSTANCE':<28}  {'WORKFLOW':<20} {'STATUS':<10} {'CREATED':<24}  CORRELATION")
+        for i in items:
+            print(
+                f"{i.instance_id:<28}  {i.workflow:<20} {i.status:<10} {when(i.created_at):<24}  {i.correlation_id}"
+            )
+        if next_token:
+            print(f"more: --page-token {next_token}")
+    return 0
+
+
+def cmd_complete_task(args: argparse.Namespace) -> int:
+    with client_from_args(args) as client:
+        info = client.complete_user_task(args.instance_id, args.name, json_arg(args.data, "--data") or {})
+        print_json(info) if args.json else print_instance(info)
+    return 0
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    with client_from_args(args) as client:
+        data = json_arg(args.data, "--data") or {}
+        result = client.signal(args.instance_id, args.name, data, args.signal_id, sender=args.sender or "")
+        if args.json:
+            print_json(result)
+        else:
+            print(f"{args.instance_id}: signal {args.name!r} {result.outcome.lower()}")
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    with client_from_args(args) as client:
+        context = json_arg(args.context, "--context")
+        info = client.retry(
+            args.instance_id, from_node=args.from_node or "", context=context, requested_by=args.by
+        )
+        if args.wait:
+            info = client.wait(info.instance_id, timeout=args.timeout)
+        print_json(info) if args.json else print_instance(info)
+        if args.wait and info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
+            return 1
+    return 0

@@ -1,0 +1,136 @@
+"""The ``wiggle`` verbs that run something here: server (one process or several), migrate, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+from ._engine.state import InstanceStatus
+from ._logging import configure_logging
+from .errors import InvalidArgument
+
+__all__ = ["cmd_server", "cmd_migrate", "cmd_demo"]
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from ._server.app import serve
+    from ._server.config import SETTINGS, from_mapping
+
+    values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
+    config = from_mapping(values)
+    configure_logging()
+    if config.processes > 1:
+        if not config.database_url:
+            raise InvalidArgument("--processes > 1 needs a PostgreSQL database (--database-url)")
+        return _run_processes(config.processes)
+    asyncio.run(serve(config, ready=lambda s: print(f"wiggle server listening on {s.target}", flush=True)))
+    return 0
+
+
+def _run_processes(n: int) -> int:
+    """N server processes sharing the port (SO_REUSEPORT); the kernel spreads connections.
+
+    SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully; so is
+    SIGHUP, which makes each child reload its certificate and identity files.
+    """
+    env = dict(os.environ, WIGGLE_PROCESSES="1", WIGGLE_REUSEPORT="1")
+    # argparse keeps the last value of a repeated flag: the children each run one process.
+    argv = [*sys.argv[1:], "--processes", "1"]
+    children = [subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(n)]
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    # SIGHUP too: each child re-reads its certificate and identity files
+    forwarded = (signal.SIGTERM, signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []))
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return max((abs(c) for c in codes), default=0)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from ._server.config import from_mapping
+
+    configure_logging()
+    config = from_mapping({"database_url": args.database_url, "database_schema": args.database_schema})
+    if not config.database_url:
+        raise InvalidArgument("migrate needs --database-url or WIGGLE_DATABASE_URL")
+    from ._storage.postgres import migrate
+
+    applied = asyncio.run(migrate(config.database_url, config.database_schema))
+    print(f"schema {config.database_schema!r}: {applied} migration(s) applied; up to date")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from . import _demo
+    from ._model import ExecutionMode
+    from .testing import EmbeddedServer
+
+    mode = ExecutionMode(args.mode.upper())
+    configure_logging(default_level="WARNING")
+
+    async def run() -> int:
+        async with EmbeddedServer(metrics_port=args.dashboard_port) as server:
+            print(f"embedded server (in-memory store) on {server.target}")
+            # the demo's own output is the point: its worker logs warnings (tracebacks) and up
+            env = {"WIGGLE_LOG_LEVEL": "WARNING", **os.environ}
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "wiggle._demo", server.target, mode.value], env=env
+            )
+            print(f"worker process pid {worker.pid} serving workflow demo-orders in {mode.value} mode")
+            try:
+                client = server.client
+                await client.register(_demo.blueprint(mode))
+                ids = []
+                for i in range(args.instances):
+                    order = _demo.Order(order_id=f"order-{i + 1}", quantity=i + 1, in_stock=(i % 4 != 3))
+                    info = await client.start("demo-orders", order, correlation_id=order.order_id)
+                    ids.append(info.instance_id)
+                    print(f"started {info.instance_id} for {order.order_id}")
+                ok = True
+                for instance_id in ids:
+                    info = await client.wait(instance_id, timeout=60)
+                    history = await client.history(instance_id)
+                    steps = " -> ".join(
+                        f"{e.node_id}{'(retry)' if e.outcome == 'RETRY' else ''}"
+                        for e in history
+                        if e.kind in ("TASK", "PREDICATE")
+                    )
+                    extra = f" ({info.reason})" if info.reason else ""
+                    print(
+                        f"{info.correlation_id}: {info.status}{extra}  steps: {steps}  total_cents={info.context.get('total_cents')}"
+                    )
+                    ok = ok and info.status == InstanceStatus.COMPLETED
+                print("all instances COMPLETED" if ok else "some instances did not complete", flush=True)
+                if args.dashboard_port:
+                    await _serve_dashboard(server.server.http_port)
+                return 0 if ok else 1
+            finally:
+                worker.terminate()
+                try:
+                    worker.wait(10)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+
+    return asyncio.run(run())
+
+
+async def _serve_dashboard(port: int) -> None:
+    """Keep the demo's server (and its dashboard) up until SIGINT / SIGTERM."""
+    print(f"dashboard on http://127.0.0.1:{port}/ (Ctrl-C to stop)", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

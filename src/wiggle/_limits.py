@@ -1,0 +1,79 @@
+"""The numeric limits of a definition and the checks that enforce them (durations, counts).
+
+Shared by the model's types (``wiggle._model``) and its graph validation
+(``wiggle._model_validate``); ``wiggle._model`` re-exports the public ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import InvalidArgument
+
+__all__ = [
+    "DEFAULT_FOR_EACH_CONCURRENCY",
+    "MAX_DURATION_MILLIS",
+    "MAX_COUNT",
+    "MAX_BACKOFF_MULTIPLIER",
+    "seconds_to_millis",
+    "check_millis",
+    "check_count",
+]
+
+
+#: Branches of a FOR_EACH running at once when the node sets no ``concurrency``: a large list is
+#: started a slice at a time, never one token per element in one transaction.
+DEFAULT_FOR_EACH_CONCURRENCY = 100
+
+#: The longest duration a definition may hold (sleeps, user-task timeouts, retry backoffs):
+#: ten years of 365.25 days, in milliseconds. Far beyond any real wait, and far inside the
+#: 64-bit millisecond timestamps the stores keep (a sleep of 2**63-1 ms used to be accepted and
+#: then overflowed the store on the next start).
+MAX_DURATION_MILLIS = 315_576_000_000
+
+#: The largest count a definition may hold (retry attempts, max_local_steps): 2**31 - 1.
+MAX_COUNT = 2**31 - 1
+
+#: The largest retry multiplier: beyond it the backoff reaches its cap after one or two attempts.
+MAX_BACKOFF_MULTIPLIER = 1000.0
+
+
+def seconds_to_millis(value: object, what: str) -> int:
+    """Whole milliseconds of ``value`` seconds (an int or float), bounded by MAX_DURATION_MILLIS.
+
+    InvalidArgument naming ``what`` for a non-number, NaN, infinity, a negative value or one
+    above the limit.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{what} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise InvalidArgument(f"{what} must be a finite number of seconds, got {value!r}")
+    if value < 0:
+        raise InvalidArgument(f"{what} must not be negative")
+    if value * 1000 > MAX_DURATION_MILLIS:
+        raise InvalidArgument(
+            f"{what} is {value!r} seconds; the limit is {MAX_DURATION_MILLIS // 1000} seconds (10 years)"
+        )
+    return int(value * 1000)
+
+
+def check_millis(value: object, field: str, where: str) -> None:
+    """A duration field in milliseconds: an int in [0, MAX_DURATION_MILLIS]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{where}: {field} must be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"{where}: {field} must be >= 0, got {value}")
+    if value > MAX_DURATION_MILLIS:
+        raise InvalidArgument(
+            f"{where}: {field} is {value}; the limit is {MAX_DURATION_MILLIS} milliseconds (10 years)"
+        )
+
+
+def check_count(value: object, field: str, where: str, what_zero: str) -> None:
+    """A count field: an int in [0, MAX_COUNT]; ``what_zero`` says what 0 means."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{where}: {field} must be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"{where}: {field} must be >= 0 ({what_zero}), got {value}")
+    if value > MAX_COUNT:
+        raise InvalidArgument(f"{where}: {field} is {value}; the limit is {MAX_COUNT}")

@@ -1,0 +1,155 @@
+"""The instance layer's clock duties: fire due timers, expire leases, apply user-task deadlines,
+start due sub-workflow children, and purge finished instances past their retention.
+
+``Instances`` (wiggle/_server/instances.py) owns one ``ClockDuties`` and delegates its
+``run_clock_duties``, ``clock_loop`` and ``purge_loop`` to it; every action still goes through
+``Instances.mutate`` (load -> transition -> persist, docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from .._engine.children import ChildSpec
+from .._engine.engine import LoadedDefinition
+from .._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus, token_instance_id
+from .._storage.base import Action
+from ..errors import NotFound, Unavailable
+from .subflows import ORPHAN_SWEEP_MILLIS, due_child
+
+if TYPE_CHECKING:
+    from .instances import Instances
+
+__all__ = ["ClockDuties", "CLOCK_BATCH", "PURGE_EVERY_SECONDS", "token_missing"]
+
+log = logging.getLogger("wiggle.server")
+
+CLOCK_BATCH = 200  # due tokens handled per clock-duty round
+CLOCK_ROUNDS = 10  # rounds per run_clock_duties call (an action may make more work due at once)
+CLOCK_IDLE_SECONDS = 1.0  # the clock duty re-checks at least this often (other nodes' timers)
+PURGE_EVERY_SECONDS = 60.0
+PURGE_BATCH = 1000
+
+
+def token_missing(token_id: str) -> str:
+    """The NotFound message for a token that does not exist."""
+    return f"token {token_id} does not exist"
+
+
+class ClockDuties:
+    """The time-driven work of one instance layer (docs/semantics.md#clock-duties)."""
+
+    def __init__(self, instances: Instances) -> None:
+        self.instances = instances
+        self._next_orphan_sweep = 0
+
+    def clock_action(self, token_id: str, now: int, child: list[ChildSpec] | None = None) -> Action[int]:
+        """The one dispatch of a due token: lease expired, timer due, user-task deadline, or a
+        sub-workflow's child to start or re-check (put in ``child``, for the caller to do)."""
+        engine = self.instances.engine
+
+        def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes | None]:
+            if state.instance.status != InstanceStatus.RUNNING:
+                return 0, None
+            token = state.tokens.get(token_id)
+            if token is None:
+                return 0, None  # finished or moved on since it was found due
+            status = token.status
+            if status == TokenStatus.RUNNING and token.lease_expires_at <= now:
+                return 1, engine.expire_lease(loaded, state, token, now)
+            if status == TokenStatus.WAITING and token.available_at <= now:
+                return 1, engine.fire_timer(loaded, state, token, now)
+            spec = due_child(loaded, state, token, now)
+            if spec is not None:
+                if child is not None:
+                    child[:] = [spec]
+                return 1, None
+            if status == TokenStatus.AWAITING and 0 < token.available_at <= now:
+                return 1, engine.user_task_deadline(loaded, state, token, now)
+            return 0, None  # the token moved on since (a heartbeat, a completion)
+
+        return action
+
+    async def run(self, now: int) -> int:
+        """Fire due timers, expire leases, apply user-task deadlines; the number of actions taken.
+
+        Only the clock leader acts (``Store.clock_leader``); each action re-checks its token
+        under the instance lock, so even two leaders at once could not fire a timer twice.
+        """
+        if not await self.instances.store.clock_leader():
+            return 0
+        store = self.instances.store
+        gate = asyncio.Semaphore(max(1, store.clock_parallelism))
+        if now >= self._next_orphan_sweep:  # docs/semantics.md#sub-workflows (cancellation)
+            self._next_orphan_sweep = now + ORPHAN_SWEEP_MILLIS
+            await self.instances.subflows.sweep_orphans()
+
+        async def one(token_id: str) -> int:
+            async with gate:
+                child: list[ChildSpec] = []
+                acted, _ = await self.instances.mutate(
+                    token_instance_id(token_id),
+                    token_missing(token_id),
+                    self.clock_action(token_id, now, child),
+                )
+                if child:
+                    await self.instances.subflows.start_child(child[0])
+                return acted
+
+        actions = 0
+        for _ in range(CLOCK_ROUNDS):
+            token_ids = await store.due_tokens(now, CLOCK_BATCH)
+            if not token_ids:
+                break
+            results = await asyncio.gather(*(one(t) for t in token_ids), return_exceptions=True)
+            acted = 0
+            for result in results:
+                if isinstance(result, Unavailable):
+                    raise result
+                if isinstance(result, BaseException):
+                    if not isinstance(result, NotFound):  # purged meanwhile: nothing to do
+                        log.error("clock duty failed", exc_info=result)
+                    continue
+                acted += result
+            actions += acted
+            if not acted:
+                break
+        return actions + await self.instances.schedules.run_duties(now)
+
+    async def loop(self, stopping: asyncio.Event) -> None:
+        """Run the clock duties until ``stopping`` is set, sleeping until the next due time."""
+        notifier = self.instances.store.notifier
+        while not stopping.is_set():
+            try:
+                await self.run(self.instances.clock.now())
+                due = await self.instances.store.next_due_at()
+                ticks = await self.instances.schedules.next_due_at()
+                if ticks is not None:
+                    due = ticks if due is None else min(due, ticks)
+            except Exception as exc:  # the database is down: keep trying, never die
+                log.warning("clock duties failed: %s", exc)
+                due = None
+            timeout = CLOCK_IDLE_SECONDS
+            if due is not None:
+                timeout = min(timeout, max((due - self.instances.clock.now()) / 1000, 0.0))
+            await notifier.wait_clock(timeout)
+
+    async def purge_loop(
+        self, stopping: asyncio.Event, retention_seconds: float, every_seconds: float = PURGE_EVERY_SECONDS
+    ) -> None:
+        """Every ``every_seconds``, delete instances finished more than ``retention_seconds`` ago."""
+        while not stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), every_seconds)
+            if stopping.is_set():
+                return
+            try:
+                cutoff = self.instances.clock.now() - int(retention_seconds * 1000)
+                while await self.instances.store.purge_finished(cutoff, PURGE_BATCH) == PURGE_BATCH:
+                    await asyncio.sleep(0)
+                await self.instances.store.schedules.purge_ticks(cutoff)
+            except Exception as exc:
+                log.warning("retention purge failed: %s", exc)

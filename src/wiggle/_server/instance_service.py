@@ -1,0 +1,207 @@
+"""The service's definition and instance RPC handlers: register, start, read, list, act on instances.
+
+A mixin of ``ControlPlane`` (wiggle/_server/service.py), which routes the RPCs here; requests are
+validated at this edge before the instance layer (wiggle/_server/instances.py) sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from .. import _tracing as tracing
+from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus
+from .._model import definition_from_json, validate_name
+from .._rpc import wiggle_pb2 as pb
+from .._storage.base import InstanceQuery
+from .._wire import convert
+from .._wire.payload import check_depth, decode_object
+from ..errors import InvalidArgument
+from .instances import Instances
+from .pollers import Pollers
+from .service_limits import ServiceLimits, optional_name, wait_seconds
+
+__all__ = ["InstanceHandlers"]
+
+log = logging.getLogger("wiggle.server")
+
+#: A valid page token is an instance id (the last of the previous page), as
+#: wiggle/_engine/state.py new_instance_id makes them.
+PAGE_TOKEN_PATTERN = re.compile(r"wi-[0-9a-f]{24}")
+LIST_STATUSES = (InstanceStatus.RUNNING, *sorted(FINISHED_INSTANCE_STATUSES))
+
+
+class InstanceHandlers:
+    """The definition and instance RPCs (RegisterWorkflow ... ListQueues) over ``instances``."""
+
+    instances: Instances
+    limits: ServiceLimits
+    pollers: Pollers
+
+    async def register_workflow(self, request: pb.RegisterWorkflowRequest) -> pb.WorkflowInfo:
+        """Validate and store a definition (a no-op for a known version)."""
+        limit = self.limits.max_payload_bytes
+        if len(request.definition_json) > limit:
+            raise InvalidArgument(
+                f"definition_json is {len(request.definition_json)} bytes; the limit is {limit} bytes"
+            )
+        check_depth(request.definition_json, "definition_json")
+        definition = definition_from_json(request.definition_json)
+        record, created = await self.instances.register(definition)
+        if created:
+            log.info("registered workflow %s version %s", definition.name, record.loaded.version)
+        return convert.workflow_to_pb(record, created)
+
+    async def get_workflow(self, request: pb.GetWorkflowRequest) -> pb.WorkflowInfo:
+        """One registered version (the latest unless pinned)."""
+        validate_name(request.name, "name")
+        optional_name(request.version, "version")
+        return convert.workflow_to_pb(await self.instances.get_workflow(request.name, request.version))
+
+    async def list_workflows(self, request: pb.ListWorkflowsRequest) -> pb.ListWorkflowsResponse:
+        """Every registered version (of one name)."""
+        optional_name(request.name, "name")
+        records = await self.instances.list_workflows(request.name)
+        return pb.ListWorkflowsResponse(workflows=[convert.workflow_to_pb(r) for r in records])
+
+    async def start_instance(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        """Start an instance."""
+        validate_name(request.workflow, "workflow")
+        optional_name(request.version, "version")
+        optional_name(request.correlation_id, "correlation_id")
+        optional_name(request.request_id, "request_id")
+        ctx = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
+        attributes = {"wiggle.workflow": request.workflow}
+        with tracing.span("wiggle.StartInstance", tracing.SERVER, tracing.incoming(), attributes):
+            view = await self.instances.start(
+                request.workflow,
+                request.version,
+                ctx,
+                request.correlation_id,
+                request_id=request.request_id,
+                traceparent=tracing.traceparent(),
+            )
+        return convert.instance_to_pb(view)
+
+    async def start_instances(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        """Start one instance per context, committed in large batches; the ids in order."""
+        validate_name(request.workflow, "workflow")
+        optional_name(request.version, "version")
+        optional_name(request.correlation_id, "correlation_id")
+        optional_name(request.request_id, "request_id")
+        count = len(request.contexts_json)
+        if not 1 <= count <= self.limits.max_start_batch:
+            raise InvalidArgument(
+                f"contexts_json holds {count} contexts; send between 1 and {self.limits.max_start_batch} "
+                "per call (the clients' start_many sends long lists in chunks)"
+            )
+        if request.first_index < 0:
+            raise InvalidArgument(f"first_index must be 0 or more, got {request.first_index}")
+        limit = self.limits.max_payload_bytes
+        contexts = [
+            decode_object(data, f"contexts_json[{i}]", limit) for i, data in enumerate(request.contexts_json)
+        ]
+        request_ids: list[str] = []
+        if request.request_id:
+            first = request.first_index
+            request_ids = [f"{request.request_id}:{first + i}" for i in range(count)]
+        version, ids = await self.instances.start_many(
+            request.workflow, request.version, contexts, request.correlation_id, request_ids
+        )
+        return pb.StartInstancesResponse(instance_ids=ids, version=version)
+
+    async def get_instance(self, request: pb.GetInstanceRequest) -> pb.InstanceInfo:
+        """An instance now, or once finished within ``wait_millis``."""
+        validate_name(request.instance_id, "instance_id")
+        wait = wait_seconds(request.wait_millis, self.limits)
+        return convert.instance_to_pb(await self.instances.wait_finished(request.instance_id, wait))
+
+    async def list_instances(self, request: pb.ListInstancesRequest) -> pb.ListInstancesResponse:
+        """A page of instances, newest first."""
+        limits = self.limits
+        size = request.page_size or limits.default_page_size
+        if not 1 <= size <= limits.max_page_size:
+            raise InvalidArgument(f"page_size must be between 1 and {limits.max_page_size}, got {size}")
+        if request.status and request.status not in LIST_STATUSES:
+            raise InvalidArgument(f"status {request.status!r} is not RUNNING, COMPLETED, FAILED or CANCELLED")
+        optional_name(request.workflow, "workflow")
+        optional_name(request.correlation_id, "correlation_id")
+        if request.page_token and not PAGE_TOKEN_PATTERN.fullmatch(request.page_token):
+            raise InvalidArgument(
+                f"page_token {request.page_token[:40]!r} is not a page token; pass the next_page_token "
+                "of the previous page, or none for the first page"
+            )
+        query = InstanceQuery(
+            workflow=request.workflow,
+            status=request.status,
+            correlation_id=request.correlation_id,
+            created_after=request.created_after,
+            created_before=request.created_before,
+            page_size=size,
+            page_token=request.page_token,
+        )
+        views, next_token = await self.instances.list_instances(query)
+        return pb.ListInstancesResponse(
+            instances=[convert.instance_to_pb(v, with_tokens=False) for v in views],
+            next_page_token=next_token,
+        )
+
+    async def cancel_instance(self, request: pb.CancelInstanceRequest) -> pb.CancelInstanceResponse:
+        """Cancel a running instance; a finished one is left as it is."""
+        validate_name(request.instance_id, "instance_id")
+        view, changed = await self.instances.cancel(request.instance_id, request.reason or "cancelled")
+        message = "cancelled" if changed else f"instance is already {view.instance.status}; nothing changed"
+        return pb.CancelInstanceResponse(
+            instance=convert.instance_to_pb(view), changed=changed, message=message
+        )
+
+    async def complete_user_task(self, request: pb.CompleteUserTaskRequest) -> pb.InstanceInfo:
+        """Complete the user task an instance awaits."""
+        validate_name(request.instance_id, "instance_id")
+        validate_name(request.task_name, "task_name")
+        payload = decode_object(request.payload_json, "payload_json", self.limits.max_payload_bytes)
+        view = await self.instances.complete_user_task(request.instance_id, request.task_name, payload)
+        return convert.instance_to_pb(view)
+
+    async def signal_instance(self, request: pb.SignalInstanceRequest) -> pb.SignalInstanceResponse:
+        """Send a named signal to an instance: delivered to a waiting token or buffered."""
+        validate_name(request.instance_id, "instance_id")
+        validate_name(request.name, "name (the signal name)")
+        if request.signal_id:
+            validate_name(request.signal_id, "signal_id")
+        if len(request.sender) > 200:
+            raise InvalidArgument(f"sender is {len(request.sender)} characters; the limit is 200")
+        data = decode_object(request.data_json, "data_json", self.limits.max_payload_bytes)
+        outcome, view = await self.instances.signal(
+            request.instance_id, request.name, data, request.signal_id, request.sender
+        )
+        return pb.SignalInstanceResponse(instance=convert.instance_to_pb(view), outcome=outcome)
+
+    async def retry_instance(self, request: pb.RetryInstanceRequest) -> pb.InstanceInfo:
+        """Resume a FAILED instance from the steps that failed, or from a named node."""
+        validate_name(request.instance_id, "instance_id")
+        if request.from_node:
+            validate_name(request.from_node, "from_node")
+        if len(request.requested_by) > 200:
+            raise InvalidArgument(f"requested_by is {len(request.requested_by)} characters; the limit is 200")
+        context: dict[str, Any] | None = None
+        if request.replace_context:
+            context = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
+        view = await self.instances.retry(
+            request.instance_id, request.from_node, context, request.requested_by
+        )
+        return convert.instance_to_pb(view)
+
+    async def get_history(self, request: pb.GetHistoryRequest) -> pb.GetHistoryResponse:
+        """Every step attempt and event of an instance."""
+        validate_name(request.instance_id, "instance_id")
+        entries = await self.instances.history(request.instance_id)
+        return pb.GetHistoryResponse(entries=[convert.history_to_pb(e) for e in entries])
+
+    async def list_queues(self, request: pb.ListQueuesRequest) -> pb.ListQueuesResponse:
+        """Every queue with ready or leased steps, and the workers polling it on this node."""
+        now = self.instances.clock.now()
+        stats = await self.instances.store.queue_stats(now)
+        pollers = [(p.worker_id, p.last_seen, p.queues) for p in self.pollers.snapshot()]
+        return convert.queues_to_pb(stats, pollers, now)

@@ -1,0 +1,122 @@
+"""The service's worker RPC handlers: poll for steps, report them, heartbeat, advance a local run.
+
+A mixin of ``ControlPlane`` (wiggle/_server/service.py), which routes the RPCs here; requests are
+validated at this edge before the instance layer (wiggle/_server/instances.py) sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import _fast
+from .._engine.records import StepRecord
+from .._engine.state import TokenStatus
+from .._model import validate_name
+from .._rpc import wiggle_pb2 as pb
+from .._wire import convert
+from .._wire.payload import check_depth, decode_object, too_deep
+from ..errors import InvalidArgument
+from .instances import Instances
+from .pollers import Pollers
+from .service_limits import ServiceLimits, wait_seconds
+
+if TYPE_CHECKING:
+    from .service import Metrics
+
+__all__ = ["WorkerHandlers"]
+
+
+class WorkerHandlers:
+    """The worker RPCs (PollTasks, CompleteTask, FailTask, HeartbeatTask, AdvanceRun)."""
+
+    instances: Instances
+    limits: ServiceLimits
+    pollers: Pollers
+    metrics: Metrics
+
+    async def poll_tasks(self, request: pb.PollTasksRequest) -> pb.PollTasksResponse:
+        """Claim steps on the worker's queues, waiting up to ``wait_millis`` for some."""
+        validate_name(request.worker_id, "worker_id")
+        queues = list(request.queues)
+        if not queues:
+            raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
+        for q in queues:
+            validate_name(q, "queue")
+        max_tasks = request.max_tasks or 1
+        limit = self.limits.max_tasks_per_poll
+        if not 1 <= max_tasks <= limit:
+            raise InvalidArgument(f"max_tasks must be between 1 and {limit}, got {max_tasks}")
+        wait = wait_seconds(request.wait_millis, self.limits)
+        self.pollers.seen(request.worker_id, queues)
+        claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
+        if claimed:
+            self.pollers.claimed(c.token.queue for c in claimed)
+        config = self.instances.config
+        return pb.PollTasksResponse(tasks=[convert.activation_to_pb(c, config) for c in claimed])
+
+    async def complete_task(self, request: pb.CompleteTaskRequest) -> pb.ReportResult:
+        """A step's result: the new context, or a predicate's value."""
+        validate_name(request.task_id, "task_id")
+        which = request.WhichOneof("result")
+        ctx: dict[str, Any] | None = None
+        value: bool | None = None
+        if which == "context_json":
+            ctx = decode_object(request.context_json, "context_json", None)
+        elif which == "predicate_value":
+            value = request.predicate_value
+        status = await self.instances.complete(request.task_id, request.lease_owner, ctx, value)
+        return pb.ReportResult(instance_status=status)
+
+    async def fail_task(self, request: pb.FailTaskRequest) -> pb.ReportResult:
+        """A step failed; retried by its policy unless not ``retryable``."""
+        validate_name(request.task_id, "task_id")
+        status = await self.instances.fail(
+            request.task_id,
+            request.lease_owner,
+            request.message or "step failed",
+            request.retryable,
+            traceback=request.traceback,
+            release=request.release,
+        )
+        return pb.ReportResult(instance_status=status)
+
+    async def heartbeat_task(self, request: pb.HeartbeatTaskRequest) -> pb.ReportResult:
+        """Extend a lease."""
+        validate_name(request.task_id, "task_id")
+        status, expires = await self.instances.heartbeat(request.task_id, request.lease_owner)
+        return pb.ReportResult(instance_status=status, lease_expires_at=expires)
+
+    async def advance_run(self, request: pb.AdvanceRunRequest) -> pb.AdvanceRunResult:
+        """Apply the steps of a local run (LOCAL_SYNC / LOCAL_ASYNC)."""
+        validate_name(request.task_id, "task_id")
+        if request.steps_batch and len(request.steps):
+            raise InvalidArgument("AdvanceRun sets both steps and steps_batch; send one of them")
+        steps: Sequence[StepRecord]
+        if request.steps_batch:
+            check_depth(request.steps_batch, "steps_batch")
+            try:
+                steps = _fast.decode_batch(request.steps_batch)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from None
+            except RecursionError:  # unbalanced brackets check_depth left to the decoder
+                raise too_deep("steps_batch") from None
+        else:
+            steps = [convert.step_record_from_pb(s) for s in request.steps]
+        outcome = await self.instances.advance_run(
+            request.task_id,
+            request.lease_owner,
+            steps,
+            request.final,
+            request.handback_reason,
+            request.failure_traceback,
+        )
+        if request.final or outcome.token_status != TokenStatus.RUNNING:
+            self.metrics.observe_run(outcome.applied_steps, request.handback_reason)
+        return pb.AdvanceRunResult(
+            instance_status=outcome.instance_status,
+            lease_expires_at=outcome.lease_expires_at,
+            parked_task_id=outcome.token_id,
+            token_status=outcome.token_status,
+            applied_steps=outcome.applied_steps,
+        )
