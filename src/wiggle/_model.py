@@ -29,6 +29,7 @@ from .errors import InvalidArgument
 __all__ = [
     "ExecutionMode",
     "NodeKind",
+    "JoinMerge",
     "RetryPolicy",
     "Node",
     "WorkflowDefinition",
@@ -75,6 +76,20 @@ class NodeKind(str, enum.Enum):
     SIGNAL = "SIGNAL"  # wait for a named signal (docs/semantics.md#signal)
     SUB_WORKFLOW = "SUB_WORKFLOW"  # start a child instance and wait for it (upstream SUB_WORKFLOW)
     FOR_EACH = "FOR_EACH"  # one branch per element of a list (upstream DYN_FORK)
+
+
+class JoinMerge(str, enum.Enum):
+    """How a join folds its branches' writes (docs/semantics.md#fork-and-join).
+
+    STRICT: two branches changing the same key is a conflict (a combine step resolves it, else the
+    instance fails). LAST_WRITE_WINS: branches are applied in the order they reached the join, a
+    later write to a key replacing an earlier one; a FOR_EACH then merges each branch's writes
+    into the context instead of collecting results. Definitions registered through the upstream
+    Wiggle protocol use it (wiggle/_upstream/definitions.py), because that is upstream's rule.
+    """
+
+    STRICT = "STRICT"
+    LAST_WRITE_WINS = "LAST_WRITE_WINS"
 
 
 class Handback(str, enum.Enum):
@@ -293,6 +308,7 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
     checkpoints: tuple[str, ...] = ()
     max_local_steps: int = 0  # cap on one local run's length (0: the server's default)
     default_retry: RetryPolicy | None = None
+    join_merge: JoinMerge = JoinMerge.STRICT
 
     def to_json(self) -> bytes:
         """The canonical JSON form: keys sorted, defaults omitted, checkpoints sorted."""
