@@ -8,10 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from ._engine.state import InstanceStatus
 from ._logging import configure_logging
 from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from ._server.app import WiggleServer
 
 __all__ = ["cmd_server", "cmd_migrate", "cmd_demo"]
 
@@ -27,8 +31,13 @@ def cmd_server(args: argparse.Namespace) -> int:
         if not config.database_url:
             raise InvalidArgument("--processes > 1 needs a PostgreSQL database (--database-url)")
         return _run_processes(config.processes)
-    asyncio.run(serve(config, ready=lambda s: print(f"wiggle server listening on {s.target}", flush=True)))
+    asyncio.run(serve(config, ready=_announce))
     return 0
+
+
+def _announce(server: WiggleServer) -> None:
+    extra = f" and {server.config.host}:{server.upstream_port}" if server.upstream_port else ""
+    print(f"wiggle server listening on {server.target}{extra}", flush=True)
 
 
 def _run_processes(n: int) -> int:

@@ -15,6 +15,7 @@ from .tokens import Identity, Role
 
 __all__ = [
     "RPC_ROLES",
+    "UPSTREAM_RPC_ROLES",
     "PUBLIC_METHODS",
     "HTTP_ROLES",
     "WORKER_METHODS",
@@ -63,6 +64,35 @@ RPC_ROLES: dict[str, frozenset[Role]] = {
     "WorkerSession": _WORKER,
 }
 
+#: methods of upstream Wiggle's service (wiggle/_upstream/service.py) -> roles besides admin: the
+#: same as ours for the methods both have, and the cluster views for readers and workers.
+UPSTREAM_RPC_ROLES: dict[str, frozenset[Role]] = {
+    "HealthCheck": _READ | _WORKER,
+    "GetCluster": _READ,
+    "ListWorkflows": _READ,
+    **{
+        name: RPC_ROLES[name]
+        for name in (
+            "RegisterWorkflow",
+            "GetWorkflow",
+            "StartInstance",
+            "ListInstances",
+            "GetInstance",
+            "CancelInstance",
+            "SignalInstance",
+            "CreateSchedule",
+            "ListSchedules",
+            "DeleteSchedule",
+            "PollTasks",
+            "CompleteTask",
+            "FailTask",
+            "HeartbeatTask",
+            "AdvanceRun",
+        )
+    },
+}
+UPSTREAM_PREFIX = "/dev.wiggle.proto.WiggleControlPlane/"
+
 #: the methods a worker credential is scoped on (its queues, its own leases).
 WORKER_METHODS = frozenset({"PollTasks", "CompleteTask", "FailTask", "HeartbeatTask", "AdvanceRun"})
 
@@ -80,6 +110,8 @@ HTTP_ROLES: dict[str, frozenset[Role]] = {
 def allowed_roles(method: str) -> frozenset[Role]:
     """The roles that may call ``method`` (a bare name or a full /package.Service/Method path)."""
     name = method.rsplit("/", 1)[-1]
+    if method.startswith(UPSTREAM_PREFIX):
+        return UPSTREAM_RPC_ROLES.get(name, _ADMIN) | {Role.ADMIN}
     if method.startswith("/") and not method.startswith("/wiggle.v1.WiggleControlPlane/"):
         return frozenset({Role.ADMIN})  # another service: admin only unless public
     return RPC_ROLES.get(name, _ADMIN) | {Role.ADMIN}

@@ -15,7 +15,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from .._clock import Clock
 from .._engine.engine import Engine, EngineConfig
 from .._rpc import wiggle_pb2_grpc as pb_grpc
+from .._rpc.upstream import wiggle_pb2_grpc as upstream_grpc
 from .._storage.base import Store
+from .._upstream.service import UpstreamControlPlane
 from .._storage.memory import MemoryStore
 from ..errors import FailedPrecondition
 from .config import ServerConfig
@@ -32,6 +34,7 @@ __all__ = ["WiggleServer", "make_store", "serve"]
 log = logging.getLogger("wiggle.server")
 
 SERVICE_NAME = "wiggle.v1.WiggleControlPlane"
+UPSTREAM_SERVICE_NAME = "dev.wiggle.proto.WiggleControlPlane"
 MAX_MESSAGE_BYTES = 64 << 20
 
 
@@ -80,7 +83,13 @@ class WiggleServer:
         self.metrics = Metrics()
         self.instances = Instances(self.store, self.engine, clock)
         self.service = ControlPlane(self.instances, self.metrics)
+        # upstream Wiggle's protocol on the same port, over the same instance layer (docs/upstream.md)
+        self.upstream = UpstreamControlPlane(
+            self.instances, self.service.pollers, self.metrics, self.service.limits, lambda: self.target
+        )
+        self.upstream.stopping = self._stopping.is_set
         self.port = 0
+        self.upstream_port = 0  # the second port, when config.upstream_port is set
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -133,9 +142,10 @@ class WiggleServer:
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if security.authenticator is not None:
             interceptors.append(AuthInterceptor(security.authenticator))
-            self.service.guard = RequestGuard()
+            self.service.guard = self.upstream.guard = RequestGuard()
         server = grpc.aio.server(options=options, interceptors=interceptors)
         pb_grpc.add_WiggleControlPlaneServicer_to_server(self.service, server)
+        upstream_grpc.add_WiggleControlPlaneServicer_to_server(self.upstream, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         address = f"{self.config.host}:{self.config.port}"
         if security.tls is not None:
@@ -144,10 +154,21 @@ class WiggleServer:
             self.port = server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
+        if self.config.upstream_port:  # a second port, e.g. upstream Wiggle's 8080 (docs/upstream.md)
+            extra = f"{self.config.host}:{self.config.upstream_port}"
+            bound = (
+                server.add_secure_port(extra, security.tls.grpc_credentials())
+                if security.tls is not None
+                else server.add_insecure_port(extra)
+            )
+            if bound == 0:
+                raise OSError(f"cannot bind {extra} (WIGGLE_UPSTREAM_PORT)")
+            self.upstream_port = bound
         await server.start()
         self._server = server
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.SERVING)
         await _set_health(self._health, SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await _set_health(self._health, UPSTREAM_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._tasks.append(asyncio.ensure_future(self.instances.clock_loop(self._stopping)))
         self._tasks.append(asyncio.ensure_future(self.lag.run(self._stopping)))
         self._tasks.append(

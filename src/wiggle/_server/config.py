@@ -18,6 +18,7 @@ class ServerConfig(msgspec.Struct, kw_only=True):
 
     host: str = "127.0.0.1"
     port: int = 7233
+    upstream_port: int = 0  # > 0: also serve both protocols here (upstream Wiggle's clients use 8080)
     database_url: str = ""  # empty: the in-memory store
     database_schema: str = "wiggle"
     execution_mode: ExecutionMode = ExecutionMode.SERVER  # what a definition's DEFAULT resolves to
@@ -49,6 +50,11 @@ class ServerConfig(msgspec.Struct, kw_only=True):
 SETTINGS: list[tuple[str, str, str]] = [
     ("host", "WIGGLE_HOST", "address the gRPC server binds (default 127.0.0.1)"),
     ("port", "WIGGLE_PORT", "gRPC port (default 7233; 0 picks a free port)"),
+    (
+        "upstream_port",
+        "WIGGLE_UPSTREAM_PORT",
+        "a second gRPC port, e.g. 8080 for upstream Wiggle's clients (default 0: none)",
+    ),
     ("database_url", "WIGGLE_DATABASE_URL", "postgresql:// URL; unset: the in-memory store"),
     (
         "database_schema",
@@ -161,6 +167,7 @@ def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = N
 BOUNDS: dict[str, tuple[int, int]] = {
     "port": (0, 65535),
     "metrics_port": (0, 65535),
+    "upstream_port": (0, 65535),
     "lease_millis": (100, 24 * 3600 * 1000),
     "max_local_steps": (0, 1 << 31),
     "max_payload_bytes": (1024, 1 << 30),

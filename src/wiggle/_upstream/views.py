@@ -1,0 +1,95 @@
+"""Our values as upstream Wiggle's messages: instances, tokens, activations, schedules.
+
+The upstream service (wiggle/_upstream/service.py) answers with these; contexts travel as
+``google.protobuf.Value`` (wiggle/_upstream/values.py) and versions as int32
+(wiggle/_upstream/versions.py). Nothing here reads a store.
+"""
+
+from __future__ import annotations
+
+from .._engine.engine import Claimed
+from .._engine.schedules import Schedule
+from .._engine.state import Instance, Token
+from .._model import NodeKind
+from .._rpc.upstream import wiggle_pb2 as upb
+from .values import to_value
+
+__all__ = ["activity_of", "instance_view", "token_view", "activation", "schedule_view"]
+
+_WORKER_KINDS = frozenset({NodeKind.TASK.value, NodeKind.PREDICATE.value})
+
+
+def activity_of(workflow: str, node_id: str) -> str:
+    """Upstream's activity name of a worker node: ``<workflow>#<step>``, the step being our node id
+    (wiggle/_upstream/definitions.py gives upstream steps their name as node id)."""
+    return f"{workflow}#{node_id}"
+
+
+def instance_view(inst: Instance, version: int) -> upb.InstanceView:
+    """An instance as upstream's InstanceView (``version`` already translated)."""
+    view = upb.InstanceView(
+        id=inst.id,
+        workflow=inst.workflow,
+        version=version,
+        status=str(inst.status.value if hasattr(inst.status, "value") else inst.status),
+        context=to_value(inst.context),
+        created_at=inst.created_at,
+        updated_at=inst.updated_at,
+    )
+    if inst.reason:
+        view.termination_reason = inst.reason
+    if inst.error:
+        view.error = inst.error
+    return view
+
+
+def token_view(workflow: str, token: Token) -> upb.Token:
+    """An active token as upstream's Token."""
+    view = upb.Token(
+        id=token.id,
+        node_id=token.node_id,
+        kind=token.kind,
+        status=str(token.status.value if hasattr(token.status, "value") else token.status),
+        activity=activity_of(workflow, token.node_id) if token.kind in _WORKER_KINDS else "",
+        attempt=token.attempt,
+        available_at=token.available_at,
+    )
+    if token.lease_owner:
+        view.lease_owner = token.lease_owner
+    if token.last_error:
+        view.last_error = token.last_error
+    return view
+
+
+def activation(claimed: Claimed, version: int) -> upb.TaskActivation:
+    """A claimed step as upstream's TaskActivation: ``step_name`` is the node id, ``activity`` is
+    what upstream workers look their handler up by."""
+    token = claimed.token
+    inst = claimed.instance
+    return upb.TaskActivation(
+        task_id=token.id,
+        instance_id=inst.id,
+        workflow=inst.workflow,
+        version=version,
+        node_id=token.node_id,
+        step_name=token.node_id,
+        activity=activity_of(inst.workflow, token.node_id),
+        kind=token.kind,
+        attempt=token.attempt,
+        lease_expires_at=token.lease_expires_at,
+        lease_owner=token.lease_owner,
+        context=to_value(claimed.context),
+        execution_mode=claimed.execution_mode,
+    )
+
+
+def schedule_view(schedule: Schedule) -> upb.ScheduleView:
+    """A schedule as upstream's ScheduleView (every_millis or cron)."""
+    return upb.ScheduleView(
+        id=schedule.id,
+        workflow=schedule.workflow,
+        every_millis=schedule.interval_millis,
+        cron=schedule.cron,
+        next_fire_at=schedule.next_tick_at,
+        created_at=schedule.created_at,
+    )
