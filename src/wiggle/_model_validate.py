@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ._limits import check_count, check_millis
-from ._model import Node, NodeKind, validate_name
+from ._model import JoinMerge, Node, NodeKind, validate_name
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -110,6 +110,11 @@ def validate_definition(definition: WorkflowDefinition) -> None:
                 raise InvalidArgument(f"join {node.id!r} does not name the FORK or FOR_EACH it closes")
             if nodes[node.fork].join != node.id:
                 raise InvalidArgument(f"join {node.id!r}: fork {node.fork!r} names another join")
+            if node.combine and definition.join_merge is JoinMerge.LAST_WRITE_WINS:
+                raise InvalidArgument(
+                    f"join {node.id!r} has a combine step, but workflow {definition.name!r} joins "
+                    "LAST_WRITE_WINS, where branches never conflict: a combine step would never run"
+                )
             if node.queue is not None:
                 validate_name(node.queue, f"join {node.id!r} queue")
             edge(node, "next", node.next, True)

@@ -13,7 +13,10 @@ __all__ = ["EngineConfig", "LoadedDefinition"]
 class EngineConfig(msgspec.Struct):
     """Server-wide rules the engine applies (all from WIGGLE_* settings)."""
 
-    lease_millis: int = 30_000
+    lease_millis: int = 30_000  # a claim's lease, unless the claim asks for another length
+    # the longest lease a claim or heartbeat may ask for (the upstream protocol's lease lengths;
+    # docs/semantics.md#leases); the shortest is MIN_LEASE_MILLIS (wiggle/_engine/engine.py)
+    max_lease_millis: int = 600_000
     execution_mode: ExecutionMode = ExecutionMode.SERVER  # what DEFAULT resolves to
     max_local_steps: int = 1000  # server cap on one local run (0: none); a definition may lower it
     max_payload_bytes: int = 1 << 20  # context, step result, user-task payload

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import _fast
-from .._model import Node, NodeKind
-from . import children, fanout
+from .._model import JoinMerge, Node, NodeKind
+from . import children, fanout, lww
 from .config import LoadedDefinition
 from .signals import take_buffered
 from .state import Changes, HistoryOutcome, InstanceState, InstanceStatus, JoinState, Token, TokenStatus
@@ -163,7 +163,11 @@ def arrive_at_join(
     changes: Changes,
     pending: list[Token],
 ) -> bool:
-    """Park ``tok`` at the join; when the last branch arrives, fold. True if ``tok`` moves on."""
+    """Park ``tok`` at the join; when the last branch arrives, fold. True if ``tok`` moves on.
+
+    The fold is strict (``_fast.fold_join``: a conflict runs the combine step or fails the
+    instance), or, in a LAST_WRITE_WINS definition, the branches in arrival order (``lww``).
+    """
     if not tok.fork_stack:
         fail_instance(state, f"join {node.id!r} reached outside its fork", now, changes)
         return False
@@ -192,7 +196,10 @@ def arrive_at_join(
         if other_id != tok.id and other_id in state.tokens:
             finish_token(state, state.tokens[other_id], TokenStatus.DONE, now, changes)
     try:
-        folded = _fast.fold_join(join.base, branches)
+        if loaded.definition.join_merge is JoinMerge.LAST_WRITE_WINS:
+            folded = lww.fold_arrivals(join.base, join.arrived.values())  # arrival order
+        else:
+            folded = _fast.fold_join(join.base, branches)
     except _fast.JoinConflict as conflict:
         if node.combine:
             # The combine handler is user code: a worker runs it as a step at the join.

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from .. import _fast
 from .._model import ExecutionMode, NodeKind
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from . import clock, local_runs, resume, signals
@@ -50,9 +51,12 @@ from .tokens import (
     set_context,
 )
 
-__all__ = ["EngineConfig", "Engine", "LoadedDefinition", "AdvanceOutcome", "Claimed"]
+__all__ = ["EngineConfig", "Engine", "LoadedDefinition", "AdvanceOutcome", "Claimed", "MIN_LEASE_MILLIS"]
 
 _json = msgspec.json.Encoder()
+
+#: The shortest lease a claim or heartbeat may ask for (docs/semantics.md#leases).
+MIN_LEASE_MILLIS = 1_000
 
 
 class Claimed(msgspec.Struct):
@@ -94,6 +98,15 @@ class Engine:
                 f"{what} is {size} bytes; the limit is {self.config.max_payload_bytes} bytes"
             )
         return value
+
+    def lease_length(self, requested: int | None, what: str = "lease_millis") -> int:
+        """The lease a claim or heartbeat gets: the server's (``requested`` None), else ``requested``
+        clamped to [MIN_LEASE_MILLIS, max_lease_millis]; InvalidArgument if it is not an integer."""
+        if requested is None:
+            return self.config.lease_millis
+        if isinstance(requested, bool) or not isinstance(requested, int):
+            raise InvalidArgument(f"{what} must be an integer number of milliseconds, got {requested!r}")
+        return max(MIN_LEASE_MILLIS, min(requested, self.config.max_lease_millis))
 
     @staticmethod
     def context_of(state: InstanceState, token: Token) -> dict[str, Any]:
@@ -156,11 +169,17 @@ class Engine:
         owner: str,
         now: int,
         changes: Changes,
+        lease_millis: int | None = None,
     ) -> Claimed:
-        """Lease a READY token to ``owner``; the caller has checked it is due and on a served queue."""
+        """Lease a READY token to ``owner``; the caller has checked it is due and on a served queue.
+
+        The lease lasts ``lease_length(lease_millis)``: the server's, unless the claim asks for
+        another length (clamped).
+        """
+        lease = self.lease_length(lease_millis)
         token.status = TokenStatus.RUNNING
         token.lease_owner = owner
-        token.lease_expires_at = now + self.config.lease_millis
+        token.lease_expires_at = now + lease
         token.started_at = now
         mode = self.resolve_mode(loaded)
         # In a LOCAL_* mode the holder may run ahead before it reports: say so on the token.
@@ -186,10 +205,26 @@ class Engine:
         now: int,
         context: dict[str, Any] | None = None,
         predicate_value: bool | None = None,
+        diff: tuple[dict[str, Any], list[str]] | None = None,
     ) -> Changes:
-        """CompleteTask: apply a worker step's result and drive on."""
+        """CompleteTask: apply a worker step's result and drive on.
+
+        The result is ``context`` (the whole new context), or ``diff``: (keys set, keys removed)
+        against the token's context as it is now, under the instance lock (the upstream protocol's
+        completions; docs/semantics.md#diff-completions). Either way it is checked like a context.
+        """
+        if diff is not None:
+            if context is not None:
+                raise InvalidArgument("a step result is a context or a diff, not both")
+            changed, removed = _check_diff(diff)
         token = leased_token(state, token_id, owner)
         node = loaded.nodes[token.node_id]
+        if diff is not None:
+            if node.kind is NodeKind.JOIN:
+                raise InvalidArgument(
+                    f"node {node.id!r} is a combine step: report its whole context, not a diff"
+                )
+            context = _fast.apply_diff(self.context_of(state, token), changed, removed)
         changes = Changes()
         if node.kind is NodeKind.PREDICATE:
             if predicate_value is None:
@@ -264,10 +299,13 @@ class Engine:
         token = leased_token(state, token_id, owner)
         return release_step(self, loaded, state, token, message, now)
 
-    def heartbeat(self, state: InstanceState, token_id: str, owner: str, now: int) -> tuple[int, Changes]:
-        """Extend the lease; returns the new expiry."""
+    def heartbeat(
+        self, state: InstanceState, token_id: str, owner: str, now: int, extend_millis: int | None = None
+    ) -> tuple[int, Changes]:
+        """Extend the lease to ``now + lease_length(extend_millis)``; returns the new expiry."""
+        lease = self.lease_length(extend_millis, "extend_millis")
         token = leased_token(state, token_id, owner)
-        token.lease_expires_at = now + self.config.lease_millis
+        token.lease_expires_at = now + lease
         changes = Changes()
         changes.tokens[token.id] = token
         return token.lease_expires_at, changes
@@ -390,3 +428,17 @@ class Engine:
         changes.instance_changed = True
         self.drive(loaded, state, token, now, changes)
         return changes
+
+
+def _check_diff(diff: object) -> tuple[dict[str, Any], list[str]]:
+    """``diff`` as (keys set, keys removed); InvalidArgument naming what is wrong with it."""
+    if not isinstance(diff, tuple) or len(diff) != 2:
+        raise InvalidArgument("a step result's diff must be a pair (keys set, keys removed)")
+    changed, removed = diff
+    if not isinstance(changed, dict) or not all(isinstance(k, str) for k in changed):
+        raise InvalidArgument(
+            f"a step result's diff must set a JSON object's keys, got {type(changed).__name__}"
+        )
+    if not isinstance(removed, (list, tuple)) or not all(isinstance(k, str) for k in removed):
+        raise InvalidArgument("a step result's diff must remove a list of keys (strings)")
+    return changed, list(removed)

@@ -4,7 +4,8 @@ The fork side starts up to ``concurrency`` branches; each branch that reaches th
 result and, while elements remain, goes round again on the next element (the same token, in the
 same transition), so a list of any length is worked through a slice at a time and no transition
 creates more than ``concurrency`` tokens. The last branch to arrive continues past the join with
-the results, in input order, under the node's ``result_key``.
+the results, in input order, under the node's ``result_key``; in a LAST_WRITE_WINS definition,
+with the branches' writes merged in arrival order instead (wiggle/_engine/lww.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any
 
 import msgspec
 
-from .._model import DEFAULT_FOR_EACH_CONCURRENCY, Node
+from .._model import DEFAULT_FOR_EACH_CONCURRENCY, JoinMerge, Node
 from ..errors import InvalidArgument
+from . import lww
 from .config import LoadedDefinition
 from .state import Changes, HistoryOutcome, InstanceState, JoinState, Token, TokenStatus
 from .tokens import context_of, fail_instance, finish_token, move, new_token, record, set_context
@@ -68,8 +70,9 @@ def start_for_each(
     record(state, tok, node, HistoryOutcome.FORKED, now, changes)
     join_node = loaded.nodes[node.join]
     if not items:  # an empty list goes straight to the join
-        _, _, _, result_key = _keys(node)
-        set_context(state, tok, {**base, result_key: []}, changes)
+        if loaded.definition.join_merge is JoinMerge.STRICT:
+            _, _, _, result_key = _keys(node)
+            set_context(state, tok, {**base, result_key: []}, changes)
         record(state, tok, join_node, HistoryOutcome.JOINED, now, changes)
         assert join_node.next is not None
         move(tok, join_node.next)
@@ -113,12 +116,66 @@ def arrive_for_each(
 ) -> bool:
     """A FOR_EACH branch reached its join: True if ``tok`` moves on (past the join, or round again).
 
-    The results together must stay within ``limit`` bytes (the payload limit: they become part of
-    the context); past it the instance fails at once, naming the node and the limit.
+    The results together (LAST_WRITE_WINS: the merged writes, and the context they make) must stay
+    within ``limit`` bytes (the payload limit: they become part of the context); past it the
+    instance fails at once, naming the node and the limit.
     """
     node = loaded.nodes[join.fork_node]
-    _, _, output_key, result_key = _keys(node)
+    result_key = _keys(node)[3]
     base = state.instance.context if join.base_is_context else join.base
+    lww_merge = loaded.definition.join_merge is JoinMerge.LAST_WRITE_WINS
+    if lww_merge:
+        if not _merge_arrival(state, tok, node, base, join, index, now, changes, limit):
+            return False
+    elif not _record_result(state, tok, node, join, index, now, changes, limit):
+        return False
+    changes.instance_changed = True
+    if join.started < join.branch_count:  # elements remain: this token takes the next one
+        nxt = join.started
+        join.started += 1
+        tok.fork_stack = [*tok.fork_stack[:-1], (group, nxt)]
+        tok.context = branch_context(node, base, nxt)
+        move(tok, node.branches[0])
+        return True
+    if (join.merged_count if lww_merge else len(join.results)) < join.branch_count:
+        finish_token(state, tok, TokenStatus.DONE, now, changes)  # others still run: this one is done
+        return False
+    if lww_merge:
+        after = lww.apply_merged(base, join)
+        size = len(_encode(after))
+        if size > limit:
+            fail_instance(
+                state,
+                f"for_each {node.id!r}: the context after merging the branches' writes is {size} bytes; "
+                f"the limit is {limit} bytes",
+                now,
+                changes,
+            )
+            return False
+    else:
+        after = {**base, result_key: [join.results[str(i)] for i in range(join.branch_count)]}
+    del state.instance.joins[group]
+    record(state, tok, join_node, HistoryOutcome.JOINED, now, changes)
+    tok.fork_stack = list(tok.fork_stack[:-1])
+    tok.context = None
+    set_context(state, tok, after, changes)
+    assert join_node.next is not None
+    move(tok, join_node.next)
+    return True
+
+
+def _record_result(
+    state: InstanceState,
+    tok: Token,
+    node: Node,
+    join: JoinState,
+    index: int,
+    now: int,
+    changes: Changes,
+    limit: int,
+) -> bool:
+    """STRICT: keep branch ``index``'s result; False (the instance failed) past ``limit`` bytes."""
+    _, _, output_key, _ = _keys(node)
     result = context_of(state, tok).get(output_key)
     join.results_bytes += len(_encode(result)) + len(str(index)) + 4
     if join.results_bytes > limit:
@@ -131,23 +188,41 @@ def arrive_for_each(
         )
         return False
     join.results[str(index)] = result
-    changes.instance_changed = True
-    if join.started < join.branch_count:  # elements remain: this token takes the next one
-        nxt = join.started
-        join.started += 1
-        tok.fork_stack = [*tok.fork_stack[:-1], (group, nxt)]
-        tok.context = branch_context(node, base, nxt)
-        move(tok, node.branches[0])
-        return True
-    if len(join.results) < join.branch_count:  # others still run: this branch is done
-        finish_token(state, tok, TokenStatus.DONE, now, changes)
-        return False
-    results = [join.results[str(i)] for i in range(join.branch_count)]
-    del state.instance.joins[group]
-    record(state, tok, join_node, HistoryOutcome.JOINED, now, changes)
-    tok.fork_stack = list(tok.fork_stack[:-1])
-    tok.context = None
-    set_context(state, tok, {**base, result_key: results}, changes)
-    assert join_node.next is not None
-    move(tok, join_node.next)
+    return True
+
+
+def _merge_arrival(
+    state: InstanceState,
+    tok: Token,
+    node: Node,
+    base: dict[str, Any],
+    join: JoinState,
+    index: int,
+    now: int,
+    changes: Changes,
+    limit: int,
+) -> bool:
+    """LAST_WRITE_WINS: merge branch ``index``'s writes (its diff against the context it started
+    with; the element and index keys are its own) over the earlier arrivals' (wiggle/_engine/lww.py).
+
+    False (the instance failed) if the merged writes pass ``limit`` bytes. ``results_bytes`` is
+    an upper bound of their size (the sum of the writes merged); the exact size is measured only
+    when the bound passes the limit, then the bound restarts from it.
+    """
+    item_key, index_key, _, _ = _keys(node)
+    start = branch_context(node, base, index)
+    changed, removed = lww.branch_writes(start, context_of(state, tok), (item_key, index_key))
+    lww.merge_writes(join, changed, removed)
+    join.results_bytes += len(_encode(changed)) + len(_encode(removed))
+    if join.results_bytes > limit:
+        join.results_bytes = len(_encode(join.merged)) + len(_encode(join.merged_removed))
+        if join.results_bytes > limit:
+            fail_instance(
+                state,
+                f"for_each {node.id!r}: the branches' writes reached {join.results_bytes} bytes after "
+                f"{join.merged_count} of {join.branch_count} elements; the limit is {limit} bytes",
+                now,
+                changes,
+            )
+            return False
     return True

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from .._model import NodeKind, WorkflowDefinition
 from ..errors import FailedPrecondition, InvalidArgument
 from .config import LoadedDefinition
@@ -20,7 +22,6 @@ from .state import (
     HistoryOutcome,
     InstanceState,
     InstanceStatus,
-    JoinState,
     TokenStatus,
 )
 from .tokens import new_token
@@ -116,11 +117,11 @@ def retry(
                 tok.kind = NodeKind.JOIN.value
             else:
                 restarted.append(tok)
+        # Every field kept (a FOR_EACH's progress and results or merged writes too), the arrivals
+        # in their order, the joined tokens renamed.
         inst.joins = {
-            group: JoinState(
-                fork_node=join.fork_node,
-                branch_count=join.branch_count,
-                base=join.base,
+            group: msgspec.structs.replace(
+                join,
                 arrived=dict(join.arrived),
                 joined_tokens=[renamed.get(t, t) for t in join.joined_tokens],
             )

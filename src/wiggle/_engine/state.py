@@ -140,8 +140,11 @@ class JoinState(msgspec.Struct):
     fork_node: str
     branch_count: int
     base: dict[str, Any]
-    arrived: dict[str, dict[str, Any]] = {}  # branch index (as str, for JSON) -> branch context
-    joined_tokens: list[str] = []
+    # branch index (as str, for JSON) -> branch context, in the order the branches arrived: a
+    # LAST_WRITE_WINS join folds in that order (the PostgreSQL store keeps it: msgspec encodes and
+    # decodes a dict in insertion order, wiggle/_storage/postgres/codecs.py)
+    arrived: dict[str, dict[str, Any]] = {}
+    joined_tokens: list[str] = []  # in arrival order too
     # A FOR_EACH's barrier (docs/semantics.md#for-each): the elements started so far, and each
     # finished branch's result (its output_key) by index; ``arrived`` stays empty.
     for_each: bool = False
@@ -152,6 +155,12 @@ class JoinState(msgspec.Struct):
     # every arrival.
     base_is_context: bool = False
     results_bytes: int = 0  # the JSON size of ``results`` so far (bounded by the payload limit)
+    # A LAST_WRITE_WINS FOR_EACH (docs/semantics.md#last-write-wins-joins) keeps no ``results``:
+    # the writes of the branches finished so far, merged in arrival order (keys set, keys
+    # removed), and how many have finished. ``results_bytes`` then bounds ``merged``'s size.
+    merged: dict[str, Any] = {}
+    merged_removed: list[str] = []
+    merged_count: int = 0
 
 
 class PendingSignal(msgspec.Struct):

@@ -42,6 +42,7 @@ def engine_config(config: ServerConfig) -> EngineConfig:
     """The engine's share of the server settings."""
     return EngineConfig(
         lease_millis=config.lease_millis,
+        max_lease_millis=config.max_lease_millis,
         execution_mode=config.execution_mode,
         max_local_steps=config.max_local_steps,
         max_payload_bytes=config.max_payload_bytes,

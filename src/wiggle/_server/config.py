@@ -23,6 +23,7 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     database_schema: str = "wiggle"
     execution_mode: ExecutionMode = ExecutionMode.SERVER  # what a definition's DEFAULT resolves to
     lease_millis: int = 30_000
+    max_lease_millis: int = 600_000  # the longest lease a client may ask for (upstream protocol)
     max_local_steps: int = 1000
     max_payload_bytes: int = 1 << 20
     max_instance_steps: int = 100_000
@@ -70,6 +71,11 @@ SETTINGS: list[tuple[str, str, str]] = [
         "lease_millis",
         "WIGGLE_LEASE_MILLIS",
         "how long a claimed step is leased before it is redelivered (30000)",
+    ),
+    (
+        "max_lease_millis",
+        "WIGGLE_MAX_LEASE_MILLIS",
+        "the longest lease a claim or heartbeat may ask for; shorter asks are raised to 1000 (600000)",
     ),
     ("max_local_steps", "WIGGLE_LOCAL_MAX_STEPS", "server cap on one local run's length; 0: none (1000)"),
     ("max_payload_bytes", "WIGGLE_MAX_PAYLOAD_BYTES", "limit on a context, step result or payload (1 MiB)"),
@@ -169,6 +175,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "metrics_port": (0, 65535),
     "upstream_port": (0, 65535),
     "lease_millis": (100, 24 * 3600 * 1000),
+    "max_lease_millis": (1000, 24 * 3600 * 1000),
     "max_local_steps": (0, 1 << 31),
     "max_payload_bytes": (1024, 1 << 30),
     "max_instance_steps": (1, 1 << 62),

@@ -270,25 +270,39 @@ class Instances:
 
     # ------------------------------------------------------------------ workers
 
-    async def claim(self, worker_id: str, queues: list[str], max_tasks: int) -> list[Claimed]:
-        """Lease up to ``max_tasks`` due READY tokens on ``queues`` now (no waiting)."""
+    async def claim(
+        self, worker_id: str, queues: list[str], max_tasks: int, *, lease_millis: int | None = None
+    ) -> list[Claimed]:
+        """Lease up to ``max_tasks`` due READY tokens on ``queues`` now (no waiting).
+
+        ``lease_millis``: the lease length asked for (None: the server's; else clamped,
+        Engine.lease_length).
+        """
         if not queues or max_tasks <= 0:
             return []
         claim = self.engine.claim
         timings = self.timings
+        self.engine.lease_length(lease_millis)  # a bad length is refused before anything is claimed
 
         def transition(
             loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
         ) -> Claimed:
             timings.claimed(loaded, token, now)
-            return claim(loaded, state, token, worker_id, now, changes)
+            return claim(loaded, state, token, worker_id, now, changes, lease_millis)
 
         return await self.store.claim(worker_id, queues, max_tasks, transition)
 
     async def poll(
-        self, worker_id: str, queues: list[str], max_tasks: int, wait_seconds: float
+        self,
+        worker_id: str,
+        queues: list[str],
+        max_tasks: int,
+        wait_seconds: float,
+        *,
+        lease_millis: int | None = None,
     ) -> list[Claimed]:
-        """Claim up to ``max_tasks`` steps on ``queues``, waiting up to ``wait_seconds`` for some.
+        """Claim up to ``max_tasks`` steps on ``queues``, waiting up to ``wait_seconds`` for some
+        (``lease_millis``: as for ``claim``).
 
         The poller registers for wake-ups *before* each look for work (``Notifier.watch_work``):
         work committed and announced between an empty claim and the wait then ends the wait at
@@ -300,7 +314,7 @@ class Instances:
         try:
             while True:
                 with notifier.watch_work(queues) as waiter:
-                    claimed = await self.claim(worker_id, queues, max_tasks)
+                    claimed = await self.claim(worker_id, queues, max_tasks, lease_millis=lease_millis)
                     woken_for = None  # looked: the wake-up was acted on
                     if claimed:
                         return claimed
@@ -320,13 +334,32 @@ class Instances:
             raise
 
     async def complete(
-        self, token_id: str, owner: str, context: dict[str, Any] | None, predicate_value: bool | None
+        self,
+        token_id: str,
+        owner: str,
+        context: dict[str, Any] | None,
+        predicate_value: bool | None,
+        *,
+        diff: tuple[dict[str, Any], list[str]] | None = None,
     ) -> str:
-        """CompleteTask; the instance status."""
+        """CompleteTask; the instance status.
+
+        ``diff`` (keys set, keys removed) instead of ``context``: applied to the token's context
+        as the store holds it under the instance lock, inside the transaction (Engine.complete).
+        """
+        if context is not None and diff is not None:
+            raise InvalidArgument("a step result is a context or a diff, not both")
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
             changes = self.engine.complete(
-                loaded, state, token_id, owner, now, context=context, predicate_value=predicate_value
+                loaded,
+                state,
+                token_id,
+                owner,
+                now,
+                context=context,
+                predicate_value=predicate_value,
+                diff=diff,
             )
             return None, changes
 
@@ -355,11 +388,15 @@ class Instances:
         _, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
         return state.instance.status
 
-    async def heartbeat(self, token_id: str, owner: str) -> tuple[str, int]:
-        """Extend a lease; (instance status, new expiry)."""
+    async def heartbeat(
+        self, token_id: str, owner: str, *, extend_millis: int | None = None
+    ) -> tuple[str, int]:
+        """Extend a lease; (instance status, new expiry). ``extend_millis``: the new lease's
+        length from now (None: the server's; else clamped, Engine.lease_length)."""
+        self.engine.lease_length(extend_millis, "extend_millis")  # refused before the store is touched
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
-            return self.engine.heartbeat(state, token_id, owner, now)
+            return self.engine.heartbeat(state, token_id, owner, now, extend_millis)
 
         expires, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
         return state.instance.status, expires
