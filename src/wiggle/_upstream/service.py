@@ -32,7 +32,7 @@ from .._wire.status import to_grpc
 from ..errors import InvalidArgument
 from . import reports
 from .definitions import from_upstream, to_upstream
-from .values import context_from_value, struct_to_dict, to_struct
+from .values import context_from_value, dict_to_struct, struct_to_dict
 from .versions import Versions
 from .views import activation, instance_view, schedule_view, token_view
 
@@ -187,7 +187,7 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         validate_name(request.name, "name")
         record = await self.instances.get_workflow(request.name)
         number = await self.versions.int_of(request.name, record.loaded.version)
-        return upb.WorkflowDefinition(definition=to_struct(to_upstream(record.loaded.definition, number)))
+        return upb.WorkflowDefinition(definition=dict_to_struct(to_upstream(record.loaded.definition, number)))
 
     # ------------------------------------------------------------------ instances
 
@@ -198,7 +198,7 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         if correlation:
             validate_name(correlation, "correlation_id")
         _payload_size(request.context, "context", self.limits.max_payload_bytes)
-        context = context_from_value(request.context if request.HasField("context") else None, "context")
+        context = context_from_value(request.context)
         version = ""
         if request.HasField("version"):
             version = await self.versions.hash_of(request.workflow, request.version)
@@ -252,7 +252,7 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         validate_name(request.instance_id, "instance_id")
         validate_name(request.signal, "signal")
         _payload_size(request.payload, "payload", self.limits.max_payload_bytes)
-        data = context_from_value(request.payload if request.HasField("payload") else None, "payload")
+        data = context_from_value(request.payload)
         await reports.signal_waiting(self.instances, request.instance_id, request.signal, data)
         return upb.Ack(ok=True)
 
@@ -267,7 +267,7 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         if which is None:
             raise InvalidArgument("CreateSchedule needs every_millis or cron")
         _payload_size(request.context, "context", self.limits.max_payload_bytes)
-        context = context_from_value(request.context if request.HasField("context") else None, "context")
+        context = context_from_value(request.context)
         spec = Schedule(
             id=f"sched-{uuid.uuid4().hex[:16]}",
             workflow=request.workflow,
@@ -322,7 +322,12 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             key = (c.instance.workflow, c.instance.version)
             if key not in numbers:
                 numbers[key] = await self.versions.int_of(*key)
-            tasks.append(activation(c, numbers[key]))
+            try:
+                tasks.append(activation(c, numbers[key]))
+            except InvalidArgument as exc:  # a context upstream's Value cannot carry (a huge int)
+                await self.instances.fail(
+                    c.token.id, c.token.lease_owner, f"cannot send this step to an upstream worker: {exc}", False
+                )
         return upb.TaskList(tasks=tasks)
 
     async def complete_task(self, request: upb.TaskResultRequest) -> upb.Ack:

@@ -12,17 +12,12 @@ from .._engine.schedules import Schedule
 from .._engine.state import Instance, Token
 from .._model import NodeKind
 from .._rpc.upstream import wiggle_pb2 as upb
+from .definitions import activity_of
 from .values import to_value
 
-__all__ = ["activity_of", "instance_view", "token_view", "activation", "schedule_view"]
+__all__ = ["instance_view", "token_view", "activation", "schedule_view"]
 
 _WORKER_KINDS = frozenset({NodeKind.TASK.value, NodeKind.PREDICATE.value})
-
-
-def activity_of(workflow: str, node_id: str) -> str:
-    """Upstream's activity name of a worker node: ``<workflow>#<step>``, the step being our node id
-    (wiggle/_upstream/definitions.py gives upstream steps their name as node id)."""
-    return f"{workflow}#{node_id}"
 
 
 def instance_view(inst: Instance, version: int) -> upb.InstanceView:
