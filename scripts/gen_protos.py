@@ -2,11 +2,16 @@
 
 Usage: python scripts/gen_protos.py [--check]
 --check regenerates into a temporary folder and exits 1 if the committed code differs.
+
+Two contracts: ours (proto/wiggle/_rpc/wiggle.proto, package wiggle.v1) and upstream Wiggle's,
+vendored by scripts/vendor_upstream_proto.py (proto/wiggle/_rpc/upstream/wiggle.proto, package
+dev.wiggle.proto). Their paths differ, so both modules register in one descriptor pool.
 """
 
 from __future__ import annotations
 
 import filecmp
+import importlib.resources
 import shutil
 import sys
 import tempfile
@@ -14,17 +19,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
-PROTOS = ["wiggle/_rpc/wiggle.proto"]
+PROTOS = ["wiggle/_rpc/wiggle.proto", "wiggle/_rpc/upstream/wiggle.proto"]
 GENERATED = ["wiggle_pb2.py", "wiggle_pb2.pyi", "wiggle_pb2_grpc.py"]
+
+
+def _outputs() -> list[Path]:
+    """Each generated file, relative to src/ (and to protoc's output folder)."""
+    return [Path(proto).parent / name for proto in PROTOS for name in GENERATED]
 
 
 def generate(out: Path) -> None:
     from grpc_tools import protoc  # dev dependency only
 
+    well_known = importlib.resources.files("grpc_tools") / "_proto"  # google/protobuf/*.proto
     for proto in PROTOS:
         args = [
             "protoc",
             f"-I{PROTO_ROOT}",
+            f"-I{well_known}",
             f"--python_out={out}",
             f"--pyi_out={out}",
             f"--grpc_python_out={out}",
@@ -39,13 +51,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         generate(out)
-        produced = out / "wiggle" / "_rpc"
-        target = ROOT / "src" / "wiggle" / "_rpc"
+        src = ROOT / "src"
         if check:
             drift = [
-                n
-                for n in GENERATED
-                if not (target / n).exists() or not filecmp.cmp(produced / n, target / n, shallow=False)
+                str(n)
+                for n in _outputs()
+                if not (src / n).exists() or not filecmp.cmp(out / n, src / n, shallow=False)
             ]
             if drift:
                 print(
@@ -56,9 +67,9 @@ def main() -> int:
                 return 1
             print("generated code matches proto/")
             return 0
-        for n in GENERATED:
-            shutil.copyfile(produced / n, target / n)
-        print("wrote " + ", ".join(GENERATED) + " to " + str(target.relative_to(ROOT)))
+        for n in _outputs():
+            shutil.copyfile(out / n, src / n)
+        print("wrote " + ", ".join(str(n) for n in _outputs()) + " to src/")
     return 0
 
 

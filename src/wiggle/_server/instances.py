@@ -134,6 +134,14 @@ class Instances:
         """Every registered version (of ``name``)."""
         return await self.store.list_workflows(name)
 
+    async def put_version_alias(self, workflow: str, alias: int, version: str) -> None:
+        """Make the int32 ``alias`` (an upstream client's version number) name ``version``."""
+        await self.store.put_version_alias(workflow, alias, version)
+
+    async def version_aliases(self, workflow: str) -> dict[int, str]:
+        """Every version alias of ``workflow``: {alias: version}."""
+        return await self.store.version_aliases(workflow)
+
     # ------------------------------------------------------------------ instances
 
     async def start(

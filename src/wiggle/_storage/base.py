@@ -18,6 +18,8 @@ import msgspec
 from .._clock import WALL_CLOCK, Clock
 from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import Changes, HistoryEntry, Instance, InstanceState, Token
+from .._model import validate_name
+from ..errors import InvalidArgument
 from .notifier import Notifier, ready_counts
 from .ops import NodeInfo, QueueStat, Readiness
 from .schedules import ScheduleStore
@@ -33,9 +35,25 @@ __all__ = [
     "ClaimTransition",
     "ready_counts",
     "NewInstance",
+    "check_version_alias",
 ]
 
 R = TypeVar("R")
+
+#: Version aliases are upstream Wiggle's int32 workflow versions (proto/wiggle/_rpc/upstream).
+ALIAS_MIN, ALIAS_MAX = -(2**31), 2**31 - 1
+
+
+def check_version_alias(workflow: object, alias: object, version: object) -> None:
+    """InvalidArgument unless ``workflow`` is a name, ``alias`` an int32 and ``version`` a non-empty string."""
+    validate_name(workflow, "workflow")
+    if not isinstance(alias, int) or isinstance(alias, bool):
+        raise InvalidArgument(f"version alias must be an integer, got {type(alias).__name__}")
+    if not ALIAS_MIN <= alias <= ALIAS_MAX:
+        raise InvalidArgument(f"version alias {alias} is outside the int32 range [{ALIAS_MIN}, {ALIAS_MAX}]")
+    if not isinstance(version, str) or not version:
+        raise InvalidArgument(f"the version an alias names must be a non-empty string, got {version!r}")
+
 
 # An operation on one locked instance: (definition, state, now) -> (result, what changed, or None
 # when nothing did and nothing is to be written). It changes ``state`` in place and raises a
@@ -120,6 +138,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
         """Every registered version (of ``name``), oldest first."""
+
+    @abc.abstractmethod
+    async def put_version_alias(self, workflow: str, alias: int, version: str) -> None:
+        """Make the int32 ``alias`` name ``version`` of ``workflow`` (upstream clients' version
+        numbers); an existing alias is pointed at ``version`` (upsert). InvalidArgument for a bad
+        name, alias or version (check_version_alias); NotFound if the version is not registered."""
+
+    @abc.abstractmethod
+    async def version_aliases(self, workflow: str) -> dict[int, str]:
+        """Every alias of ``workflow`` and the version it names, by alias ascending ({} if none)."""
 
     # ------------------------------------------------------------------ instances
 

@@ -34,6 +34,7 @@ from .base import (
     R,
     Store,
     WorkflowRecord,
+    check_version_alias,
 )
 from .ops import NodeInfo, QueueStat
 from .schedules import MemorySchedules
@@ -58,6 +59,7 @@ class MemoryStore(Store):
         self._finished: collections.deque[str] = collections.deque()  # ids, in the order they finished
         self._definitions: dict[tuple[str, str], WorkflowRecord] = {}
         self._latest: dict[str, str] = {}
+        self._aliases: dict[str, dict[int, str]] = {}  # workflow -> alias -> version
         self._instances: dict[str, InstanceState] = {}
         self._ids: list[str] = []  # every instance id, ascending (ids are time-sortable: appended in order)
         self._history: dict[str, list[HistoryEntry]] = {}
@@ -134,6 +136,15 @@ class MemoryStore(Store):
     async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
         records = [r for (n, _), r in self._definitions.items() if not name or n == name]
         return sorted(records, key=lambda r: (r.loaded.definition.name, r.registered_at))
+
+    async def put_version_alias(self, workflow: str, alias: int, version: str) -> None:
+        check_version_alias(workflow, alias, version)
+        await self.get_workflow(workflow, version)  # NotFound naming what is missing
+        self._aliases.setdefault(workflow, {})[alias] = version
+
+    async def version_aliases(self, workflow: str) -> dict[int, str]:
+        validate_name(workflow, "workflow")
+        return dict(sorted(self._aliases.get(workflow, {}).items()))
 
     # ------------------------------------------------------------------ instances
 

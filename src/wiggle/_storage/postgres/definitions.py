@@ -7,7 +7,7 @@ import asyncio
 from ..._engine.engine import LoadedDefinition
 from ..._model import definition_from_json, validate_name
 from ...errors import NotFound
-from ..base import WorkflowRecord
+from ..base import WorkflowRecord, check_version_alias
 from .db import Conn, Database
 from .statements import Queries
 
@@ -150,3 +150,19 @@ class Definitions:
         """Every version (of ``name``), oldest first."""
         rows = await self.db.fetch("list_workflows", self.queries.definitions, (name, name), binary=True)
         return [self.cache(r[0], r[1], r[3], r[2]) for r in rows]
+
+    async def put_alias(self, workflow: str, alias: int, version: str) -> None:
+        """Point ``alias`` at ``version`` of ``workflow`` (upsert); NotFound if it is not registered."""
+        check_version_alias(workflow, alias, version)
+        await self.get(workflow, version)  # NotFound naming what is missing; definitions stay
+
+        async def body(conn: Conn) -> None:
+            await conn.execute(self.queries.put_version_alias, (workflow, alias, version))
+
+        await self.db.run("put_version_alias", body)
+
+    async def aliases(self, workflow: str) -> dict[int, str]:
+        """Every alias of ``workflow`` and the version it names, by alias ascending."""
+        validate_name(workflow, "workflow")
+        rows = await self.db.fetch("version_aliases", self.queries.version_aliases, (workflow,))
+        return {int(r[0]): str(r[1]) for r in rows}

@@ -10,15 +10,15 @@ of its group, none half-applied.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..._engine.state import Changes, InstanceState, now_millis
-from ...errors import NotFound, Unavailable, WiggleError
+from ...errors import NotFound, WiggleError
 from ..base import Action, R, WorkflowRecord
 from .codecs import instance_from, token_from, token_seq
+from .committers import Committers, fail
 from .db import Conn, Database
 from .statements import Queries
 
@@ -44,8 +44,12 @@ class _Job:
         self.future = future
 
 
+def _one(job: _Job) -> int:
+    return 1  # a group is counted in mutations
+
+
 class GroupCommit:
-    """The committer tasks and their queue, over ``db``.
+    """The committer tasks and their queue (committers.py), over ``db``.
 
     ``load_definition`` reads a definition version on the transaction's connection; ``persist``
     writes a group's changes (and its NOTIFYs); ``committed(wrote, announce)`` runs after each
@@ -71,59 +75,37 @@ class GroupCommit:
         self.now: Callable[[], int] = now_millis
         # Committers: enough to overlap one group's commit with the next one's work.
         self.committers = max(1, min(4, db.pool_size - 2))
-        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._committers = Committers[_Job](self.committers, self.MAX_GROUP, _one, self._run)
 
     async def submit(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
         """Queue ``action`` on ``instance_id``; its result and the state once committed."""
         job = _Job(instance_id, missing, action, asyncio.get_running_loop().create_future())
-        self._jobs.put_nowait(job)
-        if len(self._tasks) < self.committers:
-            self._tasks.add(asyncio.ensure_future(self._committer()))
+        self._committers.submit(job)
         result, state = await job.future
         return result, state
 
     async def close(self) -> None:
         """Stop the committers; queued mutations fail with Unavailable."""
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
-        while not self._jobs.empty():
-            job = self._jobs.get_nowait()
-            if not job.future.done():
-                job.future.set_exception(Unavailable("the store is closing"))
+        await self._committers.close()
 
-    async def _committer(self) -> None:
-        jobs = self._jobs
-        while True:
-            first = await jobs.get()
-            batch = [first]
-            while len(batch) < self.MAX_GROUP and not jobs.empty():
-                batch.append(jobs.get_nowait())
-            try:
-                outcomes = await self.db.run("commit", functools.partial(self._commit_group, batch=batch))
-            except asyncio.CancelledError:
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(Unavailable("the store is closing"))
-                raise
-            except BaseException as exc:  # Unavailable, or a bug: every job of the group learns it
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
+    async def _run(self, batch: list[_Job]) -> None:
+        """Commit one group and answer its jobs (committers.py calls this)."""
+        try:
+            outcomes = await self.db.run("commit", functools.partial(self._commit_group, batch=batch))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # Unavailable, or a bug: every job of the group learns it
+            fail(batch, exc)
+            return
+        wrote, announce, results = outcomes
+        self.committed(wrote, announce)
+        for job, outcome in zip(batch, results, strict=True):
+            if job.future.done():
                 continue
-            wrote, announce, results = outcomes
-            self.committed(wrote, announce)
-            for job, outcome in zip(batch, results, strict=True):
-                if job.future.done():
-                    continue
-                if isinstance(outcome, BaseException):
-                    job.future.set_exception(outcome)
-                else:
-                    job.future.set_result(outcome)
+            if isinstance(outcome, BaseException):
+                job.future.set_exception(outcome)
+            else:
+                job.future.set_result(outcome)
 
     async def _commit_group(
         self, conn: Conn, batch: list[_Job]

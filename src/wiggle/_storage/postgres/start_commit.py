@@ -15,12 +15,12 @@ exist) and answered as committed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Awaitable, Callable
 
 from ...errors import Unavailable
 from ..base import NewInstance
+from .committers import Committers, fail
 from .db import Conn, Database
 from .statements import StartQueries
 
@@ -40,8 +40,12 @@ class _Job:
         self.future = future
 
 
+def _rows(job: _Job) -> int:
+    return len(job.items)  # a group is counted in instances
+
+
 class StartCommit:
-    """The start committers and their queue, over ``db``.
+    """The start committers and their queue (committers.py), over ``db``.
 
     ``persist`` writes new instances inside the transaction; ``committed(created)`` runs after each
     commit with the instances it created, before the callers are answered.
@@ -63,8 +67,7 @@ class StartCommit:
         # Two committers overlap one group's commit with the next one's work; more would only
         # take connections the mutations' committers and the claims need.
         self.committers = max(1, min(2, db.pool_size - 2))
-        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._committers = Committers[_Job](self.committers, self.MAX_ROWS, _rows, self._run)
         self.groups = 0  # transactions committed (for tests and the benchmark)
 
     async def submit(self, items: list[NewInstance]) -> list[str]:
@@ -72,51 +75,21 @@ class StartCommit:
         if not items:
             return []
         job = _Job(items, asyncio.get_running_loop().create_future())
-        self._jobs.put_nowait(job)
-        if len(self._tasks) < self.committers:
-            self._tasks.add(asyncio.ensure_future(self._committer()))
+        self._committers.submit(job)
         return await job.future
 
     async def close(self) -> None:
         """Stop the committers; queued starts fail with Unavailable."""
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
-        while not self._jobs.empty():
-            job = self._jobs.get_nowait()
-            if not job.future.done():
-                job.future.set_exception(Unavailable("the store is closing"))
-
-    async def _committer(self) -> None:
-        jobs = self._jobs
-        while True:
-            first = await jobs.get()
-            batch = [first]
-            rows = len(first.items)
-            while rows < self.MAX_ROWS and not jobs.empty():
-                job = jobs.get_nowait()
-                batch.append(job)
-                rows += len(job.items)
-            try:
-                await self._run(batch)
-            except asyncio.CancelledError:
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(Unavailable("the store is closing"))
-                raise
+        await self._committers.close()
 
     async def _run(self, batch: list[_Job]) -> None:
+        """Commit one group and answer its jobs (committers.py calls this)."""
         try:
             answers = await self._commit(batch)
         except asyncio.CancelledError:
             raise
         except Unavailable as exc:  # transient failures were retried already: every caller learns it
-            for job in batch:
-                if not job.future.done():
-                    job.future.set_exception(exc)
+            fail(batch, exc)
             return
         except BaseException as exc:
             if len(batch) > 1:
@@ -124,8 +97,8 @@ class StartCommit:
                 # job by job, so the error reaches only the caller whose rows cause it.
                 for job in batch:
                     await self._run([job])
-            elif not batch[0].future.done():
-                batch[0].future.set_exception(exc)
+            else:
+                fail(batch, exc)
             return
         for job, ids in zip(batch, answers, strict=True):
             if not job.future.done():

@@ -188,6 +188,14 @@ class Queries:
             "SELECT name, version, registered_at, definition FROM {s}.definitions "
             "WHERE %s = '' OR name = %s ORDER BY name, registered_at, seq"
         )
+        # version aliases (migration 0008): the foreign key refuses a version that is not registered
+        self.put_version_alias = q(
+            "INSERT INTO {s}.version_aliases (workflow, alias, version) VALUES (%s, %s, %s) "
+            "ON CONFLICT (workflow, alias) DO UPDATE SET version = EXCLUDED.version"
+        )
+        self.version_aliases = q(
+            "SELECT alias, version FROM {s}.version_aliases WHERE workflow = %s ORDER BY alias"
+        )
 
 
 class StartQueries:

@@ -169,6 +169,13 @@ class PostgresStore(Store):
     async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
         return await self.definitions.versions(name)
 
+    async def put_version_alias(self, workflow: str, alias: int, version: str) -> None:
+        await self.definitions.put_alias(workflow, alias, version)
+        self.stats.transactions += 1
+
+    async def version_aliases(self, workflow: str) -> dict[int, str]:
+        return await self.definitions.aliases(workflow)
+
     # ------------------------------------------------------------------ instances
 
     async def insert(self, state: InstanceState, changes: Changes) -> None:
