@@ -20,9 +20,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.pg import TEST_DATABASE_URL, create_schema, drop_schema
+
+from .servers import ServerProcess, server_env
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".upstream-venv"
@@ -87,3 +92,24 @@ def upstream_python() -> Path:
                 shutil.rmtree(stale, ignore_errors=True)
             _build()
     return _python(VENV)
+
+
+#: "memory" always; "postgres" when WIGGLE_TEST_POSTGRES=1 (as CI sets: tests/conformance/conftest.py)
+STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
+
+
+@pytest.fixture(params=STORES)
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server process on the memory store, or on PostgreSQL in a schema of its own."""
+    schema = ""
+    settings: dict[str, str] = {}
+    if request.param == "postgres":
+        schema = create_schema()
+        settings = {"WIGGLE_DATABASE_URL": TEST_DATABASE_URL, "WIGGLE_DATABASE_SCHEMA": schema}
+    proc = ServerProcess(tmp_path / "server.log", server_env(**settings))
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        if schema:
+            drop_schema(schema)

@@ -17,7 +17,7 @@ from typing import Any
 
 from wiggle import AsyncClient, Worker, WorkerOptions, Workflow
 
-from .test_upstream_client import SCENARIOS, ServerProcess, server  # noqa: F401  (the fixture)
+from .servers import SCENARIOS, ServerProcess
 
 STEPS = ("s1", "s2", "s3", "s4")
 INSTANCES = 24

@@ -17,8 +17,8 @@ from .._engine.engine import Engine, EngineConfig
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._rpc.upstream import wiggle_pb2_grpc as upstream_grpc
 from .._storage.base import Store
-from .._upstream.service import UpstreamControlPlane
 from .._storage.memory import MemoryStore
+from .._upstream.service import UpstreamControlPlane
 from ..errors import FailedPrecondition
 from .config import ServerConfig
 from .exposure import Security, build_security
@@ -88,13 +88,13 @@ class WiggleServer:
         self.upstream = UpstreamControlPlane(
             self.instances, self.service.pollers, self.metrics, self.service.limits, lambda: self.target
         )
-        self.upstream.stopping = self._stopping.is_set
         self.port = 0
         self.upstream_port = 0  # the second port, when config.upstream_port is set
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = asyncio.Event()
+        self.upstream.stopping = self._stopping.is_set
         self._metrics_server: Any = None
         self.security: Security | None = None  # built at start (wiggle/_server/exposure.py)
         self._http: HttpPort | None = None  # the HTTP port (dashboard, /metrics), if configured

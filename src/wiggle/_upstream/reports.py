@@ -19,8 +19,8 @@ import msgspec
 from google.protobuf import struct_pb2
 
 from .._engine.config import LoadedDefinition
-from .._engine.records import PredicateDone, StepRecord, TaskDone
 from .._engine.local_runs import AdvanceOutcome
+from .._engine.records import PredicateDone, StepRecord, TaskDone
 from .._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus, token_instance_id
 from .._engine.tokens import leased_token
 from .._model import NodeKind
@@ -57,7 +57,7 @@ def _predicate_value(result: struct_pb2.Value | None, node_id: str) -> bool:
         if value is not None and value.WhichOneof("kind") == "bool_value":
             return value.bool_value
     raise InvalidArgument(
-        f"step {node_id!r} is a PREDICATE: complete it with {{\"value\": true}} or {{\"value\": false}}"
+        f'step {node_id!r} is a PREDICATE: complete it with {{"value": true}} or {{"value": false}}'
     )
 
 

@@ -133,7 +133,9 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
     async def health_check(self, request: upb.Empty) -> upb.HealthStatus:
         """UP while serving, DOWN while stopping; this node and whether it leads the clock duties."""
         leader = any(n.this_node and n.clock_leader for n in await self.instances.store.cluster_nodes())
-        return upb.HealthStatus(status="DOWN" if self.stopping() else "UP", node=self.node_id(), leader=leader)
+        return upb.HealthStatus(
+            status="DOWN" if self.stopping() else "UP", node=self.node_id(), leader=leader
+        )
 
     async def get_cluster(self, request: upb.Empty) -> upb.ClusterView:
         """The servers sharing this store (every listed node is alive: the store lists live ones)."""
@@ -180,14 +182,18 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             number = await self.versions.int_of(definition.name, version)
         if created:
             log.info("registered workflow %s version %s (upstream %d)", definition.name, version, number)
-        return upb.RegisterWorkflowResult(name=definition.name, version=str(number), nodes=len(definition.nodes))
+        return upb.RegisterWorkflowResult(
+            name=definition.name, version=str(number), nodes=len(definition.nodes)
+        )
 
     async def get_workflow(self, request: upb.GetWorkflowRequest) -> upb.WorkflowDefinition:
         """The latest version in upstream's JSON form."""
         validate_name(request.name, "name")
         record = await self.instances.get_workflow(request.name)
         number = await self.versions.int_of(request.name, record.loaded.version)
-        return upb.WorkflowDefinition(definition=dict_to_struct(to_upstream(record.loaded.definition, number)))
+        return upb.WorkflowDefinition(
+            definition=dict_to_struct(to_upstream(record.loaded.definition, number))
+        )
 
     # ------------------------------------------------------------------ instances
 
@@ -302,7 +308,9 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         if not 1 <= max_tasks <= limit:
             raise InvalidArgument(f"max must be between 1 and {limit}, got {max_tasks}")
         if request.lease_millis < 0:
-            raise InvalidArgument(f"lease_millis must be 0 (the server's) or more, got {request.lease_millis}")
+            raise InvalidArgument(
+                f"lease_millis must be 0 (the server's) or more, got {request.lease_millis}"
+            )
         if self.stopping():  # draining: tell the worker when to come back
             return upb.TaskList(retry_after_millis=1000)
         self.pollers.seen(request.worker_id, queues)
@@ -326,7 +334,10 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
                 tasks.append(activation(c, numbers[key]))
             except InvalidArgument as exc:  # a context upstream's Value cannot carry (a huge int)
                 await self.instances.fail(
-                    c.token.id, c.token.lease_owner, f"cannot send this step to an upstream worker: {exc}", False
+                    c.token.id,
+                    c.token.lease_owner,
+                    f"cannot send this step to an upstream worker: {exc}",
+                    False,
                 )
         return upb.TaskList(tasks=tasks)
 
@@ -335,7 +346,10 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         validate_name(request.task_id, "task_id")
         _payload_size(request.result, "result", self.limits.max_payload_bytes)
         await reports.complete(
-            self.instances, request.task_id, request.lease_owner, request.result if request.HasField("result") else None
+            self.instances,
+            request.task_id,
+            request.lease_owner,
+            request.result if request.HasField("result") else None,
         )
         return upb.Ack(ok=True)
 
@@ -343,7 +357,11 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         """A step failed; retried by its policy unless not ``retryable``."""
         validate_name(request.task_id, "task_id")
         await reports.fail(
-            self.instances, request.task_id, request.lease_owner, request.message or "step failed", request.retryable
+            self.instances,
+            request.task_id,
+            request.lease_owner,
+            request.message or "step failed",
+            request.retryable,
         )
         return upb.Ack(ok=True)
 

@@ -7,6 +7,7 @@ context with "upstream", so the test (tests/upstream/test_mixed_fleet.py) sees w
 Prints one JSON line: the steps this worker ran.
 """
 
+# ruff: noqa: I001  (`wiggle` here is upstream's package, a third-party one, not ours)
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@ scenario -> what the client saw (status, context, termination reason, error). Th
 in tests/upstream/test_upstream_client.py, on our side.
 """
 
+# ruff: noqa: I001  (`wiggle` here is upstream's package, a third-party one, not ours)
 from __future__ import annotations
 
 import json
@@ -74,13 +75,19 @@ fork_join = (
         Branch.of("left", lambda b: b.step("left-1", lambda o: {**o, "left": o["n"] + 1, "shared": "left"})),
         Branch.of(
             "right",
-            lambda b: b.step("right-1", lambda o: {**o, "right": 2, "shared": "right"})
-            .gate("right-ok", lambda o: o.get("go", True))
-            .step("right-2", lambda o: {**o, "right2": True}),
+            lambda b: (
+                b.step("right-1", lambda o: {**o, "right": 2, "shared": "right"})
+                .gate("right-ok", lambda o: o.get("go", True))
+                .step("right-2", lambda o: {**o, "right2": True})
+            ),
         ),
     )
     .choose(
-        Case.when("big", lambda o: o["left"] + o["right"] > 3, lambda b: b.step("big-1", lambda o: {**o, "size": "big"})),
+        Case.when(
+            "big",
+            lambda o: o["left"] + o["right"] > 3,
+            lambda b: b.step("big-1", lambda o: {**o, "size": "big"}),
+        ),
         Case.otherwise("small", lambda b: b.step("small-1", lambda o: {**o, "size": "small"})),
     )
     .step("after", lambda o: {**o, "sum": o["left"] + o["right"]})
@@ -102,7 +109,10 @@ signals = (
 )
 
 signal_deadline = (
-    Workflow("up-signal-deadline").step("ask", lambda o: {**o, "asked": True}).await_signal("never", timeout_s=0.3).build()
+    Workflow("up-signal-deadline")
+    .step("ask", lambda o: {**o, "asked": True})
+    .await_signal("never", timeout_s=0.3)
+    .build()
 )
 
 escalation = (
@@ -114,7 +124,9 @@ escalation = (
     .build()
 )
 
-child = Workflow("up-child").step("child-step", lambda o: {**o, "child_saw": o["x"], "from_child": "yes"}).build()
+child = (
+    Workflow("up-child").step("child-step", lambda o: {**o, "child_saw": o["x"], "from_child": "yes"}).build()
+)
 parent = (
     Workflow("up-parent")
     .step("prepare", lambda o: {**o, "x": 21})
@@ -144,7 +156,9 @@ retries = (
 exhausted = Workflow("up-exhausted").step("declined", always_fails, retry=Retry.fixed(2, 0.05)).build()
 permanent_wf = Workflow("up-permanent").step("lookup", permanent).build()
 
-sleeper = Workflow("up-cancel").step("first", lambda o: {**o, "first": True}).sleep("long", seconds=600).build()
+sleeper = (
+    Workflow("up-cancel").step("first", lambda o: {**o, "first": True}).sleep("long", seconds=600).build()
+)
 
 ticker = Workflow("up-tick").step("tick", lambda o: {**o, "ticked": True}).build()
 
