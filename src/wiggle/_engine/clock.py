@@ -78,7 +78,9 @@ def user_task_deadline(
         finish_token(state, token, TokenStatus.FAILED, now, changes)
         what = "signal wait" if node.kind is NodeKind.SIGNAL else "user task"
         # name the signal when the node is not named after it (upstream definitions: ids like n2)
-        waited = f" for signal {node.signal!r}" if node.kind is NodeKind.SIGNAL and node.signal != node.id else ""
+        waited = (
+            f" for signal {node.signal!r}" if node.kind is NodeKind.SIGNAL and node.signal != node.id else ""
+        )
         fail_instance(state, f"{what} {node.id!r}{waited} timed out", now, changes, failed=token)
         return changes
     record(state, token, node, HistoryOutcome.TIMED_OUT, now, changes, started=token.started_at)
