@@ -303,10 +303,10 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
         for q in queues:
             validate_name(q, "queue")
-        max_tasks = request.max or 1
+        max_tasks = request.max  # upstream's workers always send their free capacity, >= 1
         limit = self.limits.max_tasks_per_poll
         if not 1 <= max_tasks <= limit:
-            raise InvalidArgument(f"max must be between 1 and {limit}, got {max_tasks}")
+            raise InvalidArgument(f"max (tasks to claim) must be between 1 and {limit}, got {max_tasks}")
         if request.lease_millis < 0:
             raise InvalidArgument(
                 f"lease_millis must be 0 (the server's) or more, got {request.lease_millis}"
