@@ -235,8 +235,14 @@ class Up:
 
 
 @contextlib.asynccontextmanager
-async def open_server(store: str, clock: VirtualClock | None = None, **settings: Any) -> AsyncIterator[Up]:
-    """A WiggleServer on a free loopback port (``settings``: ServerConfig fields) and its stubs."""
+async def open_server(
+    store: str,
+    clock: VirtualClock | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
+    **settings: Any,
+) -> AsyncIterator[Up]:
+    """A WiggleServer on a free loopback port (``settings``: ServerConfig fields) and its stubs
+    (over TLS with ``credentials``)."""
     async with contextlib.AsyncExitStack() as stack:
         fields: dict[str, Any] = {"port": 0, **settings}
         if store == "postgres":
@@ -246,5 +252,9 @@ async def open_server(store: str, clock: VirtualClock | None = None, **settings:
         server = WiggleServer(ServerConfig(**fields), clock=clock)
         await server.start()
         stack.push_async_callback(server.stop, 0.5)
-        channel = await stack.enter_async_context(grpc.aio.insecure_channel(server.target))
+        channel = await stack.enter_async_context(
+            grpc.aio.insecure_channel(server.target)
+            if credentials is None
+            else grpc.aio.secure_channel(server.target, credentials)
+        )
         yield Up(server, channel, clock, store)

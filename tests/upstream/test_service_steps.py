@@ -169,3 +169,18 @@ async def test_fail_retryable_retries_by_the_policy_then_fails(up: Up) -> None:
     detail = await up.get(iid)
     assert detail.instance.status == "FAILED" and "blip 3" in detail.instance.error
     assert await up.context(iid) == {"k": 1}
+
+
+async def test_a_failure_message_with_a_nul_character_is_kept_readable(up: Up) -> None:
+    # PostgreSQL cannot store NUL: the message keeps U+FFFD in its place, on every store
+    name = unique("up-nul")
+    await up.register(_retrying(name))
+    iid = await up.start(name)
+    t = await up.claim(name)
+    await _fail(up, t, "bad byte \x00 here", retryable=True)
+    [token] = (await up.get(iid)).tokens
+    assert token.last_error == "bad byte \ufffd here"
+    _clock(up).advance(2_000)
+    await _fail(up, await up.claim(name), "\x00 for good", retryable=False)
+    failed = (await up.get(iid)).instance
+    assert failed.status == "FAILED" and "\ufffd for good" in failed.error

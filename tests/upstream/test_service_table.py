@@ -80,6 +80,13 @@ def _with_node(**fields: Any) -> dict[str, Any]:
     return doc
 
 
+def _nul_reason() -> dict[str, Any]:
+    """The SERVER-mode flow ending with a reason PostgreSQL could not store."""
+    doc = _srv_flow()
+    doc["nodes"][-1]["reason"] = "done\x00"
+    return doc
+
+
 def _signal_flow() -> dict[str, Any]:
     return document(
         SIG,
@@ -166,6 +173,7 @@ TABLE: list[Row] = [
     ),
     Row("RegisterWorkflow", "bad name", lambda f: _defn({**_srv_flow(), "name": "bad name"}), INVALID),
     Row("RegisterWorkflow", "NUL in a node id", lambda f: _defn(_with_node(id=NUL)), INVALID),
+    Row("RegisterWorkflow", "NUL in an END's reason", lambda f: _defn(_nul_reason()), INVALID),
     Row("RegisterWorkflow", "wrong activity", lambda f: _defn(_with_node(activity="x#a")), INVALID),
     Row("RegisterWorkflow", "version 0", lambda f: _defn(_srv_flow(version=0)), INVALID),
     Row("RegisterWorkflow", "version 2^31", lambda f: _defn(_srv_flow(version=2**31)), INVALID),
@@ -224,6 +232,12 @@ TABLE: list[Row] = [
         "CancelInstance",
         "reason too long",
         lambda f: upb.CancelInstanceRequest(instance_id=f.signal_instance, reason="r" * 201),
+        INVALID,
+    ),
+    Row(
+        "CancelInstance",
+        "NUL in the reason",
+        lambda f: upb.CancelInstanceRequest(instance_id=f.signal_instance, reason="bad\x00"),
         INVALID,
     ),
     # SignalInstance

@@ -250,6 +250,8 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         validate_name(request.instance_id, "instance_id")
         if len(request.reason) > 200:
             raise InvalidArgument(f"reason is {len(request.reason)} characters; the limit is 200")
+        if "\x00" in request.reason:  # PostgreSQL cannot store it: refused on every store
+            raise InvalidArgument("reason contains a NUL character (\\x00)")
         view, _ = await self.instances.cancel(request.instance_id, request.reason or "cancelled")
         return upb.CancelInstanceResult(cancelled=view.instance.id)
 
@@ -360,7 +362,8 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             self.instances,
             request.task_id,
             request.lease_owner,
-            request.message or "step failed",
+            # a worker's failure must not be lost to a character PostgreSQL cannot store
+            request.message.replace("\x00", "\ufffd") or "step failed",
             request.retryable,
         )
         return upb.Ack(ok=True)
