@@ -1,5 +1,5 @@
 """AdvanceRun in upstream's message shapes: a local run (LOCAL_SYNC) of upstream's Java workers,
-reported step by step or in one batch (docs/upstream.md#the-service, docs/semantics.md#advancerun).
+reported step by step or in one batch (docs/upstream.md#local-runs-advancerun, docs/semantics.md#advancerun).
 """
 
 from __future__ import annotations

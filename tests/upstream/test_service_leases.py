@@ -1,7 +1,7 @@
 """Leases through upstream Wiggle's service, on a virtual clock so every expiry is exact.
 
 PollTasks' ``lease_millis`` and HeartbeatTask's ``extend_millis`` are honoured, clamped to
-[1000, WIGGLE_MAX_LEASE_MILLIS]; 0 asks for the server's lease (docs/upstream.md#leases). An
+[1000, WIGGLE_MAX_LEASE_MILLIS]; 0 asks for the server's lease (docs/upstream.md#worker-reports). An
 expired lease (the clock duty) makes the step claimable again, and the old owner's reports are
 NOT_FOUND.
 """

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf.message import Message
+from security.certs import Authority  # tests/security/certs.py
 
 from wiggle._rpc.upstream import wiggle_pb2 as upb
 from wiggle._rpc.upstream import wiggle_pb2_grpc as upb_grpc
@@ -84,8 +85,6 @@ async def _code(call: object, request: Message) -> tuple[grpc.StatusCode, str]:
 
 @pytest.fixture(params=STORES)
 async def secured(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Secured]:
-    from security.certs import Authority  # tests/security/certs.py
-
     ca = Authority(tmp_path)
     cert, key = ca.issue("localhost", server=True)
     auth = tmp_path / "identities.json"

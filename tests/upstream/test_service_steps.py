@@ -1,5 +1,5 @@
 """What upstream workers' reports do: CompleteTask's shallow diff, a predicate's branch, FailTask
-with and without retries (docs/upstream.md#the-service).
+with and without retries (docs/upstream.md#worker-reports).
 """
 
 from __future__ import annotations

@@ -149,6 +149,26 @@ def _schedule(**fields: Any) -> upb.CreateScheduleRequest:
     return upb.CreateScheduleRequest(**base)
 
 
+def _signal(f: Fixture, **fields: Any) -> upb.SignalRequest:
+    base: dict[str, Any] = {"instance_id": f.signal_instance, "signal": "approve"}
+    base.update(fields)
+    return upb.SignalRequest(**base)
+
+
+def _failure(task_id: str, owner: str = WORKER) -> upb.TaskFailureRequest:
+    return upb.TaskFailureRequest(task_id=task_id, lease_owner=owner, message="m")
+
+
+def _beat(task_id: str, owner: str = WORKER, extend_millis: int = 0) -> upb.HeartbeatRequest:
+    return upb.HeartbeatRequest(task_id=task_id, lease_owner=owner, extend_millis=extend_millis)
+
+
+def _advance(
+    t: upb.TaskActivation, *steps: upb.StepResult, owner: str = WORKER, final: bool = False
+) -> upb.AdvanceRunRequest:
+    return upb.AdvanceRunRequest(task_id=t.task_id, lease_owner=owner, steps=steps, final=final)
+
+
 def _step(node_id: str, merge: Any = None) -> upb.StepResult:
     step = upb.StepResult(node_id=node_id)
     if merge is not None:
@@ -242,42 +262,12 @@ TABLE: list[Row] = [
     ),
     # SignalInstance
     Row("SignalInstance", "empty", lambda f: upb.SignalRequest(), INVALID),
-    Row(
-        "SignalInstance",
-        "unknown instance",
-        lambda f: upb.SignalRequest(instance_id=UNKNOWN_INSTANCE, signal="approve"),
-        NOT_FOUND,
-    ),
-    Row(
-        "SignalInstance",
-        "unknown signal",
-        lambda f: upb.SignalRequest(instance_id=f.signal_instance, signal="nope"),
-        NOT_FOUND,
-    ),
-    Row(
-        "SignalInstance",
-        "not waiting",
-        lambda f: upb.SignalRequest(instance_id=f.signal_instance, signal="approve"),
-        PRECONDITION,
-    ),
-    Row(
-        "SignalInstance",
-        "payload a list",
-        lambda f: upb.SignalRequest(instance_id=f.signal_instance, signal="approve", payload=value([1])),
-        INVALID,
-    ),
-    Row(
-        "SignalInstance",
-        "oversize payload",
-        lambda f: upb.SignalRequest(instance_id=f.signal_instance, signal="approve", payload=value(BIG)),
-        INVALID,
-    ),
-    Row(
-        "SignalInstance",
-        "NUL signal",
-        lambda f: upb.SignalRequest(instance_id=f.signal_instance, signal=NUL),
-        INVALID,
-    ),
+    Row("SignalInstance", "unknown instance", lambda f: _signal(f, instance_id=UNKNOWN_INSTANCE), NOT_FOUND),
+    Row("SignalInstance", "unknown signal", lambda f: _signal(f, signal="nope"), NOT_FOUND),
+    Row("SignalInstance", "not waiting", lambda f: _signal(f), PRECONDITION),
+    Row("SignalInstance", "payload a list", lambda f: _signal(f, payload=value([1])), INVALID),
+    Row("SignalInstance", "oversize payload", lambda f: _signal(f, payload=value(BIG)), INVALID),
+    Row("SignalInstance", "NUL signal", lambda f: _signal(f, signal=NUL), INVALID),
     # CreateSchedule / DeleteSchedule
     Row("CreateSchedule", "no cadence", lambda f: _schedule(), INVALID),
     Row("CreateSchedule", "empty", lambda f: upb.CreateScheduleRequest(), INVALID),
@@ -354,42 +344,17 @@ TABLE: list[Row] = [
     ),
     # FailTask
     Row("FailTask", "empty", lambda f: upb.TaskFailureRequest(), INVALID),
-    Row(
-        "FailTask",
-        "wrong owner",
-        lambda f: upb.TaskFailureRequest(task_id=f.server_task.task_id, lease_owner="intruder"),
-        NOT_FOUND,
-    ),
-    Row(
-        "FailTask",
-        "stale report",
-        lambda f: upb.TaskFailureRequest(task_id=f.stale_task.task_id, lease_owner=WORKER),
-        NOT_FOUND,
-    ),
-    Row(
-        "FailTask",
-        "forged task id",
-        lambda f: upb.TaskFailureRequest(task_id=_forged(f.server_task), lease_owner=WORKER),
-        NOT_FOUND,
-    ),
+    Row("FailTask", "wrong owner", lambda f: _failure(f.server_task.task_id, "intruder"), NOT_FOUND),
+    Row("FailTask", "stale report", lambda f: _failure(f.stale_task.task_id), NOT_FOUND),
+    Row("FailTask", "forged task id", lambda f: _failure(_forged(f.server_task)), NOT_FOUND),
     # HeartbeatTask
     Row("HeartbeatTask", "empty", lambda f: upb.HeartbeatRequest(), INVALID),
-    Row(
-        "HeartbeatTask",
-        "wrong owner",
-        lambda f: upb.HeartbeatRequest(task_id=f.server_task.task_id, lease_owner="intruder"),
-        NOT_FOUND,
-    ),
-    Row(
-        "HeartbeatTask",
-        "stale report",
-        lambda f: upb.HeartbeatRequest(task_id=f.stale_task.task_id, lease_owner=WORKER),
-        NOT_FOUND,
-    ),
+    Row("HeartbeatTask", "wrong owner", lambda f: _beat(f.server_task.task_id, "intruder"), NOT_FOUND),
+    Row("HeartbeatTask", "stale report", lambda f: _beat(f.stale_task.task_id), NOT_FOUND),
     Row(
         "HeartbeatTask",
         "negative extension",
-        lambda f: upb.HeartbeatRequest(task_id=f.server_task.task_id, lease_owner=WORKER, extend_millis=-1),
+        lambda f: _beat(f.server_task.task_id, extend_millis=-1),
         INVALID,
     ),
     # AdvanceRun
@@ -397,47 +362,24 @@ TABLE: list[Row] = [
     Row(
         "AdvanceRun",
         "wrong owner",
-        lambda f: upb.AdvanceRunRequest(
-            task_id=f.local_task.task_id, lease_owner="intruder", steps=[_step("a")], final=True
-        ),
+        lambda f: _advance(f.local_task, _step("a"), owner="intruder", final=True),
         NOT_FOUND,
     ),
     Row(
-        "AdvanceRun",
-        "off the graph",
-        lambda f: upb.AdvanceRunRequest(
-            task_id=f.local_task.task_id, lease_owner=WORKER, steps=[_step("a"), _step("c")]
-        ),
-        PRECONDITION,
+        "AdvanceRun", "off the graph", lambda f: _advance(f.local_task, _step("a"), _step("c")), PRECONDITION
     ),
-    Row(
-        "AdvanceRun",
-        "a step without a node",
-        lambda f: upb.AdvanceRunRequest(
-            task_id=f.local_task.task_id, lease_owner=WORKER, steps=[upb.StepResult()]
-        ),
-        INVALID,
-    ),
-    Row(
-        "AdvanceRun",
-        "a merge that is a list",
-        lambda f: upb.AdvanceRunRequest(
-            task_id=f.local_task.task_id, lease_owner=WORKER, steps=[_step("a", [1])]
-        ),
-        INVALID,
-    ),
+    Row("AdvanceRun", "a step without a node", lambda f: _advance(f.local_task, upb.StepResult()), INVALID),
+    Row("AdvanceRun", "a merge that is a list", lambda f: _advance(f.local_task, _step("a", [1])), INVALID),
     Row(
         "AdvanceRun",
         "several steps on a SERVER-mode claim",
-        lambda f: upb.AdvanceRunRequest(
-            task_id=f.server_task.task_id, lease_owner=WORKER, steps=[_step("a"), _step("b")]
-        ),
+        lambda f: _advance(f.server_task, _step("a"), _step("b")),
         PRECONDITION,
     ),
     Row(
         "AdvanceRun",
         "stale report",
-        lambda f: upb.AdvanceRunRequest(task_id=f.stale_task.task_id, lease_owner=WORKER, final=True),
+        lambda f: _advance(f.stale_task, final=True),
         OK,  # as ours (docs/semantics.md#advancerun): applies nothing, answers the status
     ),
 ]
