@@ -4,15 +4,17 @@ ListInstances' limit and filters, CancelInstance, HealthCheck and GetCluster.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from wiggle._clock import VirtualClock
+from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc.upstream import wiggle_pb2 as upb
 
-from .service_kit import NOT_FOUND, STORES, WORKER, Up, document, end, flow, open_server, task, unique
+from .service_kit import NOT_FOUND, STORES, WORKER, Up, document, end, flow, open_server, plain, task, unique
 
 
 @pytest.fixture(params=STORES)
@@ -138,3 +140,25 @@ async def test_get_cluster_lists_this_node(up: Up, eventually: Callable[..., Any
     assert [m.id for m in view.members if m.leader] == [view.self]
     health = await up.stub.HealthCheck(upb.Empty(), timeout=15)
     assert health.leader
+
+
+async def test_an_integer_no_double_holds_fails_the_step_but_not_the_reads(up: Up) -> None:
+    # a context started through our service may hold any integer; upstream's Value holds doubles
+    name = unique("up-bigint")
+    await up.register(flow(name, "a"))
+    big = 2**70 + 1
+    started = await up.ours.StartInstance(
+        pb.StartInstanceRequest(workflow=name, context_json=b'{"big": %d, "fine": 3}' % big), timeout=15
+    )
+    iid = started.instance_id
+    # sent to an upstream worker, it would come back rounded: the step fails, naming why
+    assert not await up.poll(name, wait_millis=0)
+    detail = await up.get(iid)
+    assert detail.instance.status == "FAILED"
+    assert "cannot send this step to an upstream worker" in detail.instance.error
+    assert f"the integer {big}" in detail.instance.error and "['big']" in detail.instance.error
+    # reads show it as its decimal text, never rounded, and never fail on it
+    assert plain(detail.instance.context) == {"big": str(big), "fine": 3}
+    listed = await up.stub.ListInstances(upb.ListInstancesRequest(), timeout=15)
+    assert [plain(i.context) for i in listed.instances if i.id == iid] == [{"big": str(big), "fine": 3}]
+    assert json.loads((await up.info(iid)).context_json) == {"big": big, "fine": 3}  # stored as it was
