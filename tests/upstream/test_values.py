@@ -17,6 +17,7 @@ from wiggle._upstream.values import (
     dict_to_struct,
     diff_from_value,
     from_value,
+    readable,
     struct_to_dict,
     to_value,
 )
@@ -253,3 +254,14 @@ def test_diff_property(diff: dict[str, Any]) -> None:
     assert set(removed) == {k for k, v in diff.items() if v is None}
     assert same_json(changed, {k: v for k, v in diff.items() if v is not None})
     assert same_json(struct_to_dict(dict_to_struct(diff)), diff)
+
+
+def test_readable_shows_integers_no_double_holds_as_text() -> None:
+    exact = {"a": [2**70, 2**53, -(2**53), 5, 1.5, True, None, "s"], "b": {"c": {}}}
+    assert readable(exact) == exact
+    assert readable({"a": [2**70 + 1], "b": {"c": -(2**60) - 1}, "d": 10**400}) == {
+        "a": [str(2**70 + 1)],
+        "b": {"c": str(-(2**60) - 1)},
+        "d": str(10**400),
+    }
+    assert to_value(readable({"big": 2**70 + 1})).struct_value.fields["big"].string_value == str(2**70 + 1)

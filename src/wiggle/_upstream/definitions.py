@@ -275,10 +275,11 @@ def _translate(node: RawNode, ids: dict[str, str], join_of: dict[str, str], fork
     if kind == "JOIN":
         return Node(id=our_id, kind=NodeKind.JOIN, next=nxt, fork=ids[fork_of[node.uid]])
     if kind == "END":
+        reason = f.text("reason")
+        if reason is not None and "\x00" in reason:  # it becomes the instance's reason, stored as text
+            raise InvalidArgument(f"{node.label}: 'reason' contains a NUL character (\\x00)")
         # upstream reads a missing "success" as false (its DSL always writes true)
-        return Node(
-            id=our_id, kind=NodeKind.END, success=f.boolean("success", False), reason=f.text("reason")
-        )
+        return Node(id=our_id, kind=NodeKind.END, success=f.boolean("success", False), reason=reason)
     if kind == "SIGNAL":
         return Node(
             id=our_id,

@@ -250,6 +250,8 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         validate_name(request.instance_id, "instance_id")
         if len(request.reason) > 200:
             raise InvalidArgument(f"reason is {len(request.reason)} characters; the limit is 200")
+        if "\x00" in request.reason:  # PostgreSQL cannot store it: refused on every store
+            raise InvalidArgument("reason contains a NUL character (\\x00)")
         view, _ = await self.instances.cancel(request.instance_id, request.reason or "cancelled")
         return upb.CancelInstanceResult(cancelled=view.instance.id)
 
@@ -303,10 +305,10 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
         for q in queues:
             validate_name(q, "queue")
-        max_tasks = request.max or 1
+        max_tasks = request.max  # upstream's workers always send their free capacity, >= 1
         limit = self.limits.max_tasks_per_poll
         if not 1 <= max_tasks <= limit:
-            raise InvalidArgument(f"max must be between 1 and {limit}, got {max_tasks}")
+            raise InvalidArgument(f"max (tasks to claim) must be between 1 and {limit}, got {max_tasks}")
         if request.lease_millis < 0:
             raise InvalidArgument(
                 f"lease_millis must be 0 (the server's) or more, got {request.lease_millis}"
@@ -360,7 +362,8 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             self.instances,
             request.task_id,
             request.lease_owner,
-            request.message or "step failed",
+            # a worker's failure must not be lost to a character PostgreSQL cannot store
+            request.message.replace("\x00", "\ufffd") or "step failed",
             request.retryable,
         )
         return upb.Ack(ok=True)

@@ -19,6 +19,7 @@ from ..errors import InvalidArgument
 __all__ = [
     "from_value",
     "to_value",
+    "readable",
     "struct_to_dict",
     "dict_to_struct",
     "context_from_value",
@@ -173,6 +174,24 @@ def to_value(obj: Any, what: str = "the value") -> struct_pb2.Value:
     except RecursionError:
         raise InvalidArgument(f"{what} is nested too deeply") from None
     return value
+
+
+def readable(obj: Any) -> Any:
+    """``obj`` with every integer a double cannot hold exactly as its decimal text, for answers
+    that only show a value (GetInstance, ListInstances): a read never fails on one, and never
+    rounds it. The rest is left as it is (a copy only where something changed)."""
+    t = type(obj)
+    if t is dict:
+        return {k: readable(v) for k, v in obj.items()}
+    if t is list or t is tuple:
+        return [readable(v) for v in obj]
+    if isinstance(obj, int) and not isinstance(obj, bool) and not -_EXACT <= obj <= _EXACT:
+        try:
+            exact = float(obj) == obj
+        except OverflowError:
+            exact = False
+        return obj if exact else str(int(obj))
+    return obj
 
 
 def dict_to_struct(obj: dict[str, Any], what: str = "the object") -> struct_pb2.Struct:

@@ -1,4 +1,4 @@
-"""Upstream version numbers: int32 aliases of our content-hash versions (docs/upstream.md#versions).
+"""Upstream version numbers: int32 aliases of our content-hash versions (docs/upstream.md#version-numbers).
 
 Upstream clients name a workflow version with an int32 and parse RegisterWorkflow's answer as
 one; ours are 16-hex-digit content hashes. A definition registered with an explicit upstream

@@ -7,13 +7,18 @@ The upstream service (wiggle/_upstream/service.py) answers with these; contexts 
 
 from __future__ import annotations
 
+from typing import Any
+
+from google.protobuf import struct_pb2
+
 from .._engine.engine import Claimed
 from .._engine.schedules import Schedule
 from .._engine.state import Instance, Token
 from .._model import NodeKind
 from .._rpc.upstream import wiggle_pb2 as upb
+from ..errors import InvalidArgument
 from .definitions import activity_of
-from .values import to_value
+from .values import readable, to_value
 
 __all__ = ["instance_view", "token_view", "activation", "schedule_view"]
 
@@ -27,7 +32,7 @@ def instance_view(inst: Instance, version: int) -> upb.InstanceView:
         workflow=inst.workflow,
         version=version,
         status=str(inst.status.value if hasattr(inst.status, "value") else inst.status),
-        context=to_value(inst.context),
+        context=_shown(inst.context),
         created_at=inst.created_at,
         updated_at=inst.updated_at,
     )
@@ -36,6 +41,14 @@ def instance_view(inst: Instance, version: int) -> upb.InstanceView:
     if inst.error:
         view.error = inst.error
     return view
+
+
+def _shown(context: dict[str, Any]) -> struct_pb2.Value:
+    """A context as a Value for a read: an integer no double holds exactly shows as its text."""
+    try:
+        return to_value(context, "the context")
+    except InvalidArgument:
+        return to_value(readable(context), "the context")
 
 
 def token_view(workflow: str, token: Token) -> upb.Token:
@@ -73,7 +86,7 @@ def activation(claimed: Claimed, version: int) -> upb.TaskActivation:
         attempt=token.attempt,
         lease_expires_at=token.lease_expires_at,
         lease_owner=token.lease_owner,
-        context=to_value(claimed.context),
+        context=to_value(claimed.context, "the context"),
         execution_mode=claimed.execution_mode,
     )
 
