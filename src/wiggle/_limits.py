@@ -18,6 +18,10 @@ __all__ = [
     "seconds_to_millis",
     "check_millis",
     "check_count",
+    "MAX_ERROR_CHARS",
+    "storable_text",
+    "MAX_REASON_CHARS",
+    "check_text",
 ]
 
 
@@ -77,3 +81,31 @@ def check_count(value: object, field: str, where: str, what_zero: str) -> None:
         raise InvalidArgument(f"{where}: {field} must be >= 0 ({what_zero}), got {value}")
     if value > MAX_COUNT:
         raise InvalidArgument(f"{where}: {field} is {value}; the limit is {MAX_COUNT}")
+
+
+#: The most characters of an error message kept (a token's last error, an instance's error).
+MAX_ERROR_CHARS = 4_000
+
+
+def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, a NUL character replaced by U+FFFD.
+
+    For text a worker or an operator sends and the stores keep as text (failure messages,
+    tracebacks): PostgreSQL cannot store a NUL in a text column, and a report must never be lost
+    to one (nor behave differently on the memory store).
+    """
+    text = text[:limit]
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+#: The most characters of a reason a person gives (a cancel).
+MAX_REASON_CHARS = 200
+
+
+def check_text(value: str, what: str, limit: int) -> None:
+    """InvalidArgument unless ``value`` has at most ``limit`` characters and no NUL character
+    (PostgreSQL cannot store one in text: refused on every store alike)."""
+    if len(value) > limit:
+        raise InvalidArgument(f"{what} is {len(value)} characters; the limit is {limit}")
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} contains a NUL character (\\x00)")

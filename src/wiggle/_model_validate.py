@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ._limits import check_count, check_millis
+from ._limits import MAX_ERROR_CHARS, check_count, check_millis, check_text
 from ._model import JoinMerge, Node, NodeKind, validate_name
 from .errors import InvalidArgument
 
@@ -134,6 +134,8 @@ def validate_definition(definition: WorkflowDefinition) -> None:
         elif kind is NodeKind.END:
             if node.next is not None or node.alt_next is not None:
                 raise InvalidArgument(f"end {node.id!r} must not have outgoing edges")
+            if node.reason is not None:  # it becomes the instance's reason, kept as text
+                check_text(node.reason, f"end {node.id!r} reason", MAX_ERROR_CHARS)
     for cp in definition.checkpoints:
         if cp not in nodes or not nodes[cp].is_worker_step:
             raise InvalidArgument(f"checkpoint {cp!r} is not a TASK or PREDICATE node of {definition.name!r}")

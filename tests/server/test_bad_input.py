@@ -683,3 +683,39 @@ async def test_stream_serves_a_poll_and_a_report(wire: Wire) -> None:
     assert replies[8].report.instance_status == "RUNNING"
     metrics = wire.server.server.metrics.snapshot()
     assert metrics["rpc_calls"]["PollTasks"] >= 1 and metrics["rpc_calls"]["CompleteTask"] >= 1
+
+
+async def test_nul_in_text_the_stores_keep_is_refused_or_made_storable(edge: Wire) -> None:
+    """PostgreSQL cannot keep a NUL in text: what a definition or an operator gives is refused,
+    what a worker reports is kept with U+FFFD in its place; the same on every store."""
+    end = {"name": "nul-end", "start_node": "e", "nodes": [{"id": "e", "kind": "END", "reason": "a\x00b"}]}
+    before = await edge.workflows()
+    details = await edge.fails(
+        "RegisterWorkflow",
+        pb.RegisterWorkflowRequest(definition_json=msgspec.json.encode(end)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert "NUL" in details and "'e'" in details
+    assert await edge.workflows() == before
+
+    info = await edge.start(SERVER_FLOW, {})
+    details = await edge.fails(
+        "CancelInstance",
+        pb.CancelInstanceRequest(instance_id=info.instance_id, reason="stop\x00now"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert "NUL" in details
+    assert (await edge.state(info.instance_id))[0].status == "RUNNING"
+
+    task = await edge.claim(SERVER_FLOW)
+    await edge.stub.FailTask(
+        pb.FailTaskRequest(
+            task_id=task.task_id, lease_owner=WORKER, message="boom\x00!", retryable=False, traceback="tb\x00"
+        ),
+        timeout=10,
+    )
+    done, history = await edge.state(info.instance_id)
+    assert done.status == "FAILED" and "boom\ufffd!" in done.error
+    (failed,) = [e for e in history if e.outcome == "FAILED"]
+    assert failed.error == "boom\ufffd!" and failed.traceback == "tb\ufffd"
+    await still_answers(edge)

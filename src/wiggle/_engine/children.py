@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .._limits import storable_text
 from .._model import Node
 from ..errors import InvalidArgument
 from .config import LoadedDefinition
@@ -206,7 +207,7 @@ def _failed(
     now: int,
 ) -> Changes:
     """The step failed: a new child after the backoff, else the error branch, else the instance fails."""
-    message = message[:4000]
+    message = storable_text(message)
     changes = Changes()
     state.instance.updated_at = now
     changes.instance_changed = True

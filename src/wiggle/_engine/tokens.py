@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .._limits import storable_text
 from .._model import Node
 from ..errors import AlreadyFinished, FailedPrecondition
 from .config import LoadedDefinition
@@ -212,7 +213,7 @@ def fail_step(
     changes: Changes,
     worker: str = "",
 ) -> Changes:
-    message = message[:4000]
+    message = storable_text(message)
     policy = loaded.definition.retry_for(node)
     state.instance.updated_at = now
     changes.instance_changed = True
@@ -273,7 +274,7 @@ def release_step(
     node = loaded.nodes[token.node_id]
     token.status = TokenStatus.READY
     token.available_at = now + engine.config.release_delay_millis
-    token.last_error = message[:4000]
+    token.last_error = storable_text(message)
     token.lease_owner = ""
     token.lease_expires_at = 0
     token.local_run_owner = ""

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from .._engine.records import StepFailed, StepRecord
 from .._engine.state import Changes, HistoryOutcome
+from .._limits import storable_text
 
 __all__ = ["MAX_TRACEBACK_CHARS", "bound_traceback", "attach_traceback", "failed_step"]
 
@@ -27,6 +28,7 @@ def bound_traceback(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
 
     The tail is kept longer than the head: the innermost frames and the exception line are there.
     """
+    text = storable_text(text, len(text))  # no NUL (wiggle/_limits.py)
     if len(text) <= limit:
         return text
     head = min(_HEAD, limit // 4)
@@ -50,7 +52,7 @@ def attach_traceback(changes: Changes, node_id: str | None, message: str | None,
             continue
         if node_id is not None and entry.node_id != node_id:
             continue
-        if message is not None and not message.startswith(entry.error):
+        if message is not None and not storable_text(message).startswith(entry.error):
             continue
         entry.traceback = bounded
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import _tracing as tracing
 from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus
+from .._limits import MAX_REASON_CHARS, check_text
 from .._model import definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._storage.base import InstanceQuery
@@ -150,6 +151,7 @@ class InstanceHandlers:
     async def cancel_instance(self, request: pb.CancelInstanceRequest) -> pb.CancelInstanceResponse:
         """Cancel a running instance; a finished one is left as it is."""
         validate_name(request.instance_id, "instance_id")
+        check_text(request.reason, "reason", MAX_REASON_CHARS)
         view, changed = await self.instances.cancel(request.instance_id, request.reason or "cancelled")
         message = "cancelled" if changed else f"instance is already {view.instance.status}; nothing changed"
         return pb.CancelInstanceResponse(
@@ -170,8 +172,7 @@ class InstanceHandlers:
         validate_name(request.name, "name (the signal name)")
         if request.signal_id:
             validate_name(request.signal_id, "signal_id")
-        if len(request.sender) > 200:
-            raise InvalidArgument(f"sender is {len(request.sender)} characters; the limit is 200")
+        check_text(request.sender, "sender", 200)
         data = decode_object(request.data_json, "data_json", self.limits.max_payload_bytes)
         outcome, view = await self.instances.signal(
             request.instance_id, request.name, data, request.signal_id, request.sender
@@ -183,8 +184,7 @@ class InstanceHandlers:
         validate_name(request.instance_id, "instance_id")
         if request.from_node:
             validate_name(request.from_node, "from_node")
-        if len(request.requested_by) > 200:
-            raise InvalidArgument(f"requested_by is {len(request.requested_by)} characters; the limit is 200")
+        check_text(request.requested_by, "requested_by", 200)
         context: dict[str, Any] | None = None
         if request.replace_context:
             context = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)

@@ -8,6 +8,7 @@ with the action itself (docs/semantics.md#operator-actions).
 from __future__ import annotations
 
 from .._engine.state import Changes, HistoryEntry, InstanceState
+from .._limits import storable_text
 
 __all__ = ["OPERATOR_KIND", "record_action"]
 
@@ -30,6 +31,6 @@ def record_action(
             started_at=now,
             ended_at=now,
             outcome=action,
-            error=detail[:4000],
+            error=storable_text(detail),
         )
     )

@@ -18,6 +18,7 @@ import grpc
 from google.protobuf.message import Message
 
 from .._engine.state import InstanceStatus
+from .._limits import MAX_REASON_CHARS, check_text
 from .._model import validate_name
 from .._rpc.upstream import wiggle_pb2 as upb
 from .._rpc.upstream import wiggle_pb2_grpc as upb_grpc
@@ -248,10 +249,7 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
     async def cancel_instance(self, request: upb.CancelInstanceRequest) -> upb.CancelInstanceResult:
         """Cancel a running instance; a finished one is left as it is. Answers the instance id."""
         validate_name(request.instance_id, "instance_id")
-        if len(request.reason) > 200:
-            raise InvalidArgument(f"reason is {len(request.reason)} characters; the limit is 200")
-        if "\x00" in request.reason:  # PostgreSQL cannot store it: refused on every store
-            raise InvalidArgument("reason contains a NUL character (\\x00)")
+        check_text(request.reason, "reason", MAX_REASON_CHARS)
         view, _ = await self.instances.cancel(request.instance_id, request.reason or "cancelled")
         return upb.CancelInstanceResult(cancelled=view.instance.id)
 
@@ -362,8 +360,7 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             self.instances,
             request.task_id,
             request.lease_owner,
-            # a worker's failure must not be lost to a character PostgreSQL cannot store
-            request.message.replace("\x00", "\ufffd") or "step failed",
+            request.message or "step failed",  # kept storable by the engine (wiggle/_limits.py)
             request.retryable,
         )
         return upb.Ack(ok=True)
