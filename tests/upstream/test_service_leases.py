@@ -16,7 +16,7 @@ import pytest
 from wiggle._clock import VirtualClock
 from wiggle._rpc.upstream import wiggle_pb2 as upb
 
-from .service_kit import NOT_FOUND, STORES, WORKER, Up, flow, open_server, unique
+from .service_kit import NOT_FOUND, STORES, WORKER, Up, document, end, flow, open_server, task, unique
 
 LEASE = 30_000  # the server's lease
 MAX_LEASE = 120_000  # the longest a worker may ask for
@@ -94,7 +94,14 @@ async def test_a_lease_runs_out_when_asked_and_not_before(up: Up, eventually: Ca
     assert beat.lease_expires_at == clock.now() + 5_000
 
     clock.advance(5_000)  # the extended lease runs out
-    assert await _duties(up, eventually) >= 1
+    # the duty runs here, or in the server's own clock loop woken by the clock: either way, once
+    await _duties(up, eventually)
+
+    async def expired() -> bool:
+        [token] = (await up.get(iid)).tokens
+        return bool(token.status == "READY")
+
+    await eventually(expired, what="the expired lease makes the step READY again")
     [token] = (await up.get(iid)).tokens
     assert token.status == "READY" and not token.HasField("lease_owner")
     # an expired lease is a retryable failure: the step's retry policy (upstream's default, 1 s)
@@ -110,3 +117,45 @@ async def test_a_lease_runs_out_when_asked_and_not_before(up: Up, eventually: Ca
     assert await up.snapshot() == before
     await up.complete(again, {"by": 2})
     assert await up.context(iid) == {"k": 1, "by": 2}
+
+
+async def test_an_empty_short_poll_says_when_the_next_step_is_due(up: Up) -> None:
+    """retry_after_millis: 0 after a long poll, or with nothing due; after a short poll the time
+    until the next step on the queues is due (a retry's backoff here), at most 5 s."""
+    name = unique("up-comeback")
+    retry = {"maxAttempts": 3, "initialBackoffMillis": 3_000, "multiplier": 1.0, "maxBackoffMillis": 3_000}
+    await up.register(document(name, [task("n0", name, "flaky", "end", retry=retry), end()]))
+
+    async def empty_poll(wait_millis: int) -> int:
+        reply = await up.stub.PollTasks(
+            upb.PollRequest(worker_id=WORKER, queues=[name], max=1, wait_millis=wait_millis), timeout=15
+        )
+        assert not reply.tasks
+        return int(reply.retry_after_millis)
+
+    assert await empty_poll(0) == 0  # nothing on the queue at all
+    await up.start(name)
+    (step,) = await up.poll(name)
+    await up.stub.FailTask(
+        upb.TaskFailureRequest(
+            task_id=step.task_id, lease_owner=step.lease_owner, message="blip", retryable=True
+        ),
+        timeout=15,
+    )
+    assert await empty_poll(0) == 3_000
+    _clock(up).advance(1_000)
+    assert await empty_poll(0) == 2_000
+    assert await empty_poll(1) == 0  # a long poll that found nothing: poll again at once
+    long_retry = {**retry, "initialBackoffMillis": 60_000, "maxBackoffMillis": 60_000}
+    other = unique("up-comeback-long")
+    await up.register(document(other, [task("n0", other, "slow", "end", retry=long_retry), end()]))
+    await up.start(other)
+    (step,) = await up.poll(other)
+    await up.stub.FailTask(
+        upb.TaskFailureRequest(
+            task_id=step.task_id, lease_owner=step.lease_owner, message="blip", retryable=True
+        ),
+        timeout=15,
+    )
+    reply = await up.stub.PollTasks(upb.PollRequest(worker_id=WORKER, queues=[other], max=1), timeout=15)
+    assert not reply.tasks and reply.retry_after_millis == 5_000  # capped

@@ -45,6 +45,8 @@ SERVICE_NAME = "dev.wiggle.proto.WiggleControlPlane"
 METHOD_PREFIX = f"/{SERVICE_NAME}/"
 #: Upstream's ListInstances ``limit`` when it sends none.
 DEFAULT_LIST_LIMIT = 100
+#: The longest an empty short poll tells a worker to wait before it polls again.
+MAX_RETRY_AFTER_MILLIS = 5_000
 STATUSES = tuple(s.value for s in InstanceStatus)
 
 Context: TypeAlias = grpc.aio.ServicerContext
@@ -322,7 +324,7 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             lease_millis=request.lease_millis or None,
         )
         if not claimed:
-            return upb.TaskList()
+            return upb.TaskList(retry_after_millis=await self._come_back(request.wait_millis, queues))
         self.pollers.claimed(c.token.queue for c in claimed)
         numbers: dict[tuple[str, str], int] = {}
         tasks = []
@@ -340,6 +342,18 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
                     False,
                 )
         return upb.TaskList(tasks=tasks)
+
+    async def _come_back(self, wait_millis: int, queues: list[str]) -> int:
+        """An empty poll's ``retry_after_millis``: after a long poll, 0 (poll again at once); after
+        a short one (``wait_millis`` 0), when the next step on these queues is due, if one is
+        (a retry's backoff, say), at most MAX_RETRY_AFTER_MILLIS; else 0 (the worker's own idle
+        backoff)."""
+        if wait_millis > 0:
+            return 0
+        due = await self.instances.next_ready_at(queues)
+        if due is None:
+            return 0
+        return min(max(due - self.instances.clock.now(), 0), MAX_RETRY_AFTER_MILLIS)
 
     async def complete_task(self, request: upb.TaskResultRequest) -> upb.Ack:
         """A step's result: a shallow diff (null removes a key), or ``{"value": bool}`` for a predicate."""
