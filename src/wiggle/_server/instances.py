@@ -60,6 +60,18 @@ def _instance_missing(instance_id: str) -> str:
     return f"instance {instance_id} does not exist"
 
 
+def _may_involve_children(state: InstanceState, changes: Changes) -> bool:
+    """Whether committed ``changes`` may need a sub-workflow follow-up (``SubWorkflows.follow_up``):
+    the instance, a child, finished, or a token that has a child changed. Most transitions involve
+    neither, and then skip the follow-up's call altogether."""
+    if changes.finished and state.instance.parent_id:
+        return True
+    for token in changes.tokens.values():
+        if token.child_id:
+            return True
+    return False
+
+
 class Instances:
     """Workflows and instances over ``store``: register, start, read, report, wait, clock duties."""
 
@@ -84,21 +96,23 @@ class Instances:
         the sub-workflow follow-ups of what it committed (a finished child wakes its parent; a
         cancelled waiting token cancels its child)."""
         timings = self.timings
-        committed: list[Changes] = []
+        committed: Changes | None = None
 
         def run(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
+            nonlocal committed
             result, changes = action(loaded, state, now)
-            timings.changed(loaded, state, changes)
-            committed[:] = [changes] if changes is not None else []
+            committed = changes  # the last run's (a store may run the action again)
+            if changes is not None:
+                timings.changed(loaded, state, changes)
             return result, changes
 
         started = time.perf_counter()
         try:
             result, state = await self.store.mutate(instance_id, missing, run)
         finally:
-            timings.mutation.observe(("mutate",), time.perf_counter() - started)
-        if committed:
-            await self.subflows.follow_up(state, committed[0])
+            timings.mutate_seconds.observe(time.perf_counter() - started)
+        if committed is not None and _may_involve_children(state, committed):
+            await self.subflows.follow_up(state, committed)
         return result, state
 
     @property

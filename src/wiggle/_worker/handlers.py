@@ -24,7 +24,8 @@ import msgspec
 
 from .. import _fast
 from .. import _tracing as tracing
-from .._logging import step_fields
+from .._histogram import Series
+from .._logging import add_field_source
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError
 from ..workflow import Blueprint, HandlerKind
@@ -96,6 +97,15 @@ def log_fields_of(info: Step) -> dict[str, object]:
         "worker_id": info.worker_id,
         "task_id": info.task_id,
     }
+
+
+def _running_step_fields() -> dict[str, object] | None:
+    """The log fields of the step running in this task or thread, for JSON records (wiggle/_logging.py)."""
+    info = _current_step.get(None)
+    return None if info is None else log_fields_of(info)
+
+
+add_field_source(_running_step_fields)
 
 
 class LoadedBlueprint:
@@ -244,12 +254,12 @@ def _typed(value: Context, ctype: type[Any]) -> object:
 def timed_call(
     policy: InlinePolicy, fn: Handler, args: tuple[object, ...], info: Step, inline: bool
 ) -> object:
-    """Call a sync handler with its Step set, and tell the policy how long it took."""
+    """Call a sync handler with its Step set (``Step.current()``, the log fields), and tell the
+    policy how long it took."""
     token = _current_step.set(info)
     started = time.perf_counter()
     try:
-        with step_fields(log_fields_of(info)):
-            return fn(*args)
+        return fn(*args)
     finally:
         policy.observe(fn, time.perf_counter() - started, inline)
         _current_step.reset(token)
@@ -263,6 +273,7 @@ class HandlerCaller:
         self.stats = stats
         self.worker_id = worker_id
         self.pool: ThreadPoolExecutor | None = None  # set by the worker on start
+        self._seconds: dict[str, Series] = {}  # workflow -> its handler-seconds series
 
     def step_info(self, act: pb.TaskActivation, node_id: str, attempt: int) -> Step:
         """The Step a handler sees for ``node_id`` of the activation ``act``."""
@@ -295,8 +306,7 @@ class HandlerCaller:
         if loaded.blueprint.is_async[node_id]:
             token = _current_step.set(info)
             try:
-                with step_fields(log_fields_of(info)):
-                    result: object = await fn(*args)
+                result: object = await fn(*args)
                 return result
             finally:
                 _current_step.reset(token)
@@ -312,9 +322,12 @@ class HandlerCaller:
         info = self.step_info(act, node_id, attempt)
         started = time.perf_counter()
         try:
-            with tracing.span(
-                f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
-            ):
+            if tracing.active():
+                with tracing.span(
+                    f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+                ):
+                    result = await self.call(loaded, node_id, context, info)
+            else:  # no span, and no span attributes built for nothing
                 result = await self.call(loaded, node_id, context, info)
         except Exception as exc:  # the handler raised: that is the step's outcome
             failure = failure_of(exc)
@@ -339,9 +352,12 @@ class HandlerCaller:
         self.stats.steps += 1
         started = time.perf_counter()
         try:
-            with tracing.span(
-                f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
-            ):
+            if tracing.active():
+                with tracing.span(
+                    f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+                ):
+                    result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
+            else:  # no span, and no span attributes built for nothing
                 result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
         except Exception as exc:
             failure = failure_of(exc)
@@ -353,8 +369,13 @@ class HandlerCaller:
 
     def observe(self, info: Step, started: float, outcome: str) -> None:
         """Count one handler run and its duration (the worker's /metrics)."""
-        self.stats.outcomes[outcome] += 1
-        self.stats.handler_seconds.observe((info.workflow,), time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        stats = self.stats
+        stats.outcomes[outcome] += 1
+        series = self._seconds.get(info.workflow)
+        if series is None:
+            series = self._seconds[info.workflow] = stats.handler_seconds.labels((info.workflow,))
+        series.observe(seconds)
 
     async def in_pool(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the thread pool with the caller's contextvars."""

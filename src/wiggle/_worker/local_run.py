@@ -38,7 +38,7 @@ from ..workflow import HandlerKind
 from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome
 from .heartbeats import Heartbeats, Lease
 from .options import WorkerOptions
-from .records import ContextDiff, StepRecord, encode_records, step_record
+from .records import StepRecord, encode_records, step_record, task_record
 from .reporter import AdvanceUnsupported, Reporter
 from .server_step import decode_context, report_outcome
 from .stats import WorkerStats
@@ -69,6 +69,10 @@ class Decided(NamedTuple):
 
     decision: Decision
     reason: Handback | None = None
+
+
+_NEXT = Decided(Decision.NEXT)  # the two decisions without a reason, made once (one per step)
+_FLUSH = Decided(Decision.FLUSH)
 
 
 class AdvanceSupport:
@@ -145,7 +149,7 @@ class LocalRun:
             next_id = graph.successor(node_id, value)
         else:
             if outcome is None:
-                self.batch.append(step_record(node_id, ContextDiff({}, [])))
+                self.batch.append(task_record(node_id, {}, []))
             else:
                 assert isinstance(outcome, dict)
                 limit = self.act.max_payload_bytes
@@ -157,7 +161,7 @@ class LocalRun:
                         self.batch.append(step_record(node_id, Failure(message, False)))
                         return Decided(Decision.HANDBACK, Handback.RETRY)
                 changed, removed = _fast.diff(self.context, outcome)
-                self.batch.append(step_record(node_id, ContextDiff(changed, removed)))
+                self.batch.append(task_record(node_id, changed, removed))
                 self.context = outcome
             next_id = graph.successor(node_id, True)
         assert next_id is not None
@@ -182,8 +186,8 @@ class LocalRun:
             or graph.is_checkpoint(node_id)
             or (opts.flush_interval > 0 and time.monotonic() - self.last_flush >= opts.flush_interval)
         ):
-            return Decided(Decision.FLUSH)
-        return Decided(Decision.NEXT)
+            return _FLUSH
+        return _NEXT
 
     # ------------------------------------------------------------------ running
 
@@ -207,21 +211,12 @@ class LocalRun:
             if step.decision is not Decision.NEXT:
                 return step
 
-    async def _next_step(self) -> Decided | _Stop:
-        """Run the next step (or sync segment) wherever it belongs."""
-        blueprint = self.loaded.blueprint
+    async def _async_step(self) -> Decided:
+        """Run the next step, whose handler is ``async def``, on the event loop."""
         node_id = self.node_id
-        caller = self.env.caller
-        if blueprint.is_async[node_id]:
-            kind = blueprint.handlers[node_id][0]
-            outcome = await caller.run(self.loaded, self.act, node_id, self.context, self.attempt)
-            return self.after(kind, outcome)
-        result: Decided | _Stop = _Stop.THREAD
-        if caller.policy.inline(blueprint.handlers[node_id][1]):
-            result = self.sync_segment(inline=True)
-        if result is _Stop.THREAD:
-            result = await caller.in_pool(self.sync_segment)
-        return result
+        kind = self.loaded.blueprint.handlers[node_id][0]
+        outcome = await self.env.caller.run(self.loaded, self.act, node_id, self.context, self.attempt)
+        return self.after(kind, outcome)
 
     async def run(self) -> None:
         """Drive the run to its handback (or until the server stops it)."""
@@ -229,7 +224,13 @@ class LocalRun:
         env.heartbeats.watch(self.act, self.lease)
         try:
             while True:
-                step = await self._next_step()
+                # The next steps right here while the policy trusts their handlers inline (no
+                # await in between); it runs nothing if the next handler is async or is not trusted.
+                step = self.sync_segment(inline=True)
+                if step is _Stop.THREAD:
+                    step = await env.caller.in_pool(self.sync_segment)
+                elif step is _Stop.ASYNC:
+                    step = await self._async_step()
                 if isinstance(step, _Stop):
                     continue  # the next handler is async (or went back to the pool): go round
                 if step.decision is Decision.HANDBACK:
@@ -259,7 +260,10 @@ class LocalRun:
         self.last_flush = time.monotonic()
         stats = self.env.stats
         try:
-            with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
+            if tracing.active():
+                with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
+                    result = await self.env.reporter.advance(request)
+            else:
                 result = await self.env.reporter.advance(request)
         except AdvanceUnsupported:
             await self._fall_back()
