@@ -16,12 +16,13 @@ __all__ = ["Histogram", "Series"]
 class Series:
     """One label tuple's counts (per bucket, plus +Inf last) and sum of a ``Histogram``."""
 
-    __slots__ = ("buckets", "counts", "sum")
+    __slots__ = ("buckets", "counts", "sum", "zero")
 
     def __init__(self, buckets: tuple[float, ...]) -> None:
         self.buckets = buckets
         self.counts = [0] * (len(buckets) + 1)
         self.sum = 0.0
+        self.zero = bisect_left(buckets, 0.0)  # the bucket of 0 s: ``counts[zero] += 1`` observes one
 
     def observe(self, seconds: float) -> None:
         """Count one observation."""

@@ -61,7 +61,7 @@ class Timings:
             return
         workflow = state.instance.workflow
         nodes: dict[str, Series] | None = None
-        for entry in changes.history:
+        for entry in changes.history:  # a local run's batch: one entry per step
             if entry.kind in _WORKER_KINDS and entry.outcome in _REPORTED and entry.started_at:
                 if nodes is None:
                     nodes = self._run_series(workflow, loaded)
@@ -71,7 +71,10 @@ class Timings:
                     queue = loaded.queue_of(node) if node is not None else ""
                     series = nodes[entry.node_id] = self.run_time.labels((workflow, queue))
                 ran = entry.ended_at - entry.started_at
-                series.observe(ran / 1000 if ran > 0 else 0.0)
+                if ran > 0:
+                    series.observe(ran / 1000)
+                else:  # every step of a batch after its first (wiggle/_engine/local_runs.py)
+                    series.counts[series.zero] += 1
         if changes.finished:
             self.outcomes[(workflow, str(state.instance.status))] += 1
 

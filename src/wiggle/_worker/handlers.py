@@ -298,6 +298,12 @@ class HandlerCaller:
             return (base, branches)
         return (_typed(context, ctype),)
 
+    def runs_inline(self, loaded: LoadedBlueprint, node_id: str) -> bool:
+        """Whether ``call`` would run the handler of ``node_id`` inline on the event loop (a sync
+        handler the policy trusts): then ``run_sync(..., inline=True)`` does the same as ``run``."""
+        blueprint = loaded.blueprint
+        return not blueprint.is_async[node_id] and self.policy.inline(blueprint.handlers[node_id][1])
+
     async def call(self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step) -> object:
         """Run the handler of ``node_id`` on ``context``; returns its raw result (exceptions propagate)."""
         kind, fn = loaded.blueprint.handlers[node_id]

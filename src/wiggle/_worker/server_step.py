@@ -44,7 +44,10 @@ async def run_server_step(
     context = decode_context(act)
     heartbeats.watch(act)
     try:
-        outcome = await caller.run(loaded, act, act.node_id, context, act.attempt)
+        if caller.runs_inline(loaded, act.node_id):  # a quick sync handler: right here, no coroutine
+            outcome = caller.run_sync(loaded, act, act.node_id, context, act.attempt, True)
+        else:
+            outcome = await caller.run(loaded, act, act.node_id, context, act.attempt)
     finally:
         heartbeats.unwatch(act)
     await report_outcome(reporter, act, loaded.blueprint.handlers[act.node_id][0], outcome)
