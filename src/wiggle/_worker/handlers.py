@@ -353,7 +353,9 @@ class HandlerCaller:
         inline: bool,
     ) -> Outcome:
         """Run one sync step right here (a pool thread, or the loop when ``inline``)."""
-        kind, fn = loaded.blueprint.handlers[node_id]
+        blueprint = loaded.blueprint
+        kind, fn = blueprint.handlers[node_id]
+        ctype = blueprint.context_type
         info = self.step_info(act, node_id, attempt)
         self.stats.steps += 1
         started = time.perf_counter()
@@ -363,15 +365,20 @@ class HandlerCaller:
                     f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
                 ):
                     result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
-            else:  # no span, and no span attributes built for nothing
-                result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
+            else:  # no span, no span attributes built for nothing; ``arguments`` of a TASK inline
+                args = (
+                    (_typed(context, ctype),)
+                    if kind != HandlerKind.COMBINE
+                    else self.arguments(loaded, kind, context)
+                )
+                result = timed_call(self.policy, fn, args, info, inline)
         except Exception as exc:
             failure = failure_of(exc)
             log_failure(info, failure)
             self.observe(info, started, "failed")
             return failure
         self.observe(info, started, "completed")
-        return outcome_of(kind, node_id, result, context, loaded.blueprint.context_type)
+        return outcome_of(kind, node_id, result, context, ctype)
 
     def observe(self, info: Step, started: float, outcome: str) -> None:
         """Count one handler run and its duration (the worker's /metrics)."""

@@ -114,6 +114,9 @@ class LocalRun:
         self.steps_run = 0
         self.last_flush = time.monotonic()
         self.max_steps = act.max_local_steps
+        # read once: the activation's fields are protobuf attributes, decoded on every read
+        self.lease_millis = act.lease_millis
+        self.payload_limit = act.max_payload_bytes
         # where the run is: the node to run next, its context and attempt
         self.node_id = act.node_id
         self.context: Context = decode_context(act)
@@ -127,7 +130,7 @@ class LocalRun:
     # ------------------------------------------------------------------ deciding
 
     def _lease_low(self) -> bool:
-        lease_ms = self.act.lease_millis or self.env.heartbeats.lease_millis
+        lease_ms = self.lease_millis or self.env.heartbeats.lease_millis
         remaining = self.lease.expires_at - time.time() * 1000
         return remaining < lease_ms * self.env.options.lease_margin
 
@@ -152,7 +155,7 @@ class LocalRun:
                 self.batch.append(task_record(node_id, {}, []))
             else:
                 assert isinstance(outcome, dict)
-                limit = self.act.max_payload_bytes
+                limit = self.payload_limit
                 if limit:
                     size = len(_encode(outcome))
                     if size > limit:
