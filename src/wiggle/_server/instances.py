@@ -29,7 +29,7 @@ from .._engine.state import (
     new_instance_id,
     token_instance_id,
 )
-from .._model import WorkflowDefinition
+from .._model import NodeKind, WorkflowDefinition
 from .._storage.base import (
     Action,
     InstanceQuery,
@@ -60,15 +60,31 @@ def _instance_missing(instance_id: str) -> str:
     return f"instance {instance_id} does not exist"
 
 
-def _may_involve_children(state: InstanceState, changes: Changes) -> bool:
+#: LoadedDefinition -> whether it has a SUB_WORKFLOW node (only such a node's token has a child)
+_SPAWNS_CHILDREN: dict[LoadedDefinition, bool] = {}
+
+
+def _spawns_children(loaded: LoadedDefinition) -> bool:
+    """Whether an instance of ``loaded`` can have tokens waiting for children (cached per definition)."""
+    found = _SPAWNS_CHILDREN.get(loaded)
+    if found is None:
+        if len(_SPAWNS_CHILDREN) > 10_000:  # definitions loaded again and again: start afresh
+            _SPAWNS_CHILDREN.clear()
+        found = any(node.kind is NodeKind.SUB_WORKFLOW for node in loaded.definition.nodes)
+        _SPAWNS_CHILDREN[loaded] = found
+    return found
+
+
+def _may_involve_children(state: InstanceState, changes: Changes, spawns: bool) -> bool:
     """Whether committed ``changes`` may need a sub-workflow follow-up (``SubWorkflows.follow_up``):
-    the instance, a child, finished, or a token that has a child changed. Most transitions involve
-    neither, and then skip the follow-up's call altogether."""
+    the instance, a child, finished, or (``spawns``: its definition has SUB_WORKFLOW nodes) a token
+    that has a child changed. Most transitions involve neither and skip the follow-up's call."""
     if changes.finished and state.instance.parent_id:
         return True
-    for token in changes.tokens.values():
-        if token.child_id:
-            return True
+    if spawns:
+        for token in changes.tokens.values():
+            if token.child_id:
+                return True
     return False
 
 
@@ -97,13 +113,15 @@ class Instances:
         cancelled waiting token cancels its child)."""
         timings = self.timings
         committed: Changes | None = None
+        spawns = False
 
         def run(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
-            nonlocal committed
+            nonlocal committed, spawns
             result, changes = action(loaded, state, now)
             committed = changes  # the last run's (a store may run the action again)
             if changes is not None:
                 timings.changed(loaded, state, changes)
+                spawns = _spawns_children(loaded)
             return result, changes
 
         started = time.perf_counter()
@@ -111,7 +129,7 @@ class Instances:
             result, state = await self.store.mutate(instance_id, missing, run)
         finally:
             timings.mutate_seconds.observe(time.perf_counter() - started)
-        if committed is not None and _may_involve_children(state, committed):
+        if committed is not None and _may_involve_children(state, committed, spawns):
             await self.subflows.follow_up(state, committed)
         return result, state
 

@@ -351,12 +351,20 @@ class HandlerCaller:
         context: Context,
         attempt: int,
         inline: bool,
+        base: Step | None = None,
     ) -> Outcome:
-        """Run one sync step right here (a pool thread, or the loop when ``inline``)."""
+        """Run one sync step right here (a pool thread, or the loop when ``inline``).
+
+        ``base``: a Step of the same activation (a local run's), from which this step's is made
+        with its node and attempt, instead of reading the activation's fields again.
+        """
         blueprint = loaded.blueprint
         kind, fn = blueprint.handlers[node_id]
         ctype = blueprint.context_type
-        info = self.step_info(act, node_id, attempt)
+        if base is None:
+            info = self.step_info(act, node_id, attempt)
+        else:
+            info = msgspec.structs.replace(base, node_id=node_id, attempt=attempt)
         self.stats.steps += 1
         started = time.perf_counter()
         try:
@@ -377,18 +385,24 @@ class HandlerCaller:
             log_failure(info, failure)
             self.observe(info, started, "failed")
             return failure
-        self.observe(info, started, "completed")
+        seconds = time.perf_counter() - started  # ``observe`` written out: this runs every step
+        self.stats.completed += 1
+        (self._seconds.get(info.workflow) or self._series(info.workflow)).observe(seconds)
         return outcome_of(kind, node_id, result, context, ctype)
 
     def observe(self, info: Step, started: float, outcome: str) -> None:
         """Count one handler run and its duration (the worker's /metrics)."""
         seconds = time.perf_counter() - started
-        stats = self.stats
-        stats.outcomes[outcome] += 1
-        series = self._seconds.get(info.workflow)
-        if series is None:
-            series = self._seconds[info.workflow] = stats.handler_seconds.labels((info.workflow,))
-        series.observe(seconds)
+        if outcome == "completed":
+            self.stats.completed += 1
+        else:
+            self.stats.failed += 1
+        (self._seconds.get(info.workflow) or self._series(info.workflow)).observe(seconds)
+
+    def _series(self, workflow: str) -> Series:
+        """The handler-seconds series of ``workflow``, kept for the next steps."""
+        series = self._seconds[workflow] = self.stats.handler_seconds.labels((workflow,))
+        return series
 
     async def in_pool(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the thread pool with the caller's contextvars."""

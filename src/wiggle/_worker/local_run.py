@@ -117,6 +117,7 @@ class LocalRun:
         # read once: the activation's fields are protobuf attributes, decoded on every read
         self.lease_millis = act.lease_millis
         self.payload_limit = act.max_payload_bytes
+        self.step_base = env.caller.step_info(act, act.node_id, act.attempt)  # each step's Step, made from it
         # where the run is: the node to run next, its context and attempt
         self.node_id = act.node_id
         self.context: Context = decode_context(act)
@@ -209,7 +210,9 @@ class LocalRun:
             kind, fn = blueprint.handlers[node_id]
             if inline and not caller.policy.inline(fn):
                 return _Stop.THREAD
-            outcome = caller.run_sync(self.loaded, self.act, node_id, self.context, self.attempt, inline)
+            outcome = caller.run_sync(
+                self.loaded, self.act, node_id, self.context, self.attempt, inline, self.step_base
+            )
             step = self.after(kind, outcome)
             if step.decision is not Decision.NEXT:
                 return step
