@@ -8,6 +8,7 @@ Plain counters: prometheus-client is needed only to export them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 
 from .._engine.engine import LoadedDefinition
@@ -26,8 +27,8 @@ class Timings:
     """Everything the instance layer observes for /metrics.
 
     Called on every claim and every transition, so each keeps the ``Series`` of the labels it
-    observes (by workflow name, then queue or definition version and node) instead of building a
-    label tuple per step.
+    observes (by workflow name, then queue or definition version and node) and updates it in place,
+    instead of building a label tuple and looking it up per step.
     """
 
     def __init__(self) -> None:
@@ -53,7 +54,9 @@ class Timings:
         series = by_queue.get(token.queue)
         if series is None:
             series = by_queue[token.queue] = self.schedule_to_start.labels((name, token.queue))
-        series.observe(waited / 1000)
+        seconds = waited / 1000  # Series.observe written out (once per claimed step)
+        series.counts[bisect_left(series.buckets, seconds)] += 1
+        series.sum += seconds
 
     def changed(self, loaded: LoadedDefinition, state: InstanceState, changes: Changes | None) -> None:
         """A transition's changes: the step attempts it reported, the outcome if it finished."""
@@ -71,8 +74,10 @@ class Timings:
                     queue = loaded.queue_of(node) if node is not None else ""
                     series = nodes[entry.node_id] = self.run_time.labels((workflow, queue))
                 ran = entry.ended_at - entry.started_at
-                if ran > 0:
-                    series.observe(ran / 1000)
+                if ran > 0:  # Series.observe written out (once per reported step)
+                    seconds = ran / 1000
+                    series.counts[bisect_left(series.buckets, seconds)] += 1
+                    series.sum += seconds
                 else:  # every step of a batch after its first (wiggle/_engine/local_runs.py)
                     series.counts[series.zero] += 1
         if changes.finished:

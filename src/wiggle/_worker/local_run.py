@@ -117,6 +117,8 @@ class LocalRun:
         # read once: the activation's fields are protobuf attributes, decoded on every read
         self.lease_millis = act.lease_millis
         self.payload_limit = act.max_payload_bytes
+        self.task_id = act.task_id
+        self.lease_owner = act.lease_owner
         self.step_base = env.caller.step_info(act, act.node_id, act.attempt)  # each step's Step, made from it
         # where the run is: the node to run next, its context and attempt
         self.node_id = act.node_id
@@ -253,14 +255,16 @@ class LocalRun:
 
     async def flush(self, final: bool, reason: Handback | None) -> bool:
         """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""
+        # only the fields that are set (every step's flush in LOCAL_SYNC: defaults cost to pass too)
         request = pb.AdvanceRunRequest(
-            task_id=self.act.task_id,
-            lease_owner=self.act.lease_owner,
-            steps_batch=encode_records(self.batch),
-            final=final,
-            handback_reason=reason.value if reason is not None else "",
-            failure_traceback=self.failure_traceback,
+            task_id=self.task_id, lease_owner=self.lease_owner, steps_batch=encode_records(self.batch)
         )
+        if final:
+            request.final = True
+        if reason is not None:
+            request.handback_reason = reason.value
+        if self.failure_traceback:
+            request.failure_traceback = self.failure_traceback
         self.batch = []
         self.failure_traceback = ""
         self.last_flush = time.monotonic()

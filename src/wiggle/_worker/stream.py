@@ -58,32 +58,43 @@ class StreamTransport:
         self.on_orphan_tasks: OrphanHandler | None = None
 
     # ------------------------------------------------------------------ the five calls
+    # (each copies its request into the message: faster than passing it to the constructor)
 
     def poll(self, request: pb.PollTasksRequest, timeout: float) -> Coroutine[Any, Any, pb.PollTasksResponse]:
         """PollTasks over the stream."""
-        return self._call_with(pb.WorkerMessage(poll=request), "PollTasks", timeout, "tasks")
+        message = pb.WorkerMessage()
+        message.poll.CopyFrom(request)
+        return self._call_with(message, "PollTasks", timeout, "tasks")
 
     def complete(
         self, request: pb.CompleteTaskRequest, timeout: float
     ) -> Coroutine[Any, Any, pb.ReportResult]:
         """CompleteTask over the stream."""
-        return self._call_with(pb.WorkerMessage(complete=request), "CompleteTask", timeout, "report")
+        message = pb.WorkerMessage()
+        message.complete.CopyFrom(request)
+        return self._call_with(message, "CompleteTask", timeout, "report")
 
     def fail(self, request: pb.FailTaskRequest, timeout: float) -> Coroutine[Any, Any, pb.ReportResult]:
         """FailTask over the stream."""
-        return self._call_with(pb.WorkerMessage(fail=request), "FailTask", timeout, "report")
+        message = pb.WorkerMessage()
+        message.fail.CopyFrom(request)
+        return self._call_with(message, "FailTask", timeout, "report")
 
     def heartbeat(
         self, request: pb.HeartbeatTaskRequest, timeout: float
     ) -> Coroutine[Any, Any, pb.ReportResult]:
         """HeartbeatTask over the stream."""
-        return self._call_with(pb.WorkerMessage(heartbeat=request), "HeartbeatTask", timeout, "report")
+        message = pb.WorkerMessage()
+        message.heartbeat.CopyFrom(request)
+        return self._call_with(message, "HeartbeatTask", timeout, "report")
 
     def advance(
         self, request: pb.AdvanceRunRequest, timeout: float
     ) -> Coroutine[Any, Any, pb.AdvanceRunResult]:
         """AdvanceRun over the stream."""
-        return self._call_with(pb.WorkerMessage(advance=request), "AdvanceRun", timeout, "advanced")
+        message = pb.WorkerMessage()
+        message.advance.CopyFrom(request)
+        return self._call_with(message, "AdvanceRun", timeout, "advanced")
 
     async def close(self) -> None:
         """End the stream and stop reading it."""
