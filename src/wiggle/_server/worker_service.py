@@ -60,7 +60,11 @@ class WorkerHandlers:
         if claimed:
             self.pollers.claimed(c.token.queue for c in claimed)
         config = self.instances.config
-        return pb.PollTasksResponse(tasks=[convert.activation_to_pb(c, config) for c in claimed])
+        response = pb.PollTasksResponse()
+        tasks = response.tasks
+        for c in claimed:
+            convert.activation_to_pb(c, config, tasks)  # made in the response: no copies
+        return response
 
     async def complete_task(self, request: pb.CompleteTaskRequest) -> pb.ReportResult:
         """A step's result: the new context, or a predicate's value."""
