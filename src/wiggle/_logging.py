@@ -5,7 +5,9 @@
 configures a process whose root logger has no handler). With ``WIGGLE_LOG_FORMAT=json`` every
 record is one JSON object per line, with the instance id, node, attempt, worker id and workflow
 where known: from the record's ``extra`` fields, or from the step a worker is running when the
-record was made (``step_fields``), so a user's own log lines inside a handler carry them too.
+record was made (``step_fields``, or the source the worker registers with ``add_field_source``,
+which reads the step from the worker's context variable only when a record is formatted, so a
+step costs nothing here), so a user's own log lines inside a handler carry them too.
 Contexts and other payloads are never put in a log record by Wiggle.
 """
 
@@ -16,7 +18,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -30,6 +32,7 @@ __all__ = [
     "TEXT_FORMAT",
     "configure_logging",
     "step_fields",
+    "add_field_source",
     "log_settings",
 ]
 
@@ -43,6 +46,9 @@ _step_fields: contextvars.ContextVar[Mapping[str, object] | None] = contextvars.
     "wiggle_log_fields", default=None
 )
 _HANDLER_MARK = "_wiggle_handler"
+#: Called by ``JsonFormatter`` for the fields of the work being done when a record is made (None:
+#: none); the worker registers one that reads the step it is running (wiggle/_worker/handlers.py).
+_field_sources: list[Callable[[], Mapping[str, object] | None]] = []
 
 
 @contextmanager
@@ -53,6 +59,14 @@ def step_fields(fields: Mapping[str, object]) -> Iterator[None]:
         yield
     finally:
         _step_fields.reset(token)
+
+
+def add_field_source(source: Callable[[], Mapping[str, object] | None]) -> None:
+    """Have JSON records carry the fields ``source()`` returns when each is formatted (once per
+    ``source``): the lazy form of ``step_fields``, for code that already keeps its current work in
+    a context variable and should not pay for the fields on every step."""
+    if source not in _field_sources:
+        _field_sources.append(source)
 
 
 class JsonFormatter(logging.Formatter):
@@ -69,6 +83,10 @@ class JsonFormatter(logging.Formatter):
         known = _step_fields.get()
         if known:
             out.update(known)
+        for source in _field_sources:
+            found = source()
+            if found:
+                out.update(found)
         for name in CONTEXT_FIELDS:
             value = record.__dict__.get(name)
             if value is not None and value != "":

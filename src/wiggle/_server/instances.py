@@ -29,7 +29,7 @@ from .._engine.state import (
     new_instance_id,
     token_instance_id,
 )
-from .._model import WorkflowDefinition
+from .._model import NodeKind, WorkflowDefinition
 from .._storage.base import (
     Action,
     InstanceQuery,
@@ -60,6 +60,34 @@ def _instance_missing(instance_id: str) -> str:
     return f"instance {instance_id} does not exist"
 
 
+#: LoadedDefinition -> whether it has a SUB_WORKFLOW node (only such a node's token has a child)
+_SPAWNS_CHILDREN: dict[LoadedDefinition, bool] = {}
+
+
+def _spawns_children(loaded: LoadedDefinition) -> bool:
+    """Whether an instance of ``loaded`` can have tokens waiting for children (cached per definition)."""
+    found = _SPAWNS_CHILDREN.get(loaded)
+    if found is None:
+        if len(_SPAWNS_CHILDREN) > 10_000:  # definitions loaded again and again: start afresh
+            _SPAWNS_CHILDREN.clear()
+        found = any(node.kind is NodeKind.SUB_WORKFLOW for node in loaded.definition.nodes)
+        _SPAWNS_CHILDREN[loaded] = found
+    return found
+
+
+def _may_involve_children(state: InstanceState, changes: Changes, spawns: bool) -> bool:
+    """Whether committed ``changes`` may need a sub-workflow follow-up (``SubWorkflows.follow_up``):
+    the instance, a child, finished, or (``spawns``: its definition has SUB_WORKFLOW nodes) a token
+    that has a child changed. Most transitions involve neither and skip the follow-up's call."""
+    if changes.finished and state.instance.parent_id:
+        return True
+    if spawns:
+        for token in changes.tokens.values():
+            if token.child_id:
+                return True
+    return False
+
+
 class Instances:
     """Workflows and instances over ``store``: register, start, read, report, wait, clock duties."""
 
@@ -84,21 +112,25 @@ class Instances:
         the sub-workflow follow-ups of what it committed (a finished child wakes its parent; a
         cancelled waiting token cancels its child)."""
         timings = self.timings
-        committed: list[Changes] = []
+        committed: Changes | None = None
+        spawns = False
 
         def run(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
+            nonlocal committed, spawns
             result, changes = action(loaded, state, now)
-            timings.changed(loaded, state, changes)
-            committed[:] = [changes] if changes is not None else []
+            committed = changes  # the last run's (a store may run the action again)
+            if changes is not None:
+                timings.changed(loaded, state, changes)
+                spawns = _spawns_children(loaded)
             return result, changes
 
         started = time.perf_counter()
         try:
             result, state = await self.store.mutate(instance_id, missing, run)
         finally:
-            timings.mutation.observe(("mutate",), time.perf_counter() - started)
-        if committed:
-            await self.subflows.follow_up(state, committed[0])
+            timings.mutate_seconds.observe(time.perf_counter() - started)
+        if committed is not None and _may_involve_children(state, committed, spawns):
+            await self.subflows.follow_up(state, committed)
         return result, state
 
     @property

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _fast
 from .._engine.records import StepRecord
 from .._engine.state import TokenStatus
-from .._model import validate_name
+from .._model import NAME_PATTERN, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object, too_deep
@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerHandlers"]
 
+#: Every request names its step (and a poll its worker and queues): the pattern's match alone
+#: accepts exactly the names ``validate_name`` accepts (a string of at most 200 allowed characters
+#: cannot be empty or padded), so ``validate_name`` only runs to word the error of a bad one.
+_name_ok = NAME_PATTERN.fullmatch
+
 
 class WorkerHandlers:
     """The worker RPCs (PollTasks, CompleteTask, FailTask, HeartbeatTask, AdvanceRun)."""
@@ -37,12 +42,14 @@ class WorkerHandlers:
 
     async def poll_tasks(self, request: pb.PollTasksRequest) -> pb.PollTasksResponse:
         """Claim steps on the worker's queues, waiting up to ``wait_millis`` for some."""
-        validate_name(request.worker_id, "worker_id")
+        if _name_ok(request.worker_id) is None:
+            validate_name(request.worker_id, "worker_id")
         queues = list(request.queues)
         if not queues:
             raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
         for q in queues:
-            validate_name(q, "queue")
+            if _name_ok(q) is None:
+                validate_name(q, "queue")
         max_tasks = request.max_tasks or 1
         limit = self.limits.max_tasks_per_poll
         if not 1 <= max_tasks <= limit:
@@ -53,11 +60,16 @@ class WorkerHandlers:
         if claimed:
             self.pollers.claimed(c.token.queue for c in claimed)
         config = self.instances.config
-        return pb.PollTasksResponse(tasks=[convert.activation_to_pb(c, config) for c in claimed])
+        response = pb.PollTasksResponse()
+        tasks = response.tasks
+        for c in claimed:
+            convert.activation_to_pb(c, config, tasks)  # made in the response: no copies
+        return response
 
     async def complete_task(self, request: pb.CompleteTaskRequest) -> pb.ReportResult:
         """A step's result: the new context, or a predicate's value."""
-        validate_name(request.task_id, "task_id")
+        if _name_ok(request.task_id) is None:
+            validate_name(request.task_id, "task_id")
         which = request.WhichOneof("result")
         ctx: dict[str, Any] | None = None
         value: bool | None = None
@@ -70,7 +82,8 @@ class WorkerHandlers:
 
     async def fail_task(self, request: pb.FailTaskRequest) -> pb.ReportResult:
         """A step failed; retried by its policy unless not ``retryable``."""
-        validate_name(request.task_id, "task_id")
+        if _name_ok(request.task_id) is None:
+            validate_name(request.task_id, "task_id")
         status = await self.instances.fail(
             request.task_id,
             request.lease_owner,
@@ -83,13 +96,15 @@ class WorkerHandlers:
 
     async def heartbeat_task(self, request: pb.HeartbeatTaskRequest) -> pb.ReportResult:
         """Extend a lease."""
-        validate_name(request.task_id, "task_id")
+        if _name_ok(request.task_id) is None:
+            validate_name(request.task_id, "task_id")
         status, expires = await self.instances.heartbeat(request.task_id, request.lease_owner)
         return pb.ReportResult(instance_status=status, lease_expires_at=expires)
 
     async def advance_run(self, request: pb.AdvanceRunRequest) -> pb.AdvanceRunResult:
         """Apply the steps of a local run (LOCAL_SYNC / LOCAL_ASYNC)."""
-        validate_name(request.task_id, "task_id")
+        if _name_ok(request.task_id) is None:
+            validate_name(request.task_id, "task_id")
         if request.steps_batch and len(request.steps):
             raise InvalidArgument("AdvanceRun sets both steps and steps_batch; send one of them")
         steps: Sequence[StepRecord]

@@ -26,16 +26,30 @@ class WorkWaiter:
 
     Its future is True once woken, False at the timeout. ``woken_for`` is the queue whose counted
     wake-up it took; ``taken`` says its owner has acted on that wake-up (its wait returned True),
-    so leaving without it passes the wake-up on.
+    so leaving without it passes the wake-up on. Made by ``watch_work``, it is also the context
+    manager that registers it on entry and unregisters it on exit (a class, not a generator: every
+    poll enters one).
     """
 
-    __slots__ = ("future", "queues", "woken_for", "taken")
+    __slots__ = ("future", "queues", "woken_for", "taken", "notifier")
 
-    def __init__(self, future: asyncio.Future[bool], queues: list[str]) -> None:
+    def __init__(
+        self, future: asyncio.Future[bool], queues: list[str], notifier: Notifier | None = None
+    ) -> None:
         self.future = future
         self.queues = queues
         self.woken_for: str | None = None
         self.taken = False
+        self.notifier = notifier
+
+    def __enter__(self) -> WorkWaiter:
+        if self.notifier is not None:
+            self.notifier._register(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.notifier is not None:
+            self.notifier._leave(self)
 
     @property
     def woken(self) -> bool:
@@ -134,25 +148,26 @@ class Notifier:
         for event in self._instance_waiters.get(instance_id, ()):
             event.set()
 
-    @contextmanager
-    def watch_work(self, queues: Iterable[str]) -> Iterator[WorkWaiter]:
-        """Register for work on ``queues`` now; look for work inside, then ``wait`` on the waiter.
+    def watch_work(self, queues: Iterable[str]) -> WorkWaiter:
+        """Register for work on ``queues`` now (``with notifier.watch_work(queues) as waiter``); look
+        for work inside, then ``wait`` on the waiter.
 
         On leaving, a counted wake-up the waiter took but its owner did not act on (it left
         with work found first, or was cancelled) is passed on to the next waiter of that queue:
         the work it announced must not sit unclaimed until some other poller's timeout.
         """
-        waiter = WorkWaiter(asyncio.get_running_loop().create_future(), list(dict.fromkeys(queues)))
+        return WorkWaiter(asyncio.get_running_loop().create_future(), list(dict.fromkeys(queues)), self)
+
+    def _register(self, waiter: WorkWaiter) -> None:
         for q in waiter.queues:
             self._queue_waiters.setdefault(q, {})[waiter] = None
-        try:
-            yield waiter
-        finally:
-            self._forget(waiter)
-            if not waiter.future.done():
-                waiter.future.cancel()
-            if waiter.woken_for is not None and not waiter.taken:
-                self.work_ready((waiter.woken_for,), {waiter.woken_for: 1})
+
+    def _leave(self, waiter: WorkWaiter) -> None:
+        self._forget(waiter)
+        if not waiter.future.done():
+            waiter.future.cancel()
+        if waiter.woken_for is not None and not waiter.taken:
+            self.work_ready((waiter.woken_for,), {waiter.woken_for: 1})
 
     async def wait(self, waiter: WorkWaiter, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds on a registered ``waiter``; True if woken (maybe already)."""

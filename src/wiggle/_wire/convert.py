@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from .._client.types import (
     HistoryEntry,
@@ -130,11 +131,20 @@ def workflow_to_pb(record: WorkflowRecord, created: bool = False, body: bool = T
     )
 
 
-def activation_to_pb(claimed: Claimed, config: EngineConfig) -> pb.TaskActivation:
-    """A claimed token as the activation a worker runs (the wire's "task", docs/glossary.md#task-wire-only)."""
+def activation_to_pb(
+    claimed: Claimed,
+    config: EngineConfig,
+    into: RepeatedCompositeFieldContainer[pb.TaskActivation] | None = None,
+) -> pb.TaskActivation:
+    """A claimed token as the activation a worker runs (the wire's "task", docs/glossary.md#task-wire-only).
+
+    With ``into`` (a PollTasksResponse's ``tasks``) it is made there, in place: passing finished
+    activations to the response's constructor would copy each of them again.
+    """
     token = claimed.token
     inst = claimed.instance
-    return pb.TaskActivation(
+    make = pb.TaskActivation if into is None else into.add
+    return make(
         task_id=token.id,
         instance_id=inst.id,
         workflow=inst.workflow,

@@ -33,8 +33,8 @@ def check_depth(data: bytes, what: str) -> None:
     Malformed JSON may pass; the decoder then rejects it (and ``decode_object`` also turns a
     RecursionError into the same error, for brackets that never close).
     """
-    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:  # too few brackets to nest that deep
-        return
+    if len(data) <= MAX_JSON_DEPTH or data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
+        return  # too few brackets to nest that deep
     # Brackets inside strings do not nest: drop escapes, then every other quote-delimited part.
     if b"\\" in data:
         data = _ESCAPE.sub(b"", data)
@@ -70,7 +70,8 @@ def decode_object(data: bytes, what: str, max_bytes: int | None) -> dict[str, An
         return {}
     if max_bytes is not None and len(data) > max_bytes:
         raise InvalidArgument(f"{what} is {len(data)} bytes; the limit is {max_bytes} bytes")
-    check_depth(data, what)
+    if len(data) > MAX_JSON_DEPTH:  # shorter cannot nest too deep (check_depth's first test)
+        check_depth(data, what)
     try:
         value = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:

@@ -24,7 +24,8 @@ import msgspec
 
 from .. import _fast
 from .. import _tracing as tracing
-from .._logging import step_fields
+from .._histogram import Series
+from .._logging import add_field_source
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError
 from ..workflow import Blueprint, HandlerKind
@@ -96,6 +97,15 @@ def log_fields_of(info: Step) -> dict[str, object]:
         "worker_id": info.worker_id,
         "task_id": info.task_id,
     }
+
+
+def _running_step_fields() -> dict[str, object] | None:
+    """The log fields of the step running in this task or thread, for JSON records (wiggle/_logging.py)."""
+    info = _current_step.get(None)
+    return None if info is None else log_fields_of(info)
+
+
+add_field_source(_running_step_fields)
 
 
 class LoadedBlueprint:
@@ -244,12 +254,12 @@ def _typed(value: Context, ctype: type[Any]) -> object:
 def timed_call(
     policy: InlinePolicy, fn: Handler, args: tuple[object, ...], info: Step, inline: bool
 ) -> object:
-    """Call a sync handler with its Step set, and tell the policy how long it took."""
+    """Call a sync handler with its Step set (``Step.current()``, the log fields), and tell the
+    policy how long it took."""
     token = _current_step.set(info)
     started = time.perf_counter()
     try:
-        with step_fields(log_fields_of(info)):
-            return fn(*args)
+        return fn(*args)
     finally:
         policy.observe(fn, time.perf_counter() - started, inline)
         _current_step.reset(token)
@@ -263,6 +273,7 @@ class HandlerCaller:
         self.stats = stats
         self.worker_id = worker_id
         self.pool: ThreadPoolExecutor | None = None  # set by the worker on start
+        self._seconds: dict[str, Series] = {}  # workflow -> its handler-seconds series
 
     def step_info(self, act: pb.TaskActivation, node_id: str, attempt: int) -> Step:
         """The Step a handler sees for ``node_id`` of the activation ``act``."""
@@ -287,6 +298,12 @@ class HandlerCaller:
             return (base, branches)
         return (_typed(context, ctype),)
 
+    def runs_inline(self, loaded: LoadedBlueprint, node_id: str) -> bool:
+        """Whether ``call`` would run the handler of ``node_id`` inline on the event loop (a sync
+        handler the policy trusts): then ``run_sync(..., inline=True)`` does the same as ``run``."""
+        blueprint = loaded.blueprint
+        return not blueprint.is_async[node_id] and self.policy.inline(blueprint.handlers[node_id][1])
+
     async def call(self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step) -> object:
         """Run the handler of ``node_id`` on ``context``; returns its raw result (exceptions propagate)."""
         kind, fn = loaded.blueprint.handlers[node_id]
@@ -295,8 +312,7 @@ class HandlerCaller:
         if loaded.blueprint.is_async[node_id]:
             token = _current_step.set(info)
             try:
-                with step_fields(log_fields_of(info)):
-                    result: object = await fn(*args)
+                result: object = await fn(*args)
                 return result
             finally:
                 _current_step.reset(token)
@@ -312,9 +328,12 @@ class HandlerCaller:
         info = self.step_info(act, node_id, attempt)
         started = time.perf_counter()
         try:
-            with tracing.span(
-                f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
-            ):
+            if tracing.active():
+                with tracing.span(
+                    f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+                ):
+                    result = await self.call(loaded, node_id, context, info)
+            else:  # no span, and no span attributes built for nothing
                 result = await self.call(loaded, node_id, context, info)
         except Exception as exc:  # the handler raised: that is the step's outcome
             failure = failure_of(exc)
@@ -332,29 +351,58 @@ class HandlerCaller:
         context: Context,
         attempt: int,
         inline: bool,
+        base: Step | None = None,
     ) -> Outcome:
-        """Run one sync step right here (a pool thread, or the loop when ``inline``)."""
-        kind, fn = loaded.blueprint.handlers[node_id]
-        info = self.step_info(act, node_id, attempt)
+        """Run one sync step right here (a pool thread, or the loop when ``inline``).
+
+        ``base``: a Step of the same activation (a local run's), from which this step's is made
+        with its node and attempt, instead of reading the activation's fields again.
+        """
+        blueprint = loaded.blueprint
+        kind, fn = blueprint.handlers[node_id]
+        ctype = blueprint.context_type
+        if base is None:
+            info = self.step_info(act, node_id, attempt)
+        else:
+            info = msgspec.structs.replace(base, node_id=node_id, attempt=attempt)
         self.stats.steps += 1
         started = time.perf_counter()
         try:
-            with tracing.span(
-                f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
-            ):
-                result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
+            if tracing.active():
+                with tracing.span(
+                    f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+                ):
+                    result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
+            else:  # no span, no span attributes built for nothing; ``arguments`` of a TASK inline
+                args = (
+                    (_typed(context, ctype),)
+                    if kind != HandlerKind.COMBINE
+                    else self.arguments(loaded, kind, context)
+                )
+                result = timed_call(self.policy, fn, args, info, inline)
         except Exception as exc:
             failure = failure_of(exc)
             log_failure(info, failure)
             self.observe(info, started, "failed")
             return failure
-        self.observe(info, started, "completed")
-        return outcome_of(kind, node_id, result, context, loaded.blueprint.context_type)
+        seconds = time.perf_counter() - started  # ``observe`` written out: this runs every step
+        self.stats.completed += 1
+        (self._seconds.get(info.workflow) or self._series(info.workflow)).observe(seconds)
+        return outcome_of(kind, node_id, result, context, ctype)
 
     def observe(self, info: Step, started: float, outcome: str) -> None:
         """Count one handler run and its duration (the worker's /metrics)."""
-        self.stats.outcomes[outcome] += 1
-        self.stats.handler_seconds.observe((info.workflow,), time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        if outcome == "completed":
+            self.stats.completed += 1
+        else:
+            self.stats.failed += 1
+        (self._seconds.get(info.workflow) or self._series(info.workflow)).observe(seconds)
+
+    def _series(self, workflow: str) -> Series:
+        """The handler-seconds series of ``workflow``, kept for the next steps."""
+        series = self._seconds[workflow] = self.stats.handler_seconds.labels((workflow,))
+        return series
 
     async def in_pool(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the thread pool with the caller's contextvars."""

@@ -38,7 +38,7 @@ from ..workflow import HandlerKind
 from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome
 from .heartbeats import Heartbeats, Lease
 from .options import WorkerOptions
-from .records import ContextDiff, StepRecord, encode_records, step_record
+from .records import StepRecord, encode_records, step_record, task_record
 from .reporter import AdvanceUnsupported, Reporter
 from .server_step import decode_context, report_outcome
 from .stats import WorkerStats
@@ -69,6 +69,10 @@ class Decided(NamedTuple):
 
     decision: Decision
     reason: Handback | None = None
+
+
+_NEXT = Decided(Decision.NEXT)  # the two decisions without a reason, made once (one per step)
+_FLUSH = Decided(Decision.FLUSH)
 
 
 class AdvanceSupport:
@@ -110,6 +114,12 @@ class LocalRun:
         self.steps_run = 0
         self.last_flush = time.monotonic()
         self.max_steps = act.max_local_steps
+        # read once: the activation's fields are protobuf attributes, decoded on every read
+        self.lease_millis = act.lease_millis
+        self.payload_limit = act.max_payload_bytes
+        self.task_id = act.task_id
+        self.lease_owner = act.lease_owner
+        self.step_base = env.caller.step_info(act, act.node_id, act.attempt)  # each step's Step, made from it
         # where the run is: the node to run next, its context and attempt
         self.node_id = act.node_id
         self.context: Context = decode_context(act)
@@ -123,7 +133,7 @@ class LocalRun:
     # ------------------------------------------------------------------ deciding
 
     def _lease_low(self) -> bool:
-        lease_ms = self.act.lease_millis or self.env.heartbeats.lease_millis
+        lease_ms = self.lease_millis or self.env.heartbeats.lease_millis
         remaining = self.lease.expires_at - time.time() * 1000
         return remaining < lease_ms * self.env.options.lease_margin
 
@@ -145,10 +155,10 @@ class LocalRun:
             next_id = graph.successor(node_id, value)
         else:
             if outcome is None:
-                self.batch.append(step_record(node_id, ContextDiff({}, [])))
+                self.batch.append(task_record(node_id, {}, []))
             else:
                 assert isinstance(outcome, dict)
-                limit = self.act.max_payload_bytes
+                limit = self.payload_limit
                 if limit:
                     size = len(_encode(outcome))
                     if size > limit:
@@ -157,7 +167,7 @@ class LocalRun:
                         self.batch.append(step_record(node_id, Failure(message, False)))
                         return Decided(Decision.HANDBACK, Handback.RETRY)
                 changed, removed = _fast.diff(self.context, outcome)
-                self.batch.append(step_record(node_id, ContextDiff(changed, removed)))
+                self.batch.append(task_record(node_id, changed, removed))
                 self.context = outcome
             next_id = graph.successor(node_id, True)
         assert next_id is not None
@@ -182,8 +192,8 @@ class LocalRun:
             or graph.is_checkpoint(node_id)
             or (opts.flush_interval > 0 and time.monotonic() - self.last_flush >= opts.flush_interval)
         ):
-            return Decided(Decision.FLUSH)
-        return Decided(Decision.NEXT)
+            return _FLUSH
+        return _NEXT
 
     # ------------------------------------------------------------------ running
 
@@ -202,26 +212,19 @@ class LocalRun:
             kind, fn = blueprint.handlers[node_id]
             if inline and not caller.policy.inline(fn):
                 return _Stop.THREAD
-            outcome = caller.run_sync(self.loaded, self.act, node_id, self.context, self.attempt, inline)
+            outcome = caller.run_sync(
+                self.loaded, self.act, node_id, self.context, self.attempt, inline, self.step_base
+            )
             step = self.after(kind, outcome)
             if step.decision is not Decision.NEXT:
                 return step
 
-    async def _next_step(self) -> Decided | _Stop:
-        """Run the next step (or sync segment) wherever it belongs."""
-        blueprint = self.loaded.blueprint
+    async def _async_step(self) -> Decided:
+        """Run the next step, whose handler is ``async def``, on the event loop."""
         node_id = self.node_id
-        caller = self.env.caller
-        if blueprint.is_async[node_id]:
-            kind = blueprint.handlers[node_id][0]
-            outcome = await caller.run(self.loaded, self.act, node_id, self.context, self.attempt)
-            return self.after(kind, outcome)
-        result: Decided | _Stop = _Stop.THREAD
-        if caller.policy.inline(blueprint.handlers[node_id][1]):
-            result = self.sync_segment(inline=True)
-        if result is _Stop.THREAD:
-            result = await caller.in_pool(self.sync_segment)
-        return result
+        kind = self.loaded.blueprint.handlers[node_id][0]
+        outcome = await self.env.caller.run(self.loaded, self.act, node_id, self.context, self.attempt)
+        return self.after(kind, outcome)
 
     async def run(self) -> None:
         """Drive the run to its handback (or until the server stops it)."""
@@ -229,7 +232,13 @@ class LocalRun:
         env.heartbeats.watch(self.act, self.lease)
         try:
             while True:
-                step = await self._next_step()
+                # The next steps right here while the policy trusts their handlers inline (no
+                # await in between); it runs nothing if the next handler is async or is not trusted.
+                step = self.sync_segment(inline=True)
+                if step is _Stop.THREAD:
+                    step = await env.caller.in_pool(self.sync_segment)
+                elif step is _Stop.ASYNC:
+                    step = await self._async_step()
                 if isinstance(step, _Stop):
                     continue  # the next handler is async (or went back to the pool): go round
                 if step.decision is Decision.HANDBACK:
@@ -246,20 +255,25 @@ class LocalRun:
 
     async def flush(self, final: bool, reason: Handback | None) -> bool:
         """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""
+        # only the fields that are set (every step's flush in LOCAL_SYNC: defaults cost to pass too)
         request = pb.AdvanceRunRequest(
-            task_id=self.act.task_id,
-            lease_owner=self.act.lease_owner,
-            steps_batch=encode_records(self.batch),
-            final=final,
-            handback_reason=reason.value if reason is not None else "",
-            failure_traceback=self.failure_traceback,
+            task_id=self.task_id, lease_owner=self.lease_owner, steps_batch=encode_records(self.batch)
         )
+        if final:
+            request.final = True
+        if reason is not None:
+            request.handback_reason = reason.value
+        if self.failure_traceback:
+            request.failure_traceback = self.failure_traceback
         self.batch = []
         self.failure_traceback = ""
         self.last_flush = time.monotonic()
         stats = self.env.stats
         try:
-            with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
+            if tracing.active():
+                with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
+                    result = await self.env.reporter.advance(request)
+            else:
                 result = await self.env.reporter.advance(request)
         except AdvanceUnsupported:
             await self._fall_back()

@@ -2,7 +2,8 @@
 
 A record is one of the Structs of wiggle/_engine/records.py (TaskDone, PredicateDone,
 StepFailed), which ``wiggle._fast.encode_batch`` encodes. Every record the local-run driver sends
-is built by ``step_record``.
+is built by ``step_record``, or for a TASK's diff (every step of a linear run) by ``task_record``,
+which builds the same record without the ``ContextDiff`` in between.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from .. import _fast
 from .._engine.records import BatchRecord, PredicateDone, StepFailed, TaskDone
 from .handlers import Failure
 
-__all__ = ["StepRecord", "ContextDiff", "StepResult", "step_record", "encode_records"]
+__all__ = ["StepRecord", "ContextDiff", "StepResult", "step_record", "task_record", "encode_records"]
 
 #: One executed step as the AdvanceRun batch carries it.
 StepRecord = BatchRecord
@@ -37,6 +38,11 @@ def step_record(node_id: str, result: StepResult) -> StepRecord:
     if isinstance(result, bool):
         return PredicateDone(node_id, result)
     return TaskDone(node_id, result.changed, result.removed)
+
+
+def task_record(node_id: str, changed: dict[str, Any], removed: list[str]) -> StepRecord:
+    """``step_record(node_id, ContextDiff(changed, removed))``, for the local run's hot path."""
+    return TaskDone(node_id, changed, removed)
 
 
 def encode_records(records: list[StepRecord]) -> bytes:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import grpc
 
-from .._histogram import Histogram
+from .._histogram import Histogram, Series
 from .._rpc import wiggle_pb2 as pb
 from .transport import DEFAULT_TIMEOUT, Transport
 
@@ -25,6 +25,7 @@ __all__ = ["Reporter", "AdvanceUnsupported"]
 log = logging.getLogger("wiggle.worker")
 
 R = TypeVar("R")
+Q = TypeVar("Q")
 
 _RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
@@ -41,28 +42,44 @@ class Reporter:
     def __init__(self, transport: Transport, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.transport = transport
         self.timeout = timeout
-        self.latency: Histogram | None = None  # seconds per report, by RPC (the worker's /metrics)
+        self._latency: Histogram | None = None
+        self._series: dict[str, Series] = {}  # RPC -> its series of ``latency``
 
-    async def complete(self, request: pb.CompleteTaskRequest) -> pb.ReportResult | None:
+    @property
+    def latency(self) -> Histogram | None:
+        """Seconds per report, by RPC (the worker's /metrics); None: not observed."""
+        return self._latency
+
+    @latency.setter
+    def latency(self, histogram: Histogram | None) -> None:
+        self._latency = histogram
+        self._series = {}
+
+    # Each call returns the coroutine of ``_send`` itself (one coroutine per report, not two).
+
+    def complete(self, request: pb.CompleteTaskRequest) -> Coroutine[Any, Any, pb.ReportResult | None]:
         """CompleteTask; None if refused or given up."""
-        return await self._send("CompleteTask", lambda: self.transport.complete(request, self.timeout))
+        return self._send("CompleteTask", self.transport.complete, request)
 
-    async def fail(self, request: pb.FailTaskRequest) -> pb.ReportResult | None:
+    def fail(self, request: pb.FailTaskRequest) -> Coroutine[Any, Any, pb.ReportResult | None]:
         """FailTask; None if refused or given up."""
-        return await self._send("FailTask", lambda: self.transport.fail(request, self.timeout))
+        return self._send("FailTask", self.transport.fail, request)
 
-    async def advance(self, request: pb.AdvanceRunRequest) -> pb.AdvanceRunResult | None:
+    def advance(self, request: pb.AdvanceRunRequest) -> Coroutine[Any, Any, pb.AdvanceRunResult | None]:
         """AdvanceRun; None if refused or given up; AdvanceUnsupported from a server without it."""
-        return await self._send("AdvanceRun", lambda: self.transport.advance(request, self.timeout))
+        return self._send("AdvanceRun", self.transport.advance, request)
 
-    async def _send(self, name: str, send: Callable[[], Awaitable[R]]) -> R | None:
+    async def _send(self, name: str, send: Callable[[Q, float], Awaitable[R]], request: Q) -> R | None:
         delay = 0.1
         for _ in range(self.ATTEMPTS):
             started = time.perf_counter()
             try:
-                result = await send()
-                if self.latency is not None:
-                    self.latency.observe((name,), time.perf_counter() - started)
+                result = await send(request, self.timeout)
+                if self._latency is not None:
+                    series = self._series.get(name)
+                    if series is None:
+                        series = self._series[name] = self._latency.labels((name,))
+                    series.observe(time.perf_counter() - started)
                 return result
             except grpc.RpcError as exc:
                 code = exc.code()

@@ -7,6 +7,9 @@ that learns the server has no AdvanceRun (it reports the one step it ran this wa
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 import msgspec
 
 from .. import _tracing as tracing
@@ -41,14 +44,25 @@ async def run_server_step(
     context = decode_context(act)
     heartbeats.watch(act)
     try:
-        outcome = await caller.run(loaded, act, act.node_id, context, act.attempt)
+        if caller.runs_inline(loaded, act.node_id):  # a quick sync handler: right here, no coroutine
+            outcome = caller.run_sync(loaded, act, act.node_id, context, act.attempt, True)
+        else:
+            outcome = await caller.run(loaded, act, act.node_id, context, act.attempt)
     finally:
         heartbeats.unwatch(act)
     await report_outcome(reporter, act, loaded.blueprint.handlers[act.node_id][0], outcome)
 
 
-async def report_outcome(reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome) -> None:
-    """CompleteTask with the outcome, or FailTask if it is a Failure."""
+def report_outcome(
+    reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome
+) -> Coroutine[Any, Any, None]:
+    """CompleteTask with the outcome, or FailTask if it is a Failure (in a span when tracing)."""
+    if tracing.active():
+        return _traced_report(reporter, act, kind, outcome)
+    return _report(reporter, act, kind, outcome)
+
+
+async def _traced_report(reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome) -> None:
     name = "FailTask" if isinstance(outcome, Failure) else "CompleteTask"
     with tracing.span(f"wiggle.report {name}", tracing.CLIENT, act.traceparent):
         await _report(reporter, act, kind, outcome)

@@ -22,6 +22,12 @@ class WorkerStats:
         self.released = 0  # steps given back: no handler for the node (docs/semantics.md#mixed-fleets)
         # for the worker's optional /metrics (wiggle/_worker/metrics.py)
         self.in_flight = 0  # steps or local runs executing now (slots in use)
-        self.outcomes: Counter[str] = Counter()  # handler runs by outcome: completed | failed
+        self.completed = 0  # handler runs that returned (plain ints: counted on every step)
+        self.failed = 0  # handler runs that raised or returned something unusable
         self.handler_seconds = Histogram(HANDLER_BUCKETS)  # (workflow,)
         self.report_seconds = Histogram(HANDLER_BUCKETS)  # (rpc,)
+
+    @property
+    def outcomes(self) -> Counter[str]:
+        """Handler runs by outcome: completed | failed."""
+        return Counter({"completed": self.completed, "failed": self.failed})

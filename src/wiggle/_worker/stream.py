@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import grpc
 
@@ -57,31 +58,43 @@ class StreamTransport:
         self.on_orphan_tasks: OrphanHandler | None = None
 
     # ------------------------------------------------------------------ the five calls
+    # (each copies its request into the message: faster than passing it to the constructor)
 
-    async def poll(self, request: pb.PollTasksRequest, timeout: float) -> pb.PollTasksResponse:
+    def poll(self, request: pb.PollTasksRequest, timeout: float) -> Coroutine[Any, Any, pb.PollTasksResponse]:
         """PollTasks over the stream."""
-        reply = await self._call_with(pb.WorkerMessage(poll=request), "PollTasks", timeout)
-        return reply.tasks
+        message = pb.WorkerMessage()
+        message.poll.CopyFrom(request)
+        return self._call_with(message, "PollTasks", timeout, "tasks")
 
-    async def complete(self, request: pb.CompleteTaskRequest, timeout: float) -> pb.ReportResult:
+    def complete(
+        self, request: pb.CompleteTaskRequest, timeout: float
+    ) -> Coroutine[Any, Any, pb.ReportResult]:
         """CompleteTask over the stream."""
-        reply = await self._call_with(pb.WorkerMessage(complete=request), "CompleteTask", timeout)
-        return reply.report
+        message = pb.WorkerMessage()
+        message.complete.CopyFrom(request)
+        return self._call_with(message, "CompleteTask", timeout, "report")
 
-    async def fail(self, request: pb.FailTaskRequest, timeout: float) -> pb.ReportResult:
+    def fail(self, request: pb.FailTaskRequest, timeout: float) -> Coroutine[Any, Any, pb.ReportResult]:
         """FailTask over the stream."""
-        reply = await self._call_with(pb.WorkerMessage(fail=request), "FailTask", timeout)
-        return reply.report
+        message = pb.WorkerMessage()
+        message.fail.CopyFrom(request)
+        return self._call_with(message, "FailTask", timeout, "report")
 
-    async def heartbeat(self, request: pb.HeartbeatTaskRequest, timeout: float) -> pb.ReportResult:
+    def heartbeat(
+        self, request: pb.HeartbeatTaskRequest, timeout: float
+    ) -> Coroutine[Any, Any, pb.ReportResult]:
         """HeartbeatTask over the stream."""
-        reply = await self._call_with(pb.WorkerMessage(heartbeat=request), "HeartbeatTask", timeout)
-        return reply.report
+        message = pb.WorkerMessage()
+        message.heartbeat.CopyFrom(request)
+        return self._call_with(message, "HeartbeatTask", timeout, "report")
 
-    async def advance(self, request: pb.AdvanceRunRequest, timeout: float) -> pb.AdvanceRunResult:
+    def advance(
+        self, request: pb.AdvanceRunRequest, timeout: float
+    ) -> Coroutine[Any, Any, pb.AdvanceRunResult]:
         """AdvanceRun over the stream."""
-        reply = await self._call_with(pb.WorkerMessage(advance=request), "AdvanceRun", timeout)
-        return reply.advanced
+        message = pb.WorkerMessage()
+        message.advance.CopyFrom(request)
+        return self._call_with(message, "AdvanceRun", timeout, "advanced")
 
     async def close(self) -> None:
         """End the stream and stop reading it."""
@@ -97,17 +110,23 @@ class StreamTransport:
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _call_with(self, message: pb.WorkerMessage, name: str, timeout: float) -> pb.ServerMessage:
-        """Send ``message`` under a fresh request id and wait for the reply naming it."""
-        await self._ensure()
+    async def _call_with(self, message: pb.WorkerMessage, name: str, timeout: float, field: str) -> Any:
+        """Send ``message`` under a fresh request id and wait for the reply naming it; its ``field``.
+
+        The five calls return this coroutine itself (one coroutine per call, not two)."""
+        if self._call is None:
+            await self._ensure()
         self._next_id += 1
         rid = self._next_id
         message.request_id = rid
-        future: asyncio.Future[pb.ServerMessage] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[pb.ServerMessage] = loop.create_future()
         self._pending[rid] = future
         self._outgoing.put_nowait(message)
+        # A timer on the future itself, not asyncio.wait_for (a second future and a callback per call).
+        timer = loop.call_later(timeout, _expire, future)
         try:
-            return await asyncio.wait_for(future, timeout)
+            reply = await future
         except asyncio.TimeoutError:
             self._pending.pop(rid, None)
             self._cancel_remote(rid)
@@ -116,6 +135,9 @@ class StreamTransport:
             self._pending.pop(rid, None)
             self._cancel_remote(rid)
             raise
+        finally:
+            timer.cancel()
+        return getattr(reply, field)
 
     async def _ensure(self) -> None:
         if self._call is not None:
@@ -168,6 +190,12 @@ class StreamTransport:
             self._outgoing.put_nowait(
                 pb.WorkerMessage(request_id=rid, cancel=pb.CancelRequest(request_id=rid))
             )
+
+
+def _expire(future: asyncio.Future[pb.ServerMessage]) -> None:
+    """A call's timeout: its reply did not come in time."""
+    if not future.done():
+        future.set_exception(asyncio.TimeoutError())
 
 
 async def _frames(outgoing: asyncio.Queue[pb.WorkerMessage | None]) -> AsyncIterator[pb.WorkerBatch]:

@@ -10,7 +10,8 @@ into ``WorkerStats.calls`` by RPC name. Errors are ``grpc.RpcError`` with ``code
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -85,36 +86,45 @@ class UnaryTransport:
 
 
 class CountedTransport:
-    """A Transport that counts every call it forwards, by RPC name (tests and the benchmark read them)."""
+    """A Transport that counts every call it forwards, by RPC name (tests and the benchmark read them).
+
+    Each call counts and returns the inner transport's coroutine (no coroutine of its own).
+    """
 
     def __init__(self, inner: Transport, calls: Counter[str]) -> None:
         self.inner = inner
         self.calls = calls
 
-    async def poll(self, request: pb.PollTasksRequest, timeout: float) -> pb.PollTasksResponse:
+    def poll(self, request: pb.PollTasksRequest, timeout: float) -> Coroutine[Any, Any, pb.PollTasksResponse]:
         """Count and forward PollTasks."""
         self.calls["PollTasks"] += 1
-        return await self.inner.poll(request, timeout)
+        return self.inner.poll(request, timeout)
 
-    async def complete(self, request: pb.CompleteTaskRequest, timeout: float) -> pb.ReportResult:
+    def complete(
+        self, request: pb.CompleteTaskRequest, timeout: float
+    ) -> Coroutine[Any, Any, pb.ReportResult]:
         """Count and forward CompleteTask."""
         self.calls["CompleteTask"] += 1
-        return await self.inner.complete(request, timeout)
+        return self.inner.complete(request, timeout)
 
-    async def fail(self, request: pb.FailTaskRequest, timeout: float) -> pb.ReportResult:
+    def fail(self, request: pb.FailTaskRequest, timeout: float) -> Coroutine[Any, Any, pb.ReportResult]:
         """Count and forward FailTask."""
         self.calls["FailTask"] += 1
-        return await self.inner.fail(request, timeout)
+        return self.inner.fail(request, timeout)
 
-    async def heartbeat(self, request: pb.HeartbeatTaskRequest, timeout: float) -> pb.ReportResult:
+    def heartbeat(
+        self, request: pb.HeartbeatTaskRequest, timeout: float
+    ) -> Coroutine[Any, Any, pb.ReportResult]:
         """Count and forward HeartbeatTask."""
         self.calls["HeartbeatTask"] += 1
-        return await self.inner.heartbeat(request, timeout)
+        return self.inner.heartbeat(request, timeout)
 
-    async def advance(self, request: pb.AdvanceRunRequest, timeout: float) -> pb.AdvanceRunResult:
+    def advance(
+        self, request: pb.AdvanceRunRequest, timeout: float
+    ) -> Coroutine[Any, Any, pb.AdvanceRunResult]:
         """Count and forward AdvanceRun."""
         self.calls["AdvanceRun"] += 1
-        return await self.inner.advance(request, timeout)
+        return self.inner.advance(request, timeout)
 
     async def close(self) -> None:
         """Close the inner transport."""

@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -238,7 +238,8 @@ class Worker:
         finally:
             self.stats.in_flight -= 1
 
-    async def _execute_one(self, act: pb.TaskActivation) -> None:
+    def _execute_one(self, act: pb.TaskActivation) -> Coroutine[Any, Any, None]:
+        """The coroutine that runs ``act``: released, a local run, or one SERVER-style step."""
         assert self._reporter is not None and self._heartbeats is not None and self._run_env is not None
         if act.lease_millis:
             self._heartbeats.lease_millis = act.lease_millis
@@ -255,8 +256,7 @@ class Worker:
                 log.warning(
                     "%s; the step is released for a worker that has it (no attempt consumed)", message
                 )
-            await release_step(self._reporter, act, message)
-            return
+            return release_step(self._reporter, act, message)
         local = (
             exact
             and self.options.use_local_modes
@@ -265,6 +265,5 @@ class Worker:
             and self._advance.supported is not False
         )
         if local:
-            await LocalRun(self._run_env, loaded, act).run()
-        else:
-            await run_server_step(self._caller, self._reporter, self._heartbeats, loaded, act)
+            return LocalRun(self._run_env, loaded, act).run()
+        return run_server_step(self._caller, self._reporter, self._heartbeats, loaded, act)
