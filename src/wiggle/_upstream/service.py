@@ -5,61 +5,42 @@ this service on the same server and port as ours; it translates their messages a
 same instance layer (wiggle/_server/instances.py) our service calls: one engine, one store,
 one cluster. What is translated, and where upstream and we differ, is in docs/upstream.md.
 The proto is vendored from wiggle-client 0.1.1 (proto/wiggle/_rpc/upstream/ORIGIN).
+
+As in our own service (wiggle/_server/service.py), every RPC goes through one typed dispatch
+table (``routes``: method name -> Route) and errors become status codes in one place; the
+handlers are in wiggle/_upstream/handlers.py.
 """
 
 from __future__ import annotations
 
-import logging
-import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeAlias
+from collections.abc import Callable
+from typing import Any, TypeAlias, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
 
-from .._engine.state import InstanceStatus
-from .._limits import MAX_REASON_CHARS, check_text
-from .._model import validate_name
 from .._rpc.upstream import wiggle_pb2 as upb
 from .._rpc.upstream import wiggle_pb2_grpc as upb_grpc
 from .._security.roles import WORKER_METHODS
 from .._server.faults import status_of
 from .._server.instances import Instances
 from .._server.pollers import Pollers
-from .._server.service import Metrics
-from .._server.service_limits import ServiceLimits, wait_seconds
-from .._storage.base import InstanceQuery
+from .._server.service import Metrics, Route
+from .._server.service_limits import ServiceLimits
 from .._wire.status import to_grpc
-from ..errors import InvalidArgument
-from . import reports
-from .definitions import from_upstream, to_upstream
-from .values import context_from_value, dict_to_struct, struct_to_dict
+from .handlers import UpstreamHandlers
 from .versions import Versions
-from .views import activation, instance_view, schedule_view, token_view
 
 __all__ = ["UpstreamControlPlane", "SERVICE_NAME", "METHOD_PREFIX"]
 
-log = logging.getLogger("wiggle.server")
-
 SERVICE_NAME = "dev.wiggle.proto.WiggleControlPlane"
 METHOD_PREFIX = f"/{SERVICE_NAME}/"
-#: Upstream's ListInstances ``limit`` when it sends none.
-DEFAULT_LIST_LIMIT = 100
-#: The longest an empty short poll tells a worker to wait before it polls again.
-MAX_RETRY_AFTER_MILLIS = 5_000
-STATUSES = tuple(s.value for s in InstanceStatus)
 
 Context: TypeAlias = grpc.aio.ServicerContext
-Handler: TypeAlias = Callable[[Any], Awaitable[Message]]
+R = TypeVar("R", bound=Message)
 
 
-def _payload_size(message: Message, what: str, limit: int) -> None:
-    size = message.ByteSize()
-    if size > limit:
-        raise InvalidArgument(f"{what} is {size} bytes; the limit is {limit} bytes")
-
-
-class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
+class UpstreamControlPlane(UpstreamHandlers, upb_grpc.WiggleControlPlaneServicer):
     """The upstream protocol over ``instances``; errors become statuses as in our own service."""
 
     def __init__(
@@ -78,38 +59,29 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
         self.node_id = node_id or (lambda: "wiggle")
         #: run on worker requests before their handler (queue scoping: wiggle/_server/guard.py)
         self.guard: Callable[[str, Message], None] | None = None
-        self.stopping: Callable[[], bool] = lambda: False
-        self.routes: dict[str, Handler] = {
-            "HealthCheck": self.health_check,
-            "GetCluster": self.get_cluster,
-            "ListWorkflows": self.list_workflows,
-            "RegisterWorkflow": self.register_workflow,
-            "GetWorkflow": self.get_workflow,
-            "StartInstance": self.start_instance,
-            "ListInstances": self.list_instances,
-            "GetInstance": self.get_instance,
-            "CancelInstance": self.cancel_instance,
-            "SignalInstance": self.signal_instance,
-            "CreateSchedule": self.create_schedule,
-            "ListSchedules": self.list_schedules,
-            "DeleteSchedule": self.delete_schedule,
-            "PollTasks": self.poll_tasks,
-            "CompleteTask": self.complete_task,
-            "FailTask": self.fail_task,
-            "HeartbeatTask": self.heartbeat_task,
-            "AdvanceRun": self.advance_run,
+        self.stopping = lambda: False  # the server sets its own (draining)
+        self.routes: dict[str, Route[Any, Message]] = {
+            "HealthCheck": Route(upb.Empty, self.health_check),
+            "GetCluster": Route(upb.Empty, self.get_cluster),
+            "ListWorkflows": Route(upb.Empty, self.list_workflows),
+            "RegisterWorkflow": Route(upb.WorkflowDefinition, self.register_workflow),
+            "GetWorkflow": Route(upb.GetWorkflowRequest, self.get_workflow),
+            "StartInstance": Route(upb.StartInstanceRequest, self.start_instance),
+            "ListInstances": Route(upb.ListInstancesRequest, self.list_instances),
+            "GetInstance": Route(upb.InstanceIdRequest, self.get_instance),
+            "CancelInstance": Route(upb.CancelInstanceRequest, self.cancel_instance),
+            "SignalInstance": Route(upb.SignalRequest, self.signal_instance),
+            "CreateSchedule": Route(upb.CreateScheduleRequest, self.create_schedule),
+            "ListSchedules": Route(upb.Empty, self.list_schedules),
+            "DeleteSchedule": Route(upb.ScheduleIdRequest, self.delete_schedule),
+            "PollTasks": Route(upb.PollRequest, self.poll_tasks),
+            "CompleteTask": Route(upb.TaskResultRequest, self.complete_task),
+            "FailTask": Route(upb.TaskFailureRequest, self.fail_task),
+            "HeartbeatTask": Route(upb.HeartbeatRequest, self.heartbeat_task),
+            "AdvanceRun": Route(upb.AdvanceRunRequest, self.advance_run),
         }
-        for name in self.routes:  # the generated servicer's methods, each through _unary
-            setattr(self, name, self._entry(name))
 
     # ------------------------------------------------------------------ dispatch
-
-    def _entry(self, method: str) -> Callable[[Message, Context], Awaitable[Message]]:
-        async def entry(request: Message, context: Context) -> Message:
-            return await self._unary(method, request, context)
-
-        entry.__name__ = method
-        return entry
 
     async def dispatch(self, method: str, request: Message) -> Message:
         """Run ``method``'s handler, counting the call (as ``upstream.<method>``)."""
@@ -123,283 +95,72 @@ class UpstreamControlPlane(upb_grpc.WiggleControlPlaneServicer):
             self.metrics.rpc_errors[key] += 1
             raise
 
-    async def _unary(self, method: str, request: Message, context: Context) -> Message:
+    async def _unary(self, method: str, request: Message, context: Context, reply: type[R]) -> R:
         try:
-            return await self.dispatch(method, request)
+            return cast(R, await self.dispatch(method, request))
         except Exception as exc:  # CancelledError is a BaseException and passes through
             code, message = status_of(exc, f"upstream {method}")
         await context.abort(to_grpc(code), message)
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
-    # ------------------------------------------------------------------ cluster
+    # ------------------------------------------------------------------ gRPC entry points
 
-    async def health_check(self, request: upb.Empty) -> upb.HealthStatus:
-        """UP while serving, DOWN while stopping; this node and whether it leads the clock duties."""
-        leader = any(n.this_node and n.clock_leader for n in await self.instances.store.cluster_nodes())
-        return upb.HealthStatus(
-            status="DOWN" if self.stopping() else "UP", node=self.node_id(), leader=leader
-        )
+    async def HealthCheck(self, request: upb.Empty, context: Context) -> upb.HealthStatus:
+        return await self._unary("HealthCheck", request, context, upb.HealthStatus)
 
-    async def get_cluster(self, request: upb.Empty) -> upb.ClusterView:
-        """The servers sharing this store (every listed node is alive: the store lists live ones)."""
-        nodes = await self.instances.store.cluster_nodes()
-        me = next((n for n in nodes if n.this_node), None)
-        workers = len(self.pollers.snapshot())
-        return upb.ClusterView(
-            self=me.node_id if me is not None else self.node_id(),
-            leader=bool(me and me.clock_leader),
-            members=[
-                upb.ClusterMember(
-                    id=n.node_id,
-                    name=n.address or n.node_id,
-                    first_heartbeat=n.connected_since,
-                    last_heartbeat=n.last_seen,
-                    workers=workers if n.this_node else 0,
-                    leader=n.clock_leader,
-                    alive=True,
-                )
-                for n in nodes
-            ],
-        )
+    async def GetCluster(self, request: upb.Empty, context: Context) -> upb.ClusterView:
+        return await self._unary("GetCluster", request, context, upb.ClusterView)
 
-    # ------------------------------------------------------------------ workflows
+    async def ListWorkflows(self, request: upb.Empty, context: Context) -> upb.WorkflowNames:
+        return await self._unary("ListWorkflows", request, context, upb.WorkflowNames)
 
-    async def list_workflows(self, request: upb.Empty) -> upb.WorkflowNames:
-        """Every registered workflow's name, sorted."""
-        names = sorted({r.loaded.definition.name for r in await self.instances.list_workflows("")})
-        return upb.WorkflowNames(workflows=names)
+    async def RegisterWorkflow(
+        self, request: upb.WorkflowDefinition, context: Context
+    ) -> upb.RegisterWorkflowResult:
+        return await self._unary("RegisterWorkflow", request, context, upb.RegisterWorkflowResult)
 
-    async def register_workflow(self, request: upb.WorkflowDefinition) -> upb.RegisterWorkflowResult:
-        """Translate and register; an explicit ``version`` becomes the alias of our hash."""
-        if not request.HasField("definition"):
-            raise InvalidArgument("RegisterWorkflow carries no definition")
-        _payload_size(request.definition, "definition", self.limits.max_payload_bytes)
-        translated = from_upstream(struct_to_dict(request.definition))
-        definition = translated.definition
-        record, created = await self.instances.register(definition)
-        version = record.loaded.version
-        if translated.version is not None:
-            await self.versions.remember(definition.name, translated.version, version)
-            number = translated.version
-        else:
-            number = await self.versions.int_of(definition.name, version)
-        if created:
-            log.info("registered workflow %s version %s (upstream %d)", definition.name, version, number)
-        return upb.RegisterWorkflowResult(
-            name=definition.name, version=str(number), nodes=len(definition.nodes)
-        )
+    async def GetWorkflow(self, request: upb.GetWorkflowRequest, context: Context) -> upb.WorkflowDefinition:
+        return await self._unary("GetWorkflow", request, context, upb.WorkflowDefinition)
 
-    async def get_workflow(self, request: upb.GetWorkflowRequest) -> upb.WorkflowDefinition:
-        """The latest version in upstream's JSON form."""
-        validate_name(request.name, "name")
-        record = await self.instances.get_workflow(request.name)
-        number = await self.versions.int_of(request.name, record.loaded.version)
-        return upb.WorkflowDefinition(
-            definition=dict_to_struct(to_upstream(record.loaded.definition, number))
-        )
+    async def StartInstance(
+        self, request: upb.StartInstanceRequest, context: Context
+    ) -> upb.StartInstanceResult:
+        return await self._unary("StartInstance", request, context, upb.StartInstanceResult)
 
-    # ------------------------------------------------------------------ instances
+    async def ListInstances(self, request: upb.ListInstancesRequest, context: Context) -> upb.InstanceList:
+        return await self._unary("ListInstances", request, context, upb.InstanceList)
 
-    async def start_instance(self, request: upb.StartInstanceRequest) -> upb.StartInstanceResult:
-        """Start an instance (the latest version unless ``version`` names one)."""
-        validate_name(request.workflow, "workflow")
-        correlation = request.correlation_id if request.HasField("correlation_id") else ""
-        if correlation:
-            validate_name(correlation, "correlation_id")
-        _payload_size(request.context, "context", self.limits.max_payload_bytes)
-        context = context_from_value(request.context)
-        version = ""
-        if request.HasField("version"):
-            version = await self.versions.hash_of(request.workflow, request.version)
-        view = await self.instances.start(request.workflow, version, context, correlation)
-        return upb.StartInstanceResult(instance_id=view.instance.id, workflow=view.instance.workflow)
+    async def GetInstance(self, request: upb.InstanceIdRequest, context: Context) -> upb.InstanceDetail:
+        return await self._unary("GetInstance", request, context, upb.InstanceDetail)
 
-    async def get_instance(self, request: upb.InstanceIdRequest) -> upb.InstanceDetail:
-        """An instance and its active tokens."""
-        validate_name(request.instance_id, "instance_id")
-        view = await self.instances.get_instance(request.instance_id)
-        inst = view.instance
-        number = await self.versions.int_of(inst.workflow, inst.version)
-        return upb.InstanceDetail(
-            instance=instance_view(inst, number), tokens=[token_view(inst.workflow, t) for t in view.tokens]
-        )
+    async def CancelInstance(
+        self, request: upb.CancelInstanceRequest, context: Context
+    ) -> upb.CancelInstanceResult:
+        return await self._unary("CancelInstance", request, context, upb.CancelInstanceResult)
 
-    async def list_instances(self, request: upb.ListInstancesRequest) -> upb.InstanceList:
-        """The newest ``limit`` instances (of a workflow, in a status)."""
-        limit = request.limit or DEFAULT_LIST_LIMIT
-        if not 1 <= limit <= self.limits.max_page_size:
-            raise InvalidArgument(f"limit must be between 1 and {self.limits.max_page_size}, got {limit}")
-        workflow = request.workflow if request.HasField("workflow") else ""
-        if workflow:
-            validate_name(workflow, "workflow")
-        status = request.status if request.HasField("status") else ""
-        if status and status not in STATUSES:
-            raise InvalidArgument(f"status {status!r} is not one of {', '.join(STATUSES)}")
-        views, _ = await self.instances.list_instances(
-            InstanceQuery(workflow=workflow, status=status, page_size=limit)
-        )
-        numbers: dict[tuple[str, str], int] = {}
-        out = []
-        for view in views:
-            inst = view.instance
-            key = (inst.workflow, inst.version)
-            if key not in numbers:
-                numbers[key] = await self.versions.int_of(*key)
-            out.append(instance_view(inst, numbers[key]))
-        return upb.InstanceList(instances=out)
+    async def SignalInstance(self, request: upb.SignalRequest, context: Context) -> upb.Ack:
+        return await self._unary("SignalInstance", request, context, upb.Ack)
 
-    async def cancel_instance(self, request: upb.CancelInstanceRequest) -> upb.CancelInstanceResult:
-        """Cancel a running instance; a finished one is left as it is. Answers the instance id."""
-        validate_name(request.instance_id, "instance_id")
-        check_text(request.reason, "reason", MAX_REASON_CHARS)
-        view, _ = await self.instances.cancel(request.instance_id, request.reason or "cancelled")
-        return upb.CancelInstanceResult(cancelled=view.instance.id)
+    async def CreateSchedule(self, request: upb.CreateScheduleRequest, context: Context) -> upb.ScheduleView:
+        return await self._unary("CreateSchedule", request, context, upb.ScheduleView)
 
-    async def signal_instance(self, request: upb.SignalRequest) -> upb.Ack:
-        """Deliver a signal to a waiting SIGNAL step, as upstream does: not waiting is refused."""
-        validate_name(request.instance_id, "instance_id")
-        validate_name(request.signal, "signal")
-        _payload_size(request.payload, "payload", self.limits.max_payload_bytes)
-        data = context_from_value(request.payload)
-        await reports.signal_waiting(self.instances, request.instance_id, request.signal, data)
-        return upb.Ack(ok=True)
+    async def ListSchedules(self, request: upb.Empty, context: Context) -> upb.ScheduleList:
+        return await self._unary("ListSchedules", request, context, upb.ScheduleList)
 
-    # ------------------------------------------------------------------ schedules
+    async def DeleteSchedule(self, request: upb.ScheduleIdRequest, context: Context) -> upb.Ack:
+        return await self._unary("DeleteSchedule", request, context, upb.Ack)
 
-    async def create_schedule(self, request: upb.CreateScheduleRequest) -> upb.ScheduleView:
-        """A schedule every ``every_millis`` or on ``cron``; its id is made here."""
-        from .._engine.schedules import Schedule
+    async def PollTasks(self, request: upb.PollRequest, context: Context) -> upb.TaskList:
+        return await self._unary("PollTasks", request, context, upb.TaskList)
 
-        validate_name(request.workflow, "workflow")
-        which = request.WhichOneof("cadence")
-        if which is None:
-            raise InvalidArgument("CreateSchedule needs every_millis or cron")
-        _payload_size(request.context, "context", self.limits.max_payload_bytes)
-        context = context_from_value(request.context)
-        spec = Schedule(
-            id=f"sched-{uuid.uuid4().hex[:16]}",
-            workflow=request.workflow,
-            interval_millis=request.every_millis if which == "every_millis" else 0,
-            cron=request.cron if which == "cron" else "",
-            context=context,
-        )
-        return schedule_view(await self.instances.schedules.create(spec))
+    async def CompleteTask(self, request: upb.TaskResultRequest, context: Context) -> upb.Ack:
+        return await self._unary("CompleteTask", request, context, upb.Ack)
 
-    async def list_schedules(self, request: upb.Empty) -> upb.ScheduleList:
-        """Every schedule."""
-        return upb.ScheduleList(schedules=[schedule_view(s) for s in await self.instances.schedules.list()])
+    async def FailTask(self, request: upb.TaskFailureRequest, context: Context) -> upb.Ack:
+        return await self._unary("FailTask", request, context, upb.Ack)
 
-    async def delete_schedule(self, request: upb.ScheduleIdRequest) -> upb.Ack:
-        """Delete a schedule; NotFound if unknown."""
-        validate_name(request.id, "id")
-        await self.instances.schedules.delete(request.id)
-        return upb.Ack(ok=True)
+    async def HeartbeatTask(self, request: upb.HeartbeatRequest, context: Context) -> upb.HeartbeatResult:
+        return await self._unary("HeartbeatTask", request, context, upb.HeartbeatResult)
 
-    # ------------------------------------------------------------------ workers
-
-    async def poll_tasks(self, request: upb.PollRequest) -> upb.TaskList:
-        """Claim up to ``max`` steps for ``lease_millis`` (bounded), waiting up to ``wait_millis``."""
-        validate_name(request.worker_id, "worker_id")
-        queues = list(request.queues)
-        if not queues:
-            raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
-        for q in queues:
-            validate_name(q, "queue")
-        max_tasks = request.max  # upstream's workers always send their free capacity, >= 1
-        limit = self.limits.max_tasks_per_poll
-        if not 1 <= max_tasks <= limit:
-            raise InvalidArgument(f"max (tasks to claim) must be between 1 and {limit}, got {max_tasks}")
-        if request.lease_millis < 0:
-            raise InvalidArgument(
-                f"lease_millis must be 0 (the server's) or more, got {request.lease_millis}"
-            )
-        if self.stopping():  # draining: tell the worker when to come back
-            return upb.TaskList(retry_after_millis=1000)
-        self.pollers.seen(request.worker_id, queues)
-        claimed = await self.instances.poll(
-            request.worker_id,
-            queues,
-            max_tasks,
-            wait_seconds(request.wait_millis, self.limits),
-            lease_millis=request.lease_millis or None,
-        )
-        if not claimed:
-            return upb.TaskList(retry_after_millis=await self._come_back(request.wait_millis, queues))
-        self.pollers.claimed(c.token.queue for c in claimed)
-        numbers: dict[tuple[str, str], int] = {}
-        tasks = []
-        for c in claimed:
-            key = (c.instance.workflow, c.instance.version)
-            if key not in numbers:
-                numbers[key] = await self.versions.int_of(*key)
-            try:
-                tasks.append(activation(c, numbers[key]))
-            except InvalidArgument as exc:  # a context upstream's Value cannot carry (a huge int)
-                await self.instances.fail(
-                    c.token.id,
-                    c.token.lease_owner,
-                    f"cannot send this step to an upstream worker: {exc}",
-                    False,
-                )
-        return upb.TaskList(tasks=tasks)
-
-    async def _come_back(self, wait_millis: int, queues: list[str]) -> int:
-        """An empty poll's ``retry_after_millis``: after a long poll, 0 (poll again at once); after
-        a short one (``wait_millis`` 0), when the next step on these queues is due, if one is
-        (a retry's backoff, say), at most MAX_RETRY_AFTER_MILLIS; else 0 (the worker's own idle
-        backoff)."""
-        if wait_millis > 0:
-            return 0
-        due = await self.instances.next_ready_at(queues)
-        if due is None:
-            return 0
-        return min(max(due - self.instances.clock.now(), 0), MAX_RETRY_AFTER_MILLIS)
-
-    async def complete_task(self, request: upb.TaskResultRequest) -> upb.Ack:
-        """A step's result: a shallow diff (null removes a key), or ``{"value": bool}`` for a predicate."""
-        validate_name(request.task_id, "task_id")
-        _payload_size(request.result, "result", self.limits.max_payload_bytes)
-        await reports.complete(
-            self.instances,
-            request.task_id,
-            request.lease_owner,
-            request.result if request.HasField("result") else None,
-        )
-        return upb.Ack(ok=True)
-
-    async def fail_task(self, request: upb.TaskFailureRequest) -> upb.Ack:
-        """A step failed; retried by its policy unless not ``retryable``."""
-        validate_name(request.task_id, "task_id")
-        await reports.fail(
-            self.instances,
-            request.task_id,
-            request.lease_owner,
-            request.message or "step failed",  # kept storable by the engine (wiggle/_limits.py)
-            request.retryable,
-        )
-        return upb.Ack(ok=True)
-
-    async def heartbeat_task(self, request: upb.HeartbeatRequest) -> upb.HeartbeatResult:
-        """Extend a lease by ``extend_millis`` (bounded; 0: the server's lease)."""
-        validate_name(request.task_id, "task_id")
-        if request.extend_millis < 0:
-            raise InvalidArgument(f"extend_millis must be 0 or more, got {request.extend_millis}")
-        expires = await reports.heartbeat(
-            self.instances, request.task_id, request.lease_owner, request.extend_millis or None
-        )
-        return upb.HeartbeatResult(lease_expires_at=expires)
-
-    async def advance_run(self, request: upb.AdvanceRunRequest) -> upb.AdvanceRunResult:
-        """A local run's steps (upstream's Java workers in LOCAL_SYNC / LOCAL_ASYNC)."""
-        validate_name(request.task_id, "task_id")
-        _payload_size(request, "AdvanceRun", 4 * self.limits.max_payload_bytes)
-        outcome = await reports.advance(
-            self.instances, request.task_id, request.lease_owner, list(request.steps), request.final
-        )
-        if request.final or not outcome.next_task_id:
-            self.metrics.observe_run(outcome.applied_steps, "UPSTREAM")
-        return upb.AdvanceRunResult(
-            instance_status=outcome.instance_status,
-            lease_expires_at=outcome.lease_expires_at,
-            next_task_id=outcome.next_task_id,
-        )
+    async def AdvanceRun(self, request: upb.AdvanceRunRequest, context: Context) -> upb.AdvanceRunResult:
+        return await self._unary("AdvanceRun", request, context, upb.AdvanceRunResult)
