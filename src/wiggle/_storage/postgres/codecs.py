@@ -133,6 +133,9 @@ def _text_array(column: tuple[Any, ...]) -> str:
     if not column:
         return "{}"
     # every element quoted (empty strings, commas, braces, "NULL"); inside quotes only \ and " are special
+    joined = '","'.join(column)
+    if "\\" not in joined and joined.count('"') == 2 * (len(column) - 1):
+        return '{"' + joined + '"}'  # the usual case: nothing to escape, no Python per element
     return '{"' + '","'.join(v.replace("\\", "\\\\").replace('"', '\\"') for v in column) + '"}'
 
 
@@ -169,9 +172,13 @@ def array_literals(fields: list[str] | tuple[str, ...]) -> Callable[[list[Any]],
 def instance_from(row: Any, o: int = 0) -> Instance:
     values = list(row[o : o + N_INSTANCE])
     values[I_CONTEXT] = decode_context(values[I_CONTEXT])
-    values[I_JOINS] = decode_joins(values[I_JOINS])
-    values[I_SIGNALS] = decode_signals(values[I_SIGNALS])
-    values[I_SIGNAL_IDS] = decode_signal_ids(values[I_SIGNAL_IDS])
+    # Most instances wait on no join and no signal: their columns hold the empty JSON value
+    joins = values[I_JOINS]
+    values[I_JOINS] = {} if joins == b"{}" else decode_joins(joins)
+    signals = values[I_SIGNALS]
+    values[I_SIGNALS] = [] if signals == b"[]" else decode_signals(signals)
+    signal_ids = values[I_SIGNAL_IDS]
+    values[I_SIGNAL_IDS] = [] if signal_ids == b"[]" else decode_signal_ids(signal_ids)
     point = values[I_RETRY_POINT]
     values[I_RETRY_POINT] = None if point is None else decode_retry_point(point)
     return Instance(*values)
@@ -226,7 +233,7 @@ def instance_row(inst: Instance) -> list[Any]:
 
 def encode_instance_json(values: list[Any], inst: Instance) -> None:
     """Encode in ``values`` (an instance's fields in order) the JSON columns other than the context."""
-    values[I_JOINS] = encode(inst.joins)
-    values[I_SIGNALS] = encode(inst.signals)
-    values[I_SIGNAL_IDS] = encode(inst.signal_ids)
+    values[I_JOINS] = encode(inst.joins) if inst.joins else b"{}"
+    values[I_SIGNALS] = encode(inst.signals) if inst.signals else b"[]"
+    values[I_SIGNAL_IDS] = encode(inst.signal_ids) if inst.signal_ids else b"[]"
     values[I_RETRY_POINT] = None if inst.retry_point is None else encode(inst.retry_point)

@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import AsyncPipeline, pq
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...errors import Unavailable, WiggleError
 
-__all__ = ["Conn", "Database", "KEEPALIVES", "short"]
+__all__ = ["Conn", "Database", "KEEPALIVES", "short", "transaction"]
 
 log = logging.getLogger("wiggle.postgres")
 
@@ -40,6 +41,29 @@ def short(exc: BaseException) -> str:
     """The first line of an error's text (psycopg's messages run over several lines)."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+@contextlib.asynccontextmanager
+async def transaction(conn: Conn) -> AsyncIterator[AsyncPipeline]:
+    """One transaction in pipeline mode, yielding the pipeline: BEGIN goes out with the body's first
+    statements and COMMIT with its last ones, so the transaction costs one round trip per
+    ``pipeline.sync()`` in the body, plus one.
+
+    psycopg's ``conn.transaction()`` inside ``conn.pipeline()`` nests two more pipelines around
+    the transaction and syncs at each level: five round trips for a body that syncs once (bench/
+    README.md, "Round three"). An error ends the transaction with ROLLBACK (nothing of it commits);
+    a failed COMMIT has rolled back already.
+    """
+    try:
+        async with conn.pipeline() as pipeline:
+            await conn.execute("BEGIN")
+            yield pipeline
+            await conn.execute("COMMIT")
+    except BaseException:
+        if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+            with contextlib.suppress(Exception):  # a broken connection: the pool discards it
+                await conn.rollback()
+        raise
 
 
 class Database:

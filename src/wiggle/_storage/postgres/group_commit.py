@@ -19,7 +19,7 @@ from ...errors import NotFound, WiggleError
 from ..base import Action, R, WorkflowRecord
 from .codecs import instance_from, token_from, token_seq
 from .committers import Committers, fail
-from .db import Conn, Database
+from .db import Conn, Database, transaction
 from .statements import Queries
 
 __all__ = ["GroupCommit", "Items", "Persist"]
@@ -114,41 +114,40 @@ class GroupCommit:
         ids = sorted({job.instance_id for job in batch})
         results: list[Any] = []
         wrote = False
-        async with conn.pipeline() as pipeline:
-            async with conn.transaction():
-                cur_i = await conn.execute(q.lock_instances, (ids,), binary=True)
-                cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
-                await pipeline.sync()
-                states: dict[str, InstanceState] = {}
-                for row in await cur_i.fetchall():
-                    instance = instance_from(row)
-                    states[instance.id] = InstanceState(instance, {})
-                for token in sorted((token_from(r) for r in await cur_t.fetchall()), key=token_seq):
-                    st = states.get(token.instance_id)
-                    if st is not None:
-                        st.tokens[token.id] = token
-                existing = {token_id for st in states.values() for token_id in st.tokens}
-                originals = {iid: st.instance.context for iid, st in states.items()}
-                merged: dict[str, Changes] = {}
-                for job in batch:
-                    state = states.get(job.instance_id)
-                    if state is None:
-                        results.append(NotFound(job.missing))
-                        continue
-                    record = await self.load_definition(conn, state.instance.workflow, state.instance.version)
-                    try:
-                        result, changes = job.action(record.loaded, state, self.now())
-                    except WiggleError as exc:
-                        results.append(exc)  # validated before any change: nothing to undo
-                        continue
-                    results.append((result, state))
-                    if changes is None:
-                        continue
-                    into = merged.get(job.instance_id)
-                    if into is None:
-                        merged[job.instance_id] = changes
-                    else:
-                        into.absorb(changes)
-                items = [(states[iid], changes, originals[iid]) for iid, changes in merged.items()]
-                wrote = await self.persist(conn, items, existing)
+        async with transaction(conn) as pipeline:
+            cur_i = await conn.execute(q.lock_instances, (ids,), binary=True)
+            cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
+            await pipeline.sync()
+            states: dict[str, InstanceState] = {}
+            for row in await cur_i.fetchall():
+                instance = instance_from(row)
+                states[instance.id] = InstanceState(instance, {})
+            for token in sorted((token_from(r) for r in await cur_t.fetchall()), key=token_seq):
+                st = states.get(token.instance_id)
+                if st is not None:
+                    st.tokens[token.id] = token
+            existing = {token_id for st in states.values() for token_id in st.tokens}
+            originals = {iid: st.instance.context for iid, st in states.items()}
+            merged: dict[str, Changes] = {}
+            for job in batch:
+                state = states.get(job.instance_id)
+                if state is None:
+                    results.append(NotFound(job.missing))
+                    continue
+                record = await self.load_definition(conn, state.instance.workflow, state.instance.version)
+                try:
+                    result, changes = job.action(record.loaded, state, self.now())
+                except WiggleError as exc:
+                    results.append(exc)  # validated before any change: nothing to undo
+                    continue
+                results.append((result, state))
+                if changes is None:
+                    continue
+                into = merged.get(job.instance_id)
+                if into is None:
+                    merged[job.instance_id] = changes
+                else:
+                    into.absorb(changes)
+            items = [(states[iid], changes, originals[iid]) for iid, changes in merged.items()]
+            wrote = await self.persist(conn, items, existing)
         return wrote, list(merged.items()), results

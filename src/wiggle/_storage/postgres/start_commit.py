@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from ...errors import Unavailable
 from ..base import NewInstance
 from .committers import Committers, fail
-from .db import Conn, Database
+from .db import Conn, Database, transaction
 from .statements import StartQueries
 
 __all__ = ["StartCommit"]
@@ -124,55 +124,54 @@ class StartCommit:
     ) -> tuple[list[NewInstance], list[str]]:
         q = self.queries
         attempts[0] += 1
-        async with conn.pipeline() as pipeline:
-            async with conn.transaction():
-                cur = None
-                done: set[str] = set()
-                owners: dict[str, str] = {}
-                if attempts[0] > 1:
-                    # A retry, perhaps after a lost acknowledgement: the earlier attempt's
-                    # instances exist if it committed (all of them: one transaction).
-                    ids = [item.state.instance.id for item in items]
-                    cur = await conn.execute(q.existing_instances, (ids,))
-                keyed = sorted({item.request_id for item in items if item.request_id})
-                claimed: dict[str, str] = {}
-                if keyed:
-                    # First item of each request id claims it (sorted: two groups lock in one order).
-                    first: dict[str, str] = {}
-                    for item in items:
-                        if item.request_id and item.request_id not in first:
-                            first[item.request_id] = item.state.instance.id
-                    cur_claim = await conn.execute(q.claim_requests, (keyed, [first[r] for r in keyed]))
-                    await pipeline.sync()
-                    if cur is not None:
-                        done = {row[0] for row in await cur.fetchall()}
-                    claimed = {r: i for r, i in await cur_claim.fetchall()}
-                    taken = [r for r in keyed if r not in claimed]
-                    if taken:
-                        cur_owner = await conn.execute(q.request_owners, (taken,))
-                        await pipeline.sync()
-                        owners = {r: i for r, i in await cur_owner.fetchall()}
-                elif cur is not None:
-                    await pipeline.sync()
-                    done = {row[0] for row in await cur.fetchall()}
-                fresh: list[NewInstance] = []  # to insert now
-                created: list[NewInstance] = []  # inserted by this group (now or by a lost attempt)
-                answers: list[str] = []
+        async with transaction(conn) as pipeline:
+            cur = None
+            done: set[str] = set()
+            owners: dict[str, str] = {}
+            if attempts[0] > 1:
+                # A retry, perhaps after a lost acknowledgement: the earlier attempt's
+                # instances exist if it committed (all of them: one transaction).
+                ids = [item.state.instance.id for item in items]
+                cur = await conn.execute(q.existing_instances, (ids,))
+            keyed = sorted({item.request_id for item in items if item.request_id})
+            claimed: dict[str, str] = {}
+            if keyed:
+                # First item of each request id claims it (sorted: two groups lock in one order).
+                first: dict[str, str] = {}
                 for item in items:
-                    instance_id = item.state.instance.id
-                    rid = item.request_id
-                    if rid:
-                        owner = claimed.get(rid) or owners.get(rid, "")
-                        if not owner:  # never expected: the row exists or this group claimed it
-                            raise Unavailable(f"start request {rid!r} was claimed and released; retry")
-                        answers.append(owner)
-                        if owner != instance_id:
-                            continue
-                    else:
-                        answers.append(instance_id)
-                    created.append(item)
-                    if instance_id not in done:
-                        fresh.append(item)
-                if fresh:
-                    await self.persist(conn, fresh)
+                    if item.request_id and item.request_id not in first:
+                        first[item.request_id] = item.state.instance.id
+                cur_claim = await conn.execute(q.claim_requests, (keyed, [first[r] for r in keyed]))
+                await pipeline.sync()
+                if cur is not None:
+                    done = {row[0] for row in await cur.fetchall()}
+                claimed = {r: i for r, i in await cur_claim.fetchall()}
+                taken = [r for r in keyed if r not in claimed]
+                if taken:
+                    cur_owner = await conn.execute(q.request_owners, (taken,))
+                    await pipeline.sync()
+                    owners = {r: i for r, i in await cur_owner.fetchall()}
+            elif cur is not None:
+                await pipeline.sync()
+                done = {row[0] for row in await cur.fetchall()}
+            fresh: list[NewInstance] = []  # to insert now
+            created: list[NewInstance] = []  # inserted by this group (now or by a lost attempt)
+            answers: list[str] = []
+            for item in items:
+                instance_id = item.state.instance.id
+                rid = item.request_id
+                if rid:
+                    owner = claimed.get(rid) or owners.get(rid, "")
+                    if not owner:  # never expected: the row exists or this group claimed it
+                        raise Unavailable(f"start request {rid!r} was claimed and released; retry")
+                    answers.append(owner)
+                    if owner != instance_id:
+                        continue
+                else:
+                    answers.append(instance_id)
+                created.append(item)
+                if instance_id not in done:
+                    fresh.append(item)
+            if fresh:
+                await self.persist(conn, fresh)
         return created, answers

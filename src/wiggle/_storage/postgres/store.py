@@ -36,7 +36,7 @@ from ..ops import NodeInfo, QueueStat, Readiness
 from . import ops
 from .cluster import Cluster
 from .codecs import N_TOKEN, instance_from, token_from, views
-from .db import Conn, Database
+from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
 from .migrations import check_schema, migrate
@@ -185,9 +185,8 @@ class PostgresStore(Store):
             nonlocal attempts
             attempts += 1
             try:
-                async with conn.pipeline():
-                    async with conn.transaction():
-                        await self._persist(conn, [(state, changes, None)], frozenset())
+                async with transaction(conn):
+                    await self._persist(conn, [(state, changes, None)], frozenset())
             except pg_errors.UniqueViolation:
                 if attempts > 1:
                     return False  # an earlier attempt did commit (its acknowledgement was lost)
@@ -271,35 +270,34 @@ class PostgresStore(Store):
         async def body(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             out: list[Claimed] = []
             announced: list[tuple[str, Changes]] = []
-            async with conn.pipeline() as pipeline:
-                async with conn.transaction():
-                    now = self.clock.now()
-                    params = (queue_param, now, max_tasks) + ((max_tasks,) if len(queues) > 1 else ())
-                    cur = await conn.execute(text, params, binary=True)
-                    await pipeline.sync()
-                    rows = await cur.fetchall()
-                    if not rows:
-                        return out, announced
-                    states: dict[str, tuple[InstanceState, Changes]] = {}
-                    for row in rows:
-                        token = token_from(row)
-                        entry = states.get(token.instance_id)
-                        if entry is None:
-                            instance = instance_from(row, N_TOKEN)
-                            if instance.status != InstanceStatus.RUNNING:
-                                continue  # never expected (a finished instance has no READY token)
-                            entry = (InstanceState(instance, {}), Changes())
-                            states[token.instance_id] = entry
-                        state, changes = entry
-                        state.tokens[token.id] = token
-                        record = await self.definitions.loaded_record(
-                            conn, state.instance.workflow, state.instance.version
-                        )
-                        out.append(transition(record.loaded, state, token, now, changes))
-                    existing = {t for state, _ in states.values() for t in state.tokens}
-                    items = [(state, changes, state.instance.context) for state, changes in states.values()]
-                    await self._persist(conn, items, existing)
-                    announced.extend((state.instance.id, changes) for state, changes in states.values())
+            async with transaction(conn) as pipeline:
+                now = self.clock.now()
+                params = (queue_param, now, max_tasks) + ((max_tasks,) if len(queues) > 1 else ())
+                cur = await conn.execute(text, params, binary=True)
+                await pipeline.sync()
+                rows = await cur.fetchall()
+                if not rows:
+                    return out, announced
+                states: dict[str, tuple[InstanceState, Changes]] = {}
+                for row in rows:
+                    token = token_from(row)
+                    entry = states.get(token.instance_id)
+                    if entry is None:
+                        instance = instance_from(row, N_TOKEN)
+                        if instance.status != InstanceStatus.RUNNING:
+                            continue  # never expected (a finished instance has no READY token)
+                        entry = (InstanceState(instance, {}), Changes())
+                        states[token.instance_id] = entry
+                    state, changes = entry
+                    state.tokens[token.id] = token
+                    record = await self.definitions.loaded_record(
+                        conn, state.instance.workflow, state.instance.version
+                    )
+                    out.append(transition(record.loaded, state, token, now, changes))
+                existing = {t for state, _ in states.values() for t in state.tokens}
+                items = [(state, changes, state.instance.context) for state, changes in states.values()]
+                await self._persist(conn, items, existing)
+                announced.extend((state.instance.id, changes) for state, changes in states.values())
             return out, announced
 
         claimed, announced = await self.db.run("claim", body)
