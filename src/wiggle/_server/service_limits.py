@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 from .._engine.engine import EngineConfig
-from .._model import validate_name
+from .._model import NAME_PATTERN, validate_name
+from ..errors import InvalidArgument
 from .instances import MAX_WAIT_SECONDS
 
-__all__ = ["ServiceLimits", "optional_name", "wait_seconds"]
+__all__ = ["ServiceLimits", "optional_name", "wait_seconds", "poll_queues", "name_ok"]
+
+#: The pattern's match alone accepts exactly the names ``validate_name`` accepts (a string of at
+#: most 200 allowed characters cannot be empty or padded), so ``validate_name`` only runs to word
+#: the error of a bad one (every request names its step; a poll its worker and queues).
+name_ok = NAME_PATTERN.fullmatch
 
 
 class ServiceLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,3 +44,22 @@ def optional_name(value: str, what: str) -> None:
 def wait_seconds(millis: int, limits: ServiceLimits) -> float:
     """A request's ``wait_millis`` in seconds, within [0, ``limits.max_wait_seconds``]."""
     return min(max(millis, 0) / 1000, limits.max_wait_seconds)
+
+
+def poll_queues(
+    worker_id: str, queues: Iterable[str], max_tasks: int, field: str, limits: ServiceLimits
+) -> list[str]:
+    """Check a poll (both services): the worker id, at least one valid queue, ``max_tasks`` (the
+    request's ``field``) within the limit; the queues as a list. InvalidArgument otherwise."""
+    if name_ok(worker_id) is None:
+        validate_name(worker_id, "worker_id")
+    names = list(queues)
+    if not names:
+        raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
+    for q in names:
+        if name_ok(q) is None:
+            validate_name(q, "queue")
+    limit = limits.max_tasks_per_poll
+    if not 1 <= max_tasks <= limit:
+        raise InvalidArgument(f"{field} must be between 1 and {limit}, got {max_tasks}")
+    return names

@@ -12,24 +12,19 @@ from typing import TYPE_CHECKING, Any
 from .. import _fast
 from .._engine.records import StepRecord
 from .._engine.state import TokenStatus
-from .._model import NAME_PATTERN, validate_name
+from .._model import validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object, too_deep
 from ..errors import InvalidArgument
 from .instances import Instances
 from .pollers import Pollers
-from .service_limits import ServiceLimits, wait_seconds
+from .service_limits import ServiceLimits, name_ok, poll_queues, wait_seconds
 
 if TYPE_CHECKING:
     from .service import Metrics
 
 __all__ = ["WorkerHandlers"]
-
-#: Every request names its step (and a poll its worker and queues): the pattern's match alone
-#: accepts exactly the names ``validate_name`` accepts (a string of at most 200 allowed characters
-#: cannot be empty or padded), so ``validate_name`` only runs to word the error of a bad one.
-_name_ok = NAME_PATTERN.fullmatch
 
 
 class WorkerHandlers:
@@ -42,18 +37,8 @@ class WorkerHandlers:
 
     async def poll_tasks(self, request: pb.PollTasksRequest) -> pb.PollTasksResponse:
         """Claim steps on the worker's queues, waiting up to ``wait_millis`` for some."""
-        if _name_ok(request.worker_id) is None:
-            validate_name(request.worker_id, "worker_id")
-        queues = list(request.queues)
-        if not queues:
-            raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
-        for q in queues:
-            if _name_ok(q) is None:
-                validate_name(q, "queue")
         max_tasks = request.max_tasks or 1
-        limit = self.limits.max_tasks_per_poll
-        if not 1 <= max_tasks <= limit:
-            raise InvalidArgument(f"max_tasks must be between 1 and {limit}, got {max_tasks}")
+        queues = poll_queues(request.worker_id, request.queues, max_tasks, "max_tasks", self.limits)
         wait = wait_seconds(request.wait_millis, self.limits)
         self.pollers.seen(request.worker_id, queues)
         claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
@@ -68,7 +53,7 @@ class WorkerHandlers:
 
     async def complete_task(self, request: pb.CompleteTaskRequest) -> pb.ReportResult:
         """A step's result: the new context, or a predicate's value."""
-        if _name_ok(request.task_id) is None:
+        if name_ok(request.task_id) is None:
             validate_name(request.task_id, "task_id")
         which = request.WhichOneof("result")
         ctx: dict[str, Any] | None = None
@@ -82,7 +67,7 @@ class WorkerHandlers:
 
     async def fail_task(self, request: pb.FailTaskRequest) -> pb.ReportResult:
         """A step failed; retried by its policy unless not ``retryable``."""
-        if _name_ok(request.task_id) is None:
+        if name_ok(request.task_id) is None:
             validate_name(request.task_id, "task_id")
         status = await self.instances.fail(
             request.task_id,
@@ -96,14 +81,14 @@ class WorkerHandlers:
 
     async def heartbeat_task(self, request: pb.HeartbeatTaskRequest) -> pb.ReportResult:
         """Extend a lease."""
-        if _name_ok(request.task_id) is None:
+        if name_ok(request.task_id) is None:
             validate_name(request.task_id, "task_id")
         status, expires = await self.instances.heartbeat(request.task_id, request.lease_owner)
         return pb.ReportResult(instance_status=status, lease_expires_at=expires)
 
     async def advance_run(self, request: pb.AdvanceRunRequest) -> pb.AdvanceRunResult:
         """Apply the steps of a local run (LOCAL_SYNC / LOCAL_ASYNC)."""
-        if _name_ok(request.task_id) is None:
+        if name_ok(request.task_id) is None:
             validate_name(request.task_id, "task_id")
         if request.steps_batch and len(request.steps):
             raise InvalidArgument("AdvanceRun sets both steps and steps_batch; send one of them")

@@ -22,7 +22,7 @@ from .._rpc.upstream import wiggle_pb2 as upb
 from .._server.instances import Instances
 from .._server.pollers import Pollers
 from .._server.service import Metrics
-from .._server.service_limits import ServiceLimits, wait_seconds
+from .._server.service_limits import ServiceLimits, poll_queues, wait_seconds
 from .._storage.base import InstanceQuery
 from ..errors import InvalidArgument
 from . import reports
@@ -225,16 +225,10 @@ class UpstreamHandlers:
 
     async def poll_tasks(self, request: upb.PollRequest) -> upb.TaskList:
         """Claim up to ``max`` steps for ``lease_millis`` (bounded), waiting up to ``wait_millis``."""
-        validate_name(request.worker_id, "worker_id")
-        queues = list(request.queues)
-        if not queues:
-            raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
-        for q in queues:
-            validate_name(q, "queue")
         max_tasks = request.max  # upstream's workers always send their free capacity, >= 1
-        limit = self.limits.max_tasks_per_poll
-        if not 1 <= max_tasks <= limit:
-            raise InvalidArgument(f"max (tasks to claim) must be between 1 and {limit}, got {max_tasks}")
+        queues = poll_queues(
+            request.worker_id, request.queues, max_tasks, "max (tasks to claim)", self.limits
+        )
         if request.lease_millis < 0:
             raise InvalidArgument(
                 f"lease_millis must be 0 (the server's) or more, got {request.lease_millis}"
