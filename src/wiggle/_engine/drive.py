@@ -69,13 +69,7 @@ def drive(
                 changes.timers = True
                 break
             if kind is NodeKind.USER_TASK:
-                tok.status = TokenStatus.AWAITING
-                tok.kind = kind.value
-                tok.queue = ""
-                tok.started_at = now
-                tok.available_at = now + node.timeout_millis if node.timeout_millis > 0 else 0
-                tok.lease_owner = ""
-                tok.lease_expires_at = 0
+                _await(tok, node, now)
                 changes.timers = True
                 break
             if kind is NodeKind.SIGNAL:
@@ -84,13 +78,7 @@ def drive(
                     continue
                 if state.instance.status != InstanceStatus.RUNNING:
                     return
-                tok.status = TokenStatus.AWAITING
-                tok.kind = kind.value
-                tok.queue = ""
-                tok.started_at = now
-                tok.available_at = now + node.timeout_millis if node.timeout_millis > 0 else 0
-                tok.lease_owner = ""
-                tok.lease_expires_at = 0
+                _await(tok, node, now)
                 if node.timeout_millis > 0:
                     changes.timers = True
                 break
@@ -151,6 +139,17 @@ def drive(
                 children.park(engine, loaded, state, tok, node, now, changes)
                 break
             raise AssertionError(f"unknown node kind {kind}")  # pragma: no cover
+
+
+def _await(tok: Token, node: Node, now: int) -> None:
+    """Park ``tok`` AWAITING at a user task or signal wait, due at its deadline (0: none)."""
+    tok.status = TokenStatus.AWAITING
+    tok.kind = node.kind.value
+    tok.queue = ""
+    tok.started_at = now
+    tok.available_at = now + node.timeout_millis if node.timeout_millis > 0 else 0
+    tok.lease_owner = ""
+    tok.lease_expires_at = 0
 
 
 def arrive_at_join(

@@ -246,14 +246,11 @@ class UpstreamHandlers:
         if not claimed:
             return upb.TaskList(retry_after_millis=await self._come_back(request.wait_millis, queues))
         self.pollers.claimed(c.token.queue for c in claimed)
-        numbers: dict[tuple[str, str], int] = {}
         tasks = []
         for c in claimed:
-            key = (c.instance.workflow, c.instance.version)
-            if key not in numbers:
-                numbers[key] = await self.versions.int_of(*key)
+            number = await self.versions.int_for_task(c.instance.workflow, c.instance.version)
             try:
-                tasks.append(activation(c, numbers[key]))
+                tasks.append(activation(c, number))
             except InvalidArgument as exc:  # a context upstream's Value cannot carry (a huge int)
                 await self.instances.fail(
                     c.token.id,

@@ -25,6 +25,11 @@ class Versions:
 
     def __init__(self, instances: Instances) -> None:
         self.instances = instances
+        # (workflow, hash) -> number, for activations only: a poll must not read the alias table
+        # each time. Re-registering here drops the workflow's entries; a number re-pointed by
+        # another server shows in this server's activations only after a restart (reads, which
+        # use int_of, are always current).
+        self._for_tasks: dict[tuple[str, str], int] = {}
 
     async def aliases(self, workflow: str) -> dict[str, int]:
         """hash -> the int it is shown as, for the versions of ``workflow`` with an explicit alias.
@@ -41,6 +46,14 @@ class Versions:
         alias = (await self.aliases(workflow)).get(version)
         return alias if alias is not None else derived_version(version)
 
+    async def int_for_task(self, workflow: str, version: str) -> int:
+        """``int_of``, remembered on this server: the version an activation shows."""
+        key = (workflow, version)
+        number = self._for_tasks.get(key)
+        if number is None:
+            number = self._for_tasks[key] = await self.int_of(workflow, version)
+        return number
+
     async def hash_of(self, workflow: str, number: int) -> str:
         """Our version of ``workflow`` that upstream calls ``number``; NotFound if none."""
         explicit = await self.instances.version_aliases(workflow)
@@ -54,3 +67,5 @@ class Versions:
     async def remember(self, workflow: str, number: int, version: str) -> None:
         """Point ``number`` at ``version`` (an explicit upstream version, re-registrable)."""
         await self.instances.put_version_alias(workflow, number, version)
+        for key in [k for k in self._for_tasks if k[0] == workflow]:
+            del self._for_tasks[key]
