@@ -245,3 +245,111 @@ async def test_two_servers_starting_one_request_id_start_one_instance() -> None:
         finally:
             for store in stores:
                 await store.close()
+
+
+# ------------------------------------------------ starts from the remembered latest version
+
+
+def _version_two() -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="one",
+        start_node="b",
+        nodes=(Node(id="b", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
+    )
+
+
+async def _versions(layer: Instances) -> dict[str, int]:
+    views, _ = await layer.list_instances(InstanceQuery(page_size=10_000))
+    out: dict[str, int] = {}
+    for view in views:
+        out[view.instance.version] = out.get(view.instance.version, 0) + 1
+    return out
+
+
+async def test_starts_from_the_remembered_latest_version_read_nothing_first(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    store, layer = pg
+    await layer.start("one", "", {}, "", "")  # registered on this node: remembered already
+    before = store.definitions.latest_queries
+    await asyncio.gather(*(layer.start("one", "", {"i": i}, "", "") for i in range(20)))
+    await layer.start_many("one", "", [{"m": i} for i in range(5)], "", [])
+    assert store.definitions.latest_queries == before
+
+
+@pytest.fixture
+async def two_nodes() -> AsyncIterator[tuple[list[PostgresStore], list[Instances]]]:
+    async with async_temp_schema() as schema:
+        stores = [PostgresStore(TEST_DATABASE_URL, schema) for _ in range(2)]
+        for store in stores:
+            await store.open()
+        try:
+            layers = [Instances(store, Engine()) for store in stores]
+            await layers[0].register(_one_step())
+            yield stores, layers
+        finally:
+            for store in stores:
+                await store.close()
+
+
+async def test_a_version_registered_on_another_node_is_what_the_next_start_runs(
+    two_nodes: tuple[list[PostgresStore], list[Instances]],
+) -> None:
+    stores, (a, b) = two_nodes
+    v1 = (await a.start("one", "", {}, "", "")).instance.version  # node a remembers v1
+    assert stores[0].definitions.latest_seen["one"] == v1
+    v2, created = await b.register(_version_two())  # acknowledged by node b
+    assert created
+    # Each start below was called after v2's registration was acknowledged: it must run v2.
+    single = await a.start("one", "", {"x": 1}, "", "")
+    assert single.instance.version == v2.loaded.version
+    assert stores[0].definitions.latest_seen["one"] == v2.loaded.version
+    # nothing of v1 was stored by the stale attempt
+    assert await _versions(a) == {v1: 1, v2.loaded.version: 1}
+
+
+async def test_concurrent_and_bulk_starts_on_a_stale_version_all_run_the_new_one(
+    two_nodes: tuple[list[PostgresStore], list[Instances]],
+) -> None:
+    stores, (a, b) = two_nodes
+    v1 = (await a.start("one", "", {}, "", "")).instance.version
+    v2 = (await b.register(_version_two()))[0].loaded.version
+    views = await asyncio.gather(*(a.start("one", "", {"i": i}, "", f"r{i}") for i in range(20)))
+    assert {v.instance.version for v in views} == {v2}
+    v3_def = WorkflowDefinition(
+        name="one",
+        start_node="c",
+        nodes=(Node(id="c", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
+    )
+    v3 = (await b.register(v3_def))[0].loaded.version
+    version, ids = await a.start_many("one", "", [{"m": i} for i in range(7)], "", [])
+    assert version == v3 and len(ids) == 7
+    assert await _versions(a) == {v1: 1, v2: 20, v3: 7}
+    # the request ids still name one instance each
+    again = await a.start("one", "", {}, "", "r3")
+    assert again.instance.id == views[3].instance.id
+
+
+async def test_a_lost_acknowledgement_is_answered_as_committed_even_after_a_new_version(
+    two_nodes: tuple[list[PostgresStore], list[Instances]],
+) -> None:
+    stores, (a, b) = two_nodes
+    v1 = (await a.start("one", "", {}, "", "")).instance.version
+    db = stores[0].starts.db
+    real_run = db.run
+
+    async def commit_then_lose(what: str, body: Callable[[Any], Awaitable[Any]]) -> Any:
+        # The first attempt commits, its answer is lost, v2 is registered, the retry runs.
+        if what != "start":
+            return await real_run(what, body)
+        await real_run(what, body)
+        await b.register(_version_two())
+        return await real_run(what, body)
+
+    db.run = commit_then_lose  # type: ignore[method-assign]
+    try:
+        started = await a.start("one", "", {"k": 1}, "", "")
+    finally:
+        db.run = real_run  # type: ignore[method-assign]
+    assert started.instance.version == v1  # the committed start stands; no second instance
+    assert await _versions(a) == {v1: 2}

@@ -35,6 +35,7 @@ from .._storage.base import (
     InstanceQuery,
     InstanceView,
     NewInstance,
+    StaleLatest,
     Store,
     StoreStats,
     WorkflowRecord,
@@ -190,14 +191,21 @@ class Instances:
         With a ``request_id`` already used, the instance that start created, as it is now
         (docs/semantics.md#idempotent-starts). ``traceparent``: the caller's trace (tracing).
         """
-        record = await self.store.get_workflow(name, version)
-        await check_children_registered(record.loaded.definition, self.store.get_workflow)
-        now = self.clock.now()
-        state, changes = self.engine.start(
-            record.loaded, self.new_instance_id(now), context, correlation_id, now
-        )
-        state.instance.traceparent = traceparent
-        (instance_id,) = await self.store.insert_many([NewInstance(state, changes, request_id)])
+        record, hinted = await self.store.workflow_for_start(name, version)
+        while True:
+            await check_children_registered(record.loaded.definition, self.store.get_workflow)
+            now = self.clock.now()
+            state, changes = self.engine.start(
+                record.loaded, self.new_instance_id(now), context, correlation_id, now
+            )
+            state.instance.traceparent = traceparent
+            try:
+                (instance_id,) = await self.store.insert_many(
+                    [NewInstance(state, changes, request_id, expect_latest=hinted)]
+                )
+                break
+            except StaleLatest:  # a newer version was registered: start from it (read, not remembered)
+                record, hinted = await self.store.get_workflow(name, version), False
         if instance_id == state.instance.id:
             return self.store.view(state)
         return await self.store.get_instance(instance_id)
@@ -214,20 +222,25 @@ class Instances:
 
         ``request_ids``, if given, has one (possibly empty) request id per context.
         """
-        record = await self.store.get_workflow(name, version)
-        loaded = record.loaded
-        await check_children_registered(loaded.definition, self.store.get_workflow)
-        start = self.engine.start
-        items: list[NewInstance] = []
-        new_id = self.new_instance_id
-        for i, context in enumerate(contexts):
-            now = self.clock.now()
+        record, hinted = await self.store.workflow_for_start(name, version)
+        while True:
+            loaded = record.loaded
+            await check_children_registered(loaded.definition, self.store.get_workflow)
+            start = self.engine.start
+            items: list[NewInstance] = []
+            new_id = self.new_instance_id
+            for i, context in enumerate(contexts):
+                now = self.clock.now()
+                try:
+                    state, changes = start(loaded, new_id(now), context, correlation_id, now)
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"context {i} of {len(contexts)}: {exc}") from None
+                rid = request_ids[i] if request_ids else ""
+                items.append(NewInstance(state, changes, rid, expect_latest=hinted))
             try:
-                state, changes = start(loaded, new_id(now), context, correlation_id, now)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"context {i} of {len(contexts)}: {exc}") from None
-            items.append(NewInstance(state, changes, request_ids[i] if request_ids else ""))
-        return loaded.version, await self.store.insert_many(items)
+                return loaded.version, await self.store.insert_many(items)
+            except StaleLatest:  # as in start(): again from the version read now
+                record, hinted = await self.store.get_workflow(name, version), False
 
     async def get_instance(self, instance_id: str) -> InstanceView:
         """An instance with its active tokens."""

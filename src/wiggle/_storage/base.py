@@ -19,7 +19,7 @@ from .._clock import WALL_CLOCK, Clock
 from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import Changes, HistoryEntry, Instance, InstanceState, Token
 from .._model import validate_name
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, WiggleError
 from .notifier import Notifier, ready_counts
 from .ops import NodeInfo, QueueStat, Readiness
 from .schedules import ScheduleStore
@@ -35,6 +35,7 @@ __all__ = [
     "ClaimTransition",
     "ready_counts",
     "NewInstance",
+    "StaleLatest",
     "check_version_alias",
 ]
 
@@ -69,6 +70,14 @@ class NewInstance(msgspec.Struct):
     state: InstanceState
     changes: Changes
     request_id: str = ""  # "" = no idempotency key
+    #: The caller asked for the latest version and the store's ``workflow_for_start`` answered
+    #: from memory: the store confirms at commit that it is still the latest (StaleLatest if not).
+    expect_latest: bool = False
+
+
+class StaleLatest(WiggleError):
+    """A start made from a remembered latest version found a newer one registered at commit; the
+    start was not stored (the instance layer reads the latest version and starts again)."""
 
 
 class WorkflowRecord(msgspec.Struct):
@@ -134,6 +143,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
         """A definition by name and version (latest if empty); NotFound naming what is missing."""
+
+    async def workflow_for_start(self, name: str, version: str) -> tuple[WorkflowRecord, bool]:
+        """The definition a start of ``name``/``version`` runs, and whether it was answered from
+        memory as the latest (then the start's NewInstance sets ``expect_latest``, and the store
+        checks it at commit). This default reads it (``get_workflow``): nothing to check."""
+        return await self.get_workflow(name, version), False
 
     @abc.abstractmethod
     async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:

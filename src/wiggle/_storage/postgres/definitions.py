@@ -25,6 +25,20 @@ class Definitions:
         self._latest: dict[str, asyncio.Future[str | None]] = {}
         self._lookups: set[asyncio.Task[None]] = set()
         self.latest_queries = 0  # latest-version statements sent (tests count them)
+        # The latest version of each name as this node last read or registered it: starts begin
+        # from it without a read, and their transaction confirms it (hint(), start_commit.py).
+        self.latest_seen: dict[str, str] = {}
+
+    def hint(self, name: str) -> WorkflowRecord | None:
+        """The remembered latest version of ``name`` (None if not known): not confirmed, a start
+        made from it sets NewInstance.expect_latest so that its commit confirms it."""
+        version = self.latest_seen.get(name)
+        return None if version is None else self.records.get((name, version))
+
+    def forget_latest(self, name: str, version: str) -> None:
+        """``version`` is no longer the latest of ``name`` (a start's commit found a newer one)."""
+        if self.latest_seen.get(name) == version:
+            del self.latest_seen[name]
 
     async def latest(self, name: str) -> str | None:
         """The latest registered version of ``name`` (None if none), as of a read made after this call.
@@ -54,7 +68,10 @@ class Definitions:
             self.latest_queries += 1
             cur = await conn.execute(self.queries.latest_version, (name,))
             row = await cur.fetchone()
-            return None if row is None else str(row[0])
+            if row is None:
+                return None
+            self.latest_seen[name] = str(row[0])
+            return str(row[0])
 
         try:
             version = await self.db.run("get_workflow", body)
@@ -102,6 +119,7 @@ class Definitions:
             )
             row = await cur.fetchone()
             if row is not None:
+                self.latest_seen[definition.name] = loaded.version  # newest registered (the commit checks it)
                 return self.records.setdefault(key, WorkflowRecord(loaded, row[0])), True
             cur = await conn.execute(self.queries.definition, key, binary=True)
             existing = await cur.fetchone()
@@ -133,6 +151,7 @@ class Definitions:
                 if row is None:
                     raise NotFound(f"workflow {name!r} is not registered")
                 wanted = row[0]
+                self.latest_seen[name] = wanted
                 if (name, wanted) in self.records:
                     return self.records[(name, wanted)]
             cur = await conn.execute(self.queries.definition, (name, wanted), binary=True)

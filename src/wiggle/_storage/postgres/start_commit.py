@@ -10,6 +10,12 @@ A failed group is never half-applied: transient failures retry the whole transac
 group that fails otherwise is retried job by job, so a bad job fails alone and its neighbours
 still start. A commit whose acknowledgement was lost is recognised on the retry (its instances
 exist) and answered as committed.
+
+A start made from the node's remembered latest version (NewInstance.expect_latest) is confirmed
+in the same transaction by ``expect_latest(name, version)`` (migration 0009), queued before the
+inserts: when a newer version was registered meanwhile the statement fails, nothing commits,
+and the caller gets StaleLatest (retried job by job like any failed group, so only the stale
+starts fail) and starts again from a fresh read.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 
+import psycopg
+
 from ...errors import Unavailable
-from ..base import NewInstance
+from ..base import NewInstance, StaleLatest
 from .committers import Committers, fail
 from .db import Conn, Database, transaction
 from .statements import StartQueries
@@ -28,6 +36,9 @@ __all__ = ["StartCommit"]
 
 # Write new instances (and their NOTIFYs) on a connection inside its transaction.
 PersistNew = Callable[[Conn, list[NewInstance]], Awaitable[None]]
+
+#: The SQLSTATE expect_latest raises (sql/0009_expect_latest.sql).
+STALE_LATEST = "WG001"
 
 
 class _Job:
@@ -59,11 +70,13 @@ class StartCommit:
         queries: StartQueries,
         persist: PersistNew,
         committed: Callable[[list[NewInstance]], None],
+        stale: Callable[[str, str], None] = lambda name, version: None,
     ) -> None:
         self.db = db
         self.queries = queries
         self.persist = persist
         self.committed = committed
+        self.stale = stale  # called with (name, version) when expect_latest found a newer version
         # Two committers overlap one group's commit with the next one's work; more would only
         # take connections the mutations' committers and the claims need.
         self.committers = max(1, min(2, db.pool_size - 2))
@@ -122,9 +135,29 @@ class StartCommit:
     async def _transaction(
         self, conn: Conn, items: list[NewInstance], attempts: list[int]
     ) -> tuple[list[NewInstance], list[str]]:
+        expected = sorted(
+            {(i.state.instance.workflow, i.state.instance.version) for i in items if i.expect_latest}
+        )
+        try:
+            return await self._write(conn, items, attempts, expected)
+        except psycopg.Error as exc:
+            if exc.sqlstate != STALE_LATEST:
+                raise
+            for name, version in expected:  # which one is stale the error does not say: recheck all
+                self.stale(name, version)
+            raise StaleLatest(
+                f"a newer version of {', '.join(n for n, _ in expected)} was registered"
+            ) from None
+
+    async def _write(
+        self, conn: Conn, items: list[NewInstance], attempts: list[int], expected: list[tuple[str, str]]
+    ) -> tuple[list[NewInstance], list[str]]:
         q = self.queries
         attempts[0] += 1
         async with transaction(conn) as pipeline:
+            if attempts[0] == 1:
+                for name, version in expected:  # fails the transaction if a newer version exists
+                    await conn.execute(q.expect_latest, (name, version))
             cur = None
             done: set[str] = set()
             owners: dict[str, str] = {}
@@ -154,6 +187,17 @@ class StartCommit:
             elif cur is not None:
                 await pipeline.sync()
                 done = {row[0] for row in await cur.fetchall()}
+            if attempts[0] > 1 and expected:
+                # A retry: check only what is still to insert (a lost acknowledgement's
+                # instances exist and are answered as committed, whatever was registered since).
+                for name, version in sorted(
+                    {
+                        (i.state.instance.workflow, i.state.instance.version)
+                        for i in items
+                        if i.expect_latest and i.state.instance.id not in done
+                    }
+                ):
+                    await conn.execute(q.expect_latest, (name, version))
             fresh: list[NewInstance] = []  # to insert now
             created: list[NewInstance] = []  # inserted by this group (now or by a lost attempt)
             answers: list[str] = []

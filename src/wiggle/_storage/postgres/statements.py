@@ -203,6 +203,7 @@ class StartQueries:
 
     def __init__(self, schema: str) -> None:
         s = sql.Identifier(schema).as_string()
+        self.expect_latest = f"SELECT {s}.expect_latest(%s, %s)"  # migration 0009
         self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
         # A taken request id is skipped (DO NOTHING waits for a concurrent holder's commit first).
         self.claim_requests = (

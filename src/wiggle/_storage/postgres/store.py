@@ -79,7 +79,13 @@ class PostgresStore(Store):
             self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
         )
         self.schedules = PostgresSchedules(self.db, self.schema, self._persist, self._announce)
-        self.starts = StartCommit(self.db, StartQueries(self.schema), self._persist_new, self._started)
+        self.starts = StartCommit(
+            self.db,
+            StartQueries(self.schema),
+            self._persist_new,
+            self._started,
+            self.definitions.forget_latest,
+        )
         self.group.now = self._now
 
     @property
@@ -165,6 +171,16 @@ class PostgresStore(Store):
 
     async def get_workflow(self, name: str, version: str = "") -> WorkflowRecord:
         return await self.definitions.get(name, version)
+
+    async def workflow_for_start(self, name: str, version: str) -> tuple[WorkflowRecord, bool]:
+        # The latest version as this node last saw it, without a read: the start's transaction
+        # confirms it (expect_latest, migration 0009) — one statement inside a transaction that
+        # runs anyway, instead of a read of its own before it.
+        if not version:
+            hinted = self.definitions.hint(name)
+            if hinted is not None:
+                return hinted, True
+        return await self.definitions.get(name, version), False
 
     async def list_workflows(self, name: str = "") -> list[WorkflowRecord]:
         return await self.definitions.versions(name)
