@@ -87,6 +87,7 @@ def drain_figures(
     err1 = after.stats["metrics"].get("rpc_errors", {})
     errors = {m: err1.get(m, 0) - err0.get(m, 0) for m in err1 if err1.get(m, 0) - err0.get(m, 0)}
     tx = after.stats["transactions"] - before.stats["transactions"]
+    handed = after.stats.get("handed_off", 0) - before.stats.get("handed_off", 0)
     cpu: dict[str, float | None] = {}
     for role in ("server", "workers"):
         a, b = before.cpu.get(role), after.cpu.get(role)
@@ -132,6 +133,8 @@ def drain_figures(
         "rpc_errors": errors,
         "store_transactions": tx,
         "store_tx_per_instance": round(tx / n, 3),
+        # steps leased to a waiting poller by the commit that made them READY (no claim)
+        "handed_off_per_instance": round(handed / n, 3),
         "pg_xact_commit": xact,
         "pg_xact_per_instance": None if xact is None else round(xact / n, 3),
         "cpu_s": cpu,

@@ -65,6 +65,10 @@ def _rpc_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
         f"{'handler runs/inst':<24}"
         + "".join(f" {m['handler_executions'] / m['instances']:>{w}.2f}" for m in ok)
     )
+    lines.append(
+        f"{'steps handed off/inst':<24}"
+        + "".join(f" {m.get('handed_off_per_instance', 0):>{w}.2f}" for m in ok)
+    )
     return lines
 
 

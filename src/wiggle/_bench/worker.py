@@ -172,6 +172,7 @@ async def run_server(args: argparse.Namespace) -> int:
                     "stats",
                     metrics=server.metrics.snapshot(),
                     transactions=server.store.stats.transactions,
+                    handed_off=server.instances.handed_off,
                     time=time.time(),
                 )
     finally:

@@ -260,7 +260,16 @@ class HistoryEntry(msgspec.Struct, gc=False):
 class Changes:
     """What one transition changed, for the store to persist and the server to announce."""
 
-    __slots__ = ("tokens", "history", "ready_queues", "finished", "timers", "instance_changed", "created")
+    __slots__ = (
+        "tokens",
+        "history",
+        "ready_queues",
+        "finished",
+        "timers",
+        "instance_changed",
+        "created",
+        "handoffs",
+    )
 
     def __init__(self) -> None:
         self.tokens: dict[str, Token] = {}  # every token created or changed (finished ones too)
@@ -270,6 +279,9 @@ class Changes:
         self.timers = False  # a new timer or deadline exists
         self.instance_changed = False
         self.created = False  # the instance is new (start)
+        # steps leased inside this transition to waiting pollers, delivered after the commit
+        # (wiggle/_storage/handoff.py); None when there are none
+        self.handoffs: list[Any] | None = None
 
     def absorb(self, later: Changes) -> None:
         """Add what a later transition of the same instance changed (one commit for both)."""
@@ -280,6 +292,10 @@ class Changes:
         self.timers = self.timers or later.timers
         self.instance_changed = self.instance_changed or later.instance_changed
         self.created = self.created or later.created
+        if later.handoffs:
+            if self.handoffs is None:
+                self.handoffs = []
+            self.handoffs.extend(later.handoffs)
 
 
 class InstanceState:

@@ -60,6 +60,11 @@ class WiggleCollector(Collector):
         tx = CounterMetricFamily("wiggle_store_transactions", "mutations committed by the store")
         tx.add_metric([], self.server.store.stats.transactions)
         yield tx
+        handed = CounterMetricFamily(
+            "wiggle_steps_handed_off", "steps leased to a waiting poller by the commit that made them READY"
+        )
+        handed.add_metric([], self.server.instances.handed_off)
+        yield handed
         yield from queue_gauges(self.server)
         yield from timing_metrics(self.server)
 

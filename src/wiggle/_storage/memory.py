@@ -36,6 +36,7 @@ from .base import (
     WorkflowRecord,
     check_version_alias,
 )
+from .handoff import settle
 from .ops import NodeInfo, QueueStat
 from .schedules import MemorySchedules
 
@@ -96,6 +97,8 @@ class MemoryStore(Store):
                 heapq.heappush(self._timers, (token.available_at, next(self._seq), token.id))
         if changes.history:
             self._history.setdefault(state.instance.id, []).extend(changes.history)
+        if changes.handoffs:
+            settle(changes.handoffs)  # steps leased to waiting pollers (wiggle/_storage/handoff.py)
         if changes.ready_queues:
             # a queue named without a READY token to count (never expected) wakes all its pollers
             self.notifier.work_ready(changes.ready_queues, ready or {})

@@ -13,10 +13,13 @@ timeout (issue #16, item 0).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from .._engine.state import Changes, TokenStatus
+from .handoff import Handoff
 
 __all__ = ["Notifier", "WorkWaiter", "ready_counts"]
 
@@ -31,7 +34,17 @@ class WorkWaiter:
     poll enters one).
     """
 
-    __slots__ = ("future", "queues", "woken_for", "taken", "notifier")
+    __slots__ = (
+        "future",
+        "queues",
+        "woken_for",
+        "taken",
+        "notifier",
+        "worker_id",
+        "max_tasks",
+        "lease_millis",
+        "handoff",
+    )
 
     def __init__(
         self, future: asyncio.Future[bool], queues: list[str], notifier: Notifier | None = None
@@ -41,6 +54,12 @@ class WorkWaiter:
         self.woken_for: str | None = None
         self.taken = False
         self.notifier = notifier
+        # A poller that takes steps handed to it while it waits (Notifier.arm): whose lease, how
+        # many at most, the lease length it asked for; and the hand-off reserved for it, if any.
+        self.worker_id = ""
+        self.max_tasks = 0
+        self.lease_millis: int | None = None
+        self.handoff: Handoff | None = None
 
     def __enter__(self) -> WorkWaiter:
         if self.notifier is not None:
@@ -85,11 +104,123 @@ class Notifier:
     the next waiter of that queue.
     """
 
+    #: How long a queue seen empty is believed empty without another announcement (seconds): a
+    #: bound, should an announcement ever be lost (a notification channel broken unnoticed).
+    EMPTY_FOR_SECONDS = 1.0
+
     def __init__(self) -> None:
         # queue -> its waiters in arrival order (a dict used as an ordered set)
         self._queue_waiters: dict[str, dict[WorkWaiter, None]] = {}
+        self._armed: set[WorkWaiter] = set()  # waiting pollers that take hand-offs (arm)
         self._instance_waiters: dict[str, set[asyncio.Event]] = {}
         self._any_waiters: set[asyncio.Event] = set()
+        # Work stamps: every announcement gives the queues it names a new stamp; wake_all raises
+        # the floor every queue's stamp is at least. A look for work that began at a queue's stamp
+        # and found it empty stays true until the stamp moves (known_empty).
+        self._counter = 0
+        self._floor = 0
+        self._stamps: dict[str, int] = {}
+        # queue -> (its stamp when the look began, the earliest delayed READY token or None,
+        # NEXT_UNKNOWN if not looked up yet, time.monotonic() of the look)
+        self._empty: dict[str, tuple[int, int | None, float]] = {}
+
+    # ------------------------------------------------------------------ queues known empty
+
+    #: ``known_empty``'s answer when the queues are empty of due work but the time of their
+    #: earliest delayed token is not known yet (the caller asks the store, then ``note_next``).
+    NEXT_UNKNOWN = -1
+
+    def stamps(self, queues: list[str]) -> list[int]:
+        """The work stamps of ``queues`` now: take them before a look for work (``note_empty``)."""
+        floor = self._floor
+        get = self._stamps.get
+        return [get(q, floor) for q in queues]
+
+    def note_empty(self, queues: list[str], stamps: list[int], next_ready: int | None) -> None:
+        """A look for work on ``queues``, begun at ``stamps``, left no due READY token on them
+        (it took fewer than it asked for). ``next_ready``: the earliest delayed READY token's
+        time (ms), None if none, NEXT_UNKNOWN if not looked up."""
+        now = time.monotonic()
+        current = self.stamps(queues)
+        for queue, stamp, cur in zip(queues, stamps, current, strict=True):
+            if stamp == cur:  # else: announced since the look began, it may have missed that work
+                self._empty[queue] = (stamp, next_ready, now)
+
+    def known_empty(self, queues: list[str], now_ms: int) -> int | None:
+        """None unless every queue of ``queues`` is known to hold no due READY token: no
+        announcement since a look found it empty, that look recent, and no delayed token due by
+        ``now_ms``. Else the earliest delayed token's time over the queues (ms; 0 if there is
+        none), or NEXT_UNKNOWN if some queue's is not known."""
+        floor = self._floor
+        limit = time.monotonic() - self.EMPTY_FOR_SECONDS
+        earliest = 0
+        unknown = False
+        for queue in queues:
+            seen = self._empty.get(queue)
+            if seen is None:
+                return None
+            stamp, next_ready, at = seen
+            if stamp != self._stamps.get(queue, floor) or at < limit:
+                del self._empty[queue]
+                return None
+            if next_ready == self.NEXT_UNKNOWN:
+                unknown = True
+            elif next_ready is not None:
+                if next_ready <= now_ms:
+                    del self._empty[queue]
+                    return None
+                earliest = next_ready if earliest == 0 else min(earliest, next_ready)
+        return self.NEXT_UNKNOWN if unknown else earliest
+
+    def not_empty(self, queues: list[str]) -> None:
+        """Forget that ``queues`` were empty (a due READY token was seen on one)."""
+        for queue in queues:
+            self._empty.pop(queue, None)
+
+    # ------------------------------------------------------------------ hand-offs
+
+    @property
+    def armed(self) -> bool:
+        """Some poller waits here that takes steps handed to it (wiggle/_storage/handoff.py)."""
+        return bool(self._armed)
+
+    def arm(self, waiter: WorkWaiter, worker_id: str, max_tasks: int, lease_millis: int | None) -> None:
+        """``waiter`` now waits (only then: not while it claims) and takes up to ``max_tasks``
+        steps handed to it, leased to ``worker_id``."""
+        waiter.worker_id = worker_id
+        waiter.max_tasks = max_tasks
+        waiter.lease_millis = lease_millis
+        if max_tasks > 0 and worker_id:
+            self._armed.add(waiter)
+
+    def disarm(self, waiter: WorkWaiter) -> None:
+        """``waiter`` stopped waiting: no hand-off may be reserved for it any more."""
+        self._armed.discard(waiter)
+
+    def take_armed(self, queue: str, on_orphan: Callable[[list[Any]], None]) -> WorkWaiter | None:
+        """Reserve the oldest armed poller waiting on ``queue`` for a hand-off: it leaves every
+        waiting list, its wait ends, and it then awaits ``waiter.handoff``. None if there is none."""
+        waiters = self._queue_waiters.get(queue)
+        if not waiters or not self._armed:
+            return None
+        for waiter in waiters:
+            if waiter in self._armed and not waiter.future.done():
+                break
+        else:
+            return None
+        self._armed.discard(waiter)
+        self._forget(waiter)
+        loop = asyncio.get_running_loop()
+        handoff = Handoff(loop.create_future(), on_orphan)
+        handoff.worker_id = waiter.worker_id
+        handoff.capacity = waiter.max_tasks
+        handoff.lease_millis = waiter.lease_millis
+        waiter.handoff = handoff
+        waiter.future.set_result(True)
+        waiter.woken_for = None  # not a counted wake-up: nothing to pass on
+        return waiter
+
+    # ------------------------------------------------------------------ wake-ups
 
     def work_ready(self, queues: Iterable[str], counts: Mapping[str, int] | None = None) -> None:
         """Wake pollers of ``queues``: ``counts[queue]`` of them, oldest first, or all if the count is unknown.
@@ -97,7 +228,11 @@ class Notifier:
         ``counts`` is how many tokens each queue just gained; a queue it does not name (or no
         ``counts`` at all, as for a notification from another node) wakes every waiter.
         """
+        self._counter += 1
+        stamp = self._counter
+        stamps = self._stamps
         for queue in queues:
+            stamps[queue] = stamp
             waiters = self._queue_waiters.get(queue)
             if not waiters:
                 continue
@@ -135,6 +270,10 @@ class Notifier:
 
     def wake_all(self) -> None:
         """Wake every waiter (after a lost notification channel: they re-check for themselves)."""
+        self._counter += 1
+        self._floor = self._counter  # every queue's stamp moves: nothing is known empty any more
+        self._stamps.clear()
+        self._empty.clear()
         for waiters in list(self._queue_waiters.values()):
             for waiter in list(waiters):
                 self._wake(waiter, None)
@@ -163,6 +302,11 @@ class Notifier:
             self._queue_waiters.setdefault(q, {})[waiter] = None
 
     def _leave(self, waiter: WorkWaiter) -> None:
+        self._armed.discard(waiter)
+        handoff = waiter.handoff
+        if handoff is not None and not handoff.future.done():
+            # Left (cancelled) before taking the steps reserved for it: the commit gives them back.
+            handoff.future.cancel()
         self._forget(waiter)
         if not waiter.future.done():
             waiter.future.cancel()

@@ -32,6 +32,7 @@ from ..base import (
     WorkflowRecord,
     ready_counts,
 )
+from ..handoff import settle
 from ..ops import NodeInfo, QueueStat, Readiness
 from . import ops
 from .cluster import Cluster
@@ -142,7 +143,10 @@ class PostgresStore(Store):
         return wrote
 
     def _announce(self, instance_id: str, changes: Changes) -> None:
-        """Wake this node's waiters for what a commit changed (other nodes hear the NOTIFYs)."""
+        """Wake this node's waiters for what a commit changed (other nodes hear the NOTIFYs), and
+        hand its pollers the steps leased to them in it (wiggle/_storage/handoff.py)."""
+        if changes.handoffs:
+            settle(changes.handoffs)
         if changes.ready_queues:
             self.notifier.work_ready(changes.ready_queues, ready_counts(changes))
         if changes.timers:

@@ -1,0 +1,250 @@
+"""Direct hand-off (wiggle/_storage/handoff.py) and queues known empty (Notifier.known_empty).
+
+A step made READY while a poller of its queue waits on this node is leased to that poller inside
+the commit that made it READY: the poll returns it with no claim of its own. Each way a
+reservation can end is provoked here on both stores: delivered, released (no commit), and
+orphaned (the poller gone by the commit), plus a start whose request id is already taken.
+
+The PostgreSQL cases always run: PostgreSQL being unreachable fails them (tests/pg.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+from pg import TEST_DATABASE_URL, async_temp_schema
+
+from wiggle._engine.engine import Engine
+from wiggle._engine.state import TokenStatus
+from wiggle._model import Node, NodeKind, RetryPolicy, WorkflowDefinition
+from wiggle._server.instances import Instances
+from wiggle._storage.base import NewInstance, Store
+from wiggle._storage.memory import MemoryStore
+from wiggle._storage.postgres import PostgresStore
+from wiggle.errors import Unavailable
+
+QUEUE = "q"  # every task node below runs on it
+
+
+def _two_steps() -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="two",
+        start_node="a",
+        nodes=(
+            Node(id="a", kind=NodeKind.TASK, queue=QUEUE, next="b"),
+            Node(id="b", kind=NodeKind.TASK, queue=QUEUE, next="end"),
+            Node(id="end", kind=NodeKind.END),
+        ),
+    )
+
+
+def _counting(store: Store) -> list[int]:
+    """Count the store's claims (each a transaction on PostgreSQL)."""
+    count = [0]
+    real = store.claim
+
+    async def claim(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await real(*args, **kwargs)
+
+    store.claim = claim  # type: ignore[method-assign]
+    return count
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
+    if request.param == "memory":
+        instances = Instances(MemoryStore(), Engine())
+        await instances.register(_two_steps())
+        yield instances
+        return
+    async with async_temp_schema() as schema:
+        store = PostgresStore(TEST_DATABASE_URL, schema)
+        await store.open()
+        try:
+            instances = Instances(store, Engine())
+            await instances.register(_two_steps())
+            yield instances
+        finally:
+            await store.close()
+
+
+async def _waiting(layer: Instances, worker: str = "w", max_tasks: int = 4) -> asyncio.Task[Any]:
+    """A poll that is waiting (armed for hand-offs) when this returns."""
+    poll = asyncio.ensure_future(layer.poll(worker, [QUEUE], max_tasks, 30.0))
+    for _ in range(200):
+        if layer.store.notifier.armed:
+            return poll
+        await asyncio.sleep(0.005)
+    raise AssertionError("the poll never started waiting")
+
+
+async def test_a_start_hands_its_first_step_to_the_waiting_poller(layer: Instances) -> None:
+    poll = await _waiting(layer)
+    claims = _counting(layer.store)
+    view = await layer.start("two", "", {"n": 1}, "")
+    (claimed,) = await asyncio.wait_for(poll, 10.0)
+    assert claimed.token.instance_id == view.instance.id
+    assert claimed.token.status == TokenStatus.RUNNING and claimed.token.lease_owner == "w"
+    assert claims[0] == 0 and layer.handed_off == 1
+    # stored as leased: the worker's report is accepted, and the next step is handed on too
+    poll = await _waiting(layer)
+    await layer.complete(claimed.token.id, "w", {"n": 2}, None)
+    (second,) = await asyncio.wait_for(poll, 10.0)
+    assert second.token.node_id == "b" and second.context == {"n": 2}
+    assert claims[0] == 0 and layer.handed_off == 2
+    stored = (await layer.get_instance(view.instance.id)).tokens
+    assert [(t.node_id, t.status, t.lease_owner) for t in stored] == [("b", TokenStatus.RUNNING, "w")]
+
+
+async def test_a_step_nobody_waits_for_stays_ready_and_is_claimed(layer: Instances) -> None:
+    view = await layer.start("two", "", {}, "")
+    assert layer.handed_off == 0
+    (token,) = (await layer.get_instance(view.instance.id)).tokens
+    assert token.status == TokenStatus.READY
+    (claimed,) = await layer.poll("w", [QUEUE], 4, 1.0)
+    assert claimed.token.id == token.id
+
+
+async def test_a_failed_start_releases_the_poller_which_keeps_waiting(layer: Instances) -> None:
+    poll = await _waiting(layer)
+    real = layer.store.insert_many
+
+    async def broken(items: list[NewInstance]) -> list[str]:
+        raise RuntimeError("the commit failed")
+
+    layer.store.insert_many = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await layer.start("two", "", {}, "")
+    layer.store.insert_many = real  # type: ignore[method-assign]
+    await asyncio.sleep(0.05)
+    assert not poll.done()  # released: it looked again (nothing) and waits
+    view = await layer.start("two", "", {}, "")
+    (claimed,) = await asyncio.wait_for(poll, 10.0)
+    assert claimed.token.instance_id == view.instance.id
+
+
+async def test_a_start_whose_request_id_is_taken_hands_nothing(layer: Instances) -> None:
+    first = await layer.start("two", "", {}, "", "order-1")
+    (claimed,) = await layer.claim("w", [QUEUE], 4)
+    poll = await _waiting(layer)
+    again = await layer.start("two", "", {}, "", "order-1")
+    assert again.instance.id == first.instance.id
+    await asyncio.sleep(0.05)
+    assert not poll.done()  # the duplicate was not stored: its step was not handed over
+    poll.cancel()
+    await asyncio.gather(poll, return_exceptions=True)
+    assert claimed.token.instance_id == first.instance.id
+
+
+async def test_a_step_handed_to_a_poll_that_ended_is_given_back(layer: Instances) -> None:
+    store = layer.store
+    poll = await _waiting(layer, worker="gone")
+    if isinstance(store, MemoryStore):
+        real_insert = store.insert_many
+
+        async def slow_insert(items: list[NewInstance]) -> list[str]:
+            await asyncio.sleep(0.05)  # the poll's call is cancelled before the commit
+            return await real_insert(items)
+
+        store.insert_many = slow_insert  # type: ignore[method-assign]
+    starting = asyncio.ensure_future(layer.start("two", "", {}, ""))
+    for _ in range(200):  # reserved (the poller left the waiting lists), not yet committed
+        if not store.notifier.armed:
+            break
+        await asyncio.sleep(0)
+    poll.cancel()
+    await asyncio.gather(poll, return_exceptions=True)
+    view = await starting
+    # the commit leased it to "gone"; it is given back (READY again) without a lease expiry
+    for _ in range(200):
+        (token,) = (await layer.get_instance(view.instance.id)).tokens
+        if token.status == TokenStatus.READY:
+            break
+        await asyncio.sleep(0.01)
+    assert token.status == TokenStatus.READY and token.attempt <= 1
+    (claimed,) = await layer.poll("other", [QUEUE], 4, 5.0)
+    assert claimed.token.id == token.id and claimed.token.lease_owner == "other"
+
+
+async def test_a_poll_after_a_short_claim_does_not_claim_again(layer: Instances) -> None:
+    await layer.start("two", "", {}, "")
+    claims = _counting(layer.store)
+    (claimed,) = await layer.poll("w", [QUEUE], 4, 1.0)  # asked for 4, got 1: the queue is empty
+    assert claims[0] == 1
+    poll = asyncio.ensure_future(layer.poll("w", [QUEUE], 4, 0.2))
+    assert await poll == []
+    assert claims[0] == 1  # known empty: no claim, only the wait
+    # anything announced ends that: it is found (handed over, or claimed)
+    poll = await _waiting(layer)
+    view = await layer.start("two", "", {}, "")
+    (found,) = await asyncio.wait_for(poll, 10.0)
+    assert found.token.instance_id == view.instance.id
+    assert claimed.token.instance_id != view.instance.id
+
+
+async def test_a_delayed_retry_falls_due_without_an_announcement(layer: Instances) -> None:
+    flow = WorkflowDefinition(
+        name="retry",
+        start_node="a",
+        nodes=(
+            Node(
+                id="a",
+                kind=NodeKind.TASK,
+                queue=QUEUE,
+                next="end",
+                retry=RetryPolicy(max_attempts=2, initial_backoff_millis=300, max_backoff_millis=300),
+            ),
+            Node(id="end", kind=NodeKind.END),
+        ),
+    )
+    await layer.register(flow)
+    view = await layer.start("retry", "", {}, "")
+    (claimed,) = await layer.poll("w", [QUEUE], 4, 1.0)
+    await layer.fail(claimed.token.id, "w", "boom", True)  # READY again in 300 ms
+    (again,) = await asyncio.wait_for(layer.poll("w", [QUEUE], 4, 10.0), 5.0)
+    assert again.token.instance_id == view.instance.id and again.token.attempt == 2
+
+
+@pytest.mark.parametrize("failure", ["transient", "final"])
+async def test_a_report_whose_commit_fails_or_is_retried_hands_off_once(failure: str) -> None:
+    async with async_temp_schema() as schema:
+        store = PostgresStore(TEST_DATABASE_URL, schema)
+        await store.open()
+        try:
+            layer = Instances(store, Engine())
+            await layer.register(_two_steps())
+            view = await layer.start("two", "", {}, "")
+            (first,) = await layer.claim("w", [QUEUE], 4)
+            poll = await _waiting(layer)
+            real = store.group.persist
+            failures = [0]
+
+            async def persist_failing_once(*args: Any) -> Any:
+                if failures[0] == 0:
+                    failures[0] += 1
+                    if failure == "transient":  # db.run retries: the action runs again
+                        raise psycopg.OperationalError("connection lost")
+                    raise Unavailable("database unavailable")
+                return await real(*args)
+
+            store.group.persist = persist_failing_once  # type: ignore[method-assign]
+            if failure == "final":
+                with pytest.raises(Unavailable):
+                    await layer.complete(first.token.id, "w", {"x": 1}, None)
+                await asyncio.sleep(0.05)
+                assert not poll.done()  # released, looked again, waits
+                await layer.complete(first.token.id, "w", {"x": 1}, None)
+            else:
+                await layer.complete(first.token.id, "w", {"x": 1}, None)
+            assert failures[0] == 1
+            (second,) = await asyncio.wait_for(poll, 10.0)
+            assert second.token.node_id == "b" and second.token.lease_owner == "w"
+            (token,) = (await layer.get_instance(view.instance.id)).tokens
+            assert token.id == second.token.id and token.status == TokenStatus.RUNNING
+        finally:
+            await store.close()
