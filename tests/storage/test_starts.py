@@ -353,3 +353,32 @@ async def test_a_lost_acknowledgement_is_answered_as_committed_even_after_a_new_
         db.run = real_run  # type: ignore[method-assign]
     assert started.instance.version == v1  # the committed start stands; no second instance
     assert await _versions(a) == {v1: 2}
+
+
+# ------------------------------------------------------------ lingering under contention
+
+
+async def test_a_lone_caller_never_waits_for_company(pg: tuple[PostgresStore, Instances]) -> None:
+    store, layer = pg
+    committers = store.starts._committers
+    assert committers.linger > 0
+    for i in range(20):
+        await layer.start("one", "", {"i": i}, "", "")
+    assert committers.lingered == 0
+
+
+async def test_overlapping_callers_wait_briefly_and_share_transactions(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    store, layer = pg
+    committers = store.starts._committers
+    before = store.starts.groups
+
+    async def caller(k: int) -> list[str]:
+        await asyncio.sleep(k * 0.0005)  # staggered: starts arrive while others commit
+        return [(await layer.start("one", "", {"k": k, "i": i}, "", "")).instance.id for i in range(5)]
+
+    ids = [i for found in await asyncio.gather(*(caller(k) for k in range(16))) for i in found]
+    assert len(set(ids)) == 80 and await _all_ids(layer) == sorted(ids)
+    assert committers.lingered > 0
+    assert store.starts.groups - before < 80  # transactions held several starts

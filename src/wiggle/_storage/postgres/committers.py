@@ -5,6 +5,18 @@ Callers queue jobs. Up to ``count`` committer tasks, started on demand, each tak
 job and then every queued job while the batch weighs less than ``limit``, and hand the batch to
 ``run``, which commits it and answers each job's future. A batch caught by ``close`` (its
 committer cancelled) and every job still queued then fail with Unavailable.
+
+**Linger under contention.** A committer that finds the queue non-empty commits at once, so under
+a steady stream of callers it commits almost one job per transaction: the server's event loop
+hands it each request as soon as it has read it, faster than the next one arrives. Each
+transaction costs the server far more than each job in it (bench/README.md, "Round four"), so
+when a job was queued while another batch was being committed (callers overlap: more are on
+their way), the committer waits ``linger`` seconds before taking its batch. A lone caller (each
+job submitted after the previous one was answered) never overlaps and never waits.
+
+Only the starts' committers linger (start_commit.py). Mutations do not: a report waits for its
+commit before its worker polls again, so holding reports back holds the next claims back too, and
+their groups already fill up from the many reports in flight (measured in bench/README.md).
 """
 
 from __future__ import annotations
@@ -42,16 +54,23 @@ class Committers(Generic[J]):
         limit: int,
         weight: Callable[[J], int],
         run: Callable[[list[J]], Awaitable[None]],
+        linger: float = 0.0,
     ) -> None:
         self.count = count
         self.limit = limit
         self.weight = weight
         self.run = run
+        self.linger = linger  # seconds a committer waits for more jobs when callers overlap
         self._jobs: asyncio.Queue[J] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running = 0  # batches being committed now
+        self._overlapped = False  # a job was queued while a batch was being committed
+        self.lingered = 0  # batches that waited (tests, the benchmark)
 
     def submit(self, job: J) -> None:
         """Queue ``job``, starting a committer if fewer than ``count`` run."""
+        if self._running:
+            self._overlapped = True
         self._jobs.put_nowait(job)
         if len(self._tasks) < self.count:
             self._tasks.add(asyncio.ensure_future(self._committer()))
@@ -72,14 +91,25 @@ class Committers(Generic[J]):
         jobs = self._jobs
         while True:
             first = await jobs.get()
+            if self._overlapped and self.linger > 0:
+                self._overlapped = False
+                self.lingered += 1
+                try:
+                    await asyncio.sleep(self.linger)
+                except asyncio.CancelledError:
+                    fail([first], Unavailable("the store is closing"))
+                    raise
             batch = [first]
             weight = self.weight(first)
             while weight < self.limit and not jobs.empty():
                 job = jobs.get_nowait()
                 batch.append(job)
                 weight += self.weight(job)
+            self._running += 1
             try:
                 await self.run(batch)
             except asyncio.CancelledError:
                 fail(batch, Unavailable("the store is closing"))
                 raise
+            finally:
+                self._running -= 1

@@ -71,6 +71,7 @@ class StartCommit:
         persist: PersistNew,
         committed: Callable[[list[NewInstance]], None],
         stale: Callable[[str, str], None] = lambda name, version: None,
+        linger: float = 0.0,
     ) -> None:
         self.db = db
         self.queries = queries
@@ -80,7 +81,7 @@ class StartCommit:
         # Two committers overlap one group's commit with the next one's work; more would only
         # take connections the mutations' committers and the claims need.
         self.committers = max(1, min(2, db.pool_size - 2))
-        self._committers = Committers[_Job](self.committers, self.MAX_ROWS, _rows, self._run)
+        self._committers = Committers[_Job](self.committers, self.MAX_ROWS, _rows, self._run, linger)
         self.groups = 0  # transactions committed (for tests and the benchmark)
 
     async def submit(self, items: list[NewInstance]) -> list[str]:

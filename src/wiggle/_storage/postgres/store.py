@@ -66,6 +66,7 @@ class PostgresStore(Store):
         *,
         acquire_timeout: float = 5.0,
         max_attempts: int = 3,
+        start_linger: float = 0.002,
     ) -> None:
         super().__init__()
         self.url = url
@@ -86,6 +87,9 @@ class PostgresStore(Store):
             self._persist_new,
             self._started,
             self.definitions.forget_latest,
+            # how long a start committer waits for more starts when callers overlap
+            # (committers.py, "Linger under contention"); seconds, 0 = never
+            start_linger,
         )
         self.group.now = self._now
 
