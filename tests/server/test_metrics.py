@@ -46,6 +46,8 @@ async def test_metrics_endpoint_reports_rpcs_and_handbacks() -> None:
             assert done.context == {"n": 2}
         # in a thread: the HTTP port is served by this process's event loop
         body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+        handed = server.server.instances.handed_off
     assert 'wiggle_rpc_calls_total{method="AdvanceRun"}' in body
     assert 'wiggle_local_run_handbacks_total{reason="TERMINAL"} 1.0' in body
     assert "wiggle_local_run_steps_bucket" in body
+    assert f"wiggle_steps_handed_off_total {float(handed)}" in body
