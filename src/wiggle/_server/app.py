@@ -14,13 +14,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .._clock import Clock
 from .._engine.engine import Engine, EngineConfig
-from .._rpc import wiggle_pb2_grpc as pb_grpc
-from .._rpc.upstream import wiggle_pb2_grpc as upstream_grpc
+from .._rpc import wiggle_pb2 as pb
+from .._rpc.upstream import wiggle_pb2 as upstream_pb
 from .._storage.base import Store
 from .._storage.memory import MemoryStore
 from .._upstream.service import UpstreamControlPlane
 from ..errors import FailedPrecondition
 from .config import ServerConfig
+from .decoding import add_service
 from .exposure import Security, build_security
 from .guard import AuthInterceptor, RequestGuard
 from .http_port import HttpPort, open_http_port
@@ -145,8 +146,10 @@ class WiggleServer:
             interceptors.append(AuthInterceptor(security.authenticator))
             self.service.guard = self.upstream.guard = RequestGuard()
         server = grpc.aio.server(options=options, interceptors=interceptors)
-        pb_grpc.add_WiggleControlPlaneServicer_to_server(self.service, server)
-        upstream_grpc.add_WiggleControlPlaneServicer_to_server(self.upstream, server)
+        # as the generated add_..._to_server would, but refusing undecodable requests with
+        # INVALID_ARGUMENT (wiggle/_server/decoding.py)
+        add_service(server, pb.DESCRIPTOR.services_by_name["WiggleControlPlane"], self.service)
+        add_service(server, upstream_pb.DESCRIPTOR.services_by_name["WiggleControlPlane"], self.upstream)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         address = f"{self.config.host}:{self.config.port}"
         if security.tls is not None:

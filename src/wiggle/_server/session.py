@@ -70,6 +70,7 @@ async def serve_session(
             del by_id[rid]
 
     async def read() -> None:
+        broken = False
         try:
             async for frame in request_iterator:
                 for message in frame.messages:
@@ -84,8 +85,15 @@ async def serve_session(
                     pending[task] = rid
                     by_id[rid] = task
                     task.add_done_callback(forget)
+        except Exception:
+            # The request stream failed (an undecodable frame: wiggle/_server/decoding.py answers
+            # the call INVALID_ARGUMENT once this generator returns): stop answering now.
+            broken = True
         finally:
             if pending:
+                if broken:
+                    for task in list(pending):
+                        task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
             replies.put_nowait(None)
 
