@@ -16,15 +16,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, async_temp_schema
+from layers import instance_layer, postgres_nodes
 
-from wiggle._engine.engine import Engine
 from wiggle._engine.state import TokenStatus
 from wiggle._model import Node, NodeKind, RetryPolicy, WorkflowDefinition
 from wiggle._server.instances import Instances
 from wiggle._storage.base import NewInstance, Store
 from wiggle._storage.memory import MemoryStore
-from wiggle._storage.postgres import PostgresStore
 from wiggle.errors import Unavailable
 
 QUEUE = "q"  # every task node below runs on it
@@ -57,20 +55,8 @@ def _counting(store: Store) -> list[int]:
 
 @pytest.fixture(params=["memory", "postgres"])
 async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
-    if request.param == "memory":
-        instances = Instances(MemoryStore(), Engine())
-        await instances.register(_two_steps())
+    async with instance_layer(request.param, _two_steps()) as instances:
         yield instances
-        return
-    async with async_temp_schema() as schema:
-        store = PostgresStore(TEST_DATABASE_URL, schema)
-        await store.open()
-        try:
-            instances = Instances(store, Engine())
-            await instances.register(_two_steps())
-            yield instances
-        finally:
-            await store.close()
 
 
 async def _waiting(layer: Instances, worker: str = "w", max_tasks: int = 4) -> asyncio.Task[Any]:
@@ -212,39 +198,32 @@ async def test_a_delayed_retry_falls_due_without_an_announcement(layer: Instance
 
 @pytest.mark.parametrize("failure", ["transient", "final"])
 async def test_a_report_whose_commit_fails_or_is_retried_hands_off_once(failure: str) -> None:
-    async with async_temp_schema() as schema:
-        store = PostgresStore(TEST_DATABASE_URL, schema)
-        await store.open()
-        try:
-            layer = Instances(store, Engine())
-            await layer.register(_two_steps())
-            view = await layer.start("two", "", {}, "")
-            (first,) = await layer.claim("w", [QUEUE], 4)
-            poll = await _waiting(layer)
-            real = store.group.persist
-            failures = [0]
+    async with postgres_nodes(1, _two_steps()) as ((store,), (layer,)):
+        view = await layer.start("two", "", {}, "")
+        (first,) = await layer.claim("w", [QUEUE], 4)
+        poll = await _waiting(layer)
+        real = store.group.persist
+        failures = [0]
 
-            async def persist_failing_once(*args: Any) -> Any:
-                if failures[0] == 0:
-                    failures[0] += 1
-                    if failure == "transient":  # db.run retries: the action runs again
-                        raise psycopg.OperationalError("connection lost")
-                    raise Unavailable("database unavailable")
-                return await real(*args)
+        async def persist_failing_once(*args: Any) -> Any:
+            if failures[0] == 0:
+                failures[0] += 1
+                if failure == "transient":  # db.run retries: the action runs again
+                    raise psycopg.OperationalError("connection lost")
+                raise Unavailable("database unavailable")
+            return await real(*args)
 
-            store.group.persist = persist_failing_once  # type: ignore[method-assign]
-            if failure == "final":
-                with pytest.raises(Unavailable):
-                    await layer.complete(first.token.id, "w", {"x": 1}, None)
-                await asyncio.sleep(0.05)
-                assert not poll.done()  # released, looked again, waits
+        store.group.persist = persist_failing_once  # type: ignore[method-assign]
+        if failure == "final":
+            with pytest.raises(Unavailable):
                 await layer.complete(first.token.id, "w", {"x": 1}, None)
-            else:
-                await layer.complete(first.token.id, "w", {"x": 1}, None)
-            assert failures[0] == 1
-            (second,) = await asyncio.wait_for(poll, 10.0)
-            assert second.token.node_id == "b" and second.token.lease_owner == "w"
-            (token,) = (await layer.get_instance(view.instance.id)).tokens
-            assert token.id == second.token.id and token.status == TokenStatus.RUNNING
-        finally:
-            await store.close()
+            await asyncio.sleep(0.05)
+            assert not poll.done()  # released, looked again, waits
+            await layer.complete(first.token.id, "w", {"x": 1}, None)
+        else:
+            await layer.complete(first.token.id, "w", {"x": 1}, None)
+        assert failures[0] == 1
+        (second,) = await asyncio.wait_for(poll, 10.0)
+        assert second.token.node_id == "b" and second.token.lease_owner == "w"
+        (token,) = (await layer.get_instance(view.instance.id)).tokens
+        assert token.id == second.token.id and token.status == TokenStatus.RUNNING

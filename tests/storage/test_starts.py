@@ -11,14 +11,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from pg import TEST_DATABASE_URL, async_temp_schema
+from layers import instance_layer, postgres_nodes
 
-from wiggle._engine.engine import Engine
 from wiggle._engine.state import InstanceStatus, TokenStatus
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
-from wiggle._storage.base import InstanceQuery, NewInstance, Store
-from wiggle._storage.memory import MemoryStore
+from wiggle._storage.base import InstanceQuery, NewInstance
 from wiggle._storage.postgres import PostgresStore
 from wiggle.errors import InvalidArgument, WiggleError
 
@@ -33,21 +31,8 @@ def _one_step() -> WorkflowDefinition:
 
 @pytest.fixture(params=["memory", "postgres"])
 async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
-    if request.param == "memory":
-        store: Store = MemoryStore()
-        instances = Instances(store, Engine())
-        await instances.register(_one_step())
+    async with instance_layer(request.param, _one_step()) as instances:
         yield instances
-        return
-    async with async_temp_schema() as schema:
-        store = PostgresStore(TEST_DATABASE_URL, schema)
-        await store.open()
-        try:
-            instances = Instances(store, Engine())
-            await instances.register(_one_step())
-            yield instances
-        finally:
-            await store.close()
 
 
 async def _all_ids(layer: Instances) -> list[str]:
@@ -130,15 +115,8 @@ async def test_purged_instances_forget_their_request_ids(layer: Instances) -> No
 
 @pytest.fixture
 async def pg() -> AsyncIterator[tuple[PostgresStore, Instances]]:
-    async with async_temp_schema() as schema:
-        store = PostgresStore(TEST_DATABASE_URL, schema)
-        await store.open()
-        try:
-            instances = Instances(store, Engine())
-            await instances.register(_one_step())
-            yield store, instances
-        finally:
-            await store.close()
+    async with postgres_nodes(1, _one_step()) as ((store,), (instances,)):
+        yield store, instances
 
 
 async def test_concurrent_starts_share_transactions(pg: tuple[PostgresStore, Instances]) -> None:
@@ -227,24 +205,15 @@ async def test_concurrent_latest_version_reads_share_one_statement(
 
 
 async def test_two_servers_starting_one_request_id_start_one_instance() -> None:
-    async with async_temp_schema() as schema:
-        stores = [PostgresStore(TEST_DATABASE_URL, schema) for _ in range(2)]
-        for store in stores:
-            await store.open()
-        try:
-            layers = [Instances(store, Engine()) for store in stores]
-            await layers[0].register(_one_step())
-            views = await asyncio.gather(
-                *(layers[i % 2].start("one", "", {"i": i}, "", f"shared-{i % 3}") for i in range(30))
-            )
-            by_request: dict[int, set[str]] = {}
-            for i, view in enumerate(views):
-                by_request.setdefault(i % 3, set()).add(view.instance.id)
-            assert all(len(ids) == 1 for ids in by_request.values()), by_request
-            assert len(await _all_ids(layers[1])) == 3
-        finally:
-            for store in stores:
-                await store.close()
+    async with postgres_nodes(2, _one_step()) as (_, layers):
+        views = await asyncio.gather(
+            *(layers[i % 2].start("one", "", {"i": i}, "", f"shared-{i % 3}") for i in range(30))
+        )
+        by_request: dict[int, set[str]] = {}
+        for i, view in enumerate(views):
+            by_request.setdefault(i % 3, set()).add(view.instance.id)
+        assert all(len(ids) == 1 for ids in by_request.values()), by_request
+        assert len(await _all_ids(layers[1])) == 3
 
 
 # ------------------------------------------------ starts from the remembered latest version
@@ -279,17 +248,8 @@ async def test_starts_from_the_remembered_latest_version_read_nothing_first(
 
 @pytest.fixture
 async def two_nodes() -> AsyncIterator[tuple[list[PostgresStore], list[Instances]]]:
-    async with async_temp_schema() as schema:
-        stores = [PostgresStore(TEST_DATABASE_URL, schema) for _ in range(2)]
-        for store in stores:
-            await store.open()
-        try:
-            layers = [Instances(store, Engine()) for store in stores]
-            await layers[0].register(_one_step())
-            yield stores, layers
-        finally:
-            for store in stores:
-                await store.close()
+    async with postgres_nodes(2, _one_step()) as nodes:
+        yield nodes
 
 
 async def test_a_version_registered_on_another_node_is_what_the_next_start_runs(

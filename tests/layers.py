@@ -1,0 +1,49 @@
+"""Instance layers over a fresh store, for the tests that drive ``Instances`` directly.
+
+``instance_layer("memory" | "postgres", *definitions)``: one layer with ``definitions``
+registered; ``postgres_nodes(n, *definitions)``: ``n`` layers (server nodes) sharing one fresh
+PostgreSQL schema, the definitions registered through the first. The schema is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from pg import TEST_DATABASE_URL, async_temp_schema
+
+from wiggle._engine.engine import Engine
+from wiggle._model import WorkflowDefinition
+from wiggle._server.instances import Instances
+from wiggle._storage.memory import MemoryStore
+from wiggle._storage.postgres import PostgresStore
+
+
+@contextlib.asynccontextmanager
+async def postgres_nodes(
+    n: int, *definitions: WorkflowDefinition
+) -> AsyncIterator[tuple[list[PostgresStore], list[Instances]]]:
+    async with async_temp_schema() as schema:
+        stores = [PostgresStore(TEST_DATABASE_URL, schema) for _ in range(n)]
+        try:
+            for store in stores:
+                await store.open()
+            layers = [Instances(store, Engine()) for store in stores]
+            for definition in definitions:
+                await layers[0].register(definition)
+            yield stores, layers
+        finally:
+            for store in stores:
+                await store.close()
+
+
+@contextlib.asynccontextmanager
+async def instance_layer(kind: str, *definitions: WorkflowDefinition) -> AsyncIterator[Instances]:
+    if kind == "memory":
+        layer = Instances(MemoryStore(), Engine())
+        for definition in definitions:
+            await layer.register(definition)
+        yield layer
+        return
+    async with postgres_nodes(1, *definitions) as (_, (layer,)):
+        yield layer
