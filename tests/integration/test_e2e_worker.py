@@ -563,3 +563,39 @@ async def test_worker_falls_back_to_server_style_without_advance_run(transport: 
     # s3 (run locally, never committed) run again SERVER style, as after a LOCAL_ASYNC crash.
     assert Counter(trace.steps) == {"s1": 2, "s2": 3, "s3": 3}
     assert worker.stats.local_run_lengths == []  # no local runs: every step went SERVER style
+
+
+# ---------------------------------------------------------------------------- hand-off
+
+
+@pytest.mark.parametrize("transport", ["unary", "stream"])
+@pytest.mark.parametrize(
+    "mode", [ExecutionMode.SERVER, ExecutionMode.LOCAL_SYNC], ids=["SERVER", "LOCAL_SYNC"]
+)
+async def test_a_waiting_worker_gets_each_step_handed_over_the_wire(
+    mode: ExecutionMode, transport: str
+) -> None:
+    # Concurrency 1 and an idle worker: its poll is waiting (armed) when the start commits, so the
+    # first step goes to it in that commit over either transport (docs/semantics.md, "Hand-off").
+    # Later steps are claimed (SERVER: the worker polls again only after its report) or run
+    # locally (LOCAL_SYNC).
+    n = 4
+    bp = linear(f"handed-{transport}", mode, n)
+    options = WorkerOptions(transport=transport, concurrency=1, poll_wait_seconds=5)
+    async with EmbeddedServer() as server:
+        instances = server.server.instances
+        notifier = server.server.store.notifier
+        async with server.worker([bp], options):
+            for _ in range(3):
+                for _ in range(500):  # the worker's poll is waiting before the start commits
+                    if notifier.armed:
+                        break
+                    await asyncio.sleep(0.01)
+                assert notifier.armed
+                before = instances.handed_off
+                info = await server.client.start(bp, {})
+                done = await server.client.wait(info.instance_id, timeout=15)
+                assert done.status == "COMPLETED"
+                assert done.context == {f"s{i}": True for i in range(1, n + 1)}
+                handed = instances.handed_off - before
+                assert 1 <= handed <= n  # the start's first step at least
