@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .._clock import WALL_CLOCK, Clock
@@ -25,9 +25,6 @@ from .._engine.state import (
     HistoryEntry,
     InstanceIds,
     InstanceState,
-    InstanceStatus,
-    Token,
-    TokenStatus,
     new_instance_id,
     token_instance_id,
 )
@@ -42,10 +39,10 @@ from .._storage.base import (
     StoreStats,
     WorkflowRecord,
 )
-from .._storage.handoff import Handoff
 from .._storage.notifier import wait_event
 from ..errors import InvalidArgument
 from .clock_duties import CLOCK_BATCH, PURGE_EVERY_SECONDS, ClockDuties, token_missing
+from .delivery import MAX_WAIT_SECONDS, Delivery, release
 from .failures import attach_traceback, failed_step
 from .operator import record_action
 from .schedules import Schedules
@@ -56,8 +53,6 @@ __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
 log = logging.getLogger("wiggle.server")
 R = TypeVar("R")
-
-MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in one call
 
 
 def _instance_missing(instance_id: str) -> str:
@@ -92,11 +87,6 @@ def _may_involve_children(state: InstanceState, changes: Changes, spawns: bool) 
     return False
 
 
-def _release(handoffs: list[Handoff]) -> None:
-    for handoff in handoffs:
-        handoff.release()
-
-
 class Instances:
     """Workflows and instances over ``store``: register, start, read, report, wait, clock duties."""
 
@@ -111,8 +101,16 @@ class Instances:
         self.subflows = SubWorkflows(self)
         self.duties = ClockDuties(self)  # timers, leases, deadlines, purge (clock_duties.py)
         self.timings = Timings()  # histograms and outcomes for /metrics (wiggle/_server/timings.py)
-        self.handed_off = 0  # steps leased to a waiting poller inside the commit that made them READY
-        self._releases: set[asyncio.Task[None]] = set()  # hand-offs given back (_orphaned)
+        # claims, polls, and hand-offs to waiting polls (delivery.py); a step handed to a poll
+        # that had ended is given back as a worker's release would be
+        self.delivery = Delivery(
+            store,
+            self.engine,
+            self.timings,
+            lambda token_id, owner: self.fail(
+                token_id, owner, "handed to a poll that had ended", True, release=True
+            ),
+        )
 
     def now(self) -> int:
         """The current time in ms, as transitions see it (the layer's clock, wiggle/_clock.py)."""
@@ -126,18 +124,19 @@ class Instances:
         committed: Changes | None = None
         spawns = False
         notifier = self.store.notifier
+        delivery = self.delivery
 
         def run(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
             nonlocal committed, spawns
             if committed is not None and committed.handoffs:
-                _release(committed.handoffs)  # the store runs the action again: that run is void
+                release(committed.handoffs)  # the store runs the action again: that run is void
             result, changes = action(loaded, state, now)
             committed = changes  # the last run's (a store may run the action again)
             if changes is not None:
                 timings.changed(loaded, state, changes)
                 spawns = _spawns_children(loaded)
                 if changes.ready_queues and notifier.armed:
-                    self._hand_off(loaded, state, changes, now)
+                    delivery.hand_off(loaded, state, changes, now)
             return result, changes
 
         started = time.perf_counter()
@@ -145,7 +144,7 @@ class Instances:
             result, state = await self.store.mutate(instance_id, missing, run)
         except BaseException:
             if committed is not None and committed.handoffs:
-                _release(committed.handoffs)  # (a commit that happens anyway gives them back)
+                release(committed.handoffs)  # (a commit that happens anyway gives them back)
             raise
         finally:
             timings.mutate_seconds.observe(time.perf_counter() - started)
@@ -210,20 +209,17 @@ class Instances:
         With a ``request_id`` already used, the instance that start created, as it is now
         (docs/semantics.md#idempotent-starts). ``traceparent``: the caller's trace (tracing).
         """
-        record, hinted = await self.store.workflow_for_start(name, version)
-        while True:
-            await check_children_registered(record.loaded.definition, self.store.get_workflow)
+
+        def one(loaded: LoadedDefinition, hinted: bool) -> list[NewInstance]:
             now = self.clock.now()
             state, changes = self.engine.start(
-                record.loaded, self.new_instance_id(now), context, correlation_id, now
+                loaded, self.new_instance_id(now), context, correlation_id, now
             )
             state.instance.traceparent = traceparent
-            item = NewInstance(state, changes, request_id, expect_latest=hinted)
-            try:
-                (instance_id,) = await self._insert([item], record.loaded, now)
-                break
-            except StaleLatest:  # a newer version was registered: start from it (read, not remembered)
-                record, hinted = await self.store.get_workflow(name, version), False
+            return [NewInstance(state, changes, request_id, expect_latest=hinted)]
+
+        _, (item,), (instance_id,) = await self._start(name, version, one)
+        state = item.state
         if instance_id == state.instance.id:
             return self.store.view(state)
         return await self.store.get_instance(instance_id)
@@ -240,13 +236,11 @@ class Instances:
 
         ``request_ids``, if given, has one (possibly empty) request id per context.
         """
-        record, hinted = await self.store.workflow_for_start(name, version)
-        while True:
-            loaded = record.loaded
-            await check_children_registered(loaded.definition, self.store.get_workflow)
-            start = self.engine.start
+        start = self.engine.start
+        new_id = self.new_instance_id
+
+        def each(loaded: LoadedDefinition, hinted: bool) -> list[NewInstance]:
             items: list[NewInstance] = []
-            new_id = self.new_instance_id
             for i, context in enumerate(contexts):
                 now = self.clock.now()
                 try:
@@ -255,85 +249,27 @@ class Instances:
                     raise InvalidArgument(f"context {i} of {len(contexts)}: {exc}") from None
                 rid = request_ids[i] if request_ids else ""
                 items.append(NewInstance(state, changes, rid, expect_latest=hinted))
+            return items
+
+        loaded, _, ids = await self._start(name, version, each)
+        return loaded.version, ids
+
+    async def _start(
+        self, name: str, version: str, build: Callable[[LoadedDefinition, bool], list[NewInstance]]
+    ) -> tuple[LoadedDefinition, list[NewInstance], list[str]]:
+        """Build new instances of ``name``/``version`` (``build(loaded, from_remembered_latest)``)
+        and store them: (the definition, the items, the id each item names). Started from the
+        store's remembered latest version, they are built again from a fresh read should a newer
+        version have been registered meanwhile (StaleLatest, docs/architecture.md)."""
+        record, hinted = await self.store.workflow_for_start(name, version)
+        while True:
+            loaded = record.loaded
+            await check_children_registered(loaded.definition, self.store.get_workflow)
+            items = build(loaded, hinted)
             try:
-                return loaded.version, await self._insert(items, loaded, now)
-            except StaleLatest:  # as in start(): again from the version read now
+                return loaded, items, await self.delivery.insert(items, loaded, self.clock.now())
+            except StaleLatest:  # a newer version was registered: start from it (read, not remembered)
                 record, hinted = await self.store.get_workflow(name, version), False
-
-    async def _insert(self, items: list[NewInstance], loaded: LoadedDefinition, now: int) -> list[str]:
-        """``store.insert_many``, the first steps of new instances handed to waiting pollers
-        (``_hand_off``): an item not inserted (its request id started another instance) or a
-        failed insert gives its hand-offs back."""
-        if self.store.notifier.armed:
-            for item in items:
-                if not self.store.notifier.armed:
-                    break
-                if item.changes.ready_queues:
-                    self._hand_off(loaded, item.state, item.changes, now)
-        try:
-            ids = await self.store.insert_many(items)
-        except BaseException:
-            for item in items:
-                if item.changes.handoffs:
-                    _release(item.changes.handoffs)
-            raise
-        for item, instance_id in zip(items, ids, strict=True):
-            if item.changes.handoffs and instance_id != item.state.instance.id:
-                _release(item.changes.handoffs)
-        return ids
-
-    def _hand_off(self, loaded: LoadedDefinition, state: InstanceState, changes: Changes, now: int) -> None:
-        """Lease the due READY steps of ``changes`` to pollers of this node waiting on their queues,
-        inside the transition (so in its transaction): wiggle/_storage/handoff.py."""
-        if state.instance.status != InstanceStatus.RUNNING:
-            return
-        notifier = self.store.notifier
-        claim = self.engine.claim
-        timings = self.timings
-        by_queue: dict[str, Handoff] = {}  # the hand-off of each queue that still has room
-        handed: set[str] = set()
-        for token in list(changes.tokens.values()):
-            if token.status != TokenStatus.READY or token.available_at > now:
-                continue
-            queue = token.queue
-            handoff = by_queue.get(queue)
-            if handoff is None:
-                waiter = notifier.take_armed(queue, self._orphaned)
-                if waiter is None or waiter.handoff is None:
-                    continue
-                handoff = waiter.handoff
-                if changes.handoffs is None:
-                    changes.handoffs = []
-                changes.handoffs.append(handoff)
-                by_queue[queue] = handoff
-            timings.claimed(loaded, token, now)
-            handoff.claims.append(
-                claim(loaded, state, token, handoff.worker_id, now, changes, handoff.lease_millis)
-            )
-            self.handed_off += 1
-            handed.add(queue)
-            if len(handoff.claims) >= handoff.capacity:
-                del by_queue[queue]
-        for queue in handed:  # nothing left to announce on a queue whose steps were all handed
-            if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
-                changes.ready_queues.discard(queue)
-
-    def _orphaned(self, claims: list[Claimed]) -> None:
-        """Steps committed as handed to a poller that had gone: give them back (a release)."""
-
-        async def give_back() -> None:
-            for claimed in claims:
-                token = claimed.token
-                try:
-                    await self.fail(
-                        token.id, token.lease_owner, "handed to a poll that had ended", True, release=True
-                    )
-                except Exception as exc:  # moved on meanwhile (cancelled...): nothing to give back
-                    log.debug("hand-off of %s not given back: %s", token.id, exc)
-
-        task = asyncio.ensure_future(give_back())
-        self._releases.add(task)
-        task.add_done_callback(self._releases.discard)
 
     async def get_instance(self, instance_id: str) -> InstanceView:
         """An instance with its active tokens."""
@@ -419,24 +355,8 @@ class Instances:
     async def claim(
         self, worker_id: str, queues: list[str], max_tasks: int, *, lease_millis: int | None = None
     ) -> list[Claimed]:
-        """Lease up to ``max_tasks`` due READY tokens on ``queues`` now (no waiting).
-
-        ``lease_millis``: the lease length asked for (None: the server's; else clamped,
-        Engine.lease_length).
-        """
-        if not queues or max_tasks <= 0:
-            return []
-        claim = self.engine.claim
-        timings = self.timings
-        self.engine.lease_length(lease_millis)  # a bad length is refused before anything is claimed
-
-        def transition(
-            loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
-        ) -> Claimed:
-            timings.claimed(loaded, token, now)
-            return claim(loaded, state, token, worker_id, now, changes, lease_millis)
-
-        return await self.store.claim(worker_id, queues, max_tasks, transition)
+        """Lease up to ``max_tasks`` due READY steps on ``queues`` now (``Delivery.claim``)."""
+        return await self.delivery.claim(worker_id, queues, max_tasks, lease_millis=lease_millis)
 
     async def poll(
         self,
@@ -447,72 +367,13 @@ class Instances:
         *,
         lease_millis: int | None = None,
     ) -> list[Claimed]:
-        """Claim up to ``max_tasks`` steps on ``queues``, waiting up to ``wait_seconds`` for some
-        (``lease_millis``: as for ``claim``).
+        """Claim up to ``max_tasks`` steps, waiting up to ``wait_seconds`` (``Delivery.poll``)."""
+        return await self.delivery.poll(worker_id, queues, max_tasks, wait_seconds, lease_millis=lease_millis)
 
-        The poller registers for wake-ups *before* each look for work (``Notifier.watch_work``):
-        work committed and announced between an empty claim and the wait then ends the wait at
-        once, instead of being found only when the wait times out (issue #16, item 0).
-
-        A claim that took fewer steps than it asked for left its queues empty of due work. Until
-        something is announced on them (a commit of this node, a NOTIFY of another, their stamps
-        in ``Notifier``), or their earliest delayed step falls due, a poll does not claim again:
-        it goes straight to its wait (``Notifier.known_empty``). A worker's next poll after a
-        short claim then costs no transaction.
-        """
-        deadline = time.monotonic() + min(max(wait_seconds, 0.0), MAX_WAIT_SECONDS)
-        notifier = self.store.notifier
-        unknown = notifier.NEXT_UNKNOWN
-        woken_for: str | None = None  # a counted wake-up this poll took and has not yet looked for
-        try:
-            while True:
-                with notifier.watch_work(queues) as waiter:
-                    next_ready = notifier.known_empty(queues, self.clock.now())
-                    if next_ready is None:
-                        stamps = notifier.stamps(queues)
-                        claimed = await self.claim(worker_id, queues, max_tasks, lease_millis=lease_millis)
-                        if 0 < len(claimed) < max_tasks:
-                            notifier.note_empty(queues, stamps, unknown)
-                        woken_for = None  # looked: the wake-up was acted on
-                        if claimed:
-                            return claimed
-                        next_ready = unknown
-                    woken_for = None
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return []
-                    if next_ready == unknown:
-                        stamps = notifier.stamps(queues)
-                        next_ready = await self.store.next_ready_at(queues)
-                        # A due READY token the claim skipped (locked by a transaction in flight)
-                        # or a delayed one due now: not empty, look again soon. Else known empty.
-                        if next_ready is not None and next_ready <= self.clock.now() + 50:
-                            notifier.not_empty(queues)
-                        else:
-                            notifier.note_empty(queues, stamps, next_ready)
-                    if next_ready:
-                        remaining = min(remaining, max((next_ready - self.clock.now()) / 1000, 0.001))
-                    # While it waits (only then) the poller takes steps handed to it by the
-                    # commit that makes them READY (wiggle/_storage/handoff.py).
-                    notifier.arm(waiter, worker_id, max_tasks, lease_millis)
-                    try:
-                        woken = await notifier.wait(waiter, remaining)
-                    finally:
-                        notifier.disarm(waiter)
-                    handoff = waiter.handoff
-                    if handoff is not None:
-                        claimed = await handoff.future  # settled after the commit (or given up)
-                        if claimed:
-                            return claimed
-                        continue  # not committed: look for work as usual
-                    if woken:
-                        woken_for = waiter.woken_for
-        except BaseException:
-            # Cancelled after being woken, before looking: pass the wake-up on, or the work it
-            # announced could sit unclaimed until some other poller's timeout.
-            if woken_for is not None:
-                notifier.work_ready((woken_for,), {woken_for: 1})
-            raise
+    @property
+    def handed_off(self) -> int:
+        """Steps leased to a waiting poll by the commit that made them READY (no claim)."""
+        return self.delivery.handed_off
 
     async def complete(
         self,

@@ -3,7 +3,7 @@
 Without it a step costs two transactions between workers: the commit that makes it READY (a
 report, a start) and then the claim of the poller that commit's announcement wakes. With it, the
 transition that makes the step READY leases it, in the same transaction, to the oldest poller of
-this node waiting on its queue (``Instances._hand_off``, wiggle/_server/instances.py): the step is stored RUNNING under that
+this node waiting on its queue (``Delivery.hand_off``, wiggle/_server/delivery.py): the step is stored RUNNING under that
 worker's lease and the poller gets it once the commit is acknowledged. A step nobody is waiting
 for stays READY and is claimed as before.
 

@@ -41,6 +41,18 @@ PersistNew = Callable[[Conn, list[NewInstance]], Awaitable[None]]
 STALE_LATEST = "WG001"
 
 
+def _expected(items: list[NewInstance], done: set[str] | frozenset[str]) -> list[tuple[str, str]]:
+    """The (workflow, version) pairs to confirm as latest: those of the items started from the
+    remembered latest version and not already stored (``done``), in one order for every group."""
+    return sorted(
+        {
+            (i.state.instance.workflow, i.state.instance.version)
+            for i in items
+            if i.expect_latest and i.state.instance.id not in done
+        }
+    )
+
+
 class _Job:
     """Queued starts: the items, and whom to answer after the commit."""
 
@@ -136,9 +148,7 @@ class StartCommit:
     async def _transaction(
         self, conn: Conn, items: list[NewInstance], attempts: list[int]
     ) -> tuple[list[NewInstance], list[str]]:
-        expected = sorted(
-            {(i.state.instance.workflow, i.state.instance.version) for i in items if i.expect_latest}
-        )
+        expected = _expected(items, frozenset())
         try:
             return await self._write(conn, items, attempts, expected)
         except psycopg.Error as exc:
@@ -191,13 +201,7 @@ class StartCommit:
             if attempts[0] > 1 and expected:
                 # A retry: check only what is still to insert (a lost acknowledgement's
                 # instances exist and are answered as committed, whatever was registered since).
-                for name, version in sorted(
-                    {
-                        (i.state.instance.workflow, i.state.instance.version)
-                        for i in items
-                        if i.expect_latest and i.state.instance.id not in done
-                    }
-                ):
+                for name, version in _expected(items, done):
                     await conn.execute(q.expect_latest, (name, version))
             fresh: list[NewInstance] = []  # to insert now
             created: list[NewInstance] = []  # inserted by this group (now or by a lost attempt)

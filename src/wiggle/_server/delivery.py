@@ -1,0 +1,223 @@
+"""Getting steps to workers: claims, long polls, and hand-offs to waiting polls.
+
+``Instances`` (wiggle/_server/instances.py) owns one ``Delivery`` and sends its worker calls
+here: ``claim`` leases due READY steps now; ``poll`` claims or waits for work; ``hand_off`` runs
+inside a transition (a report, a start) and leases the steps it made READY to polls of this node
+already waiting on their queues, so they need no claim of their own (docs/semantics.md,
+"Hand-off"; the reservation's lifecycle is wiggle/_storage/handoff.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from .._engine.engine import Claimed, Engine, LoadedDefinition
+from .._engine.state import Changes, InstanceState, InstanceStatus, Token, TokenStatus
+from .._storage.base import NewInstance, Store
+from .._storage.handoff import Handoff
+from .timings import Timings
+
+__all__ = ["Delivery", "MAX_WAIT_SECONDS", "release"]
+
+log = logging.getLogger("wiggle.server")
+
+MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in one call
+
+#: Gives a step back as a worker's release would: (token id, lease owner) -> done.
+GiveBack = Callable[[str, str], Awaitable[object]]
+
+
+def release(handoffs: list[Handoff]) -> None:
+    """The transition carrying ``handoffs`` will not commit: their polls look for work again."""
+    for handoff in handoffs:
+        handoff.release()
+
+
+class Delivery:
+    """Claims, polls and hand-offs over ``store`` (see the module docstring)."""
+
+    def __init__(self, store: Store, engine: Engine, timings: Timings, give_back: GiveBack) -> None:
+        self.store = store
+        self.engine = engine
+        self.timings = timings
+        self.give_back = give_back
+        self.handed_off = 0  # steps leased to a waiting poller inside the commit that made them READY
+        self._releases: set[asyncio.Task[None]] = set()  # hand-offs being given back (_orphaned)
+
+    # ------------------------------------------------------------------ claims and polls
+
+    async def claim(
+        self, worker_id: str, queues: list[str], max_tasks: int, *, lease_millis: int | None = None
+    ) -> list[Claimed]:
+        """Lease up to ``max_tasks`` due READY tokens on ``queues`` now (no waiting).
+
+        ``lease_millis``: the lease length asked for (None: the server's; else clamped,
+        Engine.lease_length).
+        """
+        if not queues or max_tasks <= 0:
+            return []
+        claim = self.engine.claim
+        timings = self.timings
+        self.engine.lease_length(lease_millis)  # a bad length is refused before anything is claimed
+
+        def transition(
+            loaded: LoadedDefinition, state: InstanceState, token: Token, now: int, changes: Changes
+        ) -> Claimed:
+            timings.claimed(loaded, token, now)
+            return claim(loaded, state, token, worker_id, now, changes, lease_millis)
+
+        return await self.store.claim(worker_id, queues, max_tasks, transition)
+
+    async def poll(
+        self,
+        worker_id: str,
+        queues: list[str],
+        max_tasks: int,
+        wait_seconds: float,
+        *,
+        lease_millis: int | None = None,
+    ) -> list[Claimed]:
+        """Claim up to ``max_tasks`` steps on ``queues``, waiting up to ``wait_seconds`` for some
+        (``lease_millis``: as for ``claim``).
+
+        The poller registers for wake-ups *before* each look for work (``Notifier.watch_work``):
+        work committed and announced between an empty claim and the wait then ends the wait at
+        once, instead of being found only when the wait times out (issue #16, item 0).
+
+        A claim that took fewer steps than it asked for left its queues empty of due work. Until
+        something is announced on them (a commit of this node, a NOTIFY of another, their stamps
+        in ``Notifier``), or their earliest delayed step falls due, a poll does not claim again:
+        it goes straight to its wait (``Notifier.known_empty``). A worker's next poll after a
+        short claim then costs no transaction.
+        """
+        clock = self.store.clock
+        deadline = time.monotonic() + min(max(wait_seconds, 0.0), MAX_WAIT_SECONDS)
+        notifier = self.store.notifier
+        unknown = notifier.NEXT_UNKNOWN
+        woken_for: str | None = None  # a counted wake-up this poll took and has not yet looked for
+        try:
+            while True:
+                with notifier.watch_work(queues) as waiter:
+                    next_ready = notifier.known_empty(queues, clock.now())
+                    if next_ready is None:
+                        stamps = notifier.stamps(queues)
+                        claimed = await self.claim(worker_id, queues, max_tasks, lease_millis=lease_millis)
+                        if 0 < len(claimed) < max_tasks:
+                            notifier.note_empty(queues, stamps, unknown)
+                        if claimed:
+                            return claimed
+                        next_ready = unknown
+                    woken_for = None  # looked (or knew there was nothing): the wake-up was acted on
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return []
+                    if next_ready == unknown:
+                        stamps = notifier.stamps(queues)
+                        next_ready = await self.store.next_ready_at(queues)
+                        # A due READY token the claim skipped (locked by a transaction in flight)
+                        # or a delayed one due now: not empty, look again soon. Else known empty.
+                        if next_ready is not None and next_ready <= clock.now() + 50:
+                            notifier.not_empty(queues)
+                        else:
+                            notifier.note_empty(queues, stamps, next_ready)
+                    if next_ready:
+                        remaining = min(remaining, max((next_ready - clock.now()) / 1000, 0.001))
+                    # While it waits (only then) the poller takes steps handed to it by the
+                    # commit that makes them READY (wiggle/_storage/handoff.py).
+                    notifier.arm(waiter, worker_id, max_tasks, lease_millis)
+                    try:
+                        woken = await notifier.wait(waiter, remaining)
+                    finally:
+                        notifier.disarm(waiter)
+                    handoff = waiter.handoff
+                    if handoff is not None:
+                        claimed = await handoff.future  # settled after the commit (or given up)
+                        if claimed:
+                            return claimed
+                        continue  # not committed: look for work as usual
+                    if woken:
+                        woken_for = waiter.woken_for
+        except BaseException:
+            # Cancelled after being woken, before looking: pass the wake-up on, or the work it
+            # announced could sit unclaimed until some other poller's timeout.
+            if woken_for is not None:
+                notifier.work_ready((woken_for,), {woken_for: 1})
+            raise
+
+    # ------------------------------------------------------------------ hand-offs
+
+    async def insert(self, items: list[NewInstance], loaded: LoadedDefinition, now: int) -> list[str]:
+        """``store.insert_many``, the first steps of new instances handed to waiting pollers
+        (``hand_off``): an item not inserted (its request id started another instance) or a
+        failed insert gives its hand-offs back."""
+        notifier = self.store.notifier
+        for item in items:
+            if not notifier.armed:
+                break
+            if item.changes.ready_queues:
+                self.hand_off(loaded, item.state, item.changes, now)
+        try:
+            ids = await self.store.insert_many(items)
+        except BaseException:
+            for item in items:
+                if item.changes.handoffs:
+                    release(item.changes.handoffs)
+            raise
+        for item, instance_id in zip(items, ids, strict=True):
+            if item.changes.handoffs and instance_id != item.state.instance.id:
+                release(item.changes.handoffs)
+        return ids
+
+    def hand_off(self, loaded: LoadedDefinition, state: InstanceState, changes: Changes, now: int) -> None:
+        """Lease the due READY steps of ``changes`` to pollers of this node waiting on their queues,
+        inside the transition (so in its transaction): wiggle/_storage/handoff.py."""
+        if state.instance.status != InstanceStatus.RUNNING:
+            return
+        notifier = self.store.notifier
+        claim = self.engine.claim
+        timings = self.timings
+        by_queue: dict[str, Handoff] = {}  # the hand-off of each queue that still has room
+        handed: set[str] = set()
+        for token in list(changes.tokens.values()):
+            if token.status != TokenStatus.READY or token.available_at > now:
+                continue
+            queue = token.queue
+            handoff = by_queue.get(queue)
+            if handoff is None:
+                waiter = notifier.take_armed(queue, self._orphaned)
+                if waiter is None or waiter.handoff is None:
+                    continue
+                handoff = waiter.handoff
+                if changes.handoffs is None:
+                    changes.handoffs = []
+                changes.handoffs.append(handoff)
+                by_queue[queue] = handoff
+            timings.claimed(loaded, token, now)
+            handoff.claims.append(
+                claim(loaded, state, token, handoff.worker_id, now, changes, handoff.lease_millis)
+            )
+            self.handed_off += 1
+            handed.add(queue)
+            if len(handoff.claims) >= handoff.capacity:
+                del by_queue[queue]
+        for queue in handed:  # nothing left to announce on a queue whose steps were all handed
+            if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
+                changes.ready_queues.discard(queue)
+
+    def _orphaned(self, claims: list[Claimed]) -> None:
+        """Steps committed as handed to a poller that had gone: give them back (a release)."""
+
+        async def give_back() -> None:
+            for claimed in claims:
+                token = claimed.token
+                try:
+                    await self.give_back(token.id, token.lease_owner)
+                except Exception as exc:  # moved on meanwhile (cancelled...): nothing to give back
+                    log.debug("hand-off of %s not given back: %s", token.id, exc)
+
+        task = asyncio.ensure_future(give_back())
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
