@@ -61,9 +61,11 @@ async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
 
 async def _waiting(layer: Instances, worker: str = "w", max_tasks: int = 4) -> asyncio.Task[Any]:
     """A poll that is waiting (armed for hand-offs) when this returns."""
+    notifier = layer.store.notifier
+    before = len(notifier._armed)
     poll = asyncio.ensure_future(layer.poll(worker, [QUEUE], max_tasks, 30.0))
     for _ in range(200):
-        if layer.store.notifier.armed:
+        if len(notifier._armed) > before:
             return poll
         await asyncio.sleep(0.005)
     raise AssertionError("the poll never started waiting")
@@ -155,6 +157,87 @@ async def test_a_step_handed_to_a_poll_that_ended_is_given_back(layer: Instances
     assert token.status == TokenStatus.READY and token.attempt <= 1
     (claimed,) = await layer.poll("other", [QUEUE], 4, 5.0)
     assert claimed.token.id == token.id and claimed.token.lease_owner == "other"
+
+
+async def test_one_poll_takes_the_first_steps_of_several_starts(layer: Instances) -> None:
+    first = await _waiting(layer, worker="w1", max_tasks=2)
+    second = await _waiting(layer, worker="w2", max_tasks=2)
+    claims = _counting(layer.store)
+    _, ids = await layer.start_many("two", "", [{"i": i} for i in range(3)], "")
+    got_first = await asyncio.wait_for(first, 10.0)
+    got_second = await asyncio.wait_for(second, 10.0)
+    # the oldest poll fills up to what it asked for, the next one takes the rest; nothing claimed
+    assert [c.token.instance_id for c in got_first] == ids[:2]
+    assert [c.token.instance_id for c in got_second] == ids[2:]
+    assert {c.token.lease_owner for c in got_first} == {"w1"} and got_second[0].token.lease_owner == "w2"
+    assert claims[0] == 0 and layer.handed_off == 3
+
+
+async def _slow_first_insert(store: Store, fail: bool) -> asyncio.Event:
+    """The next insert_many waits for the returned event, then commits (or fails, ``fail``);
+    the ones after it go straight through."""
+    real = store.insert_many
+    go = asyncio.Event()
+    calls = [0]
+
+    async def insert_many(items: list[NewInstance]) -> list[str]:
+        calls[0] += 1
+        if calls[0] == 1:
+            await go.wait()
+            if fail:
+                raise RuntimeError("the commit failed")
+        return await real(items)
+
+    store.insert_many = insert_many  # type: ignore[method-assign]
+    return go
+
+
+@pytest.mark.parametrize("first_commits", [True, False])
+async def test_a_poll_takes_steps_of_two_transactions_once_both_settle(first_commits: bool) -> None:
+    async with instance_layer("memory", _two_steps()) as layer:
+        poll = await _waiting(layer, max_tasks=4)
+        claims = _counting(layer.store)
+        go = await _slow_first_insert(layer.store, fail=not first_commits)
+        slow = asyncio.ensure_future(layer.start("two", "", {"n": 1}, ""))
+        await asyncio.sleep(0.01)  # reserved the poller, its commit held back
+        assert not layer.store.notifier.armed
+        fast = await layer.start("two", "", {"n": 2}, "")  # its share of the same reservation
+        await asyncio.sleep(0.02)
+        assert not poll.done()  # delivered only when every share has settled
+        go.set()
+        if first_commits:
+            view = await slow
+            got = await asyncio.wait_for(poll, 10.0)
+            assert sorted(c.token.instance_id for c in got) == sorted([view.instance.id, fast.instance.id])
+        else:
+            with pytest.raises(RuntimeError):
+                await slow
+            (claimed,) = await asyncio.wait_for(poll, 10.0)  # the failed start's step is void
+            assert claimed.token.instance_id == fast.instance.id
+        assert claims[0] == 0
+
+
+async def test_a_share_committed_after_the_poll_ended_is_given_back() -> None:
+    async with instance_layer("memory", _two_steps()) as layer:
+        poll = await _waiting(layer, worker="gone", max_tasks=4)
+        go = await _slow_first_insert(layer.store, fail=False)
+        slow = asyncio.ensure_future(layer.start("two", "", {}, ""))
+        await asyncio.sleep(0.01)
+        fast = await layer.start("two", "", {}, "")  # delivered, but the poll waits for the other
+        poll.cancel()
+        await asyncio.gather(poll, return_exceptions=True)
+        go.set()
+        view = await slow
+        # both were committed as leased to "gone": both are given back, READY for the next poll
+        ids = {view.instance.id, fast.instance.id}
+        for _ in range(200):
+            tokens = [t for i in ids for t in (await layer.get_instance(i)).tokens]
+            if all(t.status == TokenStatus.READY for t in tokens):
+                break
+            await asyncio.sleep(0.01)
+        assert all(t.status == TokenStatus.READY and t.attempt <= 1 for t in tokens)
+        got = await layer.poll("other", [QUEUE], 4, 5.0)
+        assert {c.token.instance_id for c in got} == ids
 
 
 async def test_a_poll_after_a_short_claim_does_not_claim_again(layer: Instances) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from .._engine.engine import Claimed, Engine, LoadedDefinition
 from .._engine.state import Changes, InstanceState, InstanceStatus, Token, TokenStatus
 from .._storage.base import NewInstance, Store
-from .._storage.handoff import Handoff
+from .._storage.handoff import Handoff, Share
 from .timings import Timings
 
 __all__ = ["Delivery", "MAX_WAIT_SECONDS", "release"]
@@ -30,10 +30,10 @@ MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in
 GiveBack = Callable[[str, str], Awaitable[object]]
 
 
-def release(handoffs: list[Handoff]) -> None:
-    """The transition carrying ``handoffs`` will not commit: their polls look for work again."""
-    for handoff in handoffs:
-        handoff.release()
+def release(shares: list[Share]) -> None:
+    """The transition carrying ``shares`` will not commit: the steps they reserved are void."""
+    for share in shares:
+        share.release()
 
 
 class Delivery:
@@ -46,6 +46,9 @@ class Delivery:
         self.give_back = give_back
         self.handed_off = 0  # steps leased to a waiting poller inside the commit that made them READY
         self._releases: set[asyncio.Task[None]] = set()  # hand-offs being given back (_orphaned)
+        # Per queue, the reservation of a poller that further transitions may add steps to
+        # (Handoff.accepting): a start group's starts, reports committed together, share one poll.
+        self._open: dict[str, Handoff] = {}
 
     # ------------------------------------------------------------------ claims and polls
 
@@ -153,9 +156,8 @@ class Delivery:
         """``store.insert_many``, the first steps of new instances handed to waiting pollers
         (``hand_off``): an item not inserted (its request id started another instance) or a
         failed insert gives its hand-offs back."""
-        notifier = self.store.notifier
         for item in items:
-            if not notifier.armed:
+            if not self.can_hand_off:
                 break
             if item.changes.ready_queues:
                 self.hand_off(loaded, item.state, item.changes, now)
@@ -171,38 +173,52 @@ class Delivery:
                 release(item.changes.handoffs)
         return ids
 
+    @property
+    def can_hand_off(self) -> bool:
+        """Some poller of this node waits for steps, or has room left in its reservation."""
+        return self.store.notifier.armed or bool(self._open)
+
     def hand_off(self, loaded: LoadedDefinition, state: InstanceState, changes: Changes, now: int) -> None:
         """Lease the due READY steps of ``changes`` to pollers of this node waiting on their queues,
-        inside the transition (so in its transaction): wiggle/_storage/handoff.py."""
+        inside the transition (so in its transaction): wiggle/_storage/handoff.py. A poller already
+        reserved by another transition takes more steps while its reservation is open and has
+        room; else the oldest armed poller of the queue is reserved."""
         if state.instance.status != InstanceStatus.RUNNING:
             return
         notifier = self.store.notifier
         claim = self.engine.claim
         timings = self.timings
-        by_queue: dict[str, Handoff] = {}  # the hand-off of each queue that still has room
+        open_ = self._open
+        shares: dict[str, Share] = {}  # this transition's share on each queue that still has room
         handed: set[str] = set()
         for token in list(changes.tokens.values()):
             if token.status != TokenStatus.READY or token.available_at > now:
                 continue
             queue = token.queue
-            handoff = by_queue.get(queue)
-            if handoff is None:
-                waiter = notifier.take_armed(queue, self._orphaned)
-                if waiter is None or waiter.handoff is None:
-                    continue
-                handoff = waiter.handoff
+            share = shares.get(queue)
+            if share is None:
+                handoff = open_.get(queue)
+                if handoff is None or not handoff.accepting():
+                    open_.pop(queue, None)
+                    waiter = notifier.take_armed(queue, self._orphaned)
+                    if waiter is None or waiter.handoff is None:
+                        continue
+                    handoff = waiter.handoff
+                    open_[queue] = handoff
+                share = handoff.share()
                 if changes.handoffs is None:
                     changes.handoffs = []
-                changes.handoffs.append(handoff)
-                by_queue[queue] = handoff
+                changes.handoffs.append(share)
+                shares[queue] = share
+            handoff = share.handoff
             timings.claimed(loaded, token, now)
-            handoff.claims.append(
-                claim(loaded, state, token, handoff.worker_id, now, changes, handoff.lease_millis)
-            )
+            share.add(claim(loaded, state, token, handoff.worker_id, now, changes, handoff.lease_millis))
             self.handed_off += 1
             handed.add(queue)
-            if len(handoff.claims) >= handoff.capacity:
-                del by_queue[queue]
+            if not handoff.accepting():
+                del shares[queue]
+                if open_.get(queue) is handoff:
+                    del open_[queue]
         for queue in handed:  # nothing left to announce on a queue whose steps were all handed
             if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
                 changes.ready_queues.discard(queue)

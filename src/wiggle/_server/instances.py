@@ -123,7 +123,6 @@ class Instances:
         timings = self.timings
         committed: Changes | None = None
         spawns = False
-        notifier = self.store.notifier
         delivery = self.delivery
 
         def run(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
@@ -135,7 +134,7 @@ class Instances:
             if changes is not None:
                 timings.changed(loaded, state, changes)
                 spawns = _spawns_children(loaded)
-                if changes.ready_queues and notifier.armed:
+                if changes.ready_queues and delivery.can_hand_off:
                     delivery.hand_off(loaded, state, changes, now)
             return result, changes
 
