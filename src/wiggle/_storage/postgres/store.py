@@ -44,6 +44,7 @@ from .migrations import check_schema, migrate
 from .schedules import PostgresSchedules
 from .start_commit import StartCommit
 from .statements import ID_CLOCK_SLACK_MILLIS, Queries, StartQueries
+from .statistics import Statistics
 from .writes import ChangeWriter
 
 __all__ = ["PostgresStore"]
@@ -92,6 +93,7 @@ class PostgresStore(Store):
             start_linger,
         )
         self.group.now = self._now
+        self.statistics = Statistics(self.db, self.schema)  # ANALYZE as the tables grow (statistics.py)
 
     @property
     def node_id(self) -> str:
@@ -120,6 +122,7 @@ class PostgresStore(Store):
         await self.db.retry_connect("migrating", lambda: migrate(self.url, self.schema))
         await self.db.open(f"wiggle-{self.node_id}")
         try:
+            await self.statistics.open()
             await self.cluster.open(self.db)
         except BaseException:
             await self.close()
@@ -128,6 +131,7 @@ class PostgresStore(Store):
     async def close(self) -> None:
         await self.group.close()
         await self.starts.close()
+        await self.statistics.close()
         await self.cluster.close()
         await self.db.close()
 
@@ -157,6 +161,8 @@ class PostgresStore(Store):
             self.notifier.clock_changed()
         if changes.finished:
             self.notifier.instance_finished(instance_id)
+        if changes.created:
+            self.statistics.grew(1)  # committed: an analysis started now counts it
 
     def _committed(self, wrote: bool, announce: list[tuple[str, Changes]]) -> None:
         if wrote:

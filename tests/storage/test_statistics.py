@@ -1,0 +1,99 @@
+"""The store analyzes its tables as they grow (wiggle/_storage/postgres/statistics.py).
+
+A statement prepared while a new schema's tables were empty keeps a plan that reads whole tables
+until new statistics replace it; the store's own ANALYZE, at each doubling of the instances it
+wrote, is what replaces it long before autovacuum would (docs/postgres-plans.md, "Statistics on
+a new schema"). These tests need PostgreSQL: it being unreachable fails them (tests/pg.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import psycopg
+from layers import postgres_nodes
+from pg import TEST_DATABASE_URL
+
+from wiggle._model import Node, NodeKind, WorkflowDefinition
+from wiggle._storage.postgres import PostgresStore
+from wiggle._storage.postgres.statements import Queries
+
+
+def _one_step() -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="one",
+        start_node="a",
+        nodes=(Node(id="a", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
+    )
+
+
+async def _analyses(store: PostgresStore, at_least: int) -> int:
+    for _ in range(500):
+        if store.statistics.analyses >= at_least:
+            break
+        await asyncio.sleep(0.01)
+    return store.statistics.analyses
+
+
+def _last_analyze(schema: str) -> dict[str, object]:
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname, last_analyze FROM pg_stat_user_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    return dict(rows)
+
+
+async def test_the_tables_are_analyzed_each_time_the_instances_double() -> None:
+    async with postgres_nodes(1, _one_step()) as ((store,), (layer,)):
+        store.statistics.min_rows = 40
+        assert store.statistics.analyses == 0
+        await layer.start_many("one", "", [{"i": i} for i in range(30)], "")
+        await asyncio.sleep(0.05)
+        assert store.statistics.analyses == 0  # fewer than min_rows: nothing to gain yet
+        await layer.start_many("one", "", [{"i": i} for i in range(20)], "")
+        assert await _analyses(store, 1) == 1
+        analyzed = _last_analyze(store.schema)
+        assert all(analyzed[t] is not None for t in ("instances", "tokens", "history")), analyzed
+        assert store.statistics.rows >= 50
+        # the next analysis comes once as many instances again were written
+        await layer.start_many("one", "", [{"i": i} for i in range(20)], "")
+        await asyncio.sleep(0.05)
+        assert store.statistics.analyses == 1
+        await layer.start_many("one", "", [{"i": i} for i in range(40)], "")
+        assert await _analyses(store, 2) == 2
+        assert store.statistics.rows >= 110
+
+
+async def test_a_plan_made_on_the_empty_tables_is_replaced_once_they_grew() -> None:
+    async with postgres_nodes(1, _one_step()) as ((store,), (layer,)):
+        store.statistics.min_rows = 1000  # the default; the plan changes at about 800 rows
+        count = iter(range(1, 100))
+        lock = re.sub(r"%s", lambda _: f"${next(count)}", Queries(store.schema).lock_instances)
+        with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+            conn.execute("SET plan_cache_mode = force_generic_plan")  # what a prepared statement keeps
+            conn.execute(f"PREPARE lock_plan AS {lock}")
+
+            def plan() -> str:
+                return "\n".join(row[0] for row in conn.execute("EXPLAIN EXECUTE lock_plan('{}')"))
+
+            # made on the empty table: every mutation group would read every instance row
+            assert "Seq Scan on instances" in plan(), plan()
+            await layer.start_many("one", "", [{"i": i} for i in range(1000)], "")
+            assert await _analyses(store, 1) >= 1
+            assert "Index Scan using instances_pkey" in plan(), plan()
+
+
+async def test_an_analysis_that_fails_is_logged_and_harms_no_caller(caplog: object) -> None:
+    async with postgres_nodes(1, _one_step()) as ((store,), (layer,)):
+        stats = store.statistics
+        stats.min_rows = 10
+        stats._analyze = "ANALYZE no_such_table_here"  # a database error on the next analysis
+        _, ids = await layer.start_many("one", "", [{"i": i} for i in range(12)], "")
+        for _ in range(500):
+            if stats._task is None and stats.rows >= 10:
+                break
+            await asyncio.sleep(0.01)
+        assert stats.analyses == 0 and stats.rows >= 10  # tried again at the next doubling
+        assert len(ids) == 12 and (await layer.get_instance(ids[-1])).instance.status == "RUNNING"
+        assert "analyzing the tables failed" in caplog.text  # type: ignore[attr-defined]
