@@ -67,7 +67,7 @@ async def test_the_tables_are_analyzed_each_time_the_instances_double() -> None:
 
 async def test_a_plan_made_on_the_empty_tables_is_replaced_once_they_grew() -> None:
     async with postgres_nodes(1, _one_step()) as ((store,), (layer,)):
-        store.statistics.min_rows = 1000  # the default; the plan changes at about 800 rows
+        store.statistics.min_rows = 1000  # the plan changes at about 800 rows
         count = iter(range(1, 100))
         lock = re.sub(r"%s", lambda _: f"${next(count)}", Queries(store.schema).lock_instances)
         with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:

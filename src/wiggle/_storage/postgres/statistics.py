@@ -43,7 +43,7 @@ TABLES = ("instances", "tokens", "history", "start_requests")
 class Statistics:
     """Runs ``ANALYZE`` on the growing tables of ``schema`` as this node's writes double them."""
 
-    MIN_ROWS = 1000  # below this many rows a full read costs little, whatever the plan
+    MIN_ROWS = 100  # below this many rows a full read costs little, whatever the plan
     LOCK_TIMEOUT = "2s"  # an analysis waits no longer for a table another one (autovacuum) holds
 
     def __init__(self, db: Database, schema: str) -> None:
