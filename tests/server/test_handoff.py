@@ -21,6 +21,7 @@ from layers import instance_layer, postgres_nodes
 from wiggle._engine.state import TokenStatus
 from wiggle._model import Node, NodeKind, RetryPolicy, WorkflowDefinition
 from wiggle._server.instances import Instances
+from wiggle._storage import handoff as handoff_module
 from wiggle._storage.base import NewInstance, Store
 from wiggle._storage.memory import MemoryStore
 from wiggle.errors import Unavailable
@@ -215,6 +216,31 @@ async def test_a_poll_takes_steps_of_two_transactions_once_both_settle(first_com
             (claimed,) = await asyncio.wait_for(poll, 10.0)  # the failed start's step is void
             assert claimed.token.instance_id == fast.instance.id
         assert claims[0] == 0
+
+
+async def test_a_slow_share_is_not_waited_for_and_its_step_is_given_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(handoff_module, "PARTIAL_SECONDS", 0.05)
+    async with instance_layer("memory", _two_steps()) as layer:
+        poll = await _waiting(layer, max_tasks=4)
+        go = await _slow_first_insert(layer.store, fail=False)
+        slow = asyncio.ensure_future(layer.start("two", "", {}, ""))
+        await asyncio.sleep(0.01)
+        fast = await layer.start("two", "", {}, "")
+        # the other share's commit is held back: the poll returns the delivered step without it
+        (claimed,) = await asyncio.wait_for(poll, 5.0)
+        assert claimed.token.instance_id == fast.instance.id and not slow.done()
+        go.set()
+        view = await slow
+        for _ in range(200):  # committed as leased to a poll that had returned: given back
+            (token,) = (await layer.get_instance(view.instance.id)).tokens
+            if token.status == TokenStatus.READY:
+                break
+            await asyncio.sleep(0.01)
+        assert token.status == TokenStatus.READY and token.attempt <= 1
+        (again,) = await layer.poll("other", [QUEUE], 4, 5.0)
+        assert again.token.id == token.id
 
 
 async def test_a_share_committed_after_the_poll_ended_is_given_back() -> None:

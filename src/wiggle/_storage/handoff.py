@@ -22,10 +22,13 @@ share settles one of three ways:
   worker's would be, docs/semantics.md#mixed-fleets).
 
 The poll returns when every share reserved for it has settled (no share is added once one has
-settled), with the delivered steps; with none, it looks for work again with a claim. A
-reservation not settled within ``SETTLE_SECONDS`` (a caller cancelled while its transaction
-failed) ends by a timer with what was delivered so far, so a poller never waits on it for ever;
-a share committed after that is given back.
+settled), with the delivered steps; with none, it looks for work again with a claim. Shares of
+one commit group settle together, and those of different groups a commit apart; a share whose
+transaction is slower than that (waiting for a row lock, say) is not waited for:
+``PARTIAL_SECONDS`` after the first share settled the poll returns what was delivered, and a
+share committed later is given back. A reservation none of whose shares settles within
+``SETTLE_SECONDS`` (a caller cancelled while its transaction failed) ends the same way, so a
+poller never waits on it for ever.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ __all__ = ["Handoff", "Share", "settle"]
 
 #: The longest a reserved poller waits for its commits before looking for work again.
 SETTLE_SECONDS = 10.0
+#: Once one share has settled, how long the poller waits for the others before it returns.
+PARTIAL_SECONDS = 0.5
 
 
 class Handoff:
@@ -85,7 +90,6 @@ class Handoff:
 
     def _settled(self, claims: list[Claimed] | None) -> None:
         """One share settled: ``claims`` committed (None: not committed)."""
-        self.open = False
         if self.finished:
             if claims:
                 self.on_orphan(claims)  # committed as leased to a poller no longer waiting for it
@@ -95,6 +99,10 @@ class Handoff:
         self.pending -= 1
         if self.pending <= 0:
             self._finish()
+        elif self.open:  # the first to settle: the others get PARTIAL_SECONDS
+            self.timer.cancel()
+            self.timer = asyncio.get_running_loop().call_later(PARTIAL_SECONDS, self._finish)
+        self.open = False
 
     def _finish(self) -> None:
         if self.finished:
