@@ -72,6 +72,17 @@ async def _waiting(layer: Instances, worker: str = "w", max_tasks: int = 4) -> a
     raise AssertionError("the poll never started waiting")
 
 
+async def _given_back(layer: Instances, *instance_ids: str) -> list[Any]:
+    """The tokens of ``instance_ids`` once all are READY again (a hand-off given back), no attempt used."""
+    for _ in range(200):
+        tokens = [t for i in instance_ids for t in (await layer.get_instance(i)).tokens]
+        if all(t.status == TokenStatus.READY for t in tokens):
+            break
+        await asyncio.sleep(0.01)
+    assert all(t.status == TokenStatus.READY and t.attempt <= 1 for t in tokens), tokens
+    return tokens
+
+
 async def test_a_start_hands_its_first_step_to_the_waiting_poller(layer: Instances) -> None:
     poll = await _waiting(layer)
     claims = _counting(layer.store)
@@ -150,12 +161,7 @@ async def test_a_step_handed_to_a_poll_that_ended_is_given_back(layer: Instances
     await asyncio.gather(poll, return_exceptions=True)
     view = await starting
     # the commit leased it to "gone"; it is given back (READY again) without a lease expiry
-    for _ in range(200):
-        (token,) = (await layer.get_instance(view.instance.id)).tokens
-        if token.status == TokenStatus.READY:
-            break
-        await asyncio.sleep(0.01)
-    assert token.status == TokenStatus.READY and token.attempt <= 1
+    (token,) = await _given_back(layer, view.instance.id)
     (claimed,) = await layer.poll("other", [QUEUE], 4, 5.0)
     assert claimed.token.id == token.id and claimed.token.lease_owner == "other"
 
@@ -233,12 +239,8 @@ async def test_a_slow_share_is_not_waited_for_and_its_step_is_given_back(
         assert claimed.token.instance_id == fast.instance.id and not slow.done()
         go.set()
         view = await slow
-        for _ in range(200):  # committed as leased to a poll that had returned: given back
-            (token,) = (await layer.get_instance(view.instance.id)).tokens
-            if token.status == TokenStatus.READY:
-                break
-            await asyncio.sleep(0.01)
-        assert token.status == TokenStatus.READY and token.attempt <= 1
+        # committed as leased to a poll that had returned: given back
+        (token,) = await _given_back(layer, view.instance.id)
         (again,) = await layer.poll("other", [QUEUE], 4, 5.0)
         assert again.token.id == token.id
 
@@ -256,12 +258,7 @@ async def test_a_share_committed_after_the_poll_ended_is_given_back() -> None:
         view = await slow
         # both were committed as leased to "gone": both are given back, READY for the next poll
         ids = {view.instance.id, fast.instance.id}
-        for _ in range(200):
-            tokens = [t for i in ids for t in (await layer.get_instance(i)).tokens]
-            if all(t.status == TokenStatus.READY for t in tokens):
-                break
-            await asyncio.sleep(0.01)
-        assert all(t.status == TokenStatus.READY and t.attempt <= 1 for t in tokens)
+        await _given_back(layer, *ids)
         got = await layer.poll("other", [QUEUE], 4, 5.0)
         assert {c.token.instance_id for c in got} == ids
 
