@@ -12,6 +12,7 @@ import asyncio
 import re
 
 import psycopg
+import pytest
 from layers import postgres_nodes
 from pg import TEST_DATABASE_URL
 
@@ -65,23 +66,31 @@ async def test_the_tables_are_analyzed_each_time_the_instances_double() -> None:
         assert store.statistics.rows >= 110
 
 
-async def test_a_plan_made_on_the_empty_tables_is_replaced_once_they_grew() -> None:
+@pytest.mark.parametrize(
+    ("statement", "table"),
+    [("lock_instances", "instances"), ("update_instances", "instances"), ("update_tokens", "tokens")],
+)
+async def test_a_plan_made_on_the_empty_tables_is_replaced_once_they_grew(statement: str, table: str) -> None:
     async with postgres_nodes(1, _one_step()) as ((store,), (layer,)):
-        store.statistics.min_rows = 1000  # the plan changes at about 800 rows
+        store.statistics.min_rows = 1000  # the plans turn to the primary key at about 800 rows
+        text = getattr(Queries(store.schema), statement)
+        text = getattr(text, "statement", text)  # a SetWrite's, or a plain statement
         count = iter(range(1, 100))
-        lock = re.sub(r"%s", lambda _: f"${next(count)}", Queries(store.schema).lock_instances)
+        numbered = re.sub(r"%s", lambda _: f"${next(count)}", text)
+        args = ", ".join(["NULL"] * text.count("%s"))
         with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
             conn.execute("SET plan_cache_mode = force_generic_plan")  # what a prepared statement keeps
-            conn.execute(f"PREPARE lock_plan AS {lock}")
+            conn.execute(f"PREPARE hot AS {numbered}")
 
             def plan() -> str:
-                return "\n".join(row[0] for row in conn.execute("EXPLAIN EXECUTE lock_plan('{}')"))
+                return "\n".join(row[0] for row in conn.execute(f"EXPLAIN EXECUTE hot({args})"))
 
-            # made on the empty table: every mutation group would read every instance row
-            assert "Seq Scan on instances" in plan(), plan()
+            # made on the empty table: every mutation group would read every row of it
+            assert f"Seq Scan on {table}" in plan(), plan()
             await layer.start_many("one", "", [{"i": i} for i in range(1000)], "")
             assert await _analyses(store, 1) >= 1
-            assert "Index Scan using instances_pkey" in plan(), plan()
+            assert f"Index Scan using {table}_pkey" in plan(), plan()
+            assert "Seq Scan" not in plan(), plan()
 
 
 async def test_an_analysis_that_fails_is_logged_and_harms_no_caller(caplog: object) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from psycopg import sql
 
 from ..._engine.state import ACTIVE_TOKEN_STATUSES, HistoryEntry
@@ -39,13 +42,27 @@ def prefixed(cols: str, alias: str) -> str:
 
 
 class SetWrite:
-    """A write of many rows in one statement (unnest of one array per column), and its parameters."""
+    """A write of many rows in one statement (unnest of one array per column), and its parameters.
+
+    ``ids_again``: the statement takes the last column's array (the ids) once more, as its last
+    parameter (``set_from``'s ``t.id = ANY(...)``)."""
 
     __slots__ = ("statement", "params")
 
-    def __init__(self, statement: str, fields: list[str] | tuple[str, ...]) -> None:
+    def __init__(self, statement: str, fields: list[str] | tuple[str, ...], ids_again: bool = False) -> None:
         self.statement = statement
-        self.params = array_literals(fields)
+        columns = array_literals(fields)
+        self.params: Callable[[list[Any]], list[str]]
+        if ids_again:
+
+            def params(rows: list[Any]) -> list[str]:
+                arrays = columns(rows)
+                arrays.append(arrays[-1])
+                return arrays
+
+            self.params = params
+        else:
+            self.params = columns
 
 
 class Queries:
@@ -90,13 +107,18 @@ class Queries:
         # The same writes for several rows at once: one statement, one array per column (a
         # statement per row, even pipelined, costs the server a bind/execute/plan per row).
         # Parameters and arrays are in the order of the single-row statements above.
+        # ``t.id = ANY(ids)`` repeats the join's condition as one on the table alone: with it the
+        # plan reaches the rows through the primary key from a few hundred rows on; with only the
+        # join, PostgreSQL's costs keep a hash join over the whole table up to about 2,000
+        # (instances) and 3,000 (tokens) rows (docs/postgres-plans.md, "Statistics on a new schema").
         def set_from(table: str, fields: list[str]) -> SetWrite:
+            assert fields[-1] == "id"
             assignments = ", ".join(f"{f} = v.{f}" for f in fields if f != "id")
             text = (
                 f"UPDATE {{s}}.{table} AS t SET {assignments} FROM {unnest(fields)} "
-                'WHERE t.id = v.id COLLATE "C"'
+                'WHERE t.id = ANY(%s::text[]) AND t.id = v.id COLLATE "C"'
             )
-            return SetWrite(q(text), fields)
+            return SetWrite(q(text), fields, ids_again=True)
 
         def insert_from(table: str, fields: tuple[str, ...]) -> SetWrite:
             cols = ", ".join(fields)
