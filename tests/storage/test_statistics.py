@@ -64,6 +64,13 @@ async def test_the_tables_are_analyzed_each_time_the_instances_double() -> None:
         await layer.start_many("one", "", [{"i": i} for i in range(40)], "")
         assert await _analyses(store, 2) == 2
         assert store.statistics.rows >= 110
+        # a node opened later starts from the statistics the tables have (no analysis at 100)
+        later = PostgresStore(TEST_DATABASE_URL, store.schema)
+        await later.open()
+        try:
+            assert later.statistics.rows >= 110 and later.statistics.analyses == 0
+        finally:
+            await later.close()
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,8 @@ class Statistics:
         self.db = db
         ident = sql.Identifier(schema).as_string()
         self._analyze = f"ANALYZE {', '.join(f'{ident}.{t}' for t in TABLES)}"
-        self._estimate = f"SELECT reltuples FROM pg_class WHERE oid = to_regclass('{ident}.instances')"
+        self._estimate = "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)"
+        self._instances = (f"{ident}.instances",)
         self.min_rows = self.MIN_ROWS
         self.rows = 0.0  # instances as of the last analysis (PostgreSQL's estimate, or ours)
         self.since = 0  # instances this node wrote since it last started an analysis
@@ -59,7 +60,7 @@ class Statistics:
 
     async def open(self) -> None:
         """Start from the statistics the tables have now (none on a new schema)."""
-        rows = await self.db.fetch("statistics", self._estimate)
+        rows = await self.db.fetch("statistics", self._estimate, self._instances)
         self.rows = max(float(rows[0][0] or 0), 0.0) if rows else 0.0  # -1: never analyzed
 
     def grew(self, instances: int) -> None:
@@ -99,6 +100,6 @@ class Statistics:
         except pg_errors.LockNotAvailable as exc:
             log.info("analyzing the tables skipped: %s", short(exc))
             return None
-        cur = await conn.execute(self._estimate)
+        cur = await conn.execute(self._estimate, self._instances)
         row = await cur.fetchone()
         return float(row[0]) if row and row[0] is not None else 0.0
