@@ -176,7 +176,12 @@ class Delivery:
     @property
     def can_hand_off(self) -> bool:
         """Some poller of this node waits for steps, or has room left in its reservation."""
-        return self.store.notifier.armed or bool(self._open)
+        if self.store.notifier.armed:
+            return True
+        open_ = self._open
+        for queue in [q for q, handoff in open_.items() if not handoff.accepting()]:
+            del open_[queue]  # closed or full: no transition can add to it any more
+        return bool(open_)
 
     def hand_off(self, loaded: LoadedDefinition, state: InstanceState, changes: Changes, now: int) -> None:
         """Lease the due READY steps of ``changes`` to pollers of this node waiting on their queues,

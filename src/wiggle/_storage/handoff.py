@@ -64,13 +64,18 @@ class Handoff:
     )
 
     def __init__(
-        self, future: asyncio.Future[list[Claimed]], on_orphan: Callable[[list[Claimed]], None]
+        self,
+        future: asyncio.Future[list[Claimed]],
+        on_orphan: Callable[[list[Claimed]], None],
+        worker_id: str,
+        capacity: int,
+        lease_millis: int | None,
     ) -> None:
         self.claims: list[Claimed] = []  # delivered: committed as leased to the poller
         # the poller's: whose lease, how many steps at most, the lease length it asked for
-        self.worker_id = ""
-        self.capacity = 0
-        self.lease_millis: int | None = None
+        self.worker_id = worker_id
+        self.capacity = capacity
+        self.lease_millis = lease_millis
         self.future = future  # the poller awaits it: the steps, or [] to look for work again
         self.finished = False
         self.reserved = 0  # steps reserved by every share so far

@@ -211,11 +211,9 @@ class Notifier:
         self._armed.discard(waiter)
         self._forget(waiter)
         loop = asyncio.get_running_loop()
-        handoff = Handoff(loop.create_future(), on_orphan)
-        handoff.worker_id = waiter.worker_id
-        handoff.capacity = waiter.max_tasks
-        handoff.lease_millis = waiter.lease_millis
-        waiter.handoff = handoff
+        waiter.handoff = Handoff(
+            loop.create_future(), on_orphan, waiter.worker_id, waiter.max_tasks, waiter.lease_millis
+        )
         waiter.future.set_result(True)
         waiter.woken_for = None  # not a counted wake-up: nothing to pass on
         return waiter
