@@ -1,0 +1,55 @@
+"""The README's "A first workflow", run as a newcomer runs it: `wiggle server`, a worker process
+and the client script, three processes on loopback (only the port differs from the README's)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from upstream.servers import ServerProcess, server_env
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_TARGET = "127.0.0.1:7233"
+
+
+def _first_workflow() -> str:
+    section = README.read_text().split("## A first workflow", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None, "the section has no python example"
+    return code.group(1)
+
+
+@pytest.mark.timeout(180)
+def test_the_readme_first_workflow_completes_against_a_real_server(tmp_path: Path) -> None:
+    code = _first_workflow()
+    assert code.count(README_TARGET) == 2, "the example names the server's address twice"
+    definitions, client_part = code.split("# a server:", 1)
+    server = ServerProcess(tmp_path / "server.log", server_env())
+    worker = None
+    try:
+        (tmp_path / "orders_def.py").write_text(definitions)
+        (tmp_path / "run_worker.py").write_text(
+            f"from orders_def import *\n\nWorker({server.target!r}, [orders]).run()\n"
+        )
+        (tmp_path / "first.py").write_text(code.replace(README_TARGET, server.target))
+        with open(tmp_path / "worker.log", "wb") as log:
+            worker = subprocess.Popen(
+                [sys.executable, "run_worker.py"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
+            )
+        run = subprocess.run(
+            [sys.executable, "first.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert run.returncode == 0, run.stdout + run.stderr + (tmp_path / "worker.log").read_text()
+        # price: 3 x 1250; the gate lets 3 through; charge ran on the payments queue
+        assert (
+            run.stdout.strip() == "{'order_id': 'o-1', 'quantity': 3, 'total_cents': 3750, 'charged': True}"
+        )
+        assert "client.register(orders)" in client_part  # the client, not the worker, registers
+    finally:
+        if worker is not None:
+            worker.terminate()
+            worker.wait(30)
+        server.stop()
