@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from wiggle._bench.probe import probe_ms
+
 STEPS = 20
 MODES = ("SERVER", "LOCAL_SYNC")
 
@@ -100,6 +102,7 @@ def main() -> None:
     if not builds or any(b not in ("cython", "python") for b in builds):
         p.error(f"--builds {args.builds!r}: name cython, python or both")
     runs: dict[str, dict[str, list[float]]] = {b: {m: [] for m in MODES} for b in builds}
+    before = probe_ms()
     for _ in range(args.rounds):
         for build in runs:
             env = dict(os.environ, WIGGLE_IMPL=build)
@@ -135,6 +138,7 @@ def main() -> None:
     print(
         f"({args.rounds} rounds, medians; {args.instances} instances × {STEPS} steps, {args.lanes} in flight)"
     )
+    print(f"machine probe: {before:.1f} ms before, {probe_ms():.1f} ms after (wiggle/_bench/probe.py)")
 
 
 if __name__ == "__main__":

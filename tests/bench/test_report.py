@@ -197,3 +197,20 @@ def test_render_latency() -> None:
     assert "1 warm-up instance(s) per mode not counted" in text
     assert "LOCAL_ASYNC: FAILED - no figures" in text and "  - timed out" in text
     assert lines[-1] == "RESULT: WRONG - 1 of 3 mode(s) failed verification or did not finish"
+
+
+def test_render_the_machine_probe_when_the_run_recorded_it() -> None:
+    doc = document([mode("SERVER", 20.0)])
+    assert "machine probe" not in render(doc)  # documents of older runs have none
+    doc["environment"].update(probe_ms_before=98.25, probe_ms_after=141.0)
+    line = next(line for line in render(doc).splitlines() if line.startswith("machine probe"))
+    assert line.startswith("machine probe: 98.2 ms before, 141.0 ms after (a fixed Python loop")
+    del doc["environment"]["probe_ms_after"]  # interrupted before the end
+    assert "98.2 ms before, none after" in render(doc)
+
+
+def test_probe_times_the_fixed_loop() -> None:
+    from wiggle._bench import probe
+
+    assert probe._loop(5) == 10
+    assert probe.probe_ms(repeats=1) > 0

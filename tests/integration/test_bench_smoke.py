@@ -82,6 +82,8 @@ def test_small_benchmark_in_memory_verifies_every_mode(tmp_path: Path) -> None:
     assert code == 0, output
     assert doc is not None and doc["ok"], output
     assert doc["environment"]["store"] == "memory"
+    assert doc["environment"]["probe_ms_before"] > 0 and doc["environment"]["probe_ms_after"] > 0
+    assert "machine probe: " in output
     modes = _by_mode(doc)
     assert list(modes) == ["SERVER", "LOCAL_SYNC", "LOCAL_ASYNC"]
     _check_counts(modes, steps=5, instances=20)

@@ -12,5 +12,6 @@
 - ``verify``     every instance COMPLETED with exactly the expected context
 - ``figures``    percentiles; the drain's, the starts' and the latency mode's figures
 - ``progress``   the progress line on stderr
+- ``probe``      the machine's speed before and after a run (a fixed Python loop, timed)
 - ``report``     the tables and the JSON document
 """

@@ -82,6 +82,7 @@ from .drain import DrainRun
 from .errors import BenchError
 from .latency import LatencyRun
 from .pgstats import Postgres
+from .probe import probe_ms
 from .processes import READY_TIMEOUT, Children
 from .progress import Progress
 from .report import emit
@@ -131,6 +132,7 @@ async def amain(args: argparse.Namespace) -> int:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "store": "memory",
+            "probe_ms_before": probe_ms(),
         },
         "modes": [],
     }
@@ -205,6 +207,7 @@ async def amain(args: argparse.Namespace) -> int:
         else:
             shutil.rmtree(log_dir, ignore_errors=True)
     doc["ok"] = all(m.get("ok") for m in doc["modes"])
+    doc["environment"]["probe_ms_after"] = probe_ms()
     emit(doc, args.json)
     return 0 if doc["ok"] else 1
 

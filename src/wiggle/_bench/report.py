@@ -93,6 +93,13 @@ def _store_line(env: dict[str, Any]) -> list[str]:
         f"store: {env['store']}; hot paths: server {env.get('server_impl')}, workers {env.get('worker_impl')}; "
         f"python {env['python']} on {env['cpus']} CPU(s)"
     ]
+    if env.get("probe_ms_before") is not None:
+        after = env.get("probe_ms_after")
+        lines.append(
+            f"machine probe: {env['probe_ms_before']:.1f} ms before, "
+            + (f"{after:.1f} ms after" if after is not None else "none after")
+            + " (a fixed Python loop, wiggle/_bench/probe.py: compare runs only where it agrees)"
+        )
     if env.get("postgres_note"):
         lines.append(f"note: {env['postgres_note']}")
     return lines
