@@ -23,7 +23,14 @@ import subprocess
 import sys
 import time
 
+from wiggle import _fast
 from wiggle._bench.probe import probe_ms
+from wiggle._bench.worker import blueprint
+from wiggle._engine.engine import Engine
+from wiggle._engine.records import TaskDone
+from wiggle._model import ExecutionMode
+from wiggle._server.instances import Instances
+from wiggle._storage.memory import MemoryStore
 
 STEPS = 20
 MODES = ("SERVER", "LOCAL_SYNC")
@@ -31,36 +38,24 @@ MODES = ("SERVER", "LOCAL_SYNC")
 
 async def _measure(mode_name: str, instances: int, lanes: int) -> float:
     """CPU µs per step of ``instances`` instances run through the layer, ``lanes`` at a time."""
-    from wiggle._engine.engine import Engine
-    from wiggle._engine.records import TaskDone
-    from wiggle._model import ExecutionMode, Node, NodeKind, WorkflowDefinition
-    from wiggle._server.instances import Instances
-    from wiggle._storage.memory import MemoryStore
-
     mode = ExecutionMode[mode_name]
-    flow = WorkflowDefinition(
-        name=f"layer-{mode_name.lower()}",
-        start_node="s1",
-        nodes=tuple(
-            Node(id=f"s{i}", kind=NodeKind.TASK, queue="q", next=f"s{i + 1}" if i < STEPS else "end")
-            for i in range(1, STEPS + 1)
-        )
-        + (Node(id="end", kind=NodeKind.END),),
-        execution_mode=mode,
-    )
+    flow = blueprint(mode_name, STEPS).definition  # wiggle bench's workflow
+    queue = (
+        flow.nodes[0].queue or flow.name
+    )  # a node without a queue runs on the workflow's (LoadedDefinition.queue_of)
     layer = Instances(MemoryStore(), Engine())
     await layer.register(flow)
 
     async def one(i: int) -> None:
         owner = f"w{i % 4}"
         await layer.start(flow.name, "", {"i": i}, "")
-        (item,) = await layer.claim(owner, ["q"], 1)
+        (item,) = await layer.claim(owner, [queue], 1)
         token_id = item.token.id
         for k in range(1, STEPS + 1):
             if mode is ExecutionMode.SERVER:
                 status = await layer.complete(token_id, owner, None, None, diff=({f"s{k}": True}, []))
                 if k < STEPS:
-                    (item,) = await layer.claim(owner, ["q"], 1)
+                    (item,) = await layer.claim(owner, [queue], 1)
                     token_id = item.token.id
             else:
                 step = TaskDone(f"s{k}", {f"s{k}": True}, [])
@@ -81,8 +76,6 @@ async def _measure(mode_name: str, instances: int, lanes: int) -> float:
 
 
 def _child(args: argparse.Namespace) -> None:
-    from wiggle import _fast
-
     result = {m: asyncio.run(_measure(m, args.instances, args.lanes)) for m in MODES}
     print(json.dumps({"impl": _fast.IMPL, "us_per_step": result}))
 
