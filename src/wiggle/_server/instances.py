@@ -28,7 +28,7 @@ from .._engine.state import (
     new_instance_id,
     token_instance_id,
 )
-from .._model import NodeKind, WorkflowDefinition
+from .._model import WorkflowDefinition
 from .._storage.base import (
     Action,
     InstanceQuery,
@@ -46,7 +46,7 @@ from .delivery import MAX_WAIT_SECONDS, Delivery, release
 from .failures import attach_traceback, failed_step
 from .operator import record_action
 from .schedules import Schedules
-from .subflows import SubWorkflows, check_children_registered
+from .subflows import SubWorkflows, check_children_registered, may_need_follow_up, spawns_children
 from .timings import Timings
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
@@ -57,34 +57,6 @@ R = TypeVar("R")
 
 def _instance_missing(instance_id: str) -> str:
     return f"instance {instance_id} does not exist"
-
-
-#: LoadedDefinition -> whether it has a SUB_WORKFLOW node (only such a node's token has a child)
-_SPAWNS_CHILDREN: dict[LoadedDefinition, bool] = {}
-
-
-def _spawns_children(loaded: LoadedDefinition) -> bool:
-    """Whether an instance of ``loaded`` can have tokens waiting for children (cached per definition)."""
-    found = _SPAWNS_CHILDREN.get(loaded)
-    if found is None:
-        if len(_SPAWNS_CHILDREN) > 10_000:  # definitions loaded again and again: start afresh
-            _SPAWNS_CHILDREN.clear()
-        found = any(node.kind is NodeKind.SUB_WORKFLOW for node in loaded.definition.nodes)
-        _SPAWNS_CHILDREN[loaded] = found
-    return found
-
-
-def _may_involve_children(state: InstanceState, changes: Changes, spawns: bool) -> bool:
-    """Whether committed ``changes`` may need a sub-workflow follow-up (``SubWorkflows.follow_up``):
-    the instance, a child, finished, or (``spawns``: its definition has SUB_WORKFLOW nodes) a token
-    that has a child changed. Most transitions involve neither and skip the follow-up's call."""
-    if changes.finished and state.instance.parent_id:
-        return True
-    if spawns:
-        for token in changes.tokens.values():
-            if token.child_id:
-                return True
-    return False
 
 
 class Instances:
@@ -133,7 +105,7 @@ class Instances:
             committed = changes  # the last run's (a store may run the action again)
             if changes is not None:
                 timings.changed(loaded, state, changes)
-                spawns = _spawns_children(loaded)
+                spawns = spawns_children(loaded)
                 if changes.ready_queues and delivery.can_hand_off:
                     delivery.hand_off(loaded, state, changes, now)
             return result, changes
@@ -147,7 +119,7 @@ class Instances:
             raise
         finally:
             timings.mutate_seconds.observe(time.perf_counter() - started)
-        if committed is not None and _may_involve_children(state, committed, spawns):
+        if committed is not None and may_need_follow_up(state, committed, spawns):
             await self.subflows.follow_up(state, committed)
         return result, state
 

@@ -29,7 +29,7 @@ from ..errors import FailedPrecondition, NotFound, WiggleError
 if TYPE_CHECKING:
     from .instances import Instances
 
-__all__ = ["SubWorkflows", "check_children_registered"]
+__all__ = ["SubWorkflows", "check_children_registered", "may_need_follow_up", "spawns_children"]
 
 log = logging.getLogger("wiggle.server")
 
@@ -57,6 +57,34 @@ async def check_children_registered(definition: WorkflowDefinition, lookup: Look
                 f"sub-workflow node {node.id!r} of {definition.name!r} starts workflow "
                 f"{node.workflow!r}{pinned}, which is not registered; register it first"
             ) from None
+
+
+#: LoadedDefinition -> whether it has a SUB_WORKFLOW node (only such a node's token has a child)
+_SPAWNS: dict[LoadedDefinition, bool] = {}
+
+
+def spawns_children(loaded: LoadedDefinition) -> bool:
+    """Whether an instance of ``loaded`` can have tokens waiting for children (cached per definition)."""
+    found = _SPAWNS.get(loaded)
+    if found is None:
+        if len(_SPAWNS) > 10_000:  # definitions loaded again and again: start afresh
+            _SPAWNS.clear()
+        found = any(node.kind is NodeKind.SUB_WORKFLOW for node in loaded.definition.nodes)
+        _SPAWNS[loaded] = found
+    return found
+
+
+def may_need_follow_up(state: InstanceState, changes: Changes, spawns: bool) -> bool:
+    """Whether committed ``changes`` may need ``SubWorkflows.follow_up`` (asked by
+    ``Instances.mutate``, wiggle/_server/instances.py): the instance, a child, finished, or (``spawns``: its definition has SUB_WORKFLOW nodes) a token
+    that has a child changed. Most transitions involve neither and skip the follow-up's call."""
+    if changes.finished and state.instance.parent_id:
+        return True
+    if spawns:
+        for token in changes.tokens.values():
+            if token.child_id:
+                return True
+    return False
 
 
 class SubWorkflows:
