@@ -82,7 +82,9 @@ async def test_a_queue_without_workers_lags_and_recovers(
         monitor = server.server.lag
         await server.client.register(flow)
         ids = [(await server.client.start(flow, {})).instance_id for _ in range(20)]
-        while not (monitor.queues.get(flow.name) and monitor.queues[flow.name].lagging):
+        # a look taken while the last starts were still committing can already lag (the first
+        # step 300 ms old on a slow machine) with fewer steps ready: wait for one after them
+        while not ((seen := monitor.queues.get(flow.name)) and seen.lagging and seen.ready == len(ids)):
             await asyncio.sleep(0.02)
         lagging = monitor.queues[flow.name]
         assert lagging.ready == 20 and lagging.oldest_ready_age_ms >= 300
