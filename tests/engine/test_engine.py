@@ -158,7 +158,7 @@ async def test_reports_refused_when_not_the_lease_holder() -> None:
     _, iid = await started(s, linear())
     claimed = await claim_one(s, "lin")
     before = await snapshot(s, iid)
-    with pytest.raises(FailedPrecondition, match="leased to 'worker-1', not 'intruder'"):
+    with pytest.raises(FailedPrecondition, match="leased to another worker, not 'intruder'"):
         await s.complete(claimed.token.id, "intruder", {"x": 1}, None)
     with pytest.raises(FailedPrecondition):
         await s.fail(claimed.token.id, "intruder", "no", True)
@@ -566,16 +566,46 @@ async def test_advance_rejects_a_bogus_path_and_applies_nothing(steps, fragment:
         assert await snapshot(s, iid) == before
 
 
-async def test_advance_rejects_a_queue_change() -> None:
+async def test_advance_hands_back_at_a_queue_change() -> None:
+    # The steps before the queue change stand; the token is ready on its own queue, its attempt not
+    # consumed, and leased to nobody (docs/semantics.md#chaining-across-queues).
     s = store()
     _, iid = await started(
         s, Workflow.define("q").execution(ExecutionMode.LOCAL_SYNC).step(_h("a")).step(_h("b"), queue="other")
     )
-    token_id = (await claim_one(s, "q")).token.id
-    before = await snapshot(s, iid)
-    with pytest.raises(FailedPrecondition, match="queue"):
-        await s.advance_run(token_id, OWNER, [TaskDone("a", {}, []), TaskDone("b", {}, [])], True, "")
-    assert await snapshot(s, iid) == before
+    task_id = (await claim_one(s, "q")).task_id
+    outcome = await s.advance_run(
+        task_id, OWNER, [TaskDone("a", {"a": 1}, []), TaskDone("b", {"b": 1}, [])], False, ""
+    )
+    assert (outcome.instance_status, outcome.token_status, outcome.applied_steps) == ("RUNNING", "READY", 1)
+    view = await s.get_instance(iid)
+    (token,) = view.tokens
+    assert (token.node_id, token.queue, token.status, token.attempt, token.lease_owner) == (
+        "b",
+        "other",
+        "READY",
+        1,
+        "",
+    )
+    assert view.instance.context == {"a": 1}
+    assert [(h.node_id, h.outcome) for h in await s.history(iid)] == [("a", "COMPLETED")]
+    claimed = await claim_one(s, "other", owner="worker-2")
+    assert claimed.token.node_id == "b"
+
+
+async def test_a_run_that_ends_before_a_queue_change_is_handed_back_there() -> None:
+    # A non-final AdvanceRun whose next step is on another queue: the server hands back, the
+    # token is not left leased to the worker.
+    s = store()
+    _, iid = await started(
+        s,
+        Workflow.define("q2").execution(ExecutionMode.LOCAL_ASYNC).step(_h("a")).step(_h("b"), queue="other"),
+    )
+    task_id = (await claim_one(s, "q2")).task_id
+    outcome = await s.advance_run(task_id, OWNER, [TaskDone("a", {}, [])], False, "")
+    assert (outcome.token_status, outcome.applied_steps) == ("READY", 1)
+    (token,) = (await s.get_instance(iid)).tokens
+    assert (token.node_id, token.status, token.lease_owner, token.local_run_owner) == ("b", "READY", "", "")
 
 
 async def test_advance_rejects_the_branch_the_predicate_did_not_choose() -> None:
@@ -588,7 +618,7 @@ async def test_advance_rejects_the_branch_the_predicate_did_not_choose() -> None
     _, iid = await started(s, wf)
     token_id = (await claim_one(s, "ch")).token.id
     before = await snapshot(s, iid)
-    with pytest.raises(FailedPrecondition, match="reports node 'review' but token .* is at 'auto'"):
+    with pytest.raises(FailedPrecondition, match="reports node 'review' but task .* is at 'auto'"):
         await s.advance_run(
             token_id, OWNER, [PredicateDone("big", False), TaskDone("review", {"r": 1}, [])], True, ""
         )

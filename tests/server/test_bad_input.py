@@ -128,7 +128,7 @@ async def test_unknown_instance_and_token_are_not_found(wire: Wire) -> None:
     await wire.fails("GetHistory", pb.GetHistoryRequest(instance_id=missing), grpc.StatusCode.NOT_FOUND)
     await wire.fails(
         "CompleteTask",
-        pb.CompleteTaskRequest(task_id=f"{missing}.1", lease_owner=WORKER),
+        pb.CompleteTaskRequest(task_id=f"{missing}.1@1", lease_owner=WORKER),
         grpc.StatusCode.NOT_FOUND,
     )
 
@@ -213,7 +213,8 @@ async def test_wrong_lease_owner_is_refused_and_changes_nothing(wire: Wire) -> N
         ("HeartbeatTask", pb.HeartbeatTaskRequest(task_id=task.task_id, lease_owner="intruder")),
     ):
         details = await wire.fails(method, request, grpc.StatusCode.FAILED_PRECONDITION)
-        assert WORKER in details and "intruder" in details
+        # the holder is not named: a worker learns nothing about another worker's lease
+        assert WORKER not in details and "another worker" in details and "intruder" in details
     assert await wire.state(info.instance_id) == before
     assert before[0].tokens[0].status == "RUNNING" and before[0].tokens[0].lease_owner == WORKER
 
@@ -639,12 +640,12 @@ async def test_stream_errors_carry_the_same_codes_as_unary(wire: Wire) -> None:
         pb.WorkerMessage(request_id=2, complete=pb.CompleteTaskRequest(lease_owner=WORKER)),
         pb.WorkerMessage(
             request_id=3,
-            complete=pb.CompleteTaskRequest(task_id="wi-000000000000000000000000.1", lease_owner=WORKER),
+            complete=pb.CompleteTaskRequest(task_id="wi-000000000000000000000000.1@1", lease_owner=WORKER),
         ),
         pb.WorkerMessage(request_id=4),
         pb.WorkerMessage(
             request_id=5,
-            heartbeat=pb.HeartbeatTaskRequest(task_id=f"{info.instance_id}.1", lease_owner="intruder"),
+            heartbeat=pb.HeartbeatTaskRequest(task_id=f"{info.instance_id}.1@0", lease_owner="intruder"),
         ),
     )
     codes = {

@@ -116,11 +116,16 @@ def test_workflow_round_trip_and_bodyless_form() -> None:
 def test_activation_carries_the_server_limits() -> None:
     config = EngineConfig(lease_millis=1234, max_payload_bytes=777)
     claimed = Claimed(
-        token=TOKEN, instance=INSTANCE, context={"in": 1}, execution_mode="LOCAL_SYNC", max_local_steps=9
+        token=TOKEN,
+        instance=INSTANCE,
+        context={"in": 1},
+        execution_mode="LOCAL_SYNC",
+        max_local_steps=9,
+        task_id="wi-1.3@2",
     )
     act = convert.activation_to_pb(claimed, config)
     assert (act.task_id, act.instance_id, act.node_id, act.queue, act.kind) == (
-        "wi-1.3",
+        "wi-1.3@2",
         "wi-1",
         "charge",
         "payments",

@@ -268,7 +268,7 @@ async def test_wrong_owner_is_refused_and_changes_nothing(store: ServerNode) -> 
     before = await store.get_instance(view.instance.id)
     history = await store.history(view.instance.id)
     transactions = store.stats.transactions
-    with pytest.raises(FailedPrecondition, match="leased to 'owner', not 'thief'"):
+    with pytest.raises(FailedPrecondition, match="leased to another worker, not 'thief'"):
         await store.complete(c.token.id, "thief", {"a": 2}, None)
     with pytest.raises(FailedPrecondition):
         await store.fail(c.token.id, "thief", "x", True)

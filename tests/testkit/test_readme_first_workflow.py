@@ -15,6 +15,17 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 README_TARGET = "127.0.0.1:7233"
 
 
+# Reads back the instance the README's script started: its worker steps and how long it ran.
+HISTORY = """
+from wiggle import Client
+with Client({target!r}) as client:
+    (info,), _ = client.list(workflow="orders")
+    history = client.history(info.instance_id)
+    print([(h.node_id, h.outcome, h.attempt) for h in history if h.kind in ("TASK", "PREDICATE")])
+    print(info.finished_at - info.created_at)
+"""
+
+
 def _first_workflow() -> str:
     section = README.read_text().split("## A first workflow", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S)
@@ -48,6 +59,19 @@ def test_the_readme_first_workflow_completes_against_a_real_server(tmp_path: Pat
             run.stdout.strip() == "{'order_id': 'o-1', 'quantity': 3, 'total_cents': 3750, 'charged': True}"
         )
         assert "client.register(orders)" in client_part  # the client, not the worker, registers
+        # A clean history: one worker serves both queues, and the run hands back at the queue change
+        # instead of chaining onto `payments` and waiting out a lease (docs/semantics.md#chaining-across-queues).
+        (tmp_path / "history.py").write_text(HISTORY.format(target=server.target))
+        seen = subprocess.run(
+            [sys.executable, "history.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert seen.returncode == 0, seen.stdout + seen.stderr
+        steps, spent_ms = seen.stdout.strip().splitlines()
+        assert (
+            steps == "[('price', 'COMPLETED', 1), ('in_stock', 'COMPLETED', 1), ('charge', 'COMPLETED', 1)]"
+        )
+        assert int(spent_ms) < 1000, f"{spent_ms} ms of engine time from start to finish"
+        assert "lease expired" not in (tmp_path / "worker.log").read_text()
     finally:
         if worker is not None:
             worker.terminate()

@@ -165,4 +165,6 @@ async def test_final_hands_the_run_back(up: Up) -> None:
         NOT_FOUND,
     )
     nxt = await up.claim(name)
-    assert (nxt.task_id, nxt.step_name, nxt.kind) == (t.task_id, "in-stock", "PREDICATE")
+    # the same token, claimed anew: a new claim number in its task id (docs/semantics.md#fencing)
+    token_id = t.task_id.rpartition("@")[0]
+    assert (nxt.task_id, nxt.step_name, nxt.kind) == (f"{token_id}@2", "in-stock", "PREDICATE")

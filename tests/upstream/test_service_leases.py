@@ -108,7 +108,9 @@ async def test_a_lease_runs_out_when_asked_and_not_before(up: Up, eventually: Ca
     assert token.available_at == clock.now() + 1_000 and token.attempt == 2
     clock.advance(1_000)
     again = await up.claim(name, worker="up-worker-2")
-    assert again.task_id == t.task_id and again.attempt == 2 and again.lease_owner == "up-worker-2"
+    # the same token, a new claim: its task id fences the first worker's reports off
+    assert again.task_id == t.task_id.replace("@1", "@2") and again.attempt == 2
+    assert again.lease_owner == "up-worker-2"
     # the first worker lost it: each of its reports is NOT_FOUND and changes nothing
     before = await up.snapshot()
     await up.fails("CompleteTask", upb.TaskResultRequest(task_id=t.task_id, lease_owner=WORKER), NOT_FOUND)

@@ -53,10 +53,10 @@ REQUESTS: dict[str, Message] = {
     "ListSchedules": upb.Empty(),
     "DeleteSchedule": upb.ScheduleIdRequest(id="nope"),
     "PollTasks": upb.PollRequest(worker_id="w1", queues=["payments"], max=1, wait_millis=0),
-    "CompleteTask": upb.TaskResultRequest(task_id=f"{UNKNOWN}.1", lease_owner=OWNER),
-    "FailTask": upb.TaskFailureRequest(task_id=f"{UNKNOWN}.1", lease_owner=OWNER),
-    "HeartbeatTask": upb.HeartbeatRequest(task_id=f"{UNKNOWN}.1", lease_owner=OWNER),
-    "AdvanceRun": upb.AdvanceRunRequest(task_id=f"{UNKNOWN}.1", lease_owner=OWNER),
+    "CompleteTask": upb.TaskResultRequest(task_id=f"{UNKNOWN}.1@1", lease_owner=OWNER),
+    "FailTask": upb.TaskFailureRequest(task_id=f"{UNKNOWN}.1@1", lease_owner=OWNER),
+    "HeartbeatTask": upb.HeartbeatRequest(task_id=f"{UNKNOWN}.1@1", lease_owner=OWNER),
+    "AdvanceRun": upb.AdvanceRunRequest(task_id=f"{UNKNOWN}.1@1", lease_owner=OWNER),
 }
 
 

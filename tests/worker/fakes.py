@@ -103,8 +103,11 @@ class Harness:
     def activation(self, **fields: Any) -> pb.TaskActivation:
         """A claimed activation of the blueprint's first node."""
         bp = self.loaded.blueprint
+        graph = self.loaded.graph
+        start = bp.definition.start_node
         values: dict[str, Any] = {
-            "task_id": "t1",
+            "task_id": "t1@1",
+            "queue": graph.queues[graph.index[start]],  # the claim's queue, as the server sends it
             "instance_id": "i1",
             "workflow": bp.name,
             "version": bp.version,

@@ -214,7 +214,7 @@ async def test_without_advance_run_the_claimed_step_is_reported_server_style(
     assert h.stats.local_run_lengths == []  # no local run took effect
     if fn is s1:
         [complete] = transport.completed
-        assert (complete.task_id, complete.lease_owner) == ("t1", "w1")
+        assert (complete.task_id, complete.lease_owner) == ("t1@1", "w1")
         assert msgspec.json.decode(complete.context_json) == {"v": 1, "s1": True}  # s1's context only
         assert transport.failed == []
     else:

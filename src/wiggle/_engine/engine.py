@@ -37,6 +37,7 @@ from .state import (
     InstanceStatus,
     Token,
     TokenStatus,
+    task_id_of,
 )
 from .tokens import (
     context_of,
@@ -67,6 +68,7 @@ class Claimed(msgspec.Struct):
     context: dict[str, Any]  # the step's input (for a combine call: base + branches)
     execution_mode: str
     max_local_steps: int
+    task_id: str  # ``<token id>@<claim>``: what every report on this claim names (task_id_of)
 
 
 class Engine:
@@ -181,6 +183,7 @@ class Engine:
         token.lease_owner = owner
         token.lease_expires_at = now + lease
         token.started_at = now
+        token.claim += 1  # a new fence: reports of earlier claims are refused (tokens.leased_token)
         mode = self.resolve_mode(loaded)
         # In a LOCAL_* mode the holder may run ahead before it reports: say so on the token.
         token.local_run_owner = (
@@ -194,6 +197,7 @@ class Engine:
             context=self.context_of(state, token),
             execution_mode=mode.value,
             max_local_steps=self.max_local_steps(loaded),
+            task_id=task_id_of(token),
         )
 
     def complete(
@@ -322,6 +326,7 @@ class Engine:
         final: bool,
         now: int,
         handback_reason: str = "",
+        run_offset: int | None = None,
     ) -> tuple[AdvanceOutcome, Changes]:
         """Apply an ordered run of locally executed steps atomically (docs/semantics.md#advancerun).
 
@@ -331,7 +336,7 @@ class Engine:
         applied; a mismatch is FAILED_PRECONDITION and changes nothing.
         """
         return local_runs.advance_run(
-            self, loaded, state, token_id, owner, steps, final, now, handback_reason
+            self, loaded, state, token_id, owner, steps, final, now, handback_reason, run_offset
         )
 
     # ------------------------------------------------------------------ clock duties

@@ -1,4 +1,9 @@
-"""AdvanceRun: a local run's steps, validated as a whole batch, then applied (docs/semantics.md#advancerun)."""
+"""AdvanceRun: a local run's steps, validated as a whole batch, then applied (docs/semantics.md#advancerun).
+
+Two halves with one boundary between them: ``plan_run`` reads the batch against the graph and the
+token and touches nothing (any refusal is raised there, so a refused batch changes nothing);
+``apply_run`` applies the plan it returns.
+"""
 
 from __future__ import annotations
 
@@ -19,14 +24,16 @@ from .state import (
     HistoryOutcome,
     InstanceState,
     InstanceStatus,
+    Token,
     TokenStatus,
+    task_id_of,
 )
 from .tokens import context_of, count_step, fail_step, leased_token, move, record, set_context
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["AdvanceOutcome", "advance_run"]
+__all__ = ["AdvanceOutcome", "RunPlan", "advance_run", "plan_run", "apply_run"]
 
 _WORKER_KINDS = (NodeKind.TASK, NodeKind.PREDICATE)
 
@@ -36,58 +43,91 @@ class AdvanceOutcome(msgspec.Struct):
 
     instance_status: InstanceStatus
     lease_expires_at: int
-    token_id: str
+    token_id: str  # the task id the run goes on under (its claim), or the parked token's id
     token_status: TokenStatus | str  # "" when the instance had already finished
     applied_steps: int
+
+
+class StepFailure(msgspec.Struct, frozen=True):
+    """The failed step a batch ends with: the node, the message, whether it may be retried."""
+
+    node_id: str
+    message: str
+    retryable: bool
+
+
+class RunPlan(msgspec.Struct):
+    """What a validated batch will do, computed without touching the state (plan_run)."""
+
+    token: Token
+    nodes: list[tuple[str, bool]]  # the applied steps: (node, predicate value; True for a task)
+    contexts: list[dict[str, Any]]  # the context after each applied step
+    failure: StepFailure | None = None  # the batch's failed last step
+    other_queue: str = ""  # the batch went on past a queue change: handed back there
+    replayed: bool = False  # a resent batch that was applied already: answer, change nothing
 
 
 def advance_run(
     engine: Engine,
     loaded: LoadedDefinition,
     state: InstanceState,
-    token_id: str,
+    task_id: str,
     owner: str,
     steps: Sequence[StepRecord],
     final: bool,
     now: int,
     handback_reason: str = "",
+    run_offset: int | None = None,
 ) -> tuple[AdvanceOutcome, Changes]:
     """Apply an ordered run of locally executed steps atomically (docs/semantics.md#advancerun).
 
     ``steps`` are step records (wiggle._engine.records): TaskDone (a task as its context
     diff), PredicateDone, StepFailed (last only), or ContextSet (a task reported with its
     complete context). The whole run is validated against the graph before anything is
-    applied; a mismatch is FAILED_PRECONDITION and changes nothing.
+    applied; a mismatch is FAILED_PRECONDITION and changes nothing. ``run_offset``: how many
+    steps of this claim the worker reported before this batch (None: not said); a batch resent
+    after it was applied is recognised by it and answered again without being applied twice.
     """
-    records = steps
     inst = state.instance
-    changes = Changes()
     if inst.status in FINISHED_INSTANCE_STATUSES:
-        return AdvanceOutcome(inst.status, 0, token_id, "", 0), changes
-    token = leased_token(state, token_id, owner)
-    if engine.resolve_mode(loaded) is ExecutionMode.SERVER and (len(records) > 1 or not final):
-        # SERVER mode commits every step before the next runs (docs/semantics.md#advancerun): a worker
-        # may not chain steps under one claim, whatever it sends.
-        raise FailedPrecondition(
-            f"workflow {inst.workflow!r} runs in execution mode SERVER: one step per claim, "
-            f"but AdvanceRun on token {token_id} carried {len(records)} step(s)"
-            f"{'' if final else ' and was not final'}; report the step with CompleteTask or "
-            "FailTask. Nothing was applied"
+        return AdvanceOutcome(inst.status, 0, task_id, "", 0), Changes()
+    plan = plan_run(engine, loaded, state, task_id, owner, steps, final, run_offset)
+    if plan.replayed:
+        token = plan.token
+        outcome = AdvanceOutcome(
+            inst.status, token.lease_expires_at, task_id_of(token), token.status, len(plan.nodes)
         )
-    # ---- validate the path, compute the context, touch nothing
+        return outcome, Changes()
+    return apply_run(engine, loaded, state, plan, owner, final, now, handback_reason)
+
+
+def plan_run(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    task_id: str,
+    owner: str,
+    records: Sequence[StepRecord],
+    final: bool,
+    run_offset: int | None = None,
+) -> RunPlan:
+    """Validate the batch against the graph and compute its contexts; raise on any mismatch."""
+    token = leased_token(state, task_id, owner)
+    _check_mode(engine, loaded, state, task_id, records, final)
+    replayed = _check_offset(token, task_id, records, run_offset)
+    plan = RunPlan(token, [], [], replayed=replayed)
+    if replayed:
+        plan.nodes = [(r.node_id, True) for r in records]
+        return plan
     graph = loaded.graph
     expected = token.node_id
     context = context_of(state, token)
-    new_context = context
-    failure: tuple[str, str, bool] | None = None
     last = len(records) - 1
-    applied: list[tuple[str, bool]] = []  # (node, predicate value)
-    contexts: list[dict[str, Any]] = []  # the context after each applied step
     for index, step in enumerate(records):
         node_id = step.node_id
         if node_id != expected:
             raise FailedPrecondition(
-                f"AdvanceRun step {index} reports node {node_id!r} but token {token_id} is at {expected!r}; "
+                f"AdvanceRun step {index} reports node {node_id!r} but task {task_id} is at {expected!r}; "
                 "nothing was applied"
             )
         node = loaded.nodes[node_id]
@@ -95,35 +135,20 @@ def advance_run(
             raise FailedPrecondition(
                 f"AdvanceRun step {index}: node {node_id!r} is a {node.kind.value}, not a worker step"
             )
-        if loaded.queue_of(node) != token.queue:
-            raise FailedPrecondition(
-                f"AdvanceRun step {index}: node {node_id!r} is on queue {loaded.queue_of(node)!r}, "
-                f"not {token.queue!r} (a queue change is a handback)"
-            )
+        queue = loaded.queue_of(node)
+        if queue != token.queue:
+            # A queue change is a handback (docs/semantics.md#chaining-across-queues): the steps
+            # before it stand, the token is handed back here, ready on its own queue.
+            plan.other_queue = queue
+            return plan
         if isinstance(step, StepFailed):
             if index != last:
                 raise FailedPrecondition(f"AdvanceRun step {index} is a failure but more steps follow it")
-            failure = (node_id, step.message, bool(step.retryable))
-            break
-        if node.kind is NodeKind.PREDICATE:
-            if not isinstance(step, PredicateDone):
-                raise FailedPrecondition(
-                    f"AdvanceRun step {index}: node {node_id!r} is a PREDICATE; report its branch"
-                )
-            value = bool(step.value)
-        else:
-            if isinstance(step, TaskDone):
-                if step.changed or step.removed:
-                    new_context = _fast.apply_diff(new_context, step.changed, step.removed)
-            elif isinstance(step, ContextSet):
-                new_context = step.context
-            else:
-                raise FailedPrecondition(
-                    f"AdvanceRun step {index}: node {node_id!r} is a TASK; report its context"
-                )
-            value = True
-        applied.append((node_id, value))
-        contexts.append(new_context)
+            plan.failure = StepFailure(node_id, step.message, bool(step.retryable))
+            return plan
+        value, context = _step_result(node, step, index, context)
+        plan.nodes.append((node_id, value))
+        plan.contexts.append(context)
         nxt = graph.successor(node_id, value)
         assert nxt is not None
         expected = nxt
@@ -132,60 +157,156 @@ def advance_run(
                 f"AdvanceRun step {index + 1}: node {expected!r} is a {loaded.nodes[expected].kind.value}, "
                 "a boundary the worker must hand back at"
             )
-    oversize = ""
-    if new_context is not context:
+    return plan
+
+
+def _check_mode(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    task_id: str,
+    records: Sequence[StepRecord],
+    final: bool,
+) -> None:
+    if engine.resolve_mode(loaded) is ExecutionMode.SERVER and (len(records) > 1 or not final):
+        # SERVER mode commits every step before the next runs (docs/semantics.md#advancerun): a worker
+        # may not chain steps under one claim, whatever it sends.
+        raise FailedPrecondition(
+            f"workflow {state.instance.workflow!r} runs in execution mode SERVER: one step per claim, "
+            f"but AdvanceRun on task {task_id} carried {len(records)} step(s)"
+            f"{'' if final else ' and was not final'}; report the step with CompleteTask or "
+            "FailTask. Nothing was applied"
+        )
+
+
+def _check_offset(token: Token, task_id: str, records: Sequence[StepRecord], run_offset: int | None) -> bool:
+    """True if the batch is one applied already (resent after its answer was lost)."""
+    if run_offset is None or run_offset == token.local_run_steps:
+        return False
+    if run_offset < token.local_run_steps and run_offset + len(records) == token.local_run_steps:
+        return True
+    raise FailedPrecondition(
+        f"AdvanceRun on task {task_id} starts at step {run_offset} of its run, but the server has "
+        f"applied {token.local_run_steps} step(s) of it; nothing was applied"
+    )
+
+
+def _step_result(
+    node: Any, step: StepRecord, index: int, context: dict[str, Any]
+) -> tuple[bool, dict[str, Any]]:
+    """(predicate value, context after the step) of a successful step record."""
+    if node.kind is NodeKind.PREDICATE:
+        if not isinstance(step, PredicateDone):
+            raise FailedPrecondition(
+                f"AdvanceRun step {index}: node {node.id!r} is a PREDICATE; report its branch"
+            )
+        return bool(step.value), context
+    if isinstance(step, TaskDone):
+        if step.changed or step.removed:
+            return True, _fast.apply_diff(context, step.changed, step.removed)
+        return True, context
+    if isinstance(step, ContextSet):
+        return True, step.context
+    raise FailedPrecondition(f"AdvanceRun step {index}: node {node.id!r} is a TASK; report its context")
+
+
+def _oversize_cut(engine: Engine, plan: RunPlan) -> None:
+    """Cut the plan at the first step whose context is over the payload limit: that step fails for
+    good, the prefix stands (as in SERVER mode). The last context is checked first (one encoding
+    in the usual case: nothing is over)."""
+    try:
+        engine.check_context(plan.contexts[-1], "step result")
+        return
+    except InvalidArgument:
+        pass
+    for k, ctx in enumerate(plan.contexts):
         try:
-            engine.check_context(new_context, "step result")
+            engine.check_context(ctx, "step result")
         except InvalidArgument as exc:
-            oversize = str(exc)
-    # ---- apply
-    worker_steps = len(applied)
+            plan.failure = StepFailure(plan.nodes[k][0], str(exc), False)
+            plan.other_queue = ""
+            del plan.nodes[k:]
+            del plan.contexts[k:]
+            return
+
+
+def apply_run(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    plan: RunPlan,
+    owner: str,
+    final: bool,
+    now: int,
+    handback_reason: str = "",
+) -> tuple[AdvanceOutcome, Changes]:
+    """Apply a batch ``plan_run`` validated: record each step, move the token, then hand back,
+    fail the last step, or keep the run going under the same claim."""
+    inst = state.instance
+    token = plan.token
+    changes = Changes()
+    context = context_of(state, token)
+    if plan.contexts and plan.contexts[-1] is not context:
+        _oversize_cut(engine, plan)
     started = token.started_at
-    if oversize and applied:
-        # The first step that made the context too big fails for good; the prefix stands.
-        k = 0
-        while k < len(contexts):
-            try:
-                engine.check_context(contexts[k], "step result")
-            except InvalidArgument as exc:
-                oversize = str(exc)
-                break
-            k += 1
-        failure = (applied[k][0], oversize, False)
-        del applied[k:]
-        new_context = contexts[k - 1] if k > 0 else context
-        worker_steps = len(applied)
-    for done, (node_id, value) in enumerate(applied):
-        node = loaded.nodes[node_id]
-        record(state, token, node, HistoryOutcome.COMPLETED, now, changes, worker=owner, started=started)
+    for done, (node_id, value) in enumerate(plan.nodes):
+        record(
+            state,
+            token,
+            loaded.nodes[node_id],
+            HistoryOutcome.COMPLETED,
+            now,
+            changes,
+            worker=owner,
+            started=started,
+        )
         started = now
         if not count_step(engine, state, token, now, changes):
             return AdvanceOutcome(inst.status, 0, token.id, token.status, done), changes
-        move(token, graph.successor(node_id, value) or "")
-    if new_context is not context:
-        set_context(state, token, new_context, changes)
+        move(token, loaded.graph.successor(node_id, value) or "")
+    applied = len(plan.nodes)
+    if plan.contexts and plan.contexts[-1] is not context:
+        set_context(state, token, plan.contexts[-1], changes)
     inst.updated_at = now
     changes.instance_changed = True
     changes.tokens[token.id] = token
     token.started_at = now
-    if failure is not None:
-        node = loaded.nodes[failure[0]]
+    if plan.failure is not None:
+        node = loaded.nodes[plan.failure.node_id]
         token.lease_owner = owner
-        fail_step(engine, loaded, state, token, node, failure[1], failure[2], now, changes, owner)
-        return AdvanceOutcome(inst.status, 0, token.id, token.status, worker_steps), changes
+        fail_step(
+            engine,
+            loaded,
+            state,
+            token,
+            node,
+            plan.failure.message,
+            plan.failure.retryable,
+            now,
+            changes,
+            owner,
+        )
+        return AdvanceOutcome(inst.status, 0, token.id, token.status, applied), changes
     next_node = loaded.nodes[token.node_id]
-    if final or next_node.kind not in _WORKER_KINDS:
+    if (
+        final
+        or plan.other_queue
+        or next_node.kind not in _WORKER_KINDS
+        or loaded.queue_of(next_node) != token.queue
+    ):
+        # A handback: the worker's, or the server's at a boundary or a queue change; never a token
+        # left leased to a worker that will not run it.
         drive(engine, loaded, state, token, now, changes)
-        if handback_reason:
+        if handback_reason or plan.other_queue or not final:
             token.local_run_owner = ""
-        return AdvanceOutcome(inst.status, 0, token.id, token.status, worker_steps), changes
+        return AdvanceOutcome(inst.status, 0, token.id, token.status, applied), changes
     token.status = TokenStatus.RUNNING
     token.kind = next_node.kind.value
     token.lease_owner = owner
     token.lease_expires_at = now + engine.config.lease_millis
     token.local_run_owner = owner
-    token.local_run_steps += worker_steps
-    return (
-        AdvanceOutcome(inst.status, token.lease_expires_at, token.id, TokenStatus.RUNNING, worker_steps),
-        changes,
+    token.local_run_steps += applied
+    outcome = AdvanceOutcome(
+        inst.status, token.lease_expires_at, task_id_of(token), TokenStatus.RUNNING, applied
     )
+    return outcome, changes

@@ -25,6 +25,8 @@ __all__ = [
     "new_instance_id",
     "InstanceIds",
     "token_instance_id",
+    "task_id_of",
+    "split_task_id",
     "now_millis",
     "InstanceStatus",
     "TokenStatus",
@@ -129,9 +131,32 @@ new_instance_id = InstanceIds()
 
 
 def token_instance_id(token_id: str) -> str:
-    """Token ids are ``<instance id>.<n>``: the instance a token belongs to, without a lookup."""
+    """Token ids are ``<instance id>.<n>``: the instance a token belongs to, without a lookup.
+
+    A task id (``<token id>@<claim>``, task_id_of) names the same instance.
+    """
     instance_id, _, _ = token_id.rpartition(".")
     return instance_id
+
+
+def task_id_of(token: Token) -> str:
+    """The task id of the token's current claim: ``<token id>@<claim>`` (docs/semantics.md#fencing).
+
+    A token keeps its id from node to node and a worker keeps its id from step to step, so neither
+    tells one claim from the next; the claim number does. Every report names the task id it was
+    given, and a report for an earlier claim of the token is refused (tokens.leased_token).
+    """
+    return f"{token.id}@{token.claim}"
+
+
+def split_task_id(task_id: str) -> tuple[str, int | None]:
+    """(token id, claim) of a task id; claim None for a bare token id (in-process callers only)."""
+    token_id, at, claim = task_id.rpartition("@")
+    if not at:
+        return task_id, None
+    if not claim.isdigit() or len(claim) > 18:
+        return task_id, -1  # names no claim that exists: refused as an earlier one
+    return token_id, int(claim)
 
 
 class JoinState(msgspec.Struct):
@@ -233,6 +258,7 @@ class Token(msgspec.Struct):
     created_at: int = 0
     finished_at: int = 0
     child_id: str = ""  # at a SUB_WORKFLOW node: the child instance this attempt starts / waits for
+    claim: int = 0  # how many times the token was claimed: the fence of task ids (task_id_of)
 
 
 class HistoryEntry(msgspec.Struct, gc=False):

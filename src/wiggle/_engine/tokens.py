@@ -25,6 +25,7 @@ from .state import (
     RetryPoint,
     Token,
     TokenStatus,
+    split_task_id,
 )
 
 if TYPE_CHECKING:
@@ -166,22 +167,43 @@ def move(token: Token, next_id: str) -> None:
     token.lease_expires_at = 0
 
 
-def leased_token(state: InstanceState, token_id: str, owner: str) -> Token:
-    """The RUNNING token ``token_id`` leased to ``owner``; the report is refused otherwise."""
+def leased_token(state: InstanceState, task_id: str, owner: str) -> Token:
+    """The RUNNING token that ``task_id`` claimed, leased to ``owner``; the report is refused otherwise.
+
+    ``task_id`` is ``<token id>@<claim>`` (task_id_of): a report for an earlier claim of the token
+    (a resent report whose first answer was lost, after the same worker claimed the token's next
+    step) is refused and changes nothing (docs/semantics.md#fencing). A bare token id (no claim)
+    is taken from in-process callers only; the gRPC edges refuse it (wiggle/_wire/fencing.py).
+    """
     inst = state.instance
+    token_id, claim = split_task_id(task_id)
     if inst.status in FINISHED_INSTANCE_STATUSES:
         raise AlreadyFinished(
-            f"instance {inst.id} is {inst.status}; the report on token {token_id} was refused",
+            f"instance {inst.id} is {inst.status}; the report on task {task_id} was refused",
             inst.status,
         )
     token = state.tokens.get(token_id)
     if token is None:
-        raise FailedPrecondition(f"token {token_id} is not active (it already finished or moved on)")
-    if token.status != TokenStatus.RUNNING:
-        raise FailedPrecondition(f"token {token_id} is {token.status}, not RUNNING (its lease was lost)")
-    if token.lease_owner != owner:
         raise FailedPrecondition(
-            f"token {token_id} is leased to {token.lease_owner!r}, not {owner!r}; the report was refused"
+            f"task {task_id} is already settled: token {token_id} is not active any more "
+            "(it finished or moved on); the report was refused and nothing changed"
+        )
+    if claim is not None and claim != token.claim:
+        raise FailedPrecondition(
+            f"task {task_id} is already settled: token {token_id} has been claimed again since "
+            f"(claim {token.claim}, now {token.status} at node {token.node_id!r}); the report was refused "
+            "and nothing changed"
+        )
+    if token.status != TokenStatus.RUNNING:
+        raise FailedPrecondition(
+            f"task {task_id} is not held any more: token {token_id} is {token.status}, not RUNNING, at "
+            f"node {token.node_id!r} (the step was reported already, or its lease ran out); the report "
+            "was refused and nothing changed"
+        )
+    if token.lease_owner != owner:
+        # the holder's id is not named: a worker learns nothing about another worker's lease
+        raise FailedPrecondition(
+            f"task {task_id} is leased to another worker, not {owner[:200]!r}; the report was refused"
         )
     return token
 

@@ -423,13 +423,14 @@ class StepResult(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ..., failure: _Optional[_Union[StepFailure, _Mapping]] = ...) -> None: ...
 
 class AdvanceRunRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason", "failure_traceback")
+    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason", "run_offset", "failure_traceback")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     STEPS_BATCH_FIELD_NUMBER: _ClassVar[int]
     HANDBACK_REASON_FIELD_NUMBER: _ClassVar[int]
+    RUN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FAILURE_TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
@@ -437,8 +438,9 @@ class AdvanceRunRequest(_message.Message):
     final: bool
     steps_batch: bytes
     handback_reason: str
+    run_offset: int
     failure_traceback: str
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ..., failure_traceback: _Optional[str] = ...) -> None: ...
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ..., run_offset: _Optional[int] = ..., failure_traceback: _Optional[str] = ...) -> None: ...
 
 class AdvanceRunResult(_message.Message):
     __slots__ = ("instance_status", "lease_expires_at", "parked_task_id", "token_status", "applied_steps")

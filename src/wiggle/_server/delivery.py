@@ -235,7 +235,7 @@ class Delivery:
             for claimed in claims:
                 token = claimed.token
                 try:
-                    await self.give_back(token.id, token.lease_owner)
+                    await self.give_back(claimed.task_id, token.lease_owner)
                 except Exception as exc:  # moved on meanwhile (cancelled...): nothing to give back
                     log.debug("hand-off of %s not given back: %s", token.id, exc)
 

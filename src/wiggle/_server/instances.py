@@ -422,6 +422,8 @@ class Instances:
         final: bool,
         reason: str,
         failure_traceback: str = "",
+        *,
+        run_offset: int | None = None,
     ) -> AdvanceOutcome:
         """AdvanceRun: apply a local run's steps (see Engine.advance_run).
 
@@ -434,7 +436,7 @@ class Instances:
             loaded: LoadedDefinition, state: InstanceState, now: int
         ) -> tuple[AdvanceOutcome, Changes]:
             outcome, changes = self.engine.advance_run(
-                loaded, state, token_id, owner, steps, final, now, reason
+                loaded, state, token_id, owner, steps, final, now, reason, run_offset
             )
             if failed is not None:
                 attach_traceback(changes, failed.node_id, failed.message, failure_traceback)

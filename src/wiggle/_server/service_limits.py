@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import msgspec
@@ -11,12 +12,27 @@ from .._model import NAME_PATTERN, validate_name
 from ..errors import InvalidArgument
 from .instances import MAX_WAIT_SECONDS
 
-__all__ = ["ServiceLimits", "optional_name", "wait_seconds", "poll_queues", "name_ok"]
+__all__ = ["ServiceLimits", "optional_name", "wait_seconds", "poll_queues", "name_ok", "check_task_id"]
 
 #: The pattern's match alone accepts exactly the names ``validate_name`` accepts (a string of at
 #: most 200 allowed characters cannot be empty or padded), so ``validate_name`` only runs to word
 #: the error of a bad one (every request names its step; a poll its worker and queues).
 name_ok = NAME_PATTERN.fullmatch
+
+#: A task id as the server hands it out: ``<token id>@<claim>`` (wiggle/_engine/state.py task_id_of).
+_TASK_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-/]{0,180}@[0-9]{1,18}")
+
+
+def check_task_id(task_id: str) -> None:
+    """A report's ``task_id`` must be one an activation carried: it names the claim it reports on
+    (docs/semantics.md#fencing). A bare token id is refused: it would fence nothing."""
+    if _TASK_ID.fullmatch(task_id) is not None:
+        return
+    validate_name(task_id, "task_id")
+    raise InvalidArgument(
+        f"task_id {task_id!r} names no claim; report with the task_id the activation carried "
+        "(<token id>@<claim>)"
+    )
 
 
 class ServiceLimits(msgspec.Struct, frozen=True, kw_only=True):

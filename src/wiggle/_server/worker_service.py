@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING, Any
 from .. import _fast
 from .._engine.records import StepRecord
 from .._engine.state import TokenStatus
-from .._model import validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object, too_deep
 from ..errors import InvalidArgument
 from .instances import Instances
 from .pollers import Pollers
-from .service_limits import ServiceLimits, name_ok, poll_queues, wait_seconds
+from .service_limits import ServiceLimits, check_task_id, poll_queues, wait_seconds
 
 if TYPE_CHECKING:
     from .service import Metrics
@@ -53,8 +52,7 @@ class WorkerHandlers:
 
     async def complete_task(self, request: pb.CompleteTaskRequest) -> pb.ReportResult:
         """A step's result: the new context, or a predicate's value."""
-        if name_ok(request.task_id) is None:
-            validate_name(request.task_id, "task_id")
+        check_task_id(request.task_id)
         which = request.WhichOneof("result")
         ctx: dict[str, Any] | None = None
         value: bool | None = None
@@ -67,8 +65,7 @@ class WorkerHandlers:
 
     async def fail_task(self, request: pb.FailTaskRequest) -> pb.ReportResult:
         """A step failed; retried by its policy unless not ``retryable``."""
-        if name_ok(request.task_id) is None:
-            validate_name(request.task_id, "task_id")
+        check_task_id(request.task_id)
         status = await self.instances.fail(
             request.task_id,
             request.lease_owner,
@@ -81,15 +78,13 @@ class WorkerHandlers:
 
     async def heartbeat_task(self, request: pb.HeartbeatTaskRequest) -> pb.ReportResult:
         """Extend a lease."""
-        if name_ok(request.task_id) is None:
-            validate_name(request.task_id, "task_id")
+        check_task_id(request.task_id)
         status, expires = await self.instances.heartbeat(request.task_id, request.lease_owner)
         return pb.ReportResult(instance_status=status, lease_expires_at=expires)
 
     async def advance_run(self, request: pb.AdvanceRunRequest) -> pb.AdvanceRunResult:
         """Apply the steps of a local run (LOCAL_SYNC / LOCAL_ASYNC)."""
-        if name_ok(request.task_id) is None:
-            validate_name(request.task_id, "task_id")
+        check_task_id(request.task_id)
         if request.steps_batch and len(request.steps):
             raise InvalidArgument("AdvanceRun sets both steps and steps_batch; send one of them")
         steps: Sequence[StepRecord]
@@ -110,6 +105,7 @@ class WorkerHandlers:
             request.final,
             request.handback_reason,
             request.failure_traceback,
+            run_offset=request.run_offset if request.HasField("run_offset") else None,
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
             self.metrics.observe_run(outcome.applied_steps, request.handback_reason)

@@ -47,7 +47,7 @@ def _held(state: InstanceState, token_id: str, owner: str) -> None:
     try:
         leased_token(state, token_id, owner)
     except FailedPrecondition as exc:
-        raise NotFound(f"task {token_id} is not leased to {owner!r}: {exc}") from None
+        raise NotFound(f"task {token_id} is not leased to {owner[:200]!r}: {exc}") from None
 
 
 def _predicate_value(result: struct_pb2.Value | None, node_id: str) -> bool:
@@ -67,7 +67,7 @@ async def complete(instances: Instances, token_id: str, owner: str, result: stru
 
     def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
         _held(state, token_id, owner)
-        node = loaded.nodes[state.tokens[token_id].node_id]
+        node = loaded.nodes[leased_token(state, token_id, owner).node_id]
         if node.kind is NodeKind.PREDICATE:
             value = _predicate_value(result, node.id)
             return None, engine.complete(loaded, state, token_id, owner, now, predicate_value=value)

@@ -13,7 +13,7 @@ from google.protobuf import struct_pb2
 
 from .._engine.engine import Claimed
 from .._engine.schedules import Schedule
-from .._engine.state import Instance, Token
+from .._engine.state import Instance, Token, task_id_of
 from .._model import NodeKind
 from .._rpc.upstream import wiggle_pb2 as upb
 from ..errors import InvalidArgument
@@ -54,7 +54,8 @@ def _shown(context: dict[str, Any]) -> struct_pb2.Value:
 def token_view(workflow: str, token: Token) -> upb.Token:
     """An active token as upstream's Token."""
     view = upb.Token(
-        id=token.id,
+        # while leased, the claim's task id (what a report names: docs/semantics.md#fencing)
+        id=task_id_of(token) if token.lease_owner else token.id,
         node_id=token.node_id,
         kind=token.kind,
         status=str(token.status.value if hasattr(token.status, "value") else token.status),
@@ -75,7 +76,7 @@ def activation(claimed: Claimed, version: int) -> upb.TaskActivation:
     token = claimed.token
     inst = claimed.instance
     return upb.TaskActivation(
-        task_id=token.id,
+        task_id=claimed.task_id,  # <token>@<claim>: upstream's workers echo it (docs/semantics.md#fencing)
         instance_id=inst.id,
         workflow=inst.workflow,
         version=version,

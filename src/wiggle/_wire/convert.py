@@ -145,7 +145,7 @@ def activation_to_pb(
     inst = claimed.instance
     make = pb.TaskActivation if into is None else into.add
     return make(
-        task_id=token.id,
+        task_id=claimed.task_id,  # <token>@<claim>, the fence every report names (docs/semantics.md#fencing)
         instance_id=inst.id,
         workflow=inst.workflow,
         version=inst.version,

@@ -119,6 +119,10 @@ class LocalRun:
         self.payload_limit = act.max_payload_bytes
         self.task_id = act.task_id
         self.lease_owner = act.lease_owner
+        # A run chains on its claim's queue only: a queue change is a handback, on the worker as
+        # on the server, whatever else this worker serves (docs/semantics.md#chaining-across-queues).
+        self.run_queues = frozenset((act.queue,))
+        self.reported = 0  # steps of this claim the server has accepted (AdvanceRun's run_offset)
         self.step_base = env.caller.step_info(act, act.node_id, act.attempt)  # each step's Step, made from it
         # where the run is: the node to run next, its context and attempt
         self.node_id = act.node_id
@@ -171,7 +175,7 @@ class LocalRun:
                 self.context = outcome
             next_id = graph.successor(node_id, True)
         assert next_id is not None
-        reason = graph.classify(next_id, self.env.queues)
+        reason = graph.classify(next_id, self.run_queues)
         if reason is None:
             if self.env.closing():
                 reason = Handback.SHUTDOWN
@@ -257,8 +261,12 @@ class LocalRun:
         """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""
         # only the fields that are set (every step's flush in LOCAL_SYNC: defaults cost to pass too)
         request = pb.AdvanceRunRequest(
-            task_id=self.task_id, lease_owner=self.lease_owner, steps_batch=encode_records(self.batch)
+            task_id=self.task_id,
+            lease_owner=self.lease_owner,
+            steps_batch=encode_records(self.batch),
+            run_offset=self.reported,
         )
+        sent = len(self.batch)
         if final:
             request.final = True
         if reason is not None:
@@ -284,6 +292,14 @@ class LocalRun:
             raise _Abandon()
         self.env.advance.supported = True
         self.first = None
+        self.reported += sent
+        if result.applied_steps < sent and not final:
+            log.warning(
+                "AdvanceRun on %s applied %d of %d steps (the server handed the run back)",
+                self.task_id,
+                result.applied_steps,
+                sent,
+            )
         if result.instance_status != InstanceStatus.RUNNING or (
             not final and result.token_status != TokenStatus.RUNNING
         ):

@@ -124,6 +124,7 @@ SQL_TYPES: dict[str, str] = {
     "child_id": "text",
     "traceback": "text",
     "traceparent": "text",
+    "claim": "integer",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"
