@@ -332,12 +332,15 @@ class Branch(Generic[C]):
         policy) starts a new child; when the attempts are spent the instance fails, or continues
         at ``on_error`` if given.
         """
+        keys = _input_keys(input_keys)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgument(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         node_name = self._root._unique(validate_name(name, "sub_workflow name"))
         target = workflow.name if isinstance(workflow, Blueprint) else workflow
         spec: dict[str, Any] = {
             "workflow": target,
             "version": version,
-            "input_keys": tuple(input_keys) if input_keys is not None else None,
+            "input_keys": keys,
             "result_key": result_key,
             "retry": retry,
         }
@@ -354,6 +357,24 @@ class Branch(Generic[C]):
             raise InvalidArgument(f"end reason must be a string, got {type(reason).__name__}")
         self._add(EndItem(self._root._unique("end"), reason, success))
         return self
+
+
+def _input_keys(input_keys: object) -> tuple[str, ...] | None:
+    """``sub_workflow``'s ``input_keys`` as a tuple of key names (None: all keys), else InvalidArgument.
+
+    A string is refused rather than split into its characters; a set too (no order: the version
+    hash would vary from run to run).
+    """
+    if input_keys is None:
+        return None
+    if isinstance(input_keys, str):
+        raise InvalidArgument("input_keys must be a list of key names, not a string")
+    if not isinstance(input_keys, (list, tuple)):
+        raise InvalidArgument(f"input_keys must be a list of key names, got {type(input_keys).__name__}")
+    for key in input_keys:
+        if not isinstance(key, str) or not key:
+            raise InvalidArgument(f"input_keys must name context keys (non-empty strings), got {key!r}")
+    return tuple(input_keys)
 
 
 class Workflow(Branch[C]):

@@ -30,12 +30,24 @@ from .state import (
     TokenStatus,
     new_instance_id,
 )
-from .tokens import context_of, fail_instance, finish_token, move, set_context
+from .tokens import context_of, end_instance, finish_token, move, set_context
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["ChildSpec", "park", "child_spec", "child_started", "child_finished", "child_not_started"]
+__all__ = [
+    "DEPTH_LIMIT_REASON",
+    "ChildSpec",
+    "park",
+    "child_spec",
+    "child_started",
+    "child_finished",
+    "child_not_started",
+]
+
+#: The reason of an instance that failed at the sub-workflow depth limit, itself or in a child:
+#: its parent's SUB_WORKFLOW step then fails without retry (a new child would nest as deep).
+DEPTH_LIMIT_REASON = "sub-workflow depth limit"
 
 
 class ChildSpec(msgspec.Struct, frozen=True):
@@ -60,16 +72,27 @@ def park(
     now: int,
     changes: Changes,
 ) -> None:
-    """Park ``tok`` at the SUB_WORKFLOW ``node``, its child chosen and due to start."""
+    """Park ``tok`` at the SUB_WORKFLOW ``node``, its child chosen and due to start.
+
+    Past ``max_sub_workflow_depth`` the step fails at once, without retry or ``on_error``, and so
+    does the instance, with reason DEPTH_LIMIT_REASON.
+    """
     depth = state.instance.depth + 1
     limit = engine.config.max_sub_workflow_depth
     if depth > limit:
-        fail_instance(
-            state,
+        # Not retryable, and no on_error: nesting deeper again would hit the same limit. The
+        # instance is marked (its reason) so that each ancestor fails its step once, unretried.
+        message = (
             f"sub-workflow {node.id!r}: starting {node.workflow!r} would nest {depth} deep; the limit is "
-            f"{limit} (a workflow that starts itself without a way out?)",
-            now,
-            changes,
+            f"{limit} (a workflow that starts itself without a way out?)"
+        )
+        tok.kind = node.kind.value
+        tok.child_id = ""
+        changes.history.append(_entry(state, tok, HistoryOutcome.FAILED, now, now, message))
+        tok.last_error = message
+        finish_token(state, tok, TokenStatus.FAILED, now, changes)
+        end_instance(
+            state, InstanceStatus.FAILED, now, changes, reason=DEPTH_LIMIT_REASON, error=message, failed=tok
         )
         return
     tok.status = TokenStatus.AWAITING
@@ -159,6 +182,9 @@ def child_finished(
         return changes
     why = child.error or child.reason or str(child.status).lower()
     message = f"child instance {child.id} ({child.workflow}) ended {child.status}: {why}"
+    if child.status == InstanceStatus.FAILED and child.reason == DEPTH_LIMIT_REASON:
+        # The chain is too deep: a new child would fail the same way (docs/semantics.md#sub-workflows).
+        return _failed(engine, loaded, state, tok, node, message, False, now, DEPTH_LIMIT_REASON)
     return _failed(engine, loaded, state, tok, node, message, child.status == InstanceStatus.FAILED, now)
 
 
@@ -205,8 +231,10 @@ def _failed(
     message: str,
     retryable: bool,
     now: int,
+    reason: str = "",
 ) -> Changes:
-    """The step failed: a new child after the backoff, else the error branch, else the instance fails."""
+    """The step failed: a new child after the backoff, else the error branch, else the instance fails
+    (with ``reason``), the token kept as its retry point: a plain ``retry`` starts a new child."""
     message = storable_text(message)
     changes = Changes()
     state.instance.updated_at = now
@@ -232,5 +260,7 @@ def _failed(
         return changes
     tok.last_error = message
     finish_token(state, tok, TokenStatus.FAILED, now, changes)
-    fail_instance(state, f"{node.id}: {message}", now, changes)
+    end_instance(
+        state, InstanceStatus.FAILED, now, changes, reason=reason, error=f"{node.id}: {message}", failed=tok
+    )
     return changes

@@ -29,26 +29,36 @@ from .tokens import new_token
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["retry", "inside_forks"]
+__all__ = ["retry", "inside_forks", "enclosing"]
 
 
-def inside_forks(definition: WorkflowDefinition) -> set[str]:
-    """The nodes that lie inside a fork branch (between a fork and its join)."""
+def enclosing(definition: WorkflowDefinition) -> dict[str, str]:
+    """Each node that lies inside a fork branch or a for_each body (between the FORK / FOR_EACH and
+    its join), mapped to "a for_each body" or "a fork branch" (a for_each body wins when both)."""
     nodes = definition.node_map()
-    inside: set[str] = set()
+    inside: dict[str, str] = {}
     for node in definition.nodes:
-        if node.kind is not NodeKind.FORK or node.join is None:
+        if node.kind not in (NodeKind.FORK, NodeKind.FOR_EACH) or node.join is None:
             continue
+        where = "a for_each body" if node.kind is NodeKind.FOR_EACH else "a fork branch"
+        seen: set[str] = set()
         stack = list(node.branches)
         while stack:
             n = stack.pop()
-            if n == node.join or n in inside:
+            if n == node.join or n in seen or n not in nodes:
                 continue
-            inside.add(n)
+            seen.add(n)
+            if inside.get(n) != "a for_each body":
+                inside[n] = where
             follow = nodes[n]
             stack.extend(t for t in (follow.next, follow.alt_next) if t is not None)
             stack.extend(follow.branches)
     return inside
+
+
+def inside_forks(definition: WorkflowDefinition) -> set[str]:
+    """The nodes that lie inside a fork branch or a for_each body (between it and its join)."""
+    return set(enclosing(definition))
 
 
 def retry(
@@ -73,11 +83,14 @@ def retry(
             raise InvalidArgument(
                 f"workflow {inst.workflow!r} (version {inst.version}) has no node {from_node!r} to retry from"
             )
-        if node.kind is NodeKind.END or from_node in inside_forks(loaded.definition):
-            where = "an END" if node.kind is NodeKind.END else "inside a fork branch"
+        region = enclosing(loaded.definition).get(from_node)
+        if node.kind is NodeKind.END or region is not None:
+            # A restarted token is a main-line token: inside a fork branch or a for_each body it
+            # would miss its branch's context (a for_each's item and index) and fork position.
+            where = "an END" if node.kind is NodeKind.END else f"inside {region}"
             raise InvalidArgument(
                 f"node {from_node!r} is {where}; retry from a node on the main line "
-                "(outside any fork) that is not an END"
+                "(outside any fork or for_each) that is not an END"
             )
     elif point is None or all(t.status == TokenStatus.JOINED for t in point.tokens):
         # Nothing to restart: it reached a failing END, or failed at a join (a conflict), where
