@@ -12,6 +12,8 @@ from .errors import InvalidArgument
 
 __all__ = [
     "DEFAULT_FOR_EACH_CONCURRENCY",
+    "MAX_FOR_EACH_ITEMS",
+    "MAX_FOR_EACH_CONCURRENCY",
     "MAX_DURATION_MILLIS",
     "MAX_COUNT",
     "MAX_BACKOFF_MULTIPLIER",
@@ -28,6 +30,16 @@ __all__ = [
 #: Branches of a FOR_EACH running at once when the node sets no ``concurrency``: a large list is
 #: started a slice at a time, never one token per element in one transaction.
 DEFAULT_FOR_EACH_CONCURRENCY = 100
+
+#: The most elements a FOR_EACH list may have, and so the largest ``concurrency`` a FOR_EACH node
+#: may set (more branches at once than elements is never of use). A longer list refuses the start
+#: when the node is reached at start, and fails the instance when a step produces it later, both
+#: naming the node, the list's length and this limit.
+MAX_FOR_EACH_ITEMS = 100_000
+
+#: The largest ``concurrency`` a FOR_EACH node may set: the branches one drive starts at once stay
+#: well inside its runaway guard (EngineConfig.max_drive_moves, 10,000 moves).
+MAX_FOR_EACH_CONCURRENCY = 1_000
 
 #: The longest duration a definition may hold (sleeps, user-task timeouts, retry backoffs):
 #: ten years of 365.25 days, in milliseconds. Far beyond any real wait, and far inside the
@@ -73,14 +85,15 @@ def check_millis(value: object, field: str, where: str) -> None:
         )
 
 
-def check_count(value: object, field: str, where: str, what_zero: str) -> None:
-    """A count field: an int in [0, MAX_COUNT]; ``what_zero`` says what 0 means."""
+def check_count(value: object, field: str, where: str, what_zero: str, limit: int = MAX_COUNT) -> None:
+    """A count field: an int in [0, ``limit``] (MAX_COUNT unless the field has a smaller one);
+    ``what_zero`` says what 0 means."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"{where}: {field} must be an integer, got {type(value).__name__}")
     if value < 0:
         raise InvalidArgument(f"{where}: {field} must be >= 0 ({what_zero}), got {value}")
-    if value > MAX_COUNT:
-        raise InvalidArgument(f"{where}: {field} is {value}; the limit is {MAX_COUNT}")
+    if value > limit:
+        raise InvalidArgument(f"{where}: {field} is {value}; the limit is {limit}")
 
 
 #: The most characters of an error message kept (a token's last error, an instance's error).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ._limits import MAX_ERROR_CHARS, check_count, check_millis, check_text
+from ._limits import MAX_ERROR_CHARS, MAX_FOR_EACH_CONCURRENCY, check_count, check_millis, check_text
 from ._model import JoinMerge, Node, NodeKind, validate_name
 from .errors import InvalidArgument
 
@@ -78,7 +78,14 @@ def validate_definition(definition: WorkflowDefinition) -> None:
             for field in ("items_key", "item_key", "index_key", "output_key", "result_key"):
                 if getattr(node, field) is not None:
                     _check_key(getattr(node, field), field, node)
-            check_count(node.concurrency, "concurrency", f"for_each {node.id!r}", "0 = the default")
+            # at most MAX_FOR_EACH_CONCURRENCY branches at once (wiggle/_limits.py)
+            check_count(
+                node.concurrency,
+                "concurrency",
+                f"for_each {node.id!r}",
+                "0 = the default",
+                MAX_FOR_EACH_CONCURRENCY,
+            )
             if len(node.branches) != 1:
                 raise InvalidArgument(
                     f"for_each {node.id!r} needs exactly one body (branches), got {len(node.branches)}"

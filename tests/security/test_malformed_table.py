@@ -94,7 +94,7 @@ def _schedule(**fields: object) -> pb.ScheduleSpec:
 
 
 def _forged(task: pb.TaskActivation) -> str:
-    return task.task_id.rsplit(".", 1)[0] + ".999"
+    return task.task_id.rsplit(".", 1)[0] + ".999@1"
 
 
 TABLE: list[Row] = [
@@ -293,8 +293,30 @@ TABLE: list[Row] = [
     Row(
         "CompleteTask",
         "unknown instance",
-        lambda f: pb.CompleteTaskRequest(task_id=f"{UNKNOWN_ID}.1", lease_owner=WORKER),
+        lambda f: pb.CompleteTaskRequest(task_id=f"{UNKNOWN_ID}.1@1", lease_owner=WORKER),
         NOT_FOUND,
+    ),
+    Row(
+        "CompleteTask",
+        "task id without its claim",
+        lambda f: pb.CompleteTaskRequest(
+            task_id=f.server_task.task_id.rpartition("@")[0], lease_owner=WORKER
+        ),
+        INVALID,
+    ),
+    Row(
+        "CompleteTask",
+        "a claim that never was",
+        lambda f: pb.CompleteTaskRequest(task_id=f.server_task.task_id + "0", lease_owner=WORKER),
+        PRECONDITION,
+    ),
+    Row(
+        "HeartbeatTask",
+        "task id without its claim",
+        lambda f: pb.HeartbeatTaskRequest(
+            task_id=f.server_task.task_id.rpartition("@")[0], lease_owner=WORKER
+        ),
+        INVALID,
     ),
     Row(
         "CompleteTask",
@@ -498,8 +520,22 @@ TABLE: list[Row] = [
         lambda f: pb.StartInstancesRequest(workflow=SERVER_FLOW.name, contexts_json=[b"{}"], request_id=NUL),
         INVALID,
     ),
+    Row(
+        "StartInstances",
+        "request id too long for its indexes",
+        lambda f: pb.StartInstancesRequest(
+            workflow=SERVER_FLOW.name, contexts_json=[b"{}", b"{}"], request_id="r" * 199
+        ),
+        INVALID,
+    ),
     # schedules
     Row("CreateSchedule", "empty", lambda f: pb.ScheduleSpec(), INVALID),
+    Row(
+        "CreateSchedule",
+        "300-character time zone",
+        lambda f: _schedule(cron="0 * * * *", interval_millis=0, timezone="Z" * 300),
+        INVALID,
+    ),
     Row("CreateSchedule", "NUL id", lambda f: _schedule(id=NUL), INVALID),
     Row("CreateSchedule", "unknown workflow", lambda f: _schedule(workflow="no-such-flow"), NOT_FOUND),
     Row("CreateSchedule", "bad cron", lambda f: _schedule(interval_millis=0, cron="61 * * * *"), INVALID),

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from .._limits import MAX_FOR_EACH_ITEMS
 from .._model import DEFAULT_FOR_EACH_CONCURRENCY, JoinMerge, Node
 from ..errors import InvalidArgument
 from . import lww
@@ -23,11 +24,20 @@ from .tokens import context_of, fail_instance, finish_token, move, new_token, re
 
 _encode = msgspec.json.Encoder().encode
 
-__all__ = ["NotAList", "start_for_each", "arrive_for_each", "branch_context"]
+__all__ = ["NotAList", "ListTooLong", "start_for_each", "arrive_for_each", "branch_context"]
 
 
 class NotAList(InvalidArgument):
-    """The context value a FOR_EACH fans out over is not a list."""
+    """The context value a FOR_EACH fans out over is not a list it can fan out over.
+
+    The drive loop (wiggle/_engine/drive.py) refuses the start with it when the node is reached at
+    start (nothing is stored), and fails the instance with its message later.
+    """
+
+
+class ListTooLong(NotAList):
+    """The list a FOR_EACH fans out over has more than MAX_FOR_EACH_ITEMS elements (handled as
+    NotAList is: the start refused, or the instance failed, naming the node, length and limit)."""
 
 
 def _keys(node: Node) -> tuple[str, str, str, str]:
@@ -56,16 +66,23 @@ def start_for_each(
 ) -> list[Token]:
     """Fan ``tok`` out at the FOR_EACH ``node``: the branch tokens started (none: ``tok`` moved on).
 
-    NotAList (an InvalidArgument) if the value at ``items_key`` is not a list; nothing is changed
-    then.
+    NotAList (an InvalidArgument) if the value at ``items_key`` is not a list, ListTooLong (a
+    NotAList) if it has more than MAX_FOR_EACH_ITEMS elements; nothing is changed then.
     """
     assert node.items_key is not None and node.join is not None
     base = context_of(state, tok)
     items = base.get(node.items_key)
+    if node.items_key not in base and loaded.definition.join_merge is JoinMerge.LAST_WRITE_WINS:
+        items = []  # upstream's rule (its definitions are LAST_WRITE_WINS): a missing list is empty
     if not isinstance(items, list):
         found = "missing" if node.items_key not in base else f"a {type(items).__name__}"
         raise NotAList(
             f"for_each {node.id!r}: context key {node.items_key!r} must be a list, but it is {found}"
+        )
+    if len(items) > MAX_FOR_EACH_ITEMS:
+        raise ListTooLong(
+            f"for_each {node.id!r}: the list at context key {node.items_key!r} has {len(items)} "
+            f"elements; the limit is {MAX_FOR_EACH_ITEMS}"
         )
     record(state, tok, node, HistoryOutcome.FORKED, now, changes)
     join_node = loaded.nodes[node.join]

@@ -29,6 +29,7 @@ __all__ = [
     "MAX_CATCHUP",
     "MIN_INTERVAL_MILLIS",
     "MAX_SCHEDULE_ID_LENGTH",
+    "MAX_TIMEZONE_LENGTH",
     "check_schedule",
     "next_tick",
     "next_ticks",
@@ -45,6 +46,9 @@ MIN_INTERVAL_MILLIS = 1000
 MAX_INTERVAL_MILLIS = 366 * 86_400_000
 #: Room for the "schedule:" prefix of the correlation id of the instances a schedule starts.
 MAX_SCHEDULE_ID_LENGTH = MAX_NAME_LENGTH - len("schedule:")
+#: The longest time zone name accepted (the longest IANA name, "America/Argentina/ComodRivadavia",
+#: has 32 characters); a longer one is refused before ``zoneinfo`` looks it up as a file name.
+MAX_TIMEZONE_LENGTH = 64
 
 
 class Overlap(str, enum.Enum):
@@ -96,10 +100,19 @@ class Schedule(msgspec.Struct, kw_only=True):
 
 
 def zone_of(name: str) -> ZoneInfo:
-    """The IANA time zone ``name``, or InvalidArgument naming it."""
+    """The IANA time zone ``name``, or InvalidArgument naming it (or the length limit).
+
+    ``zoneinfo`` looks a name up as a file under its TZPATH: a name too long for a file name, or
+    one naming a directory ("America"), is an OSError there, refused here like any unknown name.
+    """
+    if len(name) > MAX_TIMEZONE_LENGTH:
+        raise InvalidArgument(
+            f"timezone is {len(name)} characters long; the limit is {MAX_TIMEZONE_LENGTH} "
+            "(an IANA time zone name like 'UTC' or 'Europe/Paris')"
+        )
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise InvalidArgument(
             f"timezone {name!r} is not a known IANA time zone; use a name like 'UTC' or 'Europe/Paris'"
         ) from None

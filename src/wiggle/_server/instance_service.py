@@ -13,7 +13,7 @@ from typing import Any
 from .. import _tracing as tracing
 from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus
 from .._limits import MAX_REASON_CHARS, check_text
-from .._model import definition_from_json, validate_name
+from .._model import MAX_NAME_LENGTH, definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._storage.base import InstanceQuery
 from .._wire import convert
@@ -106,6 +106,15 @@ class InstanceHandlers:
         request_ids: list[str] = []
         if request.request_id:
             first = request.first_index
+            # Context i is stored under request id "<request_id>:<i>", itself a name: at most
+            # MAX_NAME_LENGTH characters, like the request id of a single start.
+            longest = len(request.request_id) + 1 + len(str(first + count - 1))
+            if longest > MAX_NAME_LENGTH:
+                raise InvalidArgument(
+                    f"request_id is {len(request.request_id)} characters; the request ids of this call's "
+                    f"contexts ('<request_id>:<index>', up to index {first + count - 1}) would be up to "
+                    f"{longest} characters, and the limit is {MAX_NAME_LENGTH}: use a shorter request_id"
+                )
             request_ids = [f"{request.request_id}:{first + i}" for i in range(count)]
         version, ids = await self.instances.start_many(
             request.workflow, request.version, contexts, request.correlation_id, request_ids

@@ -30,7 +30,8 @@ from .._engine.schedules import (
 from .._engine.state import FINISHED_INSTANCE_STATUSES, new_instance_id
 from .._storage.base import Store
 from .._storage.schedules import ScheduledStart
-from ..errors import NotFound, Unavailable, WiggleError
+from ..errors import InvalidArgument, NotFound, Unavailable, WiggleError
+from .subflows import check_children_registered
 
 __all__ = ["Schedules", "SCHEDULE_BATCH", "NEXT_TICKS"]
 
@@ -70,10 +71,29 @@ class Schedules:
     # ------------------------------------------------------------------ operations
 
     async def _check(self, spec: Schedule) -> None:
-        """Every check a new or updated spec passes before anything is written."""
+        """Every check a new or updated spec passes before anything is written.
+
+        The spec's context must start an instance of its workflow (the version it pins, or the
+        latest one now): the checks of a start (wiggle/_server/instances.py ``_start``) are run,
+        and the engine's start with them, whose result is dropped, nothing stored. A context a
+        start refuses (a for_each list missing or too long, ...) is InvalidArgument naming the
+        reason, where it would otherwise make every tick a skipped one.
+        """
         check_schedule(spec)
         self.engine.check_context(spec.context, "context")
-        await self.store.get_workflow(spec.workflow, spec.version)  # NotFound names what is missing
+        record = await self.store.get_workflow(spec.workflow, spec.version)  # NotFound names it
+        loaded = record.loaded
+        await check_children_registered(loaded.definition, self.store.get_workflow)
+        now = self.store.clock.now()
+        try:
+            self.engine.start(
+                loaded, new_instance_id(now), _copy(_encode(spec.context)), correlation_of(spec.id), now
+            )
+        except InvalidArgument as exc:
+            raise InvalidArgument(
+                f"schedule {spec.id!r}: its context cannot start an instance of workflow "
+                f"{loaded.definition.name!r} version {loaded.version!r}: {exc}"
+            ) from None
 
     async def create(self, spec: Schedule) -> Schedule:
         """Store a new schedule from ``spec`` (its spec fields); the first tick is after now."""
