@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from ._client.types import QueueInfo, WorkflowInfo
@@ -57,23 +57,75 @@ def print_queues(items: Sequence[QueueInfo], out: TextIO) -> None:
             print(f"  worker {w.worker_id}: {w.in_flight} in flight", file=out)
 
 
-def _edges(node: Node) -> str:
-    kind = node.kind
-    if kind is NodeKind.PREDICATE:
-        return f"true -> {node.next}, false -> {node.alt_next}"
-    if kind is NodeKind.FORK:
-        return f"branches {', '.join(node.branches)}; joins at {node.join}"
-    if kind is NodeKind.USER_TASK:
-        timeout = f"; after {_ms(node.timeout_millis)} -> {node.alt_next or 'the instance fails'}"
-        return f"-> {node.next}" + (timeout if node.timeout_millis else "")
-    if kind is NodeKind.END:
-        status = "COMPLETED" if node.success else "FAILED"
-        return f"ends the instance {status}" + (f" (reason {node.reason})" if node.reason else "")
-    if kind is NodeKind.SLEEP:
-        return f"sleeps {_ms(node.sleep_millis)} -> {node.next}"
-    if kind is NodeKind.JOIN:
-        return f"joins {node.fork}" + (" (combine handler)" if node.combine else "") + f" -> {node.next}"
+def _next(node: Node) -> str:
     return f"-> {node.next}" if node.next else "-> end"
+
+
+def _timeout(node: Node) -> str:
+    """A USER_TASK's or SIGNAL's deadline edge ("" without a deadline)."""
+    if not node.timeout_millis:
+        return ""
+    return f"; after {_ms(node.timeout_millis)} -> {node.alt_next or 'the instance fails'}"
+
+
+def _predicate(node: Node) -> str:
+    return f"true -> {node.next}, false -> {node.alt_next}"
+
+
+def _fork(node: Node) -> str:
+    return f"branches {', '.join(node.branches)}; joins at {node.join}"
+
+
+def _join(node: Node) -> str:
+    return f"joins {node.fork}" + (" (combine handler)" if node.combine else "") + f" -> {node.next}"
+
+
+def _sleep(node: Node) -> str:
+    return f"sleeps {_ms(node.sleep_millis)} -> {node.next}"
+
+
+def _user_task(node: Node) -> str:
+    return _next(node) + _timeout(node)
+
+
+def _end(node: Node) -> str:
+    status = "COMPLETED" if node.success else "FAILED"
+    return f"ends the instance {status}" + (f" (reason {node.reason})" if node.reason else "")
+
+
+def _signal(node: Node) -> str:
+    into = f" into {node.result_key}" if node.result_key else ""
+    return f"on signal {node.signal}{into} {_next(node)}{_timeout(node)}"
+
+
+def _sub_workflow(node: Node) -> str:
+    pinned = f" version {node.version}" if node.version else ""
+    on_error = f"; on error -> {node.alt_next}" if node.alt_next else ""
+    return f"child {node.workflow}{pinned} {_next(node)}{on_error}"
+
+
+def _for_each(node: Node) -> str:
+    body = ", ".join(node.branches)
+    return f"body {body} per element of {node.items_key}; joins at {node.join}"
+
+
+#: How ``describe`` shows each node kind's edges (every NodeKind has one: a test checks).
+EDGES: dict[NodeKind, Callable[[Node], str]] = {
+    NodeKind.TASK: _next,
+    NodeKind.PREDICATE: _predicate,
+    NodeKind.SLEEP: _sleep,
+    NodeKind.FORK: _fork,
+    NodeKind.JOIN: _join,
+    NodeKind.USER_TASK: _user_task,
+    NodeKind.END: _end,
+    NodeKind.SIGNAL: _signal,
+    NodeKind.SUB_WORKFLOW: _sub_workflow,
+    NodeKind.FOR_EACH: _for_each,
+}
+
+
+def _edges(node: Node) -> str:
+    return EDGES[node.kind](node)
 
 
 def describe(info: WorkflowInfo, out: TextIO) -> None:
@@ -88,7 +140,7 @@ def describe(info: WorkflowInfo, out: TextIO) -> None:
             f"retry      {r.max_attempts or 'unlimited'} attempts, from {_ms(r.initial_backoff_millis)}",
             file=out,
         )
-    print(f"{'NODE':<24} {'KIND':<10} {'QUEUE':<20} EDGES", file=out)
+    print(f"{'NODE':<24} {'KIND':<12} {'QUEUE':<20} EDGES", file=out)
     order: list[str] = []
     pending = [d.start_node]
     while pending:
@@ -104,7 +156,7 @@ def describe(info: WorkflowInfo, out: TextIO) -> None:
         queue = n.queue or (d.name if n.is_worker_step or n.combine else "")
         marks = " [checkpoint]" if node_id in d.checkpoints else ""
         start = "> " if node_id == d.start_node else "  "
-        print(f"{start}{node_id:<22} {n.kind.value:<10} {queue:<20} {_edges(n)}{marks}", file=out)
+        print(f"{start}{node_id:<22} {n.kind.value:<12} {queue:<20} {_edges(n)}{marks}", file=out)
 
 
 def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str, bool, str]]:

@@ -6,7 +6,9 @@ Fixtures, each a started ``wiggle.testing.SyncWorkflowEnvironment`` on a virtual
 - ``wiggle_module_env``  one per test module (shared by its tests; instances and time accumulate)
 
 Both work in plain sync tests (``wiggle_env.run(bp, ctx)``) and in async ones, with pytest-asyncio
-or any other loop (``await wiggle_env.aio.run(bp, ctx)``). Configure them with the ``wiggle``
+or any other loop (``await wiggle_env.aio.run(bp, ctx)``). An ``async def`` test that requests one
+of them needs no async plugin: unless one (pytest-asyncio, anyio...) has taken it, this plugin runs
+it on an event loop of its own (``asyncio.run``). Configure them with the ``wiggle``
 marker, whose keyword arguments go to ``WorkflowEnvironment`` (on the test for ``wiggle_env``, on
 the module's ``pytestmark`` for ``wiggle_module_env``)::
 
@@ -18,6 +20,8 @@ the module's ``pytestmark`` for ``wiggle_module_env``)::
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +31,8 @@ if TYPE_CHECKING:  # the kit imports gRPC: loaded only when a fixture is used
     from .testing import SyncWorkflowEnvironment
 
 __all__ = ["wiggle_env", "wiggle_module_env"]
+
+FIXTURES = frozenset(__all__)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,6 +51,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "wiggle(**settings): settings of the wiggle_env / wiggle_module_env test environment"
     )
+
+
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run an ``async def`` test that requests a wiggle fixture, when no async plugin took it.
+
+    pytest-asyncio (a test it runs: marked, or in auto mode) has replaced the coroutine function
+    by a sync wrapper before this hook looks, and anyio's hook runs first and stops the call: the
+    tests they own are left to them. Any other coroutine test using ``wiggle_env`` or
+    ``wiggle_module_env`` runs here, on a new event loop (the fixtures' ``.aio`` methods can be
+    awaited from any loop), instead of failing with "async def functions are not natively
+    supported".
+    """
+    function = pyfuncitem.obj
+    if not inspect.iscoroutinefunction(function) or not FIXTURES.intersection(pyfuncitem.fixturenames):
+        return None
+    funcargs = pyfuncitem.funcargs
+    arguments = {name: funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    asyncio.run(function(**arguments))
+    return True
 
 
 def _environment(request: pytest.FixtureRequest) -> SyncWorkflowEnvironment:

@@ -1,4 +1,9 @@
-"""The README's "Testing your workflows" example, run as a user would: pytest on the file."""
+"""The README's "Testing your workflows" example, run as a user would: pytest on the file.
+
+Verbatim, in a directory of its own, with no pytest configuration (the repository's
+``asyncio_mode = "auto"`` must not leak in): its ``async def`` test runs because wiggle's pytest
+plugin runs coroutine tests that use its fixtures, whatever pytest-asyncio's mode.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +20,21 @@ def test_the_readme_example_passes(tmp_path: Path) -> None:
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None, "the section has no python example"
     (tmp_path / "test_orders.py").write_text(code.group(1))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # the user's defaults: no asyncio_mode
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_orders.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            str(tmp_path / "pytest.ini"),
+            "test_orders.py",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -130,7 +130,7 @@ def _report(t: upb.TaskActivation, owner: str = "", **fields: Any) -> upb.TaskRe
 
 
 def _forged(t: upb.TaskActivation) -> str:
-    return t.task_id.rsplit(".", 1)[0] + ".999"
+    return t.task_id.rsplit(".", 1)[0] + ".999@1"
 
 
 def _poll(**fields: Any) -> upb.PollRequest:
@@ -309,14 +309,13 @@ TABLE: list[Row] = [
     Row(
         "CompleteTask",
         "unknown instance",
-        lambda f: upb.TaskResultRequest(task_id=f"{UNKNOWN_INSTANCE}.1", lease_owner=WORKER),
+        lambda f: upb.TaskResultRequest(task_id=f"{UNKNOWN_INSTANCE}.1@1", lease_owner=WORKER),
         NOT_FOUND,
     ),
     Row("CompleteTask", "stale report", lambda f: _report(f.stale_task), NOT_FOUND),
     Row("CompleteTask", "result a list", lambda f: _report(f.server_task, result=value([1])), INVALID),
     Row("CompleteTask", "result a string", lambda f: _report(f.server_task, result=value("x")), INVALID),
     Row("CompleteTask", "NaN in the result", lambda f: _report(f.server_task, result=_nan()), INVALID),
-    Row("CompleteTask", "oversize result", lambda f: _report(f.server_task, result=value(BIG)), INVALID),
     Row("CompleteTask", "predicate without a value", lambda f: _report(f.gate_task), INVALID),
     Row(
         "CompleteTask",

@@ -70,7 +70,8 @@ class WorkflowEnvironment:
     ``async with WorkflowEnvironment([blueprint]) as env: done = await env.run(blueprint, ctx)``.
 
     ``workflows`` are registered and served by ``workers`` in-process workers (``worker_options``
-    for each; their ids are ``test-worker-1``...). ``database_url`` selects PostgreSQL (each
+    for each; their ids are ``test-worker-1``...; none when no workflow has a worker step:
+    sleeps, signal waits and user tasks need no worker). ``database_url`` selects PostgreSQL (each
     environment in its own schema unless ``database_schema`` is given; the memory store
     otherwise). ``execution_mode`` is what a workflow's DEFAULT mode means here. ``start``
     (an aware datetime) is where virtual time begins (default: now). ``time_skipping=False``
@@ -142,7 +143,7 @@ class WorkflowEnvironment:
         try:
             for bp in self.workflows:
                 await self.client.register(bp)
-            if self.workflows:
+            if self._needs_workers():
                 for _ in range(self.worker_count):
                     await self.start_worker(self.workflows)
         except BaseException:
@@ -193,6 +194,17 @@ class WorkflowEnvironment:
         if worker in self.workers:
             self.workers.remove(worker)
         await worker.close(timeout=timeout)
+
+    def _needs_workers(self) -> bool:
+        """Whether the environment's workflows give a worker something to serve.
+
+        A workflow without worker steps (only sleeps, signal waits, user tasks...) runs on the
+        server alone; a Worker with no queue refuses to start, so none is started for it.
+        """
+        queues = self.worker_options.queues
+        if queues is not None:
+            return bool(self.workflows) and bool(queues)
+        return any(bp.queues() for bp in self.workflows)
 
     def _live_worker(self, worker_id: str) -> bool:
         return bool(worker_id) and worker_id in self._worker_ids

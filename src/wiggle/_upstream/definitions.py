@@ -6,7 +6,10 @@ Upstream's definition is camelCase JSON (``name``, ``version``, ``startNode``, `
 ``name`` as our node id, which makes activity == ``<workflow>#<our id>`` both ways; every other
 node keeps its upstream ``id`` (made unique if it collides with a step's name), and every edge is
 rewritten. Upstream's join rule is "last write wins", so every translated definition has
-``join_merge = LAST_WRITE_WINS`` (wiggle/_model.py JoinMerge).
+``join_merge = LAST_WRITE_WINS`` (wiggle/_model.py JoinMerge). The engine also reads that as
+"upstream's rules" for a DYN_FORK: a list missing from the context is an empty one, skipped
+straight through as upstream's client documents (wiggle/_engine/fanout.py start_for_each), where
+our own for_each refuses or fails.
 """
 
 from __future__ import annotations
@@ -299,6 +302,7 @@ def _translate(node: RawNode, ids: dict[str, str], join_of: dict[str, str], fork
             retry=RetryPolicy.none(),
         )
     assert kind == "DYN_FORK"
+    # a missing list skips the node (the definition's LAST_WRITE_WINS says so: see the module doc)
     item_key = f.required_text("itemKey", "the context key each branch's element goes to")
     return Node(
         id=our_id,

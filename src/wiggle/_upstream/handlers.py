@@ -22,7 +22,7 @@ from .._rpc.upstream import wiggle_pb2 as upb
 from .._server.instances import Instances
 from .._server.pollers import Pollers
 from .._server.service import Metrics
-from .._server.service_limits import ServiceLimits, poll_queues, wait_seconds
+from .._server.service_limits import ServiceLimits, check_task_id, poll_queues, wait_seconds
 from .._storage.base import InstanceQuery
 from ..errors import InvalidArgument
 from . import reports
@@ -253,7 +253,7 @@ class UpstreamHandlers:
                 tasks.append(activation(c, number))
             except InvalidArgument as exc:  # a context upstream's Value cannot carry (a huge int)
                 await self.instances.fail(
-                    c.token.id,
+                    c.task_id,
                     c.token.lease_owner,
                     f"cannot send this step to an upstream worker: {exc}",
                     False,
@@ -273,9 +273,24 @@ class UpstreamHandlers:
         return min(max(due - self.instances.clock.now(), 0), MAX_RETRY_AFTER_MILLIS)
 
     async def complete_task(self, request: upb.TaskResultRequest) -> upb.Ack:
-        """A step's result: a shallow diff (null removes a key), or ``{"value": bool}`` for a predicate."""
-        validate_name(request.task_id, "task_id")
-        _payload_size(request.result, "result", self.limits.max_payload_bytes)
+        """A step's result: a shallow diff (null removes a key), or ``{"value": bool}`` for a predicate.
+
+        A result over the payload limit fails the step for good (as our CompleteTask does with an
+        oversize context: Engine.complete), and the worker is answered ``ok``: upstream's worker
+        turns a refused CompleteTask into a retryable FailTask, which its default policy (retry
+        forever, 1 s apart) would rerun without end.
+        """
+        check_task_id(request.task_id)
+        size, limit = request.result.ByteSize(), self.limits.max_payload_bytes
+        if size > limit:
+            await reports.fail(
+                self.instances,
+                request.task_id,
+                request.lease_owner,
+                f"step result is {size} bytes; the limit is {limit} bytes",
+                False,
+            )
+            return upb.Ack(ok=True)
         await reports.complete(
             self.instances,
             request.task_id,
@@ -286,7 +301,7 @@ class UpstreamHandlers:
 
     async def fail_task(self, request: upb.TaskFailureRequest) -> upb.Ack:
         """A step failed; retried by its policy unless not ``retryable``."""
-        validate_name(request.task_id, "task_id")
+        check_task_id(request.task_id)
         await reports.fail(
             self.instances,
             request.task_id,
@@ -298,7 +313,7 @@ class UpstreamHandlers:
 
     async def heartbeat_task(self, request: upb.HeartbeatRequest) -> upb.HeartbeatResult:
         """Extend a lease by ``extend_millis`` (bounded; 0: the server's lease)."""
-        validate_name(request.task_id, "task_id")
+        check_task_id(request.task_id)
         if request.extend_millis < 0:
             raise InvalidArgument(f"extend_millis must be 0 or more, got {request.extend_millis}")
         expires = await reports.heartbeat(
@@ -308,7 +323,7 @@ class UpstreamHandlers:
 
     async def advance_run(self, request: upb.AdvanceRunRequest) -> upb.AdvanceRunResult:
         """A local run's steps (upstream's Java workers in LOCAL_SYNC / LOCAL_ASYNC)."""
-        validate_name(request.task_id, "task_id")
+        check_task_id(request.task_id)
         _payload_size(request, "AdvanceRun", 4 * self.limits.max_payload_bytes)
         outcome = await reports.advance(
             self.instances, request.task_id, request.lease_owner, list(request.steps), request.final
