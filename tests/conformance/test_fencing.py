@@ -221,27 +221,14 @@ async def test_a_resent_advance_run_is_answered_again_not_applied_twice(local_ha
         )
         assert "step 5" in details
         assert await r.state(iid) == after_first
-        last = await r.stub.AdvanceRun(
-            pb.AdvanceRunRequest(
-                task_id=task.task_id,
-                lease_owner=WORKER,
-                steps_batch=_batch("s2", "s3"),
-                run_offset=1,
-                final=True,
-            )
+        final = pb.AdvanceRunRequest(
+            task_id=task.task_id, lease_owner=WORKER, steps_batch=_batch("s2", "s3"), run_offset=1, final=True
         )
+        last = await r.stub.AdvanceRun(final)
         assert last.instance_status == "COMPLETED"
         done = await r.state(iid)
         # the final batch resent: the instance is finished, so it applies nothing and says so
-        resent = await r.stub.AdvanceRun(
-            pb.AdvanceRunRequest(
-                task_id=task.task_id,
-                lease_owner=WORKER,
-                steps_batch=_batch("s2", "s3"),
-                run_offset=1,
-                final=True,
-            )
-        )
+        resent = await r.stub.AdvanceRun(final)
         assert (resent.instance_status, resent.applied_steps) == ("COMPLETED", 0)
         assert await r.state(iid) == done
         _, context, _, history = await r.state(iid)
