@@ -89,7 +89,9 @@ class Reporter:
                     continue
                 if code == grpc.StatusCode.UNIMPLEMENTED and name == "AdvanceRun":
                     raise AdvanceUnsupported(exc.details()) from None
-                log.info("%s refused: %s", name, exc.details())
+                # settled already (a resent report), or no longer this worker's: never retried
+                # (docs/semantics.md#fencing)
+                log.info("%s refused, dropped: %s", name, exc.details())
                 return None
         log.warning("%s gave up after retries; the lease will expire and the step will be redelivered", name)
         return None
