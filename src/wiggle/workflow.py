@@ -113,9 +113,7 @@ class Branch(Generic[C]):
         node_id = self._root._unique(validate_name(name or fn.__name__, "step name"))
         if queue is not None:
             validate_name(queue, "queue")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidArgument(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        return cls(fn, node_id, queue, retry)
+        return cls(fn, node_id, queue, _retry_policy(retry))
 
     def step(
         self: B,
@@ -333,8 +331,7 @@ class Branch(Generic[C]):
         at ``on_error`` if given.
         """
         keys = _input_keys(input_keys)
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise InvalidArgument(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        _retry_policy(retry)
         node_name = self._root._unique(validate_name(name, "sub_workflow name"))
         target = workflow.name if isinstance(workflow, Blueprint) else workflow
         spec: dict[str, Any] = {
@@ -357,6 +354,13 @@ class Branch(Generic[C]):
             raise InvalidArgument(f"end reason must be a string, got {type(reason).__name__}")
         self._add(EndItem(self._root._unique("end"), reason, success))
         return self
+
+
+def _retry_policy(retry: object) -> RetryPolicy | None:
+    """``retry`` as given (a RetryPolicy, or None for the default), else InvalidArgument."""
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise InvalidArgument(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+    return retry
 
 
 def _input_keys(input_keys: object) -> tuple[str, ...] | None:
@@ -433,7 +437,7 @@ class Workflow(Branch[C]):
 
     def retry(self: W, policy: RetryPolicy) -> W:
         """The default retry policy of this workflow's steps (else 3 attempts, 1 s then 2 s apart)."""
-        if not isinstance(policy, RetryPolicy):
+        if not isinstance(policy, RetryPolicy):  # None too: the default is a policy, not "no policy"
             raise InvalidArgument(f"retry must be a RetryPolicy, got {type(policy).__name__}")
         self._default_retry = policy
         return self

@@ -89,11 +89,7 @@ def park(
         tok.kind = node.kind.value
         tok.child_id = ""
         changes.history.append(_entry(state, tok, HistoryOutcome.FAILED, now, now, message))
-        tok.last_error = message
-        finish_token(state, tok, TokenStatus.FAILED, now, changes)
-        end_instance(
-            state, InstanceStatus.FAILED, now, changes, reason=DEPTH_LIMIT_REASON, error=message, failed=tok
-        )
+        _fail_instance_at(state, tok, message, message, DEPTH_LIMIT_REASON, now, changes)
         return
     tok.status = TokenStatus.AWAITING
     tok.kind = node.kind.value
@@ -258,9 +254,14 @@ def _failed(
         tok.last_error = message
         engine.drive(loaded, state, tok, now, changes)
         return changes
+    _fail_instance_at(state, tok, message, f"{node.id}: {message}", reason, now, changes)
+    return changes
+
+
+def _fail_instance_at(
+    state: InstanceState, tok: Token, message: str, error: str, reason: str, now: int, changes: Changes
+) -> None:
+    """The SUB_WORKFLOW step ``tok`` failed for good: the instance fails, ``tok`` its retry point."""
     tok.last_error = message
     finish_token(state, tok, TokenStatus.FAILED, now, changes)
-    end_instance(
-        state, InstanceStatus.FAILED, now, changes, reason=reason, error=f"{node.id}: {message}", failed=tok
-    )
-    return changes
+    end_instance(state, InstanceStatus.FAILED, now, changes, reason=reason, error=error, failed=tok)

@@ -95,7 +95,7 @@ def advance_run(
     if plan.replayed:
         token = plan.token
         outcome = AdvanceOutcome(
-            inst.status, token.lease_expires_at, task_id_of(token), token.status, len(plan.nodes)
+            inst.status, token.lease_expires_at, task_id_of(token), token.status, len(steps)
         )
         return outcome, Changes()
     return apply_run(engine, loaded, state, plan, owner, final, now, handback_reason)
@@ -114,10 +114,8 @@ def plan_run(
     """Validate the batch against the graph and compute its contexts; raise on any mismatch."""
     token = leased_token(state, task_id, owner)
     _check_mode(engine, loaded, state, task_id, records, final)
-    replayed = _check_offset(token, task_id, records, run_offset)
-    plan = RunPlan(token, [], [], replayed=replayed)
-    if replayed:
-        plan.nodes = [(r.node_id, True) for r in records]
+    plan = RunPlan(token, [], [], replayed=_check_offset(token, task_id, records, run_offset))
+    if plan.replayed:
         return plan
     graph = loaded.graph
     expected = token.node_id

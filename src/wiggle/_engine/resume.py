@@ -29,7 +29,7 @@ from .tokens import new_token
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["retry", "inside_forks", "enclosing"]
+__all__ = ["retry", "enclosing"]
 
 
 def enclosing(definition: WorkflowDefinition) -> dict[str, str]:
@@ -54,11 +54,6 @@ def enclosing(definition: WorkflowDefinition) -> dict[str, str]:
             stack.extend(t for t in (follow.next, follow.alt_next) if t is not None)
             stack.extend(follow.branches)
     return inside
-
-
-def inside_forks(definition: WorkflowDefinition) -> set[str]:
-    """The nodes that lie inside a fork branch or a for_each body (between it and its join)."""
-    return set(enclosing(definition))
 
 
 def retry(
