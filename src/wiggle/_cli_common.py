@@ -53,16 +53,6 @@ def print_instance(info: Any, history: list[Any] | None = None) -> None:
         from ._cli_views import print_history
 
         print("history")
-        for e in history:
-            took = f"{e.ended_at - e.started_at} ms" if e.started_at else ""
-            line = (
-                f"  {when(e.ended_at)}  {e.node_id:<20} #{e.attempt} {e.outcome:<10} {took:>8} {e.worker_id}"
-            )
-            if e.child_id:
-                line += f"  child: {e.child_id}"
-            if e.error:
-                line += f"  error: {e.error}"
-            print(line)
         print_history(history, sys.stdout)
 
 
@@ -71,8 +61,11 @@ def json_arg(text: str | None, what: str) -> Any:
     if text is None:
         return None
     if text.startswith("@"):
-        with open(text[1:], encoding="utf-8") as fh:
-            text = fh.read()
+        try:
+            with open(text[1:], encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgument(f"{what}: cannot read {text[1:]!r}: {exc}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

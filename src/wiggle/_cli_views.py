@@ -30,6 +30,8 @@ def print_history(
             f"{indent}{when(e.ended_at):<24}  {e.node_id:<20} {e.attempt:>7} {e.outcome:<10} {took:>8} "
             f"{e.worker_id}"
         )
+        if e.child_id:
+            line += f"  child: {e.child_id}"
         print(line.rstrip(), file=out)
         if e.error:
             print(f"{indent}    error: {e.error}", file=out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +42,14 @@ def test_unreachable_server_exits_5(capsys: pytest.CaptureFixture[str]) -> None:
         port = sock.getsockname()[1]
     assert cli.main(["--target", f"127.0.0.1:{port}", "get", "wi-000000000000000000000000"]) == 5
     assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_a_context_file_that_cannot_be_read_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-context.json"
+    # refused before any call: the target is never dialled
+    assert cli.main(["--target", "127.0.0.1:1", "start", "orders", "--context", f"@{missing}"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "INVALID_ARGUMENT" in err and str(missing) in err

@@ -67,7 +67,21 @@ async def test_start_get_list_cancel_and_complete_task() -> None:
             nodes = [e["node_id"] for e in body["history"] if e["outcome"] == "COMPLETED"]
             assert nodes == ["bump", "approve", "after"]
             text = await wiggle(target, "get", instance_id, "--history")
-            assert "history" in text.stdout and "approve" in text.stdout
+            # the history once: its header, then one line per entry, each entry's line once
+            lines = text.stdout.splitlines()
+            history = lines[lines.index("history") + 1 :]
+            assert lines.count("history") == 1 and history[0].split() == [
+                "ENDED",
+                "NODE",
+                "ATTEMPT",
+                "OUTCOME",
+                "TOOK",
+                "WORKER",
+            ]
+            assert len(history) - 1 == len(body["history"]), text.stdout
+            assert sum(" approve " in line for line in history) == sum(
+                e["node_id"] == "approve" for e in body["history"]
+            )
 
             second = json.loads((await wiggle(target, "start", "cli-approval", "--json")).stdout)[
                 "instance_id"
