@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, drop_schema, new_schema_name, temp_schema
+from pg import TEST_DATABASE_URL, PrivatePostgres, drop_schema, new_schema_name, temp_schema
 from psycopg import sql
 
 from wiggle import AsyncClient
@@ -53,11 +53,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 _script = Path(sys.executable).with_name("wiggle")
 WIGGLE = [str(_script)] if _script.exists() else [sys.executable, "-m", "wiggle.cli"]
-PG_CTL = ["pg_ctlcluster", "--skip-systemctl-redirect"]
-PG_CLUSTER = [
-    os.environ.get("WIGGLE_TEST_PG_VERSION", "15"),
-    os.environ.get("WIGGLE_TEST_PG_CLUSTER", "main"),
-]
 FINISHED = ("COMPLETED", "FAILED", "CANCELLED")
 LISTENING = re.compile(r"wiggle server listening on ([\d.]+):(\d+)")
 
@@ -65,9 +60,18 @@ LISTENING = re.compile(r"wiggle server listening on ([\d.]+):(\d+)")
 # ---------------------------------------------------------------------------- database helpers
 
 
+#: The server of each schema a cluster runs on that is not on the shared one (cluster_in).
+DATABASES: dict[str, str] = {}
+
+
+def url_of(schema: str) -> str:
+    """The PostgreSQL server ``schema`` is on."""
+    return DATABASES.get(schema, TEST_DATABASE_URL)
+
+
 def query(schema: str, text: str, params: Any = ()) -> list[Any]:
     """Rows of one statement; ``{s}`` in ``text`` is the quoted schema."""
-    with psycopg.connect(TEST_DATABASE_URL, autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(url_of(schema), autocommit=True, connect_timeout=5) as conn:
         return conn.execute(sql.SQL(text).format(s=sql.Identifier(schema)), params).fetchall()
 
 
@@ -95,27 +99,6 @@ def clock_lock_ports(schema: str) -> list[int]:
     return [r[0] for r in rows if r[0] is not None]
 
 
-def postgres_up() -> bool:
-    try:
-        with psycopg.connect(TEST_DATABASE_URL, connect_timeout=2):
-            return True
-    except psycopg.OperationalError:
-        return False
-
-
-def pg_ctl(action: str) -> None:
-    extra = ["--mode=fast"] if action == "stop" else []
-    subprocess.run([*PG_CTL, *extra, *PG_CLUSTER, action], check=True, timeout=120, capture_output=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _leave_postgres_running() -> Iterator[None]:
-    """Whatever happens in this module, PostgreSQL is running when it ends."""
-    yield
-    if not postgres_up():
-        pg_ctl("start")
-
-
 # ---------------------------------------------------------------------------- processes
 
 
@@ -131,7 +114,7 @@ def server_env(schema: str, **settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ours}
     env.update(
         WIGGLE_HOST="127.0.0.1",
-        WIGGLE_DATABASE_URL=TEST_DATABASE_URL,
+        WIGGLE_DATABASE_URL=url_of(schema),
         WIGGLE_DATABASE_SCHEMA=schema,
         WIGGLE_POOL_SIZE="6",  # 3 servers x (6 + listener + leader) stays far below max_connections
         PYTHONUNBUFFERED="1",
@@ -326,13 +309,15 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster_in(tmp_path: Path, **settings: str) -> Iterator[Cluster]:
-    with temp_schema() as schema:
+def cluster_in(tmp_path: Path, database_url: str = TEST_DATABASE_URL, **settings: str) -> Iterator[Cluster]:
+    with temp_schema(database_url) as schema:
+        DATABASES[schema] = database_url
         cluster = Cluster(tmp_path, schema, **settings)
         try:
             yield cluster
         finally:
             cluster.stop()
+            del DATABASES[schema]
 
 
 async def start_instances(
@@ -655,8 +640,10 @@ async def test_kill_server_mid_load_and_restart(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(150)
 async def test_postgres_restart_mid_load(tmp_path: Path) -> None:
+    # on a PostgreSQL of its own: the shared server, and the tests running beside this one, are
+    # never stopped
     n_instances = 200
-    with cluster_in(tmp_path, WIGGLE_LEASE_MILLIS="8000") as cluster:
+    with PrivatePostgres() as pg, cluster_in(tmp_path, pg.url, WIGGLE_LEASE_MILLIS="8000") as cluster:
         servers = await cluster.start_servers(["a", "b"])
         for server in servers:
             cluster.start_worker(f"w-{server.name}", server)
@@ -666,7 +653,7 @@ async def test_postgres_restart_mid_load(tmp_path: Path) -> None:
             ids = await start_instances(clients, cluster_flows.MIXED, range(n_instances))
             await cluster.wait_completed_share(cluster_flows.MIXED, n_instances // 4)
             some_id = next(iter(ids))
-            pg_ctl("stop")
+            pg.stop()
             down_at = time.monotonic()
             try:
                 # during the outage: a read, a start and the CLI, at once
@@ -683,7 +670,7 @@ async def test_postgres_restart_mid_load(tmp_path: Path) -> None:
                 )
                 await asyncio.sleep(max(0.0, 2.0 - (time.monotonic() - down_at)))
             finally:
-                pg_ctl("start")
+                pg.start()
             outage = time.monotonic() - down_at
             for (error, seconds), what in ((get_error, "GetInstance"), (start_error, "StartInstance")):
                 assert isinstance(error, Unavailable), f"{what} during the outage: {error!r}"
