@@ -1,8 +1,8 @@
-"""Differential tests: Hypothesis feeds the same input to an implementation and to the pure twin.
+"""Differential tests: Hypothesis feeds the same input to the compiled twin and to the pure one.
 
 Values (with key order and types), exception types and messages, and encoded bytes must all
-agree. Under the python implementation this compares the reference with itself, which still
-runs every generated input through the properties (round trips, invariants).
+agree. Only compiled twins are compared with the reference (``impl`` below); under
+WIGGLE_IMPL=python this module is not collected (tests/fast/conftest.py).
 """
 
 from __future__ import annotations
@@ -12,13 +12,21 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wiggle._engine.records import PredicateDone, StepFailed, StepRecord, TaskDone
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 
-from .conftest import Impl
+from .conftest import COMPILED, Impl, load
+
+
+@pytest.fixture(scope="session", params=COMPILED)
+def impl(request: pytest.FixtureRequest) -> Impl:
+    """A compiled implementation, compared with ``reference`` (the pure twins)."""
+    return load(request.param)
+
 
 # The session-scoped ``impl`` fixture is reused across examples on purpose: it is immutable.
 parity = settings(

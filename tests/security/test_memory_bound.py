@@ -44,10 +44,14 @@ async def test_bound_refuses_starts_when_every_instance_runs_and_evicts_finished
 
 
 async def test_no_bound_when_zero() -> None:
+    # 0 turns the bound off: past what a bound of 3 refuses (above), every start is taken and kept
     async with EmbeddedServer(max_live_instances=0) as server:
         await server.client.register(PARKED)
-        for i in range(5):
-            await server.client.start(PARKED, Ctx(n=i))
+        started = [await server.client.start(PARKED, Ctx(n=i)) for i in range(5)]
+        page, _ = await server.client.list(page_size=10)
+        assert sorted(i.instance_id for i in page) == sorted(s.instance_id for s in started)
+        assert {i.status for i in page} == {"RUNNING"}
+        assert server.server.store.evicted == 0  # type: ignore[attr-defined]
 
 
 async def test_purge_interval_is_a_setting() -> None:
