@@ -8,8 +8,10 @@ from .client import (
     Credentials,
     HistoryEntry,
     InstanceInfo,
+    InstanceStatus,
     ScheduleInfo,
     TokenInfo,
+    TokenStatus,
     WorkflowInfo,
 )
 from .errors import (
@@ -36,6 +38,7 @@ __all__ = [
     "Handback",
     "HistoryEntry",
     "InstanceInfo",
+    "InstanceStatus",
     "InvalidArgument",
     "NodeKind",
     "NotFound",
@@ -44,6 +47,7 @@ __all__ = [
     "ScheduleInfo",
     "Step",
     "TokenInfo",
+    "TokenStatus",
     "Unavailable",
     "WiggleError",
     "Worker",

@@ -24,12 +24,15 @@ from ._client.types import (
     WorkflowInfo,
 )
 from ._security.credentials import Credentials
+from ._status import InstanceStatus, TokenStatus
 
 __all__ = [
     "Client",
     "AsyncClient",
     "InstanceInfo",
+    "InstanceStatus",
     "TokenInfo",
+    "TokenStatus",
     "HistoryEntry",
     "WorkflowInfo",
     "ScheduleInfo",

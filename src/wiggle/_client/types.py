@@ -8,6 +8,7 @@ import msgspec
 
 from .._engine.state import FINISHED_INSTANCE_STATUSES
 from .._model import WorkflowDefinition
+from .._status import InstanceStatus, TokenStatus
 
 __all__ = [
     "TokenInfo",
@@ -27,7 +28,7 @@ class TokenInfo(msgspec.Struct, frozen=True):
 
     token_id: str
     node_id: str
-    status: str
+    status: TokenStatus  # a str enum: == "READY" holds too
     attempt: int
     queue: str
     lease_owner: str
@@ -54,7 +55,7 @@ class InstanceInfo(msgspec.Struct, frozen=True):
     instance_id: str
     workflow: str
     version: str
-    status: str
+    status: InstanceStatus  # a str enum: info.status is InstanceStatus.COMPLETED, == "COMPLETED" too
     context: dict[str, Any]
     correlation_id: str
     reason: str

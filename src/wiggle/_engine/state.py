@@ -6,12 +6,13 @@ hands them to the engine under the instance lock, and persists what the transiti
 
 from __future__ import annotations
 
-import enum
 import os
 import time
 from typing import Any
 
 import msgspec
+
+from .._status import HistoryOutcome, InstanceStatus, TokenStatus
 
 __all__ = [
     "Instance",
@@ -34,57 +35,6 @@ __all__ = [
     "ACTIVE_TOKEN_STATUSES",
     "FINISHED_INSTANCE_STATUSES",
 ]
-
-
-class InstanceStatus(str, enum.Enum):
-    """An instance's status: RUNNING until it reaches one of the three final ones.
-
-    A ``str`` enum whose names equal their values, so a member compares and hashes equal to the
-    plain string a store or the wire carries ("RUNNING" == InstanceStatus.RUNNING).
-    """
-
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class TokenStatus(str, enum.Enum):
-    """A token's status (docs/glossary.md): five active ones, then DONE, FAILED or CANCELLED."""
-
-    READY = "READY"  # dispatchable (a delayed retry is READY with a future available_at)
-    RUNNING = "RUNNING"  # leased to a worker (owner + expiry)
-    WAITING = "WAITING"  # a SLEEP timer
-    AWAITING = "AWAITING"  # a user task or a signal wait, optionally with a deadline
-    JOINED = "JOINED"  # arrived at a join barrier
-    DONE = "DONE"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class HistoryOutcome(str, enum.Enum):
-    """How a history entry ended: a worker step's attempt, or a server-side move."""
-
-    COMPLETED = "COMPLETED"  # a worker step (or a user task) finished
-    RETRY = "RETRY"  # a worker step failed and will run again
-    FAILED = "FAILED"  # a worker step failed for good
-    END = "END"
-    FORKED = "FORKED"
-    JOINED = "JOINED"
-    SLEPT = "SLEPT"
-    TIMED_OUT = "TIMED_OUT"  # a user task's (or a signal wait's) deadline passed
-    SIGNALLED = "SIGNALLED"  # a signal wait received its signal (docs/semantics.md#signal)
-    RESUMED = "RESUMED"  # a FAILED instance was retried (docs/semantics.md#resuming-a-failed-instance)
-    CHILD_STARTED = "CHILD_STARTED"  # a SUB_WORKFLOW node started its child instance
-
-    def __str__(self) -> str:
-        return self.value
 
 
 FINISHED_INSTANCE_STATUSES = frozenset(

@@ -28,6 +28,7 @@ from .._engine.state import HistoryEntry as StateHistoryEntry
 from .._engine.state import Token
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
+from .._status import InstanceStatus, TokenStatus
 from .._storage.base import InstanceView, WorkflowRecord
 from .._storage.ops import QueueStat
 from .payload import decode_object
@@ -173,7 +174,7 @@ def token_from_pb(msg: pb.TokenInfo) -> TokenInfo:
     return TokenInfo(
         token_id=msg.token_id,
         node_id=msg.node_id,
-        status=msg.status,
+        status=TokenStatus(msg.status),
         attempt=msg.attempt,
         queue=msg.queue,
         lease_owner=msg.lease_owner,
@@ -193,7 +194,7 @@ def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
         instance_id=msg.instance_id,
         workflow=msg.workflow,
         version=msg.version,
-        status=msg.status,
+        status=InstanceStatus(msg.status),
         context=context,
         correlation_id=msg.correlation_id,
         reason=msg.reason,
