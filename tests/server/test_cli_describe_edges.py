@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from wiggle import Workflow
-from wiggle._cli_ops import EDGES, _edges, describe
+from wiggle._cli.ops import EDGES, _edges, describe
 from wiggle._client.types import WorkflowInfo
 from wiggle._model import Node, NodeKind
 from wiggle.testing import EmbeddedServer

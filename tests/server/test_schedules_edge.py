@@ -163,7 +163,17 @@ async def test_cli_verbs(server: EmbeddedServer) -> None:
     )
     assert len(info["next_fire_times"]) == 3
     listed = await _wiggle(t, "schedule", "list")
-    assert listed.returncode == 0 and "nightly" in listed.stdout and "keep" in listed.stdout
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["SCHEDULE", "WORKFLOW", "WHEN", "NEXT", "FIRED"]
+    assert sorted(row.split()[0] for row in rows) == ["keep", "nightly"]
+    lowered = await _wiggle(t, "schedule", "create", "lc", FLOW.name, "--every", "60", "--overlap", "allow")
+    assert lowered.returncode == 0 and "overlap ALLOW" in lowered.stdout, lowered.stderr
+    wrong = await _wiggle(
+        t, "schedule", "create", "wrong", FLOW.name, "--every", "60", "--overlap", "sometimes"
+    )
+    assert wrong.returncode == 2 and "invalid choice: 'SOMETIMES'" in wrong.stderr, wrong.stderr
+    assert (await _wiggle(t, "schedule", "delete", "lc")).returncode == 0
     paused = await _wiggle(t, "schedule", "pause", "nightly")
     assert paused.returncode == 0 and "(paused)" in paused.stdout
     resumed = await _wiggle(t, "schedule", "resume", "nightly", "--json")

@@ -8,9 +8,9 @@ import json
 import sys
 from typing import Any
 
-from ._cli_common import client_from_args, json_arg, print_instance, print_json
-from ._cli_views import when
-from ._engine.state import InstanceStatus
+from .._engine.state import InstanceStatus
+from .common import client_from_args, json_arg, print_instance, print_json
+from .views import when
 
 __all__ = [
     "cmd_start",
@@ -100,7 +100,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from ._cli_views import print_history
+    from .views import print_history
 
     with client_from_args(args) as client:
         history = client.history(args.instance_id)
@@ -175,3 +175,72 @@ def cmd_retry(args: argparse.Namespace) -> int:
         if args.wait and info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
             return 1
     return 0
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the instance verbs (start, get, history, cancel, list, complete-task, signal, retry)."""
+    p = sub.add_parser("start", help="start an instance")
+    p.add_argument("workflow")
+    p.add_argument("--context", help="JSON object (or @file)")
+    p.add_argument("--version", dest="version")
+    p.add_argument("--correlation-id")
+    p.add_argument(
+        "--request-id",
+        help="idempotency key: a start repeating it returns the instance the first one started",
+    )
+    p.add_argument(
+        "--from-file",
+        metavar="FILE.jsonl",
+        help="start one instance per line (a JSON object each; - reads stdin) in bulk; prints the ids in order",
+    )
+    p.add_argument(
+        "--wait", action="store_true", help="wait until it finishes; exit 1 if it FAILED or was CANCELLED"
+    )
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("get", help="show an instance")
+    p.add_argument("instance_id")
+    p.add_argument("--history", action="store_true", help="with every step attempt")
+    p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("history", help="an instance's step attempts, with each failure's traceback")
+    p.add_argument("instance_id")
+    p.add_argument("--no-tracebacks", action="store_true", help="the error lines only")
+    p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("cancel", help="cancel an instance")
+    p.add_argument("instance_id")
+    p.add_argument("--reason", default="cancelled by operator")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("list", help="list instances, newest first")
+    p.add_argument("--workflow")
+    p.add_argument("--status")
+    p.add_argument("--correlation-id")
+    p.add_argument("--page-size", type=int, default=50)
+    p.add_argument("--page-token")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("complete-task", help="complete a user task")
+    p.add_argument("instance_id")
+    p.add_argument("name")
+    p.add_argument("--data", help="JSON object merged into the context (or @file)")
+    p.set_defaults(func=cmd_complete_task)
+
+    p = sub.add_parser("signal", help="send a named signal to an instance (buffered if not yet awaited)")
+    p.add_argument("instance_id")
+    p.add_argument("name", help="the signal name a wait_signal node listens for")
+    p.add_argument("--data", help="JSON object: the signal's data (or @file)")
+    p.add_argument("--id", dest="signal_id", help="a signal id: a second send with the same id is a no-op")
+    p.add_argument("--sender", help="who sends it (recorded in the history)")
+    p.set_defaults(func=cmd_signal)
+
+    p = sub.add_parser("retry", help="resume a FAILED instance from the steps that failed (or --from NODE)")
+    p.add_argument("instance_id")
+    p.add_argument("--from", dest="from_node", help="restart from this node (on the main line)")
+    p.add_argument("--context", help="JSON object replacing the context (or @file)")
+    p.add_argument("--by", help="who asks (recorded in the history; default user@host)")
+    p.add_argument("--wait", action="store_true", help="wait until the instance finishes")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.set_defaults(func=cmd_retry)

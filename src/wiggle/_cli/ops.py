@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from ._client.types import QueueInfo, WorkflowInfo
-from ._model import Node, NodeKind, WorkflowDefinition
+from .._client.types import QueueInfo, WorkflowInfo
+from .._model import Node, NodeKind, WorkflowDefinition
 
 __all__ = ["print_workflows", "print_queues", "describe", "doctor_checks", "EXTRAS"]
 
@@ -30,7 +30,7 @@ def _ms(value: int) -> str:
 
 def print_workflows(items: Sequence[WorkflowInfo], out: TextIO) -> None:
     """One line per registered version under a header."""
-    from ._cli_views import when as fmt
+    from .views import when as fmt
 
     print(f"{'NAME':<24} {'VERSION':<16} {'MODE':<11} {'NODES':>5}  REGISTERED", file=out)
     for w in items:
@@ -161,8 +161,8 @@ def describe(info: WorkflowInfo, out: TextIO) -> None:
 
 def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str, bool, str]]:
     """(check, ok, detail) for the server, the schema, the extras and the hot paths."""
-    from . import _fast
-    from ._version import __version__
+    from .. import _fast
+    from .._version import __version__
 
     checks: list[tuple[str, bool, str]] = [
         ("wiggle", True, f"{__version__} on Python {sys.version.split()[0]}"),
@@ -184,8 +184,8 @@ def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str
 
 
 async def _server_check(target: str) -> tuple[str, bool, str]:
-    from .client import AsyncClient
-    from .errors import WiggleError
+    from ..client import AsyncClient
+    from ..errors import WiggleError
 
     try:
         async with AsyncClient(target) as client:
@@ -201,7 +201,7 @@ async def _schema_check(url: str, schema: str) -> tuple[str, bool, str]:
         from psycopg import sql
     except ImportError:
         return ("schema", False, "psycopg is not installed: pip install 'wiggle-workflows[postgres]'")
-    from ._storage.postgres import migration_files
+    from .._storage.postgres import migration_files
 
     newest = migration_files()[-1][0]
     try:

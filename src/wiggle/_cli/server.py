@@ -8,21 +8,21 @@ import os
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ._engine.state import InstanceStatus
-from ._logging import configure_logging
-from .errors import InvalidArgument
+from .._engine.state import InstanceStatus
+from .._logging import configure_logging
+from ..errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from ._server.app import WiggleServer
+    from .._server.app import WiggleServer
 
 __all__ = ["cmd_server", "cmd_migrate", "cmd_demo"]
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from ._server.app import serve
-    from ._server.config import SETTINGS, from_mapping
+    from .._server.app import serve
+    from .._server.config import SETTINGS, from_mapping
 
     values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
     config = from_mapping(values)
@@ -68,13 +68,13 @@ def _run_processes(n: int) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from ._server.config import from_mapping
+    from .._server.config import from_mapping
 
     configure_logging()
     config = from_mapping({"database_url": args.database_url, "database_schema": args.database_schema})
     if not config.database_url:
         raise InvalidArgument("migrate needs --database-url or WIGGLE_DATABASE_URL")
-    from ._storage.postgres import migrate
+    from .._storage.postgres import migrate
 
     applied = asyncio.run(migrate(config.database_url, config.database_schema))
     print(f"schema {config.database_schema!r}: {applied} migration(s) applied; up to date")
@@ -82,9 +82,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from . import _demo
-    from ._model import ExecutionMode
-    from .testing import EmbeddedServer
+    from .. import _demo
+    from .._model import ExecutionMode
+    from ..testing import EmbeddedServer
 
     mode = ExecutionMode(args.mode.upper())
     configure_logging(default_level="WARNING")
@@ -143,3 +143,39 @@ async def _serve_dashboard(port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``server``, ``migrate`` and ``demo`` to the ``wiggle`` parser's subparsers ``sub``."""
+    from .._server.config import SETTINGS, ServerConfig
+
+    p = sub.add_parser("server", help="run a server (in-memory unless --database-url)")
+    for field, var, text in SETTINGS:
+        flag = "--" + field.replace("_", "-")
+        if isinstance(getattr(ServerConfig(), field), bool):  # a switch: --insecure, --open-metrics
+            p.add_argument(flag, dest=field, action="store_true", default=None, help=f"{text} [{var}]")
+            continue
+        p.add_argument(flag, dest=field, default=None, help=f"{text} [{var}]")
+    p.set_defaults(func=cmd_server)
+
+    p = sub.add_parser("migrate", help="create or migrate the PostgreSQL schema, then exit")
+    p.add_argument("--database-url", default=None)
+    p.add_argument("--database-schema", default=None)
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("demo", help="embedded server + a worker process + a sample workflow")
+    p.add_argument("--instances", type=int, default=8)
+    p.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=0,
+        help="serve the dashboard on this port and keep running until Ctrl-C (needs the dashboard extra)",
+    )
+    p.add_argument(
+        "--mode",
+        default="LOCAL_SYNC",
+        type=str.upper,
+        choices=["SERVER", "LOCAL_SYNC", "LOCAL_ASYNC"],
+        help="SERVER, LOCAL_SYNC or LOCAL_ASYNC",
+    )
+    p.set_defaults(func=cmd_demo)

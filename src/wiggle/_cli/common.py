@@ -9,8 +9,8 @@ from typing import Any
 
 import msgspec
 
-from ._cli_views import when
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
+from .views import when
 
 __all__ = ["print_json", "print_instance", "json_arg", "client_from_args"]
 
@@ -50,7 +50,7 @@ def print_instance(info: Any, history: list[Any] | None = None) -> None:
             + (f" (id {s.signal_id})" if s.signal_id else "")
         )
     if history is not None:
-        from ._cli_views import print_history
+        from .views import print_history
 
         print("history")
         print_history(history, sys.stdout)
@@ -74,8 +74,8 @@ def json_arg(text: str | None, what: str) -> Any:
 
 def client_from_args(args: argparse.Namespace) -> Any:
     """A sync Client for ``--target`` with the TLS and token flags (or WIGGLE_* variables)."""
-    from ._security.credentials import Credentials
-    from .client import Client
+    from .._security.credentials import Credentials
+    from ..client import Client
 
     try:
         credentials = Credentials.from_env(

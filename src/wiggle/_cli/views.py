@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TextIO
 
-from ._client.types import HistoryEntry
+from .._client.types import HistoryEntry
 
 __all__ = ["when", "print_history"]
 
