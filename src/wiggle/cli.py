@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "bench":  # every later argument belongs to the benchmark's own parser
         return cmd_bench(argparse.Namespace(bench_args=argv[1:]))
     args = build_parser().parse_args(argv)
+    args.argv = argv  # as given: `wiggle worker --processes N` runs N copies of the rest
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from upstream.servers import ServerProcess, server_env
+from upstream.servers import WIGGLE, ServerProcess, server_env
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 README_TARGET = "127.0.0.1:7233"
@@ -36,22 +36,23 @@ def _first_workflow() -> str:
 @pytest.mark.timeout(180)
 def test_the_readme_first_workflow_completes_against_a_real_server(tmp_path: Path) -> None:
     code = _first_workflow()
-    assert code.count(README_TARGET) == 2, "the example names the server's address twice"
-    definitions, client_part = code.split("# a server:", 1)
+    assert code.count(README_TARGET) == 1, "the example names the server's address once"
+    client_part = code.split('if __name__ == "__main__":', 1)[1]
+    assert "wiggle worker orders:orders" in client_part and "python orders.py" in client_part
     server = ServerProcess(tmp_path / "server.log", server_env())
     worker = None
     try:
-        (tmp_path / "orders_def.py").write_text(definitions)
-        (tmp_path / "run_worker.py").write_text(
-            f"from orders_def import *\n\nWorker({server.target!r}, [orders]).run()\n"
-        )
-        (tmp_path / "first.py").write_text(code.replace(README_TARGET, server.target))
+        # saved as orders.py, run as the example says: `wiggle worker orders:orders`, `python orders.py`
+        (tmp_path / "orders.py").write_text(code.replace(README_TARGET, server.target))
         with open(tmp_path / "worker.log", "wb") as log:
             worker = subprocess.Popen(
-                [sys.executable, "run_worker.py"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
+                [*WIGGLE, "--target", server.target, "worker", "orders:orders"],
+                cwd=tmp_path,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         run = subprocess.run(
-            [sys.executable, "first.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+            [sys.executable, "orders.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
         )
         assert run.returncode == 0, run.stdout + run.stderr + (tmp_path / "worker.log").read_text()
         # price: 3 x 1250; the gate lets 3 through; charge ran on the payments queue
@@ -72,8 +73,12 @@ def test_the_readme_first_workflow_completes_against_a_real_server(tmp_path: Pat
         )
         assert int(spent_ms) < 1000, f"{spent_ms} ms of engine time from start to finish"
         assert "lease expired" not in (tmp_path / "worker.log").read_text()
+        # SIGTERM drains the worker, which then exits 0
+        worker.terminate()
+        assert worker.wait(30) == 0, (tmp_path / "worker.log").read_text()
+        worker = None
     finally:
         if worker is not None:
-            worker.terminate()
+            worker.kill()
             worker.wait(30)
         server.stop()

@@ -2,6 +2,7 @@
 
 - ``parser``: the global options and the verb groups put together (``build_parser``)
 - ``server``: server, migrate, demo
+- ``worker``: worker (blueprints by import path, every WorkerOptions field, --processes)
 - ``instances``: start, get, history, cancel, list, complete-task, signal, retry
 - ``schedules``: schedule create|update|get|list|pause|resume|delete|trigger
 - ``admin``: token, doctor, workflows, queues, describe, bench

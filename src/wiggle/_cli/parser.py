@@ -11,12 +11,18 @@ import os
 from typing import Any
 
 from .._version import __version__
-from . import admin, instances, schedules, server
+from . import admin, instances, schedules, server, worker
 
 __all__ = ["build_parser"]
 
 #: The verb groups, in the order of ``wiggle --help``.
-GROUPS = (server.add_parsers, instances.add_parsers, schedules.add_parsers, admin.add_parsers)
+GROUPS = (
+    server.add_parsers,
+    worker.add_parsers,
+    instances.add_parsers,
+    schedules.add_parsers,
+    admin.add_parsers,
+)
 
 
 def _impl_line() -> str:

@@ -1,0 +1,260 @@
+"""``wiggle worker MODULE:ATTR ...``: run workers for blueprints named by import path.
+
+Every ``WorkerOptions`` field is an option (``--poll-wait-seconds``) and a variable
+(``WIGGLE_WORKER_POLL_WAIT_SECONDS``); the option wins, then the variable, then the default.
+SIGTERM or SIGINT drains: polling stops, running steps finish and local runs flush, then the
+process exits 0. ``--processes N`` runs N worker processes under one parent, which passes
+SIGTERM/SIGINT on to each and waits for all of them. What each option does: ``WorkerOptions``
+(README, "Worker options").
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from .._env import EnvError
+from ..errors import InvalidArgument
+
+__all__ = ["add_parsers", "cmd_worker", "blueprints_at", "options_from"]
+
+EXAMPLE = """examples:
+  wiggle worker myapp.flows:orders myapp.flows:payments --concurrency 32
+  wiggle worker myapp.flows:ALL --queues payments,mail --processes 4
+  wiggle worker myapp.flows            (every blueprint the module defines)"""
+
+#: The env variable of a WorkerOptions field (WIGGLE_WORKER_CONCURRENCY, ...).
+ENV_PREFIX = "WIGGLE_WORKER_"
+
+#: Fields with a closed set of values: argparse choices.
+_CHOICES = {"transport": ("stream", "unary"), "sync_handlers": ("auto", "thread", "inline")}
+
+
+def _fields() -> list[msgspec.structs.FieldInfo]:
+    from ..worker import WorkerOptions
+
+    return list(msgspec.structs.fields(WorkerOptions))
+
+
+def _kind(field: msgspec.structs.FieldInfo) -> type:
+    """int, float, bool, str, or list for ``queues``."""
+    name = field.name
+    if name == "queues":
+        return list
+    kind: type = field.type
+    if kind in (bool, int, float, str):
+        return kind
+    raise AssertionError(f"WorkerOptions.{name} has a type the command line does not know: {field.type}")
+
+
+def _queues(text: str) -> list[str]:
+    return [q.strip() for q in text.split(",") if q.strip()]
+
+
+def _parse(kind: type, text: str, where: str) -> Any:
+    if kind is list:
+        return _queues(text)
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise InvalidArgument(f"{where} must be true or false, got {text!r}")
+    try:
+        return kind(text)
+    except ValueError:
+        raise InvalidArgument(
+            f"{where} must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+        ) from None
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``worker`` to the ``wiggle`` parser's subparsers ``sub``."""
+    p = sub.add_parser(
+        "worker",
+        help="run workers for blueprints given by import path (module:attribute)",
+        description=__doc__,
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "blueprints",
+        nargs="+",
+        metavar="MODULE[:ATTR]",
+        help="a Blueprint, or a list of them, at module:attribute; a module alone: every Blueprint in it",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help=f"worker processes to run (default 1) [{ENV_PREFIX}PROCESSES]",
+    )
+    p.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        help="a folder to import from, before the current one (repeatable)",
+    )
+    for field in _fields():
+        kind = _kind(field)
+        flag = "--" + field.name.replace("_", "-")
+        var = ENV_PREFIX + field.name.upper()
+        if kind is bool:
+            p.add_argument(
+                flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None, help=f"[{var}]"
+            )
+        elif kind is list:
+            p.add_argument(flag, dest=field.name, type=_queues, default=None, help=f"comma-separated [{var}]")
+        else:
+            p.add_argument(
+                flag,
+                dest=field.name,
+                type=kind,
+                choices=_CHOICES.get(field.name),
+                default=None,
+                help=f"[{var}]",
+            )
+    p.set_defaults(func=cmd_worker)
+
+
+def options_from(args: argparse.Namespace, env: dict[str, str] | os._Environ[str] = os.environ) -> Any:
+    """The WorkerOptions of ``args``: an option given, else its WIGGLE_WORKER_* variable, else the default."""
+    from ..worker import WorkerOptions
+
+    values: dict[str, Any] = {}
+    for field in _fields():
+        given = getattr(args, field.name)
+        if given is not None:
+            values[field.name] = given
+            continue
+        var = ENV_PREFIX + field.name.upper()
+        if env.get(var, "").strip():
+            values[field.name] = _parse(_kind(field), env[var], var)
+    try:
+        from .._worker.options import check_options
+
+        options = WorkerOptions(**values)
+        check_options(options)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return options
+
+
+def blueprints_at(path: str) -> list[Any]:
+    """The blueprints at ``module:attr`` (a Blueprint or an iterable of them), or every Blueprint
+    a module defines at its top level; InvalidArgument naming what is wrong."""
+    from ..workflow import Blueprint
+
+    module_name, _, attr = path.partition(":")
+    if not module_name:
+        raise InvalidArgument(f"{path!r} names no module; write module:attribute, e.g. myapp.flows:orders")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidArgument(f"cannot import {module_name!r} (from {path!r}): {exc}") from None
+    if not attr:
+        found = [v for v in vars(module).values() if isinstance(v, Blueprint)]
+        if not found:
+            raise InvalidArgument(f"module {module_name!r} defines no Blueprint at its top level")
+        return found
+    value: Any = module
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise InvalidArgument(f"{module_name!r} has no attribute {attr!r}") from None
+    if isinstance(value, Blueprint):
+        return [value]
+    if (
+        isinstance(value, (list, tuple, set, frozenset))
+        and value
+        and all(isinstance(v, Blueprint) for v in value)
+    ):
+        return list(value)
+    raise InvalidArgument(
+        f"{path} is a {type(value).__name__}, not a Blueprint or a list of Blueprints (call .build() on a Workflow)"
+    )
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    processes = args.processes
+    if processes is None:
+        text = os.environ.get(ENV_PREFIX + "PROCESSES", "").strip()
+        processes = _parse(int, text, ENV_PREFIX + "PROCESSES") if text else 1
+    if processes < 1:
+        raise InvalidArgument(f"--processes must be 1 or more, got {processes}")
+    for folder in reversed([os.getcwd(), *args.path]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    blueprints = [bp for path in args.blueprints for bp in blueprints_at(path)]
+    options = options_from(args)  # checked here, before any process starts
+    if processes > 1:
+        return _supervise(args.argv, processes)
+    return _run_one(args, blueprints, options)
+
+
+def _run_one(args: argparse.Namespace, blueprints: list[Any], options: Any) -> int:
+    from .._security.credentials import Credentials
+    from ..worker import Worker
+
+    try:
+        credentials = Credentials.from_env(
+            ca_file=args.tls_ca,
+            cert_file=args.client_cert,
+            key_file=args.client_key,
+            token_file=args.token_file,
+            server_name=args.tls_server_name,
+        )
+    except (ValueError, EnvError) as exc:
+        raise InvalidArgument(str(exc)) from None
+    Worker(args.target, blueprints, options, credentials=credentials).run()  # returns once drained
+    return 0
+
+
+def _supervise(given: list[str], processes: int) -> int:
+    """Run ``processes`` copies of this command (each one worker); SIGTERM/SIGINT go to each."""
+    argv = _without_processes(given)
+    env = {k: v for k, v in os.environ.items() if k != ENV_PREFIX + "PROCESSES"}
+    children = [
+        subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(processes)
+    ]
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous: dict[signal.Signals, Callable[..., Any] | int | None] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, forward)
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return max(codes, key=abs)
+
+
+def _without_processes(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--processes":
+            skip = True
+            continue
+        if arg.startswith("--processes="):
+            continue
+        out.append(arg)
+    return out

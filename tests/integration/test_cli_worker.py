@@ -1,0 +1,155 @@
+"""`wiggle worker`, as a user runs it: blueprints by import path, options and variables, several
+processes, a graceful drain on SIGTERM; bad input as exit 2 and one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from upstream.servers import WIGGLE, ServerProcess, server_env
+
+from wiggle import Client, TokenStatus, cli
+
+FLOWS = textwrap.dedent(
+    """
+    import time
+    from wiggle import Workflow
+
+    def slow(ctx):
+        time.sleep(ctx.get("nap", 0))
+        return {**ctx, "slow": True}
+
+    def fast(ctx):
+        return {**ctx, "fast": True}
+
+    napping = Workflow.define("cli-worker-nap").step(slow).step(fast, queue="cli-worker-other").build()
+    ALL = [napping]
+    not_a_blueprint = 42
+    """
+)
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "cli_worker_flows.py").write_text(FLOWS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "cli_worker_flows", raising=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "argv, env, fragment",
+    [
+        (["no_such_module_here:x"], {}, "cannot import 'no_such_module_here'"),
+        (["cli_worker_flows:missing"], {}, "has no attribute 'missing'"),
+        (["cli_worker_flows:not_a_blueprint"], {}, "is a int, not a Blueprint"),
+        ([":napping"], {}, "names no module"),
+        (["cli_worker_flows:ALL", "--concurrency", "0"], {}, "concurrency must be >= 1"),
+        (
+            ["cli_worker_flows:ALL"],
+            {"WIGGLE_WORKER_CONCURRENCY": "many"},
+            "WIGGLE_WORKER_CONCURRENCY must be an integer",
+        ),
+        (["cli_worker_flows:ALL"], {"WIGGLE_WORKER_USE_LOCAL_MODES": "maybe"}, "must be true or false"),
+        (["cli_worker_flows:ALL", "--processes", "0"], {}, "--processes must be 1 or more"),
+    ],
+)
+def test_bad_input_is_exit_2_and_one_line(
+    app: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+    fragment: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    # refused before anything connects: the target is a closed port
+    assert cli.main(["--target", "127.0.0.1:1", "worker", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "INVALID_ARGUMENT" in err and fragment in err, err
+
+
+def test_options_then_variables_then_defaults(app: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from wiggle._cli.worker import options_from
+
+    parser = cli.build_parser()
+    monkeypatch.setenv("WIGGLE_WORKER_CONCURRENCY", "7")
+    monkeypatch.setenv("WIGGLE_WORKER_QUEUES", "a, b")
+    monkeypatch.setenv("WIGGLE_WORKER_USE_LOCAL_MODES", "false")
+    args = parser.parse_args(["worker", "m:x", "--concurrency", "3", "--transport", "unary"])
+    options = options_from(args)
+    assert (options.concurrency, options.queues, options.use_local_modes, options.transport) == (
+        3,
+        ["a", "b"],
+        False,
+        "unary",
+    )
+    assert options.poll_wait_seconds == 10.0  # the default
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_processes_serve_and_sigterm_drains_a_running_step(app: Path) -> None:
+    server = ServerProcess(app / "server.log", server_env())
+    worker = None
+    try:
+        env = {**os.environ, "WIGGLE_WORKER_POLL_WAIT_SECONDS": "1"}
+        with open(app / "worker.log", "wb") as log:
+            worker = subprocess.Popen(
+                [*WIGGLE, "--target", server.target, "worker", "cli_worker_flows:ALL", "--processes", "2"],
+                cwd=app,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        with Client(server.target) as client:
+            deadline = time.monotonic() + 60
+            # both worker processes are up, and have registered the workflow
+            while len(_children(worker.pid)) < 2 or not client.list_workflows("cli-worker-nap"):
+                assert worker.poll() is None and time.monotonic() < deadline, (app / "worker.log").read_text()
+                time.sleep(0.1)
+            quick = [client.start("cli-worker-nap", {"n": i}).instance_id for i in range(6)]
+            for iid in quick:
+                assert client.wait(iid, timeout=30).status == "COMPLETED"
+            # a step that runs for 2 s, then SIGTERM while it runs: it finishes, the run hands on
+            napping = client.start("cli-worker-nap", {"nap": 2}).instance_id
+            while not any(t.status is TokenStatus.RUNNING for t in client.get(napping).tokens):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(30) == 0, (app / "worker.log").read_text()
+            worker = None
+            info = client.get(napping)
+            history = client.history(napping)
+            assert info.context.get("slow") is True  # the running step finished before the exit
+            assert [(h.node_id, h.outcome, h.attempt) for h in history if h.kind == "TASK"] == [
+                ("slow", "COMPLETED", 1)
+            ]
+            (token,) = info.tokens  # handed on: ready on the other queue, nobody holds it
+            assert (token.node_id, token.status, token.lease_owner) == ("fast", "READY", "")
+    finally:
+        if worker is not None:
+            worker.kill()
+            worker.wait(30)
+        server.stop()
