@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -33,6 +34,21 @@ async def _eventually(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
         await asyncio.sleep(interval)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging() -> Iterator[None]:
+    """A test that runs a command in-process (``cli.main(["server", ...])``, ``Worker.run()``)
+    leaves Wiggle's handler on the root logger, writing to that test's captured stderr, which is
+    closed after it: the root logger's handlers and level are put back after every test, so a
+    later test's logging never goes there."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ EXPECTED = {
     "NodeKind",
     "NotFound",
     "PermanentError",
+    "RetryableError",
     "RetryPolicy",
     "ScheduleInfo",
     "Step",

@@ -7,6 +7,7 @@ import sys
 import msgspec
 
 from ._model import ExecutionMode, RetryPolicy
+from .errors import RetryableError
 from .worker import Step, Worker, WorkerOptions
 from .workflow import Blueprint, Workflow
 
@@ -44,7 +45,8 @@ def charge(order: Order) -> Order:
     # Fails on the first attempt, to show a retry; Step.current() tells the attempt.
     order.charge_attempts = Step.current().attempt
     if Step.current().attempt == 1:
-        raise ConnectionError("payment gateway timed out (simulated)")
+        # a failure the demo plans: RetryableError is logged in one line, without a traceback
+        raise RetryableError("payment gateway timed out (simulated)")
     order.charged = True
     return order
 

@@ -47,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except WiggleError as exc:
-        print(f"wiggle: {exc.code.name}: {exc}", file=sys.stderr)
+        hint = ""
+        if exc.code is ErrorCode.UNAVAILABLE and getattr(args, "target", None):
+            hint = f" (is a `wiggle server` running at {args.target}? Choose another with --target or WIGGLE_TARGET)"
+        print(f"wiggle: {exc.code.name}: {exc}{hint}", file=sys.stderr)
         return EXIT_CODES.get(exc.code, 1)
     except EnvError as exc:  # a malformed WIGGLE_* variable: bad input
         print(f"wiggle: {exc}", file=sys.stderr)

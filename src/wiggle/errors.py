@@ -115,6 +115,12 @@ class PermanentError(Exception):
     """Raise from a step handler to fail the step without retrying it."""
 
 
+class RetryableError(Exception):
+    """Raise from a step handler for a failure you expect (a timeout, a busy service): the step
+    is retried by its policy like after any exception, and the worker logs it in one line, with
+    no traceback (the history keeps the traceback)."""
+
+
 class WorkflowFailed(WiggleError):
     """Raised by ``Client.result`` when an instance ended FAILED or CANCELLED."""
 

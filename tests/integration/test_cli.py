@@ -66,7 +66,7 @@ def test_demo_with_the_dashboard_shows_the_retried_step_and_its_traceback() -> N
         detail = get(f"/api/instances/{page['instances'][0]['instance_id']}")
         assert detail["node_states"]["charge"] == "done" and detail["node_states"]["ship"] == "done"
         (retry,) = [e for e in detail["history"] if e["node_id"] == "charge" and e["outcome"] == "RETRY"]
-        assert "ConnectionError: payment gateway timed out" in retry["traceback"]
+        assert "RetryableError: payment gateway timed out" in retry["traceback"]
         assert "in charge" in retry["traceback"]
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from .._engine.state import InstanceStatus
+from .._status import InstanceStatus
+from ..errors import InvalidArgument
 from .common import client_from_args, json_arg, print_instance, print_json
 from .views import when
 
@@ -31,7 +32,7 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     try:
         fh = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
-        raise SystemExit(f"wiggle: --from-file {path}: {exc.strerror}") from None
+        raise InvalidArgument(f"--from-file {path}: {exc.strerror}") from None
     with fh:
         for number, line in enumerate(fh, 1):
             if not line.strip():
@@ -39,21 +40,38 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise SystemExit(f"wiggle: {path} line {number} is not valid JSON: {exc}") from None
+                raise InvalidArgument(f"--from-file {path} line {number} is not valid JSON: {exc}") from None
             if not isinstance(value, dict):
-                raise SystemExit(
-                    f"wiggle: {path} line {number} must be a JSON object, got {type(value).__name__}"
+                raise InvalidArgument(
+                    f"--from-file {path} line {number} must be a JSON object, got {type(value).__name__}"
                 )
             contexts.append(value)
     return contexts
 
 
+#: Exit status of ``--wait`` when the instance was still running at ``--timeout``.
+STILL_RUNNING = 6
+
+
+def waited(info: Any, args: argparse.Namespace) -> int:
+    """The exit status of a verb with ``--wait``: 0 COMPLETED, 1 FAILED or CANCELLED, 6 still
+    running when ``--timeout`` passed (said on stderr); 0 without ``--wait``."""
+    if not args.wait:
+        return 0
+    if info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
+        return 1
+    if info.status == InstanceStatus.RUNNING:
+        print(f"wiggle: {info.instance_id} still RUNNING after --timeout {args.timeout:g} s", file=sys.stderr)
+        return STILL_RUNNING
+    return 0
+
+
 def cmd_start_many(args: argparse.Namespace) -> int:
     if args.context is not None or args.wait:
-        raise SystemExit("wiggle: --from-file takes the contexts from the file: drop --context and --wait")
+        raise InvalidArgument("--from-file takes the contexts from the file: drop --context and --wait")
     contexts = _read_jsonl(args.from_file)
     if not contexts:
-        raise SystemExit(f"wiggle: {args.from_file} holds no contexts (one JSON object per line)")
+        raise InvalidArgument(f"--from-file {args.from_file} holds no contexts (one JSON object per line)")
     with client_from_args(args) as client:
         ids = client.start_many(
             args.workflow,
@@ -83,9 +101,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         if args.wait:
             info = client.wait(info.instance_id, timeout=args.timeout)
         print_json(info) if args.json else print_instance(info)
-        if args.wait and info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
-            return 1
-    return 0
+    return waited(info, args)
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -120,7 +136,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             print(
                 f"{info.instance_id}: {'cancelled' if changed else f'already {info.status}; nothing changed'}"
             )
-    return 0
+    return 0 if changed else 4  # refused by the state (README, "The command line")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -172,9 +188,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
         if args.wait:
             info = client.wait(info.instance_id, timeout=args.timeout)
         print_json(info) if args.json else print_instance(info)
-        if args.wait and info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
-            return 1
-    return 0
+    return waited(info, args)
 
 
 def add_parsers(sub: Any) -> None:
@@ -194,7 +208,9 @@ def add_parsers(sub: Any) -> None:
         help="start one instance per line (a JSON object each; - reads stdin) in bulk; prints the ids in order",
     )
     p.add_argument(
-        "--wait", action="store_true", help="wait until it finishes; exit 1 if it FAILED or was CANCELLED"
+        "--wait",
+        action="store_true",
+        help="wait until it finishes: exit 1 if it FAILED or was CANCELLED, 6 if still running at --timeout",
     )
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(func=cmd_start)
@@ -241,6 +257,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--from", dest="from_node", help="restart from this node (on the main line)")
     p.add_argument("--context", help="JSON object replacing the context (or @file)")
     p.add_argument("--by", help="who asks (recorded in the history; default user@host)")
-    p.add_argument("--wait", action="store_true", help="wait until the instance finishes")
+    p.add_argument(
+        "--wait", action="store_true", help="wait until it finishes (exit codes as for start --wait)"
+    )
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(func=cmd_retry)

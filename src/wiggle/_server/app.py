@@ -151,23 +151,10 @@ class WiggleServer:
         add_service(server, pb.DESCRIPTOR.services_by_name["WiggleControlPlane"], self.service)
         add_service(server, upstream_pb.DESCRIPTOR.services_by_name["WiggleControlPlane"], self.upstream)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        address = f"{self.config.host}:{self.config.port}"
-        if security.tls is not None:
-            self.port = server.add_secure_port(address, security.tls.grpc_credentials())
-        else:
-            self.port = server.add_insecure_port(address)
-        if self.port == 0:
-            raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
+        self.port = _bind(server, security, f"{self.config.host}:{self.config.port}", "--port, WIGGLE_PORT")
         if self.config.upstream_port:  # a second port, e.g. upstream Wiggle's 8080 (docs/upstream.md)
             extra = f"{self.config.host}:{self.config.upstream_port}"
-            bound = (
-                server.add_secure_port(extra, security.tls.grpc_credentials())
-                if security.tls is not None
-                else server.add_insecure_port(extra)
-            )
-            if bound == 0:
-                raise OSError(f"cannot bind {extra} (WIGGLE_UPSTREAM_PORT)")
-            self.upstream_port = bound
+            self.upstream_port = _bind(server, security, extra, "--upstream-port, WIGGLE_UPSTREAM_PORT")
         await server.start()
         self._server = server
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.SERVING)
@@ -255,3 +242,21 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     await stop.wait()
     log.info("stopping (grace 5 s)")
     await server.stop(5.0)
+
+
+def _bind(server: grpc.aio.Server, security: Security, address: str, setting: str) -> int:
+    """Listen on ``address``; the port bound. A port that cannot be had (in use, not ours) is
+    FailedPrecondition naming it and the setting that chose it, not gRPC's RuntimeError."""
+    try:
+        if security.tls is not None:
+            port = server.add_secure_port(address, security.tls.grpc_credentials())
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise FailedPrecondition(
+            f"cannot listen on {address}: the port is in use (another wiggle server?) or not allowed; "
+            f"choose another ({setting})"
+        )
+    return int(port)

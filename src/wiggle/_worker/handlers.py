@@ -27,7 +27,7 @@ from .. import _tracing as tracing
 from .._histogram import Series
 from .._logging import add_field_source
 from .._rpc import wiggle_pb2 as pb
-from ..errors import PermanentError
+from ..errors import PermanentError, RetryableError
 from ..workflow import Blueprint, HandlerKind
 from .stats import WorkerStats
 
@@ -161,12 +161,13 @@ class InlinePolicy:
 class Failure:
     """A step that failed: the message reported, whether the server may retry it, the traceback."""
 
-    __slots__ = ("message", "retryable", "traceback")
+    __slots__ = ("message", "retryable", "traceback", "expected")
 
-    def __init__(self, message: str, retryable: bool, traceback: str = "") -> None:
+    def __init__(self, message: str, retryable: bool, traceback: str = "", expected: bool = False) -> None:
         self.message = message
         self.retryable = retryable
         self.traceback = traceback  # the formatted traceback of a raising handler, else ""
+        self.expected = expected  # a RetryableError: logged without its traceback
 
     def __repr__(self) -> str:
         return f"Failure({self.message!r}, retryable={self.retryable})"
@@ -189,7 +190,7 @@ def failure_of(exc: BaseException) -> Failure:
     while tb is not None and tb.tb_next is not None and _is_plumbing(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next  # start at the user's code: the worker's own frames are the same every time
     formatted = "".join(traceback.TracebackException(type(exc), exc, tb).format())
-    return Failure(message, not isinstance(exc, PermanentError), formatted)
+    return Failure(message, not isinstance(exc, PermanentError), formatted, isinstance(exc, RetryableError))
 
 
 _WORKER_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -202,15 +203,16 @@ def _is_plumbing(filename: str) -> bool:
 
 
 def log_failure(info: Step, failure: Failure) -> None:
-    """Log a failed attempt with its traceback (the context, a payload, is never logged)."""
+    """Log a failed attempt with its traceback, or in one line if the handler expected it
+    (RetryableError); the context, a payload, is never logged."""
     log.warning(
-        "step %s of instance %s failed (attempt %d, %s): %s\n%s",
+        "step %s of instance %s failed (attempt %d, %s): %s%s",
         info.node_id,
         info.instance_id,
         info.attempt,
         "will retry if its policy allows" if failure.retryable else "not retryable",
         failure.message,
-        failure.traceback.rstrip(),
+        "" if failure.expected else "\n" + failure.traceback.rstrip(),
         extra=log_fields_of(info),
     )
 
