@@ -40,7 +40,7 @@ async def test_signal_retry_and_schedule_actions_need_the_admin_role(pki: Pki) -
     port = free_port()
     config = ServerConfig(
         port=0,
-        metrics_port=port,
+        http_port=port,
         tls_cert=str(pki.server_cert),
         tls_key=str(pki.server_key),
         auth_file=str(pki.auth_file),

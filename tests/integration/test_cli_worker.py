@@ -125,8 +125,8 @@ def test_processes_serve_and_sigterm_drains_a_running_step(app: Path) -> None:
             )
         with Client(server.target) as client:
             deadline = time.monotonic() + 60
-            # both worker processes are up, and have registered the workflow
-            while len(_children(worker.pid)) < 2 or not client.list_workflows("cli-worker-nap"):
+            # both worker processes are up and serving
+            while len(_children(worker.pid)) < 2 or (app / "worker.log").read_text().count(" serving ") < 2:
                 assert worker.poll() is None and time.monotonic() < deadline, (app / "worker.log").read_text()
                 time.sleep(0.1)
             quick = [client.start("cli-worker-nap", {"n": i}).instance_id for i in range(6)]
@@ -152,4 +152,26 @@ def test_processes_serve_and_sigterm_drains_a_running_step(app: Path) -> None:
         if worker is not None:
             worker.kill()
             worker.wait(30)
+        server.stop()
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_while_the_processes_start_is_a_clean_stop(app: Path) -> None:
+    # whether a child is still importing (stopped by the signal itself) or already serving
+    # (drained), stopping as asked is exit 0
+    server = ServerProcess(app / "server.log", server_env())
+    try:
+        worker = subprocess.Popen(
+            [*WIGGLE, "--target", server.target, "worker", "cli_worker_flows:ALL", "--processes", "2"],
+            cwd=app,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while len(_children(worker.pid)) < 2:
+            assert worker.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
         server.stop()

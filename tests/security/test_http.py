@@ -41,7 +41,7 @@ async def test_metrics_over_tls_with_roles(pki: Pki, open_metrics: bool) -> None
     port = _free_port()
     config = ServerConfig(
         port=0,
-        metrics_port=port,
+        http_port=port,
         tls_cert=str(pki.server_cert),
         tls_key=str(pki.server_key),
         auth_file=str(pki.auth_file),
@@ -87,7 +87,7 @@ async def test_metrics_with_client_certificates_and_reload(pki: Pki, tmp_path: P
     port = _free_port()
     config = ServerConfig(
         port=0,
-        metrics_port=port,
+        http_port=port,
         tls_cert=str(live_cert),
         tls_key=str(live_key),
         tls_client_ca=str(clients.ca_file),
@@ -155,7 +155,7 @@ async def test_dashboard_reads_need_a_role_and_actions_the_admin_role(pki: Pki) 
     port = _free_port()
     config = ServerConfig(
         port=0,
-        metrics_port=port,
+        http_port=port,
         tls_cert=str(pki.server_cert),
         tls_key=str(pki.server_key),
         auth_file=str(pki.auth_file),

@@ -39,7 +39,7 @@ async def test_metrics_endpoint_reports_rpcs_and_handbacks() -> None:
         .step(bump, name="again")
         .build()
     )
-    async with EmbeddedServer(metrics_port=port) as server:
+    async with EmbeddedServer(http_port=port) as server:
         async with server.worker([bp]):
             info = await server.client.start(bp, Ctx())
             done = await server.client.result(info.instance_id, timeout=20)

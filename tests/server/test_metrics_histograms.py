@@ -57,7 +57,7 @@ async def test_step_histograms_and_outcomes(mode: ExecutionMode) -> None:
         .build()
     )
     port = _free_port()
-    async with EmbeddedServer(metrics_port=port) as server:
+    async with EmbeddedServer(http_port=port) as server:
         await server.client.register(flow)
         ids = [(await server.client.start(flow, {"bad": i < 2})).instance_id for i in range(6)]
         async with server.worker([flow]):

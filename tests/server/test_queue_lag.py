@@ -78,7 +78,7 @@ async def test_a_queue_without_workers_lags_and_recovers(
     caplog.set_level(logging.INFO, logger="wiggle.lag")
     port = _free_port()
     settings = dict(queue_lag_warn_millis=300, queue_lag_clear_millis=100, queue_lag_interval_millis=50)
-    async with EmbeddedServer(metrics_port=port, **settings) as server:
+    async with EmbeddedServer(http_port=port, **settings) as server:
         monitor = server.server.lag
         await server.client.register(flow)
         ids = [(await server.client.start(flow, {})).instance_id for _ in range(20)]

@@ -99,7 +99,8 @@ async def amain(args: argparse.Namespace) -> int:
     for var in (
         "WIGGLE_DATABASE_URL",
         "WIGGLE_DATABASE_SCHEMA",
-        "WIGGLE_METRICS_PORT",
+        "WIGGLE_HTTP_PORT",
+        "WIGGLE_METRICS_PORT",  # its older name (wiggle/_server/config.py)
         "WIGGLE_PORT",
         "WIGGLE_PROCESSES",
     ):

@@ -144,7 +144,7 @@ async def run_server(args: argparse.Namespace) -> int:
     from wiggle._server.app import WiggleServer
     from wiggle._server.config import from_mapping
 
-    values: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "processes": 1}
+    values: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "http_port": 0, "processes": 1}
     values["database_url"] = args.database_url or ""
     if args.schema:
         values["database_schema"] = args.schema

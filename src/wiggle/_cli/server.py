@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import enum
 import os
 import signal
 import subprocess
@@ -90,7 +91,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     configure_logging(default_level="WARNING")
 
     async def run() -> int:
-        async with EmbeddedServer(metrics_port=args.dashboard_port) as server:
+        async with EmbeddedServer(http_port=args.dashboard_port) as server:
             print(f"embedded server (in-memory store) on {server.target}")
             # the demo's own output is the point: its worker logs warnings (tracebacks) and up
             env = {"WIGGLE_LOG_LEVEL": "WARNING", **os.environ}
@@ -147,15 +148,25 @@ async def _serve_dashboard(port: int) -> None:
 
 def add_parsers(sub: Any) -> None:
     """Add ``server``, ``migrate`` and ``demo`` to the ``wiggle`` parser's subparsers ``sub``."""
-    from .._server.config import SETTINGS, ServerConfig
+    from .._server.config import OLD_FLAGS, SETTINGS, ServerConfig
 
     p = sub.add_parser("server", help="run a server (in-memory unless --database-url)")
+    defaults = ServerConfig()
     for field, var, text in SETTINGS:
         flag = "--" + field.replace("_", "-")
-        if isinstance(getattr(ServerConfig(), field), bool):  # a switch: --insecure, --open-metrics
+        default = getattr(defaults, field)
+        if isinstance(default, bool):  # a switch: --insecure, --open-metrics
             p.add_argument(flag, dest=field, action="store_true", default=None, help=f"{text} [{var}]")
             continue
-        p.add_argument(flag, dest=field, default=None, help=f"{text} [{var}]")
+        shown = (
+            f"; default {default.value if isinstance(default, enum.Enum) else default}"
+            if default != ""
+            else ""
+        )
+        p.add_argument(flag, dest=field, default=None, help=f"{text} [{var}{shown}]")
+    for old, field in OLD_FLAGS.items():  # older names, kept working: they warn
+        new = "--" + field.replace("_", "-")
+        p.add_argument(old, dest=field, default=None, action=_deprecated(old, new), help=f"deprecated: {new}")
     p.set_defaults(func=cmd_server)
 
     p = sub.add_parser("migrate", help="create or migrate the PostgreSQL schema, then exit")
@@ -179,3 +190,16 @@ def add_parsers(sub: Any) -> None:
         help="SERVER, LOCAL_SYNC or LOCAL_ASYNC",
     )
     p.set_defaults(func=cmd_demo)
+
+
+def _deprecated(old: str, new: str) -> type[argparse.Action]:
+    """An argparse action that stores the value and says on stderr that ``old`` is now ``new``."""
+
+    class Deprecated(argparse.Action):
+        def __call__(
+            self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None
+        ) -> None:
+            print(f"wiggle: {old} is deprecated; use {new}", file=sys.stderr)
+            setattr(namespace, self.dest, values)
+
+    return Deprecated

@@ -224,24 +224,32 @@ def _supervise(given: list[str], processes: int) -> int:
     """Run ``processes`` copies of this command (each one worker); SIGTERM/SIGINT go to each."""
     argv = _without_processes(given)
     env = {k: v for k, v in os.environ.items() if k != ENV_PREFIX + "PROCESSES"}
-    children = [
-        subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(processes)
-    ]
+    children: list[subprocess.Popen[bytes]] = []
+    forwarded: set[int] = set()
 
     def forward(signum: int, _frame: object) -> None:
+        forwarded.add(signum)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
+    # the handlers first: a signal that comes while the children start is passed on (or stops
+    # the starting) instead of killing this process and leaving them behind
     previous: dict[signal.Signals, Callable[..., Any] | int | None] = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, forward)
     try:
+        for _ in range(processes):
+            if forwarded:
+                break
+            children.append(subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env))
         codes = [child.wait() for child in children]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return max(codes, key=abs)
+    # a child stopped by the signal passed on before it had set up its own handling (still starting:
+    # nothing of its ran) stopped as asked
+    return max((0 if -code in forwarded else code for code in codes), key=abs, default=0)
 
 
 def _without_processes(argv: list[str]) -> list[str]:

@@ -171,7 +171,7 @@ class WiggleServer:
         )
         if security.tls is not None or security.identities is not None:
             self._tasks.append(asyncio.ensure_future(self._reload_loop(security)))
-        if self.config.metrics_port:
+        if self.config.http_port:
             self.http_security = HttpSecurity(security.tls, security.authenticator, self.config.open_metrics)
             self._http = await open_http_port(self)
         log.info(

@@ -1,4 +1,4 @@
-"""Opening the server's HTTP port (WIGGLE_METRICS_PORT): the dashboard when its extra is there.
+"""Opening the server's HTTP port (WIGGLE_HTTP_PORT): the dashboard when its extra is there.
 
 With aiohttp (the ``dashboard`` extra) the port serves /metrics, /healthz, /readyz, the dashboard
 and its JSON API on the server's event loop (wiggle/_server/web/). Without it, /metrics alone in
@@ -54,7 +54,7 @@ def _metrics_text(server: WiggleServer) -> Callable[[], bytes] | None:
 
 
 async def open_http_port(server: WiggleServer) -> HttpPort | None:
-    """Serve the HTTP port of ``server`` on config.host:config.metrics_port."""
+    """Serve the HTTP port of ``server`` on config.host:config.http_port."""
     config = server.config
     try:
         from .web.api import Sources
@@ -64,16 +64,16 @@ async def open_http_port(server: WiggleServer) -> HttpPort | None:
             from .metrics_http import start_metrics_server
         except ImportError as exc2:
             log.warning(
-                "WIGGLE_METRICS_PORT is set but neither the dashboard nor metrics are installed: %s", exc2
+                "WIGGLE_HTTP_PORT is set but neither the dashboard nor metrics are installed: %s", exc2
             )
             return None
         log.warning("the dashboard is unavailable (%s): pip install 'wiggle-workflows[dashboard]'", exc)
-        http_server = start_metrics_server(config.host, config.metrics_port, server, server.http_security)
+        http_server = start_metrics_server(config.host, config.http_port, server, server.http_security)
         return _MetricsThread(http_server, http_server.server_address[1])
     sources = Sources(server.instances, server.service.pollers, getattr(server, "lag", None))
     security = server.http_security
     side = HttpSide(server.instances, sources, _metrics_text(server), server.serving, security)
-    await side.start(config.host, config.metrics_port)
+    await side.start(config.host, config.http_port)
     scheme = "https" if security is not None and security.tls is not None else "http"
     log.info("dashboard and /metrics on %s://%s:%d/", scheme, config.host, side.port)
     return _Dashboard(side)

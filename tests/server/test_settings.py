@@ -1,0 +1,79 @@
+"""Server settings are declared once (wiggle/_server/config.py): the variables, the flags, the
+bounds and the README's table all come from the ServerConfig fields."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wiggle import cli
+from wiggle._server.config import BOUNDS, DECLARED, OLD_FLAGS, SETTINGS, ServerConfig, env_name, from_mapping
+from wiggle.errors import InvalidArgument
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_field_is_declared_and_named_after_itself() -> None:
+    assert list(DECLARED) == list(ServerConfig.__struct_fields__)
+    assert [(field, var) for field, var, _ in SETTINGS] == [(f, "WIGGLE_" + f.upper()) for f in DECLARED]
+    assert all(help_text for _, _, help_text in SETTINGS)
+
+
+def test_every_numeric_bound_is_enforced_with_the_flag_and_variable_named() -> None:
+    assert {"port", "http_port", "lease_millis", "processes"} <= set(BOUNDS)
+    for field, (low, _high) in BOUNDS.items():
+        with pytest.raises(InvalidArgument, match=f"--{field.replace('_', '-')} \\({env_name(field)}\\)"):
+            from_mapping({field: int(low) - 1}, env={})
+
+
+def test_every_setting_is_a_flag_of_wiggle_server() -> None:
+    parser = cli.build_parser()
+    for field, _, _ in SETTINGS:
+        flag = "--" + field.replace("_", "-")
+        args = parser.parse_args(
+            ["server", flag] if isinstance(getattr(ServerConfig(), field), bool) else ["server", flag, "1"]
+        )
+        assert getattr(args, field) is not None, flag
+
+
+@pytest.mark.parametrize(
+    "old, new_field, value",
+    [
+        ("WIGGLE_LOCAL_MAX_STEPS", "max_local_steps", 7),
+        ("WIGGLE_RETENTION", "retention_seconds", 60),
+        ("WIGGLE_METRICS_PORT", "http_port", 9464),
+        ("WIGGLE_PURGE_INTERVAL", "purge_interval_seconds", 5.0),
+    ],
+)
+def test_an_older_variable_still_works_and_warns(
+    caplog: pytest.LogCaptureFixture, old: str, new_field: str, value: object
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="wiggle.server"):
+        config = from_mapping({}, env={old: str(value)})
+    assert getattr(config, new_field) == value
+    assert f"{old} is deprecated: set {env_name(new_field)} instead" in caplog.text
+    # the new name wins over the old one, silently
+    caplog.clear()
+    assert getattr(from_mapping({}, env={old: "1", env_name(new_field): str(value)}), new_field) == value
+    assert "deprecated" not in caplog.text
+
+
+def test_the_older_flag_still_works_and_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    assert OLD_FLAGS == {"--metrics-port": "http_port"}
+    args = cli.build_parser().parse_args(["server", "--metrics-port", "9464"])
+    assert args.http_port == "9464"
+    assert "--metrics-port is deprecated; use --http-port" in capsys.readouterr().err
+
+
+def test_the_readme_table_is_the_one_the_declaration_makes() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_settings_table.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
