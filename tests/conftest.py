@@ -13,10 +13,45 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from wiggle import Step
+
+#: Fixture modules every test may use by name (tests/pg.py: ``pg_schema``).
+pytest_plugins = ["pg"]
+
+TESTS = Path(__file__).parent
+#: Markers given by where a test is (pyproject.toml declares them): `pytest -m "not slow"` etc.
+_BY_FILE = {
+    "dashboard/test_browser.py": "browser",
+    "dashboard/test_browser_operate.py": "browser",
+    "upstream/test_upstream_client.py": "upstream_client",
+    "upstream/test_mixed_fleet.py": "upstream_client",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test in one place: ``slow`` (process-level tests, tests/integration/),
+    ``browser``, ``upstream_client`` (they run upstream's own client) by file, and ``postgres``
+    for every test that talks to PostgreSQL (a ``postgres`` store parameter, the ``pg_schema``
+    fixture, or a module that says so)."""
+    for item in items:
+        try:
+            where = Path(item.path).relative_to(TESTS).as_posix()
+        except ValueError:  # a test outside tests/ (pytester's)
+            continue
+        if where.startswith("integration/"):
+            item.add_marker(pytest.mark.slow)
+        if where in _BY_FILE:
+            item.add_marker(getattr(pytest.mark, _BY_FILE[where]))
+        uses_postgres = "pg_schema" in getattr(item, "fixturenames", ()) or any(
+            "postgres" in str(v) for v in getattr(getattr(item, "callspec", None), "params", {}).values()
+        )
+        if uses_postgres and item.get_closest_marker("postgres") is None:
+            item.add_marker(pytest.mark.postgres)
+
 
 Condition = Callable[[], "bool | Awaitable[bool]"]
 

@@ -23,6 +23,7 @@ from psycopg import sql
 
 __all__ = [
     "TEST_DATABASE_URL",
+    "STORES",
     "new_schema_name",
     "create_schema",
     "drop_schema",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 TEST_DATABASE_URL = os.environ.get("WIGGLE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+#: The stores the store-parametrized tests run on: "memory" always, "postgres" with
+#: WIGGLE_TEST_POSTGRES=1 (as CI sets: PostgreSQL then fails, never skips, when unreachable).
+STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 
 
 def new_schema_name() -> str:

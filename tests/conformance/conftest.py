@@ -19,12 +19,12 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import pytest
+from pg import STORES
 
 from wiggle import Blueprint, ExecutionMode, InstanceInfo, Worker, WorkerOptions, Workflow
 from wiggle.testing import EmbeddedServer, WorkflowEnvironment
 
 POSTGRES_URL = os.environ.get("WIGGLE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 MODES = [ExecutionMode.SERVER, ExecutionMode.LOCAL_SYNC, ExecutionMode.LOCAL_ASYNC]
 
 

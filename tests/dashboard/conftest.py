@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from pg import pg_schema  # noqa: F401  (a fixture)
-
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
+from pg import (
+    STORES,
+    pg_schema,  # noqa: F401  (a fixture)
+)
 
 
 @pytest.fixture(params=STORES)

@@ -4,7 +4,6 @@ exporter, on every store and in SERVER and LOCAL_ASYNC modes."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -12,12 +11,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import STORES, TEST_DATABASE_URL
 
 from wiggle import ExecutionMode, RetryPolicy, Workflow
 from wiggle.testing import EmbeddedServer
 
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 EXPORTER = InMemorySpanExporter()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -19,7 +18,7 @@ import grpc
 import msgspec
 import pytest
 from google.protobuf.message import Message
-from pg import TEST_DATABASE_URL, async_temp_schema
+from pg import STORES, TEST_DATABASE_URL, async_temp_schema
 
 from wiggle import ExecutionMode, Workflow
 from wiggle._rpc import wiggle_pb2 as pb
@@ -27,7 +26,6 @@ from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle._server.app import WiggleServer
 from wiggle.testing import EmbeddedServer
 
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 LIMIT = 64 * 1024  # the server's payload limit in this test
 DEEP = b"[" * 10_000 + b"]" * 10_000
 DEEP_OBJECT = b'{"a": ' + DEEP + b"}"

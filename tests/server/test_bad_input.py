@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator
 
 import grpc
 import msgspec
 import pytest
-from pg import TEST_DATABASE_URL, async_temp_schema
+from pg import STORES, TEST_DATABASE_URL, async_temp_schema
 
 from wiggle import ExecutionMode, Workflow
 from wiggle._rpc import wiggle_pb2 as pb
@@ -445,7 +444,6 @@ async def test_complete_user_task_bad_input(wire: Wire) -> None:
 
 # ---------------------------------------------------------------------------- issue #14: the edge, on both stores
 
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 DEEP = b"[" * 10_000 + b"]" * 10_000
 DEEP_OBJECT = b'{"a": ' + DEEP + b"}"
 NUL = "flow\x00name"

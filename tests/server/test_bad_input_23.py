@@ -7,14 +7,13 @@ test runs on the memory store and, with WIGGLE_TEST_POSTGRES=1, on PostgreSQL (a
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator
 
 import grpc
 import msgspec
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, async_temp_schema
+from pg import STORES, TEST_DATABASE_URL, async_temp_schema
 from psycopg import sql
 
 from wiggle import Workflow
@@ -27,7 +26,6 @@ from wiggle.errors import InvalidArgument
 from wiggle.testing import EmbeddedServer
 
 WORKER = "worker-23"
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 
 
 def _h(name: str):

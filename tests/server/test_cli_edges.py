@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import TEST_DATABASE_URL
 
 from wiggle import Workflow, cli
 from wiggle.testing import EmbeddedServer

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any
 
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import TEST_DATABASE_URL
 
 from wiggle._engine.engine import Engine, EngineConfig, LoadedDefinition
 from wiggle._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus

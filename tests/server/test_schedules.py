@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import TEST_DATABASE_URL
 
 from wiggle._engine.schedules import MAX_CATCHUP, Schedule, next_ticks, plan_ticks
 from wiggle._engine.state import InstanceStatus

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -16,7 +15,7 @@ from typing import Any
 import grpc
 import msgspec
 import pytest
-from pg import TEST_DATABASE_URL, async_temp_schema
+from pg import STORES, TEST_DATABASE_URL, async_temp_schema
 
 from wiggle import Client, Workflow
 from wiggle._rpc import wiggle_pb2 as pb
@@ -30,7 +29,6 @@ def double(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 FLOW = Workflow.define("bulk").step(double).build()
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") else [])
 
 
 @pytest.fixture(params=STORES)

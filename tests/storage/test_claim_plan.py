@@ -11,7 +11,7 @@ import re
 
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import TEST_DATABASE_URL
 
 from wiggle._engine.engine import Engine
 from wiggle._model import Node, NodeKind, WorkflowDefinition

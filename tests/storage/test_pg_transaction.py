@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import TEST_DATABASE_URL
 from psycopg import _pipeline_base, pq, sql
 
 from wiggle._storage.postgres.db import Conn, transaction

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import TEST_DATABASE_URL
 from psycopg import sql
 
 from wiggle._engine.engine import Engine, EngineConfig

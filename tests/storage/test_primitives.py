@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import TEST_DATABASE_URL
 
 from wiggle._engine.engine import Claimed, Engine, EngineConfig, LoadedDefinition
 from wiggle._engine.state import Changes, InstanceState, Token, TokenStatus, new_instance_id, now_millis

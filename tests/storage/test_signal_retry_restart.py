@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401 - the fixture is used by name
+from pg import TEST_DATABASE_URL
 
 from wiggle import Workflow
 from wiggle.testing import EmbeddedServer

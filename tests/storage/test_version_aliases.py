@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from pg import TEST_DATABASE_URL, pg_schema  # noqa: F401  (pg_schema is a fixture)
+from pg import TEST_DATABASE_URL
 
 from wiggle._engine.engine import Engine, LoadedDefinition
 from wiggle._engine.state import InstanceStatus

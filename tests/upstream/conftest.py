@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.pg import TEST_DATABASE_URL, create_schema, drop_schema
+from pg import STORES, TEST_DATABASE_URL, create_schema, drop_schema
 
 from .servers import ServerProcess, server_env
 
@@ -95,7 +94,6 @@ def upstream_python() -> Path:
 
 
 #: "memory" always; "postgres" when WIGGLE_TEST_POSTGRES=1 (as CI sets: tests/conformance/conftest.py)
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 
 
 @pytest.fixture(params=STORES)

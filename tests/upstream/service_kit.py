@@ -11,7 +11,6 @@ written as upstream's JSON by hand (``task``, ``flow``...), never by the code un
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,8 +20,9 @@ import msgspec
 import pytest
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
+from pg import STORES as STORES  # re-exported: the store parameter of these tests
+from pg import TEST_DATABASE_URL, async_temp_schema
 
-from tests.pg import TEST_DATABASE_URL, async_temp_schema
 from wiggle._clock import VirtualClock
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
@@ -32,7 +32,6 @@ from wiggle._server.app import WiggleServer
 from wiggle._server.config import ServerConfig
 
 #: "memory" always; "postgres" when WIGGLE_TEST_POSTGRES=1 (as CI sets)
-STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 WORKER = "up-worker"
 UNKNOWN_INSTANCE = "wi-0123456789abcdef01234567"
 FOREVER = {
