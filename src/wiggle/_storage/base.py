@@ -214,9 +214,9 @@ class Store(abc.ABC):
 
     # ------------------------------------------------------------------ clock
 
+    @abc.abstractmethod
     async def clock_leader(self) -> bool:
         """True if this node runs the clock duties now (one node of a cluster does)."""
-        return True
 
     @abc.abstractmethod
     async def due_tokens(self, now: int, limit: int) -> list[str]:
@@ -226,32 +226,35 @@ class Store(abc.ABC):
     async def next_due_at(self) -> int | None:
         """When the clock duty next has something to do (ms), or None if nothing is scheduled."""
 
+    # The operational methods are abstract too: a store that forgot one (purge_finished, say) must
+    # fail to be made, not silently never purge.
+
+    @abc.abstractmethod
     async def purge_finished(self, older_than: int, limit: int) -> int:
         """Delete up to ``limit`` instances finished before ``older_than`` (ms); how many went."""
-        return 0
 
+    @abc.abstractmethod
     async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` RUNNING sub-workflow children whose parent is finished or gone:
         (child id, parent id). docs/semantics.md#sub-workflows."""
-        return []
 
     # ------------------------------------------------------------------ operating (issue #13)
 
+    @abc.abstractmethod
     async def count_by_status(self) -> dict[str, dict[str, int]]:
         """Instances per workflow and status: {workflow: {status: n}}."""
-        return {}
 
+    @abc.abstractmethod
     async def queue_stats(self, now: int) -> list[QueueStat]:
         """Every queue with READY or leased tokens, at ``now`` (ms)."""
-        return []
 
+    @abc.abstractmethod
     async def readiness(self) -> Readiness:
         """Whether the store can serve now (reachable, schema current)."""
-        return Readiness(ready=True, detail="ready")
 
+    @abc.abstractmethod
     async def cluster_nodes(self) -> list[NodeInfo]:
         """The server nodes sharing this store."""
-        return []
 
     @staticmethod
     def view(state: InstanceState) -> InstanceView:

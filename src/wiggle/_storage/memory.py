@@ -37,7 +37,7 @@ from .base import (
     check_version_alias,
 )
 from .handoff import settle
-from .ops import NodeInfo, QueueStat
+from .ops import NodeInfo, QueueStat, Readiness
 from .schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
@@ -392,6 +392,12 @@ class MemoryStore(Store):
                     owner = token.lease_owner or token.local_run_owner
                     stat.in_flight = {**stat.in_flight, owner: stat.in_flight.get(owner, 0) + 1}
         return [stats[q] for q in sorted(stats)]
+
+    async def clock_leader(self) -> bool:
+        return True  # one process: it always runs the clock duties
+
+    async def readiness(self) -> Readiness:
+        return Readiness(ready=True, detail="ready")  # in memory: nothing to reach, no schema
 
     async def cluster_nodes(self) -> list[NodeInfo]:
         return [NodeInfo(node_id="memory", this_node=True, clock_leader=True, last_seen=self.clock.now())]

@@ -1,0 +1,40 @@
+"""The test kit's three faces offer the same API (drift test): WorkflowEnvironment (async),
+SyncWorkflowEnvironment (blocking) and AsyncView (``wiggle_env.aio``, awaitable from any loop)."""
+
+from __future__ import annotations
+
+import inspect
+
+from wiggle.testing import AsyncView, SyncWorkflowEnvironment, WorkflowEnvironment
+
+#: What AsyncView leaves out on purpose: the environment's lifecycle belongs to the fixture that
+#: owns it, and reading the clock needs no loop (``wiggle_env.now()``).
+NOT_ON_THE_VIEW = {"start", "stop", "start_worker", "stop_worker", "now", "now_millis"}
+
+
+def _public(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in inspect.getmembers(cls, callable)
+        if not name.startswith("_")
+    }
+
+
+def _shape(signature: inspect.Signature) -> list[tuple[str, object, object]]:
+    """Names, kinds and defaults: what a caller relies on (annotations may name aliases)."""
+    return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+
+
+def test_the_sync_environment_has_every_method_of_the_async_one_with_the_same_parameters() -> None:
+    env, sync = _public(WorkflowEnvironment), _public(SyncWorkflowEnvironment)
+    assert set(env) == set(sync)
+    for name, signature in env.items():
+        assert _shape(signature) == _shape(sync[name]), name
+
+
+def test_the_async_view_has_every_step_method_with_the_same_parameters() -> None:
+    env, view = _public(WorkflowEnvironment), _public(AsyncView)
+    assert set(view) == set(env) - NOT_ON_THE_VIEW
+    for name, signature in view.items():
+        assert _shape(signature) == _shape(env[name]), name
+        assert inspect.iscoroutinefunction(getattr(AsyncView, name)), name
