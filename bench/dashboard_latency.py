@@ -31,7 +31,7 @@ async def measure(instances: int, database_url: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings: dict[str, Any] = {"metrics_port": port}
+    settings: dict[str, Any] = {"http_port": port}
     schema = f"wiggle_bench_dash_{os.urandom(3).hex()}"
     if database_url:
         settings.update(database_url=database_url, database_schema=schema)

@@ -72,19 +72,24 @@ def json_arg(text: str | None, what: str) -> Any:
         raise InvalidArgument(f"{what} is not valid JSON: {exc}") from None
 
 
+def credentials_from_args(args: argparse.Namespace) -> Any:
+    """The Credentials of the TLS and token flags (or their WIGGLE_* variables)."""
+    from .._security.credentials import Credentials
+
+    return Credentials.from_env(
+        ca_file=args.tls_ca,
+        cert_file=args.client_cert,
+        key_file=args.client_key,
+        token_file=args.token_file,
+        server_name=args.tls_server_name,
+    )
+
+
 def client_from_args(args: argparse.Namespace) -> Any:
     """A sync Client for ``--target`` with the TLS and token flags (or WIGGLE_* variables)."""
-    from .._security.credentials import Credentials
     from ..client import Client
 
     try:
-        credentials = Credentials.from_env(
-            ca_file=args.tls_ca,
-            cert_file=args.client_cert,
-            key_file=args.client_key,
-            token_file=args.token_file,
-            server_name=args.tls_server_name,
-        )
-        return Client(args.target, credentials=credentials)
+        return Client(args.target, credentials=credentials_from_args(args))
     except ValueError as exc:
         raise SystemExit(f"wiggle: {exc}") from None

@@ -23,6 +23,7 @@ import msgspec
 
 from .._env import EnvError
 from ..errors import InvalidArgument
+from .common import credentials_from_args
 
 __all__ = ["add_parsers", "cmd_worker", "blueprints_at", "options_from"]
 
@@ -203,17 +204,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _run_one(args: argparse.Namespace, blueprints: list[Any], options: Any) -> int:
-    from .._security.credentials import Credentials
     from ..worker import Worker
 
     try:
-        credentials = Credentials.from_env(
-            ca_file=args.tls_ca,
-            cert_file=args.client_cert,
-            key_file=args.client_key,
-            token_file=args.token_file,
-            server_name=args.tls_server_name,
-        )
+        credentials = credentials_from_args(args)
     except (ValueError, EnvError) as exc:
         raise InvalidArgument(str(exc)) from None
     Worker(args.target, blueprints, options, credentials=credentials).run()  # returns once drained
