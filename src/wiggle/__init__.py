@@ -1,31 +1,78 @@
-"""Wiggle for Python: a durable workflow engine with worker-side local execution modes."""
+"""Wiggle for Python: a durable workflow engine with worker-side local execution modes.
 
-from ._model import ExecutionMode, Handback, NodeKind, RetryPolicy, WorkflowDefinition
+The public names load on first use (PEP 562), so ``import wiggle.client`` brings in the client
+and the workflow DSL but neither the engine, the stores nor the worker (tests/test_exports.py
+checks ``sys.modules``); ``from wiggle import Worker`` works as always.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .client import (
-    AsyncClient,
-    Client,
-    Credentials,
-    HistoryEntry,
-    InstanceInfo,
-    InstanceStatus,
-    ScheduleInfo,
-    TokenInfo,
-    TokenStatus,
-    WorkflowInfo,
-)
-from .errors import (
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermanentError,
-    RetryableError,
-    Unavailable,
-    WiggleError,
-    WorkflowFailed,
-)
-from .worker import Step, Worker, WorkerOptions
-from .workflow import Blueprint, Branch, Workflow
+
+if TYPE_CHECKING:
+    from ._model import ExecutionMode, Handback, NodeKind, RetryPolicy, WorkflowDefinition
+    from .client import (
+        AsyncClient,
+        Client,
+        Credentials,
+        HistoryEntry,
+        InstanceInfo,
+        InstanceStatus,
+        ScheduleInfo,
+        TokenInfo,
+        TokenStatus,
+        WorkflowInfo,
+    )
+    from .errors import (
+        FailedPrecondition,
+        InvalidArgument,
+        NotFound,
+        PermanentError,
+        RetryableError,
+        Unavailable,
+        WiggleError,
+        WorkflowFailed,
+    )
+    from .worker import Step, Worker, WorkerOptions
+    from .workflow import Blueprint, Branch, Workflow
+
+
+# Where each public name lives; loaded by __getattr__ on first use and then cached here.
+_WHERE: dict[str, str] = {
+    "AsyncClient": ".client",
+    "Blueprint": ".workflow",
+    "Branch": ".workflow",
+    "Client": ".client",
+    "Credentials": ".client",
+    "ExecutionMode": "._model",
+    "FailedPrecondition": ".errors",
+    "Handback": "._model",
+    "HistoryEntry": ".client",
+    "InstanceInfo": ".client",
+    "InstanceStatus": ".client",
+    "InvalidArgument": ".errors",
+    "NodeKind": "._model",
+    "NotFound": ".errors",
+    "PermanentError": ".errors",
+    "RetryPolicy": "._model",
+    "RetryableError": ".errors",
+    "ScheduleInfo": ".client",
+    "Step": ".worker",
+    "TokenInfo": ".client",
+    "TokenStatus": ".client",
+    "Unavailable": ".errors",
+    "WiggleError": ".errors",
+    "Worker": ".worker",
+    "WorkerOptions": ".worker",
+    "Workflow": ".workflow",
+    "WorkflowDefinition": "._model",
+    "WorkflowFailed": ".errors",
+    "WorkflowInfo": ".client",
+}
+
 
 __all__ = [
     "__version__",
@@ -44,8 +91,8 @@ __all__ = [
     "NodeKind",
     "NotFound",
     "PermanentError",
-    "RetryableError",
     "RetryPolicy",
+    "RetryableError",
     "ScheduleInfo",
     "Step",
     "TokenInfo",
@@ -59,3 +106,16 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowInfo",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'wiggle' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

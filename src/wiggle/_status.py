@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["InstanceStatus", "TokenStatus", "HistoryOutcome"]
+__all__ = ["InstanceStatus", "TokenStatus", "HistoryOutcome", "FINISHED_INSTANCE_STATUSES"]
 
 
 class InstanceStatus(str, enum.Enum):
@@ -26,6 +26,11 @@ class InstanceStatus(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+FINISHED_INSTANCE_STATUSES = frozenset(
+    {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
+)
 
 
 class TokenStatus(str, enum.Enum):

@@ -1,4 +1,4 @@
-"""wiggle/_wire/convert.py: engine state -> protobuf -> client values, field for field."""
+"""wiggle/_wire/convert.py and replies.py: engine state -> protobuf -> client values, field for field."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from wiggle._engine.engine import Claimed, EngineConfig, LoadedDefinition
 from wiggle._engine.state import HistoryEntry as StateHistoryEntry
 from wiggle._engine.state import Instance, InstanceStatus, Token, TokenStatus
 from wiggle._storage.base import InstanceView, WorkflowRecord
-from wiggle._wire import convert
+from wiggle._wire import convert, replies
 
 TOKEN = Token(
     id="wi-1.3",
@@ -43,7 +43,7 @@ INSTANCE = Instance(
 
 def test_instance_and_tokens_round_trip() -> None:
     wire = convert.instance_to_pb(InstanceView(INSTANCE, [TOKEN]))
-    info = convert.instance_from_pb(wire)
+    info = replies.instance_from_pb(wire)
     assert isinstance(info, InstanceInfo)
     assert (info.instance_id, info.workflow, info.version, info.status) == (
         "wi-1",
@@ -86,7 +86,7 @@ def test_history_round_trip() -> None:
         outcome="RETRY",
         error="boom",
     )
-    assert convert.history_from_pb(convert.history_to_pb(entry)) == HistoryEntry(
+    assert replies.history_from_pb(convert.history_to_pb(entry)) == HistoryEntry(
         token_id="wi-1.3",
         node_id="charge",
         kind="TASK",
@@ -102,7 +102,7 @@ def test_history_round_trip() -> None:
 def test_workflow_round_trip_and_bodyless_form() -> None:
     bp = Workflow.define("convert-flow").step(lambda ctx: ctx, name="a").build()
     record = WorkflowRecord(loaded=LoadedDefinition(bp.definition), registered_at=42)
-    info = convert.workflow_from_pb(convert.workflow_to_pb(record, created=True))
+    info = replies.workflow_from_pb(convert.workflow_to_pb(record, created=True))
     assert (info.name, info.version, info.registered_at, info.created) == (
         "convert-flow",
         record.loaded.version,

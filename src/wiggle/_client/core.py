@@ -14,10 +14,9 @@ from typing import Any
 
 import msgspec
 
-from .._engine.state import InstanceStatus
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
-from .._wire.convert import encode_json
+from .._status import InstanceStatus
 from ..errors import WorkflowFailed
 from ..workflow import Blueprint
 from .types import InstanceInfo
@@ -50,11 +49,13 @@ CHANNEL_OPTIONS = [
 CALL_TIMEOUT = 30.0  # seconds, for every call but the waits
 MAX_WAIT_SLICE = 30.0  # one GetInstance wait; the server caps it too (wiggle/_server/instances.py)
 
+_encode_json = msgspec.json.Encoder().encode
+
 
 def _context_json(context: Any) -> bytes:
     if context is None:
         return b""
-    return encode_json(msgspec.to_builtins(context))
+    return _encode_json(msgspec.to_builtins(context))
 
 
 def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.RegisterWorkflowRequest:

@@ -18,14 +18,14 @@ from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._security.credentials import Credentials
-from .._wire.convert import (
+from .._wire.replies import (
     history_from_pb,
     instance_from_pb,
     queue_from_pb,
+    schedule_from_pb,
     signal_result_from_pb,
     workflow_from_pb,
 )
-from .._wire.schedules import schedule_from_pb
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core

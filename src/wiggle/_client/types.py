@@ -6,9 +6,8 @@ from typing import Any
 
 import msgspec
 
-from .._engine.state import FINISHED_INSTANCE_STATUSES
 from .._model import WorkflowDefinition
-from .._status import InstanceStatus, TokenStatus
+from .._status import FINISHED_INSTANCE_STATUSES, InstanceStatus, TokenStatus
 
 __all__ = [
     "TokenInfo",

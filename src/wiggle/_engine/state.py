@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from .._status import HistoryOutcome, InstanceStatus, TokenStatus
+from .._status import FINISHED_INSTANCE_STATUSES, HistoryOutcome, InstanceStatus, TokenStatus
 
 __all__ = [
     "Instance",
@@ -37,9 +37,6 @@ __all__ = [
 ]
 
 
-FINISHED_INSTANCE_STATUSES = frozenset(
-    {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
-)
 ACTIVE_TOKEN_STATUSES = frozenset(
     {TokenStatus.READY, TokenStatus.RUNNING, TokenStatus.WAITING, TokenStatus.AWAITING, TokenStatus.JOINED}
 )

@@ -1,20 +1,18 @@
-"""Schedules on the wire: ScheduleSpec / ScheduleInfo <-> Schedule and the client's ScheduleInfo.
+"""Schedules on the wire, the server's side: ScheduleSpec / ScheduleInfo <-> Schedule (the
+client's ScheduleInfo is read in wiggle/_wire/replies.py).
 
 Each conversion is written once, for the server and the client (docs/semantics.md#schedules).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
-from .._client.types import ScheduleInfo
 from .._engine.schedules import Catchup, Overlap, Schedule
 from .._rpc import wiggle_pb2 as pb
 from .payload import decode_object
 
-__all__ = ["spec_from_pb", "spec_to_pb", "schedule_to_pb", "schedule_from_pb"]
+__all__ = ["spec_from_pb", "spec_to_pb", "schedule_to_pb"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -92,32 +90,4 @@ def schedule_to_pb(schedule: Schedule, next_fire_times: list[int]) -> pb.Schedul
         fired=s.fired,
         skipped=s.skipped,
         next_fire_times=next_fire_times,
-    )
-
-
-def schedule_from_pb(msg: pb.ScheduleInfo) -> ScheduleInfo:
-    """The client's view of a schedule."""
-    spec = msg.spec
-    context: dict[str, Any] = msgspec.json.decode(spec.context_json) if spec.context_json else {}
-    return ScheduleInfo(
-        schedule_id=spec.id,
-        workflow=spec.workflow,
-        version=spec.version,
-        interval_seconds=spec.interval_millis / 1000 if spec.interval_millis else None,
-        cron=spec.cron,
-        timezone=spec.timezone,
-        context=context,
-        overlap=spec.overlap,
-        catchup=spec.catchup,
-        catchup_limit=spec.catchup_limit,
-        paused=spec.paused,
-        created_at=msg.created_at,
-        updated_at=msg.updated_at,
-        next_tick_at=msg.next_tick_at,
-        last_tick_at=msg.last_tick_at,
-        last_instance_id=msg.last_instance_id,
-        buffered_tick_at=msg.buffered_tick_at,
-        fired=msg.fired,
-        skipped=msg.skipped,
-        next_fire_times=tuple(msg.next_fire_times),
     )
