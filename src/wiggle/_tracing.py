@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from ._env import env_str
 
 __all__ = [
     "ENABLED",
@@ -64,7 +65,7 @@ def active() -> bool:
 
 
 _UNKNOWN = object()
-_PROVIDER_FROM_ENV = bool(os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"))
+_PROVIDER_FROM_ENV = bool(env_str("OTEL_PYTHON_TRACER_PROVIDER"))
 _incoming: contextvars.ContextVar[str] = contextvars.ContextVar("wiggle_incoming_traceparent", default="")
 
 

@@ -7,7 +7,6 @@ does not know the flags), so a new flag needs no change outside this package.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 
 from .._env import EnvError, env_int, env_str
@@ -56,100 +55,113 @@ def parse_submit(text: str) -> list[str]:
     return [m for m in SUBMITS if m in wanted]
 
 
+def _float(name: str, default: float) -> float:
+    raw = env_str(name)
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise SystemExit(f"e2e: {name} must be a number, got {raw!r}") from None
+
+
+# Each flag once: its environment variable (the default's source; None: no variable) and the rest
+# of add_argument's keywords. The epilog's list of variables is made from this table.
+_FLAGS: tuple[tuple[str, str | None, dict[str, object]], ...] = (
+    (
+        "--modes",
+        "WIGGLE_EXECUTION_MODE",
+        dict(type=parse_modes, default=",".join(MODES), help="comma-separated execution modes, run in turn"),
+    ),
+    (
+        "--steps",
+        "WIGGLE_BENCH_STEPS",
+        dict(type=positive, default=None, help="steps of the linear workflow (default 20; 5 with --latency)"),
+    ),
+    ("--instances", "WIGGLE_BENCH_INSTANCES", dict(type=positive, default=1000)),
+    ("--workers", "WIGGLE_BENCH_WORKERS", dict(type=positive, default=4, help="worker processes")),
+    ("--concurrency", "WIGGLE_BENCH_CONCURRENCY", dict(type=positive, default=16, help="per worker")),
+    (
+        "--batch-size",
+        "WIGGLE_LOCAL_BATCH_SIZE",
+        dict(type=positive, default=64, help="LOCAL_ASYNC flush size"),
+    ),
+    ("--transport", "WIGGLE_BENCH_TRANSPORT", dict(choices=("stream", "unary"), default="stream")),
+    (
+        "--handler",
+        "WIGGLE_BENCH_HANDLER",
+        dict(
+            choices=("sync", "async"),
+            default="sync",
+            help="sync: plain functions (run in the worker's thread pool); async: async def",
+        ),
+    ),
+    ("--database-url", "WIGGLE_DATABASE_URL", dict(default="", help="PostgreSQL URL; unset: in-memory")),
+    (
+        "--impl",
+        None,
+        dict(choices=("auto", "cython", "python"), default=None, help="WIGGLE_IMPL for server and workers"),
+    ),
+    ("--timeout", "WIGGLE_BENCH_TIMEOUT", dict(type=float, default=600.0, help="seconds per mode")),
+    ("--json", None, dict(action="store_true", help="print a JSON document on stdout (tables go to stderr)")),
+    (
+        "--submit",
+        "WIGGLE_BENCH_SUBMIT",
+        dict(
+            type=parse_submit,
+            default="before",
+            help="before: start every instance, then time the workers' drain (default); during: start "
+            "them from --submit-threads client threads inside the timed window, concurrently with the "
+            "workers; before,during: both, one after the other per mode",
+        ),
+    ),
+    (
+        "--submit-threads",
+        "WIGGLE_BENCH_SUBMIT_THREADS",
+        dict(type=positive, default=8, help="client threads calling Client.start under --submit during"),
+    ),
+    (
+        "--latency",
+        None,
+        dict(
+            type=positive,
+            default=None,
+            metavar="N",
+            help="latency mode: N instances one at a time (start -> result) per mode, on an otherwise "
+            "idle system, instead of the throughput drain; reports p50/p90/p99/max and the largest gap "
+            "between two steps (--instances and --submit do not apply)",
+        ),
+    ),
+    ("--keep", None, dict(action="store_true", help="keep the PostgreSQL database/schemas and the logs")),
+    ("--no-progress", None, dict(action="store_true", help="no progress bar on stderr")),
+    ("--fault", None, dict(choices=("", "context", "fail"), default="", help=argparse.SUPPRESS)),  # tests
+)
+
+
+def _env_default(variable: str | None, default: object) -> object:
+    """The flag's default as its variable sets it (steps: resolved in parse_args, after --latency)."""
+    if variable is None or default is None:
+        return default
+    if isinstance(default, bool):
+        return default
+    if isinstance(default, int):
+        return _env_int(variable, default)
+    if isinstance(default, float):
+        return _float(variable, default)
+    return env_str(variable, str(default))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    env_mode = os.environ.get("WIGGLE_EXECUTION_MODE", "").strip()
+    variables = [v for _, v, _ in _FLAGS if v] + ["WIGGLE_IMPL"]
     p = argparse.ArgumentParser(
         prog="wiggle bench",
         description="End-to-end benchmark: a linear S-step workflow, I pre-submitted instances, timed drain.",
-        epilog="Environment variables give the defaults: WIGGLE_EXECUTION_MODE, WIGGLE_BENCH_STEPS, "
-        "WIGGLE_BENCH_INSTANCES, WIGGLE_BENCH_WORKERS, WIGGLE_BENCH_CONCURRENCY, WIGGLE_LOCAL_BATCH_SIZE, "
-        "WIGGLE_BENCH_TRANSPORT, WIGGLE_BENCH_HANDLER, WIGGLE_DATABASE_URL, WIGGLE_IMPL, WIGGLE_BENCH_TIMEOUT, "
-        "WIGGLE_BENCH_SUBMIT, WIGGLE_BENCH_SUBMIT_THREADS.",
+        epilog="Environment variables give the defaults: " + ", ".join(variables) + ".",
     )
-    p.add_argument(
-        "--modes",
-        type=parse_modes,
-        default=env_mode or ",".join(MODES),
-        help="comma-separated execution modes, run in turn (default: $WIGGLE_EXECUTION_MODE, else all three)",
-    )
-    p.add_argument(
-        "--steps",
-        type=positive,
-        default=None,
-        help="steps of the linear workflow (default: $WIGGLE_BENCH_STEPS, else 20; 5 with --latency)",
-    )
-    p.add_argument("--instances", type=positive, default=_env_int("WIGGLE_BENCH_INSTANCES", 1000))
-    p.add_argument(
-        "--workers", type=positive, default=_env_int("WIGGLE_BENCH_WORKERS", 4), help="worker processes"
-    )
-    p.add_argument(
-        "--concurrency", type=positive, default=_env_int("WIGGLE_BENCH_CONCURRENCY", 16), help="per worker"
-    )
-    p.add_argument(
-        "--batch-size",
-        type=positive,
-        default=_env_int("WIGGLE_LOCAL_BATCH_SIZE", 64),
-        help="LOCAL_ASYNC flush size",
-    )
-    p.add_argument(
-        "--transport",
-        choices=("stream", "unary"),
-        default=os.environ.get("WIGGLE_BENCH_TRANSPORT", "stream") or "stream",
-    )
-    p.add_argument(
-        "--handler",
-        choices=("sync", "async"),
-        default=os.environ.get("WIGGLE_BENCH_HANDLER", "sync") or "sync",
-        help="sync: plain functions (run in the worker's thread pool); async: async def",
-    )
-    p.add_argument(
-        "--database-url",
-        default=os.environ.get("WIGGLE_DATABASE_URL", ""),
-        help="PostgreSQL URL; unset: in-memory",
-    )
-    p.add_argument(
-        "--impl",
-        choices=("auto", "cython", "python"),
-        default=None,
-        help="WIGGLE_IMPL for server and workers",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=float(os.environ.get("WIGGLE_BENCH_TIMEOUT", "") or 600),
-        help="seconds per mode",
-    )
-    p.add_argument(
-        "--json", action="store_true", help="print a JSON document on stdout (tables go to stderr)"
-    )
-    p.add_argument(
-        "--submit",
-        type=parse_submit,
-        default=env_str("WIGGLE_BENCH_SUBMIT", "before"),
-        help="before: start every instance, then time the workers' drain (default); during: start them "
-        "from --submit-threads client threads inside the timed window, concurrently with the workers; "
-        "before,during: both, one after the other per mode",
-    )
-    p.add_argument(
-        "--submit-threads",
-        type=positive,
-        default=_env_int("WIGGLE_BENCH_SUBMIT_THREADS", 8),
-        help="client threads calling Client.start under --submit during (default 8)",
-    )
-    p.add_argument(
-        "--latency",
-        type=positive,
-        default=None,
-        metavar="N",
-        help="latency mode: N instances one at a time (start -> result) per mode, on an otherwise idle "
-        "system, instead of the throughput drain; reports p50/p90/p99/max and the largest gap between two "
-        "steps (--instances and --submit do not apply)",
-    )
-    p.add_argument("--keep", action="store_true", help="keep the PostgreSQL database/schemas and the logs")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument(
-        "--fault", choices=("", "context", "fail"), default="", help=argparse.SUPPRESS
-    )  # tests the verification
+    for flag, variable, options in _FLAGS:
+        kwargs = dict(options)
+        kwargs["default"] = _env_default(variable, kwargs.get("default"))
+        if variable and kwargs.get("help") is not argparse.SUPPRESS:
+            kwargs["help"] = f"{kwargs.get('help') or flag[2:]} (${variable})"
+        p.add_argument(flag, **kwargs)  # type: ignore[arg-type]
     return p
 
 

@@ -77,6 +77,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._env import env_str
 from .arguments import parse_args
 from .drain import DrainRun
 from .errors import BenchError
@@ -126,7 +127,7 @@ async def amain(args: argparse.Namespace) -> int:
             "submit_threads": args.submit_threads,
             "latency": args.latency,
             "timeout_s": args.timeout,
-            "impl": args.impl or os.environ.get("WIGGLE_IMPL", "auto"),
+            "impl": args.impl or env_str("WIGGLE_IMPL", "auto"),
         },
         "environment": {
             "python": platform.python_version(),

@@ -39,6 +39,8 @@ from typing import Any
 from wiggle import ExecutionMode, PermanentError, Workflow
 from wiggle.workflow import Blueprint
 
+from .._env import env_str
+
 __all__ = ["blueprint", "expected_context", "initial_context", "workflow_name", "main"]
 
 FAULTS = ("", "context", "fail")
@@ -107,7 +109,7 @@ def expected_context(n: int, steps: int) -> dict[str, Any]:
 
 def _die_with_parent() -> None:
     """Get SIGKILL when the driver dies (Linux); exit now if it is already gone."""
-    parent = os.environ.get("WIGGLE_BENCH_PARENT")
+    parent = env_str("WIGGLE_BENCH_PARENT")
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -47,7 +47,7 @@ def _run_processes(n: int) -> int:
     SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully; so is
     SIGHUP, which makes each child reload its certificate and identity files.
     """
-    env = dict(os.environ, WIGGLE_PROCESSES="1", WIGGLE_REUSEPORT="1")
+    env = dict(os.environ, WIGGLE_PROCESSES="1", WIGGLE_REUSE_PORT="1")
     # argparse keeps the last value of a repeated flag: the children each run one process.
     argv = [*sys.argv[1:], "--processes", "1"]
     children = [subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(n)]

@@ -8,8 +8,9 @@ else in Wiggle imports a ``*_c`` or ``*_py`` module.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
+
+from .._env import env_str
 
 __all__ = [
     "IMPL",
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 _CHOICES = ("auto", "cython", "python")
-_wanted = os.environ.get("WIGGLE_IMPL", "auto").strip().lower() or "auto"
+_wanted = env_str("WIGGLE_IMPL", "auto").lower()
 if _wanted not in _CHOICES:
     raise ImportError(f"WIGGLE_IMPL={_wanted!r} is not one of {', '.join(_CHOICES)}")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 from typing import Any
 
@@ -134,10 +133,7 @@ class WiggleServer:
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            (
-                "grpc.so_reuseport",
-                1 if self.config.processes > 1 or os.environ.get("WIGGLE_REUSEPORT") == "1" else 0,
-            ),
+            ("grpc.so_reuseport", 1 if self.config.processes > 1 or self.config.reuse_port else 0),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
         ]

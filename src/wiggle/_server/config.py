@@ -104,6 +104,13 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     ] = 0
     pool_size: Annotated[int, Setting("PostgreSQL connections per server process", 1, 1000)] = 10
     processes: Annotated[int, Setting("server processes sharing the port (PostgreSQL only)", 1, 256)] = 1
+    reuse_port: Annotated[
+        bool,
+        Setting(
+            "share the gRPC port with other server processes (SO_REUSEPORT; set for --processes' children)",
+            old=("WIGGLE_REUSEPORT",),
+        ),
+    ] = False
     # securing a deployment (docs/semantics.md#security)
     tls_cert: Annotated[str, Setting("PEM server certificate: TLS on the gRPC and HTTP ports")] = ""
     tls_key: Annotated[str, Setting("PEM private key of --tls-cert")] = ""
