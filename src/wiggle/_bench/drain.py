@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from wiggle import AsyncClient, InstanceInfo
+from wiggle.workflow import Blueprint
 
 from . import worker as workload
 from .deploy import ModeProcesses, fetch_all
@@ -78,13 +79,10 @@ class DrainRun:
         stats = await self.procs.stats()
         return Snapshot(stats, cpu, pg_cpu, driver, machine)
 
-    async def run(self) -> dict[str, Any]:
-        """Run the mode; its result (see the class docstring)."""
-        args = self.args
+    async def _prepare(self, bp: Blueprint[Any]) -> tuple[str, int]:
+        """Register ``bp`` and (under --submit before) start every instance; the drain's target
+        and PostgreSQL's committed transactions so far (0 in memory)."""
         procs = self.procs
-        bp = workload.blueprint(self.mode, args.steps, args.handler)
-        xact_before = 0
-        # -- 1. registration and submission (not timed)
         _, ready = await procs.start_server("submit")
         self.result["server_impl"] = ready.get("impl")
         self.result["store"] = ready.get("store")
@@ -93,14 +91,23 @@ class DrainRun:
             await client.register(bp)
             if self.submit == "before":
                 await self._submit(client)
-        if self.pg is not None:
-            # Drain on a second server process: the first one's backends exit and flush their
-            # statistics, so pg_stat_database's counters are exact from here on.
-            await procs.stop_server()
-            await asyncio.to_thread(self.pg.wait_no_backends)
-            xact_before = await asyncio.to_thread(self.pg.xact_commit)
-            _, ready = await procs.start_server("drain")
-            target = f"127.0.0.1:{ready['port']}"
+        if self.pg is None:
+            return target, 0
+        # Drain on a second server process: the first one's backends exit and flush their
+        # statistics, so pg_stat_database's counters are exact from here on.
+        await procs.stop_server()
+        await asyncio.to_thread(self.pg.wait_no_backends)
+        xact_before = await asyncio.to_thread(self.pg.xact_commit)
+        _, ready = await procs.start_server("drain")
+        return f"127.0.0.1:{ready['port']}", xact_before
+
+    async def run(self) -> dict[str, Any]:
+        """Run the mode; its result (see the class docstring)."""
+        args = self.args
+        procs = self.procs
+        bp = workload.blueprint(self.mode, args.steps, args.handler)
+        # -- 1. registration and submission (not timed)
+        target, xact_before = await self._prepare(bp)
         # -- 2. workers: connected and registered, waiting for "go"
         self.result["worker_impl"] = await procs.start_workers(target, bp.version)
         # -- 3. the timed drain (with the starts inside it under --submit during)

@@ -91,41 +91,34 @@ from .report import emit
 __all__ = ["main", "parse_args"]
 
 
-async def amain(args: argparse.Namespace) -> int:
-    """Run every mode of ``args`` in turn, print the report; returns the exit code."""
-    log_dir = Path(tempfile.mkdtemp(prefix="wiggle-bench-"))
+# Passed to each child explicitly by the benchmark, never inherited from the caller's shell.
+_NOT_INHERITED = (
+    "WIGGLE_DATABASE_URL",
+    "WIGGLE_DATABASE_SCHEMA",
+    "WIGGLE_HTTP_PORT",
+    "WIGGLE_METRICS_PORT",  # its older name (wiggle/_server/config.py)
+    "WIGGLE_PORT",
+    "WIGGLE_PROCESSES",
+)
+
+
+def _child_env(args: argparse.Namespace) -> dict[str, str]:
     env = dict(os.environ, WIGGLE_BENCH_PARENT=str(os.getpid()), PYTHONUNBUFFERED="1")
     if args.impl:
         env["WIGGLE_IMPL"] = args.impl
-    for var in (
-        "WIGGLE_DATABASE_URL",
-        "WIGGLE_DATABASE_SCHEMA",
-        "WIGGLE_HTTP_PORT",
-        "WIGGLE_METRICS_PORT",  # its older name (wiggle/_server/config.py)
-        "WIGGLE_PORT",
-        "WIGGLE_PROCESSES",
-    ):
-        env.pop(var, None)  # the benchmark passes these explicitly
-    children = Children(log_dir, env)
-    progress = Progress(not args.no_progress)
-    loop = asyncio.get_running_loop()
-    me = asyncio.current_task()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, lambda: me.cancel() if me else None)
-    pg: Postgres | None = None
-    doc: dict[str, Any] = {
+    for var in _NOT_INHERITED:
+        env.pop(var, None)
+    return env
+
+
+def _document(args: argparse.Namespace) -> dict[str, Any]:
+    """The report's skeleton: the settings and the machine; each mode's result is appended."""
+    settings = (
+        "modes steps instances workers concurrency batch_size transport handler submit submit_threads latency"
+    )
+    return {
         "settings": {
-            "modes": args.modes,
-            "steps": args.steps,
-            "instances": args.instances,
-            "workers": args.workers,
-            "concurrency": args.concurrency,
-            "batch_size": args.batch_size,
-            "transport": args.transport,
-            "handler": args.handler,
-            "submit": args.submit,
-            "submit_threads": args.submit_threads,
-            "latency": args.latency,
+            **{name: getattr(args, name) for name in settings.split()},
             "timeout_s": args.timeout,
             "impl": args.impl or env_str("WIGGLE_IMPL", "auto"),
         },
@@ -138,29 +131,75 @@ async def amain(args: argparse.Namespace) -> int:
         },
         "modes": [],
     }
+
+
+async def _open_postgres(args: argparse.Namespace, environment: dict[str, Any]) -> Postgres:
+    """The benchmark's database (BenchError if it cannot be used), noted in ``environment``."""
+    try:
+        pg = await asyncio.to_thread(Postgres, args.database_url, args.keep)
+    except ImportError:
+        raise SystemExit(
+            "e2e: --database-url needs psycopg (pip install 'wiggle-workflows[postgres]')"
+        ) from None
+    except Exception as exc:
+        raise BenchError(f"cannot use PostgreSQL at {args.database_url}: {exc}") from None
+    environment["store"] = f"postgresql {pg.version} (database {pg.dbname})"
+    environment["database"] = pg.dbname
+    environment["own_database"] = pg.created_db
+    if pg.note:
+        environment["postgres_note"] = pg.note
+    if pg.stale:
+        print(
+            f"e2e: note: database(s) left by an earlier, killed benchmark run: {', '.join(pg.stale)} "
+            f"(drop with: DROP DATABASE <name>)",
+            file=sys.stderr,
+        )
+    return pg
+
+
+async def _run_one(
+    run: DrainRun | LatencyRun,
+    args: argparse.Namespace,
+    children: Children,
+    pg: Postgres | None,
+    progress: Progress,
+) -> dict[str, Any]:
+    """One mode's result; whatever happens, its processes and schema are gone afterwards."""
+    limit = args.timeout + 3 * READY_TIMEOUT
+    try:
+        return dict(await asyncio.wait_for(run.run(), limit))
+    except asyncio.TimeoutError:
+        return dict(run.result, ok=False, problems=[f"did not finish within {limit:.0f} s"])
+    except BenchError as exc:
+        return dict(run.result, ok=False, problems=[str(exc)])
+    finally:
+        progress.end()
+        children.kill_all()  # whatever is left of this mode
+        await children.shutdown(grace=1.0)
+        if pg is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(pg.wait_no_backends)
+                await asyncio.to_thread(pg.drop_schema, run.schema)
+
+
+async def amain(args: argparse.Namespace) -> int:
+    """Run every mode of ``args`` in turn, print the report; returns the exit code."""
+    log_dir = Path(tempfile.mkdtemp(prefix="wiggle-bench-"))
+    children = Children(log_dir, _child_env(args))
+    progress = Progress(not args.no_progress)
+    me = asyncio.current_task()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: me.cancel() if me else None)
+    pg: Postgres | None = None
+    doc = _document(args)
     failed_logs = False
     try:
         if args.database_url:
             try:
-                pg = await asyncio.to_thread(Postgres, args.database_url, args.keep)
-            except ImportError:
-                raise SystemExit(
-                    "e2e: --database-url needs psycopg (pip install 'wiggle-workflows[postgres]')"
-                ) from None
-            except Exception as exc:
-                print(f"e2e: cannot use PostgreSQL at {args.database_url}: {exc}", file=sys.stderr)
+                pg = await _open_postgres(args, doc["environment"])
+            except BenchError as exc:
+                print(f"e2e: {exc}", file=sys.stderr)
                 return 1
-            doc["environment"]["store"] = f"postgresql {pg.version} (database {pg.dbname})"
-            doc["environment"]["database"] = pg.dbname
-            doc["environment"]["own_database"] = pg.created_db
-            if pg.note:
-                doc["environment"]["postgres_note"] = pg.note
-            if pg.stale:
-                print(
-                    f"e2e: note: database(s) left by an earlier, killed benchmark run: {', '.join(pg.stale)} "
-                    f"(drop with: DROP DATABASE <name>)",
-                    file=sys.stderr,
-                )
         # Generators: each run is built when its turn comes, so its --timeout deadline starts then.
         runs: Iterator[DrainRun | LatencyRun]
         if args.latency:
@@ -170,26 +209,8 @@ async def amain(args: argparse.Namespace) -> int:
         for run in runs:
             if pg is not None:
                 doc["environment"].setdefault("schemas", []).append(run.schema)
-            try:
-                result = await asyncio.wait_for(run.run(), args.timeout + 3 * READY_TIMEOUT)
-            except asyncio.TimeoutError:
-                result = dict(
-                    run.result,
-                    ok=False,
-                    problems=[f"did not finish within {args.timeout + 3 * READY_TIMEOUT:.0f} s"],
-                )
-            except BenchError as exc:
-                result = dict(run.result, ok=False, problems=[str(exc)])
-            finally:
-                progress.end()
-                children.kill_all()  # whatever is left of this mode
-                await children.shutdown(grace=1.0)
-                if pg is not None:
-                    with contextlib.suppress(Exception):
-                        await asyncio.to_thread(pg.wait_no_backends)
-                        await asyncio.to_thread(pg.drop_schema, run.schema)
-            if not result.get("ok"):
-                failed_logs = True
+            result = await _run_one(run, args, children, pg, progress)
+            failed_logs = failed_logs or not result.get("ok")
             doc["modes"].append(result)
             for key in ("server_impl", "worker_impl"):
                 if result.get(key):

@@ -79,38 +79,14 @@ def drain_figures(
             f"the last instance finished {-elapsed:.3f} s before the drain began: clocks disagree"
         )
     latencies = [i.finished_at - i.created_at for i in infos]
-    calls0 = before.stats["metrics"]["rpc_calls"]
-    calls1 = after.stats["metrics"]["rpc_calls"]
-    rpc = {m: calls1.get(m, 0) - calls0.get(m, 0) for m in sorted(set(calls1) | set(calls0))}
-    rpc = {m: v for m, v in rpc.items() if v}
-    err0 = before.stats["metrics"].get("rpc_errors", {})
-    err1 = after.stats["metrics"].get("rpc_errors", {})
-    errors = {m: err1.get(m, 0) - err0.get(m, 0) for m in err1 if err1.get(m, 0) - err0.get(m, 0)}
+    rpc, errors = _rpc_deltas(before, after)
     tx = after.stats["transactions"] - before.stats["transactions"]
     handed = after.stats.get("handed_off", 0) - before.stats.get("handed_off", 0)
-    cpu: dict[str, float | None] = {}
-    for role in ("server", "workers"):
-        a, b = before.cpu.get(role), after.cpu.get(role)
-        cpu[role] = None if a is None or b is None else round(b - a, 3)
-    if before.pg_cpu is not None and after.pg_cpu is not None:
-        cpu["postgres_backends"] = round(cpu_delta(before.pg_cpu[0], after.pg_cpu[0]), 3)
-        cpu["postgres_background"] = round(cpu_delta(before.pg_cpu[1], after.pg_cpu[1]), 3)
-    cpu["driver"] = round(after.driver_cpu - before.driver_cpu, 3)
-    total_cpu = sum(v for v in cpu.values() if v is not None)
-    if before.machine is not None and after.machine is not None:
-        # The kernel's interrupt work (loopback networking lands partly here), and every
-        # other process meanwhile: contention from other work on the machine shows there.
-        busy, irq = after.machine[0] - before.machine[0], after.machine[1] - before.machine[1]
-        cpu["irq"] = round(irq, 3)
-        cpu["other"] = round(max(busy - irq - total_cpu, 0.0), 3)
+    cpu = _cpu_deltas(before, after)
+    total_cpu = cpu.pop("_total") or 0.0
     executed = sum(s.get("steps", 0) for s in worker_stats)
-    worker_calls: dict[str, int] = {}
-    handbacks: dict[str, int] = {}
-    for s in worker_stats:
-        for k, v in s.get("calls", {}).items():
-            worker_calls[k] = worker_calls.get(k, 0) + v
-        for k, v in s.get("handbacks", {}).items():
-            handbacks[k] = handbacks.get(k, 0) + v
+    worker_calls = _summed(worker_stats, "calls")
+    handbacks = _summed(worker_stats, "handbacks")
     # The driver's own calls (its ListInstances polls; its starts under --submit during) are not
     # the workers' cost of running an instance.
     worker_rpcs = sum(v for m, v in rpc.items() if m not in DRIVER_RPCS)
@@ -144,6 +120,47 @@ def drain_figures(
         "worker_calls": worker_calls,
         "handbacks": handbacks,
     }
+
+
+def _rpc_deltas(before: Snapshot, after: Snapshot) -> tuple[dict[str, int], dict[str, int]]:
+    """The server's calls and errors per RPC inside the window (RPCs with none left out)."""
+    calls0 = before.stats["metrics"]["rpc_calls"]
+    calls1 = after.stats["metrics"]["rpc_calls"]
+    rpc = {m: calls1.get(m, 0) - calls0.get(m, 0) for m in sorted(set(calls1) | set(calls0))}
+    err0 = before.stats["metrics"].get("rpc_errors", {})
+    err1 = after.stats["metrics"].get("rpc_errors", {})
+    errors = {m: err1.get(m, 0) - err0.get(m, 0) for m in err1 if err1.get(m, 0) - err0.get(m, 0)}
+    return {m: v for m, v in rpc.items() if v}, errors
+
+
+def _cpu_deltas(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
+    """CPU seconds per role inside the window; "_total" is the sum of the roles measured."""
+    cpu: dict[str, float | None] = {}
+    for role in ("server", "workers"):
+        a, b = before.cpu.get(role), after.cpu.get(role)
+        cpu[role] = None if a is None or b is None else round(b - a, 3)
+    if before.pg_cpu is not None and after.pg_cpu is not None:
+        cpu["postgres_backends"] = round(cpu_delta(before.pg_cpu[0], after.pg_cpu[0]), 3)
+        cpu["postgres_background"] = round(cpu_delta(before.pg_cpu[1], after.pg_cpu[1]), 3)
+    cpu["driver"] = round(after.driver_cpu - before.driver_cpu, 3)
+    total_cpu = sum(v for v in cpu.values() if v is not None)
+    if before.machine is not None and after.machine is not None:
+        # The kernel's interrupt work (loopback networking lands partly here), and every
+        # other process meanwhile: contention from other work on the machine shows there.
+        busy, irq = after.machine[0] - before.machine[0], after.machine[1] - before.machine[1]
+        cpu["irq"] = round(irq, 3)
+        cpu["other"] = round(max(busy - irq - total_cpu, 0.0), 3)
+    cpu["_total"] = total_cpu
+    return cpu
+
+
+def _summed(worker_stats: Sequence[dict[str, Any]], key: str) -> dict[str, int]:
+    """The workers' per-name counters under ``key``, added up."""
+    out: dict[str, int] = {}
+    for s in worker_stats:
+        for k, v in s.get(key, {}).items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def start_figures(latencies: Sequence[float], span: float, clients: str) -> dict[str, Any]:

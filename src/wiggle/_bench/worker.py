@@ -37,9 +37,8 @@ import time
 from typing import Any
 
 from wiggle import ExecutionMode, PermanentError, Workflow
+from wiggle._env import env_str
 from wiggle.workflow import Blueprint
-
-from .._env import env_str
 
 __all__ = ["blueprint", "expected_context", "initial_context", "workflow_name", "main"]
 
