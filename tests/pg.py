@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 
 import psycopg
 import pytest
@@ -81,19 +82,28 @@ def temp_schema(url: str = TEST_DATABASE_URL) -> Iterator[str]:
 
 class PrivatePostgres:
     """A PostgreSQL server of the test's own: ``initdb`` in a temporary folder, trust auth, on a
-    free loopback port. For tests that stop or restart their database: the shared server (and so
-    every other test, and another run at once) is never touched.
+    free loopback port. For tests that stop, restart, kill or fail over their database: the shared
+    server (and so every other test, and another run at once) is never touched.
+
+    ``settings`` are server settings given on the command line of this server only (``-c
+    name=value``): a standby made from it by ``standby()`` copies its data folder, configuration
+    files included, but not these. ``name`` is its ``cluster_name``, which a standby also reports
+    as its ``application_name`` to the primary (what ``synchronous_standby_names`` lists).
 
     The binaries are those of ``pg_config --bindir`` (Debian's postgresql-15); as root, they run
     as the ``postgres`` user (initdb refuses root).
     """
 
-    def __init__(self) -> None:
-        bindir = subprocess.run(
+    def __init__(
+        self, settings: Mapping[str, str] | None = None, name: str = "primary", *, _standby_of: int = 0
+    ) -> None:
+        self.bindir = subprocess.run(
             ["pg_config", "--bindir"], capture_output=True, text=True, check=True, timeout=30
         ).stdout.strip()
-        self.pg_ctl = os.path.join(bindir, "pg_ctl")
-        self.folder = tempfile.mkdtemp(prefix="wiggle-pg-")
+        self.pg_ctl = os.path.join(self.bindir, "pg_ctl")
+        self.name = name
+        self.settings = dict(settings or {})
+        self.folder = tempfile.mkdtemp(prefix=f"wiggle-pg-{name}-")
         self.data = os.path.join(self.folder, "data")
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         if self._as:
@@ -101,26 +111,116 @@ class PrivatePostgres:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = int(s.getsockname()[1])
-        self._run(
-            os.path.join(bindir, "initdb"), "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8"
-        )
+        if _standby_of:
+            # A copy of the primary's data folder, streaming from it from then on: -R writes
+            # primary_conninfo and standby.signal; -X stream copies the WAL written meanwhile.
+            self._run(
+                os.path.join(self.bindir, "pg_basebackup"),
+                *("-D", self.data, "-h", "127.0.0.1", "-p", str(_standby_of), "-U", "postgres"),
+                *("-R", "-X", "stream", "-c", "fast"),
+            )
+        else:
+            self._run(
+                os.path.join(self.bindir, "initdb"),
+                *("-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8"),
+            )
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
 
     def _run(self, *command: str) -> None:
         done = subprocess.run([*self._as, *command], capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed: {done.stdout}{done.stderr}")
 
+    @property
+    def log(self) -> str:
+        """The server's log file."""
+        return os.path.join(self.folder, "postgres.log")
+
     def start(self) -> None:
-        """Start the server and wait until it accepts connections."""
-        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
-        log = os.path.join(self.folder, "postgres.log")
-        self._run(self.pg_ctl, "-D", self.data, "-o", options, "-l", log, "-w", "-t", "60", "start")
+        """Start the server and wait until it accepts connections (a standby: until it is in hot
+        standby, replaying the primary's WAL)."""
+        options = [f"-p {self.port}", f"-k {self.folder}", "-c listen_addresses=127.0.0.1", "-c fsync=off"]
+        options += [f"-c cluster_name={self.name}"]
+        options += [f"-c {key}={value}" for key, value in self.settings.items()]
+        self._run(
+            self.pg_ctl, "-D", self.data, "-o", " ".join(options), "-l", self.log, "-w", "-t", "60", "start"
+        )
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``fast``: sessions ended, a clean shutdown; ``immediate``: a crash)."""
         self._run(self.pg_ctl, "-D", self.data, "-m", mode, "-w", "-t", "60", "stop")
+
+    # ------------------------------------------------------------------ replication
+
+    @classmethod
+    def primary(cls, standby_names: Sequence[str] = (), name: str = "primary") -> PrivatePostgres:
+        """A server ready to stream to standbys; with ``standby_names``, a commit is acknowledged
+        only once the first of them that is connected has flushed it (synchronous replication:
+        ``synchronous_standby_names = 'FIRST 1 (...)'``, ``synchronous_commit = on``)."""
+        settings = {"wal_level": "replica", "max_wal_senders": "5", "wal_keep_size": "64MB"}
+        if standby_names:
+            settings["synchronous_standby_names"] = f"'FIRST 1 ({','.join(standby_names)})'"
+            settings["synchronous_commit"] = "on"
+        return cls(settings, name)
+
+    def standby(self, name: str = "standby") -> PrivatePostgres:
+        """A streaming hot standby of this server (``pg_basebackup -R``), named ``name``.
+
+        It has none of this server's ``settings``: promoted, it does not wait for a synchronous
+        standby of its own (which would block every commit until one connects).
+        """
+        return PrivatePostgres({"hot_standby": "on"}, name, _standby_of=self.port)
+
+    def streaming_to(self) -> list[tuple[str, str, str]]:
+        """(application_name, state, sync_state) of each standby streaming from this server."""
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+            rows = conn.execute("SELECT application_name, state, sync_state FROM pg_stat_replication")
+            return [(str(a), str(b), str(c)) for a, b, c in rows.fetchall()]
+
+    def in_recovery(self) -> bool:
+        """True while this server is a standby."""
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+            return bool(row and row[0])
+
+    def promote(self) -> None:
+        """Make this standby a primary (``pg_ctl promote``), waiting until it accepts writes."""
+        self._run(self.pg_ctl, "-D", self.data, "-w", "-t", "60", "promote")
+
+    def pids(self) -> list[int]:
+        """The postmaster's pid and those of its children (backends, WAL sender, ...); [] if down."""
+        try:
+            with open(os.path.join(self.data, "postmaster.pid")) as f:
+                postmaster = int(f.readline().strip())
+        except (OSError, ValueError):
+            return []
+        children = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            if int(fields[1]) == postmaster:  # the field after the state is the parent's pid
+                children.append(int(entry))
+        return [postmaster, *children] if os.path.exists(f"/proc/{postmaster}") else []
+
+    def kill(self) -> None:
+        """The machine dies: SIGKILL to the postmaster and every process of it, at once (no
+        shutdown, no goodbye to clients or standbys; their connections see a reset)."""
+        pids = self.pids()
+        if not pids:
+            raise RuntimeError(f"PostgreSQL {self.name} is not running")
+        for pid in pids:  # the postmaster first: it cannot restart children it has lost
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         """Stop the server if it runs, and delete its folder."""

@@ -9,9 +9,11 @@ Several server processes on one database cooperate through PostgreSQL only:
   wake-ups;
 - the clock duties (timers, lease expiry, user-task deadlines) run on the one node holding a
   session-level advisory lock on a dedicated connection; when that node dies its session ends,
-  the lock is released and another node takes over at its next tick. Each duty action re-checks
-  the token under the instance lock (wiggle/_server/instances.py), so even two leaders at once
-  could not fire a timer twice.
+  the lock is released and another node takes over at its next tick. Advisory locks live in one
+  server's memory: after a fail-over (docs/failover.md) nobody holds the lock on the promoted
+  primary, the old leader's connection is broken, and whichever node reconnects first takes it
+  (never on a standby). Each duty action re-checks the token under the instance lock
+  (wiggle/_server/instances.py), so even two leaders at once could not fire a timer twice.
 """
 
 from __future__ import annotations
@@ -227,11 +229,25 @@ class Cluster:
                     self._leader_conn = await db.connect("clock")
                 conn = self._leader_conn
                 if self.leader:
-                    await conn.execute("SELECT 1")  # still our session, so still our lock
-                    return True
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._clock_key,))
+                    # Still our session, so still our lock, on a server that still takes writes.
+                    cur = await conn.execute("SELECT pg_is_in_recovery()")
+                    row = await cur.fetchone()
+                    if row is not None and not row[0]:
+                        return True
+                    log.warning("the clock-duty connection's server became a standby; reconnecting")
+                    await self._drop_leadership()
+                    return False
+                # Advisory locks are per server and never replicated: the lock is only worth
+                # taking on the primary (on a standby it would make a second leader).
+                cur = await conn.execute(
+                    "SELECT pg_is_in_recovery(), "
+                    "CASE WHEN pg_is_in_recovery() THEN false ELSE pg_try_advisory_lock(%s) END",
+                    (self._clock_key,),
+                )
                 row = await cur.fetchone()
                 if row is not None and row[0]:
+                    await self._drop_leadership()  # a standby: the next tick connects afresh
+                elif row is not None and row[1]:
                     self.leader = True
                     log.info(
                         "this node (%s) now runs the clock duties of schema %s", self.node_id, self.schema

@@ -1,8 +1,20 @@
 """Connections: the pool, dedicated connections, and running a body with bounded retries.
 
-Transient database errors (serialization failures, deadlocks, a lost connection) are retried a
-bounded number of times; then the call fails with ``Unavailable`` (gRPC UNAVAILABLE). No raw
-psycopg error leaves this package.
+Transient database errors (serialization failures, deadlocks, a lost connection, a server
+shutting down or read-only) are retried a bounded number of times; then the call fails with
+``Unavailable`` (gRPC UNAVAILABLE), which callers retry. No raw psycopg error leaves this package.
+
+**Fail-over** (docs/failover.md). The connection string may name several hosts (``host=a,b
+port=5432,5433`` or ``postgresql://a:5432,b:5433/db``): every connection, pooled or dedicated,
+goes to the first one that accepts writes (``target_session_attrs=read-write``, added when the
+string names several hosts and says nothing). When the primary dies, each pooled connection
+breaks at its next use; the call is retried on a fresh connection and, until a host accepts
+writes again, fails UNAVAILABLE; the pool keeps reconnecting, a few seconds apart at most
+(``RECONNECT_SECONDS``). A connection that finds its server read-only (a standby, a demoted
+primary) is closed rather than returned to the pool. A transaction whose connection broke after
+its COMMIT was sent may or may not have committed (``CommitUnknown``): bodies that recognise
+their own earlier commit are retried, the others fail UNAVAILABLE and leave the retry to the
+caller, whose request and signal ids make it safe.
 """
 
 from __future__ import annotations
@@ -10,17 +22,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncPipeline, pq
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...errors import Unavailable, WiggleError
+from ...errors import InvalidArgument, Unavailable, WiggleError
 
-__all__ = ["Conn", "Database", "KEEPALIVES", "short", "transaction"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "CommitUnknown",
+    "Conn",
+    "Database",
+    "KEEPALIVES",
+    "failover_conninfo",
+    "short",
+    "transaction",
+    "unavailable",
+]
 
 log = logging.getLogger("wiggle.postgres")
 
@@ -35,6 +59,57 @@ KEEPALIVES: dict[str, Any] = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
 }
+
+
+#: Seconds a connection attempt waits for one host before trying the next one (unless the
+#: connection string or PGCONNECT_TIMEOUT says otherwise; libpq's default is to wait forever).
+CONNECT_TIMEOUT = 5
+
+
+def failover_conninfo(url: str) -> str:
+    """``url`` with the connection settings fail-over needs, where it does not set them itself.
+
+    - ``target_session_attrs=read-write`` when it names several hosts: Wiggle only works on a
+      server that accepts writes, so a standby listed first must be skipped, not used;
+    - ``connect_timeout`` (CONNECT_TIMEOUT): a dead host that drops packets would otherwise hold
+      every new connection for minutes before the next host is tried.
+
+    A string naming one host and setting connect_timeout is returned unchanged. Raises
+    InvalidArgument for a string libpq cannot parse.
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidArgument(f"invalid PostgreSQL connection string: {short(exc)}") from None
+    hosts = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST", "")).split(",")
+    extra: dict[str, str | int] = {}
+    if len(hosts) > 1 and "target_session_attrs" not in params and "PGTARGETSESSIONATTRS" not in os.environ:
+        extra["target_session_attrs"] = "read-write"
+    if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
+        extra["connect_timeout"] = CONNECT_TIMEOUT
+    return make_conninfo(url, **extra) if extra else url
+
+
+class CommitUnknown(psycopg.OperationalError):
+    """The connection broke after COMMIT was sent: the transaction may or may not have committed
+    (with synchronous replication, a standby may have it although the primary never answered)."""
+
+
+def unavailable(exc: BaseException, what: str) -> Unavailable:
+    """The Unavailable a caller sees for a database failure ``exc`` during ``what``."""
+    if isinstance(exc, CommitUnknown):
+        return Unavailable(
+            f"database connection lost while committing ({what}): the change may or may not have been "
+            f"applied; retry (a start with a request id, a signal with an id and a worker's report are "
+            f"safe to repeat) [{short(exc)}]"
+        )
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return Unavailable(
+            f"database unavailable: the server is read-only (a standby, or a primary being demoted) "
+            f"during {what}; waiting for a writable primary (does the connection string name every "
+            f"host, with target_session_attrs=read-write?)"
+        )
+    return Unavailable(f"database unavailable: {short(exc)}")
 
 
 def short(exc: BaseException) -> str:
@@ -54,25 +129,37 @@ async def transaction(conn: Conn) -> AsyncIterator[AsyncPipeline]:
     README.md, "Round three"). An error ends the transaction with ROLLBACK (nothing of it commits);
     a failed COMMIT has rolled back already.
     """
+    committing = False
     try:
         async with conn.pipeline() as pipeline:
             await conn.execute("BEGIN")
             yield pipeline
+            committing = True  # from here on, what the server did may not be known
             await conn.execute("COMMIT")
-    except BaseException:
+    except BaseException as exc:
         if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
             with contextlib.suppress(Exception):  # a broken connection: the pool discards it
                 await conn.rollback()
+        if committing and isinstance(exc, psycopg.OperationalError) and conn.broken:
+            # The connection broke with COMMIT on its way: a statement error would have left it
+            # usable, so this is a lost server or network, and the outcome is not known.
+            raise CommitUnknown(f"connection lost during COMMIT: {short(exc)}") from exc
         raise
 
 
 class Database:
     """One node's connections to ``url``: a pool named ``application_name``, plus dedicated ones."""
 
+    #: The longest a pool's reconnection attempts wait between them. psycopg_pool doubles its
+    #: delay from 1 s after each failure (1, 2, 4, 8 s...), so an outage of a few seconds could
+    #: leave the pool idle for as long again after the new primary is up; a reconnection that
+    #: gives up after this long is started afresh (at once) by the next call that needs one.
+    RECONNECT_SECONDS = 2.0
+
     def __init__(
         self, url: str, application_name: str, pool_size: int, acquire_timeout: float, max_attempts: int
     ) -> None:
-        self.url = url
+        self.url = failover_conninfo(url)
         self.application_name = application_name
         self.pool_size = max(1, pool_size)
         self.acquire_timeout = acquire_timeout
@@ -90,6 +177,7 @@ class Database:
             # autocommit: a read is one statement, one round trip; mutations open their own transactions
             kwargs={"application_name": self.application_name, "autocommit": True, **KEEPALIVES},
             name=name,
+            reconnect_timeout=self.RECONNECT_SECONDS,
         )
         try:
             await pool.open(wait=True, timeout=max(self.acquire_timeout, 1.0))
@@ -107,9 +195,8 @@ class Database:
     async def connect(self, role: str) -> Conn:
         """A dedicated autocommit connection, named ``application_name:role``."""
         return await psycopg.AsyncConnection.connect(
-            self.url,
+            self.url,  # connect_timeout and target_session_attrs from failover_conninfo
             autocommit=True,
-            connect_timeout=10,
             application_name=f"{self.application_name}:{role}",
             **KEEPALIVES,
         )
@@ -131,8 +218,15 @@ class Database:
         message = str(last) if isinstance(last, Unavailable) else f"database unavailable: {short(last)}"
         raise Unavailable(message) from last
 
-    async def run(self, what: str, body: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``body`` on a pooled connection, retrying transient failures; Unavailable at the end."""
+    async def run(
+        self, what: str, body: Callable[[Conn], Awaitable[T]], *, retry_unknown_commit: bool = True
+    ) -> T:
+        """Run ``body`` on a pooled connection, retrying transient failures; Unavailable at the end.
+
+        ``retry_unknown_commit=False``: a body whose COMMIT may have gone through (CommitUnknown)
+        is not run again, as a body that cannot recognise its own earlier commit would apply
+        twice; the caller gets Unavailable and repeats the request if it wants to.
+        """
         pool = self.pool
         if pool is None:
             raise Unavailable(f"the PostgreSQL store is not open ({what})")
@@ -141,7 +235,13 @@ class Database:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 async with pool.connection() as conn:
-                    return await body(conn)
+                    try:
+                        return await body(conn)
+                    except pg_errors.ReadOnlySqlTransaction:
+                        # A standby (or a primary being demoted): never hand this connection out
+                        # again; the pool's next one goes to the host that accepts writes.
+                        await conn.close()
+                        raise
             except WiggleError:
                 raise
             except PoolTimeout as exc:
@@ -154,21 +254,34 @@ class Database:
             except pg_errors.TransactionRollback as exc:  # serialization failure, deadlock
                 last = exc
                 log.debug("%s: transaction rolled back (%s), attempt %d", what, short(exc), attempt)
-            except psycopg.OperationalError as exc:  # connection lost, server shutting down, pool timeout
+            except CommitUnknown as exc:
+                log.warning("%s: %s, attempt %d of %d", what, short(exc), attempt, self.max_attempts)
+                if not retry_unknown_commit:
+                    raise unavailable(exc, what) from exc
+                last = exc
+                await self._check_pool(pool, attempt)
+            except (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction) as exc:
+                # connection lost, server shutting down or starting up, read-only server
                 last = exc
                 log.warning(
                     "%s: database error (%s), attempt %d of %d", what, short(exc), attempt, self.max_attempts
                 )
-                if attempt < self.max_attempts:
-                    with contextlib.suppress(Exception):
-                        await pool.check()  # drop the pool's other dead connections before retrying
+                await self._check_pool(pool, attempt)
             except psycopg.Error as exc:
                 log.exception("%s: unexpected database error", what)
                 raise WiggleError(f"database error in {what}: {short(exc)}") from exc
             if attempt < self.max_attempts:
                 await asyncio.sleep(delay)
                 delay *= 4
-        raise Unavailable(f"database unavailable: {short(last) if last else what}") from last
+        if last is None:
+            raise Unavailable(f"database unavailable ({what})")
+        raise unavailable(last, what) from last
+
+    async def _check_pool(self, pool: AsyncConnectionPool, attempt: int) -> None:
+        """Before a retry, drop the pool's other dead connections (they died with this one)."""
+        if attempt < self.max_attempts:
+            with contextlib.suppress(Exception):
+                await pool.check()
 
     async def fetch(self, what: str, query: str, params: Any = None, binary: bool = False) -> list[Any]:
         """The rows of one statement (autocommit: its own snapshot, one round trip)."""

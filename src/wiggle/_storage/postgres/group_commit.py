@@ -4,7 +4,8 @@ Concurrent mutations queue up and a few committer tasks each take every queued m
 transaction (instances locked in id order, so two committers never deadlock), apply them in
 arrival order, write the union of their changes and commit once. A mutation the engine refuses
 (a WiggleError raised before any change) fails alone; a failed transaction fails every mutation
-of its group, none half-applied.
+of its group, none half-applied. A group whose connection broke after its COMMIT was sent is not
+run again (its outcome is unknown): its callers get UNAVAILABLE (db.py, CommitUnknown).
 """
 
 from __future__ import annotations
@@ -91,7 +92,11 @@ class GroupCommit:
     async def _run(self, batch: list[_Job]) -> None:
         """Commit one group and answer its jobs (committers.py calls this)."""
         try:
-            outcomes = await self.db.run("commit", functools.partial(self._commit_group, batch=batch))
+            # Not re-run after a COMMIT of unknown outcome: an action applied twice (a signal
+            # without an id) is worse than an UNAVAILABLE the caller may repeat (db.py).
+            outcomes = await self.db.run(
+                "commit", functools.partial(self._commit_group, batch=batch), retry_unknown_commit=False
+            )
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # Unavailable, or a bug: every job of the group learns it

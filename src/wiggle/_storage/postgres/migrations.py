@@ -9,11 +9,12 @@ import re
 from importlib import resources
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql
 
 from ..._engine.state import now_millis
-from ...errors import InvalidArgument, Unavailable, WiggleError
-from .db import Conn, short
+from ...errors import InvalidArgument, WiggleError
+from .db import Conn, failover_conninfo, short, unavailable
 
 __all__ = ["SchemaTooNew", "check_schema", "lock_key", "migrate", "migration_files"]
 
@@ -108,9 +109,10 @@ async def migrate(url: str, schema: str = "wiggle") -> int:
     """
     check_schema(schema)
     try:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
+        conninfo = failover_conninfo(url)  # several hosts: the one accepting writes (db.py)
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
             return await migrate_on(conn, schema)
-    except psycopg.OperationalError as exc:
-        raise Unavailable(f"database unavailable: {short(exc)}") from exc
+    except (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction) as exc:
+        raise unavailable(exc, f"migrating schema {schema!r}") from exc
     except psycopg.Error as exc:
         raise WiggleError(f"database error while migrating schema {schema!r}: {short(exc)}") from exc

@@ -119,7 +119,7 @@ class PostgresStore(Store):
     async def open(self) -> None:
         if self.db.pool is not None:
             return
-        await self.db.retry_connect("migrating", lambda: migrate(self.url, self.schema))
+        await self.db.retry_connect("migrating", lambda: migrate(self.db.url, self.schema))
         await self.db.open(f"wiggle-{self.node_id}")
         try:
             await self.statistics.open()
