@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 
 import psycopg
@@ -126,7 +127,7 @@ class PrivatePostgres:
             )
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         try:
-            self.start()
+            self.start(wait=not _standby_of)  # a standby waits for its primary (standby())
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)
             raise
@@ -141,15 +142,25 @@ class PrivatePostgres:
         """The server's log file."""
         return os.path.join(self.folder, "postgres.log")
 
-    def start(self) -> None:
-        """Start the server and wait until it accepts connections (a standby: until it is in hot
-        standby, replaying the primary's WAL)."""
+    def start(self, wait: bool = True) -> None:
+        """Start the server and (``wait``) wait until it accepts connections."""
         options = [f"-p {self.port}", f"-k {self.folder}", "-c listen_addresses=127.0.0.1", "-c fsync=off"]
         options += [f"-c cluster_name={self.name}"]
         options += [f"-c {key}={value}" for key, value in self.settings.items()]
-        self._run(
-            self.pg_ctl, "-D", self.data, "-o", " ".join(options), "-l", self.log, "-w", "-t", "60", "start"
-        )
+        waiting = ["-w", "-t", "60"] if wait else ["-W"]
+        self._run(self.pg_ctl, "-D", self.data, "-o", " ".join(options), "-l", self.log, *waiting, "start")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the server accepts connections (a standby: read-only ones, in hot standby)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with psycopg.connect(self.url, connect_timeout=2):
+                    return
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"PostgreSQL {self.name} not ready after {timeout} s: {exc}") from exc
+                time.sleep(0.05)
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``fast``: sessions ended, a clean shutdown; ``immediate``: a crash)."""
@@ -174,7 +185,17 @@ class PrivatePostgres:
         It has none of this server's ``settings``: promoted, it does not wait for a synchronous
         standby of its own (which would block every commit until one connects).
         """
-        return PrivatePostgres({"hot_standby": "on"}, name, _standby_of=self.port)
+        standby = PrivatePostgres({"hot_standby": "on"}, name, _standby_of=self.port)
+        try:
+            # A hot standby opens for reads once it has replayed a snapshot of the running
+            # transactions, which a checkpoint writes (else the next comes within 15 s).
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                conn.execute("CHECKPOINT")
+            standby.wait_ready()
+        except BaseException:
+            standby.close()
+            raise
+        return standby
 
     def streaming_to(self) -> list[tuple[str, str, str]]:
         """(application_name, state, sync_state) of each standby streaming from this server."""
