@@ -53,7 +53,7 @@ from psycopg import sql
 from wiggle import AsyncClient
 from wiggle._server.config import SETTINGS
 from wiggle._storage.postgres.migrations import lock_key
-from wiggle.errors import ErrorCode, WiggleError
+from wiggle.errors import ErrorCode, NotFound, WiggleError
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -67,12 +67,12 @@ WIGGLE = [str(_script)] if _script.exists() else [sys.executable, "-m", "wiggle.
 LISTENING = re.compile(r"wiggle server listening on ([\d.]+):(\d+)")
 SCHEMA = "wiggle_failover"
 RETRYABLE = (ErrorCode.UNAVAILABLE, ErrorCode.DEADLINE_EXCEEDED)
-LOAD_BEFORE = 4.0  # seconds of load before the primary dies
+LOAD_BEFORE = 3.0  # seconds of load before the primary dies
 # Seconds from the primary's death to the standby's promotion: what an HA manager takes to
 # notice and act. Longer than a server waits for a pooled connection (5 s, db.py), so calls
 # caught by the fail-over fail UNAVAILABLE and the clients retry them.
 PROMOTE_AFTER = 6.0
-LOAD_AFTER = 5.0  # seconds of load once the standby is promoted
+LOAD_AFTER = 3.0  # seconds of load once the standby is promoted
 GIVE_UP = 30.0  # a call still failing after this long fails the test
 T = TypeVar("T")
 
@@ -183,6 +183,7 @@ class Load:
     signalled: dict[str, str] = field(default_factory=dict)  # acknowledged signal: instance id -> outcome
     outages: dict[str, list[Outage]] = field(default_factory=lambda: defaultdict(list))
     counter: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    vanished: set[str] = field(default_factory=set)  # acknowledged starts a signal found missing
     slowest: dict[str, float] = field(default_factory=dict)  # client -> its longest successful call
     after_failover: int = 0  # starts acknowledged after the promotion
     failed_over: bool = False
@@ -223,9 +224,13 @@ class Load:
         async with AsyncClient(target) as client:
 
             async def signal(instance_id: str, n: int) -> None:
-                result = await self.call(
-                    name, lambda: client.signal(instance_id, "go", {"k": n}, signal_id=f"go-{name}-{n}")
-                )
+                try:
+                    result = await self.call(
+                        name, lambda: client.signal(instance_id, "go", {"k": n}, signal_id=f"go-{name}-{n}")
+                    )
+                except NotFound:
+                    self.vanished.add(instance_id)  # its acknowledged start was lost: the test fails
+                    return
                 self.signalled[instance_id] = str(result.outcome)
 
             while not self.stop.is_set():
@@ -310,6 +315,28 @@ def check_histories(url: str, ids: set[str], runs: list[dict[str, Any]], acks: s
     return lost_claims
 
 
+async def wait_finished(procs: Processes, url: str, count: int, timeout: float = 60.0) -> None:
+    """Until ``count`` instances are finished; else fail naming where the others wait (an
+    acknowledged signal or report that was lost leaves its instance waiting forever)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = query(url, "SELECT count(*) FROM {s}.instances WHERE status <> 'RUNNING'")
+        if int(rows[0][0]) >= count:
+            return
+        procs.check_alive()
+        if time.monotonic() > deadline:
+            waiting = query(
+                url,
+                "SELECT node_id, status, count(*) FROM {s}.tokens WHERE status NOT IN ('DONE', 'FAILED', 'CANCELLED') "
+                "GROUP BY 1, 2",
+            )
+            raise AssertionError(
+                f"{count - int(rows[0][0])} instances still running after {timeout} s; active tokens "
+                f"(node, status, count): {waiting}\n{procs.logs()}"
+            )
+        await asyncio.sleep(0.25)
+
+
 def outage_report(load: Load) -> str:
     lines = []
     for client in sorted(load.slowest):
@@ -329,6 +356,7 @@ def outage_report(load: Load) -> str:
 
 @pytest.mark.timeout(150)
 async def test_failover_to_a_synchronous_standby_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    began = time.monotonic()
     with postgres_pair() as (primary, standby):
         # the standby streams, synchronously: from here on a commit is acknowledged only once
         # the standby has flushed it
@@ -357,6 +385,7 @@ async def test_failover_to_a_synchronous_standby_loses_no_acknowledged_write(tmp
                 asyncio.ensure_future(load.client(f"c{k}", targets[k % len(targets)])) for k in range(4)
             ]
             try:
+                load_began = time.monotonic()
                 await asyncio.sleep(LOAD_BEFORE)
                 assert load.started, f"no start acknowledged before the fail-over\n{procs.logs()}"
                 acknowledged_before = len(load.started)
@@ -376,24 +405,21 @@ async def test_failover_to_a_synchronous_standby_loses_no_acknowledged_write(tmp
                     raise AssertionError(f"a client failed: {result!r}\n{procs.logs()}") from result
             procs.check_alive()
 
+            load_ended = time.monotonic()
             new = standby.url
             ids = set(load.started)
-
-            def finished() -> bool:
-                rows = query(new, "SELECT count(*) FROM {s}.instances WHERE status <> 'RUNNING'")
-                return int(rows[0][0]) >= len(ids)
-
-            await procs.until("every instance finished", finished, timeout=60)
-
+            stored_ids = {r[0] for r in query(new, "SELECT id FROM {s}.instances")}
+            assert stored_ids == ids, (
+                f"acknowledged {len(ids)} starts, stored {len(stored_ids)}: lost {len(ids - stored_ids)} "
+                f"{sorted(ids - stored_ids)[:5]}, never acknowledged {sorted(stored_ids - ids)[:5]}"
+            )
+            assert not load.vanished, f"acknowledged starts found missing by their signal: {load.vanished}"
+            assert set(load.signalled) == ids, "a start was acknowledged but its signal never was"
+            await wait_finished(procs, new, len(ids))
             stored = {
                 r[0]: (r[1], json.loads(r[2]))
                 for r in query(new, "SELECT id, status, context FROM {s}.instances")
             }
-            assert set(stored) == ids, (
-                f"acknowledged {len(ids)} starts, stored {len(stored)}: lost {sorted(ids - set(stored))[:5]}, "
-                f"never acknowledged {sorted(set(stored) - ids)[:5]}"
-            )
-            assert set(load.signalled) == ids, "a start was acknowledged but its signal never was"
             wrong = {
                 i: row
                 for i, row in stored.items()
@@ -413,6 +439,8 @@ async def test_failover_to_a_synchronous_standby_loses_no_acknowledged_write(tmp
                 f"\nstored: {len(stored)} instances, all COMPLETED with their signal's data; "
                 f"claims lost in the crash (attempt never delivered, redelivered after its lease): {lost_claims}"
                 f"\noutage seen by each client:\n{outage_report(load)}"
+                f"\ntimes: {load_began - began:.1f} s to set up, {load_ended - load_began:.1f} s of load, "
+                f"{time.monotonic() - load_ended:.1f} s to drain and check"
             )
         finally:
             procs.stop()
