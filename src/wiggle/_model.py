@@ -239,7 +239,10 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     """One node of a workflow graph. Which fields matter depends on ``kind``.
 
     TASK: ``queue``, ``next``, ``retry``. PREDICATE: ``queue``, ``next`` (true), ``alt_next``
-    (false), ``retry``. SLEEP: ``sleep_millis``, ``next``. FORK: ``branches`` (first node of each
+    (false), ``retry``. Both take time limits (0: none; docs/semantics.md#step-time-limits):
+    ``timeout_millis`` (start to close: one attempt, from its claim to its report),
+    ``heartbeat_timeout_millis`` (the longest silence between heartbeats) and
+    ``schedule_to_start_millis`` (from becoming due to being claimed). SLEEP: ``sleep_millis``, ``next``. FORK: ``branches`` (first node of each
     branch), ``join``. JOIN: ``fork``, ``combine`` (a combine handler runs on conflicts; it is a
     worker step on ``queue``), ``next``. USER_TASK: ``timeout_millis`` (0: none), ``alt_next``
     (where a timeout continues; unset: the instance fails), ``next``. END: ``success``, ``reason``.
@@ -286,6 +289,8 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     index_key: str | None = None
     output_key: str | None = None
     concurrency: int = 0
+    heartbeat_timeout_millis: int = 0  # TASK, PREDICATE: given up after this much silence
+    schedule_to_start_millis: int = 0  # TASK, PREDICATE: failed if not claimed this long after due
 
     @property
     def is_worker_step(self) -> bool:
@@ -309,6 +314,9 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
     max_local_steps: int = 0  # cap on one local run's length (0: the server's default)
     default_retry: RetryPolicy | None = None
     join_merge: JoinMerge = JoinMerge.STRICT
+    # the workflow's own time limit: an instance still running this long after its start fails
+    # (0: none; a start may set its own; docs/semantics.md#workflow-time-limits)
+    timeout_millis: int = 0
 
     def to_json(self) -> bytes:
         """The canonical JSON form: keys sorted, defaults omitted, checkpoints sorted."""

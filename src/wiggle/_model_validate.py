@@ -39,6 +39,7 @@ def validate_definition(definition: WorkflowDefinition) -> None:
     )
     if definition.default_retry is not None:
         definition.default_retry.check(f"workflow {definition.name!r}")
+    check_millis(definition.timeout_millis, "timeout_millis", f"workflow {definition.name!r}")
 
     def edge(node: Node, field: str, target: str | None, required: bool) -> None:
         if target is None:
@@ -57,6 +58,7 @@ def validate_definition(definition: WorkflowDefinition) -> None:
             edge(node, "alt_next", node.alt_next, kind is NodeKind.PREDICATE)
             if node.retry is not None:
                 node.retry.check(f"node {node.id!r}")
+            _check_step_limits(node)
         elif kind is NodeKind.SLEEP:
             check_millis(node.sleep_millis, "sleep_millis", f"sleep {node.id!r}")
             edge(node, "next", node.next, True)
@@ -201,3 +203,21 @@ def _closure(start: Iterable[str], step: object) -> set[str]:
         seen.add(n)
         stack.extend(step(n))  # type: ignore[operator]
     return seen
+
+
+# A heartbeat timeout shorter than this could not be kept by a worker heartbeating every third of
+# it over a real network (the server's shortest lease is 1 s too: docs/semantics.md#leases).
+MIN_HEARTBEAT_TIMEOUT_MILLIS = 1_000
+
+
+def _check_step_limits(node: Node) -> None:
+    """A worker step's time limits: each in [0, 10 years]; a heartbeat timeout of 1 s or more."""
+    what = f"step {node.id!r}"
+    check_millis(node.timeout_millis, "timeout_millis", what)
+    check_millis(node.heartbeat_timeout_millis, "heartbeat_timeout_millis", what)
+    check_millis(node.schedule_to_start_millis, "schedule_to_start_millis", what)
+    if 0 < node.heartbeat_timeout_millis < MIN_HEARTBEAT_TIMEOUT_MILLIS:
+        raise InvalidArgument(
+            f"{what}: heartbeat_timeout_millis {node.heartbeat_timeout_millis} is below the minimum "
+            f"{MIN_HEARTBEAT_TIMEOUT_MILLIS} ms"
+        )

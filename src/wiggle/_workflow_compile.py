@@ -62,8 +62,19 @@ class Compiler:
         )
         if step.checkpoint:
             self.checkpoints.add(step.name)
+        limits = step.limits
         return self._node(
-            Node(id=step.name, kind=kind, next=next_id, alt_next=alt, queue=step.queue, retry=step.retry)
+            Node(
+                id=step.name,
+                kind=kind,
+                next=next_id,
+                alt_next=alt,
+                queue=step.queue,
+                retry=step.retry,
+                timeout_millis=limits.timeout,
+                heartbeat_timeout_millis=limits.heartbeat,
+                schedule_to_start_millis=limits.schedule_to_start,
+            )
         )
 
     def sequence(self, branch: Branch[Any], next_id: str) -> str:

@@ -37,11 +37,29 @@ class Item:
     pass
 
 
+class StepLimits:
+    """A worker step's time limits in milliseconds (0: none): start to close, heartbeat silence,
+    schedule to start (docs/semantics.md#step-time-limits)."""
+
+    __slots__ = ("timeout", "heartbeat", "schedule_to_start")
+
+    def __init__(self, timeout: int = 0, heartbeat: int = 0, schedule_to_start: int = 0) -> None:
+        self.timeout, self.heartbeat, self.schedule_to_start = timeout, heartbeat, schedule_to_start
+
+
+NO_LIMITS = StepLimits()
+
+
 class StepItem(Item):
     def __init__(
-        self, fn: Callable[..., Any], name: str, queue: str | None, retry: RetryPolicy | None
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        queue: str | None,
+        retry: RetryPolicy | None,
+        limits: StepLimits = NO_LIMITS,
     ) -> None:
-        self.fn, self.name, self.queue, self.retry = fn, name, queue, retry
+        self.fn, self.name, self.queue, self.retry, self.limits = fn, name, queue, retry, limits
         self.checkpoint = False
 
 
@@ -106,6 +124,16 @@ class SubWorkflowItem(Item):
 class EndItem(Item):
     def __init__(self, node_id: str, reason: str | None, success: bool) -> None:
         self.node_id, self.reason, self.success = node_id, reason, success
+
+
+def optional_millis(value: timedelta | float | None, what: str) -> int:
+    """``duration_millis`` of a time limit, 0 for None; a limit must be positive."""
+    if value is None:
+        return 0
+    millis = duration_millis(value, what)
+    if millis <= 0:
+        raise InvalidArgument(f"{what} must be positive (leave it out for no limit), got {value!r}")
+    return millis
 
 
 def duration_millis(value: timedelta | float | int, what: str) -> int:

@@ -59,11 +59,15 @@ from ._workflow_items import (
     SignalItem,
     SleepItem,
     StepItem,
+    StepLimits,
     SubWorkflowItem,
     UserTaskItem,
     duration_millis,
+    optional_millis,
 )
 from .errors import InvalidArgument
+
+Duration = timedelta | float  # a time limit: a timedelta or seconds
 
 __all__ = ["Workflow", "Branch", "Blueprint", "HandlerKind"]
 
@@ -107,13 +111,21 @@ class Branch(Generic[C]):
         name: str | None,
         queue: str | None,
         retry: RetryPolicy | None,
+        timeout: Duration | None = None,
+        heartbeat_timeout: Duration | None = None,
+        schedule_to_start: Duration | None = None,
     ) -> StepItem:
         if not callable(fn):
             raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
         node_id = self._root._unique(validate_name(name or fn.__name__, "step name"))
         if queue is not None:
             validate_name(queue, "queue")
-        return cls(fn, node_id, queue, _retry_policy(retry))
+        limits = StepLimits(
+            optional_millis(timeout, f"step {node_id!r} timeout") or self._root._step_timeout,
+            optional_millis(heartbeat_timeout, f"step {node_id!r} heartbeat_timeout"),
+            optional_millis(schedule_to_start, f"step {node_id!r} schedule_to_start"),
+        )
+        return cls(fn, node_id, queue, _retry_policy(retry), limits)
 
     def step(
         self: B,
@@ -122,13 +134,23 @@ class Branch(Generic[C]):
         name: str | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        heartbeat_timeout: Duration | None = None,
+        schedule_to_start: Duration | None = None,
     ) -> B:
         """A TASK: ``fn(ctx) -> ctx`` (or ``async def``); its result becomes the context (None: unchanged).
 
         ``queue`` defaults to the workflow's name. ``retry`` defaults to the workflow's policy.
         Raise ``wiggle.PermanentError`` to fail without retrying.
+
+        Time limits (a timedelta or seconds; none by default; docs/semantics.md#step-time-limits):
+        ``timeout`` bounds one attempt from its claim to its report (default: the workflow's
+        ``step_timeout``); ``heartbeat_timeout`` gives an attempt up when its worker stops
+        heartbeating for that long; ``schedule_to_start`` fails the step when no worker claims it
+        that long after it became due. A timed-out attempt is a retryable failure (the retry
+        policy decides); a schedule-to-start timeout is final.
         """
-        self._add(self._step(StepItem, fn, name, queue, retry))
+        self._add(self._step(StepItem, fn, name, queue, retry, timeout, heartbeat_timeout, schedule_to_start))
         return self
 
     def gate(
@@ -138,9 +160,14 @@ class Branch(Generic[C]):
         name: str | None = None,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        heartbeat_timeout: Duration | None = None,
+        schedule_to_start: Duration | None = None,
     ) -> B:
-        """A PREDICATE that ends the instance early: False ends it COMPLETED with reason ``gated:<name>``."""
-        self._add(self._step(GateItem, fn, name, queue, retry))
+        """A PREDICATE that ends the instance early: False ends it COMPLETED with reason ``gated:<name>``.
+
+        The time limits are those of ``step``."""
+        self._add(self._step(GateItem, fn, name, queue, retry, timeout, heartbeat_timeout, schedule_to_start))
         return self
 
     def checkpoint(self: B) -> B:
@@ -393,17 +420,35 @@ class Workflow(Branch[C]):
         self._max_local_steps = 0
         self._default_retry: RetryPolicy | None = None
         self._counter = 0
+        self._timeout = 0  # the workflow's own time limit (ms, 0: none)
+        self._step_timeout = 0  # the steps' default start-to-close limit (ms, 0: none)
 
     @classmethod
-    def define(cls, name: str, context_type: type[C] = dict) -> Workflow[C]:  # type: ignore[assignment]
-        """Begin a workflow whose context is ``context_type``: a ``msgspec.Struct`` subclass or ``dict``."""
+    def define(
+        cls,
+        name: str,
+        context_type: type[C] = dict,  # type: ignore[assignment]
+        *,
+        timeout: Duration | None = None,
+        step_timeout: Duration | None = None,
+    ) -> Workflow[C]:
+        """Begin a workflow whose context is ``context_type``: a ``msgspec.Struct`` subclass or ``dict``.
+
+        ``timeout`` (a timedelta or seconds): an instance still running that long after its start
+        fails with reason "workflow timed out" wherever it waits; its children are cancelled (a
+        start may set its own). ``step_timeout``: the start-to-close limit of every step that does
+        not set its own ``timeout``. Both are part of the version (docs/semantics.md#time-limits).
+        """
         if context_type is not dict and not (
             isinstance(context_type, type) and issubclass(context_type, msgspec.Struct)
         ):
             raise InvalidArgument(
                 f"context type must be dict or a msgspec.Struct subclass, got {context_type!r}"
             )
-        return cls(name, context_type)
+        workflow = cls(name, context_type)
+        workflow._timeout = optional_millis(timeout, f"workflow {name!r} timeout")
+        workflow._step_timeout = optional_millis(step_timeout, f"workflow {name!r} step_timeout")
+        return workflow
 
     def _unique(self, name: str) -> str:
         candidate = name
@@ -456,6 +501,7 @@ class Workflow(Branch[C]):
             checkpoints=tuple(sorted(compiler.checkpoints)),
             max_local_steps=self._max_local_steps,
             default_retry=self._default_retry,
+            timeout_millis=self._timeout,
         ).validate()
         return Blueprint(definition, compiler.handlers, self.context_type)
 

@@ -326,7 +326,7 @@ async def test_heartbeat_extends_the_lease() -> None:
     first_expiry = claimed.token.lease_expires_at
     state = s.store._instances[iid]  # the engine itself, with a controlled clock
     later = first_expiry + 1234
-    expires, changes = s.engine.heartbeat(state, claimed.token.id, OWNER, later)
+    expires, changes = s.engine.heartbeat(s.store._loaded(state), state, claimed.token.id, OWNER, later)
     assert expires == later + LEASE
     assert list(changes.tokens) == [claimed.token.id]
     status, expires = await s.heartbeat(claimed.token.id, OWNER)  # through the store, real clock

@@ -321,10 +321,10 @@ def test_claim_and_heartbeat_take_the_length_asked() -> None:
     (tok,) = _ready(state)
     engine.claim(loaded, state, tok, "w", 100, Changes(), lease_millis=50)
     assert tok.lease_expires_at == 1_100
-    expires, _ = engine.heartbeat(state, tok.id, "w", 200, extend_millis=10**9)
+    expires, _ = engine.heartbeat(loaded, state, tok.id, "w", 200, extend_millis=10**9)
     assert expires == tok.lease_expires_at == 60_200
-    expires, _ = engine.heartbeat(state, tok.id, "w", 300)
+    expires, _ = engine.heartbeat(loaded, state, tok.id, "w", 300)
     assert expires == 30_300
     with pytest.raises(InvalidArgument, match="extend_millis must be an integer"):
-        engine.heartbeat(state, tok.id, "w", 400, extend_millis=2.5)  # type: ignore[arg-type]
+        engine.heartbeat(loaded, state, tok.id, "w", 400, extend_millis=2.5)  # type: ignore[arg-type]
     assert tok.lease_expires_at == 30_300

@@ -4,37 +4,67 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._model import NodeKind
+from .._model import Node, NodeKind
 from .config import LoadedDefinition
 from .drive import drive
-from .state import Changes, HistoryOutcome, InstanceState, Token, TokenStatus
-from .tokens import fail_instance, fail_step, finish_token, move, record
+from .state import Changes, HistoryOutcome, InstanceState, InstanceStatus, Token, TokenStatus
+from .tokens import end_instance, fail_instance, fail_step, finish_token, move, record
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["expire_lease", "fire_timer", "user_task_deadline"]
+__all__ = ["expire_lease", "expiry_reason", "fire_timer", "user_task_deadline", "workflow_deadline"]
 
 
 def expire_lease(
     engine: Engine, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int
 ) -> Changes:
-    """A lease ran out: a retryable failure "lease expired (worker unreachable)"."""
+    """A lease ran out: a retryable failure, saying which limit it was (expiry_reason)."""
     if token.status != TokenStatus.RUNNING or token.lease_expires_at > now:
         return Changes()
     node = loaded.nodes[token.node_id]
-    return fail_step(
-        engine,
-        loaded,
-        state,
-        token,
-        node,
-        "lease expired (worker unreachable)",
-        True,
-        now,
-        Changes(),
-        token.lease_owner,
-    )
+    reason = expiry_reason(node, token, now)
+    return fail_step(engine, loaded, state, token, node, reason, True, now, Changes(), token.lease_owner)
+
+
+def expiry_reason(node: Node, token: Token, now: int) -> str:
+    """Why a RUNNING token's lease ran out: its attempt's time limit, its heartbeat timeout, or a
+    worker that stopped answering (docs/semantics.md#step-time-limits)."""
+    if token.deadline_at and now >= token.deadline_at:
+        return f"timed out after {_seconds(node.timeout_millis)} (the step's start-to-close limit)"
+    if node.heartbeat_timeout_millis:
+        return f"heartbeat timed out: no heartbeat for {_seconds(node.heartbeat_timeout_millis)}"
+    return "lease expired (worker unreachable)"
+
+
+def _seconds(millis: int) -> str:
+    return f"{millis / 1000:g} s"
+
+
+def workflow_deadline(loaded: LoadedDefinition, state: InstanceState, now: int) -> Changes:
+    """The instance's time limit passed: it fails, wherever it waits; its active tokens are
+    cancelled and its children, no longer awaited, are cancelled by the orphan sweep
+    (docs/semantics.md#workflow-time-limits). One TIMED_OUT history entry per active token."""
+    changes = Changes()
+    inst = state.instance
+    if inst.status != InstanceStatus.RUNNING or not 0 < inst.deadline_at <= now:
+        return changes
+    limit = _seconds(inst.timeout_millis)
+    message = f"workflow timed out: still running {limit} after its start (its time limit)"
+    for token in list(state.tokens.values()):
+        node = loaded.nodes[token.node_id]
+        record(
+            state,
+            token,
+            node,
+            HistoryOutcome.TIMED_OUT,
+            now,
+            changes,
+            error=message,
+            started=token.started_at,
+        )
+    end_instance(state, InstanceStatus.FAILED, now, changes, reason="workflow timed out", error=message)
+    return changes
 
 
 def fire_timer(

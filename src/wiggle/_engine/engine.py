@@ -44,12 +44,14 @@ from .tokens import (
     count_step,
     end_instance,
     fail_step,
+    lease_until,
     leased_token,
     move,
     new_token,
     record,
     release_step,
     set_context,
+    step_lease,
 )
 
 __all__ = ["EngineConfig", "Engine", "LoadedDefinition", "AdvanceOutcome", "Claimed", "MIN_LEASE_MILLIS"]
@@ -69,6 +71,7 @@ class Claimed(msgspec.Struct):
     execution_mode: str
     max_local_steps: int
     task_id: str  # ``<token id>@<claim>``: what every report on this claim names (task_id_of)
+    lease_millis: int = 0  # the lease's length: the server's, or the step's heartbeat timeout
 
 
 class Engine:
@@ -133,12 +136,15 @@ class Engine:
         correlation_id: str,
         now: int,
         parent: tuple[str, str, int] = ("", "", 0),
+        timeout_millis: int | None = None,
     ) -> tuple[InstanceState, Changes]:
         """Create an instance at the start node and drive it until parked.
 
         ``parent`` is a sub-workflow child's (parent instance, parent token, depth).
+        ``timeout_millis``: this start's time limit (None: the definition's; 0: none).
         """
         self.check_context(context, "context")
+        limit = loaded.definition.timeout_millis if timeout_millis is None else timeout_millis
         instance = Instance(
             id=instance_id,
             workflow=loaded.definition.name,
@@ -152,10 +158,13 @@ class Engine:
             parent_id=parent[0],
             parent_token=parent[1],
             depth=parent[2],
+            timeout_millis=max(limit, 0),
+            deadline_at=now + limit if limit > 0 else 0,
         )
         state = InstanceState(instance, {})
         changes = Changes()
         changes.created = True
+        changes.timers = instance.deadline_at > 0  # the clock duties' next due time may be sooner
         changes.instance_changed = True
         token = new_token(state, loaded.definition.start_node, now, changes)
         self.drive(loaded, state, token, now, changes)
@@ -178,10 +187,12 @@ class Engine:
         The lease lasts ``lease_length(lease_millis)``: the server's, unless the claim asks for
         another length (clamped).
         """
-        lease = self.lease_length(lease_millis)
+        node = loaded.nodes[token.node_id]
+        lease = step_lease(node, self.lease_length(lease_millis))
         token.status = TokenStatus.RUNNING
         token.lease_owner = owner
-        token.lease_expires_at = now + lease
+        token.deadline_at = now + node.timeout_millis if node.timeout_millis else 0
+        token.lease_expires_at = lease_until(token, now, lease)
         token.started_at = now
         token.claim += 1  # a new fence: reports of earlier claims are refused (tokens.leased_token)
         mode = self.resolve_mode(loaded)
@@ -198,6 +209,7 @@ class Engine:
             execution_mode=mode.value,
             max_local_steps=self.max_local_steps(loaded),
             task_id=task_id_of(token),
+            lease_millis=lease,
         )
 
     def complete(
@@ -221,7 +233,7 @@ class Engine:
             if context is not None:
                 raise InvalidArgument("a step result is a context or a diff, not both")
             changed, removed = _check_diff(diff)
-        token = leased_token(state, token_id, owner)
+        token = leased_token(state, token_id, owner, now)
         node = loaded.nodes[token.node_id]
         if diff is not None:
             if node.kind is NodeKind.JOIN:
@@ -286,7 +298,7 @@ class Engine:
         now: int,
     ) -> Changes:
         """FailTask: retry with backoff while the policy allows, else fail the instance."""
-        token = leased_token(state, token_id, owner)
+        token = leased_token(state, token_id, owner, now)
         node = loaded.nodes[token.node_id]
         return fail_step(self, loaded, state, token, node, message, retryable, now, Changes(), owner)
 
@@ -300,16 +312,23 @@ class Engine:
         now: int,
     ) -> Changes:
         """FailTask with ``release``: the worker cannot run the step; READY again, same attempt."""
-        token = leased_token(state, token_id, owner)
+        token = leased_token(state, token_id, owner, now)
         return release_step(self, loaded, state, token, message, now)
 
     def heartbeat(
-        self, state: InstanceState, token_id: str, owner: str, now: int, extend_millis: int | None = None
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        token_id: str,
+        owner: str,
+        now: int,
+        extend_millis: int | None = None,
     ) -> tuple[int, Changes]:
-        """Extend the lease to ``now + lease_length(extend_millis)``; returns the new expiry."""
-        lease = self.lease_length(extend_millis, "extend_millis")
-        token = leased_token(state, token_id, owner)
-        token.lease_expires_at = now + lease
+        """Extend the lease to ``now + lease_length(extend_millis)`` (the step's heartbeat timeout
+        if shorter; never past the attempt's deadline); returns the new expiry."""
+        token = leased_token(state, token_id, owner, now)
+        lease = step_lease(loaded.nodes[token.node_id], self.lease_length(extend_millis, "extend_millis"))
+        token.lease_expires_at = lease_until(token, now, lease)
         changes = Changes()
         changes.tokens[token.id] = token
         return token.lease_expires_at, changes
@@ -344,6 +363,10 @@ class Engine:
     def expire_lease(self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int) -> Changes:
         """A lease ran out: a retryable failure "lease expired (worker unreachable)"."""
         return clock.expire_lease(self, loaded, state, token, now)
+
+    def workflow_deadline(self, loaded: LoadedDefinition, state: InstanceState, now: int) -> Changes:
+        """The instance's time limit passed: it fails with reason "workflow timed out"."""
+        return clock.workflow_deadline(loaded, state, now)
 
     def fire_timer(self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int) -> Changes:
         """A SLEEP is over (never early): move on."""
@@ -387,8 +410,17 @@ class Engine:
         requested_by: str,
         now: int,
     ) -> Changes:
-        """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance)."""
-        return resume.retry(self, loaded, state, from_node, context, requested_by, now)
+        """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance).
+
+        An instance with a time limit gets it afresh, counted from the retry: a timed-out instance
+        retried would otherwise fail again at once (docs/semantics.md#workflow-time-limits).
+        """
+        inst = state.instance
+        changes = resume.retry(self, loaded, state, from_node, context, requested_by, now)
+        if inst.timeout_millis > 0 and inst.status == InstanceStatus.RUNNING:
+            inst.deadline_at = now + inst.timeout_millis
+            changes.timers = True
+        return changes
 
     def complete_user_task(
         self, loaded: LoadedDefinition, state: InstanceState, name: str, payload: dict[str, Any], now: int

@@ -28,7 +28,17 @@ from .state import (
     TokenStatus,
     task_id_of,
 )
-from .tokens import context_of, count_step, fail_step, leased_token, move, record, set_context
+from .tokens import (
+    context_of,
+    count_step,
+    fail_step,
+    lease_until,
+    leased_token,
+    move,
+    record,
+    set_context,
+    step_lease,
+)
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -301,7 +311,9 @@ def apply_run(
     token.status = TokenStatus.RUNNING
     token.kind = next_node.kind.value
     token.lease_owner = owner
-    token.lease_expires_at = now + engine.config.lease_millis
+    # the run goes on at next_node: that step's own time limits apply from now
+    token.deadline_at = now + next_node.timeout_millis if next_node.timeout_millis else 0
+    token.lease_expires_at = lease_until(token, now, step_lease(next_node, engine.config.lease_millis))
     token.local_run_owner = owner
     token.local_run_steps += applied
     outcome = AdvanceOutcome(

@@ -181,6 +181,10 @@ class Instance(msgspec.Struct):
     parent_token: str = ""  # the parent token waiting for this child
     depth: int = 0  # 0 for a top-level instance, parent's + 1 for a child
     traceparent: str = ""  # W3C trace context of the start (tracing; docs/semantics.md#tracing)
+    # the workflow's time limit (ms; 0: none) and when it runs out: still RUNNING then, the
+    # instance fails (docs/semantics.md#workflow-time-limits); a retry counts it afresh
+    timeout_millis: int = 0
+    deadline_at: int = 0
 
 
 class Token(msgspec.Struct):
@@ -206,6 +210,9 @@ class Token(msgspec.Struct):
     finished_at: int = 0
     child_id: str = ""  # at a SUB_WORKFLOW node: the child instance this attempt starts / waits for
     claim: int = 0  # how many times the token was claimed: the fence of task ids (task_id_of)
+    # RUNNING: the attempt's start-to-close deadline (its step's timeout; the lease never outlives
+    # it); 0: none (docs/semantics.md#step-time-limits)
+    deadline_at: int = 0
 
 
 class HistoryEntry(msgspec.Struct, gc=False):

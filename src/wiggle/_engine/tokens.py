@@ -38,12 +38,14 @@ __all__ = [
     "fail_instance",
     "fail_step",
     "finish_token",
+    "lease_until",
     "leased_token",
     "move",
     "new_token",
     "record",
     "release_step",
     "set_context",
+    "step_lease",
 ]
 
 
@@ -167,13 +169,15 @@ def move(token: Token, next_id: str) -> None:
     token.lease_expires_at = 0
 
 
-def leased_token(state: InstanceState, task_id: str, owner: str) -> Token:
+def leased_token(state: InstanceState, task_id: str, owner: str, now: int = 0) -> Token:
     """The RUNNING token that ``task_id`` claimed, leased to ``owner``; the report is refused otherwise.
 
     ``task_id`` is ``<token id>@<claim>`` (task_id_of): a report for an earlier claim of the token
     (a resent report whose first answer was lost, after the same worker claimed the token's next
     step) is refused and changes nothing (docs/semantics.md#fencing). A bare token id (no claim)
     is taken from in-process callers only; the gRPC edges refuse it (wiggle/_wire/fencing.py).
+    With ``now``, a report that comes after the attempt's start-to-close deadline is refused too:
+    the attempt timed out, and the clock duties apply that (docs/semantics.md#step-time-limits).
     """
     inst = state.instance
     token_id, claim = split_task_id(task_id)
@@ -204,6 +208,11 @@ def leased_token(state: InstanceState, task_id: str, owner: str) -> Token:
         # the holder's id is not named: a worker learns nothing about another worker's lease
         raise FailedPrecondition(
             f"task {task_id} is leased to another worker, not {owner[:200]!r}; the report was refused"
+        )
+    if now and token.deadline_at and now >= token.deadline_at:
+        raise FailedPrecondition(
+            f"task {task_id} timed out: its attempt passed its time limit at node {token.node_id!r} "
+            f"{now - token.deadline_at} ms ago; the report was refused and the step follows its retry policy"
         )
     return token
 
@@ -307,3 +316,16 @@ def release_step(
     changes.ready_queues.add(token.queue)
     changes.timers = True
     return changes
+
+
+def step_lease(node: Node, lease: int) -> int:
+    """The lease a claim or heartbeat of ``node`` gets: ``lease``, or the step's heartbeat timeout
+    when it has one (silence that long gives the attempt up; docs/semantics.md#step-time-limits)."""
+    return node.heartbeat_timeout_millis or lease
+
+
+def lease_until(token: Token, now: int, lease: int) -> int:
+    """``now + lease``, but never past the attempt's start-to-close deadline: the lease sweep
+    (clock.expire_lease) is what applies the deadline."""
+    expiry = now + lease
+    return min(expiry, token.deadline_at) if token.deadline_at else expiry

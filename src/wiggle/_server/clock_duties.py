@@ -117,7 +117,37 @@ class ClockDuties:
             actions += acted
             if not acted:
                 break
+        actions += await self._instance_deadlines(now, gate)
         return actions + await self.instances.schedules.run_duties(now)
+
+    async def _instance_deadlines(self, now: int, gate: asyncio.Semaphore) -> int:
+        """Fail the instances whose time limit ran out (docs/semantics.md#workflow-time-limits);
+        each is re-checked under its lock, so one that finished meanwhile is left alone."""
+        engine = self.instances.engine
+
+        def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes | None]:
+            changes = engine.workflow_deadline(loaded, state, now)
+            return (1, changes) if changes.finished else (0, None)
+
+        async def one(instance_id: str) -> int:
+            async with gate:
+                acted, _ = await self.instances.mutate(
+                    instance_id, f"instance {instance_id} not found", action
+                )
+                return acted
+
+        ids = await self.instances.store.due_instances(now, CLOCK_BATCH)
+        results = await asyncio.gather(*(one(i) for i in ids), return_exceptions=True)
+        acted = 0
+        for result in results:
+            if isinstance(result, Unavailable):
+                raise result
+            if isinstance(result, BaseException):
+                if not isinstance(result, NotFound):
+                    log.error("clock duty failed", exc_info=result)
+                continue
+            acted += result
+        return acted
 
     async def loop(self, stopping: asyncio.Event) -> None:
         """Run the clock duties until ``stopping`` is set, sleeping until the next due time."""

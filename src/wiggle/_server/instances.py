@@ -409,7 +409,7 @@ class Instances:
         self.engine.lease_length(extend_millis, "extend_millis")  # refused before the store is touched
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
-            return self.engine.heartbeat(state, token_id, owner, now, extend_millis)
+            return self.engine.heartbeat(loaded, state, token_id, owner, now, extend_millis)
 
         expires, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
         return state.instance.status, expires

@@ -223,8 +223,13 @@ class Store(abc.ABC):
         """Ids of tokens whose lease, timer or user-task deadline is due at ``now`` (each once)."""
 
     @abc.abstractmethod
+    async def due_instances(self, now: int, limit: int) -> list[str]:
+        """Ids of RUNNING instances whose time limit ran out at ``now`` (Instance.deadline_at)."""
+
+    @abc.abstractmethod
     async def next_due_at(self) -> int | None:
-        """When the clock duty next has something to do (ms), or None if nothing is scheduled."""
+        """When the clock duty next has something to do (ms), or None if nothing is scheduled:
+        a due token, or an instance's time limit."""
 
     # The operational methods are abstract too: a store that forgot one (purge_finished, say) must
     # fail to be made, not silently never purge.

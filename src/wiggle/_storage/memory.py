@@ -66,6 +66,7 @@ class MemoryStore(Store):
         self._history: dict[str, list[HistoryEntry]] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}  # queue -> heap of (available_at, seq, token)
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
+        self._deadlines: list[tuple[int, str]] = []  # heap of (deadline_at, instance): time limits
         self._seq = itertools.count()
         self.schedules = MemorySchedules(self.insert)
         # idempotent starts: request id -> instance id, and back (purged with the instance)
@@ -95,6 +96,9 @@ class MemoryStore(Store):
                 heapq.heappush(self._timers, (token.lease_expires_at, next(self._seq), token.id))
             elif status == TokenStatus.WAITING or (status == TokenStatus.AWAITING and token.available_at > 0):
                 heapq.heappush(self._timers, (token.available_at, next(self._seq), token.id))
+        inst = state.instance
+        if inst.deadline_at and changes.instance_changed and inst.status == InstanceStatus.RUNNING:
+            heapq.heappush(self._deadlines, (inst.deadline_at, inst.id))  # stale ones: due_instances
         if changes.history:
             self._history.setdefault(state.instance.id, []).extend(changes.history)
         if changes.handoffs:
@@ -321,8 +325,21 @@ class MemoryStore(Store):
                 due[token_id] = None
         return list(due)
 
+    async def due_instances(self, now: int, limit: int) -> list[str]:
+        due: dict[str, None] = {}
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now and len(due) < limit:
+            _, instance_id = heapq.heappop(deadlines)
+            state = self._instances.get(instance_id)
+            # an entry goes stale when the instance finishes or a retry moves its deadline on
+            if state is not None and state.instance.status == InstanceStatus.RUNNING:
+                if 0 < state.instance.deadline_at <= now:
+                    due[instance_id] = None
+        return list(due)
+
     async def next_due_at(self) -> int | None:
-        return self._timers[0][0] if self._timers else None
+        candidates = [heap[0][0] for heap in (self._timers, self._deadlines) if heap]
+        return min(candidates) if candidates else None
 
     async def next_ready_at(self, queues: list[str]) -> int | None:
         best: int | None = None

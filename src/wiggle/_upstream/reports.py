@@ -96,7 +96,7 @@ async def heartbeat(instances: Instances, token_id: str, owner: str, extend_mill
 
     def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[int, Changes]:
         _held(state, token_id, owner)
-        return engine.heartbeat(state, token_id, owner, now, extend_millis=extend_millis)
+        return engine.heartbeat(loaded, state, token_id, owner, now, extend_millis=extend_millis)
 
     expires, _ = await instances.mutate(token_instance_id(token_id), token_missing(token_id), action)
     return expires

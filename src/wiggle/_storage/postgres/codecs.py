@@ -125,6 +125,8 @@ SQL_TYPES: dict[str, str] = {
     "traceback": "text",
     "traceparent": "text",
     "claim": "integer",
+    "deadline_at": "bigint",
+    "timeout_millis": "bigint",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"

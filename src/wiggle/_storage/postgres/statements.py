@@ -182,7 +182,13 @@ class Queries:
         self.next_due = q(
             "SELECT LEAST((SELECT min(lease_expires_at) FROM {s}.tokens WHERE status = 'RUNNING'), "
             "(SELECT min(available_at) FROM {s}.tokens "
-            "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)))"
+            "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)), "
+            "(SELECT min(deadline_at) FROM {s}.instances WHERE status = 'RUNNING' AND deadline_at > 0))"
+        )
+        # instances past their time limit (migration 0011's partial index instances_deadline)
+        self.due_instances = q(
+            "SELECT id FROM {s}.instances WHERE status = 'RUNNING' AND deadline_at > 0 AND deadline_at <= %s "
+            "ORDER BY deadline_at LIMIT %s"
         )
         self.orphans = q(
             "SELECT c.id, c.parent_id FROM {s}.instances c LEFT JOIN {s}.instances p ON p.id = c.parent_id "

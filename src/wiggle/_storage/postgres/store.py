@@ -346,6 +346,10 @@ class PostgresStore(Store):
         rows = await self.db.fetch("clock duties", self.queries.due, {"now": now, "n": limit})
         return list(dict.fromkeys(r[0] for r in rows))
 
+    async def due_instances(self, now: int, limit: int) -> list[str]:
+        rows = await self.db.fetch("clock duties", self.queries.due_instances, (now, limit))
+        return [r[0] for r in rows]
+
     async def next_due_at(self) -> int | None:
         # Only the leader has clock duties; the others idle and retry the lock at the next tick.
         if not self.cluster.leader:
