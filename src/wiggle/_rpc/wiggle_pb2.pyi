@@ -315,7 +315,7 @@ class PollTasksRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., wait_millis: _Optional[int] = ...) -> None: ...
 
 class TaskActivation(_message.Message):
-    __slots__ = ("task_id", "instance_id", "workflow", "version", "node_id", "attempt", "context_json", "lease_owner", "lease_expires_at", "queue", "kind", "correlation_id", "execution_mode", "max_local_steps", "lease_millis", "max_payload_bytes", "traceparent")
+    __slots__ = ("task_id", "instance_id", "workflow", "version", "node_id", "attempt", "context_json", "lease_owner", "lease_expires_at", "queue", "kind", "correlation_id", "execution_mode", "max_local_steps", "lease_millis", "max_payload_bytes", "deadline_at", "traceparent")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
@@ -332,6 +332,7 @@ class TaskActivation(_message.Message):
     MAX_LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MILLIS_FIELD_NUMBER: _ClassVar[int]
     MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_AT_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     instance_id: str
@@ -349,8 +350,9 @@ class TaskActivation(_message.Message):
     max_local_steps: int
     lease_millis: int
     max_payload_bytes: int
+    deadline_at: int
     traceparent: str
-    def __init__(self, task_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., context_json: _Optional[bytes] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., queue: _Optional[str] = ..., kind: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_mode: _Optional[str] = ..., max_local_steps: _Optional[int] = ..., lease_millis: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    def __init__(self, task_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ..., context_json: _Optional[bytes] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., queue: _Optional[str] = ..., kind: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_mode: _Optional[str] = ..., max_local_steps: _Optional[int] = ..., lease_millis: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ..., deadline_at: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class PollTasksResponse(_message.Message):
     __slots__ = ("tasks",)

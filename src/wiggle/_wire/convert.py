@@ -142,7 +142,8 @@ def activation_to_pb(
         correlation_id=inst.correlation_id,
         execution_mode=claimed.execution_mode,
         max_local_steps=claimed.max_local_steps,
-        lease_millis=config.lease_millis,
+        lease_millis=claimed.lease_millis or config.lease_millis,
+        deadline_at=token.deadline_at,
         max_payload_bytes=config.max_payload_bytes,
         traceparent=inst.traceparent,
     )

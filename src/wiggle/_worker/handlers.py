@@ -70,11 +70,22 @@ class Step(msgspec.Struct, frozen=True):
     worker_id: str
     correlation_id: str
     execution_mode: str
+    # the step's start-to-close limit in seconds (0: none; docs/semantics.md#step-time-limits)
+    # and when this attempt started here (time.monotonic()): time_left() counts from it
+    timeout: float = 0.0
+    started: float = 0.0
 
     @staticmethod
     def current() -> Step:
         """The step being executed; LookupError outside a handler."""
         return _current_step.get()
+
+    def time_left(self) -> float | None:
+        """Seconds until this attempt's time limit (negative once past it); None without a limit.
+
+        A handler with a long loop can check it and stop early: past the limit its result is
+        refused anyway (a sync handler is abandoned, an async one cancelled)."""
+        return self.timeout - (time.monotonic() - self.started) if self.timeout else None
 
 
 def _span_attributes(info: Step) -> dict[str, object]:
@@ -111,12 +122,14 @@ add_field_source(_running_step_fields)
 class LoadedBlueprint:
     """A blueprint with what the worker needs at hand: its compiled graph and its nodes."""
 
-    __slots__ = ("blueprint", "graph", "nodes")
+    __slots__ = ("blueprint", "graph", "nodes", "timeouts")
 
     def __init__(self, blueprint: Blueprint[Any]) -> None:
         self.blueprint = blueprint
         self.graph = _fast.CompiledGraph(blueprint.definition)
         self.nodes = blueprint.definition.node_map()
+        # node id -> its start-to-close limit in ms, for the steps that have one
+        self.timeouts = {n.id: n.timeout_millis for n in blueprint.definition.nodes if n.timeout_millis}
 
 
 class InlinePolicy:
@@ -176,6 +189,10 @@ class Failure:
 #: What a step produced: a TASK's or COMBINE's new context (None: a TASK left it unchanged), a
 #: PREDICATE's branch, or a Failure.
 Outcome = Context | bool | None | Failure
+
+
+class StepTimedOut(Exception):
+    """A step ran past its deadline: its outcome is a retryable timeout failure."""
 
 
 def failure_of(exc: BaseException) -> Failure:
@@ -277,7 +294,7 @@ class HandlerCaller:
         self.pool: ThreadPoolExecutor | None = None  # set by the worker on start
         self._seconds: dict[str, Series] = {}  # workflow -> its handler-seconds series
 
-    def step_info(self, act: pb.TaskActivation, node_id: str, attempt: int) -> Step:
+    def step_info(self, act: pb.TaskActivation, node_id: str, attempt: int, timeout: float = 0.0) -> Step:
         """The Step a handler sees for ``node_id`` of the activation ``act``."""
         return Step(
             instance_id=act.instance_id,
@@ -289,6 +306,8 @@ class HandlerCaller:
             worker_id=self.worker_id,
             correlation_id=act.correlation_id,
             execution_mode=act.execution_mode,
+            timeout=timeout,
+            started=time.monotonic() if timeout else 0.0,
         )
 
     def arguments(self, loaded: LoadedBlueprint, kind: str, context: Context) -> tuple[object, ...]:
@@ -304,6 +323,8 @@ class HandlerCaller:
         """Whether ``call`` would run the handler of ``node_id`` inline on the event loop (a sync
         handler the policy trusts): then ``run_sync(..., inline=True)`` does the same as ``run``."""
         blueprint = loaded.blueprint
+        if node_id in loaded.timeouts:  # a timed step runs where it can be abandoned: the pool
+            return False
         return not blueprint.is_async[node_id] and self.policy.inline(blueprint.handlers[node_id][1])
 
     async def call(self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step) -> object:
@@ -318,25 +339,43 @@ class HandlerCaller:
                 return result
             finally:
                 _current_step.reset(token)
-        if self.policy.inline(fn):
+        if self.policy.inline(fn) and not info.timeout:
             return timed_call(self.policy, fn, args, info, True)
         return await self.in_pool(timed_call, self.policy, fn, args, info, False)
 
     async def run(
-        self, loaded: LoadedBlueprint, act: pb.TaskActivation, node_id: str, context: Context, attempt: int
+        self,
+        loaded: LoadedBlueprint,
+        act: pb.TaskActivation,
+        node_id: str,
+        context: Context,
+        attempt: int,
+        timeout: float | None = None,
     ) -> Outcome:
-        """Run one step on the event loop's side and return its Outcome (a raise becomes a Failure)."""
+        """Run one step on the event loop's side and return its Outcome (a raise becomes a Failure).
+
+        A step with a time limit (``timeout`` seconds; None: its definition's) is given up when
+        the limit runs out: an async handler is cancelled, a sync one abandoned in its pool thread
+        (it runs on, its result is dropped); the outcome is a retryable timeout failure
+        (docs/semantics.md#step-time-limits). The server keeps the same limit on its own clock."""
         kind = loaded.blueprint.handlers[node_id][0]
-        info = self.step_info(act, node_id, attempt)
+        if timeout is None:
+            timeout = loaded.timeouts.get(node_id, 0) / 1000
+        info = self.step_info(act, node_id, attempt, timeout)
         started = time.perf_counter()
         try:
             if tracing.active():
                 with tracing.span(
                     f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
                 ):
-                    result = await self.call(loaded, node_id, context, info)
+                    result = await self._call_within(loaded, node_id, context, info)
             else:  # no span, and no span attributes built for nothing
-                result = await self.call(loaded, node_id, context, info)
+                result = await self._call_within(loaded, node_id, context, info)
+        except StepTimedOut as exc:
+            failure = Failure(str(exc), True)
+            log_failure(info, failure)
+            self.observe(info, started, "failed")
+            return failure
         except Exception as exc:  # the handler raised: that is the step's outcome
             failure = failure_of(exc)
             log_failure(info, failure)
@@ -344,6 +383,19 @@ class HandlerCaller:
             return failure
         self.observe(info, started, "completed")
         return outcome_of(kind, node_id, result, context, loaded.blueprint.context_type)
+
+    async def _call_within(
+        self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step
+    ) -> object:
+        """``call``, bounded by the step's time limit when it has one (StepTimedOut past it)."""
+        if not info.timeout:
+            return await self.call(loaded, node_id, context, info)
+        try:
+            return await asyncio.wait_for(self.call(loaded, node_id, context, info), info.timeout)
+        except asyncio.TimeoutError:
+            raise StepTimedOut(
+                f"timed out after {info.timeout:g} s (the step's start-to-close limit)"
+            ) from None
 
     def run_sync(
         self,

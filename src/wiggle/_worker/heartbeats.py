@@ -44,7 +44,7 @@ class Heartbeats:
         self.running = running
         #: the server's lease length, as the last activation said (until one arrives: 30 s)
         self.lease_millis = 30_000
-        # task id -> (activation, the local run's lease or None, watched since)
+        # task id -> (activation, the local run's lease or None, watched or last renewed since)
         self.watched: dict[str, tuple[pb.TaskActivation, Lease | None, float]] = {}
         self._loop: asyncio.Task[None] | None = None
 
@@ -66,22 +66,26 @@ class Heartbeats:
                 await self._loop
             self._loop = None
 
-    def interval(self) -> float:
-        """Seconds between heartbeats of one step."""
-        return self.heartbeat_seconds or max(self.lease_millis / 3000, 0.05)
+    def interval(self, act: pb.TaskActivation | None = None) -> float:
+        """Seconds between heartbeats of one step: ``heartbeat_seconds``, or a third of the lease;
+        never more than a third of ``act``'s own lease (a step's heartbeat timeout makes it short)."""
+        default = self.heartbeat_seconds or max(self.lease_millis / 3000, 0.05)
+        if act is not None and act.lease_millis:
+            return min(default, max(act.lease_millis / 3000, 0.05))
+        return default
 
     async def _run(self) -> None:
-        interval = self.interval()
         while self.watched or self.running():
-            await asyncio.sleep(interval)
+            watched = list(self.watched.values())
+            await asyncio.sleep(min([self.interval(a) for a, _, _ in watched] or [self.interval()]))
             now = time.monotonic()
-            due = [
-                (a, lease) for a, lease, since in list(self.watched.values()) if now - since >= interval * 0.9
-            ]
+            due = [(a, lease) for a, lease, since in watched if now - since >= self.interval(a) * 0.9]
             if due:
                 await asyncio.gather(*(self._beat(a, lease) for a, lease in due))
 
     async def _beat(self, act: pb.TaskActivation, lease: Lease | None) -> None:
+        if act.task_id in self.watched:
+            self.watched[act.task_id] = (act, lease, time.monotonic())
         request = pb.HeartbeatTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner)
         try:
             result = await self.transport.heartbeat(request, DEFAULT_TIMEOUT)

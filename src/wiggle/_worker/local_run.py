@@ -190,10 +190,15 @@ class LocalRun:
         self.node_id = next_id
         self.attempt = 1
         opts = self.env.options
+        timeouts = self.loaded.timeouts
         if (
             self.sync
             or len(self.batch) >= opts.local_batch_size
             or graph.is_checkpoint(node_id)
+            # a timed step starts and ends with a flush, so the server's deadline (set when the
+            # token reaches the step) is that step's alone (docs/semantics.md#step-time-limits)
+            or node_id in timeouts
+            or next_id in timeouts
             or (opts.flush_interval > 0 and time.monotonic() - self.last_flush >= opts.flush_interval)
         ):
             return _FLUSH
@@ -213,6 +218,8 @@ class LocalRun:
             node_id = self.node_id
             if blueprint.is_async[node_id]:
                 return _Stop.ASYNC
+            if node_id in self.loaded.timeouts:
+                return _Stop.ASYNC  # a timed step runs where its deadline can be kept (_async_step)
             kind, fn = blueprint.handlers[node_id]
             if inline and not caller.policy.inline(fn):
                 return _Stop.THREAD
@@ -224,7 +231,8 @@ class LocalRun:
                 return step
 
     async def _async_step(self) -> Decided:
-        """Run the next step, whose handler is ``async def``, on the event loop."""
+        """Run the next step, whose handler is ``async def`` or which has a time limit (each
+        step its own), from the event loop."""
         node_id = self.node_id
         kind = self.loaded.blueprint.handlers[node_id][0]
         outcome = await self.env.caller.run(self.loaded, self.act, node_id, self.context, self.attempt)
