@@ -6,7 +6,8 @@ hold instances nobody will ever move, which must not stop the skipping. An insta
 time when none of its tokens can move now: no READY token is due, no token
 is running on a live worker, and the clock duty has nothing due. Then the earliest moment
 something becomes due (a sleep's end, a retry's backoff, a user-task deadline, the lease of a
-step whose worker is gone, or whatever else the store's clock duty reports) is where the clock
+step whose worker is gone, an instance's time limit, or whatever else the store's clock duty
+reports) is where the clock
 jumps; the clock duties run at once and every waiter is woken, so the next step starts without
 a real wait. A token the clock duty should act on now (due but not yet fired) counts as busy:
 the jump never passes a due moment unprocessed. A signal wait's deadline is an AWAITING token's
@@ -94,6 +95,12 @@ class TimeSkipper:
         now = self.clock.now()
         out = Waiting()
         for view in views:
+            deadline = view.instance.deadline_at  # the workflow's time limit is a due moment too
+            if deadline:
+                if deadline <= now:
+                    out.busy = True
+                    return out
+                out.due(deadline)
             for token in view.tokens:
                 busy, due = _token_due(token, self.live_workers)
                 if busy or (due is not None and due <= now):

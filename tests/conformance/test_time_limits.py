@@ -1,0 +1,210 @@
+"""Time limits (docs/semantics.md#step-time-limits, #workflow-time-limits), on both stores and in
+every execution mode: a hung step is timed out and retried while its worker lives on, a report
+after the deadline changes nothing, a silent step is given up at its heartbeat timeout, and a
+workflow past its limit fails wherever it waits (its children cancelled)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import grpc
+import pytest
+
+from wiggle import RetryPolicy, Workflow
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
+
+from .conftest import Harness
+
+FAST_RETRY = RetryPolicy.fixed(3, 0.05)
+
+
+def _define(harness: Harness, base: str, **limits: float) -> Workflow:
+    return Workflow.define(harness.define(base).name, **limits).execution(harness.mode)
+
+
+def _clean(history, allowed_retries: dict[str, int]) -> None:
+    """No lease expiry anywhere; retries only where the test asked for them."""
+    assert not [h for h in history if "lease expired" in h.error], history
+    retries: dict[str, int] = {}
+    for h in history:
+        if h.outcome == "RETRY":
+            retries[h.node_id] = retries.get(h.node_id, 0) + 1
+    assert retries == allowed_retries, history
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+async def test_a_hung_step_is_timed_out_and_retried_while_its_worker_lives(harness: Harness, handler: str) -> None:
+    release = threading.Event()
+    attempts: list[int] = []
+
+    def hang_sync(ctx):
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            release.wait(30)  # hangs past its limit; abandoned in its thread, never killed
+        return {**ctx, "charged": len(attempts)}
+
+    async def hang_async(ctx):
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            await asyncio.sleep(30)  # cancelled at its limit
+        return {**ctx, "charged": len(attempts)}
+
+    fn = hang_sync if handler == "sync" else hang_async
+    bp = (
+        _define(harness, "hung")
+        .step(lambda ctx: {**ctx, "before": True}, name="before")
+        .step(fn, name="charge", timeout=1.0, retry=FAST_RETRY)
+        .step(lambda ctx: {**ctx, "after": True}, name="after")
+        .build()
+    )
+    try:
+        async with harness.running([bp]) as (server, _):
+            info = await server.client.start(bp, {})
+            done = await harness.finish(server, info.instance_id, timeout=30)
+            history = await server.client.history(info.instance_id)
+    finally:
+        release.set()
+    assert done.status == "COMPLETED", done.error
+    assert done.context == {"before": True, "charged": 2, "after": True}
+    charge = [h for h in history if h.node_id == "charge"]
+    assert [(h.attempt, h.outcome) for h in charge] == [(1, "RETRY"), (2, "COMPLETED")]
+    assert "timed out after 1 s" in charge[0].error
+    _clean(history, {"charge": 1})
+
+
+async def _raw_claim(server, queue: str) -> pb.TaskActivation:
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = pb_grpc.WiggleControlPlaneStub(channel)
+        for _ in range(50):
+            reply = await stub.PollTasks(
+                pb.PollTasksRequest(worker_id="raw-worker", queues=[queue], max_tasks=1, wait_millis=200)
+            )
+            if reply.tasks:
+                return reply.tasks[0]
+    raise AssertionError(f"nothing to claim on {queue!r}")
+
+
+async def test_a_report_after_the_deadline_is_refused_and_changes_nothing(harness: Harness) -> None:
+    bp = _define(harness, "late").step(lambda ctx: ctx, name="slow", timeout=1.0).build()
+    async with harness.server() as server:
+        await server.client.register(bp)
+        info = await server.client.start(bp, {"n": 1})
+        act = await _raw_claim(server, bp.name)
+        assert act.deadline_at > 0 and act.deadline_at <= act.lease_expires_at
+        await asyncio.sleep(1.3)  # past the attempt's deadline
+        before = await server.client.get(info.instance_id)
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = pb_grpc.WiggleControlPlaneStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.CompleteTask(
+                    pb.CompleteTaskRequest(task_id=act.task_id, lease_owner="raw-worker", context_json=b'{"n": 2}')
+                )
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        # refused as timed out, or as no longer held if the clock duties applied the timeout first
+        assert any(w in (refused.value.details() or "") for w in ("timed out", "is READY, not RUNNING"))
+        after = await server.client.get(info.instance_id)
+        assert after.context == before.context == {"n": 1}
+
+        async def retried() -> bool:
+            return any(h.outcome == "RETRY" for h in await server.client.history(info.instance_id))
+
+        for _ in range(100):
+            if await retried():
+                break
+            await asyncio.sleep(0.05)
+        history = await server.client.history(info.instance_id)
+    slow = [h for h in history if h.node_id == "slow"]
+    assert slow and slow[0].outcome == "RETRY" and "start-to-close" in slow[0].error, history
+
+
+async def test_a_silent_step_is_given_up_at_its_heartbeat_timeout(harness: Harness) -> None:
+    bp = _define(harness, "silent").step(lambda ctx: ctx, name="quiet", heartbeat_timeout=1.0).build()
+    async with harness.server(lease_millis=60_000) as server:
+        await server.client.register(bp)
+        info = await server.client.start(bp, {})
+        act = await _raw_claim(server, bp.name)
+        # the lease is the heartbeat timeout, not the server's 60 s
+        assert act.lease_millis == 1000
+        for _ in range(100):  # no heartbeat: given up after about a second, not a minute
+            history = await server.client.history(info.instance_id)
+            if history:
+                break
+            await asyncio.sleep(0.05)
+    assert history and history[0].outcome == "RETRY", history
+    assert "heartbeat timed out: no heartbeat for 1 s" in history[0].error
+
+
+async def test_heartbeats_keep_a_step_with_a_heartbeat_timeout_alive(harness: Harness) -> None:
+    """A worker heartbeats a step at a third of its heartbeat timeout, whatever the server's
+    lease: a step that takes two and a half times its heartbeat timeout completes on its first
+    attempt."""
+
+    async def long(ctx):
+        await asyncio.sleep(5.0)
+        return {**ctx, "done": True}
+
+    bp = _define(harness, "beating").step(long, name="long", heartbeat_timeout=2.0).build()
+    async with harness.running([bp], lease_millis=60_000) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=30)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED", done.error
+    assert [h.error for h in history if h.error] == []
+    _clean(history, {})
+
+
+@pytest.mark.parametrize("waits_in", ["sleep", "signal", "user_task", "child"])
+async def test_a_workflow_past_its_time_limit_fails_wherever_it_waits(harness: Harness, waits_in: str) -> None:
+    child = _define(harness, "child").sleep("nap", 3600).build()
+    wf = _define(harness, "limited", timeout=60).step(lambda ctx: {**ctx, "began": True}, name="begin")
+    if waits_in == "sleep":
+        wf.sleep("nap", 3600)
+    elif waits_in == "signal":
+        wf.wait_signal("go")
+    elif waits_in == "user_task":
+        wf.user_task("approve")
+    else:
+        wf.sub_workflow("call", child)
+    bp = wf.step(lambda ctx: ctx, name="never").build()
+    async with harness.env([child, bp]) as env:  # the test kit: the hour passes in virtual time
+        info = await env.start_workflow(bp, {})
+        done = await env.wait(info)
+        history = await env.history(done)
+        children = [h.child_id for h in history if h.child_id]
+        kids = [await env.client.get(c) for c in children]
+        if kids:
+            kids = [await env.wait(k) for k in kids]
+    assert done.status == "FAILED" and done.reason == "workflow timed out", done
+    assert "still running 60 s after its start" in done.error
+    assert [h.node_id for h in history if h.outcome == "TIMED_OUT"] == [
+        {"sleep": "nap", "signal": "go", "user_task": "approve", "child": "call"}[waits_in]
+    ]
+    assert "never" not in [h.node_id for h in history]
+    assert all(k.status == "CANCELLED" for k in kids), kids
+    _clean(history, {})
+
+
+async def test_a_retried_instance_gets_its_time_limit_afresh(harness: Harness) -> None:
+    bp = _define(harness, "again", timeout=60).user_task("approve").step(lambda ctx: ctx, name="ship").build()
+    async with harness.env([bp]) as env:
+        done = await env.wait(await env.start_workflow(bp, {}))
+        assert done.status == "FAILED" and done.reason == "workflow timed out"
+        retried = await env.client.retry(done.instance_id)
+        assert retried.status == "RUNNING"
+        await env.complete_user_task(retried.instance_id, "approve", {"ok": True})
+        again = await env.wait(retried)
+    assert again.status == "COMPLETED", again.error
+
+
+async def test_a_start_may_not_outlive_a_short_limit_in_the_engine_check(harness: Harness) -> None:
+    """Bad limits are refused when the workflow is built, naming the field."""
+    from wiggle import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="heartbeat_timeout_millis 500 is below the minimum 1000 ms"):
+        _define(harness, "bad").step(lambda c: c, name="s", heartbeat_timeout=0.5).build()
+    with pytest.raises(InvalidArgument, match="timeout must be positive"):
+        _define(harness, "bad").step(lambda c: c, name="s", timeout=0).build()
+    with pytest.raises(InvalidArgument, match="timeout"):
+        Workflow.define("bad-limit", timeout=-5)
