@@ -10,9 +10,9 @@ from google.protobuf.message import Message
 
 from wiggle import ExecutionMode, Workflow
 from wiggle._rpc import wiggle_pb2 as pb
-from wiggle._security.roles import RPC_ROLES, allowed_roles
 from wiggle._security.tokens import Role
 from wiggle._server.app import WiggleServer
+from wiggle._server.routes import RPC_ROLES, allowed_roles
 from wiggle.errors import PermissionDenied, Unauthenticated
 from wiggle.worker import Worker, WorkerOptions
 
@@ -69,7 +69,7 @@ CALLERS = {Role.ADMIN: "ops", Role.CLIENT: "app", Role.WORKER: "pay-worker", Rol
 def test_every_rpc_of_the_service_is_in_the_role_table(secured_routes: list[str]) -> None:
     assert sorted(REQUESTS) == sorted(secured_routes)
     for method in secured_routes:
-        assert method in RPC_ROLES, f"{method} has no entry in wiggle/_security/roles.py RPC_ROLES"
+        assert method in RPC_ROLES, f"{method} has no row in wiggle/_server/routes.py ROUTES"
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Tokens and roles on upstream Wiggle's service (docs/semantics.md#security, docs/upstream.md):
-the role table (wiggle/_security/roles.py UPSTREAM_RPC_ROLES) per method and role, worker
+the roles column of the routes table (wiggle/_server/routes.py) per method and role, worker
 credentials scoped to their queues and their own leases, HealthCheck for any credential.
 """
 
@@ -19,8 +19,8 @@ from security.certs import Authority  # tests/security/certs.py
 from wiggle._rpc.upstream import wiggle_pb2 as upb
 from wiggle._rpc.upstream import wiggle_pb2_grpc as upb_grpc
 from wiggle._security.credentials import Credentials
-from wiggle._security.roles import UPSTREAM_RPC_ROLES, allowed_roles
 from wiggle._security.tokens import Role, hash_token
+from wiggle._server.routes import UPSTREAM_RPC_ROLES, allowed_roles
 
 from .service_kit import DENIED, NOT_FOUND, STORES, Up, document, end, flow, open_server, struct, task, value
 

@@ -1,9 +1,10 @@
-"""Who may call what: the one per-RPC role table, and the per-request checks of worker calls.
+"""Who may call what: the role sets the RPC routes name, the checks, and the HTTP paths' roles.
 
-``RPC_ROLES`` maps each method of wiggle.v1.WiggleControlPlane to the roles allowed besides
-``admin`` (who may call everything). A method missing from the table is admin-only, so a new
-RPC is closed until it is added here. ``PUBLIC_METHODS`` need no credential (health checks).
-The rules are in docs/semantics.md#security.
+Each RPC's roles are a column of the routes table (``ROUTES`` in wiggle/_server/routes.py, one
+row per RPC of both gRPC services), so an RPC's roles are written once, next to its handler;
+a method with no row is admin-only. This module holds only what the rows are made of (the role
+sets below, ``admin`` in each), the check, and ``PUBLIC_METHODS`` (health checks, no credential)
+— nothing here imports the server. The rules are in docs/semantics.md#security.
 """
 
 from __future__ import annotations
@@ -14,87 +15,21 @@ from ..errors import PermissionDenied
 from .tokens import Identity, Role
 
 __all__ = [
-    "RPC_ROLES",
-    "UPSTREAM_RPC_ROLES",
+    "ADMIN_ONLY",
+    "CLIENTS",
+    "READERS",
+    "WORKERS",
     "PUBLIC_METHODS",
     "HTTP_ROLES",
-    "WORKER_METHODS",
-    "allowed_roles",
     "check_method",
     "owner_prefix",
 ]
 
-_READ = frozenset({Role.CLIENT, Role.VIEWER})
-_CLIENT = frozenset({Role.CLIENT})
-_WORKER = frozenset({Role.WORKER})
-_ADMIN: frozenset[Role] = frozenset()
-
-#: method -> roles allowed besides admin. Missing: admin only.
-RPC_ROLES: dict[str, frozenset[Role]] = {
-    # definitions
-    "RegisterWorkflow": _ADMIN,
-    "GetWorkflow": _READ | _WORKER,
-    "ListWorkflows": _READ,
-    # instances
-    "StartInstance": _CLIENT,
-    "StartInstances": _CLIENT,
-    "GetInstance": _READ,
-    "ListInstances": _READ,
-    "GetHistory": _READ,
-    "ListQueues": _READ,
-    "CompleteUserTask": _CLIENT,
-    "SignalInstance": _CLIENT,
-    "CancelInstance": _ADMIN,
-    "RetryInstance": _ADMIN,
-    # schedules: reads for client and viewer, every change admin only
-    "ListSchedules": _READ,
-    "GetSchedule": _READ,
-    "CreateSchedule": _ADMIN,
-    "UpdateSchedule": _ADMIN,
-    "PauseSchedule": _ADMIN,
-    "ResumeSchedule": _ADMIN,
-    "DeleteSchedule": _ADMIN,
-    "TriggerSchedule": _ADMIN,
-    # workers
-    "PollTasks": _WORKER,
-    "CompleteTask": _WORKER,
-    "FailTask": _WORKER,
-    "HeartbeatTask": _WORKER,
-    "AdvanceRun": _WORKER,
-    "WorkerSession": _WORKER,
-}
-
-#: methods of upstream Wiggle's service (wiggle/_upstream/service.py) -> roles besides admin: the
-#: same as ours for the methods both have, and the cluster views for readers and workers.
-UPSTREAM_RPC_ROLES: dict[str, frozenset[Role]] = {
-    "HealthCheck": _READ | _WORKER,
-    "GetCluster": _READ,
-    "ListWorkflows": _READ,
-    **{
-        name: RPC_ROLES[name]
-        for name in (
-            "RegisterWorkflow",
-            "GetWorkflow",
-            "StartInstance",
-            "ListInstances",
-            "GetInstance",
-            "CancelInstance",
-            "SignalInstance",
-            "CreateSchedule",
-            "ListSchedules",
-            "DeleteSchedule",
-            "PollTasks",
-            "CompleteTask",
-            "FailTask",
-            "HeartbeatTask",
-            "AdvanceRun",
-        )
-    },
-}
-UPSTREAM_PREFIX = "/dev.wiggle.proto.WiggleControlPlane/"
-
-#: the methods a worker credential is scoped on (its queues, its own leases).
-WORKER_METHODS = frozenset({"PollTasks", "CompleteTask", "FailTask", "HeartbeatTask", "AdvanceRun"})
+#: The role sets a route names: who may call it. ``admin`` may call everything, so each holds it.
+ADMIN_ONLY: frozenset[Role] = frozenset({Role.ADMIN})
+CLIENTS = ADMIN_ONLY | {Role.CLIENT}
+READERS = CLIENTS | {Role.VIEWER}
+WORKERS = ADMIN_ONLY | {Role.WORKER}
 
 #: full gRPC method paths callable without a credential.
 PUBLIC_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
@@ -103,23 +38,14 @@ PUBLIC_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Hea
 HTTP_ROLES: dict[str, frozenset[Role]] = {
     "/metrics": frozenset({Role.VIEWER}),
     "/healthz": frozenset({Role.VIEWER, Role.CLIENT, Role.WORKER}),
-    "/": _READ,
+    "/": frozenset({Role.CLIENT, Role.VIEWER}),
 }
 
 
-def allowed_roles(method: str) -> frozenset[Role]:
-    """The roles that may call ``method`` (a bare name or a full /package.Service/Method path)."""
-    name = method.rsplit("/", 1)[-1]
-    if method.startswith(UPSTREAM_PREFIX):
-        return UPSTREAM_RPC_ROLES.get(name, _ADMIN) | {Role.ADMIN}
-    if method.startswith("/") and not method.startswith("/wiggle.v1.WiggleControlPlane/"):
-        return frozenset({Role.ADMIN})  # another service: admin only unless public
-    return RPC_ROLES.get(name, _ADMIN) | {Role.ADMIN}
-
-
-def check_method(identity: Identity, method: str, roles: Iterable[Role] | None = None) -> None:
-    """PermissionDenied unless ``identity`` has a role that may call ``method``."""
-    allowed = (frozenset(roles) | {Role.ADMIN}) if roles is not None else allowed_roles(method)
+def check_method(identity: Identity, method: str, roles: Iterable[Role]) -> None:
+    """PermissionDenied unless ``identity`` has one of ``roles`` (or admin) to call ``method``
+    (an RPC by name or full path, or an HTTP path)."""
+    allowed = frozenset(roles) | ADMIN_ONLY
     if identity.roles & allowed:
         return
     need = ", ".join(sorted(r.value for r in allowed))

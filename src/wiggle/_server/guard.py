@@ -1,10 +1,12 @@
 """Access control on the gRPC port: who is calling (interceptor), and what each call may touch.
 
 ``AuthInterceptor`` authenticates every call (a bearer token, or the verified client
-certificate) and checks the method against the role table (wiggle/_security/roles.py); the
-caller's identity then travels in a context variable to ``RequestGuard``, which the dispatch
-table (wiggle/_server/service.py) runs on each request — the unary ones and each message of a
-WorkerSession stream alike — to scope worker calls to the credential's queues and leases.
+certificate) and checks the method against its roles, a column of the routes table
+(wiggle/_server/routes.py); the caller's identity then travels in a context variable to
+``RequestGuard``, which the dispatcher (``RoutedService``, routes.py) runs on each request of
+both services — the unary ones and each message of a WorkerSession stream alike — to check its
+roles again (a stream carries several methods) and to scope worker calls, as their row says, to
+the credential's queues and leases.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from .._security.roles import PUBLIC_METHODS, WORKER_METHODS, allowed_roles, check_method, owner_prefix
+from .._security.roles import PUBLIC_METHODS, check_method, owner_prefix
 from .._security.tokens import Identity, IdentityTable, Role
 from .._wire.status import to_grpc
 from ..errors import PermissionDenied, Unauthenticated, WiggleError
+from .routes import Route, Scope, allowed_roles
 
 __all__ = ["AuthInterceptor", "Authenticator", "RequestGuard", "CALLER"]
 
@@ -177,18 +180,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 class RequestGuard:
-    """Run by the dispatch table on each request: a worker credential polls only its queues,
-    under a worker id prefixed with its own name, and reports only on leases held under it."""
+    """Run by the dispatcher on each request: the caller's roles against the route's, and, for a
+    worker call (``Route.scope``), a worker credential polls only its queues, under a worker id
+    prefixed with its own name, and reports only on leases held under it."""
 
-    def __call__(self, method: str, request: Message) -> None:
+    def __call__(self, route: Route[Any, Message], request: Message) -> None:
         identity = CALLER.get()
         if identity is None or Role.ADMIN in identity.roles:
             return
-        check_method(identity, method)  # a stream carries several methods
-        if method not in WORKER_METHODS:
+        check_method(identity, route.name, route.roles)  # a stream carries several methods
+        scope = route.scope
+        if scope is None:
             return
         prefix = owner_prefix(identity)
-        if method == "PollTasks":
+        if scope is Scope.QUEUES:
             denied = [q for q in request.queues if not identity.may_serve(q)]  # type: ignore[attr-defined]
             if denied:
                 raise PermissionDenied(
