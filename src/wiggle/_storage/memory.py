@@ -21,6 +21,7 @@ from .._engine.state import (
     InstanceStatus,
     Token,
     TokenStatus,
+    task_id_of,
     token_instance_id,
 )
 from .._model import validate_name
@@ -320,6 +321,18 @@ class MemoryStore(Store):
             if state is not None and state.instance.status not in FINISHED_INSTANCE_STATUSES:
                 due[token_id] = None
         return list(due)
+
+    async def leases_of(self, owner_prefix: str, limit: int) -> list[tuple[str, str, int]]:
+        found: list[tuple[str, str, int]] = []
+        for state in self._instances.values():
+            if state.instance.status in FINISHED_INSTANCE_STATUSES:
+                continue
+            for token in state.tokens.values():
+                if token.status == TokenStatus.RUNNING and token.lease_owner.startswith(owner_prefix):
+                    found.append((task_id_of(token), token.lease_owner, token.started_at))
+                    if len(found) >= limit:
+                        return found
+        return found
 
     async def next_due_at(self) -> int | None:
         return self._timers[0][0] if self._timers else None
