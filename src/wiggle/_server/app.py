@@ -58,7 +58,7 @@ def make_store(config: ServerConfig) -> Store:
     set but the PostgreSQL driver is not installed.
     """
     if not config.database_url:
-        return MemoryStore(config.max_live_instances)
+        return MemoryStore(config.max_live_instances, config.max_memory_bytes)
     try:
         from .._storage.postgres import PostgresStore
     except ImportError as exc:
