@@ -8,6 +8,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -309,3 +313,51 @@ async def test_secrets_stay_out_of_repr_logs_and_errors(
 
 def _client(server: WiggleServer, credentials: Credentials) -> AsyncClient:
     return AsyncClient(server.target, credentials=credentials)
+
+
+async def test_sighup_to_a_server_process_ends_the_revoked_stream(pki: Pki) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "wiggle.cli", "server", "--port", str(port)]
+        + ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
+        + ["--auth-file", str(pki.auth_file), "--reload-seconds", "3600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "listening on" in line:
+                break
+        else:
+            raise AssertionError("the server did not start")
+        async with pki.client(f"127.0.0.1:{port}", "pay-worker") as worker:
+            stream = worker.stub.WorkerSession(timeout=60)
+            await stream.write(
+                pb.WorkerBatch(messages=[pb.WorkerMessage(request_id=1, heartbeat=pb.HeartbeatTaskRequest())])
+            )
+            await stream.read()  # open, and authenticated
+            kept = {n: v for n, v in IDENTITIES.items() if n != "pay-worker"}
+            doc = [
+                {
+                    "name": n,
+                    "roles": r,
+                    "token_sha256": hash_token(f"tok-{n}"),
+                    **({"queues": q} if q else {}),
+                }
+                for n, (r, q) in kept.items()
+            ]
+            pki.auth_file.write_text(json.dumps({"identities": doc}))
+            process.send_signal(signal.SIGHUP)
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stream.read()
+            assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "'pay-worker' was revoked" in (raised.value.details() or "")
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    assert "credential of 'pay-worker' revoked at the identity reload: 1 call(s) ended" in output
+    assert "tok-pay-worker" not in output and hash_token("tok-pay-worker") not in output
