@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import grpc
 import msgspec
@@ -50,6 +51,29 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
     token: str = ""
     token_file: str = ""
     server_name: str = ""
+
+    def __repr__(self) -> str:
+        # a token is a secret: repr (and str, f-strings, logs of a Credentials) say only whether
+        # one is set; file paths are not secrets and help a person tell which files are used
+        shown = [
+            f"{name}={getattr(self, name)!r}"
+            for name in ("ca_file", "cert_file", "key_file", "token_file", "server_name")
+            if getattr(self, name)
+        ]
+        if self.token:
+            shown.append("token=<hidden>")
+        return f"Credentials({', '.join(shown)})"
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        # msgspec gives every Struct a rich repr of all its fields: this one hides the token too
+        shown: list[tuple[str, Any]] = [
+            (name, getattr(self, name))
+            for name in ("ca_file", "cert_file", "key_file", "token_file", "server_name")
+            if getattr(self, name)
+        ]
+        if self.token:
+            shown.append(("token", "<hidden>"))
+        return shown
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: str | None) -> Credentials:

@@ -11,7 +11,12 @@ The file (``--auth-file``)::
     ]}
 
 Only the SHA-256 of a token is stored (``wiggle token`` makes a token and its entry); tokens are
-long random strings, so a plain hash is enough and a stolen file reveals no usable token.
+long random strings, so a plain hash is enough and a stolen file reveals no usable token. Names,
+token hashes and certificate names are each unique in a file: a file that repeats one is refused
+(at start an error naming both entries; at a reload the identities in use are kept). After each
+reload the callbacks registered with ``IdentityTable.on_reload`` learn which identities were
+removed or changed, so that what they authenticated (open streams, dashboard sessions) can end
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -24,17 +29,20 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
-__all__ = ["Role", "Identity", "IdentityTable", "hash_token", "new_token", "ALL_QUEUES"]
+__all__ = ["Role", "Identity", "IdentityTable", "ReloadCallback", "hash_token", "new_token", "ALL_QUEUES"]
 
 log = logging.getLogger("wiggle.server")
 
 ALL_QUEUES = "*"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-@]{0,99}")
+
+#: ``on_reload`` callbacks: called with the names of the identities a reload removed or changed.
+ReloadCallback = Callable[[frozenset[str]], None]
 
 
 class Role(str, enum.Enum):
@@ -108,6 +116,30 @@ def _identity(entry: object, index: int) -> tuple[Identity, str, str]:
     return Identity(name, roles, frozenset(queues)), digest, cert_cn
 
 
+def _unique(entries: list[tuple[Identity, str, str]], path: str) -> None:
+    """Refuse a file where two entries share a name, a token hash or a certificate name, naming both
+    (a repeated hash would let the later entry silently win: a viewer's token turned admin)."""
+    seen: dict[tuple[str, str], int] = {}
+    for i, (identity, digest, cn) in enumerate(entries):
+        for what, key in (("name", identity.name), ("token_sha256", digest), ("cert_cn", cn)):
+            if not key:
+                continue
+            first = seen.setdefault((what, key), i)
+            if first == i:
+                continue
+            other = entries[first][0].name
+            if what == "name":
+                raise ValueError(
+                    f"identity file {path!r} names {key!r} twice (identities #{first + 1} and #{i + 1}); "
+                    "names must be unique"
+                )
+            shown = f" {key!r}" if what == "cert_cn" else ""  # a hash is never echoed
+            raise ValueError(
+                f"identity file {path!r}: identities {other!r} (#{first + 1}) and {identity.name!r} "
+                f"(#{i + 1}) have the same {what}{shown}; each credential must belong to one identity"
+            )
+
+
 class IdentityTable:
     """The identities of one file, looked up by token or certificate name; thread-safe reloads."""
 
@@ -117,12 +149,34 @@ class IdentityTable:
         self._stamp: tuple[int, int] = (0, 0)
         self._by_digest: dict[str, Identity] = {}
         self._by_cn: dict[str, Identity] = {}
+        self._entries: dict[str, tuple[Identity, str, str]] = {}  # name -> (identity, hash, cert name)
+        self._callbacks: list[ReloadCallback] = []
         self.reload_if_changed(force=True, strict=True)
 
     def __len__(self) -> int:
         return len(self._by_digest) + len(self._by_cn)
 
-    def _parse(self) -> tuple[dict[str, Identity], dict[str, Identity]]:
+    def __repr__(self) -> str:
+        return f"IdentityTable({self.path!r}, {len(self._entries)} identities)"
+
+    def on_reload(self, callback: ReloadCallback) -> Callable[[], None]:
+        """Call ``callback(revoked)`` after every reload that loaded a new file: ``revoked`` holds
+        the names of the identities it removed or changed (roles, queues, token hash or
+        certificate name), possibly none. Runs in the thread that reloaded (the server's event
+        loop: SIGHUP and the reload timer), after the new identities are in force; keep it short
+        and non-blocking. An exception is logged and the other callbacks still run. Returns a
+        function that unregisters ``callback``."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+        def cancel() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return cancel
+
+    def _parse(self) -> dict[str, tuple[Identity, str, str]]:
         try:
             with open(self.path, encoding="utf-8") as f:
                 doc = json.load(f)
@@ -133,19 +187,9 @@ class IdentityTable:
         entries = doc.get("identities") if isinstance(doc, dict) else None
         if not isinstance(entries, list):
             raise ValueError(f'identity file {self.path!r} must be {{"identities": [...]}}')
-        by_digest: dict[str, Identity] = {}
-        by_cn: dict[str, Identity] = {}
-        names: set[str] = set()
-        for i, entry in enumerate(entries):
-            identity, digest, cn = _identity(entry, i)
-            if identity.name in names:
-                raise ValueError(f"identity file {self.path!r} names {identity.name!r} twice")
-            names.add(identity.name)
-            if digest:
-                by_digest[digest] = identity
-            if cn:
-                by_cn[cn] = identity
-        return by_digest, by_cn
+        parsed = [_identity(entry, i) for i, entry in enumerate(entries)]
+        _unique(parsed, self.path)
+        return {identity.name: (identity, digest, cn) for identity, digest, cn in parsed}
 
     def reload_if_changed(self, force: bool = False, strict: bool = False) -> bool:
         """Read the file again if it changed; a broken file is an error at start (``strict``),
@@ -159,14 +203,30 @@ class IdentityTable:
             if not force and stamp == self._stamp:
                 return False
             try:
-                by_digest, by_cn = self._parse()
+                entries = self._parse()
             except ValueError as exc:
                 if strict:
                     raise
-                log.warning("keeping the current identities: %s", exc)
+                self._stamp = stamp  # logged once per change of the file, not at every timer tick
+                log.error("identity file not reloaded, the identities in use are kept: %s", exc)
                 return False
-            self._stamp, self._by_digest, self._by_cn = stamp, by_digest, by_cn
-        log.info("identities loaded from %s (%d)", self.path, len(by_digest) + len(by_cn))
+            old = self._entries
+            revoked = frozenset(name for name, entry in old.items() if entries.get(name) != entry)
+            self._stamp, self._entries = stamp, entries
+            self._by_digest = {d: identity for identity, d, _ in entries.values() if d}
+            self._by_cn = {cn: identity for identity, _, cn in entries.values() if cn}
+            callbacks = list(self._callbacks)
+        log.info(
+            "identities loaded from %s (%d)%s",
+            self.path,
+            len(entries),
+            f"; removed or changed: {', '.join(sorted(revoked))}" if revoked else "",
+        )
+        for callback in callbacks:
+            try:
+                callback(revoked)
+            except Exception:
+                log.exception("an identity reload callback failed")
         return True
 
     def by_token(self, token: str) -> Identity | None:
@@ -177,3 +237,8 @@ class IdentityTable:
     def by_certificate(self, common_name: str) -> Identity | None:
         """The identity of a verified client certificate's common name."""
         return self._by_cn.get(common_name)
+
+    def by_name(self, name: str) -> Identity | None:
+        """The identity called ``name`` now (None: not in the file)."""
+        entry = self._entries.get(name)
+        return entry[0] if entry is not None else None

@@ -27,6 +27,7 @@ from .http_port import HttpPort, open_http_port
 from .http_security import HttpSecurity
 from .instances import Instances
 from .lag import QueueLagMonitor
+from .revocation import CallTracker, OpenCalls, Revoker
 from .service import ControlPlane, Metrics
 
 __all__ = ["WiggleServer", "make_store", "serve"]
@@ -57,7 +58,7 @@ def make_store(config: ServerConfig) -> Store:
     set but the PostgreSQL driver is not installed.
     """
     if not config.database_url:
-        return MemoryStore(config.max_live_instances)
+        return MemoryStore(config.max_live_instances, config.max_memory_bytes)
     try:
         from .._storage.postgres import PostgresStore
     except ImportError as exc:
@@ -99,6 +100,8 @@ class WiggleServer:
         self.security: Security | None = None  # built at start (wiggle/_server/exposure.py)
         self._http: HttpPort | None = None  # the HTTP port (dashboard, /metrics), if configured
         self.http_security: HttpSecurity | None = None  # TLS and access control of the HTTP port
+        self.open_calls = OpenCalls()  # authenticated calls in progress (revocation.py)
+        self.revoker: Revoker | None = None  # ends a revoked identity's calls and leases, at reload
         c = self.config
         self.lag = QueueLagMonitor(
             self.store,
@@ -141,6 +144,10 @@ class WiggleServer:
         if security.authenticator is not None:
             interceptors.append(AuthInterceptor(security.authenticator))
             self.service.guard = self.upstream.guard = RequestGuard()
+            if security.identities is not None:  # revocation at reload (docs/security.md)
+                interceptors.append(CallTracker(self.open_calls))
+                self.revoker = Revoker(self.open_calls, self.instances)
+                security.identities.on_reload(self.revoker)
         server = grpc.aio.server(options=options, interceptors=interceptors)
         # as the generated add_..._to_server would, but refusing undecodable requests with
         # INVALID_ARGUMENT (wiggle/_server/decoding.py)
@@ -203,6 +210,8 @@ class WiggleServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self.revoker is not None:
+            await self.revoker.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
         if self._http is not None:

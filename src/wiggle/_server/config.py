@@ -127,6 +127,15 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     max_live_instances: Annotated[
         int, Setting("memory store: instances held at once, finished ones evicted first (0: no bound)")
     ] = 100_000
+    max_memory_bytes: Annotated[
+        int,
+        Setting(
+            "memory store: bytes of contexts and history held at once, finished instances evicted "
+            "first (0: no bound)",
+            0,
+            1 << 50,
+        ),
+    ] = 1 << 30
     purge_interval_seconds: Annotated[
         float,
         Setting(

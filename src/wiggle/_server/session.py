@@ -3,11 +3,14 @@
 Each WorkerMessage names its body ("poll", "complete", ...); ``BODIES`` maps it to the method of
 the dispatch table (wiggle/_server/service.py) and to the ServerMessage field of the reply.
 Requests run concurrently; replies go out as each finishes, batched when several are ready.
+A stream whose credential is revoked is ended by wiggle/_server/revocation.py; the worker ids it
+polled under are noted on its ``OpenCall`` so that the steps it holds can be handed back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from google.protobuf.message import Message
@@ -16,6 +19,7 @@ from .._rpc import wiggle_pb2 as pb
 from .._wire.status import to_wire_number
 from ..errors import InvalidArgument
 from .faults import status_of
+from .revocation import OPEN_CALL
 
 __all__ = ["BODIES", "Dispatch", "serve_session"]
 
@@ -45,7 +49,12 @@ async def _answer(
         if body is None or route is None:
             raise InvalidArgument("WorkerMessage has no body")
         method, field = route
-        result = await dispatch(method, getattr(message, body))
+        request = getattr(message, body)
+        result = await dispatch(method, request)
+        if body == "poll":
+            call = OPEN_CALL.get()
+            if call is not None:  # the worker id as the guard left it (prefixed with the credential's name)
+                call.owners.add(request.worker_id)
         reply = pb.ServerMessage(request_id=rid)
         getattr(reply, field).CopyFrom(result)  # faster than passing it to the constructor
     except asyncio.CancelledError:
@@ -116,3 +125,9 @@ async def serve_session(
         reader.cancel()
         for task in list(pending):
             task.cancel()
+        if pending:
+            # Let the cancelled requests finish unwinding before the call is over: a revocation
+            # (wiggle/_server/revocation.py) looks for this stream's leases once it is, and a poll
+            # still committing its claim would hold one back until its lease expired.
+            with contextlib.suppress(BaseException):
+                await asyncio.wait(list(pending), timeout=1.0)

@@ -227,6 +227,12 @@ class Store(abc.ABC):
         """Ids of RUNNING instances whose time limit ran out at ``now`` (Instance.deadline_at)."""
 
     @abc.abstractmethod
+    async def leases_of(self, owner_prefix: str, limit: int) -> list[tuple[str, str, int]]:
+        """Up to ``limit`` leased (RUNNING) tokens whose lease owner starts with ``owner_prefix``:
+        (task id ``<token id>@<claim>``, lease owner, claimed at ms). Revocation releases them
+        (wiggle/_server/revocation.py); rare, so a scan is fine."""
+
+    @abc.abstractmethod
     async def next_due_at(self) -> int | None:
         """When the clock duty next has something to do (ms), or None if nothing is scheduled:
         a due token, or an instance's time limit."""

@@ -21,6 +21,7 @@ from .._engine.state import (
     InstanceStatus,
     Token,
     TokenStatus,
+    task_id_of,
     token_instance_id,
 )
 from .._model import validate_name
@@ -37,6 +38,7 @@ from .base import (
     check_version_alias,
 )
 from .handoff import settle
+from .memory_bytes import ByteLedger
 from .ops import NodeInfo, QueueStat, Readiness
 from .schedules import MemorySchedules
 
@@ -46,16 +48,21 @@ __all__ = ["MemoryStore"]
 class MemoryStore(Store):
     """Definitions, instances and history in dicts; READY tokens and timers in heaps.
 
-    ``max_instances`` bounds the instances held at once (0: no bound): at the bound, the
-    instances that finished first are evicted before their retention ends; when none is
-    finished, a start is refused with RESOURCE_EXHAUSTED (docs/semantics.md#bounded-memory).
+    ``max_instances`` bounds the instances held at once and ``max_bytes`` the bytes of their
+    contexts and history (memory_bytes.py; 0: no bound): at a bound, the instances that finished
+    first are evicted before their retention ends; when that is not enough, a start is refused
+    with RESOURCE_EXHAUSTED and nothing of it is kept (docs/semantics.md#bounded-memory).
     """
 
-    def __init__(self, max_instances: int = 0) -> None:
+    def __init__(self, max_instances: int = 0, max_bytes: int = 0) -> None:
         super().__init__()
         if max_instances < 0:
             raise ValueError(f"max_instances must be 0 (no bound) or more, got {max_instances}")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be 0 (no bound) or more, got {max_bytes}")
         self.max_instances = max_instances
+        self.max_bytes = max_bytes
+        self.ledger = ByteLedger()  # the bytes held, kept at every write
         self.evicted = 0  # finished instances dropped early to stay under the bound
         self._finished: collections.deque[str] = collections.deque()  # ids, in the order they finished
         self._definitions: dict[tuple[str, str], WorkflowRecord] = {}
@@ -78,9 +85,17 @@ class MemoryStore(Store):
     def _loaded(self, state: InstanceState) -> LoadedDefinition:
         return self._definitions[(state.instance.workflow, state.instance.version)].loaded
 
-    def _apply(self, state: InstanceState, changes: Changes) -> None:
-        """Index what a transition changed and wake whoever waits for it (the "commit")."""
+    @property
+    def bytes_used(self) -> int:
+        """Bytes of contexts and history held now (what ``max_bytes`` bounds)."""
+        return self.ledger.used
+
+    def _apply(self, state: InstanceState, changes: Changes, counted: bool = False) -> None:
+        """Index what a transition changed and wake whoever waits for it (the "commit");
+        ``counted``: a start whose bytes ``insert`` counted already."""
         self.stats.transactions += 1
+        if not counted:
+            self.ledger.written(state, changes)
         ready: dict[str, int] | None = None  # queue -> tokens that became READY: wake that many pollers
         for token in changes.tokens.values():
             status = token.status
@@ -109,7 +124,7 @@ class MemoryStore(Store):
         if changes.timers:
             self.notifier.clock_changed()
         if changes.finished:
-            if self.max_instances:
+            if self.max_instances or self.max_bytes:
                 self._finished.append(state.instance.id)
             self.notifier.instance_finished(state.instance.id)
 
@@ -155,45 +170,82 @@ class MemoryStore(Store):
 
     # ------------------------------------------------------------------ instances
 
-    def _make_room(self) -> None:
-        """Evict finished instances (the earliest finished first) to hold one more, or refuse."""
-        bound = self.max_instances
-        if not bound or len(self._instances) < bound:
+    def _make_room(self, size: int) -> None:
+        """Evict finished instances (the earliest finished first) until one more of ``size``
+        bytes fits under both bounds, else refuse (ResourceExhausted) and keep nothing of it."""
+        count_bound, byte_bound = self.max_instances, self.max_bytes
+        if byte_bound and size > byte_bound:
+            raise ResourceExhausted(
+                f"this start holds {size} bytes of context and history, more than the in-memory "
+                f"store's whole bound of {byte_bound} bytes (--max-memory-bytes / WIGGLE_MAX_MEMORY_BYTES); "
+                "raise the bound, make the context smaller, or use PostgreSQL"
+            )
+        used = self.ledger.used
+        over_count = bool(count_bound) and len(self._instances) >= count_bound
+        over_bytes = bool(byte_bound) and used + size > byte_bound
+        if not (over_count or over_bytes):
             return
-        # evict a slice at once so the id index is rebuilt once per slice, not once per start
-        want = max(1, bound // 100)
-        doomed: list[str] = []
-        while self._finished and len(doomed) < want:
+        # evict a slice at once (1% of the bound) so that the id index is rebuilt once per slice,
+        # not once per start
+        want = max(1, count_bound // 100) if over_count else 0
+        target = byte_bound - byte_bound // 100 - size if over_bytes else used
+        freed = 0
+        doomed: dict[str, None] = {}
+        while self._finished and (len(doomed) < want or used - freed > target):
             instance_id = self._finished.popleft()
             state = self._instances.get(instance_id)
-            if state is not None and state.instance.status in FINISHED_INSTANCE_STATUSES:
-                doomed.append(instance_id)
-        if not doomed:
+            if (
+                state is not None
+                and instance_id not in doomed
+                and state.instance.status in FINISHED_INSTANCE_STATUSES
+            ):
+                doomed[instance_id] = None
+                freed += self.ledger.of(instance_id)
+        self._forget(list(doomed))
+        self.evicted += len(doomed)
+        if over_count and not doomed:
             raise ResourceExhausted(
                 f"the in-memory store holds {len(self._instances)} running instances, its bound "
                 "(--max-live-instances / WIGGLE_MAX_LIVE_INSTANCES); let some finish, raise the bound, "
                 "or use PostgreSQL"
             )
+        if byte_bound and self.ledger.used + size > byte_bound:
+            self._refuse_bytes(size)
+
+    def _refuse_bytes(self, size: int) -> None:
+        raise ResourceExhausted(
+            f"the in-memory store holds {self.ledger.used} bytes of contexts and history and a start "
+            f"of {size} bytes would pass its bound of {self.max_bytes} bytes (--max-memory-bytes / "
+            "WIGGLE_MAX_MEMORY_BYTES), with no finished instance left to evict; let some finish, "
+            "raise the bound, or use PostgreSQL"
+        )
+
+    def _forget(self, doomed: list[str]) -> None:
+        """Drop instances (evicted or purged) with their history, request ids and bytes."""
+        if not doomed:
+            return
         for instance_id in doomed:
             del self._instances[instance_id]
             self._history.pop(instance_id, None)
+            self.ledger.drop(instance_id)
             request_id = self._request_of.pop(instance_id, None)
             if request_id is not None:
                 del self._requests[request_id]
         gone = set(doomed)
         self._ids = [i for i in self._ids if i not in gone]
-        self.evicted += len(doomed)
 
     async def insert(self, state: InstanceState, changes: Changes) -> None:
-        self._make_room()
+        footprint = self.ledger.measure(state, changes)
+        self._make_room(footprint.total)  # may refuse: then nothing of this start is kept
         instance_id = state.instance.id
         self._instances[instance_id] = state
+        self.ledger.add(instance_id, footprint)
         ids = self._ids
         if not ids or ids[-1] < instance_id:
             ids.append(instance_id)
         else:  # pragma: no cover - ids are generated in increasing order
             bisect.insort(ids, instance_id)
-        self._apply(state, changes)
+        self._apply(state, changes, counted=True)
 
     async def insert_many(self, items: list[NewInstance]) -> list[str]:
         out: list[str] = []
@@ -337,6 +389,18 @@ class MemoryStore(Store):
                     due[instance_id] = None
         return list(due)
 
+    async def leases_of(self, owner_prefix: str, limit: int) -> list[tuple[str, str, int]]:
+        found: list[tuple[str, str, int]] = []
+        for state in self._instances.values():
+            if state.instance.status in FINISHED_INSTANCE_STATUSES:
+                continue
+            for token in state.tokens.values():
+                if token.status == TokenStatus.RUNNING and token.lease_owner.startswith(owner_prefix):
+                    found.append((task_id_of(token), token.lease_owner, token.started_at))
+                    if len(found) >= limit:
+                        return found
+        return found
+
     async def next_due_at(self) -> int | None:
         candidates = [heap[0][0] for heap in (self._timers, self._deadlines) if heap]
         return min(candidates) if candidates else None
@@ -369,14 +433,7 @@ class MemoryStore(Store):
             for i, s in self._instances.items()
             if s.instance.status in FINISHED_INSTANCE_STATUSES and s.instance.finished_at < older_than
         ][:limit]
-        for instance_id in doomed:
-            del self._instances[instance_id]
-            self._history.pop(instance_id, None)
-            request_id = self._request_of.pop(instance_id, None)
-            if request_id is not None:
-                del self._requests[request_id]
-        if doomed:
-            self._ids = [i for i in self._ids if i in self._instances]
+        self._forget(doomed)
         return len(doomed)
 
     # ------------------------------------------------------------------ operating (issue #13)

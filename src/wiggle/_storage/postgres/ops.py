@@ -16,7 +16,7 @@ from ..ops import NodeInfo, QueueStat, Readiness
 from .db import Database, short
 from .migrations import lock_key, migration_files
 
-__all__ = ["count_by_status", "queue_stats", "readiness", "cluster_nodes"]
+__all__ = ["count_by_status", "queue_stats", "readiness", "cluster_nodes", "leases_of"]
 
 
 def _s(schema: str) -> str:
@@ -62,6 +62,18 @@ async def queue_stats(db: Database, schema: str, now: int) -> list[QueueStat]:
             stat.in_local_run += int(n)
         stat.in_flight = {**stat.in_flight, owner: stat.in_flight.get(owner, 0) + int(n)}
     return [stats[q] for q in sorted(stats)]
+
+
+async def leases_of(db: Database, schema: str, owner_prefix: str, limit: int) -> list[tuple[str, str, int]]:
+    """Leased tokens of owners starting with ``owner_prefix``: (task id, owner, claimed at). For a
+    revocation (rare): the RUNNING tokens through the tokens_leases index, filtered."""
+    rows = await db.fetch(
+        "leases_of",
+        f"SELECT id || '@' || claim, lease_owner, started_at FROM {_s(schema)}.tokens "
+        "WHERE status = 'RUNNING' AND starts_with(lease_owner, %(prefix)s) LIMIT %(limit)s",
+        {"prefix": owner_prefix, "limit": limit},
+    )
+    return [(str(task), str(owner), int(at)) for task, owner, at in rows]
 
 
 async def readiness(db: Database, schema: str) -> Readiness:

@@ -383,6 +383,9 @@ class PostgresStore(Store):
     async def count_by_status(self) -> dict[str, dict[str, int]]:
         return await ops.count_by_status(self.db, self.schema)
 
+    async def leases_of(self, owner_prefix: str, limit: int) -> list[tuple[str, str, int]]:
+        return await ops.leases_of(self.db, self.schema, owner_prefix, limit)
+
     async def queue_stats(self, now: int) -> list[QueueStat]:
         return await ops.queue_stats(self.db, self.schema, now)
 
