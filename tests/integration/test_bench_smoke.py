@@ -351,7 +351,17 @@ def test_handwritten_loop_runs_and_verifies(per: str, tmp_path: Path) -> None:
     """bench/handwritten.py, the yardstick bench/user_view.py sets Wiggle against, finishes small
     and checks every row's context (its own schema, dropped afterwards)."""
     args = [str(ROOT / "bench" / "handwritten.py"), "--per", per, "--steps", "3", "--instances", "20"]
-    args += ["--workers", "1", "--concurrency", "2", "--submit-threads", "2", "--database-url", PG_URL, "--json"]
+    args += [
+        "--workers",
+        "1",
+        "--concurrency",
+        "2",
+        "--submit-threads",
+        "2",
+        "--database-url",
+        PG_URL,
+        "--json",
+    ]
     code, doc, output = _run(args, tmp_path)
     assert code == 0, output
     assert doc is not None and doc["ok"] and doc["instances"] == 20, output
@@ -362,7 +372,17 @@ def test_user_view_harness_alternates_and_prints_ratios(tmp_path: Path) -> None:
     """bench/user_view.py, one tiny round: every Wiggle mode and both loops ran and verified, and
     the ratios of issue #28's targets are computed."""
     args = [str(ROOT / "bench" / "user_view.py"), "--rounds", "1", "--steps", "3", "--instances", "20"]
-    args += ["--workers", "1", "--concurrency", "2", "--submit-threads", "2", "--database-url", PG_URL, "--json"]
+    args += [
+        "--workers",
+        "1",
+        "--concurrency",
+        "2",
+        "--submit-threads",
+        "2",
+        "--database-url",
+        PG_URL,
+        "--json",
+    ]
     code, doc, output = _run(args, tmp_path, timeout=400)
     assert code == 0, output
     assert doc is not None, output

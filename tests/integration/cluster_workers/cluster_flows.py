@@ -26,7 +26,9 @@ PARKED = "cluster-parked"
 PROBE = "cluster-probe"
 
 NAP_SECONDS = 0.2  # the sleep of the mixed flow
-PARK_SECONDS = 2.0  # the sleep of the parked flow
+PARK_SECONDS = (
+    5.0  # the sleep of the parked flow: long enough that 120 starts on a loaded machine end before it
+)
 HOLD_SECONDS = 0.002  # every handler holds its step this long: a concurrent double run would overlap
 
 #: Set by the worker process (cluster_worker.py) before it starts.
