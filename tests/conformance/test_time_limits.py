@@ -35,7 +35,9 @@ def _clean(history, allowed_retries: dict[str, int]) -> None:
 
 
 @pytest.mark.parametrize("handler", ["sync", "async"])
-async def test_a_hung_step_is_timed_out_and_retried_while_its_worker_lives(harness: Harness, handler: str) -> None:
+async def test_a_hung_step_is_timed_out_and_retried_while_its_worker_lives(
+    harness: Harness, handler: str
+) -> None:
     release = threading.Event()
     attempts: list[int] = []
 
@@ -99,7 +101,9 @@ async def test_a_report_after_the_deadline_is_refused_and_changes_nothing(harnes
             stub = pb_grpc.WiggleControlPlaneStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await stub.CompleteTask(
-                    pb.CompleteTaskRequest(task_id=act.task_id, lease_owner="raw-worker", context_json=b'{"n": 2}')
+                    pb.CompleteTaskRequest(
+                        task_id=act.task_id, lease_owner="raw-worker", context_json=b'{"n": 2}'
+                    )
                 )
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         # refused as timed out, or as no longer held if the clock duties applied the timeout first
@@ -156,7 +160,9 @@ async def test_heartbeats_keep_a_step_with_a_heartbeat_timeout_alive(harness: Ha
 
 
 @pytest.mark.parametrize("waits_in", ["sleep", "signal", "user_task", "child"])
-async def test_a_workflow_past_its_time_limit_fails_wherever_it_waits(harness: Harness, waits_in: str) -> None:
+async def test_a_workflow_past_its_time_limit_fails_wherever_it_waits(
+    harness: Harness, waits_in: str
+) -> None:
     child = _define(harness, "child").sleep("nap", 3600).build()
     wf = _define(harness, "limited", timeout=60).step(lambda ctx: {**ctx, "began": True}, name="begin")
     if waits_in == "sleep":
