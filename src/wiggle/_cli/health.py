@@ -101,7 +101,8 @@ def cmd_ready(args: argparse.Namespace) -> int:
         print(json.dumps({"url": url, "status": answer.status, **detail}, sort_keys=True))
     if answer.status == 200:
         if not args.json:
-            print(f"ready: {detail.get('detail', '') or 'ok'}")
+            said = str(detail.get("detail", ""))
+            print(f"{url}: ready" + (f" ({said})" if said and said != "ready" else ""))
         return 0
     print(f"wiggle: {url} is not ready (HTTP {answer.status}): {detail.get('detail', '')}", file=sys.stderr)
     return 1

@@ -135,13 +135,14 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         info, changed = client.cancel(args.instance_id, args.reason)
-        if args.json:
-            print_json({"instance": info, "changed": changed})
-        else:
-            print(
-                f"{info.instance_id}: {'cancelled' if changed else f'already {info.status}; nothing changed'}"
-            )
-    return 0 if changed else 4  # refused by the state (README, "The command line")
+    if args.json:
+        print_json({"instance": info, "changed": changed})
+    elif changed:
+        print(f"{info.instance_id}: cancelled")
+    if not changed:  # refused by the state (README, "The command line"): said where errors go
+        print(f"wiggle: {info.instance_id} already {info.status}; nothing changed", file=sys.stderr)
+        return 4
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
