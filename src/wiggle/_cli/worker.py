@@ -27,7 +27,7 @@ from .._env import EnvError
 from ..errors import InvalidArgument
 from .common import credentials_from_args
 
-__all__ = ["add_parsers", "cmd_worker", "blueprints_at", "options_from"]
+__all__ = ["add_parsers", "cmd_worker", "blueprints_at", "options_from", "COMMAND_VARIABLES", "ENV_PREFIX"]
 
 EXAMPLE = """examples:
   wiggle worker myapp.flows:orders myapp.flows:payments --concurrency 32
@@ -37,6 +37,10 @@ EXAMPLE = """examples:
 
 #: The env variable of a WorkerOptions field (WIGGLE_WORKER_CONCURRENCY, ...).
 ENV_PREFIX = "WIGGLE_WORKER_"
+
+#: The variables of the command itself (not WorkerOptions fields): how many processes, which
+#: blueprints (when no MODULE:ATTR is given) and the folders to import them from.
+COMMAND_VARIABLES = (ENV_PREFIX + "PROCESSES", ENV_PREFIX + "BLUEPRINTS", ENV_PREFIX + "PATH")
 
 #: Fields with a closed set of values: argparse choices.
 _CHOICES = {"transport": ("stream", "unary"), "sync_handlers": ("auto", "thread", "inline")}
