@@ -86,6 +86,13 @@ def dockerfile_instructions(text: str | None = None) -> list[tuple[str, str]]:
     return out
 
 
+def stages(instructions: list[tuple[str, str]] | None = None) -> list[list[tuple[str, str]]]:
+    """The Dockerfile's stages, each from its FROM to the next (build first, runtime last)."""
+    instructions = dockerfile_instructions() if instructions is None else instructions
+    starts = [i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM"]
+    return [instructions[a:b] for a, b in zip(starts, [*starts[1:], len(instructions)], strict=True)]
+
+
 def exec_form(arguments: str, where: str) -> list[str]:
     """A JSON-array (exec form) CMD/ENTRYPOINT: shell form would run under /bin/sh, which turns
     SIGTERM away from wiggle."""

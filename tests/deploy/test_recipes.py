@@ -41,6 +41,7 @@ from .recipe_files import (
     every_command,
     known_variables,
     option_strings,
+    stages,
     unit_value,
     verb_parser,
 )
@@ -133,7 +134,11 @@ def test_dockerfile_stages_user_and_health() -> None:
     instructions = dockerfile_instructions()
     froms = [rest for keyword, rest in instructions if keyword == "FROM"]
     assert len(froms) == 2 and froms[0].endswith(" AS build") and froms[1].endswith(" AS runtime"), froms
-    runtime = instructions[[k for k, _ in instructions].index("FROM", 1) :]
+    build, runtime = stages(instructions)
+    assert any(k == "RUN" and r.startswith("pip wheel") for k, r in build)
+    assert not any(k == "RUN" and ("gcc" in r or "pip wheel" in r) for k, r in runtime), (
+        "no compiler at runtime"
+    )
     copies = [rest for keyword, rest in runtime if keyword == "COPY"]
     assert any(c.startswith("--from=build ") for c in copies), "the runtime installs the build stage's wheels"
     (user,) = [rest for keyword, rest in runtime if keyword == "USER"]
@@ -273,6 +278,7 @@ def test_deploy_has_only_what_the_docs_describe() -> None:
     )
     assert files == [
         "Dockerfile",
+        "Dockerfile.dockerignore",
         "compose.yaml",
         "example/shop_flows.py",
         "systemd/server.env",
