@@ -106,6 +106,9 @@ def test_bash_completion_is_valid_bash_and_completes_verbs_and_flags(tmp_path) -
     assert "trigger" in complete("schedule", "")
     assert "--from-file" in complete("start", "orders", "--")
     assert {"FAILED", "RUNNING"} <= set(complete("list", "--status", ""))
+    # a file option completes file names (here: this test's folder)
+    (tmp_path / "orders.jsonl").write_text("{}\n")
+    assert str(tmp_path / "orders.jsonl") in complete("start", "orders", "--from-file", f"{tmp_path}/o")
 
 
 @pytest.mark.parametrize("shell, check", [("zsh", ["zsh", "-n"]), ("fish", ["fish", "--no-execute"])])

@@ -21,12 +21,42 @@ EXAMPLE = """examples:
   eval "$(wiggle completion bash)"                        (this shell only)"""
 
 
+#: Options whose value is a file (completed with file names) or a folder.
+FILE_OPTIONS = frozenset(
+    {
+        "from_file",
+        "tls_ca",
+        "client_cert",
+        "client_key",
+        "token_file",
+        "tls_cert",
+        "tls_key",
+        "tls_client_ca",
+        "auth_file",
+    }
+)
+FOLDER_OPTIONS = frozenset({"path"})
+
+
+def _mark_paths(parser: argparse.ArgumentParser, shtab: Any) -> None:
+    """Tell shtab which options take a file or a folder, in every verb."""
+    for action in parser._actions:
+        if action.dest in FILE_OPTIONS:
+            action.complete = shtab.FILE  # type: ignore[attr-defined]
+        elif action.dest in FOLDER_OPTIONS:
+            action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _mark_paths(sub, shtab)
+
+
 def cmd_completion(args: argparse.Namespace) -> int:
     import shtab
 
     from .parser import build_parser
 
     parser = build_parser()
+    _mark_paths(parser, shtab)
     print(shtab.complete(parser, shell=args.shell), end="")
     return 0
 
