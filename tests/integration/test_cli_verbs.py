@@ -87,3 +87,47 @@ def test_ready_asks_a_real_servers_readyz(tmp_path: Path) -> None:
         assert done.returncode == 1 and "HTTP 404" in done.stderr and len(done.stderr.splitlines()) == 1
     finally:
         server.stop()
+
+
+def test_ready_over_tls_with_a_token(tmp_path: Path) -> None:
+    """The HEALTHCHECK beside a server with TLS and an identity file: `wiggle ready` with the
+    server's own variables asks over HTTPS, checks the certificate, sends the token."""
+    from security.certs import Authority
+    from security.conftest import write_identities
+
+    ca = Authority(tmp_path)
+    cert, key = ca.issue("localhost", server=True)
+    auth = tmp_path / "identities.json"
+    write_identities(auth)
+    port = _free_port()
+    server_vars = {
+        "WIGGLE_HTTP_PORT": str(port),
+        "WIGGLE_TLS_CERT": str(cert),
+        "WIGGLE_TLS_KEY": str(key),
+        "WIGGLE_AUTH_FILE": str(auth),
+    }
+    server = ServerProcess(tmp_path / "server.log", server_env(**server_vars))
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WIGGLE_")}
+
+        def ready(**extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*WIGGLE, "ready"],
+                capture_output=True,
+                text=True,
+                env={**env, **server_vars, **extra},
+                timeout=60,
+            )
+
+        done = ready(WIGGLE_TLS_CA=str(ca.ca_file), WIGGLE_TOKEN="tok-watcher")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip() == f"https://127.0.0.1:{port}/readyz: ready"
+        # no token: the server refuses; not ready, said in one line
+        done = ready(WIGGLE_TLS_CA=str(ca.ca_file))
+        assert done.returncode == 1 and "HTTP 401" in done.stderr and len(done.stderr.splitlines()) == 1
+        # a certificate nobody vouched for: no answer worth trusting
+        done = ready(WIGGLE_TOKEN="tok-watcher")
+        assert done.returncode == 5 and "CERTIFICATE_VERIFY_FAILED" in done.stderr, done.stderr
+        assert len(done.stderr.splitlines()) == 1
+    finally:
+        server.stop()
