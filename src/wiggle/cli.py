@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 the instance FAILED or was CANCELLED (``start --wait``) or another
 error; 2 bad arguments (INVALID_ARGUMENT); 3 not found; 4 refused by the state
-(FAILED_PRECONDITION); 5 server unreachable or unavailable. ``EXIT_CODES`` maps the
+(FAILED_PRECONDITION); 5 server unreachable or unavailable; 6 still running when ``--wait``'s
+``--timeout`` passed. Usage errors (argparse) are one line on stderr, exit 2. ``EXIT_CODES`` maps the
 ``wiggle.errors.ErrorCode`` of an error to its exit code.
 """
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except WiggleError as exc:
         hint = ""
-        if exc.code is ErrorCode.UNAVAILABLE and getattr(args, "target", None):
+        if exc.code is ErrorCode.UNAVAILABLE and getattr(args, "target", None) and args.command != "ready":
             hint = f" (is a `wiggle server` running at {args.target}? Choose another with --target or WIGGLE_TARGET)"
         print(f"wiggle: {exc.code.name}: {exc}{hint}", file=sys.stderr)
         return EXIT_CODES.get(exc.code, 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from .._cli.parser import OneLineErrors
 from .._env import EnvError, env_int, env_str
 
 __all__ = ["MODES", "SUBMITS", "build_parser", "parse_args"]
@@ -151,7 +152,7 @@ def _env_default(variable: str | None, default: object) -> object:
 
 def build_parser() -> argparse.ArgumentParser:
     variables = [v for _, v, _ in _FLAGS if v] + ["WIGGLE_IMPL"]
-    p = argparse.ArgumentParser(
+    p = OneLineErrors(  # a bad argument is one line, as for every wiggle verb
         prog="wiggle bench",
         description="End-to-end benchmark: a linear S-step workflow, I pre-submitted instances, timed drain.",
         epilog="Environment variables give the defaults: " + ", ".join(variables) + ".",

@@ -87,35 +87,113 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return int(e2e.main(args.bench_args))
 
 
+def _verb(sub: Any, name: str, help: str, description: str, examples: list[str], **kw: Any) -> Any:
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+    return sub.add_parser(name, help=help, description=description, epilog=epilog, **kw)
+
+
 def add_parsers(sub: Any) -> None:
-    """Add ``token``, ``doctor``, ``workflows``, ``queues``, ``describe`` and ``bench``."""
-    p = sub.add_parser("token", help="make a bearer token and its --auth-file identity entry")
+    """Add ``token``, ``doctor``, ``ready``, ``workflows``, ``queues``, ``describe`` and ``bench``."""
+    p = _verb(
+        sub,
+        "token",
+        "make a bearer token and its --auth-file identity entry",
+        "Make a new random bearer token and print it with the identity entry to add to the "
+        "server's --auth-file (which stores only the token's hash). Roles: admin (everything), "
+        "client (start and operate instances), worker (serve --queue queues), viewer (read only).",
+        [
+            "wiggle token ops-alice --role admin",
+            "wiggle token billing-worker --role worker --queue payments --queue refunds",
+        ],
+    )
     p.add_argument("name", help="the identity's name (a worker's ids are prefixed with it)")
     p.add_argument(
-        "--role", action="append", choices=["admin", "client", "worker", "viewer"], help="repeatable (client)"
+        "--role",
+        action="append",
+        choices=["admin", "client", "worker", "viewer"],
+        help="a role of the identity (repeatable; default client)",
     )
     p.add_argument("--queue", action="append", help="a queue a worker may serve (repeatable; * for all)")
     p.set_defaults(func=cmd_token)
 
-    p = sub.add_parser(
-        "doctor", help="check the server, the schema, the extras and the hot-path implementation"
+    p = _verb(
+        sub,
+        "doctor",
+        "check the server, the schema, the extras and the hot-path implementation",
+        "Check that the server at --target answers, that the database schema is current (with "
+        "--database-url), which extras are installed and which hot-path implementation is "
+        "active. Exit 1 if a check fails.",
+        [
+            "wiggle doctor",
+            "wiggle --target wiggle-1:7233 doctor --database-url postgresql://wiggle@db/wiggle",
+        ],
     )
     p.add_argument("--database-url", default=None, help="check this database's schema (WIGGLE_DATABASE_URL)")
-    p.add_argument("--database-schema", default=None)
+    p.add_argument(
+        "--database-schema", default=None, help="its schema (WIGGLE_DATABASE_SCHEMA; default wiggle)"
+    )
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("workflows", help="list registered workflow versions")
+    from .health import add_ready
+
+    add_ready(_verb(sub, *READY_HELP))
+
+    p = _verb(
+        sub,
+        "workflows",
+        "list registered workflow versions",
+        "List the registered workflow versions: name, version, execution mode, nodes, when registered.",
+        ["wiggle workflows", "wiggle workflows --name orders --json"],
+    )
     p.add_argument("--name", help="only this workflow's versions")
     p.set_defaults(func=cmd_workflows)
 
-    p = sub.add_parser("queues", help="queues: ready depth, oldest ready step, workers polling")
+    p = _verb(
+        sub,
+        "queues",
+        "queues: ready depth, oldest ready step, workers polling",
+        "Every queue with work: steps ready, delayed, running and in local runs, the age of the "
+        "oldest ready step, and the workers polling it (as the answering server sees them).",
+        ["wiggle queues", "watch -n 5 wiggle queues"],
+    )
     p.set_defaults(func=cmd_queues)
 
-    p = sub.add_parser("describe", help="a workflow's graph as text")
-    p.add_argument("workflow")
+    p = _verb(
+        sub,
+        "describe",
+        "a workflow's graph as text",
+        "A registered workflow's graph as text: one line per node with its kind, queue, retry "
+        "policy and edges.",
+        ["wiggle describe orders", "wiggle describe orders --version 3f2a9c1e0b7d --json"],
+    )
+    p.add_argument("workflow", help="the workflow's name")
     p.add_argument("--version", dest="version", help="a version (default: the latest)")
     p.set_defaults(func=cmd_describe)
 
-    p = sub.add_parser("bench", help="the end-to-end benchmark (see bench/README.md)", add_help=False)
+    p = _verb(
+        sub,
+        "bench",
+        "the end-to-end benchmark (see bench/README.md)",
+        "The end-to-end benchmark: a server, worker processes and a workload; `wiggle bench "
+        "--help` lists its own options.",
+        ["wiggle bench --modes SERVER,LOCAL_SYNC --instances 1000"],
+        add_help=False,
+    )
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
+
+
+READY_HELP = (
+    "ready",
+    "ask a server's /readyz (a container's or an orchestrator's health check)",
+    "Ask a server's HTTP port whether it is ready (/readyz: the gRPC port serves, the store "
+    "answers, the schema is current). Exit 0 when ready, 1 when not (its detail on stderr), 5 "
+    "when nothing answers. Without --url it asks this machine's --http-port (WIGGLE_HTTP_PORT), "
+    "over HTTPS when the server's own WIGGLE_TLS_CERT is set; the token flags (WIGGLE_TOKEN, "
+    "WIGGLE_TOKEN_FILE) give the credential an identity file asks for.",
+    [
+        "wiggle ready --http-port 9464",
+        "wiggle ready --url https://wiggle-1.internal:9464/readyz --tls-ca /etc/wiggle/ca.pem",
+        'HEALTHCHECK CMD ["wiggle", "ready"]      (deploy/Dockerfile)',
+    ],
+)

@@ -11,6 +11,7 @@ from typing import Any
 from .._status import InstanceStatus
 from ..errors import InvalidArgument
 from .common import client_from_args, json_arg, print_instance, print_json
+from .progress import Progress, counted, wait_with_progress
 from .views import when
 
 __all__ = [
@@ -72,14 +73,18 @@ def cmd_start_many(args: argparse.Namespace) -> int:
     contexts = _read_jsonl(args.from_file)
     if not contexts:
         raise InvalidArgument(f"--from-file {args.from_file} holds no contexts (one JSON object per line)")
-    with client_from_args(args) as client:
-        ids = client.start_many(
-            args.workflow,
-            contexts,
-            version=args.version or "",
-            correlation_id=args.correlation_id or "",
-            request_id=args.request_id or "",
-        )
+    progress = Progress(args)
+    try:
+        with client_from_args(args) as client:
+            ids = client.start_many(
+                args.workflow,
+                counted(contexts, progress, f"starting {args.workflow}"),
+                version=args.version or "",
+                correlation_id=args.correlation_id or "",
+                request_id=args.request_id or "",
+            )
+    finally:
+        progress.clear()
     if args.json:
         print_json(ids)
     else:
@@ -99,7 +104,7 @@ def cmd_start(args: argparse.Namespace) -> int:
             request_id=args.request_id or "",
         )
         if args.wait:
-            info = client.wait(info.instance_id, timeout=args.timeout)
+            info = wait_with_progress(client, info, args)
         print_json(info) if args.json else print_instance(info)
     return waited(info, args)
 
@@ -130,13 +135,14 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         info, changed = client.cancel(args.instance_id, args.reason)
-        if args.json:
-            print_json({"instance": info, "changed": changed})
-        else:
-            print(
-                f"{info.instance_id}: {'cancelled' if changed else f'already {info.status}; nothing changed'}"
-            )
-    return 0 if changed else 4  # refused by the state (README, "The command line")
+    if args.json:
+        print_json({"instance": info, "changed": changed})
+    elif changed:
+        print(f"{info.instance_id}: cancelled")
+    if not changed:  # refused by the state (README, "The command line"): said where errors go
+        print(f"wiggle: {info.instance_id} already {info.status}; nothing changed", file=sys.stderr)
+        return 4
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -186,18 +192,40 @@ def cmd_retry(args: argparse.Namespace) -> int:
             args.instance_id, from_node=args.from_node or "", context=context, requested_by=args.by
         )
         if args.wait:
-            info = client.wait(info.instance_id, timeout=args.timeout)
+            info = wait_with_progress(client, info, args)
         print_json(info) if args.json else print_instance(info)
     return waited(info, args)
 
 
+def _verb(sub: Any, name: str, help: str, description: str, examples: list[str]) -> Any:
+    """A verb's parser: its one-line help, a description and an examples epilog."""
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+    return sub.add_parser(name, help=help, description=description, epilog=epilog)
+
+
+STATUSES = [s.value for s in InstanceStatus]
+
+
 def add_parsers(sub: Any) -> None:
     """Add the instance verbs (start, get, history, cancel, list, complete-task, signal, retry)."""
-    p = sub.add_parser("start", help="start an instance")
-    p.add_argument("workflow")
-    p.add_argument("--context", help="JSON object (or @file)")
-    p.add_argument("--version", dest="version")
-    p.add_argument("--correlation-id")
+    p = _verb(
+        sub,
+        "start",
+        "start an instance (or one per line of a file)",
+        "Start an instance of WORKFLOW (its latest version unless --version) with the JSON object "
+        "of --context, and print it. --wait waits until it finishes, showing its progress on a "
+        "terminal. --from-file starts one instance per line of a JSON-lines file in bulk and prints "
+        "the ids in order (a count on a terminal).",
+        [
+            'wiggle start orders --context \'{"order_id": "A-1", "quantity": 2}\'',
+            "wiggle start orders --context @order.json --wait --timeout 300",
+            "wiggle start orders --request-id nightly-2026-12-01 --from-file orders.jsonl",
+        ],
+    )
+    p.add_argument("workflow", help="the workflow's name")
+    p.add_argument("--context", help="JSON object (or @file holding one); default {}")
+    p.add_argument("--version", dest="version", help="a registered version (default: the latest)")
+    p.add_argument("--correlation-id", help="your own id for the instance (searchable with list)")
     p.add_argument(
         "--request-id",
         help="idempotency key: a start repeating it returns the instance the first one started",
@@ -212,53 +240,113 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="wait until it finishes: exit 1 if it FAILED or was CANCELLED, 6 if still running at --timeout",
     )
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)")
     p.set_defaults(func=cmd_start)
 
-    p = sub.add_parser("get", help="show an instance")
-    p.add_argument("instance_id")
+    p = _verb(
+        sub,
+        "get",
+        "show an instance",
+        "Show an instance: status, context, tokens (where each branch is, who holds it) and "
+        "buffered signals; --history adds every step attempt.",
+        ["wiggle get wi-01jd5x...", "wiggle get wi-01jd5x... --history", "wiggle get wi-01jd5x... --json"],
+    )
+    p.add_argument("instance_id", help="the instance's id (wi-...)")
     p.add_argument("--history", action="store_true", help="with every step attempt")
     p.set_defaults(func=cmd_get)
 
-    p = sub.add_parser("history", help="an instance's step attempts, with each failure's traceback")
-    p.add_argument("instance_id")
+    p = _verb(
+        sub,
+        "history",
+        "an instance's step attempts, with each failure's traceback",
+        "An instance's history, oldest first: one line per step attempt, server-side node and "
+        "operator action, with the traceback of each failed attempt.",
+        ["wiggle history wi-01jd5x...", "wiggle history wi-01jd5x... --no-tracebacks"],
+    )
+    p.add_argument("instance_id", help="the instance's id (wi-...)")
     p.add_argument("--no-tracebacks", action="store_true", help="the error lines only")
     p.set_defaults(func=cmd_history)
 
-    p = sub.add_parser("cancel", help="cancel an instance")
-    p.add_argument("instance_id")
-    p.add_argument("--reason", default="cancelled by operator")
+    p = _verb(
+        sub,
+        "cancel",
+        "cancel an instance",
+        "Cancel a running instance (and its sub-workflow children). An instance that already "
+        "finished is left as it is: exit 4.",
+        ["wiggle cancel wi-01jd5x...", "wiggle cancel wi-01jd5x... --reason 'customer withdrew'"],
+    )
+    p.add_argument("instance_id", help="the instance's id (wi-...)")
+    p.add_argument("--reason", default="cancelled by operator", help="recorded on the instance")
     p.set_defaults(func=cmd_cancel)
 
-    p = sub.add_parser("list", help="list instances, newest first")
-    p.add_argument("--workflow")
-    p.add_argument("--status")
-    p.add_argument("--correlation-id")
-    p.add_argument("--page-size", type=int, default=50)
-    p.add_argument("--page-token")
+    p = _verb(
+        sub,
+        "list",
+        "list instances, newest first",
+        "List instances, newest first, one page at a time; filter by workflow, status or correlation id.",
+        [
+            "wiggle list --workflow orders --status failed",
+            "wiggle list --correlation-id A-1 --json",
+            "wiggle list --page-size 200 --page-token <the token the last page printed>",
+        ],
+    )
+    p.add_argument("--workflow", help="only this workflow's instances")
+    p.add_argument(
+        "--status", type=str.upper, choices=STATUSES, help="only instances in this status (any case)"
+    )
+    p.add_argument("--correlation-id", help="only instances with this correlation id")
+    p.add_argument("--page-size", type=int, default=50, help="instances per page (default 50)")
+    p.add_argument("--page-token", help="the next page (printed after a full page)")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("complete-task", help="complete a user task")
-    p.add_argument("instance_id")
-    p.add_argument("name")
+    p = _verb(
+        sub,
+        "complete-task",
+        "complete a user task",
+        "Complete the user task NAME an instance waits at: --data is merged into its context and "
+        "the instance moves on.",
+        ["wiggle complete-task wi-01jd5x... approve --data '{\"approved\": true}'"],
+    )
+    p.add_argument("instance_id", help="the instance's id (wi-...)")
+    p.add_argument("name", help="the user task's node name")
     p.add_argument("--data", help="JSON object merged into the context (or @file)")
     p.set_defaults(func=cmd_complete_task)
 
-    p = sub.add_parser("signal", help="send a named signal to an instance (buffered if not yet awaited)")
-    p.add_argument("instance_id")
+    p = _verb(
+        sub,
+        "signal",
+        "send a named signal to an instance (buffered if not yet awaited)",
+        "Send the signal NAME to an instance: a wait_signal node waiting for it takes it at once; "
+        "otherwise it is buffered until one does. --id makes a resend a no-op.",
+        [
+            "wiggle signal wi-01jd5x... payment-received --data '{\"amount_cents\": 1250}'",
+            "wiggle signal wi-01jd5x... payment-received --id pay-778 --sender billing",
+        ],
+    )
+    p.add_argument("instance_id", help="the instance's id (wi-...)")
     p.add_argument("name", help="the signal name a wait_signal node listens for")
     p.add_argument("--data", help="JSON object: the signal's data (or @file)")
     p.add_argument("--id", dest="signal_id", help="a signal id: a second send with the same id is a no-op")
     p.add_argument("--sender", help="who sends it (recorded in the history)")
     p.set_defaults(func=cmd_signal)
 
-    p = sub.add_parser("retry", help="resume a FAILED instance from the steps that failed (or --from NODE)")
-    p.add_argument("instance_id")
+    p = _verb(
+        sub,
+        "retry",
+        "resume a FAILED instance from the steps that failed (or --from NODE)",
+        "Resume a FAILED instance from the steps that failed, or from --from NODE on its main "
+        "line, optionally with a corrected context; recorded in its history with who asked.",
+        [
+            "wiggle retry wi-01jd5x...",
+            "wiggle retry wi-01jd5x... --from charge --context @fixed.json --wait",
+        ],
+    )
+    p.add_argument("instance_id", help="the instance's id (wi-...)")
     p.add_argument("--from", dest="from_node", help="restart from this node (on the main line)")
     p.add_argument("--context", help="JSON object replacing the context (or @file)")
     p.add_argument("--by", help="who asks (recorded in the history; default user@host)")
     p.add_argument(
         "--wait", action="store_true", help="wait until it finishes (exit codes as for start --wait)"
     )
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)")
     p.set_defaults(func=cmd_retry)

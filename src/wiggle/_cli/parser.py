@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 from .._version import __version__
-from . import admin, instances, schedules, server, worker
+from . import admin, completion, instances, schedules, server, worker
 
 __all__ = ["build_parser"]
 
@@ -22,7 +22,19 @@ GROUPS = (
     instances.add_parsers,
     schedules.add_parsers,
     admin.add_parsers,
+    completion.add_parsers,
 )
+
+
+EPILOG = """examples:
+  wiggle server --database-url postgresql://wiggle@db/wiggle --http-port 9464
+  wiggle worker myapp.flows:orders --concurrency 32
+  wiggle start orders --context '{"order_id": "A-1"}' --wait
+  wiggle completion bash > ~/.local/share/bash-completion/completions/wiggle
+
+exit codes: 0 ok; 1 the instance FAILED or was CANCELLED (--wait), or another error; 2 bad input;
+3 not found; 4 refused by the state; 5 server unreachable or unavailable; 6 still running when
+--wait's --timeout passed. `wiggle VERB --help` describes each verb."""
 
 
 def _impl_line() -> str:
@@ -34,19 +46,35 @@ def _impl_line() -> str:
 def _parser_with(common: argparse.ArgumentParser) -> type[argparse.ArgumentParser]:
     """A subcommand parser class that also accepts ``common``'s options (not for ``bench``)."""
 
-    class SubParser(argparse.ArgumentParser):
+    class SubParser(OneLineErrors):
         def __init__(self, **kwargs: Any) -> None:
             if kwargs.get("add_help", True):
                 kwargs["parents"] = [*kwargs.get("parents", []), common]
+            # descriptions and examples keep their line breaks
+            kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
             super().__init__(**kwargs)
 
     return SubParser
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """A parser whose usage errors are one line on stderr, exit 2 (argparse prints the usage too).
+
+    The line names the problem and where the usage is: ``wiggle start: error: the following
+    arguments are required: workflow (see wiggle start --help)``.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``wiggle`` parser: global options, then every verb group's verbs."""
-    parser = argparse.ArgumentParser(
-        prog="wiggle", description="Wiggle for Python: a durable workflow engine."
+    parser = OneLineErrors(
+        prog="wiggle",
+        description="Wiggle for Python: a durable workflow engine.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"wiggle {__version__}; {_impl_line()}")
     parser.add_argument(

@@ -53,9 +53,37 @@ def create(args: argparse.Namespace) -> int:
     return 0
 
 
+def changed_spec(current: Any, args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The workflow and spec of ``schedule update``: the schedule's ``current`` one, with what
+    the flags change (--every replaces a cron, --cron an interval)."""
+    if args.every is not None and args.cron is not None:
+        raise InvalidArgument("give at most one of --every SECONDS and --cron EXPR")
+    every = current.interval_seconds
+    cron = current.cron
+    if args.every is not None:
+        every, cron = args.every, ""
+    elif args.cron is not None:
+        every, cron = None, args.cron
+    context = json_arg(args.context, "--context") if args.context is not None else current.context
+    given = {
+        "timezone": args.timezone,
+        "version": args.version,
+        "overlap": args.overlap,
+        "catchup": args.catchup,
+        "catchup_limit": args.catchup_limit,
+    }
+    kept = {name: getattr(current, name) if value is None else value for name, value in given.items()}
+    workflow = args.workflow_flag or args.workflow or current.workflow
+    return workflow, {"context": context, "every": every, "cron": cron, **kept}
+
+
 def update(args: argparse.Namespace) -> int:
+    if args.workflow and args.workflow_flag and args.workflow != args.workflow_flag:
+        raise InvalidArgument(f"two workflows given: {args.workflow!r} and --workflow {args.workflow_flag!r}")
     with client_of(args) as client:
-        s = client.update_schedule(args.schedule_id, args.workflow, **spec(args))
+        # read, change what the flags say, write back (a concurrent update in between is replaced)
+        workflow, new = changed_spec(client.get_schedule(args.schedule_id), args)
+        s = client.update_schedule(args.schedule_id, workflow, **new)
         print_json(s) if args.json else show(s)
     return 0
 
@@ -100,48 +128,143 @@ def trigger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verb(verbs: Any, name: str, help: str, description: str, examples: list[str]) -> Any:
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+    return verbs.add_parser(name, help=help, description=description, epilog=epilog)
+
+
+def _spec_flags(v: argparse.ArgumentParser, defaults: bool) -> None:
+    """The spec flags of create (with their defaults) and update (None: keep the current value)."""
+
+    def d(value: Any) -> Any:
+        return value if defaults else None
+
+    keep = "" if defaults else " (default: unchanged)"
+    v.add_argument("--every", type=float, help="interval in seconds" + keep)
+    v.add_argument("--cron", help="5-field cron expression, e.g. '0 3 * * *'" + keep)
+    v.add_argument(
+        "--timezone", default=d("UTC"), help="IANA time zone of --cron" + (keep or " (default UTC)")
+    )
+    v.add_argument("--context", help="JSON object (or @file) given to every instance" + keep)
+    v.add_argument(
+        "--version",
+        dest="version",
+        default=d(None),
+        help="pin a workflow version" + (keep or " (default: latest)"),
+    )
+    v.add_argument(
+        "--overlap",
+        default=d("SKIP"),
+        type=str.upper,
+        choices=OVERLAPS,
+        help="when a tick finds one running" + (keep or " (default SKIP)"),
+    )
+    v.add_argument(
+        "--catchup",
+        default=d("NONE"),
+        type=str.upper,
+        choices=CATCHUPS,
+        help="missed ticks" + (keep or " (default NONE)"),
+    )
+    v.add_argument(
+        "--catchup-limit", type=int, default=d(0), help="ALL: the most missed ticks started" + keep
+    )
+
+
 def add_parsers(sub: Any) -> None:
     """Add the ``schedule`` command and its verbs to the ``wiggle`` parser's subparsers ``sub``."""
-    p = sub.add_parser("schedule", help="start instances on an interval or a cron expression")
+    p = sub.add_parser(
+        "schedule",
+        help="start instances on an interval or a cron expression",
+        description="Schedules start instances of a workflow on an interval or a cron expression "
+        "(in a time zone), with an overlap policy and catch-up of missed ticks.",
+        epilog="examples:\n  wiggle schedule create nightly report --cron '0 3 * * *' --timezone Europe/Paris\n"
+        "  wiggle schedule list\n  wiggle schedule update nightly --cron '30 2 * * *'",
+    )
     verbs = p.add_subparsers(dest="verb", required=True)
-    for name, func, text in (
-        ("create", create, "create a schedule"),
-        ("update", update, "replace a schedule's spec"),
-    ):
-        v = verbs.add_parser(name, help=text)
-        v.add_argument("schedule_id")
-        v.add_argument("workflow")
-        v.add_argument("--every", type=float, help="interval in seconds")
-        v.add_argument("--cron", help="5-field cron expression, e.g. '0 3 * * *'")
-        v.add_argument("--timezone", default="UTC", help="IANA time zone of --cron (default UTC)")
-        v.add_argument("--context", help="JSON object (or @file) given to every instance")
-        v.add_argument("--version", dest="version", help="pin a workflow version (default: latest)")
-        v.add_argument(
-            "--overlap",
-            default="SKIP",
-            type=str.upper,
-            choices=OVERLAPS,
-            help="when a tick finds one running",
-        )
-        v.add_argument("--catchup", default="NONE", type=str.upper, choices=CATCHUPS, help="missed ticks")
-        v.add_argument("--catchup-limit", type=int, default=0, help="ALL: the most missed ticks started")
-        if name == "create":
-            v.add_argument("--paused", action="store_true", help="create paused")
-        v.set_defaults(func=func)
-    v = verbs.add_parser("list", help="list schedules with their next fire times")
-    v.add_argument("--workflow")
+    v = _verb(
+        verbs,
+        "create",
+        "create a schedule",
+        "Create a schedule that starts WORKFLOW with --context every --every seconds or on --cron "
+        "ticks. --overlap says what a tick does while the last instance still runs (SKIP it, "
+        "BUFFER_ONE, ALLOW); --catchup what happens to ticks missed while no server ran.",
+        [
+            "wiggle schedule create every-5-min poll-feeds --every 300",
+            "wiggle schedule create nightly report --cron '0 3 * * *' --timezone Europe/Paris --overlap buffer_one",
+        ],
+    )
+    v.add_argument("schedule_id", help="your name for the schedule")
+    v.add_argument("workflow", help="the workflow it starts")
+    _spec_flags(v, defaults=True)
+    v.add_argument("--paused", action="store_true", help="create paused")
+    v.set_defaults(func=create)
+
+    v = _verb(
+        verbs,
+        "update",
+        "change a schedule's spec (what is not given is kept)",
+        "Change a schedule: each flag given replaces that part of its spec, the rest is kept "
+        "(--every replaces a cron, --cron an interval). Its counts are kept and its ticks restart "
+        "from now. The workflow too may change (--workflow, or as the second argument).",
+        [
+            "wiggle schedule update nightly --cron '30 2 * * *'",
+            'wiggle schedule update every-5-min --every 60 --context \'{"region": "eu"}\'',
+            "wiggle schedule update nightly --workflow report-v2",
+        ],
+    )
+    v.add_argument("schedule_id", help="the schedule to change")
+    v.add_argument("workflow", nargs="?", help="a new workflow (optional; same as --workflow)")
+    v.add_argument(
+        "--workflow", dest="workflow_flag", metavar="WORKFLOW", help="a new workflow (default: unchanged)"
+    )
+    _spec_flags(v, defaults=False)
+    v.set_defaults(func=update)
+
+    v = _verb(
+        verbs,
+        "list",
+        "list schedules with their next fire times",
+        "List schedules (all, or one workflow's) with when they fire, their next fire time and "
+        "how many instances they started.",
+        ["wiggle schedule list", "wiggle schedule list --workflow report --json"],
+    )
+    v.add_argument("--workflow", help="only this workflow's schedules")
     v.set_defaults(func=list_)
-    for name, method, text in (
-        ("get", "get_schedule", "show a schedule"),
-        ("pause", "pause_schedule", "pause a schedule"),
-        ("resume", "resume_schedule", "resume a paused schedule"),
+    for name, method, text, description in (
+        ("get", "get_schedule", "show a schedule", "Show a schedule: its spec, counts and next fire times."),
+        (
+            "pause",
+            "pause_schedule",
+            "pause a schedule",
+            "Pause a schedule: ticks while it is paused are dropped. Pausing a paused one changes nothing.",
+        ),
+        (
+            "resume",
+            "resume_schedule",
+            "resume a paused schedule",
+            "Resume a paused schedule from its next tick after now.",
+        ),
     ):
-        v = verbs.add_parser(name, help=text)
-        v.add_argument("schedule_id")
+        v = _verb(verbs, name, text, description, [f"wiggle schedule {name} nightly"])
+        v.add_argument("schedule_id", help="the schedule's id")
         v.set_defaults(func=one(method))
-    v = verbs.add_parser("delete", help="delete a schedule (its instances stay)")
-    v.add_argument("schedule_id")
+    v = _verb(
+        verbs,
+        "delete",
+        "delete a schedule (its instances stay)",
+        "Delete a schedule; the instances it started are not touched.",
+        ["wiggle schedule delete nightly"],
+    )
+    v.add_argument("schedule_id", help="the schedule's id")
     v.set_defaults(func=delete)
-    v = verbs.add_parser("trigger", help="start one instance of a schedule now; prints its id")
-    v.add_argument("schedule_id")
+    v = _verb(
+        verbs,
+        "trigger",
+        "start one instance of a schedule now; prints its id",
+        "Start one instance of the schedule's workflow now, with its context, whatever its overlap "
+        "policy and even if paused; print the instance's id.",
+        ["wiggle schedule trigger nightly", "wiggle get $(wiggle schedule trigger nightly) --history"],
+    )
+    v.add_argument("schedule_id", help="the schedule's id")
     v.set_defaults(func=trigger)

@@ -146,11 +146,30 @@ async def _serve_dashboard(port: int) -> None:
     await stop.wait()
 
 
+SERVER_HELP = """Run a Wiggle server: the gRPC API for clients and workers, the clock duties (timers,
+leases, schedules, retention) and, with --http-port, the dashboard, /metrics, /healthz and
+/readyz. Without --database-url the store is in memory (development); with it, any number of
+servers on one PostgreSQL database form a cluster. Every flag is also a WIGGLE_* variable
+(shown in brackets); a flag wins over its variable. SIGTERM or SIGINT stops it gracefully."""
+
+SERVER_EXAMPLE = """examples:
+  wiggle server                                   (in memory, 127.0.0.1:7233)
+  wiggle server --database-url postgresql://wiggle@db:5432/wiggle --http-port 9464
+  WIGGLE_HOST=0.0.0.0 WIGGLE_TLS_CERT=/etc/wiggle/tls.crt WIGGLE_TLS_KEY=/etc/wiggle/tls.key \\
+    WIGGLE_AUTH_FILE=/etc/wiggle/identities.json wiggle server --database-url ...
+  wiggle server --processes 4 --database-url ...   (4 processes on one port)"""
+
+
 def add_parsers(sub: Any) -> None:
     """Add ``server``, ``migrate`` and ``demo`` to the ``wiggle`` parser's subparsers ``sub``."""
     from .._server.config import OLD_FLAGS, SETTINGS, ServerConfig
 
-    p = sub.add_parser("server", help="run a server (in-memory unless --database-url)")
+    p = sub.add_parser(
+        "server",
+        help="run a server (in-memory unless --database-url)",
+        description=SERVER_HELP,
+        epilog=SERVER_EXAMPLE,
+    )
     defaults = ServerConfig()
     for field, var, text in SETTINGS:
         flag = "--" + field.replace("_", "-")
@@ -163,19 +182,40 @@ def add_parsers(sub: Any) -> None:
             if default != ""
             else ""
         )
+        # an enum setting (--execution-mode) names its values in its help; from_mapping checks them
         p.add_argument(flag, dest=field, default=None, help=f"{text} [{var}{shown}]")
     for old, field in OLD_FLAGS.items():  # older names, kept working: they warn
         new = "--" + field.replace("_", "-")
         p.add_argument(old, dest=field, default=None, action=_deprecated(old, new), help=f"deprecated: {new}")
     p.set_defaults(func=cmd_server)
 
-    p = sub.add_parser("migrate", help="create or migrate the PostgreSQL schema, then exit")
-    p.add_argument("--database-url", default=None)
-    p.add_argument("--database-schema", default=None)
+    p = sub.add_parser(
+        "migrate",
+        help="create or migrate the PostgreSQL schema, then exit",
+        description="Apply the schema migrations a server of this version needs, then exit. Servers "
+        "migrate on start too; run this first in a rolling deploy, so a new server never waits for "
+        "the lock. Safe to run twice, and from several hosts at once (an advisory lock).",
+        epilog="examples:\n  wiggle migrate --database-url postgresql://wiggle@db:5432/wiggle\n"
+        "  WIGGLE_DATABASE_URL=... wiggle migrate --database-schema wiggle_staging",
+    )
+    p.add_argument("--database-url", default=None, help="postgresql:// URL [WIGGLE_DATABASE_URL]")
+    p.add_argument(
+        "--database-schema",
+        default=None,
+        help="the schema to migrate [WIGGLE_DATABASE_SCHEMA; default wiggle]",
+    )
     p.set_defaults(func=cmd_migrate)
 
-    p = sub.add_parser("demo", help="embedded server + a worker process + a sample workflow")
-    p.add_argument("--instances", type=int, default=8)
+    p = sub.add_parser(
+        "demo",
+        help="embedded server + a worker process + a sample workflow",
+        description="Run an in-memory server, a worker process and a sample order workflow (a gate, "
+        "a step that fails once and is retried), print what each instance did, and exit 0 when "
+        "every instance completed.",
+        epilog="examples:\n  wiggle demo\n  wiggle demo --mode server --instances 20\n"
+        "  wiggle demo --dashboard-port 9464      (then open http://127.0.0.1:9464/; Ctrl-C stops)",
+    )
+    p.add_argument("--instances", type=int, default=8, help="instances to start (default 8)")
     p.add_argument(
         "--dashboard-port",
         type=int,
@@ -187,7 +227,7 @@ def add_parsers(sub: Any) -> None:
         default="LOCAL_SYNC",
         type=str.upper,
         choices=["SERVER", "LOCAL_SYNC", "LOCAL_ASYNC"],
-        help="SERVER, LOCAL_SYNC or LOCAL_ASYNC",
+        help="the workflow's execution mode (any case; default LOCAL_SYNC)",
     )
     p.set_defaults(func=cmd_demo)
 

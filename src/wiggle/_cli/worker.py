@@ -2,8 +2,10 @@
 
 Every ``WorkerOptions`` field is an option (``--poll-wait-seconds``) and a variable
 (``WIGGLE_WORKER_POLL_WAIT_SECONDS``); the option wins, then the variable, then the default.
-SIGTERM or SIGINT drains: polling stops, running steps finish and local runs flush, then the
-process exits 0. ``--processes N`` runs N worker processes under one parent, which passes
+The blueprints and import folders may come from ``WIGGLE_WORKER_BLUEPRINTS`` and
+``WIGGLE_WORKER_PATH`` instead (a container image or a service unit configured by variables).
+SIGTERM or SIGINT drains: polling stops, running steps finish (up to 30 s, ``Worker.close``) and
+local runs flush, then the process exits 0. ``--processes N`` runs N worker processes under one parent, which passes
 SIGTERM/SIGINT on to each and waits for all of them. What each option does: ``WorkerOptions``
 (README, "Worker options").
 """
@@ -25,15 +27,20 @@ from .._env import EnvError
 from ..errors import InvalidArgument
 from .common import credentials_from_args
 
-__all__ = ["add_parsers", "cmd_worker", "blueprints_at", "options_from"]
+__all__ = ["add_parsers", "cmd_worker", "blueprints_at", "options_from", "COMMAND_VARIABLES", "ENV_PREFIX"]
 
 EXAMPLE = """examples:
   wiggle worker myapp.flows:orders myapp.flows:payments --concurrency 32
   wiggle worker myapp.flows:ALL --queues payments,mail --processes 4
-  wiggle worker myapp.flows            (every blueprint the module defines)"""
+  wiggle worker myapp.flows            (every blueprint the module defines)
+  WIGGLE_WORKER_BLUEPRINTS=myapp.flows:ALL WIGGLE_WORKER_CONCURRENCY=32 wiggle worker"""
 
 #: The env variable of a WorkerOptions field (WIGGLE_WORKER_CONCURRENCY, ...).
 ENV_PREFIX = "WIGGLE_WORKER_"
+
+#: The variables of the command itself (not WorkerOptions fields): how many processes, which
+#: blueprints (when no MODULE:ATTR is given) and the folders to import them from.
+COMMAND_VARIABLES = (ENV_PREFIX + "PROCESSES", ENV_PREFIX + "BLUEPRINTS", ENV_PREFIX + "PATH")
 
 #: Fields with a closed set of values: argparse choices.
 _CHOICES = {"transport": ("stream", "unary"), "sync_handlers": ("auto", "thread", "inline")}
@@ -89,9 +96,10 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "blueprints",
-        nargs="+",
+        nargs="*",
         metavar="MODULE[:ATTR]",
-        help="a Blueprint, or a list of them, at module:attribute; a module alone: every Blueprint in it",
+        help="a Blueprint, or a list of them, at module:attribute; a module alone: every Blueprint in it "
+        f"[{ENV_PREFIX}BLUEPRINTS: separated by spaces or commas, when none is given here]",
     )
     p.add_argument(
         "--processes",
@@ -103,7 +111,8 @@ def add_parsers(sub: Any) -> None:
         "--path",
         action="append",
         default=[],
-        help="a folder to import from, before the current one (repeatable)",
+        help=f"a folder to import from, before the current one (repeatable) [{ENV_PREFIX}PATH: "
+        f"folders separated by {os.pathsep!r}, after the ones given here]",
     )
     for field in _fields():
         kind = _kind(field)
@@ -193,10 +202,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
         processes = _parse(int, text, ENV_PREFIX + "PROCESSES") if text else 1
     if processes < 1:
         raise InvalidArgument(f"--processes must be 1 or more, got {processes}")
-    for folder in reversed([os.getcwd(), *args.path]):
+    folders = [*args.path, *filter(None, os.environ.get(ENV_PREFIX + "PATH", "").split(os.pathsep))]
+    for folder in reversed([os.getcwd(), *folders]):
         if folder not in sys.path:
             sys.path.insert(0, folder)
-    blueprints = [bp for path in args.blueprints for bp in blueprints_at(path)]
+    paths = args.blueprints or os.environ.get(ENV_PREFIX + "BLUEPRINTS", "").replace(",", " ").split()
+    if not paths:
+        raise InvalidArgument(
+            f"name the blueprints to serve: wiggle worker MODULE:ATTR ... (or {ENV_PREFIX}BLUEPRINTS)"
+        )
+    blueprints = [bp for path in paths for bp in blueprints_at(path)]
     options = options_from(args)  # checked here, before any process starts
     if processes > 1:
         return _supervise(args.argv, processes)

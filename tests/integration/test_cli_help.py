@@ -1,0 +1,129 @@
+"""Every verb's help says what it does and shows an example; `wiggle completion` makes scripts
+the shells accept, from the same parser."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from wiggle import cli
+
+
+def _verbs(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    """(name, parser) for every subcommand, nested ones (schedule create...) included."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append((" ".join((*path, name)), sub))
+                found.extend(_verbs(sub, (*path, name)))
+    return found
+
+
+VERBS = _verbs(cli.build_parser())
+
+
+def test_the_walk_finds_every_verb() -> None:
+    names = {name for name, _ in VERBS}
+    expected = {
+        "server", "migrate", "demo", "worker", "start", "get", "history", "cancel", "list",
+        "complete-task", "signal", "retry", "schedule", "schedule create", "schedule update",
+        "schedule list", "schedule get", "schedule pause", "schedule resume", "schedule delete",
+        "schedule trigger", "token", "doctor", "ready", "workflows", "queues", "describe", "bench",
+        "completion",
+    }  # fmt: skip
+    assert names == expected
+
+
+@pytest.mark.parametrize("name, parser", VERBS, ids=[name for name, _ in VERBS])
+def test_every_verb_has_a_description_and_an_example(name: str, parser: argparse.ArgumentParser) -> None:
+    assert parser.description and len(parser.description) > 40, name
+    assert parser.epilog and parser.epilog.startswith("examples:\n"), name
+    examples = parser.epilog.splitlines()[1:]
+    assert examples and all(line.startswith("  ") for line in examples if line), name
+    # an example runs this very verb
+    assert any(f"wiggle {name}" in line for line in examples), name
+    if parser.add_help:
+        text = parser.format_help()
+        assert parser.description.split()[0] in text and "examples:" in text
+    # every option and positional says what it is (the shared --target/--json included)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) or action.dest in ("help", "bench_args"):
+            continue
+        assert action.help, f"wiggle {name}: {action.option_strings or action.dest} has no help"
+
+
+def test_closed_sets_are_choices() -> None:
+    by_name = dict(VERBS)
+
+    def choices(verb: str, dest: str) -> list[str]:
+        (action,) = [a for a in by_name[verb]._actions if a.dest == dest]
+        return list(action.choices or [])
+
+    assert choices("list", "status") == ["RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+    assert choices("demo", "mode") == ["SERVER", "LOCAL_SYNC", "LOCAL_ASYNC"]
+    assert choices("schedule create", "overlap") == ["SKIP", "BUFFER_ONE", "ALLOW"]
+    assert choices("schedule update", "catchup") == ["NONE", "LAST", "ALL"]
+    assert choices("token", "role") == ["admin", "client", "worker", "viewer"]
+    assert choices("worker", "transport") == ["stream", "unary"]
+    assert choices("completion", "shell") == ["bash", "zsh", "fish"]
+    # any case: the value is upper-cased before the check
+    assert cli.build_parser().parse_args(["list", "--status", "failed"]).status == "FAILED"
+
+
+def _completion(shell: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "wiggle.cli", "completion", shell], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    return result.stdout
+
+
+def test_bash_completion_is_valid_bash_and_completes_verbs_and_flags(tmp_path) -> None:
+    script = tmp_path / "wiggle.bash"
+    script.write_text(_completion("bash"))
+    checked = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(("wiggle", *words))
+        probe = (
+            f"source {script}; COMP_WORDS=(wiggle {' '.join(words)}); COMP_CWORD={len(words)}; "
+            f"COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; _shtab_wiggle; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        )
+        out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert {"server", "worker", "start", "schedule", "completion"} <= set(complete(""))
+    assert "trigger" in complete("schedule", "")
+    assert "--from-file" in complete("start", "orders", "--")
+    assert {"FAILED", "RUNNING"} <= set(complete("list", "--status", ""))
+    # a file option completes file names (here: this test's folder)
+    (tmp_path / "orders.jsonl").write_text("{}\n")
+    assert str(tmp_path / "orders.jsonl") in complete("start", "orders", "--from-file", f"{tmp_path}/o")
+
+
+@pytest.mark.parametrize("shell, check", [("zsh", ["zsh", "-n"]), ("fish", ["fish", "--no-execute"])])
+def test_zsh_and_fish_completion(tmp_path, shell: str, check: list[str]) -> None:
+    text = _completion(shell)
+    assert "schedule" in text and "--from-file" in text and "completion" in text
+    if shell == "zsh":
+        assert text.startswith("#compdef wiggle")
+    else:
+        assert "complete -c wiggle" in text
+    path = tmp_path / f"wiggle.{shell}"
+    path.write_text(text)
+    if shutil.which(check[0]) is None:
+        # the shell is not installed on this machine (it is not on the CI machine): the script is
+        # produced and names every verb; its syntax is checked wherever the shell exists
+        return
+    checked = subprocess.run([*check, str(path)], capture_output=True, text=True, env=dict(os.environ))
+    assert checked.returncode == 0, checked.stderr
