@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ._limits import MAX_ERROR_CHARS, MAX_FOR_EACH_CONCURRENCY, check_count, check_millis, check_text
@@ -16,11 +16,43 @@ from .errors import InvalidArgument
 if TYPE_CHECKING:
     from ._model import WorkflowDefinition
 
-__all__ = ["validate_definition"]
+__all__ = ["validate_definition", "NODE_CHECKS"]
 
 
 def validate_definition(definition: WorkflowDefinition) -> None:
     """Raise InvalidArgument naming the first problem found in ``definition``'s graph."""
+    graph = _Graph(definition, _node_ids(definition))
+    _check_header(definition)
+    for node in definition.nodes:
+        NODE_CHECKS[node.kind](node, graph)
+    for cp in definition.checkpoints:
+        if cp not in graph.nodes or not graph.nodes[cp].is_worker_step:
+            raise InvalidArgument(f"checkpoint {cp!r} is not a TASK or PREDICATE node of {definition.name!r}")
+    _check_reachable(graph)
+    _check_can_end(graph)
+    _check_branches_reach_their_joins(graph)
+
+
+class _Graph:
+    """The definition under validation and its nodes by id; ``edge`` checks one outgoing edge."""
+
+    __slots__ = ("definition", "nodes")
+
+    def __init__(self, definition: WorkflowDefinition, nodes: dict[str, Node]) -> None:
+        self.definition = definition
+        self.nodes = nodes
+
+    def edge(self, node: Node, field: str, target: str | None, required: bool) -> None:
+        if target is None:
+            if required:
+                raise InvalidArgument(f"node {node.id!r} ({node.kind.value}) needs a {field!r} edge")
+            return
+        if target not in self.nodes:
+            raise InvalidArgument(f"node {node.id!r}: {field!r} points to {target!r}, which does not exist")
+
+
+def _node_ids(definition: WorkflowDefinition) -> dict[str, Node]:
+    """The workflow's name and node ids are names, the ids unique, and there is at least one node."""
     validate_name(definition.name, "workflow name")
     if not definition.nodes:
         raise InvalidArgument(f"workflow {definition.name!r} has no nodes")
@@ -34,6 +66,11 @@ def validate_definition(definition: WorkflowDefinition) -> None:
         raise InvalidArgument(
             f"workflow {definition.name!r}: start node {definition.start_node!r} does not exist"
         )
+    return nodes
+
+
+def _check_header(definition: WorkflowDefinition) -> None:
+    """The definition-wide settings: the local step cap and the default retry policy."""
     check_count(
         definition.max_local_steps, "max_local_steps", f"workflow {definition.name!r}", "0 = the server's cap"
     )
@@ -41,168 +78,19 @@ def validate_definition(definition: WorkflowDefinition) -> None:
         definition.default_retry.check(f"workflow {definition.name!r}")
     check_millis(definition.timeout_millis, "timeout_millis", f"workflow {definition.name!r}")
 
-    def edge(node: Node, field: str, target: str | None, required: bool) -> None:
-        if target is None:
-            if required:
-                raise InvalidArgument(f"node {node.id!r} ({node.kind.value}) needs a {field!r} edge")
-            return
-        if target not in nodes:
-            raise InvalidArgument(f"node {node.id!r}: {field!r} points to {target!r}, which does not exist")
 
-    for node in definition.nodes:
-        kind = node.kind
-        if node.is_worker_step:
-            if node.queue is not None:
-                validate_name(node.queue, f"node {node.id!r} queue")
-            edge(node, "next", node.next, True)
-            edge(node, "alt_next", node.alt_next, kind is NodeKind.PREDICATE)
-            if node.retry is not None:
-                node.retry.check(f"node {node.id!r}")
-            _check_step_limits(node)
-        elif kind is NodeKind.SLEEP:
-            check_millis(node.sleep_millis, "sleep_millis", f"sleep {node.id!r}")
-            edge(node, "next", node.next, True)
-        elif kind is NodeKind.SUB_WORKFLOW:
-            validate_name(node.workflow, f"sub-workflow {node.id!r} workflow")
-            if node.version is not None:
-                validate_name(node.version, f"sub-workflow {node.id!r} version")
-            for key in node.input_keys or ():
-                _check_key(key, "input_keys", node)
-            if node.result_key is not None:
-                _check_key(node.result_key, "result_key", node)
-            edge(node, "next", node.next, True)
-            edge(node, "alt_next", node.alt_next, False)
-            if node.retry is not None:
-                node.retry.check(f"node {node.id!r}")
-        elif kind is NodeKind.FOR_EACH:
-            if node.items_key is None:
-                raise InvalidArgument(f"for_each {node.id!r} needs an items_key (the list to fan out)")
-            for field in ("items_key", "item_key", "index_key", "output_key", "result_key"):
-                if getattr(node, field) is not None:
-                    _check_key(getattr(node, field), field, node)
-            # at most MAX_FOR_EACH_CONCURRENCY branches at once (wiggle/_limits.py)
-            check_count(
-                node.concurrency,
-                "concurrency",
-                f"for_each {node.id!r}",
-                "0 = the default",
-                MAX_FOR_EACH_CONCURRENCY,
-            )
-            if len(node.branches) != 1:
-                raise InvalidArgument(
-                    f"for_each {node.id!r} needs exactly one body (branches), got {len(node.branches)}"
-                )
-            edge(node, "branches", node.branches[0], True)
-            if node.join is None:
-                raise InvalidArgument(f"for_each {node.id!r} has no join")
-            edge(node, "join", node.join, True)
-            j = nodes[node.join]
-            if j.kind is not NodeKind.JOIN or j.fork != node.id:
-                raise InvalidArgument(
-                    f"for_each {node.id!r}: its join {node.join!r} is not a JOIN of this for_each"
-                )
-            if j.combine:
-                raise InvalidArgument(f"join {j.id!r} of for_each {node.id!r} cannot have a combine step")
-        elif kind is NodeKind.FORK:
-            if not node.branches:
-                raise InvalidArgument(f"fork {node.id!r} has no branches")
-            for b in node.branches:
-                edge(node, "branches", b, True)
-            if node.join is None:
-                raise InvalidArgument(f"fork {node.id!r} has no join")
-            edge(node, "join", node.join, True)
-            j = nodes[node.join]
-            if j.kind is not NodeKind.JOIN or j.fork != node.id:
-                raise InvalidArgument(f"fork {node.id!r}: its join {node.join!r} is not a JOIN of this fork")
-        elif kind is NodeKind.JOIN:
-            if node.fork is None or node.fork not in nodes or nodes[node.fork].kind not in _FORKS:
-                raise InvalidArgument(f"join {node.id!r} does not name the FORK or FOR_EACH it closes")
-            if nodes[node.fork].join != node.id:
-                raise InvalidArgument(f"join {node.id!r}: fork {node.fork!r} names another join")
-            if node.combine and definition.join_merge is JoinMerge.LAST_WRITE_WINS:
-                raise InvalidArgument(
-                    f"join {node.id!r} has a combine step, but workflow {definition.name!r} joins "
-                    "LAST_WRITE_WINS, where branches never conflict: a combine step would never run"
-                )
-            if node.queue is not None:
-                validate_name(node.queue, f"join {node.id!r} queue")
-            edge(node, "next", node.next, True)
-        elif kind is NodeKind.USER_TASK:
-            check_millis(node.timeout_millis, "timeout_millis", f"user task {node.id!r}")
-            edge(node, "next", node.next, True)
-            edge(node, "alt_next", node.alt_next, False)
-        elif kind is NodeKind.SIGNAL:
-            if node.signal is None:
-                raise InvalidArgument(f"signal node {node.id!r} names no signal to wait for")
-            validate_name(node.signal, f"signal node {node.id!r} signal")
-            if node.result_key is not None:
-                validate_name(node.result_key, f"signal node {node.id!r} result_key")
-            check_millis(node.timeout_millis, "timeout_millis", f"signal node {node.id!r}")
-            edge(node, "next", node.next, True)
-            edge(node, "alt_next", node.alt_next, False)
-        elif kind is NodeKind.END:
-            if node.next is not None or node.alt_next is not None:
-                raise InvalidArgument(f"end {node.id!r} must not have outgoing edges")
-            if node.reason is not None:  # it becomes the instance's reason, kept as text
-                check_text(node.reason, f"end {node.id!r} reason", MAX_ERROR_CHARS)
-    for cp in definition.checkpoints:
-        if cp not in nodes or not nodes[cp].is_worker_step:
-            raise InvalidArgument(f"checkpoint {cp!r} is not a TASK or PREDICATE node of {definition.name!r}")
-
-    # Every node is reachable from the start, and every node can reach an END.
-    reachable = _closure([definition.start_node], lambda n: _out_edges(nodes[n]))
-    for node in definition.nodes:
-        if node.id not in reachable:
-            raise InvalidArgument(
-                f"node {node.id!r} is unreachable from the start node {definition.start_node!r}"
-            )
-    reverse: dict[str, list[str]] = {n: [] for n in nodes}
-    for node in definition.nodes:
-        for target in _out_edges(node):
-            reverse[target].append(node.id)
-    ends = [n.id for n in definition.nodes if n.kind is NodeKind.END]
-    if not ends:
-        raise InvalidArgument(f"workflow {definition.name!r} has no END node")
-    can_end = _closure(ends, lambda n: reverse[n])
-    for node in definition.nodes:
-        if node.id not in can_end:
-            raise InvalidArgument(f"node {node.id!r} cannot reach an END node (an endless loop?)")
-    # Each branch of a fork must reach that fork's join.
-    for node in definition.nodes:
-        if node.kind in _FORKS:
-            assert node.join is not None
-            for b in node.branches:
-                seen = _closure([b], lambda n, stop=node.join: [] if n == stop else _out_edges(nodes[n]))
-                if node.join not in seen:
-                    raise InvalidArgument(f"fork {node.id!r}: branch {b!r} never reaches join {node.join!r}")
+# ---------------------------------------------------------------------------- one check per kind
 
 
-_FORKS = (NodeKind.FORK, NodeKind.FOR_EACH)
-
-
-def _check_key(key: object, field: str, node: Node) -> None:
-    """A context key a node names: a non-empty string."""
-    if not isinstance(key, str) or not key:
-        raise InvalidArgument(f"node {node.id!r}: {field} must name a context key (a non-empty string)")
-
-
-def _out_edges(node: Node) -> list[str]:
-    out = [t for t in (node.next, node.alt_next) if t is not None]
-    if node.kind in _FORKS:
-        out.extend(node.branches)
-    return out
-
-
-def _closure(start: Iterable[str], step: object) -> set[str]:
-    seen: set[str] = set()
-    stack = list(start)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        stack.extend(step(n))  # type: ignore[operator]
-    return seen
+def _check_worker_step(node: Node, graph: _Graph) -> None:
+    """A TASK or PREDICATE: its queue, its edges (a PREDICATE needs both), its retry policy."""
+    if node.queue is not None:
+        validate_name(node.queue, f"node {node.id!r} queue")
+    graph.edge(node, "next", node.next, True)
+    graph.edge(node, "alt_next", node.alt_next, node.kind is NodeKind.PREDICATE)
+    if node.retry is not None:
+        node.retry.check(f"node {node.id!r}")
+    _check_step_limits(node)
 
 
 # A heartbeat timeout shorter than this could not be kept by a worker heartbeating every third of
@@ -221,3 +109,188 @@ def _check_step_limits(node: Node) -> None:
             f"{what}: heartbeat_timeout_millis {node.heartbeat_timeout_millis} is below the minimum "
             f"{MIN_HEARTBEAT_TIMEOUT_MILLIS} ms"
         )
+
+
+def _check_sleep(node: Node, graph: _Graph) -> None:
+    check_millis(node.sleep_millis, "sleep_millis", f"sleep {node.id!r}")
+    graph.edge(node, "next", node.next, True)
+
+
+def _check_sub_workflow(node: Node, graph: _Graph) -> None:
+    validate_name(node.workflow, f"sub-workflow {node.id!r} workflow")
+    if node.version is not None:
+        validate_name(node.version, f"sub-workflow {node.id!r} version")
+    for key in node.input_keys or ():
+        _check_key(key, "input_keys", node)
+    if node.result_key is not None:
+        _check_key(node.result_key, "result_key", node)
+    graph.edge(node, "next", node.next, True)
+    graph.edge(node, "alt_next", node.alt_next, False)
+    if node.retry is not None:
+        node.retry.check(f"node {node.id!r}")
+
+
+def _check_for_each(node: Node, graph: _Graph) -> None:
+    if node.items_key is None:
+        raise InvalidArgument(f"for_each {node.id!r} needs an items_key (the list to fan out)")
+    for field in ("items_key", "item_key", "index_key", "output_key", "result_key"):
+        if getattr(node, field) is not None:
+            _check_key(getattr(node, field), field, node)
+    # at most MAX_FOR_EACH_CONCURRENCY branches at once (wiggle/_limits.py)
+    check_count(
+        node.concurrency, "concurrency", f"for_each {node.id!r}", "0 = the default", MAX_FOR_EACH_CONCURRENCY
+    )
+    if len(node.branches) != 1:
+        raise InvalidArgument(
+            f"for_each {node.id!r} needs exactly one body (branches), got {len(node.branches)}"
+        )
+    graph.edge(node, "branches", node.branches[0], True)
+    join = _closing_join(node, graph, "for_each")
+    if join.combine:
+        raise InvalidArgument(f"join {join.id!r} of for_each {node.id!r} cannot have a combine step")
+
+
+def _check_fork(node: Node, graph: _Graph) -> None:
+    if not node.branches:
+        raise InvalidArgument(f"fork {node.id!r} has no branches")
+    for b in node.branches:
+        graph.edge(node, "branches", b, True)
+    _closing_join(node, graph, "fork")
+
+
+def _closing_join(node: Node, graph: _Graph, what: str) -> Node:
+    """The JOIN a FORK or FOR_EACH (``what``) names, which must name it back."""
+    if node.join is None:
+        raise InvalidArgument(f"{what} {node.id!r} has no join")
+    graph.edge(node, "join", node.join, True)
+    join = graph.nodes[node.join]
+    if join.kind is not NodeKind.JOIN or join.fork != node.id:
+        raise InvalidArgument(f"{what} {node.id!r}: its join {node.join!r} is not a JOIN of this {what}")
+    return join
+
+
+def _check_join(node: Node, graph: _Graph) -> None:
+    nodes = graph.nodes
+    if node.fork is None or node.fork not in nodes or nodes[node.fork].kind not in _FORKS:
+        raise InvalidArgument(f"join {node.id!r} does not name the FORK or FOR_EACH it closes")
+    if nodes[node.fork].join != node.id:
+        raise InvalidArgument(f"join {node.id!r}: fork {node.fork!r} names another join")
+    if node.combine and graph.definition.join_merge is JoinMerge.LAST_WRITE_WINS:
+        raise InvalidArgument(
+            f"join {node.id!r} has a combine step, but workflow {graph.definition.name!r} joins "
+            "LAST_WRITE_WINS, where branches never conflict: a combine step would never run"
+        )
+    if node.queue is not None:
+        validate_name(node.queue, f"join {node.id!r} queue")
+    graph.edge(node, "next", node.next, True)
+
+
+def _check_user_task(node: Node, graph: _Graph) -> None:
+    check_millis(node.timeout_millis, "timeout_millis", f"user task {node.id!r}")
+    graph.edge(node, "next", node.next, True)
+    graph.edge(node, "alt_next", node.alt_next, False)
+
+
+def _check_signal(node: Node, graph: _Graph) -> None:
+    if node.signal is None:
+        raise InvalidArgument(f"signal node {node.id!r} names no signal to wait for")
+    validate_name(node.signal, f"signal node {node.id!r} signal")
+    if node.result_key is not None:
+        validate_name(node.result_key, f"signal node {node.id!r} result_key")
+    check_millis(node.timeout_millis, "timeout_millis", f"signal node {node.id!r}")
+    graph.edge(node, "next", node.next, True)
+    graph.edge(node, "alt_next", node.alt_next, False)
+
+
+def _check_end(node: Node, graph: _Graph) -> None:
+    if node.next is not None or node.alt_next is not None:
+        raise InvalidArgument(f"end {node.id!r} must not have outgoing edges")
+    if node.reason is not None:  # it becomes the instance's reason, kept as text
+        check_text(node.reason, f"end {node.id!r} reason", MAX_ERROR_CHARS)
+
+
+#: How each node kind's fields and edges are checked (every NodeKind has one: a test checks,
+#: tests/engine/test_kind_tables.py).
+NODE_CHECKS: dict[NodeKind, Callable[[Node, _Graph], None]] = {
+    NodeKind.TASK: _check_worker_step,
+    NodeKind.PREDICATE: _check_worker_step,
+    NodeKind.SLEEP: _check_sleep,
+    NodeKind.FORK: _check_fork,
+    NodeKind.JOIN: _check_join,
+    NodeKind.USER_TASK: _check_user_task,
+    NodeKind.END: _check_end,
+    NodeKind.SIGNAL: _check_signal,
+    NodeKind.SUB_WORKFLOW: _check_sub_workflow,
+    NodeKind.FOR_EACH: _check_for_each,
+}
+
+
+# ---------------------------------------------------------------------------- the graph as a whole
+
+
+def _check_reachable(graph: _Graph) -> None:
+    """Every node is reachable from the start."""
+    start = graph.definition.start_node
+    reachable = _closure([start], lambda n: _out_edges(graph.nodes[n]))
+    for node in graph.definition.nodes:
+        if node.id not in reachable:
+            raise InvalidArgument(f"node {node.id!r} is unreachable from the start node {start!r}")
+
+
+def _check_can_end(graph: _Graph) -> None:
+    """There is an END, and every node can reach one."""
+    reverse: dict[str, list[str]] = {n: [] for n in graph.nodes}
+    for node in graph.definition.nodes:
+        for target in _out_edges(node):
+            reverse[target].append(node.id)
+    ends = [n.id for n in graph.definition.nodes if n.kind is NodeKind.END]
+    if not ends:
+        raise InvalidArgument(f"workflow {graph.definition.name!r} has no END node")
+    can_end = _closure(ends, lambda n: reverse[n])
+    for node in graph.definition.nodes:
+        if node.id not in can_end:
+            raise InvalidArgument(f"node {node.id!r} cannot reach an END node (an endless loop?)")
+
+
+def _check_branches_reach_their_joins(graph: _Graph) -> None:
+    """Each branch of a fork (and a for_each's body) reaches that fork's join."""
+    for node in graph.definition.nodes:
+        if node.kind not in _FORKS:
+            continue
+        join = node.join
+        assert join is not None
+
+        def step(n: str, stop: str = join) -> list[str]:
+            return [] if n == stop else _out_edges(graph.nodes[n])
+
+        for b in node.branches:
+            if join not in _closure([b], step):
+                raise InvalidArgument(f"fork {node.id!r}: branch {b!r} never reaches join {join!r}")
+
+
+_FORKS = (NodeKind.FORK, NodeKind.FOR_EACH)
+
+
+def _check_key(key: object, field: str, node: Node) -> None:
+    """A context key a node names: a non-empty string."""
+    if not isinstance(key, str) or not key:
+        raise InvalidArgument(f"node {node.id!r}: {field} must name a context key (a non-empty string)")
+
+
+def _out_edges(node: Node) -> list[str]:
+    out = [t for t in (node.next, node.alt_next) if t is not None]
+    if node.kind in _FORKS:
+        out.extend(node.branches)
+    return out
+
+
+def _closure(start: Iterable[str], step: Callable[[str], Iterable[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(start)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(step(n))
+    return seen
