@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._model import Node, NodeKind
 from ._workflow_items import (
@@ -25,7 +25,7 @@ from .errors import InvalidArgument
 if TYPE_CHECKING:
     from .workflow import Branch
 
-__all__ = ["Compiler", "HandlerKind"]
+__all__ = ["Compiler", "HandlerKind", "ItemRule", "ITEM_RULES"]
 
 
 class HandlerKind:
@@ -84,83 +84,138 @@ class Compiler:
         return current
 
     def item(self, item: Item, next_id: str) -> str:
-        if isinstance(item, GateItem):
-            end = self._node(Node(id=f"gated.{item.name}", kind=NodeKind.END, reason=f"gated:{item.name}"))
-            return self._worker(item, NodeKind.PREDICATE, next_id, end)
-        if isinstance(item, StepItem):
-            return self._worker(item, NodeKind.TASK, next_id, None)
-        if isinstance(item, ChooseItem):
-            yes = self.sequence(item.if_true, next_id)
-            no = self.sequence(item.if_false, next_id)
-            return self._worker(item.step, NodeKind.PREDICATE, yes, no)
-        if isinstance(item, LoopItem):
-            body = self.sequence(item.body, item.step.name)
-            return self._worker(item.step, NodeKind.PREDICATE, body, next_id)
-        if isinstance(item, SleepItem):
-            return self._node(Node(id=item.name, kind=NodeKind.SLEEP, sleep_millis=item.millis, next=next_id))
-        if isinstance(item, ForkItem):
-            join_id = item.join_name or (
-                item.name.replace("fork", "join", 1) if item.name.startswith("fork") else f"{item.name}.join"
-            )
-            self._node(
-                Node(
-                    id=join_id,
-                    kind=NodeKind.JOIN,
-                    fork=item.name,
-                    combine=item.combine is not None,
-                    queue=item.combine_queue,
-                    next=next_id,
-                )
-            )
-            if item.combine is not None:
-                self.handlers[join_id] = (HandlerKind.COMBINE, item.combine)
-            firsts = tuple(self.sequence(b, join_id) for b in item.branches)
-            return self._node(Node(id=item.name, kind=NodeKind.FORK, branches=firsts, join=join_id))
-        if isinstance(item, ForEachItem):
-            self._node(Node(id=item.join_name, kind=NodeKind.JOIN, fork=item.name, next=next_id))
-            first = self.sequence(item.body, item.join_name)
-            return self._node(
-                Node(
-                    id=item.name,
-                    kind=NodeKind.FOR_EACH,
-                    items_key=item.items_key,
-                    branches=(first,),
-                    join=item.join_name,
-                    **item.keys,
-                )
-            )
-        if isinstance(item, SubWorkflowItem):
-            alt_id = self.sequence(item.on_error, next_id) if item.on_error is not None else None
-            return self._node(
-                Node(id=item.name, kind=NodeKind.SUB_WORKFLOW, next=next_id, alt_next=alt_id, **item.spec)
-            )
-        if isinstance(item, UserTaskItem):
-            alt = self.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
-            return self._node(
-                Node(
-                    id=item.name,
-                    kind=NodeKind.USER_TASK,
-                    timeout_millis=item.timeout_millis,
-                    alt_next=alt,
-                    next=next_id,
-                )
-            )
-        if isinstance(item, SignalItem):
-            alt = self.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
-            return self._node(
-                Node(
-                    id=item.name,
-                    kind=NodeKind.SIGNAL,
-                    signal=item.signal,
-                    timeout_millis=item.timeout_millis,
-                    alt_next=alt,
-                    result_key=item.key,
-                    next=next_id,
-                )
-            )
-        if isinstance(item, EndItem):
-            n = sum(1 for node in self.nodes if node.kind is NodeKind.END)
-            return self._node(
-                Node(id=f"end.{n}", kind=NodeKind.END, reason=item.reason, success=item.success)
-            )
-        raise AssertionError(item)  # pragma: no cover
+        """The nodes of one item, made knowing its successor ``next_id``; returns its first node's id."""
+        return ITEM_RULES[type(item)].compile(self, item, next_id)
+
+
+# ---------------------------------------------------------------------------- one compiler per item
+
+
+def _compile_step(c: Compiler, item: StepItem, next_id: str) -> str:
+    return c._worker(item, NodeKind.TASK, next_id, None)
+
+
+def _compile_gate(c: Compiler, item: GateItem, next_id: str) -> str:
+    """A PREDICATE whose false path ends the instance at its own END (reason ``gated:<name>``)."""
+    end = c._node(Node(id=f"gated.{item.name}", kind=NodeKind.END, reason=f"gated:{item.name}"))
+    return c._worker(item, NodeKind.PREDICATE, next_id, end)
+
+
+def _compile_choose(c: Compiler, item: ChooseItem, next_id: str) -> str:
+    yes = c.sequence(item.if_true, next_id)
+    no = c.sequence(item.if_false, next_id)
+    return c._worker(item.step, NodeKind.PREDICATE, yes, no)
+
+
+def _compile_loop(c: Compiler, item: LoopItem, next_id: str) -> str:
+    """A PREDICATE whose true path runs the body and comes back to it."""
+    body = c.sequence(item.body, item.step.name)
+    return c._worker(item.step, NodeKind.PREDICATE, body, next_id)
+
+
+def _compile_sleep(c: Compiler, item: SleepItem, next_id: str) -> str:
+    return c._node(Node(id=item.name, kind=NodeKind.SLEEP, sleep_millis=item.millis, next=next_id))
+
+
+def _compile_fork(c: Compiler, item: ForkItem, next_id: str) -> str:
+    """The JOIN (with its combine step, if any), each branch leading to it, then the FORK."""
+    join_id = item.join_name or (
+        item.name.replace("fork", "join", 1) if item.name.startswith("fork") else f"{item.name}.join"
+    )
+    c._node(
+        Node(
+            id=join_id,
+            kind=NodeKind.JOIN,
+            fork=item.name,
+            combine=item.combine is not None,
+            queue=item.combine_queue,
+            next=next_id,
+        )
+    )
+    if item.combine is not None:
+        c.handlers[join_id] = (HandlerKind.COMBINE, item.combine)
+    firsts = tuple(c.sequence(b, join_id) for b in item.branches)
+    return c._node(Node(id=item.name, kind=NodeKind.FORK, branches=firsts, join=join_id))
+
+
+def _compile_for_each(c: Compiler, item: ForEachItem, next_id: str) -> str:
+    """The JOIN, the body leading to it, then the FOR_EACH."""
+    c._node(Node(id=item.join_name, kind=NodeKind.JOIN, fork=item.name, next=next_id))
+    first = c.sequence(item.body, item.join_name)
+    return c._node(
+        Node(
+            id=item.name,
+            kind=NodeKind.FOR_EACH,
+            items_key=item.items_key,
+            branches=(first,),
+            join=item.join_name,
+            **item.keys,
+        )
+    )
+
+
+def _compile_sub_workflow(c: Compiler, item: SubWorkflowItem, next_id: str) -> str:
+    alt_id = c.sequence(item.on_error, next_id) if item.on_error is not None else None
+    return c._node(Node(id=item.name, kind=NodeKind.SUB_WORKFLOW, next=next_id, alt_next=alt_id, **item.spec))
+
+
+def _compile_user_task(c: Compiler, item: UserTaskItem, next_id: str) -> str:
+    alt = c.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
+    return c._node(
+        Node(
+            id=item.name,
+            kind=NodeKind.USER_TASK,
+            timeout_millis=item.timeout_millis,
+            alt_next=alt,
+            next=next_id,
+        )
+    )
+
+
+def _compile_signal(c: Compiler, item: SignalItem, next_id: str) -> str:
+    alt = c.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
+    return c._node(
+        Node(
+            id=item.name,
+            kind=NodeKind.SIGNAL,
+            signal=item.signal,
+            timeout_millis=item.timeout_millis,
+            alt_next=alt,
+            result_key=item.key,
+            next=next_id,
+        )
+    )
+
+
+def _compile_end(c: Compiler, item: EndItem, next_id: str) -> str:
+    n = sum(1 for node in c.nodes if node.kind is NodeKind.END)
+    return c._node(Node(id=f"end.{n}", kind=NodeKind.END, reason=item.reason, success=item.success))
+
+
+class ItemRule(NamedTuple):
+    """How one item class compiles, and the node kinds it makes."""
+
+    kinds: frozenset[NodeKind]
+    compile: Callable[[Compiler, Any, str], str]
+
+
+def _rule(compile: Callable[[Compiler, Any, str], str], *kinds: NodeKind) -> ItemRule:
+    return ItemRule(frozenset(kinds), compile)
+
+
+#: Each item class (by exact class: a GateItem is not compiled as a StepItem) and the node kinds
+#: it makes. Every item class has a rule and every NodeKind is made by one: a test checks
+#: (tests/engine/test_kind_tables.py).
+ITEM_RULES: dict[type[Item], ItemRule] = {
+    StepItem: _rule(_compile_step, NodeKind.TASK),
+    GateItem: _rule(_compile_gate, NodeKind.PREDICATE, NodeKind.END),
+    ChooseItem: _rule(_compile_choose, NodeKind.PREDICATE),
+    LoopItem: _rule(_compile_loop, NodeKind.PREDICATE),
+    SleepItem: _rule(_compile_sleep, NodeKind.SLEEP),
+    ForkItem: _rule(_compile_fork, NodeKind.FORK, NodeKind.JOIN),
+    ForEachItem: _rule(_compile_for_each, NodeKind.FOR_EACH, NodeKind.JOIN),
+    SubWorkflowItem: _rule(_compile_sub_workflow, NodeKind.SUB_WORKFLOW),
+    UserTaskItem: _rule(_compile_user_task, NodeKind.USER_TASK),
+    SignalItem: _rule(_compile_signal, NodeKind.SIGNAL),
+    EndItem: _rule(_compile_end, NodeKind.END),
+}
