@@ -18,19 +18,22 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .._limits import MAX_COUNT, MAX_DURATION_MILLIS
-from .._model import (
-    ExecutionMode,
-    JoinMerge,
-    Node,
-    NodeKind,
-    RetryPolicy,
-    WorkflowDefinition,
-    validate_name,
-)
+from .._limits import MAX_COUNT
+from .._model import ExecutionMode, JoinMerge, Node, NodeKind, WorkflowDefinition, validate_name
 from ..errors import InvalidArgument
 from .fields import Fields
 from .graph import RawNode, pair_joins
+from .kinds import (
+    BY_UPSTREAM_NAME,
+    KINDS,
+    REQUIRED,
+    SUPPORTED_KINDS,
+    UNUSED,
+    UPSTREAM_DEFAULT_RETRY,
+    UPSTREAM_MAX_ATTEMPTS,
+    Wiring,
+    activity_of,
+)
 
 __all__ = [
     "UpstreamDefinition",
@@ -43,35 +46,11 @@ __all__ = [
     "activity_of",
 ]
 
-#: The node kinds an upstream definition may use.
-SUPPORTED_KINDS = ("TASK", "PREDICATE", "SLEEP", "FORK", "JOIN", "END", "SIGNAL", "SUB_WORKFLOW", "DYN_FORK")
-
-#: Upstream's "retry forever": Integer.MAX_VALUE attempts (ours: max_attempts 0).
-UPSTREAM_MAX_ATTEMPTS = MAX_COUNT
-
-#: What upstream does for a step without a retry policy: RetryPolicy.forever() there, i.e.
-#: unlimited attempts, 1 s apart, multiplier 1, capped at 60 s, no jitter.
-UPSTREAM_DEFAULT_RETRY = RetryPolicy(
-    max_attempts=0, initial_backoff_millis=1000, multiplier=1.0, max_backoff_millis=60_000, jitter=0.0
-)
-
 _MODES = {"SERVER", "LOCAL_SYNC", "LOCAL_ASYNC", "DEFAULT"}
 _WORKER_KINDS = ("TASK", "PREDICATE")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 
-# Which edges each kind uses: (next, altNext, branches), each "required", "optional" or "unused".
-_R, _O, _U = "required", "optional", "unused"
-_EDGES: dict[str, tuple[str, str, str]] = {
-    "TASK": (_R, _U, _U),
-    "PREDICATE": (_R, _R, _U),
-    "SLEEP": (_R, _U, _U),
-    "FORK": (_U, _U, _R),
-    "JOIN": (_R, _U, _U),
-    "END": (_U, _U, _U),
-    "SIGNAL": (_R, _O, _U),
-    "SUB_WORKFLOW": (_R, _U, _U),
-    "DYN_FORK": (_R, _U, _R),
-}
+# What a missing edge is for, where saying so helps.
 _EDGE_ROLES = {
     ("PREDICATE", "next"): "the true path",
     ("PREDICATE", "altNext"): "the false path",
@@ -87,11 +66,6 @@ class UpstreamDefinition:
 
     definition: WorkflowDefinition
     version: int | None  # 1 .. 2**31-1; None when the document names none
-
-
-def activity_of(workflow: str, node_id: str) -> str:
-    """The activity upstream workers know the step ``node_id`` of ``workflow`` by."""
-    return f"{workflow}#{node_id}"
 
 
 def derived_version(content_hash: str) -> int:
@@ -142,7 +116,8 @@ def from_upstream(doc: dict[str, Any]) -> UpstreamDefinition:
 
     ids = _assign_ids(name, raw)
     join_of, fork_of = pair_joins(raw)
-    nodes = tuple(_translate(node, ids, join_of, fork_of) for node in raw.values())
+    wiring = Wiring(ids, join_of, fork_of)
+    nodes = tuple(_translate(node, wiring) for node in raw.values())
     definition = WorkflowDefinition(
         name=name,
         start_node=ids[start],
@@ -188,17 +163,18 @@ def _read_node(item: object, where: str) -> RawNode:
     nxt = fields.text("next")
     alt = fields.text("altNext")
     branches = tuple(fields.texts("branches"))
-    rules = _EDGES[kind]
+    incoming = BY_UPSTREAM_NAME[kind].incoming
+    assert incoming is not None
     for field, present, rule in zip(
         ("next", "altNext", "branches"),
         (nxt is not None, alt is not None, bool(branches)),
-        rules,
+        incoming.edges,
         strict=True,
     ):
-        if rule == _R and not present:
+        if rule == REQUIRED and not present:
             role = _EDGE_ROLES.get((kind, field))
             raise InvalidArgument(f"{label}: {field!r} is missing{f' ({role})' if role else ''}")
-        if rule == _U and present:
+        if rule == UNUSED and present:
             raise InvalidArgument(f"{label}: has {field!r}, which {kind} nodes do not use")
     if kind == "DYN_FORK" and len(branches) != 1:
         raise InvalidArgument(
@@ -251,93 +227,11 @@ def _assign_ids(workflow: str, raw: dict[str, RawNode]) -> dict[str, str]:
     return ids
 
 
-def _translate(node: RawNode, ids: dict[str, str], join_of: dict[str, str], fork_of: dict[str, str]) -> Node:
-    f = node.fields
-    our_id = ids[node.uid]
-    nxt = ids[node.next] if node.next is not None else None
-    alt = ids[node.alt_next] if node.alt_next is not None else None
-    kind = node.kind
-    if kind in _WORKER_KINDS:
-        return Node(
-            id=our_id,
-            kind=NodeKind(kind),
-            next=nxt,
-            alt_next=alt,
-            queue=f.text("queue"),
-            retry=_retry(f),
-        )
-    if kind == "SLEEP":
-        return Node(id=our_id, kind=NodeKind.SLEEP, next=nxt, sleep_millis=f.integer("sleepMillis", 0))
-    if kind == "FORK":
-        return Node(
-            id=our_id,
-            kind=NodeKind.FORK,
-            branches=tuple(ids[b] for b in node.branches),
-            join=ids[join_of[node.uid]],
-        )
-    if kind == "JOIN":
-        return Node(id=our_id, kind=NodeKind.JOIN, next=nxt, fork=ids[fork_of[node.uid]])
-    if kind == "END":
-        reason = f.text("reason")
-        if reason is not None and "\x00" in reason:  # it becomes the instance's reason, stored as text
-            raise InvalidArgument(f"{node.label}: 'reason' contains a NUL character (\\x00)")
-        # upstream reads a missing "success" as false (its DSL always writes true)
-        return Node(id=our_id, kind=NodeKind.END, success=f.boolean("success", False), reason=reason)
-    if kind == "SIGNAL":
-        return Node(
-            id=our_id,
-            kind=NodeKind.SIGNAL,
-            signal=f.required_text("name", "the signal's name"),
-            timeout_millis=f.integer("sleepMillis", 0),
-            next=nxt,
-            alt_next=alt,
-        )
-    if kind == "SUB_WORKFLOW":
-        # upstream fails the parent when the child fails: no retry, no error path
-        return Node(
-            id=our_id,
-            kind=NodeKind.SUB_WORKFLOW,
-            workflow=f.required_text("activity", "the child workflow's name"),
-            next=nxt,
-            retry=RetryPolicy.none(),
-        )
-    assert kind == "DYN_FORK"
-    # a missing list skips the node (the definition's LAST_WRITE_WINS says so: see the module doc)
-    item_key = f.required_text("itemKey", "the context key each branch's element goes to")
-    return Node(
-        id=our_id,
-        kind=NodeKind.FOR_EACH,
-        items_key=f.required_text("itemsKey", "the context key of the list"),
-        item_key=item_key,
-        index_key=item_key + "Index",
-        branches=(ids[node.branches[0]],),
-        join=nxt,
-    )
-
-
-def _retry(f: Fields) -> RetryPolicy:
-    """Upstream's retry object; absent fields read as upstream's reader reads them."""
-    r = f.child("retry", f"{f.where} retry")
-    if r is None:
-        return UPSTREAM_DEFAULT_RETRY
-    attempts = r.integer("maxAttempts", 1)
-    if attempts < 1:
-        raise InvalidArgument(
-            f"{r.where}: 'maxAttempts' must be >= 1 (it counts the first attempt), got {attempts}"
-        )
-    initial = r.integer("initialBackoffMillis", 0)
-    cap = r.integer("maxBackoffMillis", 0)
-    if cap < 0:
-        raise InvalidArgument(f"{r.where}: 'maxBackoffMillis' must be >= 0, got {cap}")
-    if cap == 0 and initial > 0:
-        cap = MAX_DURATION_MILLIS  # upstream: a cap of 0 is no cap
-    return RetryPolicy(
-        max_attempts=0 if attempts == UPSTREAM_MAX_ATTEMPTS else attempts,
-        initial_backoff_millis=initial,
-        multiplier=r.number("multiplier", 1.0),
-        max_backoff_millis=cap,
-        jitter=r.number("jitter", 0.0),
-    )
+def _translate(node: RawNode, wiring: Wiring) -> Node:
+    """The node of ours an upstream node becomes (its kind's row in wiggle/_upstream/kinds.py)."""
+    incoming = BY_UPSTREAM_NAME[node.kind].incoming
+    assert incoming is not None  # _read_node refused the kinds upstream has not
+    return incoming.translate(node, wiring)
 
 
 # ---------------------------------------------------------------------------- ours -> upstream
@@ -366,47 +260,5 @@ def to_upstream(definition: WorkflowDefinition, version: int) -> dict[str, Any]:
 
 
 def _node_out(definition: WorkflowDefinition, node: Node, width: dict[str, int]) -> dict[str, Any]:
-    kind = node.kind
-    out: dict[str, Any] = {"id": node.id, "kind": "DYN_FORK" if kind is NodeKind.FOR_EACH else kind.value}
-    if kind is not NodeKind.END:
-        out["name"] = node.signal if kind is NodeKind.SIGNAL else node.id
-    if node.is_worker_step:
-        out["activity"] = activity_of(definition.name, node.id)
-        out["queue"] = node.queue or definition.name
-        out["retry"] = _retry_out(definition.retry_for(node))
-    elif kind is NodeKind.SUB_WORKFLOW:
-        out["activity"] = node.workflow
-    # upstream keeps a sleep's duration and a wait's deadline in the same field
-    millis = node.sleep_millis if kind is NodeKind.SLEEP else node.timeout_millis
-    if millis:
-        out["sleepMillis"] = millis
-    nxt = node.join if kind is NodeKind.FOR_EACH else node.next
-    if nxt is not None:
-        out["next"] = nxt
-    if node.alt_next is not None:
-        out["altNext"] = node.alt_next
-    if kind in (NodeKind.FORK, NodeKind.FOR_EACH):
-        out["branches"] = list(node.branches)
-    if kind is NodeKind.JOIN and node.id in width:
-        out["expected"] = width[node.id]
-    if kind is NodeKind.END:
-        out["success"] = node.success
-        if node.reason is not None:
-            out["reason"] = node.reason
-    if kind is NodeKind.FOR_EACH:
-        out["itemsKey"] = node.items_key
-        out["itemKey"] = node.item_key or "item"
-    return out
-
-
-def _retry_out(policy: RetryPolicy) -> dict[str, Any]:
-    initial = policy.initial_backoff_millis
-    if policy.max_backoff_millis == 0:
-        initial = 0  # ours: a cap of 0 means no wait; upstream reads a cap of 0 as no cap
-    return {
-        "maxAttempts": UPSTREAM_MAX_ATTEMPTS if policy.max_attempts == 0 else policy.max_attempts,
-        "initialBackoffMillis": initial,
-        "multiplier": float(policy.multiplier),
-        "maxBackoffMillis": policy.max_backoff_millis,
-        "jitter": float(policy.jitter),
-    }
+    """One node in upstream's shape (its kind's row in wiggle/_upstream/kinds.py)."""
+    return KINDS[node.kind].outgoing(definition, node, width)
