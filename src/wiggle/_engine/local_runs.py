@@ -8,7 +8,7 @@ token and touches nothing (any refusal is raised there, so a refused batch chang
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -43,7 +43,7 @@ from .tokens import (
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["AdvanceOutcome", "RunPlan", "advance_run", "plan_run", "apply_run"]
+__all__ = ["AdvanceOutcome", "PlannedStep", "RunPlan", "advance_run", "plan_run", "apply_run"]
 
 _WORKER_KINDS = (NodeKind.TASK, NodeKind.PREDICATE)
 
@@ -66,11 +66,18 @@ class StepFailure(msgspec.Struct, frozen=True):
     retryable: bool
 
 
+class PlannedStep(NamedTuple):
+    """One step a validated batch applies."""
+
+    node_id: str
+    value: bool  # a predicate's value; True for a task (the edge the token follows)
+
+
 class RunPlan(msgspec.Struct):
     """What a validated batch will do, computed without touching the state (plan_run)."""
 
     token: Token
-    nodes: list[tuple[str, bool]]  # the applied steps: (node, predicate value; True for a task)
+    nodes: list[PlannedStep]  # the applied steps
     contexts: list[dict[str, Any]]  # the context after each applied step
     failure: StepFailure | None = None  # the batch's failed last step
     other_queue: str = ""  # the batch went on past a queue change: handed back there
@@ -155,7 +162,7 @@ def plan_run(
             plan.failure = StepFailure(node_id, step.message, bool(step.retryable))
             return plan
         value, context = _step_result(node, step, index, context)
-        plan.nodes.append((node_id, value))
+        plan.nodes.append(PlannedStep(node_id, value))
         plan.contexts.append(context)
         nxt = graph.successor(node_id, value)
         assert nxt is not None
@@ -231,7 +238,7 @@ def _oversize_cut(engine: Engine, plan: RunPlan) -> None:
         try:
             engine.check_context(ctx, "step result")
         except InvalidArgument as exc:
-            plan.failure = StepFailure(plan.nodes[k][0], str(exc), False)
+            plan.failure = StepFailure(plan.nodes[k].node_id, str(exc), False)
             plan.other_queue = ""
             del plan.nodes[k:]
             del plan.contexts[k:]
@@ -253,28 +260,10 @@ def apply_run(
     inst = state.instance
     token = plan.token
     changes = Changes()
-    context = context_of(state, token)
-    if plan.contexts and plan.contexts[-1] is not context:
-        _oversize_cut(engine, plan)
-    started = token.started_at
-    for done, (node_id, value) in enumerate(plan.nodes):
-        record(
-            state,
-            token,
-            loaded.nodes[node_id],
-            HistoryOutcome.COMPLETED,
-            now,
-            changes,
-            worker=owner,
-            started=started,
-        )
-        started = now
-        if not count_step(engine, state, token, now, changes):
-            return AdvanceOutcome(inst.status, 0, token.id, token.status, done), changes
-        move(token, loaded.graph.successor(node_id, value) or "")
+    stopped_at = _apply_steps(engine, loaded, state, plan, owner, now, changes)
+    if stopped_at is not None:  # the instance's step budget ran out
+        return AdvanceOutcome(inst.status, 0, token.id, token.status, stopped_at), changes
     applied = len(plan.nodes)
-    if plan.contexts and plan.contexts[-1] is not context:
-        set_context(state, token, plan.contexts[-1], changes)
     inst.updated_at = now
     changes.instance_changed = True
     changes.tokens[token.id] = token
@@ -282,18 +271,8 @@ def apply_run(
     if plan.failure is not None:
         node = loaded.nodes[plan.failure.node_id]
         token.lease_owner = owner
-        fail_step(
-            engine,
-            loaded,
-            state,
-            token,
-            node,
-            plan.failure.message,
-            plan.failure.retryable,
-            now,
-            changes,
-            owner,
-        )
+        failure = plan.failure
+        fail_step(engine, loaded, state, token, node, failure.message, failure.retryable, now, changes, owner)
         return AdvanceOutcome(inst.status, 0, token.id, token.status, applied), changes
     next_node = loaded.nodes[token.node_id]
     if (
@@ -320,3 +299,31 @@ def apply_run(
         inst.status, token.lease_expires_at, task_id_of(token), TokenStatus.RUNNING, applied
     )
     return outcome, changes
+
+
+def _apply_steps(
+    engine: Engine,
+    loaded: LoadedDefinition,
+    state: InstanceState,
+    plan: RunPlan,
+    owner: str,
+    now: int,
+    changes: Changes,
+) -> int | None:
+    """Record each planned step and move the token past it, then set the batch's last context.
+    Returns how many steps stood if the instance's step budget ran out on the way (None: all did)."""
+    token = plan.token
+    context = context_of(state, token)
+    if plan.contexts and plan.contexts[-1] is not context:
+        _oversize_cut(engine, plan)
+    started = token.started_at
+    for done, step in enumerate(plan.nodes):
+        node = loaded.nodes[step.node_id]
+        record(state, token, node, HistoryOutcome.COMPLETED, now, changes, worker=owner, started=started)
+        started = now
+        if not count_step(engine, state, token, now, changes):
+            return done
+        move(token, loaded.graph.successor(step.node_id, step.value) or "")
+    if plan.contexts and plan.contexts[-1] is not context:
+        set_context(state, token, plan.contexts[-1], changes)
+    return None
