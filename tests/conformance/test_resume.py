@@ -238,3 +238,32 @@ async def test_retry_after_a_join_conflict_needs_a_node(harness: Harness, trace)
             await server.client.retry(info.instance_id)
         after = await server.client.get(info.instance_id)
     assert after == failed
+
+
+@pytest.mark.parametrize("opener", ["fork", "for_each"])
+async def test_retry_from_a_join_is_refused(harness: Harness, trace, opener: str) -> None:
+    """A join only closes branches: a main-line token restarted there has none to bring, so the
+    retry is refused up front, naming the node, and changes nothing (it used to be accepted and
+    then fail the instance with "join ... reached outside its fork")."""
+
+    def after(ctx):
+        trace.hit("after")
+        raise PermanentError("no")
+
+    flow = harness.define(f"resume-join-{opener}")
+    if opener == "fork":
+        flow = flow.fork(lambda b: b.step(lambda c: {**c, "l": 1}, name="left")).join(name="closing")
+    else:
+        flow = flow.for_each("xs", lambda b: b.step(lambda c: c, name="per_x"), name="closing_each")
+    bp = flow.step(after).build()
+    join = next(n.id for n in bp.definition.nodes if n.kind.value == "JOIN")
+    async with harness.running([bp]) as (server, _):
+        info = await server.client.start(bp, {"xs": [1, 2]})
+        failed = await harness.finish(server, info.instance_id)
+        assert failed.status == "FAILED" and trace.steps == ["after"]
+        history = await server.client.history(info.instance_id)
+        with pytest.raises(InvalidArgument) as err:
+            await server.client.retry(info.instance_id, from_node=join)
+        assert await server.client.get(info.instance_id) == failed
+        assert await server.client.history(info.instance_id) == history
+    assert f"node {join!r} is a JOIN" in str(err.value)
