@@ -154,13 +154,18 @@ def _compile_for_each(c: Compiler, item: ForEachItem, next_id: str) -> str:
     )
 
 
+def _path(c: Compiler, branch: Branch[Any] | None, next_id: str) -> str | None:
+    """The first node of an optional path (an error or timeout path) that rejoins at ``next_id``."""
+    return c.sequence(branch, next_id) if branch is not None else None
+
+
 def _compile_sub_workflow(c: Compiler, item: SubWorkflowItem, next_id: str) -> str:
-    alt_id = c.sequence(item.on_error, next_id) if item.on_error is not None else None
+    alt_id = _path(c, item.on_error, next_id)
     return c._node(Node(id=item.name, kind=NodeKind.SUB_WORKFLOW, next=next_id, alt_next=alt_id, **item.spec))
 
 
 def _compile_user_task(c: Compiler, item: UserTaskItem, next_id: str) -> str:
-    alt = c.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
+    alt = _path(c, item.on_timeout, next_id)
     return c._node(
         Node(
             id=item.name,
@@ -173,7 +178,7 @@ def _compile_user_task(c: Compiler, item: UserTaskItem, next_id: str) -> str:
 
 
 def _compile_signal(c: Compiler, item: SignalItem, next_id: str) -> str:
-    alt = c.sequence(item.on_timeout, next_id) if item.on_timeout is not None else None
+    alt = _path(c, item.on_timeout, next_id)
     return c._node(
         Node(
             id=item.name,
