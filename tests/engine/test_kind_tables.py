@@ -4,8 +4,9 @@ concern fails here instead of at run time (issue #24: a for_each retry once fail
 
 The tables: validation (``_model_validate.NODE_CHECKS``), driving (``_engine.drive.DRIVERS``),
 resume rules (``_engine.resume.RETRY_RULES``), upstream translation (``_upstream.kinds.KINDS``),
-``wiggle describe``'s edges (``_cli.ops.EDGES``), and the compiler's item rules
-(``_workflow_compile.ITEM_RULES``, keyed by item class and naming the kinds each makes).
+``wiggle describe``'s edges (``_cli.ops.EDGES``), the compiler's item rules
+(``_workflow_compile.ITEM_RULES``, keyed by item class and naming the kinds each makes), and the
+traversal's kind codes and handbacks (``_fast`` CompiledGraph, whichever twin is selected).
 """
 
 from __future__ import annotations
@@ -14,28 +15,17 @@ from typing import Any
 
 import pytest
 
+from wiggle import _fast
+from wiggle import _workflow_items as items
 from wiggle._cli.ops import EDGES
 from wiggle._engine.drive import DRIVERS
 from wiggle._engine.resume import RETRY_RULES, enclosing
-from wiggle._model import Node, NodeKind, WorkflowDefinition
+from wiggle._model import Handback, Node, NodeKind, WorkflowDefinition
 from wiggle._model_validate import NODE_CHECKS
 from wiggle._upstream.definitions import SUPPORTED_KINDS, to_upstream
 from wiggle._upstream.kinds import BY_UPSTREAM_NAME, KINDS
 from wiggle._workflow_compile import ITEM_RULES, Compiler
-from wiggle._workflow_items import (
-    ChooseItem,
-    EndItem,
-    ForEachItem,
-    ForkItem,
-    GateItem,
-    Item,
-    LoopItem,
-    SignalItem,
-    SleepItem,
-    StepItem,
-    SubWorkflowItem,
-    UserTaskItem,
-)
+from wiggle._workflow_items import Item
 from wiggle.errors import InvalidArgument
 
 TABLES: dict[str, dict[NodeKind, Any]] = {
@@ -62,23 +52,23 @@ def _subclasses(cls: type) -> set[type]:
     return found
 
 
-def _step(name: str) -> StepItem:
-    return StepItem(lambda ctx: ctx, name, None, None)
+def _step(name: str) -> items.StepItem:
+    return items.StepItem(lambda ctx: ctx, name, None, None)
 
 
 #: One item of each class, with empty branches (the compiler below reads a branch as a list).
 SAMPLES: list[Item] = [
     _step("s"),
-    GateItem(lambda ctx: True, "g", None, None),
-    ChooseItem(_step("c"), [], []),  # type: ignore[arg-type]
-    LoopItem(_step("l"), []),  # type: ignore[arg-type]
-    SleepItem("z", 1000),
-    ForkItem("fork", [[], []]),  # type: ignore[list-item]
-    ForEachItem("each", "each.join", "xs", [], {}),  # type: ignore[arg-type]
-    SubWorkflowItem("kid", {"workflow": "child"}, None),
-    UserTaskItem("approve", 0, None),
-    SignalItem("wait", "go", 0, None, None),
-    EndItem("end", None, True),
+    items.GateItem(lambda ctx: True, "g", None, None),
+    items.ChooseItem(_step("c"), [], []),  # type: ignore[arg-type]
+    items.LoopItem(_step("l"), []),  # type: ignore[arg-type]
+    items.SleepItem("z", 1000),
+    items.ForkItem("fork", [[], []]),  # type: ignore[list-item]
+    items.ForEachItem("each", "each.join", "xs", [], {}),  # type: ignore[arg-type]
+    items.SubWorkflowItem("kid", {"workflow": "child"}, None),
+    items.UserTaskItem("approve", 0, None),
+    items.SignalItem("wait", "go", 0, None, None),
+    items.EndItem("end", None, True),
 ]
 
 
@@ -152,3 +142,15 @@ def test_the_resume_rules_refuse_ends_and_joins_and_know_what_forks_open() -> No
         "each.join": "a fork branch",
         "body": "a for_each body",
     }
+
+
+def test_the_traversal_knows_every_kind() -> None:
+    """The selected CompiledGraph twin (its kind codes and boundary handbacks, wiggle/_fast/traversal_*):
+    a worker step runs locally on its queue, every other kind is a boundary with its own handback."""
+    nodes = tuple(Node(id=kind.value.lower(), kind=kind) for kind in NodeKind)
+    graph = _fast.CompiledGraph(WorkflowDefinition(name="kinds", start_node="task", nodes=nodes))
+    handbacks = {kind: graph.classify(kind.value.lower(), ["kinds"]) for kind in NodeKind}
+    assert handbacks[NodeKind.TASK] is None and handbacks[NodeKind.PREDICATE] is None
+    boundaries = [h for kind, h in handbacks.items() if kind not in (NodeKind.TASK, NodeKind.PREDICATE)]
+    assert all(isinstance(h, Handback) for h in boundaries)
+    assert len(set(boundaries)) == len(boundaries)  # each boundary kind says which it is
