@@ -71,7 +71,9 @@ def test_the_readme_first_workflow_completes_against_a_real_server(tmp_path: Pat
         assert (
             steps == "[('price', 'COMPLETED', 1), ('in_stock', 'COMPLETED', 1), ('charge', 'COMPLETED', 1)]"
         )
-        assert int(spent_ms) < 1000, f"{spent_ms} ms of engine time from start to finish"
+        # Not a speed check: a lease waited out at the queue change would take the server's whole
+        # 30 s lease; half of it stays far from any load the machine can be under.
+        assert int(spent_ms) < 15_000, f"{spent_ms} ms from start to finish: was a lease waited out?"
         assert "lease expired" not in (tmp_path / "worker.log").read_text()
         # SIGTERM drains the worker, which then exits 0
         worker.terminate()
