@@ -79,7 +79,9 @@ def table() -> str:
     rows = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
     for field in DECLARED:
         flag = "--" + field.replace("_", "-")
-        rows.append(f"| `{env_name(field)}` | `{flag}` | {_default(getattr(defaults, field))} | {_meaning(field)} |")
+        rows.append(
+            f"| `{env_name(field)}` | `{flag}` | {_default(getattr(defaults, field))} | {_meaning(field)} |"
+        )
     return "\n".join(rows)
 
 
@@ -131,7 +133,9 @@ def worker_reference() -> str:
     for info in msgspec.structs.fields(WorkerOptions):
         meaning = described.get(info.name)
         if meaning is None:
-            raise SystemExit(f"WorkerOptions.{info.name} is not described in the docstring's Attributes section")
+            raise SystemExit(
+                f"WorkerOptions.{info.name} is not described in the docstring's Attributes section"
+            )
         flag = "--" + info.name.replace("_", "-")
         var = WORKER_PREFIX + info.name.upper()
         value = getattr(defaults, info.name)
@@ -147,7 +151,9 @@ def credentials_reference() -> str:
     for info in msgspec.structs.fields(Credentials):
         meaning = described.get(info.name)
         if meaning is None:
-            raise SystemExit(f"Credentials.{info.name} is not described in the docstring's Attributes section")
+            raise SystemExit(
+                f"Credentials.{info.name} is not described in the docstring's Attributes section"
+            )
         rows.append(f"| `{info.name}` | `{CREDENTIAL_VARS[info.name]}` | {_cell(meaning)} |")
     return "\n".join(rows)
 

@@ -144,7 +144,11 @@ def test_the_page_examples_run(page: Path, tmp_path: Path) -> None:
             assert run.returncode == 0, f"{page.name}: {name}\n{run.stdout}{run.stderr}"
             assert f"{tests} passed" in run.stdout and "skipped" not in run.stdout, run.stdout
         elif 'if __name__ == "__main__":' in code:
-            run = _served(name, code, tmp_path) if SERVED_TARGET in code else _run([sys.executable, name], tmp_path)
+            run = (
+                _served(name, code, tmp_path)
+                if SERVED_TARGET in code
+                else _run([sys.executable, name], tmp_path)
+            )
             assert run.returncode == 0, f"{page.name}: {name}\n{run.stdout}{run.stderr}"
             if name in outputs:
                 assert run.stdout.rstrip("\n") == outputs[name], f"{page.name}: {name} printed\n{run.stdout}"
