@@ -93,6 +93,18 @@ def test_every_python_block_is_valid_python(page: Path) -> None:
             pytest.fail(f"{page.name}: a python block does not parse ({exc}):\n{code}")
 
 
+PROTECTED = re.compile(r"(^([ \t]*)```.*?^\2```)|(<!--.*?-->)|(``.*?``|`[^`]*`)", re.M | re.S)
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_no_placeholder_in_prose_is_taken_for_html(page: Path) -> None:
+    """``<worker>`` in prose is an unknown HTML tag to Markdown: the word silently disappears.
+    Outside code it must be written ``&lt;worker&gt;`` (or put in backticks)."""
+    prose = PROTECTED.sub("", page.read_text())
+    swallowed = re.findall(r"<[A-Za-z][^>\n]*>", prose)
+    assert not swallowed, f"{page.name}: {swallowed} would vanish from the page"
+
+
 def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, env=server_env(), capture_output=True, text=True, timeout=timeout)
 
