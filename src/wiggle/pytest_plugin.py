@@ -2,18 +2,20 @@
 
 Fixtures, each a started ``wiggle.testing.SyncWorkflowEnvironment`` on a virtual clock:
 
-- ``wiggle_env``         one per test
-- ``wiggle_module_env``  one per test module (shared by its tests; instances and time accumulate)
+- ``wiggle_env``: one per test
+- ``wiggle_module_env``: one per test module (shared by its tests; instances and time accumulate)
 
 Both work in plain sync tests (``wiggle_env.run(bp, ctx)``) and in async ones, with pytest-asyncio
 or any other loop (``await wiggle_env.aio.run(bp, ctx)``). An ``async def`` test that requests one
 of them needs no async plugin: unless one (pytest-asyncio, anyio...) has taken it, this plugin runs
 it on an event loop of its own (``asyncio.run``). Configure them with the ``wiggle``
 marker, whose keyword arguments go to ``WorkflowEnvironment`` (on the test for ``wiggle_env``, on
-the module's ``pytestmark`` for ``wiggle_module_env``)::
+the module's ``pytestmark`` for ``wiggle_module_env``):
 
-    @pytest.mark.wiggle(workflows=[orders], execution_mode="LOCAL_SYNC", workers=2)
-    def test_orders(wiggle_env): ...
+```python
+@pytest.mark.wiggle(workflows=[orders], execution_mode="LOCAL_SYNC", workers=2)
+def test_orders(wiggle_env): ...
+```
 
 ``--wiggle-database-url`` (or the ``wiggle_database_url`` ini value) runs every environment on PostgreSQL instead of the memory store, each in a schema of its own.
 """

@@ -1,15 +1,17 @@
 """Testing workflows: an environment on a virtual clock, helpers, and an embedded server.
 
 ``WorkflowEnvironment`` (async) and ``SyncWorkflowEnvironment`` (sync, with ``.aio``) run a
-server, in-process workers and a client on a ``VirtualClock`` that jumps over idle time (README,
-"Testing your workflows"; docs/semantics.md#time-in-tests). ``mock_step`` replaces one step's
+server, in-process workers and a client on a ``VirtualClock`` that jumps over idle time
+(docs/testing.md; docs/semantics.md#time-in-tests). ``mock_step`` replaces one step's
 function; ``path_of`` reads the path an instance took. The pytest plugin (wiggle.pytest_plugin)
-offers them as fixtures. ``EmbeddedServer`` is a plain server on the wall clock::
+offers them as fixtures. ``EmbeddedServer`` is a plain server on the wall clock:
 
-    async with EmbeddedServer() as server:
-        async with server.worker([blueprint]) as worker:
-            info = await server.client.start(blueprint, {"n": 1})
-            done = await server.client.result(info.instance_id)
+```python
+async with EmbeddedServer() as server:
+    async with server.worker([blueprint]) as worker:
+        info = await server.client.start(blueprint, {"n": 1})
+        done = await server.client.result(info.instance_id)
+```
 """
 
 from __future__ import annotations

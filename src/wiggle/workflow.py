@@ -264,7 +264,7 @@ class Branch(Generic[C]):
         """Park until a person or system completes task ``name`` (its payload merges into the context).
 
         With ``timeout`` and no ``on_timeout``, a missed deadline fails the instance with
-        "user task '<name>' timed out"; with ``on_timeout`` the instance runs that branch instead.
+        ``"user task '<name>' timed out"``; with ``on_timeout`` the instance runs that branch instead.
         ``timeout`` (a timedelta or seconds) is at most 10 years (``MAX_DURATION_MILLIS``).
         """
         ms = duration_millis(timeout, "timeout") if timeout is not None else 0

@@ -130,7 +130,7 @@ class Client:
         """Start one instance per context (dicts or msgspec.Structs); the instance ids, in order.
 
         Sent in StartInstances calls of ``chunk_size`` contexts, each committed in large batches.
-        With ``request_id``, instance i is started with request id "<request_id>:<i>": repeating
+        With ``request_id``, instance i is started with request id ``"<request_id>:<i>"``: repeating
         the call after an error starts only what the first call did not.
         """
         chunks = core.StartChunks(workflow, contexts, version, correlation_id, request_id, chunk_size)

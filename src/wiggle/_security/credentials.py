@@ -38,11 +38,16 @@ def _read(path: str, what: str) -> bytes:
 class Credentials(msgspec.Struct, frozen=True, kw_only=True):
     """A client's TLS and token settings; all empty means a plaintext channel without a token.
 
-    ca_file: PEM bundle of the CA that signed the server's certificate (turns TLS on).
-    cert_file / key_file: the client certificate and key, for a server that requires mTLS.
-    token / token_file: a bearer token (or a file holding it), sent on every call.
-    server_name: the name to check the server's certificate against when the target is an
-    address (several addresses for fail-over, or an IP).
+    Each field not given is read from its variable (``ENV_VARS``, ``Credentials.from_env``).
+
+    Attributes:
+        ca_file: PEM bundle of the CA that signed the server's certificate (turns TLS on).
+        cert_file: The client certificate (PEM), for a server that requires mTLS.
+        key_file: The private key of `cert_file`.
+        token: A bearer token, sent on every call (only ever over TLS).
+        token_file: A file holding the bearer token (read when the channel is made).
+        server_name: The name to check the server's certificate against when the target is an
+            address (several addresses for fail-over, or an IP).
     """
 
     ca_file: str = ""

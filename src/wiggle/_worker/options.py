@@ -25,24 +25,42 @@ def _default_flush_interval() -> float:
 
 
 class WorkerOptions(msgspec.Struct, kw_only=True):
-    """How a worker runs.
+    """How a worker runs: ``Worker(target, blueprints, WorkerOptions(concurrency=32))``.
 
-    concurrency: steps (or local runs) in flight at once. queues: the queues served (default:
-    every queue of the registered blueprints). local_batch_size: LOCAL_ASYNC flushes after this
-    many buffered steps (default WIGGLE_LOCAL_BATCH_SIZE or 64). flush_interval: LOCAL_ASYNC also
-    flushes when this many seconds passed since the last flush (default
-    WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS / 1000, else 0: only by size, checkpoint and handback). use_local_modes: False makes
-    the worker ignore execution_mode and report every step with CompleteTask (SERVER style).
-    transport: "stream" multiplexes every call over one bidirectional stream (fast path);
-    "unary" uses one RPC per call (the documented contract).
-    sync_handlers: where plain (non-async) handlers run. "thread": always in the thread pool, so
-    a slow or blocking handler never delays the event loop. "inline": always on the event loop
-    (only for handlers known to be quick). "auto" (default): a handler runs in the pool until
-    it has finished quicker than inline_threshold_ms eight times in a row; from then on it runs
-    inline, saving the thread hop (about a third of a worker's CPU on trivial steps), and the
-    first inline run slower than ten times the threshold sends it back to the pool for good.
-    metrics_port: > 0 serves the worker's Prometheus /metrics on that port (0: the
-    WIGGLE_WORKER_METRICS_PORT variable, unset: off; needs the metrics extra).
+    ``wiggle worker`` takes every field as an option (``--poll-wait-seconds``) and a variable
+    (``WIGGLE_WORKER_POLL_WAIT_SECONDS``); the configuration reference lists them all
+    (docs/configuration.md, made from the attributes below by scripts/gen_settings_table.py).
+
+    Attributes:
+        concurrency: Steps (or local runs) in flight at once.
+        queues: The queues served (never empty); default: every queue of the blueprints.
+        worker_id: This worker's name in leases and histories; default: the host name, the process id and a random suffix.
+        poll_wait_seconds: How long one long poll waits for work before asking again.
+        heartbeat_seconds: Heartbeat period of a running step or local run (0: a third of the
+            server's lease).
+        local_batch_size: LOCAL_ASYNC flushes after this many buffered steps (default
+            `WIGGLE_LOCAL_BATCH_SIZE`, else 64).
+        flush_interval: LOCAL_ASYNC also flushes when this many seconds passed since the last
+            flush (default `WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS` / 1000, else 0: only by size,
+            checkpoint and handback).
+        lease_margin: A local run hands back when less than this share of its lease is left.
+        use_local_modes: False: ignore the execution mode and report every step with
+            `CompleteTask` (SERVER style).
+        transport: `"stream"` multiplexes every call over one `WorkerSession` stream (the fast
+            path); `"unary"` makes one RPC per call.
+        register: Register the blueprints when the worker starts (a worker identity without
+            the admin role skips it).
+        threads: Threads of the pool for sync handlers (0: as many as `concurrency`).
+        sync_handlers: Where plain (non-async) handlers run. `"thread"`: always in the thread
+            pool, so a slow or blocking handler never delays the event loop. `"inline"`: always
+            on the event loop (only for handlers known to be quick). `"auto"`: in the pool until
+            the handler finished quicker than `inline_threshold_ms` eight times in a row, then
+            inline (saving the thread hop, about a third of a worker's CPU on trivial steps);
+            the first inline run slower than ten times the threshold sends it back to the pool
+            for good.
+        inline_threshold_ms: What counts as quick for `sync_handlers="auto"`.
+        metrics_port: Serve the worker's Prometheus `/metrics` on this port (0: the
+            `WIGGLE_WORKER_METRICS_PORT` variable, unset: off; needs the metrics extra).
     """
 
     concurrency: int = 16
