@@ -76,7 +76,9 @@ async def until(check: Any, timeout: float = 20.0) -> None:
 CHROMIUM = os.environ.get("WIGGLE_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("WIGGLE_CHROMEDRIVER", "/usr/bin/chromedriver")
 SCREENSHOTS = Path(
-    os.environ.get("WIGGLE_SCREENSHOTS", Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots")
+    os.environ.get(
+        "WIGGLE_SCREENSHOTS", Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+    )
 )
 
 
@@ -176,7 +178,12 @@ async def call(
         sent.setdefault("Content-Type", "application/json")
     async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http:
         async with http.request(
-            method, url, data=data, headers=sent, ssl=context if context is not None else False, allow_redirects=False
+            method,
+            url,
+            data=data,
+            headers=sent,
+            ssl=context if context is not None else False,
+            allow_redirects=False,
         ) as r:
             text = await r.text()
             try:

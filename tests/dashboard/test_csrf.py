@@ -69,7 +69,9 @@ async def state(client: Any, iid: str) -> Any:
     return (await client.get(iid), await client.history(iid), await client.get_schedule("nightly"))
 
 
-async def forge(driver: Any, site: str, caplog: pytest.LogCaptureFixture, iid: str, shot: str) -> dict[str, Any]:
+async def forge(
+    driver: Any, site: str, caplog: pytest.LogCaptureFixture, iid: str, shot: str
+) -> dict[str, Any]:
     """Open the other site's page and wait until both forged POSTs reached the dashboard and were
     refused (the form's and the no-cors fetch's); the JSON fetch's preflight is the browser's to refuse."""
 
@@ -87,7 +89,9 @@ async def forge(driver: Any, site: str, caplog: pytest.LogCaptureFixture, iid: s
         return sum(1 for r in caplog.records if r.getMessage().startswith(f"refused POST {path} "))
 
     async def both_refused() -> bool:
-        return refused(f"/api/instances/{iid}/cancel") >= 1 and refused(f"/api/instances/{iid}/signals/go") >= 1
+        return (
+            refused(f"/api/instances/{iid}/cancel") >= 1 and refused(f"/api/instances/{iid}/signals/go") >= 1
+        )
 
     await until(both_refused)
     await asyncio.to_thread(screenshot, driver, shot)
@@ -108,8 +112,12 @@ async def test_forged_requests_without_an_identity_file(
             finally:
                 await asyncio.to_thread(driver.quit)
         # the no-cors answer is withheld from the page (Cross-Origin-Resource-Policy), the preflight refused
-        assert seen["nocors"] in ("sent", "error TypeError: Failed to fetch") and seen["cors"] == "blocked", seen
-        assert any("may not change anything" in r or "is not this dashboard's origin" in r for r in seen["reasons"])
+        assert seen["nocors"] in ("sent", "error TypeError: Failed to fetch") and seen["cors"] == "blocked", (
+            seen
+        )
+        assert any(
+            "may not change anything" in r or "is not this dashboard's origin" in r for r in seen["reasons"]
+        )
         assert any("X-Frame-Options" in m or "frame-ancestors" in m for m in seen["console"]), seen["console"]
         assert await state(server.client, iid) == before  # nothing changed
         after = await server.client.get(iid)
@@ -146,7 +154,11 @@ async def test_forged_requests_against_a_signed_in_session(
                     seen = await forge(driver, site, caplog, iid, f"forgery-refused-session-{store}")
                 finally:
                     await asyncio.to_thread(driver.quit)
-            assert seen["nocors"] in ("sent", "error TypeError: Failed to fetch") and seen["cors"] == "blocked", seen
-            assert any("same-site request may not change anything" in r for r in seen["reasons"]), seen["reasons"]
+            assert (
+                seen["nocors"] in ("sent", "error TypeError: Failed to fetch") and seen["cors"] == "blocked"
+            ), seen
+            assert any("same-site request may not change anything" in r for r in seen["reasons"]), seen[
+                "reasons"
+            ]
             assert await state(admin, iid) == before
             assert (await admin.get(iid)).status == "RUNNING"

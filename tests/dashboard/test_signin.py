@@ -46,7 +46,9 @@ async def sign_in(base: str, context: ssl.SSLContext, token: str) -> tuple[str, 
     )
     assert status == 200, answer
     session, _ = cookie_of(headers)
-    status, _, page = await call("GET", f"{base}/instances", context, headers={"Cookie": f"{COOKIE}={session}"})
+    status, _, page = await call(
+        "GET", f"{base}/instances", context, headers={"Cookie": f"{COOKIE}={session}"}
+    )
     assert status == 200, page
     [csrf] = re.findall(r'<meta name="wiggle-csrf" content="([^"]+)">', page)
     return session, csrf
@@ -66,9 +68,9 @@ def as_browser(base: str, session: str, csrf: str = "") -> dict[str, str]:
     return headers
 
 
-async def started(server: Any, pki: Pki, name: str) -> str:
+async def started(server: Any, keys: Pki, name: str) -> str:
     """A RUNNING instance awaiting its user task."""
-    async with pki.client(server.target, "ops") as admin:
+    async with keys.client(server.target, "ops") as admin:
         await admin.register(flow(name))
         iid: str = (await admin.start(flow(name), {})).instance_id
 
@@ -88,10 +90,14 @@ async def test_sessions_cookie_roles_csrf_and_reload(store: str, pg_schema: str,
         assert status == 303 and next_of(headers["Location"]) == "/instances"
         assert (await call("GET", f"{base}/api/instances", tls))[0] == 401
         # a wrong token opens nothing
-        status, headers, answer = await call("POST", f"{base}/signin", tls, {"token": "tok-nobody"}, {"Origin": base})
+        status, headers, answer = await call(
+            "POST", f"{base}/signin", tls, {"token": "tok-nobody"}, {"Origin": base}
+        )
         assert status == 401 and "not known" in answer["error"] and "Set-Cookie" not in headers
         # the cookie: opaque, HttpOnly, Secure, SameSite=Strict, Path=/, and the session's end
-        status, headers, answer = await call("POST", f"{base}/signin", tls, {"token": "tok-app", "next": "//evil"}, {"Origin": base})
+        status, headers, answer = await call(
+            "POST", f"{base}/signin", tls, {"token": "tok-app", "next": "//evil"}, {"Origin": base}
+        )
         assert status == 200 and answer["identity"] == "app" and answer["next"] == "/instances", answer
         session, line = cookie_of(headers)
         attributes = {a.strip().split("=")[0].lower() for a in line.split(";")[1:]}
@@ -100,16 +106,22 @@ async def test_sessions_cookie_roles_csrf_and_reload(store: str, pg_schema: str,
         session, csrf = await sign_in(base, tls, "tok-app")
         # roles exactly as on gRPC: a client may signal (SignalInstance) but not cancel (CancelInstance)
         who = {"actor": "ada", "data": {}}
-        status, _, answer = await call("POST", f"{base}/api/instances/{iid}/cancel", tls, who, as_browser(base, session, csrf))
+        status, _, answer = await call(
+            "POST", f"{base}/api/instances/{iid}/cancel", tls, who, as_browser(base, session, csrf)
+        )
         assert status == 403 and "CancelInstance" in answer["error"], answer
         # the session's own request without its anti-forgery token, or without its Origin: refused
-        status, _, answer = await call("POST", f"{base}/api/instances/{iid}/signals/go", tls, who, as_browser(base, session))
+        status, _, answer = await call(
+            "POST", f"{base}/api/instances/{iid}/signals/go", tls, who, as_browser(base, session)
+        )
         assert status == 403 and "X-Wiggle-CSRF" in answer["error"], answer
         no_origin = {"Cookie": f"{COOKIE}={session}", "X-Wiggle-CSRF": csrf}
         status, _, answer = await call("POST", f"{base}/api/instances/{iid}/signals/go", tls, who, no_origin)
         assert status == 403 and "Origin" in answer["error"], answer
         assert not [e for e in await server.instances.history(iid) if e.kind == "OPERATOR"]
-        status, _, answer = await call("POST", f"{base}/api/instances/{iid}/signals/go", tls, who, as_browser(base, session, csrf))
+        status, _, answer = await call(
+            "POST", f"{base}/api/instances/{iid}/signals/go", tls, who, as_browser(base, session, csrf)
+        )
         assert status == 200 and answer["outcome"] == "BUFFERED", answer
         [entry] = [e for e in await server.instances.history(iid) if e.kind == "OPERATOR"]
         assert entry.worker_id.startswith("ada as app (dashboard")
@@ -129,13 +141,19 @@ async def test_sessions_cookie_roles_csrf_and_reload(store: str, pg_schema: str,
         write_identities(pki.auth_file)
         server.reload()
         session, csrf = await sign_in(base, tls, "tok-watcher")
-        status, headers, answer = await call("POST", f"{base}/signout", tls, {}, as_browser(base, session, csrf))
+        status, headers, answer = await call(
+            "POST", f"{base}/signout", tls, {}, as_browser(base, session, csrf)
+        )
         assert status == 200 and answer == {"signed_out": True}
         assert any(c.startswith(COOKIE + "=;") or "Max-Age=0" in c for c in headers.getall("Set-Cookie"))
         assert (await call("GET", f"{base}/api/instances", tls, headers=as_browser(base, session)))[0] == 401
         # a bearer token still works for scripts, without Origin or anti-forgery token
         status, _, answer = await call(
-            "POST", f"{base}/api/instances/{iid}/cancel", tls, {"actor": "cron"}, {"Authorization": "Bearer tok-ops"}
+            "POST",
+            f"{base}/api/instances/{iid}/cancel",
+            tls,
+            {"actor": "cron"},
+            {"Authorization": "Bearer tok-ops"},
         )
         assert status == 200 and answer["status"] == "CANCELLED", answer
 
@@ -180,27 +198,39 @@ async def test_certificate_sign_in_under_mtls(store: str, pg_schema: str, pki: P
     ) as (server, base):
         tls = tls_client(pki)
         tls.load_cert_chain(str(cert), str(key))
-        iid = await started_mtls(server, pki, tls, base, f"mtls-{store}")
+        iid = await started_mtls(server, f"mtls-{store}")
         status, _, page = await call("GET", f"{base}/signin", tls)
         assert status == 200 and "ada.internal" in page and 'id="signin-certificate"' in page
-        status, headers, answer = await call("POST", f"{base}/signin", tls, {"certificate": True}, {"Origin": base})
+        status, headers, answer = await call(
+            "POST", f"{base}/signin", tls, {"certificate": True}, {"Origin": base}
+        )
         assert status == 200 and answer["identity"] == "ada", answer
         session, _ = cookie_of(headers)
-        assert (await call("GET", f"{base}/api/instances/{iid}", tls, headers=as_browser(base, session)))[0] == 200
+        assert (await call("GET", f"{base}/api/instances/{iid}", tls, headers=as_browser(base, session)))[
+            0
+        ] == 200
         # a client certificate is ambient in a browser: its actions need this origin and JSON too
         who = {"actor": "ada"}
-        status, _, answer = await call("POST", f"{base}/api/instances/{iid}/cancel", tls, who, {"Origin": "https://evil.example"})
+        status, _, answer = await call(
+            "POST", f"{base}/api/instances/{iid}/cancel", tls, who, {"Origin": "https://evil.example"}
+        )
         assert status == 403 and "evil.example" in answer["error"]
         status, _, answer = await call(
-            "POST", f"{base}/api/instances/{iid}/cancel", tls, None, {"Content-Type": "text/plain", "Origin": base}
+            "POST",
+            f"{base}/api/instances/{iid}/cancel",
+            tls,
+            None,
+            {"Content-Type": "text/plain", "Origin": base},
         )
         assert status == 415, answer
         assert (await server.instances.get_instance(iid)).instance.status == "RUNNING"
-        status, _, answer = await call("POST", f"{base}/api/instances/{iid}/cancel", tls, who, {"Origin": base})
+        status, _, answer = await call(
+            "POST", f"{base}/api/instances/{iid}/cancel", tls, who, {"Origin": base}
+        )
         assert status == 200 and answer["status"] == "CANCELLED", answer
 
 
-async def started_mtls(server: Any, pki: Pki, tls: ssl.SSLContext, base: str, name: str) -> str:  # noqa: F811
+async def started_mtls(server: Any, name: str) -> str:
     """The mTLS server takes gRPC calls with a client certificate only: start through the server."""
     await server.instances.register(flow(name).definition)
     view = await server.instances.start(name, "", {}, "", "")
@@ -214,9 +244,15 @@ async def test_sso_proxy_header(pki: Pki, proxies: str, trusted: bool) -> None: 
     ) as (server, base):
         tls = tls_client(pki)
         iid = await started(server, pki, "sso")
-        status, _, page = await call("GET", f"{base}/instances/{iid}", tls, headers={"X-Forwarded-User": "ops"})
+        status, _, page = await call(
+            "GET", f"{base}/instances/{iid}", tls, headers={"X-Forwarded-User": "ops"}
+        )
         if not trusted:
-            assert status == 401 and "only taken from the SSO proxies" in page["error"] and "127.0.0.1" in page["error"]
+            assert (
+                status == 401
+                and "only taken from the SSO proxies" in page["error"]
+                and "127.0.0.1" in page["error"]
+            )
             return
         assert status == 200 and 'id="who">ops<' in page
         [csrf] = re.findall(r'<meta name="wiggle-csrf" content="([^"]+)">', page)
@@ -229,7 +265,9 @@ async def test_sso_proxy_header(pki: Pki, proxies: str, trusted: bool) -> None: 
             "POST", f"{base}/api/instances/{iid}/signals/go", tls, who, {**proxied, "X-Wiggle-CSRF": csrf}
         )
         assert status == 200, answer
-        status, _, answer = await call("GET", f"{base}/api/instances", tls, headers={"X-Forwarded-User": "mallory"})
+        status, _, answer = await call(
+            "GET", f"{base}/api/instances", tls, headers={"X-Forwarded-User": "mallory"}
+        )
         assert status == 401 and "not in the identity file" in answer["error"]
 
 
@@ -258,7 +296,11 @@ async def test_sign_in_act_and_sign_out_in_a_browser(store: str, pg_schema: str,
                 seen["who"] = driver.find_element(By.ID, "who").text
                 seen["cookie"] = driver.get_cookie(COOKIE)
                 screenshot(driver, f"signed-in-instance-{store}")
-                wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, 'button.complete-task[data-task="approve"]'))).click()
+                wait.until(
+                    ec.presence_of_element_located(
+                        (By.CSS_SELECTOR, 'button.complete-task[data-task="approve"]')
+                    )
+                ).click()
                 dialog = wait.until(ec.visibility_of_element_located((By.ID, "confirm")))
                 dialog.find_element(By.ID, "actor").clear()
                 dialog.find_element(By.ID, "actor").send_keys("grace")
@@ -270,7 +312,12 @@ async def test_sign_in_act_and_sign_out_in_a_browser(store: str, pg_schema: str,
             assert next_of(seen["redirected"]) == f"/instances/{iid}" and "not known" in seen["wrong"]
             assert seen["landed"].endswith(f"/instances/{iid}") and seen["who"] == "ops"
             cookie = seen["cookie"]
-            assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
+            assert (
+                cookie["httpOnly"]
+                and cookie["secure"]
+                and cookie["sameSite"] == "Strict"
+                and cookie["path"] == "/"
+            )
             [entry] = [e for e in await server.instances.history(iid) if e.kind == "OPERATOR"]
             assert entry.node_id == "approve" and entry.worker_id.startswith("grace as ops (dashboard")
 
@@ -289,7 +336,10 @@ async def test_sign_in_act_and_sign_out_in_a_browser(store: str, pg_schema: str,
             assert after.endswith("/signin") and next_of(again) == "/instances"
             assert violations == []  # no inline script or style anywhere on these pages
             status, _, _ = await call(
-                "GET", f"{base}/api/instances", tls_client(pki), headers={"Cookie": f"{COOKIE}={cookie['value']}"}
+                "GET",
+                f"{base}/api/instances",
+                tls_client(pki),
+                headers={"Cookie": f"{COOKIE}={cookie['value']}"},
             )
             assert status == 401  # the old cookie opens nothing
         finally:

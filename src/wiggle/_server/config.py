@@ -131,7 +131,10 @@ class ServerConfig(msgspec.Struct, kw_only=True):
         int, Setting("dashboard sign-in: a session unused this long ends", 60, 30 * 24 * 3600)
     ] = 1800
     session_max_seconds: Annotated[
-        int, Setting("dashboard sign-in: a session ends this long after sign-in, used or not", 60, 366 * 24 * 3600)
+        int,
+        Setting(
+            "dashboard sign-in: a session ends this long after sign-in, used or not", 60, 366 * 24 * 3600
+        ),
     ] = 12 * 3600
     http_origin: Annotated[
         str,

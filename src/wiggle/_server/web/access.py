@@ -127,7 +127,9 @@ class WebAccess:
         self.sessions = sessions
         self.origins = origins
         self.trusted_header = trusted_header
-        self.proxies = [ipaddress.ip_network(p.strip(), strict=False) for p in trusted_proxies.split(",") if p.strip()]
+        self.proxies = [
+            ipaddress.ip_network(p.strip(), strict=False) for p in trusted_proxies.split(",") if p.strip()
+        ]
         tls = security is not None and security.tls is not None
         self.secure_cookie = tls
         # a __Host- cookie is only ever sent to this host, over TLS, for every path
@@ -203,7 +205,9 @@ class WebAccess:
         if not caller.csrf:
             return
         if not vouched:
-            why = "a signed-in browser's request must say where it comes from (Origin); act from the dashboard"
+            why = (
+                "a signed-in browser's request must say where it comes from (Origin); act from the dashboard"
+            )
             raise _refuse(request, 403, ErrorCode.PERMISSION_DENIED, why)
         sent = request.headers.get(CSRF_HEADER, "")
         if not hmac.compare_digest(sent.encode(), caller.csrf.encode()):

@@ -81,7 +81,9 @@ def _http_exception(request: web.Request, exc: web.HTTPException) -> web.Respons
         message = f"{where} is not allowed; this path takes {allowed or 'other methods'}"
         return error_reply(request, 405, ErrorCode.INVALID_ARGUMENT, message)
     if exc.status == 413:
-        return error_reply(request, 413, ErrorCode.INVALID_ARGUMENT, f"{where}: {exc.text or 'body too large'}")
+        return error_reply(
+            request, 413, ErrorCode.INVALID_ARGUMENT, f"{where}: {exc.text or 'body too large'}"
+        )
     code = ErrorCode.INVALID_ARGUMENT if exc.status < 500 else ErrorCode.INTERNAL
     return error_reply(request, exc.status, code, f"{where}: {exc.reason}")
 
@@ -104,7 +106,9 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_reply(request, 400, ErrorCode.INVALID_ARGUMENT, "the request nests too deep")
     except Exception:
         log.exception("HTTP %s %s failed", request.method, request.path[:200])
-        message = "internal error: the server logged it (logger wiggle.http); nothing was changed by this answer"
+        message = (
+            "internal error: the server logged it (logger wiggle.http); nothing was changed by this answer"
+        )
         return error_reply(request, 500, ErrorCode.INTERNAL, message)
 
 

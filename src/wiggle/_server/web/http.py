@@ -211,7 +211,9 @@ class HttpSide:
             if request.headers.get("X-Fragment") != "1":
                 caller = request.get(CALLER, OPEN)
                 who = caller.identity.name if caller.identity is not None else ""
-                body = pages.layout(name, name, body, who if caller.session or caller.csrf else "", caller.csrf)
+                body = pages.layout(
+                    name, name, body, who if caller.session or caller.csrf else "", caller.csrf
+                )
             return web.Response(text=body, content_type="text/html")
 
         return handler

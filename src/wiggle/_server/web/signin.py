@@ -86,7 +86,9 @@ class SignIn:
         """Check the credential, open a session, set its cookie; ``{"identity", "roles", "next"}``."""
         authenticator = self.access.authenticator
         if authenticator is None or self.sessions is None:
-            raise FailedPrecondition("this server has no identity file or client certificates: nothing to sign in to")
+            raise FailedPrecondition(
+                "this server has no identity file or client certificates: nothing to sign in to"
+            )
         token, certificate = body.get("token"), body.get("certificate")
         if token not in (None, ""):
             if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
