@@ -23,6 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from wiggle import Workflow
 from wiggle._security.tokens import Identity, Role, hash_token
 from wiggle._server.web.sessions import TOKEN, Sessions
+from wiggle._server.web.signin import safe_next
 
 from .helpers import call, csp_violations, screenshot, secured_server, start_chromium, tls_client, until
 
@@ -344,3 +345,19 @@ async def test_sign_in_act_and_sign_out_in_a_browser(store: str, pg_schema: str,
             assert status == 401  # the old cookie opens nothing
         finally:
             await asyncio.to_thread(driver.quit)
+
+
+@pytest.mark.parametrize(
+    "asked, goes",
+    [
+        ("/instances/wi-1?x=1", "/instances/wi-1?x=1"),
+        ("//evil.example", "/instances"),
+        ("/\t/evil.example", "/instances"),
+        ("/\\evil.example", "/instances"),
+        ("https://evil.example", "/instances"),
+        ("/signout", "/instances"),
+        (7, "/instances"),
+    ],
+)
+def test_sign_in_goes_back_only_to_this_dashboard(asked: object, goes: str) -> None:
+    assert safe_next(asked) == goes

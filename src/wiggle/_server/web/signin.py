@@ -33,7 +33,11 @@ MAX_TOKEN_CHARS = 1000
 
 def safe_next(value: object) -> str:
     """Where to go after signing in: a path on this dashboard, never another site."""
-    if not isinstance(value, str) or not value.startswith("/") or value.startswith("//") or "\\" in value:
+    if not isinstance(value, str) or not value.startswith("/") or "\\" in value:
+        return "/instances"
+    if any(c.isspace() or not c.isprintable() for c in value):  # browsers drop tabs: "/\t/x" is "//x"
+        return "/instances"
+    if value.startswith("//"):
         return "/instances"
     if value.startswith(("/signin", "/signout")):
         return "/instances"
