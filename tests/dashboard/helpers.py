@@ -191,3 +191,17 @@ async def call(
             except ValueError:
                 answer = text
             return r.status, r.headers, answer
+
+
+def click(driver: Any, css: str, timeout: float = 20) -> None:
+    """Click the element ``css`` once it is there. The pages refresh their ``<main>`` every 2 s,
+    which may replace the element between finding and clicking it: find it again then."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def clicked(d: Any) -> bool:
+        d.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(clicked)

@@ -24,7 +24,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from wiggle import ExecutionMode
 
-from .helpers import dashboard_server, orders, until
+from .helpers import click, dashboard_server, orders, until
 
 CHROMIUM = os.environ.get("WIGGLE_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("WIGGLE_CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -70,7 +70,7 @@ def node_state(driver: webdriver.Chrome, node: str) -> str:
 
 def confirm(driver: webdriver.Chrome, button_css: str, actor: str) -> None:
     """Click an action, fill in who, confirm (the dialog closes once the server accepted it)."""
-    wait_for(driver, button_css).click()
+    click(driver, button_css)
     dialog = WebDriverWait(driver, 10).until(ec.visibility_of_element_located((By.ID, "confirm")))
     field = dialog.find_element(By.ID, "actor")
     field.clear()

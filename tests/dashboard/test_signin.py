@@ -25,7 +25,16 @@ from wiggle._security.tokens import Identity, Role, hash_token
 from wiggle._server.web.sessions import TOKEN, Sessions
 from wiggle._server.web.signin import safe_next
 
-from .helpers import call, csp_violations, screenshot, secured_server, start_chromium, tls_client, until
+from .helpers import (
+    call,
+    click,
+    csp_violations,
+    screenshot,
+    secured_server,
+    start_chromium,
+    tls_client,
+    until,
+)
 
 COOKIE = "__Host-wiggle-session"
 
@@ -297,11 +306,7 @@ async def test_sign_in_act_and_sign_out_in_a_browser(store: str, pg_schema: str,
                 seen["who"] = driver.find_element(By.ID, "who").text
                 seen["cookie"] = driver.get_cookie(COOKIE)
                 screenshot(driver, f"signed-in-instance-{store}")
-                wait.until(
-                    ec.presence_of_element_located(
-                        (By.CSS_SELECTOR, 'button.complete-task[data-task="approve"]')
-                    )
-                ).click()
+                click(driver, 'button.complete-task[data-task="approve"]')
                 dialog = wait.until(ec.visibility_of_element_located((By.ID, "confirm")))
                 dialog.find_element(By.ID, "actor").clear()
                 dialog.find_element(By.ID, "actor").send_keys("grace")

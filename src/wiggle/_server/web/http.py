@@ -82,7 +82,12 @@ class HttpSide:
         authenticator = security.authenticator if security is not None else None
         tls = security is not None and security.tls is not None
         self.sessions = (
-            Sessions(authenticator.table, settings.session_idle_seconds, settings.session_max_seconds)
+            Sessions(
+                authenticator.table,
+                settings.session_idle_seconds,
+                settings.session_max_seconds,
+                now_ms=instances.clock.now,
+            )
             if authenticator is not None
             else None
         )

@@ -42,11 +42,12 @@ class Session:
     csrf: str  # the anti-forgery token its pages send back (X-Wiggle-CSRF)
     created: float  # the clock's seconds
     last_used: float
-    expires_at_ms: int  # wall clock, for the cookie and the answer to the sign-in
+    expires_at_ms: int  # the latest end, by the server's clock: the sign-in's answer
 
 
 class Sessions:
-    """The sessions of one HTTP port. ``clock`` (seconds, monotonic) decides expiry."""
+    """The sessions of one HTTP port. ``clock`` (seconds, monotonic) decides expiry; ``now_ms``
+    (the server's Clock, ms since the epoch) only dates the end the sign-in answers with."""
 
     def __init__(
         self,
@@ -55,12 +56,14 @@ class Sessions:
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
         limit: int = MAX_SESSIONS,
+        now_ms: Callable[[], int] | None = None,
     ) -> None:
         self.table = table
         self.idle = idle
         self.max_age = max_age
         self.clock = clock
         self.limit = limit
+        self.now_ms = now_ms or (lambda: int(self.clock() * 1000))  # the server's Clock, for the answer
         self._lock = threading.Lock()
         self._by_id: dict[str, Session] = {}
         self._secret = secrets.token_bytes(32)  # for the anti-forgery token of proxy-signed requests
@@ -81,7 +84,7 @@ class Sessions:
             csrf=secrets.token_urlsafe(32),
             created=now,
             last_used=now,
-            expires_at_ms=int((time.time() + self.max_age) * 1000),
+            expires_at_ms=self.now_ms() + int(self.max_age * 1000),
         )
         with self._lock:
             self._sweep(now)
