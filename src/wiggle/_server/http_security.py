@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import ssl
 
-from .._security.roles import HTTP_ROLES, allowed_roles, check_method
+from .._security.roles import HTTP_ROLES, check_method
 from .._security.tls import ServerTLS
 from .._security.tokens import Identity
 from ..errors import ErrorCode, WiggleError
 from .guard import Authenticator
+from .routes import allowed_roles
 
 __all__ = ["HttpSecurity", "OPEN_PATHS", "http_status", "peer_common_name"]
 
@@ -87,5 +88,5 @@ class HttpSecurity:
     @staticmethod
     def check_action(identity: Identity, rpc: str) -> None:
         """PermissionDenied unless ``identity`` may do what the RPC ``rpc`` does: an action on
-        the HTTP port needs exactly the roles of its gRPC twin (RPC_ROLES)."""
+        the HTTP port needs exactly the roles of its gRPC twin (its row in wiggle/_server/routes.py)."""
         check_method(identity, rpc, allowed_roles(rpc))

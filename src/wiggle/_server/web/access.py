@@ -15,7 +15,7 @@ With access control on, the caller is, in this order: the bearer token of an ``A
 header; the identity an SSO proxy names in ``http_trusted_header`` (from ``http_trusted_proxies``
 only); the browser session of the cookie (wiggle/_server/web/sessions.py); the verified client
 certificate. Reading needs a role the path allows (HTTP_ROLES), an action exactly the roles of the
-RPC it stands for (RPC_ROLES, the route's name). docs/dashboard.md#signing-in has the rules.
+RPC it stands for (the route's name; its row in wiggle/_server/routes.py). docs/dashboard.md#signing-in has the rules.
 """
 
 from __future__ import annotations

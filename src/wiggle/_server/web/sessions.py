@@ -119,9 +119,9 @@ class Sessions:
             log.info("%s signed out of the dashboard", session.identity.name)
         return session
 
-    def revalidate(self, revoked: frozenset[str] = frozenset()) -> int:
+    def revalidate(self, revoked: frozenset[str] = frozenset()) -> None:
         """End every session whose identity the reload named in ``revoked``, or whose credential
-        now means another identity (names, roles, queues) or none; how many ended. The identity
+        now means another identity (names, roles, queues) or none. The identity
         file's reload calls it (``IdentityTable.on_reload``)."""
         with self._lock:
             gone = [
@@ -131,7 +131,6 @@ class Sessions:
                 del self._by_id[session.id]
         for session in gone:
             log.info("session of %s ended: its identity was removed or changed", session.identity.name)
-        return len(gone)
 
     def current(self, session: Session) -> Identity | None:
         """What the session's credential is worth now (None: nothing)."""
