@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pg import TEST_DATABASE_URL
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -24,7 +25,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from wiggle import ExecutionMode
 
-from .helpers import dashboard_server, orders, until
+from .helpers import click, dashboard_server, orders, until
 
 CHROMIUM = os.environ.get("WIGGLE_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("WIGGLE_CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -63,14 +64,20 @@ def wait_for(driver: webdriver.Chrome, css: str, timeout: float = 20) -> Any:
 
 
 def node_state(driver: webdriver.Chrome, node: str) -> str:
-    return str(
-        driver.find_element(By.CSS_SELECTOR, f'g.node[data-node="{node}"]').get_attribute("data-state")
+    """The graph's state of ``node`` (read again if the 2 s refresh replaced the graph meanwhile)."""
+
+    def read(d: webdriver.Chrome) -> str:
+        return str(d.find_element(By.CSS_SELECTOR, f'g.node[data-node="{node}"]').get_attribute("data-state"))
+
+    state: str = WebDriverWait(driver, 20, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: read(d) or "unreached"
     )
+    return "" if state == "unreached" else state
 
 
 def confirm(driver: webdriver.Chrome, button_css: str, actor: str) -> None:
     """Click an action, fill in who, confirm (the dialog closes once the server accepted it)."""
-    wait_for(driver, button_css).click()
+    click(driver, button_css)
     dialog = WebDriverWait(driver, 10).until(ec.visibility_of_element_located((By.ID, "confirm")))
     field = dialog.find_element(By.ID, "actor")
     field.clear()
@@ -144,7 +151,7 @@ async def test_every_page_and_the_actions_in_a_browser(
 
             def refreshed() -> tuple[str, bool]:
                 # the page refreshes itself (no reload): the status pill and the history follow
-                WebDriverWait(browser, 20).until(
+                WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(
                     lambda d: (
                         "CANCELLED" in d.find_element(By.ID, "main").text
                         and d.find_elements(By.CSS_SELECTOR, "#history tr.h-CANCELLED")
@@ -168,7 +175,9 @@ async def test_every_page_and_the_actions_in_a_browser(
             assert done.status == "COMPLETED" and done.context["shipped"] is True
 
             def graph_done() -> list[str]:
-                WebDriverWait(browser, 20).until(lambda d: node_state(d, "ship") == "done")
+                WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(
+                    lambda d: node_state(d, "ship") == "done"
+                )
                 shot(browser, f"instance-completed-{store}")
                 return [node_state(browser, n) for n in ("validate", "approve", "charge", "ship")]
 

@@ -12,7 +12,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from .helpers import dashboard_server, orders, until
+from .helpers import click, dashboard_server, orders, until
 from .test_browser import browser, confirm, shot, wait_for  # noqa: F401  (browser: a fixture)
 
 
@@ -21,7 +21,7 @@ def signal_in_browser(
 ) -> None:
     """Open the instance, click "send a signal", fill in name, data and who, confirm."""
     driver.get(f"{base}/instances/{iid}")
-    wait_for(driver, "button#signal").click()
+    click(driver, "button#signal")
     dialog = WebDriverWait(driver, 10).until(ec.visibility_of_element_located((By.ID, "confirm")))
     for field, value in (("signal-name", name), ("data", data), ("actor", actor)):
         element = dialog.find_element(By.ID, field)

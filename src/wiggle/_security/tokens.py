@@ -234,6 +234,10 @@ class IdentityTable:
         # a lookup by hash: timing can only tell about the hash, never about a token
         return self._by_digest.get(hash_token(token))
 
+    def by_token_hash(self, digest: str) -> Identity | None:
+        """The identity whose token hashes to ``digest`` (what a dashboard session keeps of its token)."""
+        return self._by_digest.get(digest)
+
     def by_certificate(self, common_name: str) -> Identity | None:
         """The identity of a verified client certificate's common name."""
         return self._by_cn.get(common_name)

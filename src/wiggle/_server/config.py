@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Annotated, NamedTuple, get_type_hints
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -123,6 +126,29 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     insecure: Annotated[bool, Setting("allow a non-loopback bind without TLS and authentication")] = False
     open_metrics: Annotated[bool, Setting("serve /metrics and /healthz without a credential")] = False
     reload_seconds: Annotated[float, Setting("seconds between checks of the TLS and identity files")] = 10.0
+    # the dashboard's sign-in and origin (docs/dashboard.md#signing-in)
+    session_idle_seconds: Annotated[
+        int, Setting("dashboard sign-in: a session unused this long ends", 60, 30 * 24 * 3600)
+    ] = 1800
+    session_max_seconds: Annotated[
+        int,
+        Setting(
+            "dashboard sign-in: a session ends this long after sign-in, used or not", 60, 366 * 24 * 3600
+        ),
+    ] = 12 * 3600
+    http_origin: Annotated[
+        str,
+        Setting(
+            "the dashboard's public origin (https://wiggle.example.com) when browsers reach it by a name "
+            "or through a proxy; unset: loopback addresses and this host's names"
+        ),
+    ] = ""
+    http_trusted_header: Annotated[
+        str, Setting("SSO proxy: the request header naming the signed-in identity (e.g. X-Forwarded-User)")
+    ] = ""
+    http_trusted_proxies: Annotated[
+        str, Setting("SSO proxy: comma-separated addresses or networks the trusted header is taken from")
+    ] = ""
     # bounds
     max_live_instances: Annotated[
         int, Setting("memory store: instances held at once, finished ones evicted first (0: no bound)")
@@ -251,9 +277,42 @@ def check_config(config: ServerConfig) -> ServerConfig:
         if not low <= value <= high:
             flag = "--" + field.replace("_", "-")
             raise InvalidArgument(f"{flag} ({names[field]}) must be between {low} and {high}, got {value}")
+    check_http_settings(config)
     if config.queue_lag_clear_millis >= config.queue_lag_warn_millis:
         raise InvalidArgument(
             f"--queue-lag-clear-millis ({config.queue_lag_clear_millis}) must be below "
             f"--queue-lag-warn-millis ({config.queue_lag_warn_millis}): the lag must end below where it starts"
         )
     return config
+
+
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]{0,99}")
+
+
+def check_http_settings(config: ServerConfig) -> None:
+    """The dashboard's origin and SSO-proxy settings, checked; InvalidArgument naming the one."""
+    if config.http_origin:
+        parts = urlsplit(config.http_origin)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+            raise InvalidArgument(
+                f"--http-origin (WIGGLE_HTTP_ORIGIN) must be a scheme and host, like "
+                f"https://wiggle.example.com, got {config.http_origin!r}"
+            )
+    header, proxies = config.http_trusted_header, config.http_trusted_proxies
+    if header and not _HEADER_NAME.fullmatch(header):
+        raise InvalidArgument(f"--http-trusted-header must be an HTTP header name, got {header!r}")
+    if bool(header) != bool(proxies.strip()):
+        raise InvalidArgument(
+            "--http-trusted-header and --http-trusted-proxies go together: the header is only "
+            "believed from the proxies' addresses"
+        )
+    if header and not config.auth_file:
+        raise InvalidArgument("--http-trusted-header names identities of the identity file: set --auth-file")
+    for item in proxies.split(","):
+        if item.strip():
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise InvalidArgument(
+                    f"--http-trusted-proxies: {item.strip()!r} is not an address or network (10.0.0.5, 10.0.0.0/24)"
+                ) from None

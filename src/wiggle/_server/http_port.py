@@ -72,7 +72,7 @@ async def open_http_port(server: WiggleServer) -> HttpPort | None:
         return _MetricsThread(http_server, http_server.server_address[1])
     sources = Sources(server.instances, server.service.pollers, getattr(server, "lag", None))
     security = server.http_security
-    side = HttpSide(server.instances, sources, _metrics_text(server), server.serving, security)
+    side = HttpSide(server.instances, sources, _metrics_text(server), server.serving, security, config)
     await side.start(config.host, config.http_port)
     scheme = "https" if security is not None and security.tls is not None else "http"
     log.info("dashboard and /metrics on %s://%s:%d/", scheme, config.host, side.port)

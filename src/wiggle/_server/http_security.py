@@ -5,8 +5,9 @@ current when the certificate files change; ``HttpSecurity.check(path, authorizat
 peer_common_name)`` authenticates a request and checks its path against the role table
 (``HTTP_ROLES`` in wiggle/_security/roles.py), raising Unauthenticated or PermissionDenied with
 the message to send (401 / 403; ``http_status`` maps them). /metrics and /healthz can be left
-open (``open_metrics``). The dashboard and API are expected to call ``check`` from their
-middleware; the built-in /metrics server (wiggle/_server/metrics_http.py) does.
+open (``open_metrics``). The built-in /metrics server (wiggle/_server/metrics_http.py) calls
+``check``; the dashboard (wiggle/_server/web/access.py) authenticates itself (tokens, sessions,
+an SSO proxy's header, certificates) and calls ``check_read`` and ``check_action``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .._security.tls import ServerTLS
 from .._security.tokens import Identity
 from ..errors import ErrorCode, WiggleError
 from .guard import Authenticator
+from .routes import allowed_roles
 
 __all__ = ["HttpSecurity", "OPEN_PATHS", "http_status", "peer_common_name"]
 
@@ -66,13 +68,25 @@ class HttpSecurity:
                     best = prefix
         return best
 
+    def is_open(self, path: str) -> bool:
+        """Whether ``path`` needs no credential (access control off, or left open)."""
+        return self.authenticator is None or (self.open_metrics and path.split("?", 1)[0] in OPEN_PATHS)
+
     def check(self, path: str, authorization: str, peer_cn: str) -> Identity | None:
         """The caller of ``path``; None when access control is off or the path is left open."""
         path = path.split("?", 1)[0]
-        if self.authenticator is None:
-            return None
-        if self.open_metrics and path in OPEN_PATHS:
+        if self.authenticator is None or self.is_open(path):
             return None
         identity = self.authenticator.identify(authorization, peer_cn)
-        check_method(identity, path, HTTP_ROLES[self.roles_for(path)])
+        self.check_read(identity, path)
         return identity
+
+    def check_read(self, identity: Identity, path: str) -> None:
+        """PermissionDenied unless ``identity`` may read ``path`` (HTTP_ROLES)."""
+        check_method(identity, path.split("?", 1)[0], HTTP_ROLES[self.roles_for(path)])
+
+    @staticmethod
+    def check_action(identity: Identity, rpc: str) -> None:
+        """PermissionDenied unless ``identity`` may do what the RPC ``rpc`` does: an action on
+        the HTTP port needs exactly the roles of its gRPC twin (its row in wiggle/_server/routes.py)."""
+        check_method(identity, rpc, allowed_roles(rpc))

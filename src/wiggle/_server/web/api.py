@@ -15,6 +15,7 @@ from ..._engine.state import HistoryEntry, InstanceStatus, Token, TokenStatus
 from ..._model import NodeKind, WorkflowDefinition, validate_name
 from ..._storage.base import InstanceQuery
 from ...errors import InvalidArgument
+from ..instance_service import PAGE_TOKEN_PATTERN
 from ..instances import Instances
 from ..operator import OPERATOR_KIND
 from ..pollers import Pollers
@@ -91,6 +92,11 @@ def instance_query(args: Mapping[str, str]) -> InstanceQuery:
     parent_id = args.get("parent_id", "").strip()
     if parent_id:
         validate_name(parent_id, "parent_id")
+    page_token = args.get("page_token", "").strip()
+    if page_token and not PAGE_TOKEN_PATTERN.fullmatch(page_token):
+        raise InvalidArgument(
+            f"page_token {page_token[:40]!r} is not a page token; pass the next_page_token of the previous page"
+        )
     return InstanceQuery(
         workflow=workflow,
         status=status,
@@ -99,7 +105,7 @@ def instance_query(args: Mapping[str, str]) -> InstanceQuery:
         created_after=_ms_arg(args, "created_after"),
         created_before=_ms_arg(args, "created_before"),
         page_size=size,
-        page_token=args.get("page_token", "").strip(),
+        page_token=page_token,
     )
 
 

@@ -12,94 +12,49 @@ read the instance layer directly, with no second process or thread. Routes (docs
     POST /api/instances/{id}/retry               {"actor": "...", "from_node": ""}
     GET  /schedules  /api/schedules                                         (HTML, JSON)
     POST /api/schedules/{id}/pause|resume|trigger {"actor": "..."}
+    GET  /signin   POST /signin {"token": "..."} | {"certificate": true}   POST /signout
+    GET  /static/dashboard.css  /static/dashboard.js
 
 A page requested with the header ``X-Fragment: 1`` answers its ``<main>`` content only (the
-pages' refresh). Errors answer ``{"error": message, "code": ErrorCode}`` with an HTTP status.
+pages' refresh). Errors answer ``{"error": message, "code": ErrorCode}`` with an HTTP status
+(errors.py); who may call what, and the refusal of forged requests, are access.py's; sessions
+are sessions.py's. Request bodies pass the gRPC edge's decoder (wiggle/_wire/payload.py: size,
+nesting depth, a JSON object).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from ..._model import validate_name
-from ..._security.tokens import Role
-from ...errors import ErrorCode, InvalidArgument, WiggleError
-from ..http_security import HttpSecurity, http_status, peer_common_name
+from ..._wire.payload import decode_object
+from ...errors import ErrorCode, InvalidArgument
+from ..http_security import HttpSecurity
 from ..instances import Instances
 from . import actions, api, pages, schedules
+from .access import CALLER, OPEN, Origins, WebAccess
+from .assets import ASSETS
+from .errors import HTTP_STATUS, HttpProblem, errors, secure_headers
+from .sessions import Sessions
+from .signin import SignIn
 
-__all__ = ["HttpSide", "HTTP_STATUS"]
+if TYPE_CHECKING:
+    from ..config import ServerConfig
+
+__all__ = ["HttpSide", "HTTP_STATUS", "BODY_SLACK"]
 
 log = logging.getLogger("wiggle.http")
 
-HTTP_STATUS = {
-    ErrorCode.INVALID_ARGUMENT: 400,
-    ErrorCode.NOT_FOUND: 404,
-    ErrorCode.FAILED_PRECONDITION: 409,
-    ErrorCode.UNAVAILABLE: 503,
-    ErrorCode.DEADLINE_EXCEEDED: 504,
-    ErrorCode.PERMISSION_DENIED: 403,
-    ErrorCode.UNAUTHENTICATED: 401,
-}
 MAX_ACTOR_CHARS = 100
+#: a request body may exceed the payload limit (max_payload_bytes) by this much: the actor, the
+#: reason and the JSON around the payload
+BODY_SLACK = 64 * 1024
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except WiggleError as exc:
-        status = HTTP_STATUS.get(exc.code, 500)
-        if request.path.startswith("/api/") or status >= 500:
-            return web.json_response({"error": str(exc), "code": exc.code.value}, status=status)
-        body = pages.layout("error", "", f'<h2>{status}</h2><p class="err">{_esc(str(exc))}</p>')
-        return web.Response(text=body, status=status, content_type="text/html")
-
-
-def _esc(text: str) -> str:
-    from html import escape
-
-    return escape(text)
-
-
-#: the authenticated caller's name on a request (set by the access middleware)
-IDENTITY = web.RequestKey("identity", str)
-
-
-def _access(
-    security: HttpSecurity,
-) -> Callable[[web.Request, Handler], Coroutine[Any, Any, web.StreamResponse]]:
-    """Middleware: the caller's credential checked against HTTP_ROLES (wiggle/_security/roles.py).
-
-    Reading needs a role the path allows; anything else (cancel, complete a user task) is an
-    operator action and needs the admin role. The acting identity's name replaces the ``actor``
-    a form sends, so the history records who really did it.
-    """
-
-    @web.middleware
-    async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
-        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
-        try:
-            identity = security.check(
-                request.path, request.headers.get("Authorization", ""), peer_common_name(peer)
-            )
-        except WiggleError as exc:
-            return web.json_response({"error": str(exc), "code": exc.code.value}, status=http_status(exc))
-        if request.method not in ("GET", "HEAD") and identity is not None:
-            if Role.ADMIN not in identity.roles:
-                message = f"{identity.name} may not {request.method} {request.path}: needs the admin role"
-                return web.json_response({"error": message, "code": "PERMISSION_DENIED"}, status=403)
-            request[IDENTITY] = identity.name
-        return await handler(request)
-
-    return access
 
 
 class HttpSide:
@@ -112,7 +67,11 @@ class HttpSide:
         metrics_text: Callable[[], bytes] | None,
         serving: Callable[[], bool],
         security: HttpSecurity | None = None,
+        settings: ServerConfig | None = None,
     ) -> None:
+        from ..config import ServerConfig
+
+        settings = settings or ServerConfig()
         self.security = security  # TLS and roles (wiggle/_server/http_security.py); None: open
         self.instances = instances
         self.sources = sources
@@ -120,19 +79,44 @@ class HttpSide:
         self.serving = serving  # False before the gRPC port is up and once the server stops
         self.port = 0
         self._runner: web.AppRunner | None = None
+        authenticator = security.authenticator if security is not None else None
+        tls = security is not None and security.tls is not None
+        self.sessions = (
+            Sessions(
+                authenticator.table,
+                settings.session_idle_seconds,
+                settings.session_max_seconds,
+                now_ms=instances.clock.now,
+            )
+            if authenticator is not None
+            else None
+        )
+        self.access = WebAccess(
+            security,
+            self.sessions,
+            Origins(settings.http_origin, settings.host, tls),
+            settings.http_trusted_header if authenticator is not None else "",
+            settings.http_trusted_proxies,
+        )
+        self.signin = SignIn(self.access, self.sessions, settings.session_max_seconds)
 
     def app(self) -> web.Application:
         """The aiohttp application (routes above)."""
-        limit = self.instances.config.max_payload_bytes + 64 * 1024
-        middlewares: list[Any] = [_errors]  # aiohttp's Middleware; ours are plain coroutine functions
-        if self.security is not None and self.security.authenticator is not None:
-            middlewares.insert(0, _access(self.security))
-        app = web.Application(middlewares=middlewares, client_max_size=limit)
+        self.body_limit = self.instances.config.max_payload_bytes + BODY_SLACK
+        # aiohttp's Middleware type; ours are plain coroutine functions. Errors outermost.
+        middlewares: list[Any] = [errors, self.access.middleware()]
+        app = web.Application(middlewares=middlewares, client_max_size=self.body_limit)
+        app.on_response_prepare.append(secure_headers)
         r = app.router
         r.add_get("/healthz", self.healthz)
         r.add_get("/readyz", self.readyz)
         r.add_get("/metrics", self.metrics)
         r.add_get("/", self.root)
+        for path in ASSETS:
+            r.add_get(path, self.asset)
+        r.add_get("/signin", self.signin.page)
+        r.add_post("/signin", self.sign_in)
+        r.add_post("/signout", self.signin.sign_out)
         r.add_get("/instances", self.page(self._instances_data, pages.instances_html, "instances"))
         r.add_get("/instances/{id}", self.page(self._instance_data, pages.instance_html, "instances"))
         r.add_get("/workflows", self.page(self._workflows_data, pages.workflows_html, "workflows"))
@@ -145,11 +129,12 @@ class HttpSide:
         r.add_get("/api/queues", self.json(self._queues_data))
         r.add_get("/api/cluster", self.json(self._cluster_data))
         r.add_get("/api/schedules", self.json(self._schedules_data))
-        r.add_post("/api/instances/{id}/cancel", self.cancel)
-        r.add_post("/api/instances/{id}/user-tasks/{name}", self.complete_user_task)
-        r.add_post("/api/instances/{id}/signals/{name}", self.signal)
-        r.add_post("/api/instances/{id}/retry", self.retry)
-        r.add_post("/api/schedules/{id}/{action}", self.schedule_action)
+        # each action's route is named after the RPC whose roles it needs (access.py)
+        r.add_post("/api/instances/{id}/cancel", self.cancel, name="CancelInstance")
+        r.add_post("/api/instances/{id}/user-tasks/{name}", self.complete_user_task, name="CompleteUserTask")
+        r.add_post("/api/instances/{id}/signals/{name}", self.signal, name="SignalInstance")
+        r.add_post("/api/instances/{id}/retry", self.retry, name="RetryInstance")
+        r.add_post("/api/schedules/{id}/{action}", self.schedule_action, name="schedule_action")
         return app
 
     async def start(self, host: str, port: int) -> int:
@@ -229,10 +214,21 @@ class HttpSide:
         async def handler(request: web.Request) -> web.StreamResponse:
             body = render(await data(request))
             if request.headers.get("X-Fragment") != "1":
-                body = pages.layout(name, name, body)
+                caller = request.get(CALLER, OPEN)
+                who = caller.identity.name if caller.identity is not None else ""
+                body = pages.layout(
+                    name, name, body, who if caller.session or caller.csrf else "", caller.csrf
+                )
             return web.Response(text=body, content_type="text/html")
 
         return handler
+
+    async def asset(self, request: web.Request) -> web.Response:
+        """The stylesheet or the script (cached: the pages ask for them by version)."""
+        text, content_type = ASSETS[request.path]
+        response = web.Response(text=text, content_type=content_type, charset="utf-8")
+        response.headers["Cache-Control"] = "public, max-age=86400"
+        return response
 
     def json(self, data: Callable[[web.Request], Awaitable[dict[str, Any]]]) -> Handler:
         """A GET handler answering ``data`` as JSON."""
@@ -244,23 +240,36 @@ class HttpSide:
 
     # ------------------------------------------------------------------ actions
 
-    async def _body(self, request: web.Request) -> tuple[dict[str, Any], str]:
+    async def _read(self, request: web.Request) -> dict[str, Any]:
+        """The body as a JSON object, through the gRPC edge's decoder (size, nesting, type)."""
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise InvalidArgument("the request body must be a JSON object") from None
-        if not isinstance(body, dict):
-            raise InvalidArgument("the request body must be a JSON object")
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise HttpProblem(
+                413,
+                ErrorCode.INVALID_ARGUMENT,
+                f"the request body is larger than {self.body_limit} bytes, the limit (max_payload_bytes "
+                f"{self.body_limit - BODY_SLACK} plus {BODY_SLACK} for the rest of the body)",
+            ) from None
+        return decode_object(raw, "the request body", None)
+
+    async def _body(self, request: web.Request) -> tuple[dict[str, Any], str]:
+        body = await self._read(request)
         actor = body.get("actor")
         if not isinstance(actor, str) or not actor.strip():
             raise InvalidArgument('"actor" must name who does this (it is recorded in the history)')
         if len(actor) > MAX_ACTOR_CHARS:
             raise InvalidArgument(f'"actor" is {len(actor)} characters; the limit is {MAX_ACTOR_CHARS}')
         who = actor.strip()
-        identity = request.get(IDENTITY)
+        caller = request.get(CALLER, OPEN)
+        identity = caller.identity.name if caller.identity is not None else None
         if identity is not None and identity != who:  # authenticated: the credential says who it is
             who = f"{who} as {identity}"
         return body, f"{who} (dashboard, {request.remote or 'unknown address'})"
+
+    async def sign_in(self, request: web.Request) -> web.Response:
+        """POST /signin (signin.py), its body through the same decoder."""
+        return await self.signin.sign_in(request, await self._read(request))
 
     async def cancel(self, request: web.Request) -> web.Response:
         """Cancel an instance; recorded in its history with who did it."""

@@ -1,7 +1,9 @@
 """The dashboard's HTML: each page rendered on the server from its JSON API data (api.py).
 
-A little JavaScript (SCRIPT) re-fetches the page's ``<main>`` every few seconds (no full reload)
-and runs the actions: a dialog asks for confirmation and for who is acting, then POSTs to the API.
+No inline script or style: the layout loads /static/dashboard.js and .css (assets.py), which
+re-fetch the page's ``<main>`` every few seconds (no full reload) and run the actions: a dialog
+asks for confirmation and for who is acting, then POSTs to the API with the page's anti-forgery
+token (the ``wiggle-csrf`` meta element).
 """
 
 from __future__ import annotations
@@ -16,86 +18,11 @@ import msgspec
 
 from ..._model import WorkflowDefinition
 from .api import STATUSES
+from .assets import VERSION
 from .graph import render_svg
 
 __all__ = ["layout", "instances_html", "instance_html", "workflows_html", "queues_html", "cluster_html"]
 
-
-STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
-header{background:#1d2330;color:#fff;padding:10px 20px;display:flex;gap:22px;align-items:center}
-header a{color:#cfd6e4;text-decoration:none}header a.on{color:#fff;font-weight:600}
-header b{font-size:16px;margin-right:10px}main{padding:16px 20px}
-table{border-collapse:collapse;background:#fff;margin:8px 0 18px;min-width:60%}
-th,td{border-bottom:1px solid #e3e6ec;padding:5px 9px;text-align:left;vertical-align:top}
-th{background:#eef1f5;font-weight:600}td.num{text-align:right}code,pre{font:12px/1.35 ui-monospace,monospace}
-pre{background:#fff;border:1px solid #e3e6ec;padding:8px;overflow:auto;max-height:420px}
-pre.tb{background:#fff5f5;border-color:#f0c4c4;margin:4px 0}
-.pill{display:inline-block;padding:1px 8px;border-radius:10px;background:#e3e6ec;margin-right:6px}
-.RUNNING{background:#dbe9ff}.COMPLETED{background:#d9f2df}.FAILED{background:#fbdada}.CANCELLED{background:#eee}
-form.filters input,form.filters select{margin-right:8px}button{cursor:pointer}
-svg.graph .node rect{fill:#fff;stroke:#8a93a6;stroke-width:1.5}
-svg.graph text.name{font:600 12px system-ui}svg.graph text.sub{font:11px system-ui;fill:#4a5366}
-svg.graph .done rect{fill:#d9f2df;stroke:#3c9a55}svg.graph .failed rect{fill:#fbdada;stroke:#c0392b}
-svg.graph .retrying rect{fill:#fff0d6;stroke:#d68910}svg.graph .running rect{fill:#dbe9ff;stroke:#2e6bd1}
-svg.graph .local-run rect{fill:#e8dcff;stroke:#7d4cdb}svg.graph .ready rect{fill:#fffbe0;stroke:#b7950b}
-svg.graph .awaiting rect,svg.graph .sleeping rect,svg.graph .joined rect{fill:#e0f7fa;stroke:#117a8b}
-dialog{border:1px solid #8a93a6;border-radius:8px;padding:16px 18px;min-width:340px}
-dialog label{display:block;margin:8px 0}dialog input,dialog textarea{width:100%;box-sizing:border-box}
-.err{color:#c0392b}.muted{color:#6b7385}
-"""
-
-SCRIPT = """
-const main = () => document.getElementById('main');
-let busy = false;
-async function refresh() {
-  if (busy || document.querySelector('dialog[open]')) return;
-  try {
-    const r = await fetch(location.href, {headers: {'X-Fragment': '1'}});
-    if (r.ok) { main().innerHTML = await r.text(); main().dataset.refreshed = String(Date.now()); }
-  } catch (e) { /* the server is away: try again at the next tick */ }
-}
-setInterval(refresh, 2000);
-function act(button) {
-  const d = document.getElementById('confirm');
-  d.querySelector('.what').textContent = button.dataset.what;
-  const k = button.dataset.kind;
-  d.querySelector('#data-row').style.display = (k === 'task' || k === 'signal') ? '' : 'none';
-  d.querySelector('#name-row').style.display = k === 'signal' ? '' : 'none';
-  d.querySelector('#reason-row').style.display = button.dataset.kind === 'cancel' ? '' : 'none';
-  d.querySelector('#actor').value = localStorage.getItem('wiggle-actor') || '';
-  d.querySelector('.err').textContent = '';
-  d.dataset.url = button.dataset.url; d.dataset.kind = button.dataset.kind;
-  d.showModal();
-}
-async function confirmAction() {
-  const d = document.getElementById('confirm');
-  const actor = d.querySelector('#actor').value.trim();
-  if (!actor) { d.querySelector('.err').textContent = 'Say who you are: it goes in the history.'; return; }
-  localStorage.setItem('wiggle-actor', actor);
-  const body = {actor};
-  if (d.dataset.kind === 'cancel') body.reason = d.querySelector('#reason').value;
-  let url = d.dataset.url;
-  if (d.dataset.kind === 'signal') {
-    const name = d.querySelector('#signal-name').value.trim();
-    if (!name) { d.querySelector('.err').textContent = 'Name the signal to send.'; return; }
-    url += encodeURIComponent(name);
-  }
-  if (d.dataset.kind === 'task' || d.dataset.kind === 'signal') {
-    try { body.data = JSON.parse(d.querySelector('#data').value || '{}'); }
-    catch (e) { d.querySelector('.err').textContent = 'data is not valid JSON: ' + e.message; return; }
-  }
-  busy = true;
-  try {
-    const r = await fetch(url, {method: 'POST', headers: {'Content-Type': 'application/json'},
-                                           body: JSON.stringify(body)});
-    const answer = await r.json();
-    if (!r.ok) { d.querySelector('.err').textContent = answer.error || r.statusText; return; }
-    d.close();
-  } finally { busy = false; }
-  refresh();
-}
-"""
 
 NAV = (
     ("instances", "/instances"),
@@ -122,24 +49,31 @@ def age(ms: int) -> str:
     return f"{ms / 60_000:.1f} min"
 
 
-def layout(title: str, page: str, body: str) -> str:
-    """The whole document around one page's ``<main>`` content."""
+def layout(title: str, page: str, body: str, who: str = "", csrf: str = "") -> str:
+    """The whole document around one page's ``<main>`` content; ``who`` signed in (a sign-out
+    button), ``csrf`` the anti-forgery token the page's actions send back."""
     links = "".join(
         f'<a href="{href}" class="{"on" if name == page else ""}">{name}</a>' for name, href in NAV
     )
+    user = ""
+    if who:
+        user = f'<span class="who">signed in as <b id="who">{escape(who)}</b><button id="signout">sign out</button></span>'
     dialog = (
         '<dialog id="confirm"><h3>Confirm: <span class="what"></span></h3>'
         '<label>Who are you (recorded in the history) <input id="actor" autocomplete="name"></label>'
         '<label id="reason-row">Reason <input id="reason" value="cancelled from the dashboard"></label>'
         '<label id="name-row">Signal name <input id="signal-name" list="signal-names"></label>'
         '<label id="data-row">Data (JSON object) <textarea id="data" rows="4">{}</textarea></label>'
-        '<p class="err"></p><button id="confirm-yes" onclick="confirmAction()">Confirm</button> '
-        "<button onclick=\"this.closest('dialog').close()\">Back</button></dialog>"
+        '<p class="err"></p><button id="confirm-yes">Confirm</button> '
+        '<button id="confirm-back">Back</button></dialog>'
     )
+    meta = f'<meta name="wiggle-csrf" content="{escape(csrf)}">' if csrf else ""
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)} · Wiggle</title>"
-        f"<style>{STYLE}</style></head><body><header><b>Wiggle</b>{links}</header>"
-        f'<main id="main" data-page="{page}">{body}</main>{dialog}<script>{SCRIPT}</script></body></html>'
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)} · Wiggle</title>{meta}"
+        f'<link rel="stylesheet" href="/static/dashboard.css?v={VERSION}">'
+        f'<script src="/static/dashboard.js?v={VERSION}" defer></script></head>'
+        f"<body><header><b>Wiggle</b>{links}{user}</header>"
+        f'<main id="main" data-page="{page}">{body}</main>{dialog}</body></html>'
     )
 
 
@@ -202,24 +136,24 @@ def instance_html(data: dict[str, Any]) -> str:
     if data["actions"]["cancel"]:
         actions.append(
             f'<button id="cancel" data-kind="cancel" data-what="cancel {iid}" '
-            f'data-url="/api/instances/{iid}/cancel" onclick="act(this)">cancel…</button>'
+            f'data-url="/api/instances/{iid}/cancel">cancel…</button>'
         )
     for name in data["actions"]["complete_user_task"]:
         n = escape(name)
         actions.append(
             f'<button class="complete-task" data-task="{n}" data-kind="task" data-what="complete user task {n}" '
-            f'data-url="/api/instances/{iid}/user-tasks/{n}" onclick="act(this)">complete {n}…</button>'
+            f'data-url="/api/instances/{iid}/user-tasks/{n}">complete {n}…</button>'
         )
     if data["actions"]["retry"]:
         actions.append(
             f'<button id="retry" data-kind="retry" data-what="retry {iid} from the failed step" '
-            f'data-url="/api/instances/{iid}/retry" onclick="act(this)">retry from the failed step…</button>'
+            f'data-url="/api/instances/{iid}/retry">retry from the failed step…</button>'
         )
     if data["actions"]["signal"]:
         names = "".join(f'<option value="{escape(n)}">' for n in data["actions"]["signal_names"])
         actions.append(
             f'<button id="signal" data-kind="signal" data-what="send a signal to {iid}" '
-            f'data-url="/api/instances/{iid}/signals/" onclick="act(this)">send a signal…</button>'
+            f'data-url="/api/instances/{iid}/signals/">send a signal…</button>'
             f'<datalist id="signal-names">{names}</datalist>'
         )
     links = []

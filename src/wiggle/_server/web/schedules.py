@@ -78,7 +78,7 @@ def schedules_html(data: dict[str, Any]) -> str:
         for action in (toggle, "trigger"):
             buttons.append(
                 f'<button class="schedule-{action}" data-kind="schedule" data-what="{action} schedule {sid}" '
-                f'data-url="/api/schedules/{sid}/{action}" onclick="act(this)">{action}…</button>'
+                f'data-url="/api/schedules/{sid}/{action}">{action}…</button>'
             )
         instances = f"/instances?{urlencode({'schedule_id': s['id']})}"
         rows.append(

@@ -1,0 +1,156 @@
+"""The dashboard's browser sessions: signed in once with a token or a client certificate, kept on
+the server, named by an opaque random id in a cookie (docs/dashboard.md#signing-in).
+
+A session holds what it was opened with (the token's SHA-256, or the certificate's common name),
+the identity that credential had, and its anti-forgery token. It ends at sign-out, when unused for
+``idle`` seconds, ``max_age`` seconds after sign-in whatever its use, and when a reload of the
+identity file removes or changes its identity (``IdentityTable.on_reload`` calls ``revalidate``).
+Sessions live in this server process's memory: a restart signs everyone out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..._security.tokens import Identity, IdentityTable
+
+__all__ = ["Session", "Sessions", "TOKEN", "CERTIFICATE", "MAX_SESSIONS"]
+
+log = logging.getLogger("wiggle.http")
+
+#: how a session was opened: ``key`` is then the token's SHA-256, or the certificate's common name
+TOKEN, CERTIFICATE = "token", "certificate"
+#: sessions held at once; past it the least recently used one ends (only a valid credential opens one)
+MAX_SESSIONS = 10_000
+
+
+@dataclass
+class Session:
+    """One signed-in browser."""
+
+    id: str
+    identity: Identity
+    kind: str  # TOKEN or CERTIFICATE
+    key: str
+    csrf: str  # the anti-forgery token its pages send back (X-Wiggle-CSRF)
+    created: float  # the clock's seconds
+    last_used: float
+    expires_at_ms: int  # the latest end, by the server's clock: the sign-in's answer
+
+
+class Sessions:
+    """The sessions of one HTTP port. ``clock`` (seconds, monotonic) decides expiry; ``now_ms``
+    (the server's Clock, ms since the epoch) only dates the end the sign-in answers with."""
+
+    def __init__(
+        self,
+        table: IdentityTable | None,
+        idle: float,
+        max_age: float,
+        clock: Callable[[], float] = time.monotonic,
+        limit: int = MAX_SESSIONS,
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.table = table
+        self.idle = idle
+        self.max_age = max_age
+        self.clock = clock
+        self.limit = limit
+        self.now_ms = now_ms or (lambda: int(self.clock() * 1000))  # the server's Clock, for the answer
+        self._lock = threading.Lock()
+        self._by_id: dict[str, Session] = {}
+        self._secret = secrets.token_bytes(32)  # for the anti-forgery token of proxy-signed requests
+        if table is not None:
+            table.on_reload(self.revalidate)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def open(self, identity: Identity, kind: str, key: str) -> Session:
+        """A new session for ``identity``, signed in with the credential ``kind``/``key``."""
+        now = self.clock()
+        session = Session(
+            id=secrets.token_urlsafe(32),
+            identity=identity,
+            kind=kind,
+            key=key,
+            csrf=secrets.token_urlsafe(32),
+            created=now,
+            last_used=now,
+            expires_at_ms=self.now_ms() + int(self.max_age * 1000),
+        )
+        with self._lock:
+            self._sweep(now)
+            while len(self._by_id) >= self.limit:
+                oldest = min(self._by_id.values(), key=lambda s: s.last_used)
+                del self._by_id[oldest.id]
+                log.info("session of %s ended: %d sessions is the limit", oldest.identity.name, self.limit)
+            self._by_id[session.id] = session
+        log.info("%s signed in to the dashboard with a %s", identity.name, kind)
+        return session
+
+    def get(self, session_id: str) -> tuple[Session | None, str]:
+        """(the live session called ``session_id``, '') and marks it used; (None, why) otherwise."""
+        now = self.clock()
+        with self._lock:
+            session = self._by_id.get(session_id)
+            if session is None:
+                return None, "the session is unknown (signed out, expired, or the server restarted)"
+            why = self._ended(session, now)
+            if why:
+                del self._by_id[session_id]
+                log.info("session of %s ended: %s", session.identity.name, why)
+                return None, f"the session ended: {why}"
+            session.last_used = now
+            return session, ""
+
+    def close(self, session_id: str) -> Session | None:
+        """Sign out: end the session (None if there was none)."""
+        with self._lock:
+            session = self._by_id.pop(session_id, None)
+        if session is not None:
+            log.info("%s signed out of the dashboard", session.identity.name)
+        return session
+
+    def revalidate(self, revoked: frozenset[str] = frozenset()) -> None:
+        """End every session whose identity the reload named in ``revoked``, or whose credential
+        now means another identity (names, roles, queues) or none. The identity
+        file's reload calls it (``IdentityTable.on_reload``)."""
+        with self._lock:
+            gone = [
+                s for s in self._by_id.values() if s.identity.name in revoked or self.current(s) != s.identity
+            ]
+            for session in gone:
+                del self._by_id[session.id]
+        for session in gone:
+            log.info("session of %s ended: its identity was removed or changed", session.identity.name)
+
+    def current(self, session: Session) -> Identity | None:
+        """What the session's credential is worth now (None: nothing)."""
+        if self.table is None:  # client certificates without an identity file: nothing to change
+            return session.identity
+        if session.kind == TOKEN:
+            return self.table.by_token_hash(session.key)
+        return self.table.by_certificate(session.key)
+
+    def proxy_csrf(self, name: str) -> str:
+        """The anti-forgery token of pages served to ``name`` signed in by the SSO proxy's header."""
+        return hmac.new(self._secret, f"proxy:{name}".encode(), hashlib.sha256).hexdigest()
+
+    def _ended(self, session: Session, now: float) -> str:
+        if now - session.last_used >= self.idle:
+            return f"unused for {self.idle:g} s (session_idle_seconds)"
+        if now - session.created >= self.max_age:
+            return f"signed in {self.max_age:g} s ago (session_max_seconds)"
+        return ""
+
+    def _sweep(self, now: float) -> None:
+        for session in [s for s in self._by_id.values() if self._ended(s, now)]:
+            del self._by_id[session.id]
