@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["InstanceStatus", "TokenStatus", "HistoryOutcome", "FINISHED_INSTANCE_STATUSES"]
+__all__ = [
+    "InstanceStatus",
+    "TokenStatus",
+    "HistoryOutcome",
+    "FINISHED_INSTANCE_STATUSES",
+    "LIVE_INSTANCE_STATUSES",
+]
 
 
 class InstanceStatus(str, enum.Enum):
-    """An instance's status: RUNNING until it reaches one of the three final ones.
+    """An instance's status: SCHEDULED until a delayed start's time (docs/flow-control.md), then
+    RUNNING until it reaches one of the three final ones.
 
     A ``str`` enum whose names equal their values, so a member compares and hashes equal to the
     plain string a store or the wire carries ("RUNNING" == InstanceStatus.RUNNING).
     """
 
+    SCHEDULED = "SCHEDULED"  # a delayed start, not begun yet (docs/flow-control.md#delayed-starts)
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
@@ -31,6 +39,8 @@ class InstanceStatus(str, enum.Enum):
 FINISHED_INSTANCE_STATUSES = frozenset(
     {InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED}
 )
+#: An instance that is not finished: a delayed start not begun yet, or a running one.
+LIVE_INSTANCE_STATUSES = frozenset({InstanceStatus.SCHEDULED, InstanceStatus.RUNNING})
 
 
 class TokenStatus(str, enum.Enum):

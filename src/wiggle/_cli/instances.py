@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from datetime import datetime, timedelta
 from typing import Any
 
 from .._status import InstanceStatus
@@ -61,15 +63,69 @@ def waited(info: Any, args: argparse.Namespace) -> int:
         return 0
     if info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
         return 1
-    if info.status == InstanceStatus.RUNNING:
-        print(f"wiggle: {info.instance_id} still RUNNING after --timeout {args.timeout:g} s", file=sys.stderr)
+    if info.status in (InstanceStatus.RUNNING, InstanceStatus.SCHEDULED):
+        print(
+            f"wiggle: {info.instance_id} still {info.status} after --timeout {args.timeout:g} s",
+            file=sys.stderr,
+        )
         return STILL_RUNNING
     return 0
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str | None, flag: str) -> timedelta | None:
+    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``250ms`` as a timedelta (None when not given)."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if value.endswith(u)), "")
+    number = value[: len(value) - len(unit)] if unit else value
+    try:
+        seconds = float(number) * _UNITS[unit or "s"]
+    except ValueError:
+        raise InvalidArgument(
+            f"{flag} {text!r} is not a duration: seconds, or a number with ms, s, m, h or d"
+        ) from None
+    if not math.isfinite(seconds):
+        raise InvalidArgument(f"{flag} {text!r} is not a finite duration")
+    if seconds < 0:
+        raise InvalidArgument(f"{flag} must not be negative, got {text!r}")
+    return timedelta(seconds=seconds)
+
+
+def _moment(text: str | None) -> datetime | None:
+    """--start-at: an ISO-8601 time with its zone (``Z`` or an offset)."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(
+            f"--start-at {text!r} is not an ISO-8601 time (e.g. 2030-01-31T18:00:00Z)"
+        ) from None
+    if value.tzinfo is None:
+        raise InvalidArgument(f"--start-at {text!r} has no zone: add Z (UTC) or an offset such as +01:00")
+    return value
+
+
+def _start_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The flow-control options of ``wiggle start`` (docs/flow-control.md) as client keywords."""
+    return {
+        "priority": args.priority,
+        "start_at": _moment(args.start_at),
+        "start_delay": _duration(args.start_delay, "--start-delay"),
+    }
 
 
 def cmd_start_many(args: argparse.Namespace) -> int:
     if args.context is not None or args.wait:
         raise InvalidArgument("--from-file takes the contexts from the file: drop --context and --wait")
+    if args.dedup_key is not None or args.dedup_window is not None:
+        raise InvalidArgument(
+            "--dedup-key is per start: drop --dedup-key and --dedup-window with --from-file"
+        )
     contexts = _read_jsonl(args.from_file)
     if not contexts:
         raise InvalidArgument(f"--from-file {args.from_file} holds no contexts (one JSON object per line)")
@@ -82,6 +138,7 @@ def cmd_start_many(args: argparse.Namespace) -> int:
                 version=args.version or "",
                 correlation_id=args.correlation_id or "",
                 request_id=args.request_id or "",
+                **_start_options(args),
             )
     finally:
         progress.clear()
@@ -102,7 +159,15 @@ def cmd_start(args: argparse.Namespace) -> int:
             version=args.version or "",
             correlation_id=args.correlation_id or "",
             request_id=args.request_id or "",
+            dedup_key=args.dedup_key or "",
+            dedup_window=_duration(args.dedup_window, "--dedup-window"),
+            **_start_options(args),
         )
+        if info.deduplicated and not args.json:
+            print(
+                f"wiggle: deduplicated: {info.instance_id} holds dedup key {info.dedup_key!r}",
+                file=sys.stderr,
+            )
         if args.wait:
             info = wait_with_progress(client, info, args)
         print_json(info) if args.json else print_instance(info)
@@ -241,6 +306,28 @@ def add_parsers(sub: Any) -> None:
         help="wait until it finishes: exit 1 if it FAILED or was CANCELLED, 6 if still running at --timeout",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)")
+    # flow control (docs/flow-control.md)
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        help="-100..100 (default 0): higher is claimed first; a level is worth a minute of waiting",
+    )
+    p.add_argument(
+        "--start-at", metavar="TIME", help="start then (ISO-8601 with a zone, e.g. 2030-01-31T18:00:00Z)"
+    )
+    p.add_argument(
+        "--start-delay", metavar="DURATION", help="start after this long (seconds, or 90s, 15m, 2h, 1d)"
+    )
+    p.add_argument(
+        "--dedup-key",
+        help="while an instance of the workflow holding this key is live (or within its window), return it instead",
+    )
+    p.add_argument(
+        "--dedup-window",
+        metavar="DURATION",
+        help="how long the key stays held after the instance finishes (default: until it finishes)",
+    )
     p.set_defaults(func=cmd_start)
 
     p = _verb(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -108,13 +109,26 @@ class AsyncClient:
         version: str = "",
         correlation_id: str = "",
         request_id: str = "",
+        priority: int = 0,
+        start_at: datetime | None = None,
+        start_delay: timedelta | float | None = None,
+        dedup_key: str = "",
+        dedup_window: timedelta | float | None = None,
     ) -> InstanceInfo:
         """Start an instance; ``context`` is a dict or msgspec.Struct. Pins ``version`` if given.
 
         ``request_id`` makes the start idempotent: a start repeating a request id (a retry after
         an error or a lost answer) returns the instance the first one started.
+
+        Flow control (docs/flow-control.md): ``priority`` (-100..100, higher is claimed first,
+        aged by waiting time; sub-workflows inherit it); ``start_at`` (a timezone-aware datetime)
+        or ``start_delay`` (a timedelta or seconds) makes the instance SCHEDULED until then;
+        ``dedup_key``: while another instance of the workflow holding the key is live (or
+        finished less than its ``dedup_window`` ago), this start returns that instance with
+        ``deduplicated`` True instead of starting one.
         """
-        request = core.start_request(workflow, context, version, correlation_id, request_id)
+        options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window)
+        request = core.start_request(workflow, context, version, correlation_id, request_id, options)
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
             return instance_from_pb(await self._call(self.stub.StartInstance, request))
 
@@ -127,14 +141,22 @@ class AsyncClient:
         correlation_id: str = "",
         request_id: str = "",
         chunk_size: int = core.START_CHUNK,
+        priority: int = 0,
+        start_at: datetime | None = None,
+        start_delay: timedelta | float | None = None,
     ) -> builtins.list[str]:
         """Start one instance per context (dicts or msgspec.Structs); the instance ids, in order.
 
         Sent in StartInstances calls of ``chunk_size`` contexts, each committed in large batches.
         With ``request_id``, instance i is started with request id ``"<request_id>:<i>"``: repeating
-        the call after an error starts only what the first call did not.
+        the call after an error starts only what the first call did not. ``priority``,
+        ``start_at`` and ``start_delay`` apply to every instance, as in ``start`` (a delay
+        counts from each call's arrival).
         """
-        chunks = core.StartChunks(workflow, contexts, version, correlation_id, request_id, chunk_size)
+        options = core.start_options(priority, start_at, start_delay)
+        chunks = core.StartChunks(
+            workflow, contexts, version, correlation_id, request_id, chunk_size, options
+        )
         ids: builtins.list[str] = []
         request = chunks.next_request()
         while request is not None:
@@ -243,12 +265,14 @@ class AsyncClient:
         catchup: str = "NONE",
         catchup_limit: int = 0,
         paused: bool = False,
+        priority: int = 0,
     ) -> ScheduleInfo:
         """Start an instance of ``workflow`` every ``every`` seconds or on a 5-field ``cron``.
 
         ``timezone`` is an IANA zone for cron; ``overlap`` is SKIP, BUFFER_ONE or ALLOW (what a
         tick does while the previous instance runs); ``catchup`` is NONE, LAST or ALL (up to
         ``catchup_limit``): which ticks missed while every server was down still start one.
+        ``priority`` is given to every instance it starts (docs/flow-control.md#priorities).
         """
         request = core.schedule_spec(
             schedule_id,
@@ -262,6 +286,7 @@ class AsyncClient:
             catchup,
             catchup_limit,
             paused,
+            priority,
         )
         return schedule_from_pb(await self._call(self.stub.CreateSchedule, request))
 
@@ -278,6 +303,7 @@ class AsyncClient:
         overlap: str = "SKIP",
         catchup: str = "NONE",
         catchup_limit: int = 0,
+        priority: int = 0,
     ) -> ScheduleInfo:
         """Replace a schedule's spec (same arguments as create_schedule); ticks restart from now."""
         request = core.schedule_spec(
@@ -292,6 +318,7 @@ class AsyncClient:
             catchup,
             catchup_limit,
             False,
+            priority,
         )
         return schedule_from_pb(await self._call(self.stub.UpdateSchedule, request))
 

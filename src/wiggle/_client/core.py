@@ -7,9 +7,11 @@ and each reply conversion (wiggle/_wire/convert.py) exists once.
 from __future__ import annotations
 
 import getpass
+import math
 import socket
 import time
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -17,7 +19,7 @@ import msgspec
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._status import InstanceStatus
-from ..errors import WorkflowFailed
+from ..errors import InvalidArgument, WorkflowFailed
 from ..workflow import Blueprint
 from .types import InstanceInfo
 
@@ -27,6 +29,7 @@ __all__ = [
     "CALL_TIMEOUT",
     "MAX_WAIT_SLICE",
     "register_request",
+    "start_options",
     "start_request",
     "list_request",
     "complete_user_task_request",
@@ -69,10 +72,76 @@ def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.Regist
     return pb.RegisterWorkflowRequest(definition_json=definition.to_json())
 
 
+def _duration_millis(value: object, what: str) -> int:
+    """Whole milliseconds (rounded up) of a timedelta or a number of seconds; InvalidArgument
+    naming ``what`` for anything else or a negative one."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+        negative = value < timedelta(0)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        seconds = float(value)
+        negative = value < 0
+    else:
+        raise InvalidArgument(f"{what} must be a timedelta (or seconds), got {value!r}")
+    if negative:
+        raise InvalidArgument(f"{what} must not be negative, got {value!r}")
+    return math.ceil(seconds * 1000)
+
+
+def start_options(
+    priority: int = 0,
+    start_at: datetime | None = None,
+    start_delay: timedelta | float | None = None,
+    dedup_key: str = "",
+    dedup_window: timedelta | float | None = None,
+) -> dict[str, Any]:
+    """A start's flow-control options as its wire fields (docs/flow-control.md).
+
+    Refused here with InvalidArgument naming the field when the value cannot be sent as meant (a
+    naive datetime, a negative delay, both a time and a delay); ranges are the server's to check.
+    """
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be an integer, got {priority!r}")
+    if not -(2**31) <= priority < 2**31:
+        raise InvalidArgument(f"priority must be between -100 and 100, got {priority}")
+    fields: dict[str, Any] = {"priority": priority}
+    if start_at is not None and start_delay is not None:
+        raise InvalidArgument("give start_at or start_delay, not both")
+    if start_at is not None:
+        if not isinstance(start_at, datetime):
+            raise InvalidArgument(f"start_at must be a datetime, got {type(start_at).__name__}")
+        if start_at.tzinfo is None or start_at.utcoffset() is None:
+            raise InvalidArgument(
+                f"start_at must be timezone-aware, got the naive datetime {start_at.isoformat()} "
+                "(say which zone: e.g. datetime(..., tzinfo=timezone.utc))"
+            )
+        millis = math.floor(start_at.timestamp() * 1000)
+        if millis <= 0:
+            raise InvalidArgument(f"start_at must be after the epoch, got {start_at.isoformat()}")
+        fields["start_at"] = millis
+    if start_delay is not None:
+        fields["start_delay_millis"] = _duration_millis(start_delay, "start_delay")
+    if not isinstance(dedup_key, str):
+        raise InvalidArgument(f"dedup_key must be a string, got {type(dedup_key).__name__}")
+    if dedup_window is not None:
+        if not dedup_key:
+            raise InvalidArgument("dedup_window needs a dedup_key")
+        fields["dedup_window_millis"] = _duration_millis(dedup_window, "dedup_window")
+    if dedup_key:
+        fields["dedup_key"] = dedup_key
+    return fields
+
+
 def start_request(
-    workflow: str | Blueprint[Any], context: Any, version: str, correlation_id: str, request_id: str = ""
+    workflow: str | Blueprint[Any],
+    context: Any,
+    version: str,
+    correlation_id: str,
+    request_id: str = "",
+    options: dict[str, Any] | None = None,
 ) -> pb.StartInstanceRequest:
-    """StartInstance; ``context`` is a dict, a msgspec.Struct or None."""
+    """StartInstance; ``context`` is a dict, a msgspec.Struct or None; ``options`` the fields
+    ``start_options`` made."""
     name = workflow.name if isinstance(workflow, Blueprint) else workflow
     return pb.StartInstanceRequest(
         workflow=name,
@@ -80,6 +149,7 @@ def start_request(
         context_json=_context_json(context),
         correlation_id=correlation_id,
         request_id=request_id,
+        **(options or {}),
     )
 
 
@@ -102,6 +172,7 @@ class StartChunks:
         correlation_id: str,
         request_id: str,
         chunk_size: int,
+        options: dict[str, Any] | None = None,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
@@ -112,6 +183,9 @@ class StartChunks:
         self.request_id = request_id
         self.chunk_size = chunk_size
         self.sent = 0
+        # priority and a delayed start, sent with every chunk (a start_delay counts from the
+        # server's receipt of each chunk, sent one after the other)
+        self.options = dict(options or {})
 
     def next_request(self) -> pb.StartInstancesRequest | None:
         """The next call, or None once every context was sent."""
@@ -132,6 +206,7 @@ class StartChunks:
             correlation_id=self.correlation_id,
             request_id=self.request_id,
             first_index=self.sent,
+            **self.options,
         )
         self.sent += len(chunk)
         return request
@@ -245,6 +320,7 @@ def schedule_spec(
     catchup: str,
     catchup_limit: int,
     paused: bool,
+    priority: int = 0,
 ) -> pb.ScheduleSpec:
     """CreateSchedule / UpdateSchedule: ``every`` in seconds, or a 5-field ``cron`` expression."""
     name = workflow.name if isinstance(workflow, Blueprint) else workflow
@@ -260,4 +336,5 @@ def schedule_spec(
         catchup=str(catchup),
         catchup_limit=catchup_limit,
         paused=paused,
+        priority=start_options(priority)["priority"],
     )

@@ -69,6 +69,15 @@ class InstanceInfo(msgspec.Struct, frozen=True):
     parent_id: str = ""  # a sub-workflow's child: its parent instance ("" at the top level)
     parent_token_id: str = ""
     depth: int = 0
+    # Start options (docs/flow-control.md): claim priority, a delayed start's time (ms, 0: none),
+    # the deduplication key it holds and for how long (ms) after it finishes.
+    priority: int = 0
+    start_at: int = 0
+    dedup_key: str = ""
+    dedup_window_millis: int = 0
+    #: On a start's answer: this start created nothing; the instance is the one holding its
+    #: dedup_key (docs/flow-control.md#deduplication).
+    deduplicated: bool = False
 
     @property
     def finished(self) -> bool:
@@ -125,6 +134,7 @@ class ScheduleInfo(msgspec.Struct, frozen=True):
     fired: int
     skipped: int
     next_fire_times: tuple[int, ...] = ()
+    priority: int = 0  # of every instance it starts (docs/flow-control.md#priorities)
 
 
 class SignalResult(msgspec.Struct, frozen=True):

@@ -61,6 +61,7 @@ class ChildSpec(msgspec.Struct, frozen=True):
     context: dict[str, Any]
     correlation_id: str
     depth: int
+    priority: int = 0  # the parent's: a child inherits it (docs/flow-control.md#priorities)
 
 
 def park(
@@ -131,6 +132,7 @@ def child_spec(loaded: LoadedDefinition, state: InstanceState, tok: Token) -> Ch
         context=dict(context),
         correlation_id=state.instance.correlation_id,
         depth=state.instance.depth + 1,
+        priority=state.instance.priority,
     )
 
 

@@ -28,6 +28,7 @@ from . import drive as driving
 from .config import EngineConfig, LoadedDefinition
 from .local_runs import AdvanceOutcome
 from .records import StepRecord
+from .start_options import NO_OPTIONS, StartOptions
 from .state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
@@ -137,19 +138,24 @@ class Engine:
         now: int,
         parent: tuple[str, str, int] = ("", "", 0),
         timeout_millis: int | None = None,
+        options: StartOptions = NO_OPTIONS,
     ) -> tuple[InstanceState, Changes]:
         """Create an instance at the start node and drive it until parked.
 
         ``parent`` is a sub-workflow child's (parent instance, parent token, depth).
         ``timeout_millis``: this start's time limit (None: the definition's; 0: none).
+        ``options`` (checked, start_options.py): its priority; with a ``start_at`` still ahead
+        the instance is SCHEDULED, its first token WAITING for that time (``begin``), not
+        driven yet.
         """
         self.check_context(context, "context")
         limit = loaded.definition.timeout_millis if timeout_millis is None else timeout_millis
+        delayed = options.delayed(now)
         instance = Instance(
             id=instance_id,
             workflow=loaded.definition.name,
             version=loaded.version,
-            status=InstanceStatus.RUNNING,
+            status=InstanceStatus.SCHEDULED if delayed else InstanceStatus.RUNNING,
             context=context,
             correlation_id=correlation_id,
             created_at=now,
@@ -159,7 +165,12 @@ class Engine:
             parent_token=parent[1],
             depth=parent[2],
             timeout_millis=max(limit, 0),
-            deadline_at=now + limit if limit > 0 else 0,
+            # a delayed start's time limit counts from its start time (docs/flow-control.md)
+            deadline_at=(options.start_at if delayed else now) + limit if limit > 0 else 0,
+            priority=options.priority,
+            start_at=options.start_at if delayed else 0,
+            dedup_key=options.dedup_key,
+            dedup_window=options.dedup_window,
         )
         state = InstanceState(instance, {})
         changes = Changes()
@@ -167,8 +178,30 @@ class Engine:
         changes.timers = instance.deadline_at > 0  # the clock duties' next due time may be sooner
         changes.instance_changed = True
         token = new_token(state, loaded.definition.start_node, now, changes)
+        if delayed:  # a timer the clock duties fire (ClockDuties.clock_action -> begin)
+            token.status = TokenStatus.WAITING
+            token.available_at = options.start_at
+            changes.timers = True
+            return state, changes
         self.drive(loaded, state, token, now, changes)
         return state, changes
+
+    def begin(self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int) -> Changes:
+        """A SCHEDULED instance's start time came (never early): RUNNING, its first token driven."""
+        changes = Changes()
+        inst = state.instance
+        if inst.status != InstanceStatus.SCHEDULED or token.status != TokenStatus.WAITING:
+            return changes
+        if token.available_at > now:
+            return changes
+        inst.status = InstanceStatus.RUNNING
+        inst.updated_at = now
+        changes.instance_changed = True
+        token.status = TokenStatus.READY
+        token.available_at = 0
+        changes.tokens[token.id] = token
+        self.drive(loaded, state, token, now, changes)
+        return changes
 
     # ------------------------------------------------------------------ claim & reports
 

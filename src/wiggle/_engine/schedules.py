@@ -19,6 +19,7 @@ from cronsim import CronSim, CronSimError
 
 from .._model import MAX_NAME_LENGTH, validate_name
 from ..errors import InvalidArgument
+from .start_options import check_start_options
 
 __all__ = [
     "Catchup",
@@ -87,6 +88,7 @@ class Schedule(msgspec.Struct, kw_only=True):
     catchup: str = Catchup.NONE.value
     catchup_limit: int = 0  # Catchup.ALL: the most missed ticks started (0 = MAX_CATCHUP)
     paused: bool = False
+    priority: int = 0  # of every instance it starts (docs/flow-control.md#priorities)
     anchor_at: int = 0  # interval ticks fall on anchor_at + k * interval_millis
     created_at: int = 0
     updated_at: int = 0
@@ -160,6 +162,7 @@ def check_schedule(schedule: Schedule) -> None:
         raise InvalidArgument(f"overlap {schedule.overlap!r} is not SKIP, BUFFER_ONE or ALLOW")
     if schedule.catchup not in Catchup.__members__:
         raise InvalidArgument(f"catchup {schedule.catchup!r} is not NONE, LAST or ALL")
+    check_start_options(0, priority=schedule.priority)  # InvalidArgument naming priority
     if not 0 <= schedule.catchup_limit <= MAX_CATCHUP:
         raise InvalidArgument(
             f"catchup_limit is {schedule.catchup_limit}; it must be between 0 and {MAX_CATCHUP}"

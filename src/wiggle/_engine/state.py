@@ -12,7 +12,13 @@ from typing import Any
 
 import msgspec
 
-from .._status import FINISHED_INSTANCE_STATUSES, HistoryOutcome, InstanceStatus, TokenStatus
+from .._status import (
+    FINISHED_INSTANCE_STATUSES,
+    LIVE_INSTANCE_STATUSES,
+    HistoryOutcome,
+    InstanceStatus,
+    TokenStatus,
+)
 
 __all__ = [
     "Instance",
@@ -34,6 +40,7 @@ __all__ = [
     "HistoryOutcome",
     "ACTIVE_TOKEN_STATUSES",
     "FINISHED_INSTANCE_STATUSES",
+    "LIVE_INSTANCE_STATUSES",
 ]
 
 
@@ -185,6 +192,11 @@ class Instance(msgspec.Struct):
     # instance fails (docs/semantics.md#workflow-time-limits); a retry counts it afresh
     timeout_millis: int = 0
     deadline_at: int = 0
+    # Start options (docs/flow-control.md, wiggle/_engine/start_options.py); migration 0012.
+    priority: int = 0  # copied to every token: higher is claimed first (with aging)
+    start_at: int = 0  # a delayed start's time (ms); 0: started at once
+    dedup_key: str = ""  # the deduplication key it holds for its workflow ("" none)
+    dedup_window: int = 0  # how long (ms) after it finishes it still holds the key
 
 
 class Token(msgspec.Struct):
@@ -213,6 +225,7 @@ class Token(msgspec.Struct):
     # RUNNING: the attempt's start-to-close deadline (its step's timeout; the lease never outlives
     # it); 0: none (docs/semantics.md#step-time-limits)
     deadline_at: int = 0
+    priority: int = 0  # its instance's (migration 0012): orders the claims of a queue (start_options.py)
 
 
 class HistoryEntry(msgspec.Struct, gc=False):

@@ -75,6 +75,7 @@ def new_token(state: InstanceState, node_id: str, now: int, changes: Changes) ->
         node_id=node_id,
         status=TokenStatus.READY,
         created_at=now,
+        priority=inst.priority,
     )
     state.tokens[token.id] = token
     changes.tokens[token.id] = token

@@ -47,34 +47,50 @@ class ListWorkflowsResponse(_message.Message):
     def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
 
 class StartInstanceRequest(_message.Message):
-    __slots__ = ("workflow", "version", "context_json", "correlation_id", "request_id")
+    __slots__ = ("workflow", "version", "context_json", "correlation_id", "request_id", "priority", "start_at", "start_delay_millis", "dedup_key", "dedup_window_millis")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    START_AT_FIELD_NUMBER: _ClassVar[int]
+    START_DELAY_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_MILLIS_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     version: str
     context_json: bytes
     correlation_id: str
     request_id: str
-    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    priority: int
+    start_at: int
+    start_delay_millis: int
+    dedup_key: str
+    dedup_window_millis: int
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ..., dedup_key: _Optional[str] = ..., dedup_window_millis: _Optional[int] = ...) -> None: ...
 
 class StartInstancesRequest(_message.Message):
-    __slots__ = ("workflow", "version", "contexts_json", "correlation_id", "request_id", "first_index")
+    __slots__ = ("workflow", "version", "contexts_json", "correlation_id", "request_id", "first_index", "priority", "start_at", "start_delay_millis")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTEXTS_JSON_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    START_AT_FIELD_NUMBER: _ClassVar[int]
+    START_DELAY_MILLIS_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     version: str
     contexts_json: _containers.RepeatedScalarFieldContainer[bytes]
     correlation_id: str
     request_id: str
     first_index: int
-    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., contexts_json: _Optional[_Iterable[bytes]] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., first_index: _Optional[int] = ...) -> None: ...
+    priority: int
+    start_at: int
+    start_delay_millis: int
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., contexts_json: _Optional[_Iterable[bytes]] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., first_index: _Optional[int] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ...) -> None: ...
 
 class StartInstancesResponse(_message.Message):
     __slots__ = ("instance_ids", "version")
@@ -113,7 +129,7 @@ class TokenInfo(_message.Message):
     def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., available_at: _Optional[int] = ..., last_error: _Optional[str] = ..., local_run_owner: _Optional[str] = ..., local_run_steps: _Optional[int] = ..., queue: _Optional[str] = ..., child_id: _Optional[str] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
-    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at", "pending_signals", "parent_id", "parent_token_id", "depth")
+    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at", "pending_signals", "parent_id", "parent_token_id", "depth", "priority", "start_at", "dedup_key", "dedup_window_millis", "deduplicated")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +149,11 @@ class InstanceInfo(_message.Message):
     PARENT_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    START_AT_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     workflow: str
     version: str
@@ -152,7 +173,12 @@ class InstanceInfo(_message.Message):
     parent_id: str
     parent_token_id: str
     depth: int
-    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ..., pending_signals: _Optional[_Iterable[_Union[PendingSignal, _Mapping]]] = ..., parent_id: _Optional[str] = ..., parent_token_id: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
+    priority: int
+    start_at: int
+    dedup_key: str
+    dedup_window_millis: int
+    deduplicated: bool
+    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ..., pending_signals: _Optional[_Iterable[_Union[PendingSignal, _Mapping]]] = ..., parent_id: _Optional[str] = ..., parent_token_id: _Optional[str] = ..., depth: _Optional[int] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., dedup_key: _Optional[str] = ..., dedup_window_millis: _Optional[int] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
 
 class PendingSignal(_message.Message):
     __slots__ = ("name", "data_json", "signal_id", "sent_at")
@@ -517,7 +543,7 @@ class ServerBatch(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ServerMessage, _Mapping]]] = ...) -> None: ...
 
 class ScheduleSpec(_message.Message):
-    __slots__ = ("id", "workflow", "version", "interval_millis", "cron", "timezone", "context_json", "overlap", "catchup", "catchup_limit", "paused")
+    __slots__ = ("id", "workflow", "version", "interval_millis", "cron", "timezone", "context_json", "overlap", "catchup", "catchup_limit", "paused", "priority")
     ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -529,6 +555,7 @@ class ScheduleSpec(_message.Message):
     CATCHUP_FIELD_NUMBER: _ClassVar[int]
     CATCHUP_LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     id: str
     workflow: str
     version: str
@@ -540,7 +567,8 @@ class ScheduleSpec(_message.Message):
     catchup: str
     catchup_limit: int
     paused: bool
-    def __init__(self, id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., interval_millis: _Optional[int] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., context_json: _Optional[bytes] = ..., overlap: _Optional[str] = ..., catchup: _Optional[str] = ..., catchup_limit: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+    priority: int
+    def __init__(self, id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., interval_millis: _Optional[int] = ..., cron: _Optional[str] = ..., timezone: _Optional[str] = ..., context_json: _Optional[bytes] = ..., overlap: _Optional[str] = ..., catchup: _Optional[str] = ..., catchup_limit: _Optional[int] = ..., paused: _Optional[bool] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class ScheduleInfo(_message.Message):
     __slots__ = ("spec", "created_at", "updated_at", "next_tick_at", "last_tick_at", "last_instance_id", "buffered_tick_at", "fired", "skipped", "next_fire_times")

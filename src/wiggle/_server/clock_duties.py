@@ -1,5 +1,5 @@
 """The instance layer's clock duties: fire due timers, expire leases, apply user-task deadlines,
-start due sub-workflow children, and purge finished instances past their retention.
+begin delayed starts (SCHEDULED instances, docs/flow-control.md), start due sub-workflow children, and purge finished instances past their retention.
 
 ``Instances`` (wiggle/_server/instances.py) owns one ``ClockDuties`` and delegates its
 ``run_clock_duties``, ``clock_loop`` and ``purge_loop`` to it; every action still goes through
@@ -52,12 +52,17 @@ class ClockDuties:
         engine = self.instances.engine
 
         def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes | None]:
-            if state.instance.status != InstanceStatus.RUNNING:
+            status_now = state.instance.status
+            if status_now != InstanceStatus.RUNNING and status_now != InstanceStatus.SCHEDULED:
                 return 0, None
             token = state.tokens.get(token_id)
             if token is None:
                 return 0, None  # finished or moved on since it was found due
             status = token.status
+            if status_now == InstanceStatus.SCHEDULED:  # a delayed start's time (docs/flow-control.md)
+                if status == TokenStatus.WAITING and token.available_at <= now:
+                    return 1, engine.begin(loaded, state, token, now)
+                return 0, None
             if status == TokenStatus.RUNNING and token.lease_expires_at <= now:
                 return 1, engine.expire_lease(loaded, state, token, now)
             if status == TokenStatus.WAITING and token.available_at <= now:

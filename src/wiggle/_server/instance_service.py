@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from .. import _tracing as tracing
+from .._engine.start_options import check_start_options
 from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus
 from .._limits import MAX_REASON_CHARS, check_text
 from .._model import MAX_NAME_LENGTH, definition_from_json, validate_name
@@ -30,7 +31,7 @@ log = logging.getLogger("wiggle.server")
 #: A valid page token is an instance id (the last of the previous page), as
 #: wiggle/_engine/state.py new_instance_id makes them.
 PAGE_TOKEN_PATTERN = re.compile(r"wi-[0-9a-f]{24}")
-LIST_STATUSES = (InstanceStatus.RUNNING, *sorted(FINISHED_INSTANCE_STATUSES))
+LIST_STATUSES = (InstanceStatus.SCHEDULED, InstanceStatus.RUNNING, *sorted(FINISHED_INSTANCE_STATUSES))
 
 
 class InstanceHandlers:
@@ -73,17 +74,28 @@ class InstanceHandlers:
         optional_name(request.correlation_id, "correlation_id")
         optional_name(request.request_id, "request_id")
         ctx = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
+        options = check_start_options(
+            self.instances.now(),
+            priority=request.priority,
+            start_at=request.start_at,
+            start_delay=request.start_delay_millis,
+            dedup_key=request.dedup_key,
+            dedup_window=request.dedup_window_millis,
+        )
         attributes = {"wiggle.workflow": request.workflow}
         with tracing.span("wiggle.StartInstance", tracing.SERVER, tracing.incoming(), attributes):
-            view = await self.instances.start(
+            view, deduplicated = await self.instances.start_with(
                 request.workflow,
                 request.version,
                 ctx,
                 request.correlation_id,
                 request_id=request.request_id,
                 traceparent=tracing.traceparent(),
+                options=options,
             )
-        return convert.instance_to_pb(view)
+        reply = convert.instance_to_pb(view)
+        reply.deduplicated = deduplicated
+        return reply
 
     async def start_instances(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
         """Start one instance per context, committed in large batches; the ids in order."""
@@ -99,6 +111,12 @@ class InstanceHandlers:
             )
         if request.first_index < 0:
             raise InvalidArgument(f"first_index must be 0 or more, got {request.first_index}")
+        options = check_start_options(
+            self.instances.now(),
+            priority=request.priority,
+            start_at=request.start_at,
+            start_delay=request.start_delay_millis,
+        )
         limit = self.limits.max_payload_bytes
         contexts = [
             decode_object(data, f"contexts_json[{i}]", limit) for i, data in enumerate(request.contexts_json)
@@ -117,7 +135,7 @@ class InstanceHandlers:
                 )
             request_ids = [f"{request.request_id}:{first + i}" for i in range(count)]
         version, ids = await self.instances.start_many(
-            request.workflow, request.version, contexts, request.correlation_id, request_ids
+            request.workflow, request.version, contexts, request.correlation_id, request_ids, options
         )
         return pb.StartInstancesResponse(instance_ids=ids, version=version)
 
@@ -134,7 +152,9 @@ class InstanceHandlers:
         if not 1 <= size <= limits.max_page_size:
             raise InvalidArgument(f"page_size must be between 1 and {limits.max_page_size}, got {size}")
         if request.status and request.status not in LIST_STATUSES:
-            raise InvalidArgument(f"status {request.status!r} is not RUNNING, COMPLETED, FAILED or CANCELLED")
+            raise InvalidArgument(
+                f"status {request.status!r} is not SCHEDULED, RUNNING, COMPLETED, FAILED or CANCELLED"
+            )
         optional_name(request.workflow, "workflow")
         optional_name(request.correlation_id, "correlation_id")
         if request.page_token and not PAGE_TOKEN_PATTERN.fullmatch(request.page_token):

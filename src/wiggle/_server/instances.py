@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from .._clock import WALL_CLOCK, Clock
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
 from .._engine.records import StepRecord
+from .._engine.start_options import NO_OPTIONS, StartOptions
 from .._engine.state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
@@ -174,17 +175,37 @@ class Instances:
         correlation_id: str,
         request_id: str = "",
         traceparent: str = "",
+        options: StartOptions = NO_OPTIONS,
     ) -> InstanceView:
-        """Start an instance of ``name`` (latest version unless pinned).
+        """Start an instance of ``name`` (latest version unless pinned); ``start_with``'s view."""
+        view, _ = await self.start_with(
+            name, version, context, correlation_id, request_id, traceparent, options
+        )
+        return view
+
+    async def start_with(
+        self,
+        name: str,
+        version: str,
+        context: dict[str, Any],
+        correlation_id: str,
+        request_id: str = "",
+        traceparent: str = "",
+        options: StartOptions = NO_OPTIONS,
+    ) -> tuple[InstanceView, bool]:
+        """Start an instance of ``name`` (latest version unless pinned); (view, deduplicated).
 
         With a ``request_id`` already used, the instance that start created, as it is now
         (docs/semantics.md#idempotent-starts). ``traceparent``: the caller's trace (tracing).
+        ``options`` (checked, wiggle/_engine/start_options.py): priority, a delayed start, a
+        deduplication key; a key held by another instance answers with that one, deduplicated
+        True (docs/flow-control.md).
         """
 
         def one(loaded: LoadedDefinition, hinted: bool) -> list[NewInstance]:
             now = self.clock.now()
             state, changes = self.engine.start(
-                loaded, self.new_instance_id(now), context, correlation_id, now
+                loaded, self.new_instance_id(now), context, correlation_id, now, options=options
             )
             state.instance.traceparent = traceparent
             return [NewInstance(state, changes, request_id, expect_latest=hinted)]
@@ -192,8 +213,8 @@ class Instances:
         _, (item,), (instance_id,) = await self._start(name, version, one)
         state = item.state
         if instance_id == state.instance.id:
-            return self.store.view(state)
-        return await self.store.get_instance(instance_id)
+            return self.store.view(state), False
+        return await self.store.get_instance(instance_id), item.deduplicated
 
     async def start_many(
         self,
@@ -202,10 +223,13 @@ class Instances:
         contexts: Sequence[dict[str, Any]],
         correlation_id: str,
         request_ids: Sequence[str] = (),
+        options: StartOptions = NO_OPTIONS,
     ) -> tuple[str, list[str]]:
         """Start one instance of ``name`` per context; (the version, the ids in order).
 
-        ``request_ids``, if given, has one (possibly empty) request id per context.
+        ``request_ids``, if given, has one (possibly empty) request id per context. ``options``
+        (priority, a delayed start) apply to every instance; a deduplication key is per start,
+        never given here.
         """
         start = self.engine.start
         new_id = self.new_instance_id
@@ -215,7 +239,7 @@ class Instances:
             for i, context in enumerate(contexts):
                 now = self.clock.now()
                 try:
-                    state, changes = start(loaded, new_id(now), context, correlation_id, now)
+                    state, changes = start(loaded, new_id(now), context, correlation_id, now, options=options)
                 except InvalidArgument as exc:
                     raise InvalidArgument(f"context {i} of {len(contexts)}: {exc}") from None
                 rid = request_ids[i] if request_ids else ""

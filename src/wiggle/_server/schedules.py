@@ -27,6 +27,7 @@ from .._engine.schedules import (
     next_ticks,
     plan_ticks,
 )
+from .._engine.start_options import StartOptions
 from .._engine.state import FINISHED_INSTANCE_STATUSES, new_instance_id
 from .._storage.base import Store
 from .._storage.schedules import ScheduledStart
@@ -50,6 +51,7 @@ SPEC_FIELDS = (
     "overlap",
     "catchup",
     "catchup_limit",
+    "priority",
 )
 
 _copy = msgspec.json.Decoder(dict[str, Any]).decode
@@ -202,6 +204,7 @@ class Schedules:
             _copy(_encode(schedule.context)),
             correlation_of(schedule.id),
             now,
+            options=StartOptions(priority=schedule.priority),
         )
         state.instance.schedule_id = schedule.id
         state.instance.schedule_tick_at = tick_at

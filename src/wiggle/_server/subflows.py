@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .._engine import children
 from .._engine.engine import LoadedDefinition
+from .._engine.start_options import StartOptions
 from .._engine.state import Changes, Instance, InstanceState, InstanceStatus, Token, TokenStatus
 from .._model import NodeKind, WorkflowDefinition
 from ..errors import FailedPrecondition, NotFound, WiggleError
@@ -176,7 +177,13 @@ class SubWorkflows:
             now = inst.now()
             parent = (spec.parent_id, spec.parent_token, spec.depth)
             state, changes = inst.engine.start(
-                record.loaded, spec.child_id, spec.context, spec.correlation_id, now, parent
+                record.loaded,
+                spec.child_id,
+                spec.context,
+                spec.correlation_id,
+                now,
+                parent,
+                options=StartOptions(priority=spec.priority),  # inherited (docs/flow-control.md#priorities)
             )
         except WiggleError as exc:
             await self._not_started(spec, str(exc))

@@ -73,6 +73,9 @@ class NewInstance(msgspec.Struct):
     #: The caller asked for the latest version and the store's ``workflow_for_start`` answered
     #: from memory: the store confirms at commit that it is still the latest (StaleLatest if not).
     expect_latest: bool = False
+    #: Set by the store: the answer is another instance, the holder of this instance's
+    #: ``dedup_key`` (docs/flow-control.md#deduplication), not one this request started.
+    deduplicated: bool = False
 
 
 class StaleLatest(WiggleError):
@@ -176,7 +179,10 @@ class Store(abc.ABC):
 
         An item whose request id an earlier start already used (or an earlier item of ``items``)
         is not inserted: its answer is the id of the instance that start created
-        (docs/semantics.md#idempotent-starts). All items are committed before any is answered.
+        (docs/semantics.md#idempotent-starts). An item with a ``dedup_key`` held by another
+        instance of its workflow (live, or finished within that one's window) is not inserted
+        either: its answer is the holder, and the store sets its ``deduplicated``
+        (docs/flow-control.md#deduplication). All items are committed before any is answered.
         """
 
     @abc.abstractmethod

@@ -13,6 +13,7 @@ import heapq
 import itertools
 
 from .._engine.engine import Claimed, LoadedDefinition
+from .._engine.start_options import claim_rank
 from .._engine.state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
@@ -72,13 +73,19 @@ class MemoryStore(Store):
         self._ids: list[str] = []  # every instance id, ascending (ids are time-sortable: appended in order)
         self._history: dict[str, list[HistoryEntry]] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}  # queue -> heap of (available_at, seq, token)
+        # queue -> heap of (claim rank, seq, token, available_at): the READY tokens found due,
+        # claimed in rank order (priority with aging, wiggle/_engine/start_options.py)
+        self._due: dict[str, list[tuple[int, int, str, int]]] = {}
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
         self._deadlines: list[tuple[int, str]] = []  # heap of (deadline_at, instance): time limits
         self._seq = itertools.count()
         self.schedules = MemorySchedules(self.insert)
         # idempotent starts: request id -> instance id, and back (purged with the instance)
         self._requests: dict[str, str] = {}
-        self._request_of: dict[str, str] = {}
+        self._request_of: dict[str, list[str]] = {}
+        self._deduplicated_requests: set[str] = set()  # request ids answered with another's instance
+        # deduplication (docs/flow-control.md#deduplication): (workflow, key) -> the holder's id
+        self._dedup: dict[tuple[str, str], str] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -225,14 +232,33 @@ class MemoryStore(Store):
         if not doomed:
             return
         for instance_id in doomed:
-            del self._instances[instance_id]
-            self._history.pop(instance_id, None)
+            self._forget_one(instance_id)
             self.ledger.drop(instance_id)
-            request_id = self._request_of.pop(instance_id, None)
-            if request_id is not None:
-                del self._requests[request_id]
         gone = set(doomed)
         self._ids = [i for i in self._ids if i not in gone]
+
+    def _forget_one(self, instance_id: str) -> None:
+        """Drop an instance, its history, the request ids that name it and the key it holds."""
+        state = self._instances.pop(instance_id)
+        self._history.pop(instance_id, None)
+        for request_id in self._request_of.pop(instance_id, ()):
+            del self._requests[request_id]
+            self._deduplicated_requests.discard(request_id)
+        inst = state.instance
+        key = (inst.workflow, inst.dedup_key)
+        if inst.dedup_key and self._dedup.get(key) == instance_id:
+            del self._dedup[key]
+
+    def _dedup_holder(self, workflow: str, key: str, now: int) -> str | None:
+        """The instance holding ``key`` for ``workflow``: live, or finished less than its window ago."""
+        holder = self._dedup.get((workflow, key))
+        state = None if holder is None else self._instances.get(holder)
+        if state is None:
+            return None
+        inst = state.instance
+        if inst.status in FINISHED_INSTANCE_STATUSES and inst.finished_at + inst.dedup_window <= now:
+            return None
+        return holder
 
     async def insert(self, state: InstanceState, changes: Changes) -> None:
         footprint = self.ledger.measure(state, changes)
@@ -250,18 +276,31 @@ class MemoryStore(Store):
     async def insert_many(self, items: list[NewInstance]) -> list[str]:
         out: list[str] = []
         requests = self._requests
+        now = self.clock.now()
         for item in items:
-            instance_id = item.state.instance.id
-            if item.request_id:
-                known = requests.get(item.request_id)
+            inst = item.state.instance
+            rid = item.request_id
+            if rid:
+                known = requests.get(rid)
                 if known is not None:
                     out.append(known)
+                    item.deduplicated = rid in self._deduplicated_requests
                     continue
-            await self.insert(item.state, item.changes)  # may refuse (the bound): nothing recorded
-            if item.request_id:
-                requests[item.request_id] = instance_id
-                self._request_of[instance_id] = item.request_id
-            out.append(instance_id)
+            answer = inst.id
+            holder = self._dedup_holder(inst.workflow, inst.dedup_key, now) if inst.dedup_key else None
+            if holder is not None:
+                answer = holder
+                item.deduplicated = True
+            else:
+                await self.insert(item.state, item.changes)  # may refuse (the bound): nothing recorded
+                if inst.dedup_key:
+                    self._dedup[(inst.workflow, inst.dedup_key)] = inst.id
+            if rid:
+                requests[rid] = answer
+                self._request_of.setdefault(answer, []).append(rid)
+                if item.deduplicated:
+                    self._deduplicated_requests.add(rid)
+            out.append(answer)
         return out
 
     async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
@@ -324,23 +363,24 @@ class MemoryStore(Store):
     ) -> list[Claimed]:
         now = self.clock.now()
         out: list[Claimed] = []
+        for queue in queues:
+            self._promote(queue, now)
         while len(out) < max_tasks:
             best_queue = None
-            best: tuple[int, int, str] | None = None
+            best: tuple[int, int, str, int] | None = None
             for queue in queues:
-                heap = self._ready.get(queue)
+                heap = self._due.get(queue)
                 while heap:
                     entry = heap[0]
-                    token = self._live_ready(entry, queue)
-                    if token is None:
+                    if self._live_ready(entry[3], entry[2], queue) is None:
                         heapq.heappop(heap)
                         continue
-                    if entry[0] <= now and (best is None or entry < best):
+                    if best is None or entry < best:
                         best, best_queue = entry, queue
                     break
             if best is None or best_queue is None:
                 break
-            heapq.heappop(self._ready[best_queue])
+            heapq.heappop(self._due[best_queue])
             state = self._instances[token_instance_id(best[2])]
             token = state.tokens[best[2]]
             changes = Changes()
@@ -349,15 +389,27 @@ class MemoryStore(Store):
             out.append(claimed)
         return out
 
-    def _live_ready(self, entry: tuple[int, int, str], queue: str) -> Token | None:
-        state = self._instances.get(token_instance_id(entry[2]))
+    def _promote(self, queue: str, now: int) -> None:
+        """Move the READY tokens of ``queue`` that are due into its claim-rank heap."""
+        heap = self._ready.get(queue)
+        if not heap:
+            return
+        due = self._due.setdefault(queue, [])
+        while heap and heap[0][0] <= now:
+            available_at, seq, token_id = heapq.heappop(heap)
+            token = self._live_ready(available_at, token_id, queue)
+            if token is not None:
+                heapq.heappush(due, (claim_rank(available_at, token.priority), seq, token_id, available_at))
+
+    def _live_ready(self, available_at: int, token_id: str, queue: str) -> Token | None:
+        state = self._instances.get(token_instance_id(token_id))
         if state is None or state.instance.status in FINISHED_INSTANCE_STATUSES:
             return None
-        token = state.tokens.get(entry[2])
+        token = state.tokens.get(token_id)
         if (
             token is None
             or token.status != TokenStatus.READY
-            or token.available_at != entry[0]
+            or token.available_at != available_at
             or token.queue != queue
         ):
             return None
@@ -409,10 +461,15 @@ class MemoryStore(Store):
         best: int | None = None
         for queue in queues:
             heap = self._ready.get(queue)
-            while heap and self._live_ready(heap[0], queue) is None:
+            while heap and self._live_ready(heap[0][0], heap[0][2], queue) is None:
                 heapq.heappop(heap)
             if heap and (best is None or heap[0][0] < best):
                 best = heap[0][0]
+            due = self._due.get(queue)
+            while due and self._live_ready(due[0][3], due[0][2], queue) is None:
+                heapq.heappop(due)
+            if due and (best is None or due[0][3] < best):  # due already: at most now
+                best = due[0][3]
         return best
 
     async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ import msgspec
 
 from .._client import core
 from .._clock import VirtualClock
-from .._engine.state import InstanceStatus
+from .._engine.state import FINISHED_INSTANCE_STATUSES
 from .._model import ExecutionMode
 from .._server.app import WiggleServer
 from .._server.config import ServerConfig
@@ -249,13 +249,37 @@ class WorkflowEnvironment:
     # ------------------------------------------------------------------ instances
 
     async def start_workflow(
-        self, workflow: Blueprint[Any] | str, context: Any = None, *, correlation_id: str = ""
+        self,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        correlation_id: str = "",
+        request_id: str = "",
+        priority: int = 0,
+        start_at: datetime | None = None,
+        start_delay: timedelta | float | None = None,
+        dedup_key: str = "",
+        dedup_window: timedelta | float | None = None,
     ) -> InstanceInfo:
-        """Start an instance (registering the blueprint first); its snapshot."""
+        """Start an instance (registering the blueprint first); its snapshot.
+
+        The start options are the client's (docs/flow-control.md); a ``start_delay`` counts on
+        the environment's virtual clock, and ``start_at`` is a moment on it (``now()``).
+        """
         if isinstance(workflow, Blueprint):
             await self.client.register(workflow)
         self.skipper.workflows.add(workflow.name if isinstance(workflow, Blueprint) else workflow)
-        return await self.client.start(workflow, context, correlation_id=correlation_id)
+        return await self.client.start(
+            workflow,
+            context,
+            correlation_id=correlation_id,
+            request_id=request_id,
+            priority=priority,
+            start_at=start_at,
+            start_delay=start_delay,
+            dedup_key=dedup_key,
+            dedup_window=dedup_window,
+        )
 
     async def wait(
         self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
@@ -270,7 +294,7 @@ class WorkflowEnvironment:
         deadline = time.monotonic() + timeout
         while True:
             view = await instances.wait_finished(iid, CHECK_SECONDS)
-            if view.instance.status != InstanceStatus.RUNNING:
+            if view.instance.status in FINISHED_INSTANCE_STATUSES:
                 return await self.client.get(iid)
             self.skipper.workflows.add(view.instance.workflow)  # started by any client: still ours
             if skipping and await self.skipper.skip():
@@ -281,7 +305,7 @@ class WorkflowEnvironment:
                 where = ", ".join(f"{t.node_id} {t.status}" for t in info.tokens) or "no tokens"
                 hint = "; ".join(waiting.reasons)
                 raise TimeoutError(
-                    f"instance {iid} is still RUNNING after {timeout} s (real) at {where}"
+                    f"instance {iid} is still {view.instance.status} after {timeout} s (real) at {where}"
                     + (f"; {hint}" if hint else "")
                     + ("" if skipping else "; time skipping is off: move the clock with advance()")
                 )

@@ -1,6 +1,6 @@
 """Time skipping: when every live instance waits on time, jump the virtual clock to the next due moment.
 
-The live instances are the RUNNING instances of the workflows the environment knows (its
+The live instances are the RUNNING and SCHEDULED instances of the workflows the environment knows (its
 workflows, any it started or waited on, and every schedule's): a database shared with other tests or servers may
 hold instances nobody will ever move, which must not stop the skipping. An instance waits on
 time when none of its tokens can move now: no READY token is due, no token
@@ -75,19 +75,19 @@ class TimeSkipper:
         self._lock = asyncio.Lock()  # concurrent waits (gather) look and jump one at a time
 
     async def live(self) -> list[InstanceView]:
-        """Every RUNNING instance of ``workflows``, with its active tokens."""
+        """Every RUNNING or SCHEDULED instance of ``workflows``, with its active tokens (a
+        SCHEDULED one waits on its start time: its first token is WAITING until then)."""
         out: list[InstanceView] = []
         for name in sorted(self.workflows):
-            token = ""
-            while True:
-                page, token = await self.instances.list_instances(
-                    InstanceQuery(
-                        workflow=name, status=InstanceStatus.RUNNING, page_size=PAGE, page_token=token
+            for status in (InstanceStatus.RUNNING, InstanceStatus.SCHEDULED):
+                token = ""
+                while True:
+                    page, token = await self.instances.list_instances(
+                        InstanceQuery(workflow=name, status=status, page_size=PAGE, page_token=token)
                     )
-                )
-                out.extend(page)
-                if not token:
-                    break
+                    out.extend(page)
+                    if not token:
+                        break
         return out
 
     def waiting(self, views: Iterable[InstanceView]) -> Waiting:

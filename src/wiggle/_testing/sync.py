@@ -150,10 +150,32 @@ class SyncWorkflowEnvironment:
         return self._call(self.env.sleep(delta, timeout))
 
     def start_workflow(
-        self, workflow: Blueprint[Any] | str, context: Any = None, *, correlation_id: str = ""
+        self,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        correlation_id: str = "",
+        request_id: str = "",
+        priority: int = 0,
+        start_at: datetime | None = None,
+        start_delay: timedelta | float | None = None,
+        dedup_key: str = "",
+        dedup_window: timedelta | float | None = None,
     ) -> InstanceInfo:
-        """Start an instance; its snapshot."""
-        return self._call(self.env.start_workflow(workflow, context, correlation_id=correlation_id))
+        """Start an instance; its snapshot (start options: docs/flow-control.md)."""
+        return self._call(
+            self.env.start_workflow(
+                workflow,
+                context,
+                correlation_id=correlation_id,
+                request_id=request_id,
+                priority=priority,
+                start_at=start_at,
+                start_delay=start_delay,
+                dedup_key=dedup_key,
+                dedup_window=dedup_window,
+            )
+        )
 
     def wait(
         self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
@@ -248,10 +270,32 @@ class AsyncView:
         return await self._await(self._env.sleep(delta, timeout))
 
     async def start_workflow(
-        self, workflow: Blueprint[Any] | str, context: Any = None, *, correlation_id: str = ""
+        self,
+        workflow: Blueprint[Any] | str,
+        context: Any = None,
+        *,
+        correlation_id: str = "",
+        request_id: str = "",
+        priority: int = 0,
+        start_at: datetime | None = None,
+        start_delay: timedelta | float | None = None,
+        dedup_key: str = "",
+        dedup_window: timedelta | float | None = None,
     ) -> InstanceInfo:
-        """Start an instance; its snapshot."""
-        return await self._await(self._env.start_workflow(workflow, context, correlation_id=correlation_id))
+        """Start an instance; its snapshot (start options: docs/flow-control.md)."""
+        return await self._await(
+            self._env.start_workflow(
+                workflow,
+                context,
+                correlation_id=correlation_id,
+                request_id=request_id,
+                priority=priority,
+                start_at=start_at,
+                start_delay=start_delay,
+                dedup_key=dedup_key,
+                dedup_window=dedup_window,
+            )
+        )
 
     async def wait(
         self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None

@@ -83,6 +83,10 @@ def instance_to_pb(view: InstanceView, with_tokens: bool = True) -> pb.InstanceI
         parent_id=inst.parent_id,
         parent_token_id=inst.parent_token,
         depth=inst.depth,
+        priority=inst.priority,
+        start_at=inst.start_at,
+        dedup_key=inst.dedup_key,
+        dedup_window_millis=inst.dedup_window,
     )
 
 

@@ -85,6 +85,11 @@ def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
         parent_id=msg.parent_id,
         parent_token_id=msg.parent_token_id,
         depth=msg.depth,
+        priority=msg.priority,
+        start_at=msg.start_at,
+        dedup_key=msg.dedup_key,
+        dedup_window_millis=msg.dedup_window_millis,
+        deduplicated=msg.deduplicated,
     )
 
 
@@ -150,6 +155,7 @@ def schedule_from_pb(msg: pb.ScheduleInfo) -> ScheduleInfo:
         catchup=spec.catchup,
         catchup_limit=spec.catchup_limit,
         paused=spec.paused,
+        priority=spec.priority,
         created_at=msg.created_at,
         updated_at=msg.updated_at,
         next_tick_at=msg.next_tick_at,

@@ -31,6 +31,7 @@ def spec_from_pb(msg: pb.ScheduleSpec, max_bytes: int) -> Schedule:
         catchup=msg.catchup.upper() or Catchup.NONE.value,
         catchup_limit=msg.catchup_limit,
         paused=msg.paused,
+        priority=msg.priority,
     )
 
 
@@ -47,6 +48,7 @@ def spec_to_pb(
     catchup: str = "",
     catchup_limit: int = 0,
     paused: bool = False,
+    priority: int = 0,
 ) -> pb.ScheduleSpec:
     """A ScheduleSpec message."""
     return pb.ScheduleSpec(
@@ -61,6 +63,7 @@ def spec_to_pb(
         catchup=str(catchup),
         catchup_limit=catchup_limit,
         paused=paused,
+        priority=priority,
     )
 
 
@@ -80,6 +83,7 @@ def schedule_to_pb(schedule: Schedule, next_fire_times: list[int]) -> pb.Schedul
             catchup=s.catchup,
             catchup_limit=s.catchup_limit,
             paused=s.paused,
+            priority=s.priority,
         ),
         created_at=s.created_at,
         updated_at=s.updated_at,

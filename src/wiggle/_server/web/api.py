@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ..._engine.state import HistoryEntry, InstanceStatus, Token, TokenStatus
+from ..._engine.state import LIVE_INSTANCE_STATUSES, HistoryEntry, InstanceStatus, Token, TokenStatus
 from ..._model import NodeKind, WorkflowDefinition, validate_name
 from ..._storage.base import InstanceQuery
 from ...errors import InvalidArgument
@@ -247,10 +247,10 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
         "node_labels": labels,
         "awaiting_user_tasks": awaiting,
         "actions": {
-            "cancel": inst.status == InstanceStatus.RUNNING,
+            "cancel": inst.status in LIVE_INSTANCE_STATUSES,
             "complete_user_task": awaiting,
             "retry": inst.status == InstanceStatus.FAILED,
-            "signal": inst.status == InstanceStatus.RUNNING,
+            "signal": inst.status in LIVE_INSTANCE_STATUSES,
             "signal_names": signal_names(record.loaded.definition),
         },
         "definition": _builtins(record.loaded.definition),

@@ -76,6 +76,10 @@ INSTANCE_IMMUTABLE = (
     "schedule_id",
     "schedule_tick_at",
     "traceparent",
+    "priority",
+    "start_at",
+    "dedup_key",
+    "dedup_window",
 )
 INSTANCE_UPDATED = [i for i, f in enumerate(INSTANCE_FIELDS) if f not in INSTANCE_IMMUTABLE]
 
@@ -127,6 +131,10 @@ SQL_TYPES: dict[str, str] = {
     "claim": "integer",
     "deadline_at": "bigint",
     "timeout_millis": "bigint",
+    "priority": "integer",
+    "start_at": "bigint",
+    "dedup_key": "text",
+    "dedup_window": "bigint",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"

@@ -5,6 +5,12 @@ each take queued jobs, up to ``MAX_ROWS`` instances, into one transaction and co
 way group_commit.py does for mutations. Request ids (docs/semantics.md#idempotent-starts) are
 claimed first, in the same transaction, in the ``start_requests`` table (migration 0007): an item
 whose request id is taken is not inserted and answers with the instance that holds the id.
+Deduplication keys (docs/flow-control.md#deduplication) are claimed next, in ``start_dedup``
+(migration 0012): an item whose key another instance of its workflow holds (live, or finished
+less than that instance's window ago) is not inserted and answers with the holder, marked
+``deduplicated``; its request id, if any, is pointed at the holder too. Both claims are
+``INSERT ... ON CONFLICT`` on a unique index, so concurrent starts on any number of servers
+agree on one instance per request id and per key.
 
 A failed group is never half-applied: transient failures retry the whole transaction (db.py); a
 group that fails otherwise is retried job by job, so a bad job fails alone and its neighbours
@@ -25,6 +31,7 @@ import functools
 from collections.abc import Awaitable, Callable
 
 import psycopg
+from psycopg import AsyncPipeline as Pipeline
 
 from ...errors import Unavailable
 from ..base import NewInstance, StaleLatest
@@ -95,6 +102,8 @@ class StartCommit:
         self.committers = max(1, min(2, db.pool_size - 2))
         self._committers = Committers[_Job](self.committers, self.MAX_ROWS, _rows, self._run, linger)
         self.groups = 0  # transactions committed (for tests and the benchmark)
+        # the workflow clock (ms), for deduplication windows; the store sets its own
+        self.now: Callable[[], int] = lambda: 0
 
     async def submit(self, items: list[NewInstance]) -> list[str]:
         """Queue ``items``; once committed, the instance id each one names, in order."""
@@ -132,9 +141,9 @@ class StartCommit:
 
     async def _commit(self, batch: list[_Job]) -> list[list[str]]:
         items = [item for job in batch for item in job.items]
-        attempts = [0]
+        attempt = _Attempt()
         created, answers = await self.db.run(
-            "start", functools.partial(self._transaction, items=items, attempts=attempts)
+            "start", functools.partial(self._transaction, items=items, attempt=attempt)
         )
         self.groups += 1
         self.committed(created)
@@ -146,11 +155,11 @@ class StartCommit:
         return out
 
     async def _transaction(
-        self, conn: Conn, items: list[NewInstance], attempts: list[int]
+        self, conn: Conn, items: list[NewInstance], attempt: _Attempt
     ) -> tuple[list[NewInstance], list[str]]:
         expected = _expected(items, frozenset())
         try:
-            return await self._write(conn, items, attempts, expected)
+            return await self._write(conn, items, attempt, expected)
         except psycopg.Error as exc:
             if exc.sqlstate != STALE_LATEST:
                 raise
@@ -161,66 +170,156 @@ class StartCommit:
             ) from None
 
     async def _write(
-        self, conn: Conn, items: list[NewInstance], attempts: list[int], expected: list[tuple[str, str]]
+        self, conn: Conn, items: list[NewInstance], attempt: _Attempt, expected: list[tuple[str, str]]
     ) -> tuple[list[NewInstance], list[str]]:
-        q = self.queries
-        attempts[0] += 1
+        """One attempt at the group's transaction: (the items it creates, the answer of each)."""
+        attempt.number += 1
         async with transaction(conn) as pipeline:
-            if attempts[0] == 1:
-                for name, version in expected:  # fails the transaction if a newer version exists
-                    await conn.execute(q.expect_latest, (name, version))
-            cur = None
             done: set[str] = set()
-            owners: dict[str, str] = {}
-            if attempts[0] > 1:
-                # A retry, perhaps after a lost acknowledgement: the earlier attempt's
-                # instances exist if it committed (all of them: one transaction).
-                ids = [item.state.instance.id for item in items]
-                cur = await conn.execute(q.existing_instances, (ids,))
-            keyed = sorted({item.request_id for item in items if item.request_id})
-            claimed: dict[str, str] = {}
-            if keyed:
-                # First item of each request id claims it (sorted: two groups lock in one order).
-                first: dict[str, str] = {}
-                for item in items:
-                    if item.request_id and item.request_id not in first:
-                        first[item.request_id] = item.state.instance.id
-                cur_claim = await conn.execute(q.claim_requests, (keyed, [first[r] for r in keyed]))
-                await pipeline.sync()
-                if cur is not None:
-                    done = {row[0] for row in await cur.fetchall()}
-                claimed = {r: i for r, i in await cur_claim.fetchall()}
-                taken = [r for r in keyed if r not in claimed]
-                if taken:
-                    cur_owner = await conn.execute(q.request_owners, (taken,))
-                    await pipeline.sync()
-                    owners = {r: i for r, i in await cur_owner.fetchall()}
-            elif cur is not None:
-                await pipeline.sync()
-                done = {row[0] for row in await cur.fetchall()}
-            if attempts[0] > 1 and expected:
-                # A retry: check only what is still to insert (a lost acknowledgement's
-                # instances exist and are answered as committed, whatever was registered since).
-                for name, version in _expected(items, done):
-                    await conn.execute(q.expect_latest, (name, version))
-            fresh: list[NewInstance] = []  # to insert now
-            created: list[NewInstance] = []  # inserted by this group (now or by a lost attempt)
-            answers: list[str] = []
-            for item in items:
-                instance_id = item.state.instance.id
-                rid = item.request_id
-                if rid:
-                    owner = claimed.get(rid) or owners.get(rid, "")
-                    if not owner:  # never expected: the row exists or this group claimed it
-                        raise Unavailable(f"start request {rid!r} was claimed and released; retry")
-                    answers.append(owner)
-                    if owner != instance_id:
-                        continue
-                else:
-                    answers.append(instance_id)
-                created.append(item)
-                if instance_id not in done:
-                    fresh.append(item)
+            if attempt.number == 1:
+                await self._confirm_latest(conn, expected)  # fails the transaction if stale
+            else:
+                # A retry, perhaps after a lost acknowledgement: the earlier attempt's instances
+                # exist if it committed (all of them: one transaction). Check only what is still
+                # to insert (those are answered as committed, whatever was registered since).
+                done = await self._stored(conn, pipeline, items)
+                await self._confirm_latest(conn, _expected(items, done))
+            requests = await self._claim_requests(conn, pipeline, items)
+            holders = await self._claim_keys(conn, pipeline, _key_candidates(items, requests))
+            plan = _resolve(items, requests, holders)
+            if plan.redirected:
+                await conn.execute(
+                    self.queries.redirect_requests,
+                    (list(plan.redirected), list(plan.redirected.values())),
+                )
+            fresh = [item for item in plan.created if item.state.instance.id not in done]
             if fresh:
                 await self.persist(conn, fresh)
-        return created, answers
+        return plan.created, plan.answers
+
+    async def _confirm_latest(self, conn: Conn, pairs: list[tuple[str, str]]) -> None:
+        for name, version in pairs:
+            await conn.execute(self.queries.expect_latest, (name, version))
+
+    async def _stored(self, conn: Conn, pipeline: Pipeline, items: list[NewInstance]) -> set[str]:
+        """The ids of ``items`` already stored (by an earlier attempt whose commit went through)."""
+        cur = await conn.execute(self.queries.existing_instances, ([i.state.instance.id for i in items],))
+        await pipeline.sync()
+        return {row[0] for row in await cur.fetchall()}
+
+    async def _claim_requests(
+        self, conn: Conn, pipeline: Pipeline, items: list[NewInstance]
+    ) -> dict[str, tuple[str, bool]]:
+        """Claim the request ids of ``items``: request id -> (the instance that holds it, whether
+        that answer was a deduplication). The first item of each id claims it; sorted, so two
+        groups lock in one order."""
+        first: dict[str, str] = {}
+        for item in items:
+            if item.request_id and item.request_id not in first:
+                first[item.request_id] = item.state.instance.id
+        if not first:
+            return {}
+        q = self.queries
+        keyed = sorted(first)
+        cur = await conn.execute(q.claim_requests, (keyed, [first[r] for r in keyed]))
+        await pipeline.sync()
+        owners = {r: (i, False) for r, i in await cur.fetchall()}
+        taken = [r for r in keyed if r not in owners]
+        if taken:
+            cur = await conn.execute(q.request_owners, (taken,))
+            await pipeline.sync()
+            owners.update({r: (i, bool(d)) for r, i, d in await cur.fetchall()})
+        return owners
+
+    async def _claim_keys(
+        self, conn: Conn, pipeline: Pipeline, candidates: dict[tuple[str, str], str]
+    ) -> dict[tuple[str, str], str]:
+        """Claim deduplication keys for their candidate instances: (workflow, key) -> holder."""
+        if not candidates:
+            return {}
+        q = self.queries
+        keys = sorted(candidates)
+        workflows = [w for w, _ in keys]
+        names = [k for _, k in keys]
+        cur = await conn.execute(q.claim_keys, (workflows, names, [candidates[k] for k in keys], self.now()))
+        await pipeline.sync()
+        holders = {(w, k): i for w, k, i in await cur.fetchall()}
+        held = [k for k in keys if k not in holders]
+        if held:
+            cur = await conn.execute(q.key_holders, ([w for w, _ in held], [k for _, k in held]))
+            await pipeline.sync()
+            holders.update({(w, k): i for w, k, i in await cur.fetchall()})
+        return holders
+
+
+class _Attempt:
+    """Counts the attempts at one group's transaction (db.run may retry it)."""
+
+    __slots__ = ("number",)
+
+    def __init__(self) -> None:
+        self.number = 0
+
+
+def _key_candidates(
+    items: list[NewInstance], requests: dict[str, tuple[str, bool]]
+) -> dict[tuple[str, str], str]:
+    """(workflow, key) -> the first item that may take it: one not answered by its request id."""
+    out: dict[tuple[str, str], str] = {}
+    for item in items:
+        inst = item.state.instance
+        if not inst.dedup_key:
+            continue
+        owner = requests.get(item.request_id) if item.request_id else None
+        if owner is not None and owner[0] != inst.id:
+            continue  # answered by its request id
+        out.setdefault((inst.workflow, inst.dedup_key), inst.id)
+    return out
+
+
+class _Plan:
+    """What a group does: the items it creates, each item's answer, the request ids to point at
+    a key's holder."""
+
+    __slots__ = ("created", "answers", "redirected")
+
+    def __init__(self) -> None:
+        self.created: list[NewInstance] = []
+        self.answers: list[str] = []
+        self.redirected: dict[str, str] = {}
+
+
+def _resolve(
+    items: list[NewInstance],
+    requests: dict[str, tuple[str, bool]],
+    holders: dict[tuple[str, str], str],
+) -> _Plan:
+    """Each item's answer from the claimed request ids and keys (sets ``deduplicated``)."""
+    plan = _Plan()
+    requests = dict(requests)  # updated as an item's request id is pointed at a key's holder
+    for item in items:
+        item.deduplicated = False  # (an earlier attempt of the transaction may have set it)
+        inst = item.state.instance
+        rid = item.request_id
+        if rid:
+            owner = requests.get(rid)
+            if owner is None:  # never expected: the row exists or this group claimed it
+                raise Unavailable(f"start request {rid!r} was claimed and released; retry")
+            if owner[0] != inst.id:
+                plan.answers.append(owner[0])
+                item.deduplicated = owner[1]
+                continue
+        if inst.dedup_key:
+            holder = holders.get((inst.workflow, inst.dedup_key))
+            if holder is None:  # never expected: the key was claimed or its holder read
+                raise Unavailable(f"dedup key {inst.dedup_key!r} was claimed and released; retry")
+            if holder != inst.id:
+                plan.answers.append(holder)
+                item.deduplicated = True
+                if rid:
+                    requests[rid] = (holder, True)
+                    plan.redirected[rid] = holder
+                continue
+        plan.answers.append(inst.id)
+        plan.created.append(item)
+    return plan

@@ -7,6 +7,7 @@ from typing import Any
 
 from psycopg import sql
 
+from ..._engine.start_options import PRIORITY_AGING_MILLIS
 from ..._engine.state import ACTIVE_TOKEN_STATUSES, HistoryEntry
 from .codecs import (
     HISTORY_COLS,
@@ -25,6 +26,9 @@ from .codecs import (
 __all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite", "StartQueries"]
 
 ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much after its id's time
+
+#: A token's claim rank (start_options.claim_rank), exactly as the tokens_claim index spells it.
+RANK = f"(t.available_at - t.priority * {PRIORITY_AGING_MILLIS})"
 
 ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_TOKEN_STATUSES)) + ")"
 
@@ -152,11 +156,14 @@ class Queries:
         # analyzes them) joins through instances_status, scanning every RUNNING instance for each
         # READY token, and a prepared statement keeps that plan; without one, the instance can
         # only be reached through its primary key (docs/postgres-plans.md#claims-on-a-new-schema).
+        # Oldest claim rank first: available_at aged by priority (wiggle/_engine/start_options.py),
+        # an ordered scan of the tokens_claim index on the same expression (migration 0012). The
+        # rank is the last column, after the token's and the instance's.
         claim = (
-            f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')} "
+            f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')}, {RANK} AS claim_rank "
             "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
             "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s "
-            "ORDER BY t.available_at LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
+            f"ORDER BY {RANK} LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
         )
         # One queue: an ordered scan of tokens_ready, stopping after LIMIT rows that could be locked.
         self.claim_one = q(claim.replace("{queue}", "%s"))
@@ -166,7 +173,7 @@ class Queries:
         self.claim_many = q(
             "SELECT c.* FROM unnest(%s::text[]) AS qs(queue) CROSS JOIN LATERAL ("
             + claim.replace("{queue}", "qs.queue")
-            + ") c ORDER BY c.available_at LIMIT %s"
+            + ") c ORDER BY c.claim_rank LIMIT %s"
         )
         self.next_ready = q(
             "SELECT min(x.available_at) FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
@@ -185,7 +192,7 @@ class Queries:
             "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)), "
             "(SELECT min(deadline_at) FROM {s}.instances WHERE status = 'RUNNING' AND deadline_at > 0))"
         )
-        # instances past their time limit (migration 0011's partial index instances_deadline)
+        # instances past their time limit (migration 0012's partial index instances_deadline)
         self.due_instances = q(
             "SELECT id FROM {s}.instances WHERE status = 'RUNNING' AND deadline_at > 0 AND deadline_at <= %s "
             "ORDER BY deadline_at LIMIT %s"
@@ -196,7 +203,8 @@ class Queries:
             "LIMIT %s"
         )
         self.purge = q(
-            "WITH doomed AS (SELECT id FROM {s}.instances WHERE status <> 'RUNNING' AND finished_at < %s "
+            "WITH doomed AS (SELECT id FROM {s}.instances "
+            "WHERE status <> 'RUNNING' AND status <> 'SCHEDULED' AND finished_at < %s "
             "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED), "
             "gone_tokens AS (DELETE FROM {s}.tokens WHERE instance_id IN (SELECT id FROM doomed)), "
             "gone_history AS (DELETE FROM {s}.history WHERE instance_id IN (SELECT id FROM doomed)) "
@@ -240,5 +248,26 @@ class StartQueries:
             "RETURNING request_id, instance_id"
         )
         self.request_owners = (
-            f"SELECT request_id, instance_id FROM {s}.start_requests WHERE request_id = ANY(%s)"
+            f"SELECT request_id, instance_id, deduplicated FROM {s}.start_requests WHERE request_id = ANY(%s)"
+        )
+        # A deduplicated start's request id names the key's holder (migration 0012).
+        self.redirect_requests = (
+            f"UPDATE {s}.start_requests r SET instance_id = v.instance_id, deduplicated = true "
+            "FROM unnest(%s::text[], %s::text[]) AS v(request_id, instance_id) WHERE r.request_id = v.request_id"
+        )
+        # Deduplication keys (migration 0012): a new key is inserted; a held one is taken over only
+        # when its holder is finished and past its window (the last parameter is now, in ms); a
+        # holder this statement cannot see yet (committed meanwhile) counts as holding it. Rows
+        # in key order: two groups lock in one order.
+        self.claim_keys = (
+            f"INSERT INTO {s}.start_dedup AS d (workflow, dedup_key, instance_id) "
+            "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) AS v(w, k, i) ORDER BY w, k "
+            "ON CONFLICT (workflow, dedup_key) DO UPDATE SET instance_id = EXCLUDED.instance_id "
+            f"WHERE EXISTS (SELECT 1 FROM {s}.instances h WHERE h.id = d.instance_id "
+            "AND h.status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND h.finished_at + h.dedup_window <= %s) "
+            "RETURNING workflow, dedup_key, instance_id"
+        )
+        self.key_holders = (
+            f"SELECT d.workflow, d.dedup_key, d.instance_id FROM {s}.start_dedup d "
+            "JOIN unnest(%s::text[], %s::text[]) AS v(w, k) ON d.workflow = v.w AND d.dedup_key = v.k"
         )

@@ -93,6 +93,7 @@ class PostgresStore(Store):
             start_linger,
         )
         self.group.now = self._now
+        self.starts.now = self._now
         self.statistics = Statistics(self.db, self.schema)  # ANALYZE as the tables grow (statistics.py)
 
     @property
