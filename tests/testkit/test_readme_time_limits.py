@@ -11,7 +11,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_time_limits_example_runs_as_written(tmp_path: Path) -> None:
-    section = README.read_text().split("## Time limits", 1)[1]
+    section = README.read_text().split("## Time limits and flow control", 1)[1]
     block = re.search(r"```python\n(.*?)```", section, re.S)
     assert block is not None, "the README's Time limits section has no python block"
     code = block.group(1)
