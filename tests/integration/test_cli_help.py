@@ -67,7 +67,7 @@ def test_closed_sets_are_choices() -> None:
         (action,) = [a for a in by_name[verb]._actions if a.dest == dest]
         return list(action.choices or [])
 
-    assert choices("list", "status") == ["RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+    assert choices("list", "status") == ["SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
     assert choices("demo", "mode") == ["SERVER", "LOCAL_SYNC", "LOCAL_ASYNC"]
     assert choices("schedule create", "overlap") == ["SKIP", "BUFFER_ONE", "ALLOW"]
     assert choices("schedule update", "catchup") == ["NONE", "LAST", "ALL"]

@@ -94,6 +94,15 @@ def _verb(sub: Any, name: str, help: str, description: str, examples: list[str],
 
 def add_parsers(sub: Any) -> None:
     """Add ``token``, ``doctor``, ``ready``, ``workflows``, ``queues``, ``describe`` and ``bench``."""
+    _add_token(sub)
+    _add_doctor(sub)
+    _add_workflows(sub)
+    _add_queues(sub)
+    _add_describe(sub)
+    _add_bench(sub)
+
+
+def _add_token(sub: Any) -> None:
     p = _verb(
         sub,
         "token",
@@ -116,6 +125,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--queue", action="append", help="a queue a worker may serve (repeatable; * for all)")
     p.set_defaults(func=cmd_token)
 
+
+def _add_doctor(sub: Any) -> None:
     p = _verb(
         sub,
         "doctor",
@@ -138,6 +149,8 @@ def add_parsers(sub: Any) -> None:
 
     add_ready(_verb(sub, *READY_HELP))
 
+
+def _add_workflows(sub: Any) -> None:
     p = _verb(
         sub,
         "workflows",
@@ -148,6 +161,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--name", help="only this workflow's versions")
     p.set_defaults(func=cmd_workflows)
 
+
+def _add_queues(sub: Any) -> None:
     p = _verb(
         sub,
         "queues",
@@ -158,6 +173,8 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(func=cmd_queues)
 
+
+def _add_describe(sub: Any) -> None:
     p = _verb(
         sub,
         "describe",
@@ -170,6 +187,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--version", dest="version", help="a version (default: the latest)")
     p.set_defaults(func=cmd_describe)
 
+
+def _add_bench(sub: Any) -> None:
     p = _verb(
         sub,
         "bench",

@@ -273,6 +273,17 @@ STATUSES = [s.value for s in InstanceStatus]
 
 def add_parsers(sub: Any) -> None:
     """Add the instance verbs (start, get, history, cancel, list, complete-task, signal, retry)."""
+    _add_start(sub)
+    _add_get(sub)
+    _add_history(sub)
+    _add_cancel(sub)
+    _add_list(sub)
+    _add_complete_task(sub)
+    _add_signal(sub)
+    _add_retry(sub)
+
+
+def _add_start(sub: Any) -> None:
     p = _verb(
         sub,
         "start",
@@ -330,6 +341,8 @@ def add_parsers(sub: Any) -> None:
     )
     p.set_defaults(func=cmd_start)
 
+
+def _add_get(sub: Any) -> None:
     p = _verb(
         sub,
         "get",
@@ -342,6 +355,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--history", action="store_true", help="with every step attempt")
     p.set_defaults(func=cmd_get)
 
+
+def _add_history(sub: Any) -> None:
     p = _verb(
         sub,
         "history",
@@ -354,6 +369,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-tracebacks", action="store_true", help="the error lines only")
     p.set_defaults(func=cmd_history)
 
+
+def _add_cancel(sub: Any) -> None:
     p = _verb(
         sub,
         "cancel",
@@ -366,6 +383,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--reason", default="cancelled by operator", help="recorded on the instance")
     p.set_defaults(func=cmd_cancel)
 
+
+def _add_list(sub: Any) -> None:
     p = _verb(
         sub,
         "list",
@@ -386,6 +405,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--page-token", help="the next page (printed after a full page)")
     p.set_defaults(func=cmd_list)
 
+
+def _add_complete_task(sub: Any) -> None:
     p = _verb(
         sub,
         "complete-task",
@@ -399,6 +420,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--data", help="JSON object merged into the context (or @file)")
     p.set_defaults(func=cmd_complete_task)
 
+
+def _add_signal(sub: Any) -> None:
     p = _verb(
         sub,
         "signal",
@@ -417,6 +440,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--sender", help="who sends it (recorded in the history)")
     p.set_defaults(func=cmd_signal)
 
+
+def _add_retry(sub: Any) -> None:
     p = _verb(
         sub,
         "retry",

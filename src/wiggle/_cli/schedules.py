@@ -182,6 +182,14 @@ def add_parsers(sub: Any) -> None:
         "  wiggle schedule list\n  wiggle schedule update nightly --cron '30 2 * * *'",
     )
     verbs = p.add_subparsers(dest="verb", required=True)
+    _add_create(verbs)
+    _add_update(verbs)
+    _add_list(verbs)
+    _add_delete(verbs)
+    _add_trigger(verbs)
+
+
+def _add_create(verbs: Any) -> None:
     v = _verb(
         verbs,
         "create",
@@ -200,6 +208,8 @@ def add_parsers(sub: Any) -> None:
     v.add_argument("--paused", action="store_true", help="create paused")
     v.set_defaults(func=create)
 
+
+def _add_update(verbs: Any) -> None:
     v = _verb(
         verbs,
         "update",
@@ -221,6 +231,8 @@ def add_parsers(sub: Any) -> None:
     _spec_flags(v, defaults=False)
     v.set_defaults(func=update)
 
+
+def _add_list(verbs: Any) -> None:
     v = _verb(
         verbs,
         "list",
@@ -249,6 +261,9 @@ def add_parsers(sub: Any) -> None:
         v = _verb(verbs, name, text, description, [f"wiggle schedule {name} nightly"])
         v.add_argument("schedule_id", help="the schedule's id")
         v.set_defaults(func=one(method))
+
+
+def _add_delete(verbs: Any) -> None:
     v = _verb(
         verbs,
         "delete",
@@ -258,6 +273,9 @@ def add_parsers(sub: Any) -> None:
     )
     v.add_argument("schedule_id", help="the schedule's id")
     v.set_defaults(func=delete)
+
+
+def _add_trigger(verbs: Any) -> None:
     v = _verb(
         verbs,
         "trigger",
