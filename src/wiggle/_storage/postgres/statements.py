@@ -78,6 +78,15 @@ class Queries:
         def q(text: str) -> str:
             return text.replace("{s}", s)
 
+        self._rows(q)
+        self._set_writes(q)
+        self._reads(q)
+        self._claims(q)
+        self._clock_duties(q)
+        self._definitions(q)
+
+    def _rows(self, q: Callable[[str], str]) -> None:
+        """Rows of one instance: lock, read, insert, update (one row each)."""
         self.lock_instances = q(
             f"SELECT {INSTANCE_COLS} FROM {{s}}.instances WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
         )
@@ -107,6 +116,9 @@ class Queries:
         self.insert_history = q(
             f"INSERT INTO {{s}}.history ({HISTORY_COLS}) VALUES ({', '.join(['%s'] * n_history)})"
         )
+
+    def _set_writes(self, q: Callable[[str], str]) -> None:
+        """The same writes for many rows at once (set-based)."""
 
         # The same writes for several rows at once: one statement, one array per column (a
         # statement per row, even pipelined, costs the server a bind/execute/plan per row).
@@ -139,6 +151,9 @@ class Queries:
         self.insert_instances = insert_from("instances", INSTANCE_FIELDS)
         self.insert_tokens = insert_from("tokens", TOKEN_FIELDS)
         self.insert_histories = insert_from("history", HistoryEntry.__struct_fields__)
+
+    def _reads(self, q: Callable[[str], str]) -> None:
+        """History, existence, notifications, peers."""
         self.history = q(f"SELECT {HISTORY_COLS} FROM {{s}}.history WHERE instance_id = %s ORDER BY seq")
         self.instance_exists = q("SELECT 1 FROM {s}.instances WHERE id = %s")
         self.notify = q("SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)")
@@ -151,6 +166,9 @@ class Queries:
             "WHERE datname = current_database() AND application_name LIKE %(prefix)s "
             "AND split_part(application_name, ':', 3) <> %(node)s"
         )
+
+    def _claims(self, q: Callable[[str], str]) -> None:
+        """Claims: the ready steps of one queue or several, oldest claim rank first."""
         # No condition on the instance's status here (the store checks it, PostgresStore.claim):
         # with one, a plan made before the tables have statistics (a new schema, until autovacuum
         # analyzes them) joins through instances_status, scanning every RUNNING instance for each
@@ -175,6 +193,9 @@ class Queries:
             + claim.replace("{queue}", "qs.queue")
             + ") c ORDER BY c.claim_rank LIMIT %s"
         )
+
+    def _clock_duties(self, q: Callable[[str], str]) -> None:
+        """The clock duties: due tokens and instances, orphans, the purge."""
         self.next_ready = q(
             "SELECT min(x.available_at) FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
             "SELECT available_at FROM {s}.tokens WHERE status = 'READY' AND queue = qs.queue "
@@ -192,7 +213,7 @@ class Queries:
             "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)), "
             "(SELECT min(deadline_at) FROM {s}.instances WHERE status = 'RUNNING' AND deadline_at > 0))"
         )
-        # instances past their time limit (migration 0012's partial index instances_deadline)
+        # instances past their time limit (migration 0011's partial index instances_deadline)
         self.due_instances = q(
             "SELECT id FROM {s}.instances WHERE status = 'RUNNING' AND deadline_at > 0 AND deadline_at <= %s "
             "ORDER BY deadline_at LIMIT %s"
@@ -210,6 +231,9 @@ class Queries:
             "gone_history AS (DELETE FROM {s}.history WHERE instance_id IN (SELECT id FROM doomed)) "
             "DELETE FROM {s}.instances WHERE id IN (SELECT id FROM doomed) RETURNING id"
         )
+
+    def _definitions(self, q: Callable[[str], str]) -> None:
+        """Definitions and version aliases."""
         self.insert_definition = q(
             "INSERT INTO {s}.definitions (name, version, definition, registered_at) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (name, version) DO NOTHING RETURNING registered_at"
