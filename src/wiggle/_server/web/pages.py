@@ -132,6 +132,32 @@ def instance_html(data: dict[str, Any]) -> str:
     inst = data["instance"]
     iid = escape(inst["instance_id"])
     definition = msgspec.convert(data["definition"], WorkflowDefinition)
+    actions = _actions_html(data, iid)
+    related = _related_html(inst, data)
+    tokens = _tokens_html(data["tokens"])
+    history = _history_html(data["history"])
+    reason = f' <span class="muted">{escape(inst["reason"])}</span>' if inst["reason"] else ""
+    error = f'<p class="err">{escape(inst["error"])}</p>' if inst["error"] else ""
+    return (
+        f'<h2>Instance <code id="instance-id">{iid}</code></h2>'
+        f'<p>{_pill(inst["status"])}{reason} workflow <a href="/workflows#{escape(inst["workflow"])}">'
+        f'{escape(inst["workflow"])}</a> <span class="muted">version {escape(inst["version"])}</span>'
+        f" · correlation {escape(inst['correlation_id'] or '-')} · created {when(inst['created_at'])}"
+        f" · finished {when(inst['finished_at'])} · {inst['steps']} steps</p>{related}{error}"
+        f'<p class="actions">{" ".join(actions)}</p>'
+        f"{render_svg(definition, data['node_states'], data['node_labels'])}"
+        f'<h3>Context</h3><pre id="context">{escape(json.dumps(inst["context"], indent=2, sort_keys=True))}</pre>'
+        "<h3>Tokens</h3><table><thead><tr><th>token</th><th>node</th><th>status</th><th>attempt</th>"
+        "<th>queue</th><th>lease owner</th><th>local run</th><th>last error</th></tr></thead>"
+        f"<tbody>{tokens}</tbody></table>"
+        '<h3>History</h3><table id="history"><thead><tr><th>ended</th><th>node</th><th>kind</th><th>attempt</th>'
+        "<th>outcome</th><th>took</th><th>worker / who</th><th>error, traceback</th></tr></thead>"
+        f"<tbody>{''.join(history)}</tbody></table>"
+    )
+
+
+def _actions_html(data: dict[str, Any], iid: str) -> list[str]:
+    """The buttons of the actions the instance allows now."""
     actions = []
     if data["actions"]["cancel"]:
         actions.append(
@@ -156,6 +182,11 @@ def instance_html(data: dict[str, Any]) -> str:
             f'data-url="/api/instances/{iid}/signals/">send a signal…</button>'
             f'<datalist id="signal-names">{names}</datalist>'
         )
+    return actions
+
+
+def _related_html(inst: dict[str, Any], data: dict[str, Any]) -> str:
+    """Links to the parent, the children and the schedule that started it."""
     links = []
     if inst["parent_id"]:
         pid = escape(inst["parent_id"])
@@ -170,17 +201,26 @@ def instance_html(data: dict[str, Any]) -> str:
     if inst["schedule_id"]:
         sid = escape(inst["schedule_id"])
         links.append(f'started by schedule <a href="/schedules#{sid}">{sid}</a>')
-    related = f'<p class="related">{" · ".join(links)}</p>' if links else ""
-    tokens = "".join(
+    return f'<p class="related">{" · ".join(links)}</p>' if links else ""
+
+
+def _tokens_html(tokens: list[dict[str, Any]]) -> str:
+    """The rows of the tokens table."""
+    rows = "".join(
         f"<tr><td>{escape(t['id'])}</td><td>{escape(t['node_id'])}</td><td>{escape(t['status'])}</td>"
         f'<td class="num">{t["attempt"]}</td><td>{escape(t["queue"])}</td>'
         f"<td>{escape(t['lease_owner'])}</td><td>{escape(t['local_run_owner'])}"
         f"{' (' + str(t['local_run_steps']) + ' steps)' if t['local_run_owner'] else ''}</td>"
         f'<td class="err">{escape(t["last_error"])}</td></tr>'
-        for t in data["tokens"]
+        for t in tokens
     )
+    return rows
+
+
+def _history_html(entries: list[dict[str, Any]]) -> list[str]:
+    """The rows of the history table."""
     history = []
-    for e in data["history"]:
+    for e in entries:
         who = escape(e["worker_id"])
         tb = f'<pre class="tb">{escape(e["traceback"])}</pre>' if e.get("traceback") else ""
         history.append(
@@ -189,24 +229,7 @@ def instance_html(data: dict[str, Any]) -> str:
             f'<td class="num">{age(e["duration_ms"])}</td><td>{who}</td>'
             f'<td><span class="err">{escape(e["error"])}</span>{tb}</td></tr>'
         )
-    reason = f' <span class="muted">{escape(inst["reason"])}</span>' if inst["reason"] else ""
-    error = f'<p class="err">{escape(inst["error"])}</p>' if inst["error"] else ""
-    return (
-        f'<h2>Instance <code id="instance-id">{iid}</code></h2>'
-        f'<p>{_pill(inst["status"])}{reason} workflow <a href="/workflows#{escape(inst["workflow"])}">'
-        f'{escape(inst["workflow"])}</a> <span class="muted">version {escape(inst["version"])}</span>'
-        f" · correlation {escape(inst['correlation_id'] or '-')} · created {when(inst['created_at'])}"
-        f" · finished {when(inst['finished_at'])} · {inst['steps']} steps</p>{related}{error}"
-        f'<p class="actions">{" ".join(actions)}</p>'
-        f"{render_svg(definition, data['node_states'], data['node_labels'])}"
-        f'<h3>Context</h3><pre id="context">{escape(json.dumps(inst["context"], indent=2, sort_keys=True))}</pre>'
-        "<h3>Tokens</h3><table><thead><tr><th>token</th><th>node</th><th>status</th><th>attempt</th>"
-        "<th>queue</th><th>lease owner</th><th>local run</th><th>last error</th></tr></thead>"
-        f"<tbody>{tokens}</tbody></table>"
-        '<h3>History</h3><table id="history"><thead><tr><th>ended</th><th>node</th><th>kind</th><th>attempt</th>'
-        "<th>outcome</th><th>took</th><th>worker / who</th><th>error, traceback</th></tr></thead>"
-        f"<tbody>{''.join(history)}</tbody></table>"
-    )
+    return history
 
 
 def workflows_html(data: dict[str, Any]) -> str:
