@@ -38,3 +38,17 @@ def test_the_async_view_has_every_step_method_with_the_same_parameters() -> None
     for name, signature in view.items():
         assert _shape(signature) == _shape(env[name]), name
         assert inspect.iscoroutinefunction(getattr(AsyncView, name)), name
+
+
+def test_the_start_options_the_test_kit_forwards_are_the_clients() -> None:
+    """``start_workflow(**options)`` forwards StartOptions to ``AsyncClient.start``: its keys are
+    the client's keyword-only start options, with the client's defaults."""
+    import typing
+
+    from wiggle import AsyncClient
+    from wiggle._client.types import StartOptions
+
+    params = inspect.signature(AsyncClient.start).parameters
+    skip = {"self", "workflow", "context", "version", "correlation_id", "request_id"}
+    client_options = {name for name in params if name not in skip}
+    assert set(typing.get_type_hints(StartOptions, globalns=vars(__import__("datetime")))) == client_options

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -19,6 +20,7 @@ __all__ = [
     "SignalResult",
     "QueueInfo",
     "QueueWorker",
+    "StartOptions",
 ]
 
 
@@ -167,3 +169,15 @@ class QueueInfo(msgspec.Struct, frozen=True):
     running: int
     in_local_run: int
     workers: tuple[QueueWorker, ...] = ()
+
+
+class StartOptions(TypedDict, total=False):
+    """A start's flow-control options (docs/flow-control.md), named as ``Client.start`` takes
+    them; the test kit's ``start_workflow`` forwards them unchanged
+    (tests/testkit/test_api_parity.py checks the names against the client's)."""
+
+    priority: int
+    start_at: datetime | None
+    start_delay: timedelta | float | None
+    dedup_key: str
+    dedup_window: timedelta | float | None

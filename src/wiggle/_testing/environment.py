@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -28,6 +28,11 @@ from .._storage.base import InstanceView
 from ..client import AsyncClient, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
 from ..worker import Worker, WorkerOptions
 from ..workflow import Blueprint
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._client.types import StartOptions
 from .helpers import path_of
 from .skipping import TimeSkipper
 
@@ -255,11 +260,7 @@ class WorkflowEnvironment:
         *,
         correlation_id: str = "",
         request_id: str = "",
-        priority: int = 0,
-        start_at: datetime | None = None,
-        start_delay: timedelta | float | None = None,
-        dedup_key: str = "",
-        dedup_window: timedelta | float | None = None,
+        **options: Unpack[StartOptions],
     ) -> InstanceInfo:
         """Start an instance (registering the blueprint first); its snapshot.
 
@@ -274,11 +275,7 @@ class WorkflowEnvironment:
             context,
             correlation_id=correlation_id,
             request_id=request_id,
-            priority=priority,
-            start_at=start_at,
-            start_delay=start_delay,
-            dedup_key=dedup_key,
-            dedup_window=dedup_window,
+            **options,
         )
 
     async def wait(

@@ -13,11 +13,16 @@ import threading
 from collections.abc import Awaitable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..client import Client, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
 from ..worker import Worker, WorkerOptions
 from ..workflow import Blueprint
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .._client.types import StartOptions
 from .environment import DEFAULT_TIMEOUT, WorkflowEnvironment
 
 __all__ = ["SyncWorkflowEnvironment", "AsyncView"]
@@ -156,11 +161,7 @@ class SyncWorkflowEnvironment:
         *,
         correlation_id: str = "",
         request_id: str = "",
-        priority: int = 0,
-        start_at: datetime | None = None,
-        start_delay: timedelta | float | None = None,
-        dedup_key: str = "",
-        dedup_window: timedelta | float | None = None,
+        **options: Unpack[StartOptions],
     ) -> InstanceInfo:
         """Start an instance; its snapshot (start options: docs/flow-control.md)."""
         return self._call(
@@ -169,11 +170,7 @@ class SyncWorkflowEnvironment:
                 context,
                 correlation_id=correlation_id,
                 request_id=request_id,
-                priority=priority,
-                start_at=start_at,
-                start_delay=start_delay,
-                dedup_key=dedup_key,
-                dedup_window=dedup_window,
+                **options,
             )
         )
 
@@ -276,11 +273,7 @@ class AsyncView:
         *,
         correlation_id: str = "",
         request_id: str = "",
-        priority: int = 0,
-        start_at: datetime | None = None,
-        start_delay: timedelta | float | None = None,
-        dedup_key: str = "",
-        dedup_window: timedelta | float | None = None,
+        **options: Unpack[StartOptions],
     ) -> InstanceInfo:
         """Start an instance; its snapshot (start options: docs/flow-control.md)."""
         return await self._await(
@@ -289,11 +282,7 @@ class AsyncView:
                 context,
                 correlation_id=correlation_id,
                 request_id=request_id,
-                priority=priority,
-                start_at=start_at,
-                start_delay=start_delay,
-                dedup_key=dedup_key,
-                dedup_window=dedup_window,
+                **options,
             )
         )
 
