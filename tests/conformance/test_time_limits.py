@@ -214,3 +214,43 @@ async def test_a_start_may_not_outlive_a_short_limit_in_the_engine_check(harness
         _define(harness, "bad").step(lambda c: c, name="s", timeout=0).build()
     with pytest.raises(InvalidArgument, match="timeout"):
         Workflow.define("bad-limit", timeout=-5)
+
+
+async def test_a_step_nobody_claims_in_time_fails_for_good(harness: Harness) -> None:
+    """schedule_to_start: no worker serves the queue, so the step fails once its limit passes,
+    without a retry (another attempt would wait in the same queue), and the instance with it."""
+    bp = (
+        _define(harness, "unclaimed")
+        .step(
+            lambda ctx: ctx, name="waits", queue=f"nobody-{harness.define('q').name}", schedule_to_start=1.0
+        )
+        .build()
+    )
+    async with harness.server() as server:
+        await server.client.register(bp)
+        info = await server.client.start(bp, {"n": 1})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "FAILED", done
+    assert "waits: not started within 1 s (the step's schedule-to-start limit)" in done.error
+    assert [(h.node_id, h.outcome) for h in history] == [("waits", "TIMED_OUT")]
+    _clean(history, {})
+
+
+async def test_a_step_claimed_in_time_runs_as_usual(harness: Harness) -> None:
+    """schedule_to_start does not touch a step that is claimed in time, nor the steps after it
+    (their deadline is their own), in any mode."""
+    bp = (
+        _define(harness, "claimed")
+        .step(lambda ctx: {**ctx, "a": 1}, name="a", schedule_to_start=30)
+        .step(lambda ctx: {**ctx, "b": 1}, name="b", schedule_to_start=30, timeout=30)
+        .build()
+    )
+    async with harness.running([bp]) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED", done.error
+    steps = [(h.node_id, h.outcome, h.attempt) for h in history if h.kind == "TASK"]
+    assert steps == [("a", "COMPLETED", 1), ("b", "COMPLETED", 1)]
+    _clean(history, {})

@@ -13,7 +13,14 @@ from .tokens import end_instance, fail_instance, fail_step, finish_token, move, 
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["expire_lease", "expiry_reason", "fire_timer", "user_task_deadline", "workflow_deadline"]
+__all__ = [
+    "expire_lease",
+    "expiry_reason",
+    "fire_timer",
+    "start_deadline",
+    "user_task_deadline",
+    "workflow_deadline",
+]
 
 
 def expire_lease(
@@ -39,6 +46,26 @@ def expiry_reason(node: Node, token: Token, now: int) -> str:
 
 def _seconds(millis: int) -> str:
     return f"{millis / 1000:g} s"
+
+
+def start_deadline(loaded: LoadedDefinition, state: InstanceState, token: Token, now: int) -> Changes:
+    """A step nobody claimed within its schedule-to-start limit: it fails for good (no retry: a
+    retry would wait in the same queue), and so does the instance, naming the step and the limit."""
+    changes = Changes()
+    if token.status != TokenStatus.READY or not 0 < token.deadline_at <= now:
+        return changes
+    node = loaded.nodes[token.node_id]
+    limit = _seconds(node.schedule_to_start_millis)
+    message = f"not started within {limit} (the step's schedule-to-start limit): no worker claimed it"
+    state.instance.updated_at = now
+    changes.instance_changed = True
+    record(
+        state, token, node, HistoryOutcome.TIMED_OUT, now, changes, error=message, started=token.available_at
+    )
+    token.last_error = message
+    finish_token(state, token, TokenStatus.FAILED, now, changes)
+    fail_instance(state, f"{node.id}: {message}", now, changes, failed=token)
+    return changes
 
 
 def workflow_deadline(loaded: LoadedDefinition, state: InstanceState, now: int) -> Changes:

@@ -17,7 +17,16 @@ from . import children, fanout, lww
 from .config import LoadedDefinition
 from .signals import take_buffered
 from .state import Changes, HistoryOutcome, InstanceState, InstanceStatus, JoinState, Token, TokenStatus
-from .tokens import context_of, end_instance, fail_instance, finish_token, new_token, record, set_context
+from .tokens import (
+    context_of,
+    end_instance,
+    fail_instance,
+    finish_token,
+    new_token,
+    record,
+    set_context,
+    start_deadline,
+)
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -94,6 +103,7 @@ def _drive_worker_step(run: DriveRun, tok: Token, node: Node) -> After:
     tok.lease_expires_at = 0
     tok.local_run_owner = ""
     tok.local_run_steps = 0
+    start_deadline(tok, node, run.changes)
     run.changes.ready_queues.add(tok.queue)
     return After.PARKED
 

@@ -397,6 +397,12 @@ class Engine:
         """A lease ran out: a retryable failure "lease expired (worker unreachable)"."""
         return clock.expire_lease(self, loaded, state, token, now)
 
+    def start_deadline(
+        self, loaded: LoadedDefinition, state: InstanceState, token: Token, now: int
+    ) -> Changes:
+        """A step nobody claimed within its schedule-to-start limit fails for good."""
+        return clock.start_deadline(loaded, state, token, now)
+
     def workflow_deadline(self, loaded: LoadedDefinition, state: InstanceState, now: int) -> Changes:
         """The instance's time limit passed: it fails with reason "workflow timed out"."""
         return clock.workflow_deadline(loaded, state, now)

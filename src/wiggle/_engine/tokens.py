@@ -45,6 +45,7 @@ __all__ = [
     "record",
     "release_step",
     "set_context",
+    "start_deadline",
     "step_lease",
 ]
 
@@ -88,6 +89,7 @@ def finish_token(state: InstanceState, token: Token, status: TokenStatus, now: i
     token.finished_at = now
     token.lease_owner = ""
     token.lease_expires_at = 0
+    token.deadline_at = 0
     token.local_run_owner = ""
     state.tokens.pop(token.id, None)
     changes.tokens[token.id] = token
@@ -162,12 +164,13 @@ def fail_instance(
 
 
 def move(token: Token, next_id: str) -> None:
-    """Put ``token`` on ``next_id`` with a fresh attempt and no lease."""
+    """Put ``token`` on ``next_id`` with a fresh attempt, no lease and no deadline."""
     token.node_id = next_id
     token.attempt = 1
     token.last_error = ""
     token.lease_owner = ""
     token.lease_expires_at = 0
+    token.deadline_at = 0
 
 
 def leased_token(state: InstanceState, task_id: str, owner: str, now: int = 0) -> Token:
@@ -272,6 +275,7 @@ def fail_step(
         token.local_run_owner = ""
         token.local_run_steps = 0
         token.queue = loaded.queue_of(node)
+        start_deadline(token, node, changes)
         changes.tokens[token.id] = token
         changes.ready_queues.add(token.queue)
         if delay > 0:
@@ -313,6 +317,7 @@ def release_step(
     token.local_run_steps = 0
     token.queue = loaded.queue_of(node)
     changes = Changes()
+    start_deadline(token, node, changes)
     changes.tokens[token.id] = token
     changes.ready_queues.add(token.queue)
     changes.timers = True
@@ -330,3 +335,13 @@ def lease_until(token: Token, now: int, lease: int) -> int:
     (clock.expire_lease) is what applies the deadline."""
     expiry = now + lease
     return min(expiry, token.deadline_at) if token.deadline_at else expiry
+
+
+def start_deadline(token: Token, node: Node, changes: Changes) -> None:
+    """A READY token at a worker step with a schedule-to-start limit: the moment it fails unless
+    claimed (``deadline_at`` of a READY token; a claim replaces it by the attempt's own deadline;
+    docs/semantics.md#step-time-limits). 0 when the step has none."""
+    limit = node.schedule_to_start_millis
+    token.deadline_at = token.available_at + limit if limit else 0
+    if limit:
+        changes.timers = True

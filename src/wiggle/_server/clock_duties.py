@@ -63,6 +63,8 @@ class ClockDuties:
                 if status == TokenStatus.WAITING and token.available_at <= now:
                     return 1, engine.begin(loaded, state, token, now)
                 return 0, None
+            if status == TokenStatus.READY and 0 < token.deadline_at <= now:
+                return 1, engine.start_deadline(loaded, state, token, now)  # unclaimed in time
             if status == TokenStatus.RUNNING and token.lease_expires_at <= now:
                 return 1, engine.expire_lease(loaded, state, token, now)
             if status == TokenStatus.WAITING and token.available_at <= now:

@@ -114,6 +114,8 @@ class MemoryStore(Store):
                     ready = {token.queue: 1}
                 else:
                     ready[token.queue] = ready.get(token.queue, 0) + 1
+                if token.deadline_at:  # a schedule-to-start limit: the clock duty fails it unclaimed
+                    heapq.heappush(self._timers, (token.deadline_at, next(self._seq), token.id))
             elif status == TokenStatus.RUNNING:
                 heapq.heappush(self._timers, (token.lease_expires_at, next(self._seq), token.id))
             elif status == TokenStatus.WAITING or (status == TokenStatus.AWAITING and token.available_at > 0):

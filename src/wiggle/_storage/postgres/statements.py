@@ -205,13 +205,17 @@ class Queries:
             "(SELECT id FROM {s}.tokens WHERE status = 'RUNNING' AND lease_expires_at <= %(now)s "
             "ORDER BY lease_expires_at LIMIT %(n)s) UNION ALL "
             "(SELECT id FROM {s}.tokens WHERE (status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)) "
-            "AND available_at <= %(now)s ORDER BY available_at LIMIT %(n)s)"
+            "AND available_at <= %(now)s ORDER BY available_at LIMIT %(n)s) UNION ALL "
+            # steps nobody claimed within their schedule-to-start limit (migration 0013's index)
+            "(SELECT id FROM {s}.tokens WHERE status = 'READY' AND deadline_at > 0 AND deadline_at <= %(now)s "
+            "ORDER BY deadline_at LIMIT %(n)s)"
         )
         self.next_due = q(
             "SELECT LEAST((SELECT min(lease_expires_at) FROM {s}.tokens WHERE status = 'RUNNING'), "
             "(SELECT min(available_at) FROM {s}.tokens "
             "WHERE status = 'WAITING' OR (status = 'AWAITING' AND available_at > 0)), "
-            "(SELECT min(deadline_at) FROM {s}.instances WHERE status = 'RUNNING' AND deadline_at > 0))"
+            "(SELECT min(deadline_at) FROM {s}.instances WHERE status = 'RUNNING' AND deadline_at > 0), "
+            "(SELECT min(deadline_at) FROM {s}.tokens WHERE status = 'READY' AND deadline_at > 0))"
         )
         # instances past their time limit (migration 0011's partial index instances_deadline)
         self.due_instances = q(
