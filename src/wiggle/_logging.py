@@ -39,7 +39,18 @@ __all__ = [
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMATS = ("text", "json")
 #: The fields a record carries (as ``extra``, or from ``step_fields``) when they are known.
-CONTEXT_FIELDS = ("instance_id", "node_id", "attempt", "worker_id", "workflow", "queue", "task_id")
+CONTEXT_FIELDS = (
+    "instance_id",
+    "node_id",
+    "attempt",
+    "worker_id",
+    "workflow",
+    "queue",
+    "task_id",
+    "actor",  # the server's operator-action lines (wiggle/_server/operator.py)
+    "action",
+    "error",  # the server's final-failure lines (wiggle/_server/failures.py)
+)
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _step_fields: contextvars.ContextVar[Mapping[str, object] | None] = contextvars.ContextVar(

@@ -4,6 +4,7 @@ exporter, on every store and in SERVER and LOCAL_ASYNC modes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -78,3 +79,79 @@ async def test_one_trace_spans_client_server_and_worker(
     assert reports and all(s.kind == trace.SpanKind.CLIENT for s in reports)
     # nothing of this instance's work ended up in another trace
     assert not [s for s in spans if s.name.startswith("wiggle.step") and s.context.trace_id != trace_id]
+
+
+def kid(ctx: dict) -> dict:
+    return {**ctx, "kid": True}
+
+
+@pytest.mark.parametrize("store", STORES)
+async def test_a_sub_workflow_joins_its_parents_trace_and_a_schedule_tick_starts_its_instances(
+    store: str,
+    pg_schema: str,  # noqa: F811
+) -> None:
+    EXPORTER.clear()
+    child = Workflow.define(f"traced-child-{store}").step(kid).build()
+    parent = (
+        Workflow.define(f"traced-parent-{store}")
+        .step(first)
+        .sub_workflow("call", child, result_key="c")
+        .build()
+    )
+    ticking = Workflow.define(f"traced-ticking-{store}").step(first, name="tick_step").build()
+    settings = (
+        {"database_url": TEST_DATABASE_URL, "database_schema": pg_schema} if store == "postgres" else {}
+    )
+    async with EmbeddedServer(**settings) as server:
+        client = server.client
+        for flow in (child, parent, ticking):
+            await client.register(flow)
+        async with server.worker([child, parent, ticking]):
+            info = await client.start(parent, {})
+            assert (await client.wait(info.instance_id, timeout=30)).status == "COMPLETED"
+            await client.create_schedule(f"traced-{store}", ticking, {}, every=1.0)
+            for _ in range(400):
+                page, _ = await client.list(workflow=ticking.name, status="COMPLETED")
+                if page:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail("the schedule's instance did not complete")
+            await client.delete_schedule(f"traced-{store}")
+            scheduled = page[-1]
+        (child_info,), _ = await client.list(workflow=child.name)
+    spans = EXPORTER.get_finished_spans()
+
+    # the parent's trace holds the child's step, under the sub-workflow span
+    (server_span,) = [
+        s
+        for s in spans
+        if s.name == "wiggle.StartInstance" and s.attributes["wiggle.workflow"] == parent.name
+    ]
+    trace_id = server_span.context.trace_id
+    (sub,) = [s for s in spans if s.name == f"wiggle.sub_workflow {child.name}"]
+    assert sub.context.trace_id == trace_id
+    assert sub.attributes["wiggle.instance_id"] == child_info.instance_id
+    (kid_step,) = [s for s in spans if s.name == "wiggle.step kid"]
+    assert kid_step.context.trace_id == trace_id and kid_step.parent.span_id == sub.context.span_id
+    assert kid_step.attributes["wiggle.instance_id"] == child_info.instance_id
+    parent_steps = [s for s in spans if s.name == "wiggle.step first" and s.context.trace_id == trace_id]
+    assert len(parent_steps) == 1
+
+    # the schedule's instance: its steps are under the tick's span, in the tick's trace
+    ticks = [
+        s
+        for s in spans
+        if s.name == "wiggle.schedule.tick" and s.attributes["wiggle.instance_id"] == scheduled.instance_id
+    ]
+    assert len(ticks) == 1, [s.attributes for s in spans if s.name == "wiggle.schedule.tick"]
+    (tick,) = ticks
+    assert tick.attributes["wiggle.schedule_id"] == f"traced-{store}" and tick.parent is None
+    tick_steps = [
+        s
+        for s in spans
+        if s.name == "wiggle.step tick_step" and s.attributes["wiggle.instance_id"] == scheduled.instance_id
+    ]
+    assert len(tick_steps) == 1
+    assert tick_steps[0].context.trace_id == tick.context.trace_id
+    assert tick_steps[0].parent.span_id == tick.context.span_id

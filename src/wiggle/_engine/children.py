@@ -62,6 +62,7 @@ class ChildSpec(msgspec.Struct, frozen=True):
     correlation_id: str
     depth: int
     priority: int = 0  # the parent's: a child inherits it (docs/flow-control.md#priorities)
+    traceparent: str = ""  # the parent's trace, which the child's steps join (docs/semantics.md#tracing)
 
 
 def park(
@@ -133,6 +134,7 @@ def child_spec(loaded: LoadedDefinition, state: InstanceState, tok: Token) -> Ch
         correlation_id=state.instance.correlation_id,
         depth=state.instance.depth + 1,
         priority=state.instance.priority,
+        traceparent=state.instance.traceparent,
     )
 
 

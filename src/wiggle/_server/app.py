@@ -27,6 +27,7 @@ from .http_port import HttpPort, open_http_port
 from .http_security import HttpSecurity
 from .instances import Instances
 from .lag import QueueLagMonitor
+from .metrics_sampler import MetricsSampler
 from .revocation import CallTracker, OpenCalls, Revoker
 from .service import ControlPlane, Metrics
 
@@ -110,6 +111,8 @@ class WiggleServer:
             c.queue_lag_interval_millis / 1000,
             self.service.pollers.dispatched,
         )
+        # the store's share of /metrics (running instances, the definitions' queues)
+        self.sampler = MetricsSampler(self.store, 3 * c.queue_lag_interval_millis / 1000)
 
     def serving(self) -> bool:
         """The gRPC port is up and the server is not stopping (/readyz)."""
@@ -165,6 +168,7 @@ class WiggleServer:
         await _set_health(self._health, UPSTREAM_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._tasks.append(asyncio.ensure_future(self.instances.clock_loop(self._stopping)))
         self._tasks.append(asyncio.ensure_future(self.lag.run(self._stopping)))
+        self._tasks.append(asyncio.ensure_future(self.sampler.run(self._stopping)))
         self._tasks.append(
             asyncio.ensure_future(
                 self.instances.purge_loop(

@@ -4,23 +4,31 @@ A worker sends the traceback of a failed step next to its message (``FailTaskReq
 ``AdvanceRunRequest.failure_traceback``). The engine records the message; this module puts the
 traceback on the RETRY / FAILED entry the same transition wrote, so the engine's transitions stay
 unchanged and the traceback is stored in the same commit (docs/semantics.md#failure-tracebacks).
+
+``log_final_failure`` writes the one log line of an instance that failed for good (after the
+commit, from wiggle/_server/timings.py): workflow, instance, node and error (docs/metrics.md#logs).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from .._engine.records import StepFailed, StepRecord
-from .._engine.state import Changes, HistoryOutcome
+from .._engine.state import Changes, HistoryEntry, HistoryOutcome, InstanceState
 from .._limits import storable_text
 
-__all__ = ["MAX_TRACEBACK_CHARS", "bound_traceback", "attach_traceback", "failed_step"]
+__all__ = ["MAX_TRACEBACK_CHARS", "bound_traceback", "attach_traceback", "failed_step", "log_final_failure"]
+
+log = logging.getLogger("wiggle.server")
 
 #: The most characters of one traceback kept in the history (head and tail of a longer one).
 MAX_TRACEBACK_CHARS = 16_000
 _HEAD = 4_000  # of a cut traceback: the first lines (the outermost frames)...
 
 _FAILED_OUTCOMES = frozenset({HistoryOutcome.RETRY.value, HistoryOutcome.FAILED.value})
+_FINAL_OUTCOMES = frozenset({HistoryOutcome.FAILED.value, HistoryOutcome.TIMED_OUT.value})
+MAX_LOGGED_ERROR_CHARS = 500  # of the error in the log line (the history keeps it whole)
 
 
 def bound_traceback(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
@@ -62,3 +70,28 @@ def failed_step(steps: Sequence[StepRecord]) -> StepFailed | None:
     if steps and isinstance(steps[-1], StepFailed):
         return steps[-1]
     return None
+
+
+def log_final_failure(state: InstanceState, history: Sequence[HistoryEntry]) -> None:
+    """One WARNING line for an instance the committed transition failed for good.
+
+    The node is the one whose entry of this transition failed (FAILED, or TIMED_OUT with an
+    error); a failure without such an entry (a child that could not start, say) names none.
+    """
+    inst = state.instance
+    node = ""
+    for entry in reversed(history):
+        if str(entry.outcome) in _FINAL_OUTCOMES and entry.error:
+            node = entry.node_id
+            break
+    error = inst.error or inst.reason
+    if len(error) > MAX_LOGGED_ERROR_CHARS:
+        error = error[:MAX_LOGGED_ERROR_CHARS] + "..."
+    log.warning(
+        "instance %s of workflow %s failed for good at node %s: %s",
+        inst.id,
+        inst.workflow,
+        node or "(none)",
+        error,
+        extra={"instance_id": inst.id, "workflow": inst.workflow, "node_id": node, "error": error},
+    )

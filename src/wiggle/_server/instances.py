@@ -45,7 +45,7 @@ from ..errors import InvalidArgument
 from .clock_duties import CLOCK_BATCH, PURGE_EVERY_SECONDS, ClockDuties, token_missing
 from .delivery import MAX_WAIT_SECONDS, Delivery, release
 from .failures import attach_traceback, failed_step
-from .operator import record_action
+from .operator import log_action, record_action, who
 from .schedules import Schedules
 from .subflows import SubWorkflows, check_children_registered, may_need_follow_up, spawns_children
 from .timings import Timings
@@ -60,6 +60,12 @@ def _instance_missing(instance_id: str) -> str:
     return f"instance {instance_id} does not exist"
 
 
+def _log_instance_action(actor: str, action: str, state: InstanceState, detail: str = "") -> None:
+    """The log line of an operator action on an instance (wiggle/_server/operator.py)."""
+    inst = state.instance
+    log_action(who(actor), action, f"instance {inst.id}", detail, workflow=inst.workflow, instance_id=inst.id)
+
+
 class Instances:
     """Workflows and instances over ``store``: register, start, read, report, wait, clock duties."""
 
@@ -70,10 +76,10 @@ class Instances:
             store.clock = clock  # one clock for the layer and its store (wiggle/_clock.py)
         # instance ids follow this layer's clock (state.py, InstanceIds)
         self.new_instance_id = new_instance_id if clock is None or clock is WALL_CLOCK else InstanceIds()
-        self.schedules = Schedules(store, self.engine)  # schedule operations and their clock duty
         self.subflows = SubWorkflows(self)
         self.duties = ClockDuties(self)  # timers, leases, deadlines, purge (clock_duties.py)
         self.timings = Timings()  # histograms and outcomes for /metrics (wiggle/_server/timings.py)
+        self.schedules = Schedules(store, self.engine, self.timings)  # schedules and their clock duty
         # claims, polls, and hand-offs to waiting polls (delivery.py); a step handed to a poll
         # that had ended is given back as a worker's release would be
         self.delivery = Delivery(
@@ -97,15 +103,16 @@ class Instances:
         committed: Changes | None = None
         spawns = False
         delivery = self.delivery
+        ran: LoadedDefinition | None = None
 
         def run(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[R, Changes | None]:
-            nonlocal committed, spawns
+            nonlocal committed, spawns, ran
             if committed is not None and committed.handoffs:
                 release(committed.handoffs)  # the store runs the action again: that run is void
             result, changes = action(loaded, state, now)
             committed = changes  # the last run's (a store may run the action again)
             if changes is not None:
-                timings.changed(loaded, state, changes)
+                ran = loaded
                 spawns = spawns_children(loaded)
                 if changes.ready_queues and delivery.can_hand_off:
                     delivery.hand_off(loaded, state, changes, now)
@@ -120,6 +127,8 @@ class Instances:
             raise
         finally:
             timings.mutate_seconds.observe(time.perf_counter() - started)
+        if committed is not None:  # counted once, as committed (timings.py; the log lines too)
+            timings.committed(ran, state, committed)
         if committed is not None and may_need_follow_up(state, committed, spawns):
             await self.subflows.follow_up(state, committed)
         return result, state
@@ -262,9 +271,14 @@ class Instances:
             await check_children_registered(loaded.definition, self.store.get_workflow)
             items = build(loaded, hinted)
             try:
-                return loaded, items, await self.delivery.insert(items, loaded, self.clock.now())
+                ids = await self.delivery.insert(items, loaded, self.clock.now())
             except StaleLatest:  # a newer version was registered: start from it (read, not remembered)
                 record, hinted = await self.store.get_workflow(name, version), False
+                continue
+            for item, instance_id in zip(items, ids, strict=True):
+                if instance_id == item.state.instance.id:  # not a request id's earlier start
+                    self.timings.inserted(loaded, item.state, item.changes, "client")
+            return loaded, items, ids
 
     async def get_instance(self, instance_id: str) -> InstanceView:
         """An instance with its active tokens."""
@@ -294,10 +308,13 @@ class Instances:
         """Every recorded step attempt and event of an instance, in order."""
         return await self.store.history(instance_id)
 
-    async def cancel(self, instance_id: str, reason: str, actor: str = "") -> tuple[InstanceView, bool]:
+    async def cancel(
+        self, instance_id: str, reason: str, actor: str = "", *, by_operator: bool = True
+    ) -> tuple[InstanceView, bool]:
         """Cancel; (view, changed). A finished instance is left alone (changed False).
 
-        ``actor`` (an operator) is recorded in the history with the cancellation.
+        ``actor`` (an operator) is recorded in the history with the cancellation. ``by_operator``
+        False: the server's own cancel (a child whose parent stopped waiting), not logged.
         """
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[bool, Changes | None]:
@@ -307,6 +324,9 @@ class Instances:
             return changed, changes if changed else None
 
         changed, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
+        if by_operator and not actor:  # with an actor, logged from its history entry (operator.py)
+            done = "cancelled" if changed else f"cancel refused: already {state.instance.status}"
+            _log_instance_action("", done, state, reason)
         return self.store.view(state), changed
 
     async def complete_user_task(
@@ -321,6 +341,8 @@ class Instances:
             return None, changes
 
         _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
+        if not actor:  # with an actor, logged from its history entry (operator.py)
+            _log_instance_action("", f"completed user task {name}", state)
         return self.store.view(state)
 
     async def signal(
@@ -332,6 +354,7 @@ class Instances:
             return self.engine.signal(loaded, state, name, data, signal_id, sender, now)
 
         outcome, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
+        _log_instance_action(sender, f"signal {name} {str(outcome).lower()}", state, signal_id)
         return outcome, self.store.view(state)
 
     async def retry(
@@ -343,6 +366,8 @@ class Instances:
             return None, self.engine.retry(loaded, state, from_node, context, requested_by, now)
 
         _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
+        where = f"from {from_node}" if from_node else "from where it failed"
+        _log_instance_action(requested_by, "retried", state, where)
         return self.store.view(state)
 
     # ------------------------------------------------------------------ workers

@@ -1,7 +1,10 @@
 """The Prometheus /metrics endpoint (the ``metrics`` extra: prometheus-client).
 
 Exposes RPC calls and errors by method, local-run lengths and handback reasons (docs/semantics.md#handbacks),
-and the store's committed transactions.
+the store's committed transactions, the queue gauges, the step and instance figures
+(wiggle/_server/timings.py) and the families of wiggle/_server/metrics_families.py. Every family,
+with its type, labels and what to alert on, is in docs/metrics.md (tests/server/test_metrics_families.py
+checks the two against each other).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..errors import WiggleError
+from .lag import QueueLag
+from .metrics_families import pager_families, worker_queues
 
 __all__ = ["start_metrics_server", "WiggleCollector", "metrics_text"]
 
@@ -67,6 +72,7 @@ class WiggleCollector(Collector):
         yield handed
         yield from queue_gauges(self.server)
         yield from timing_metrics(self.server)
+        yield from pager_families(self.server)
 
 
 def timing_metrics(server: Any) -> Iterator[Any]:
@@ -106,12 +112,32 @@ def timing_metrics(server: Any) -> Iterator[Any]:
     yield outcomes
 
 
+def _idle(queue: str) -> QueueLag:
+    return QueueLag(
+        queue=queue,
+        ready=0,
+        delayed=0,
+        running=0,
+        in_local_run=0,
+        oldest_ready_age_ms=0,
+        rate_per_second=0.0,
+        lagging=False,
+    )
+
+
 def queue_gauges(server: Any) -> Iterator[Any]:
-    """The queue-lag monitor's last look (wiggle/_server/lag.py), one series per queue."""
+    """The queue-lag monitor's last look (wiggle/_server/lag.py), one series per queue known: a
+    queue with nothing in it (named by a definition, or polled by a worker) reads 0, not absent."""
     lag = getattr(server, "lag", None)
     if lag is None:
         return
-    queues = sorted(lag.queues.values(), key=lambda q: q.queue)
+    seen = dict(lag.queues)
+    workers = worker_queues(server)
+    sampler = getattr(server, "sampler", None)
+    known = set(workers) | (sampler.known_queues if sampler is not None else set())
+    for queue in known - set(seen):
+        seen[queue] = _idle(queue)
+    queues = sorted(seen.values(), key=lambda q: q.queue)
     families: list[tuple[str, str, Callable[[Any], float]]] = [
         ("wiggle_queue_ready_steps", "steps READY and due, waiting for a worker", lambda q: q.ready),
         ("wiggle_queue_delayed_steps", "steps READY in a retry backoff", lambda q: q.delayed),
@@ -142,6 +168,12 @@ def queue_gauges(server: Any) -> Iterator[Any]:
         for q in queues:
             gauge.add_metric([q.queue], value(q))
         yield gauge
+    polling = GaugeMetricFamily(
+        "wiggle_queue_workers", "workers that polled the queue recently (on this node)", labels=["queue"]
+    )
+    for q in queues:
+        polling.add_metric([q.queue], workers.get(q.queue, 0))
+    yield polling
     warnings = CounterMetricFamily("wiggle_queue_lag_warnings", "queue-lag warnings logged by this node")
     warnings.add_metric([], lag.warnings)
     yield warnings

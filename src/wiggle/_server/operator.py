@@ -1,19 +1,33 @@
-"""Operator actions in the history: who cancelled an instance or completed a user task, from where.
+"""Operator actions: recorded in the history (who did what, from where) and logged.
 
-The dashboard's actions go through the instance layer like any client's; this module adds one
-history entry (kind ``OPERATOR``) to the same transition's changes, so the record is committed
-with the action itself (docs/semantics.md#operator-actions).
+The dashboard's actions go through the instance layer like any client's; ``record_action`` adds
+one history entry (kind ``OPERATOR``) to the same transition's changes, so the record is
+committed with the action itself (docs/semantics.md#operator-actions).
+
+Every operator action also makes one INFO line on the ``wiggle.server`` logger, after it took
+effect (docs/metrics.md#logs): the actions recorded in the history are logged from the committed
+changes (``log_recorded_actions``, called by wiggle/_server/timings.py), the others (a gRPC
+cancel, signal, retry or user-task completion, every schedule action) by the layer that ran them
+(``log_action``). Who: the actor the caller named, else the identity of the gRPC call
+(wiggle/_server/guard.py ``CALLER``), else "anonymous".
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+
 from .._engine.state import Changes, HistoryEntry, InstanceState
 from .._limits import storable_text
+from .guard import CALLER
 
-__all__ = ["OPERATOR_KIND", "record_action"]
+__all__ = ["OPERATOR_KIND", "record_action", "log_action", "log_recorded_actions", "who"]
+
+log = logging.getLogger("wiggle.server")
 
 OPERATOR_KIND = "OPERATOR"
 MAX_ACTOR_CHARS = 200
+MAX_DETAIL_CHARS = 300  # of a detail in a log line
 
 
 def record_action(
@@ -34,3 +48,43 @@ def record_action(
             error=storable_text(detail),
         )
     )
+
+
+def who(actor: str = "") -> str:
+    """The operator to name: ``actor`` if given, else the gRPC caller's identity, else anonymous."""
+    if actor:
+        return actor[:MAX_ACTOR_CHARS]
+    identity = CALLER.get()
+    return identity.name if identity is not None else "anonymous"
+
+
+def log_action(
+    actor: str, action: str, target: str, detail: str = "", *, workflow: str = "", instance_id: str = ""
+) -> None:
+    """One INFO line: ``actor`` did ``action`` to ``target`` (an instance, a schedule)."""
+    if len(detail) > MAX_DETAIL_CHARS:
+        detail = detail[:MAX_DETAIL_CHARS] + "..."
+    log.info(
+        "operator %s: %s %s%s",
+        actor,
+        action,
+        target,
+        f" ({detail})" if detail else "",
+        extra={"actor": actor, "action": action, "workflow": workflow, "instance_id": instance_id},
+    )
+
+
+def log_recorded_actions(state: InstanceState, history: Sequence[HistoryEntry]) -> None:
+    """Log the operator actions among a committed transition's history entries."""
+    for entry in history:
+        if entry.kind == OPERATOR_KIND:
+            inst = state.instance
+            what = f"{entry.outcome} {entry.node_id}".strip() if entry.node_id else str(entry.outcome)
+            log_action(
+                entry.worker_id,
+                what.lower(),
+                f"instance {inst.id}",
+                entry.error,
+                workflow=inst.workflow,
+                instance_id=inst.id,
+            )

@@ -14,7 +14,7 @@ RPC is derived from the row and the service descriptor in wiggle/_rpc:
   ``RequestGuard`` (wiggle/_server/guard.py).
 
 One dispatcher (``RoutedService._run``) serves both services: the guard, the handler, the call and
-error counters (``Metrics``, upstream's as ``upstream.<method>``); ``_serve`` adds the caller's
+error counters and the latency histogram (``Metrics``, upstream's as ``upstream.<method>``); ``_serve`` adds the caller's
 trace context and turns an error into a status in one place (faults.py, wiggle/_wire/status.py).
 A method of a descriptor without a row (or a row without its method or handler) stops the
 service from being built; tests/server/test_routes.py checks the table against both descriptors.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from operator import attrgetter
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import grpc
@@ -267,9 +268,11 @@ class RoutedService:
         return await self._run(self.routes[method], request)
 
     async def _run(self, route: Route[Any, Message], request: Message) -> Message:
-        """The one dispatcher: count the call, guard it, run its handler (counting an error)."""
+        """The one dispatcher: count the call, guard it, run its handler (counting an error), and
+        time it (wiggle_rpc_duration_seconds: guard and handler, a long poll's wait included)."""
         metrics = self.metrics
         metrics.rpc_calls[route.metric] += 1
+        started = perf_counter()
         try:
             if self.guard is not None:
                 self.guard(route, request)
@@ -277,3 +280,5 @@ class RoutedService:
         except Exception:
             metrics.rpc_errors[route.metric] += 1
             raise
+        finally:
+            metrics.rpc_seconds.observe((route.metric,), perf_counter() - started)

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from .. import _tracing as tracing
 from .._engine.engine import Engine
 from .._engine.schedules import (
     Overlap,
@@ -32,7 +33,9 @@ from .._engine.state import FINISHED_INSTANCE_STATUSES, new_instance_id
 from .._storage.base import Store
 from .._storage.schedules import ScheduledStart
 from ..errors import InvalidArgument, NotFound, Unavailable, WiggleError
+from .operator import log_action, who
 from .subflows import check_children_registered
+from .timings import Timings
 
 __all__ = ["Schedules", "SCHEDULE_BATCH", "NEXT_TICKS"]
 
@@ -58,6 +61,14 @@ _copy = msgspec.json.Decoder(dict[str, Any]).decode
 _encode = msgspec.json.Encoder().encode
 
 
+def _logged(action: str, schedule: Schedule) -> Schedule:
+    """Log a schedule action by an operator (wiggle/_server/operator.py); ``schedule`` returned."""
+    log_action(
+        who(), action, f"schedule {schedule.id}", f"workflow {schedule.workflow}", workflow=schedule.workflow
+    )
+    return schedule
+
+
 def correlation_of(schedule_id: str) -> str:
     """The correlation id of every instance schedule ``schedule_id`` starts."""
     return f"schedule:{schedule_id}"
@@ -66,9 +77,10 @@ def correlation_of(schedule_id: str) -> str:
 class Schedules:
     """Schedules over ``store``, starting instances with ``engine``."""
 
-    def __init__(self, store: Store, engine: Engine) -> None:
+    def __init__(self, store: Store, engine: Engine, timings: Timings | None = None) -> None:
         self.store = store
         self.engine = engine
+        self.timings = timings  # ticks and started instances for /metrics (wiggle/_server/timings.py)
 
     # ------------------------------------------------------------------ operations
 
@@ -112,6 +124,7 @@ class Schedules:
         await self._check(schedule)
         schedule.next_tick_at = next_tick(schedule, now)
         await self.store.schedules.create(schedule)
+        _logged("created", schedule)
         return schedule
 
     async def get(self, schedule_id: str) -> Schedule:
@@ -151,7 +164,7 @@ class Schedules:
             new.anchor_at = now
             new.next_tick_at = next_tick(new, now)
 
-        return await self._rewrite(spec.id, change)
+        return _logged("updated", await self._rewrite(spec.id, change))
 
     async def pause(self, schedule_id: str) -> Schedule:
         """Stop firing (ticks while paused are dropped); a no-op if paused."""
@@ -159,7 +172,7 @@ class Schedules:
         async def change(new: Schedule) -> None:
             new.paused = True
 
-        return await self._rewrite(schedule_id, change)
+        return _logged("paused", await self._rewrite(schedule_id, change))
 
     async def resume(self, schedule_id: str) -> Schedule:
         """Fire again from the next tick after now; a no-op if not paused."""
@@ -169,12 +182,13 @@ class Schedules:
                 new.paused = False
                 new.next_tick_at = next_tick(new, new.updated_at)
 
-        return await self._rewrite(schedule_id, change)
+        return _logged("resumed", await self._rewrite(schedule_id, change))
 
     async def delete(self, schedule_id: str) -> None:
         """Delete a schedule (the instances it started stay); NotFound if unknown."""
         if not await self.store.schedules.delete(schedule_id):
             raise NotFound(f"schedule {schedule_id!r} does not exist")
+        log_action(who(), "deleted", f"schedule {schedule_id}")
 
     async def trigger(self, schedule_id: str) -> tuple[Schedule, str]:
         """Start one instance now, whatever the overlap policy and even if paused; (schedule, id)."""
@@ -182,30 +196,55 @@ class Schedules:
             current = await self.store.schedules.get(schedule_id)
             now = self.store.clock.now()
             new = msgspec.structs.replace(current, revision=current.revision + 1, updated_at=now)
-            start = await self._start(new, now)
+            start = await self._start(new, now, manual=True)
             start.manual = True
             if await self.store.schedules.fire(new, current.revision, [start]):
-                return new, start.state.instance.id
+                self._started([start], new.workflow, "triggered")
+                instance_id = start.state.instance.id
+                log_action(who(), "triggered", f"schedule {schedule_id}", f"started instance {instance_id}")
+                return new, instance_id
         raise Unavailable(f"schedule {schedule_id!r} is being changed concurrently; try again")
 
     # ------------------------------------------------------------------ clock duty
 
-    async def _start(self, schedule: Schedule, tick_at: int) -> ScheduledStart:
+    def _started(self, starts: builtins.list[ScheduledStart], workflow: str, outcome: str) -> None:
+        """Count committed starts (wiggle/_server/timings.py): the ticks and the instances."""
+        if self.timings is None or not starts:
+            return
+        self.timings.ticks(workflow, outcome, len(starts))
+        for start in starts:
+            self.timings.inserted(None, start.state, start.changes, "schedule")
+
+    async def _start(self, schedule: Schedule, tick_at: int, manual: bool = False) -> ScheduledStart:
         """The engine's start of one tick's instance, recorded on ``schedule`` (not yet stored).
 
         Started at the wall-clock time, whatever moment the duty was asked to plan for: instance
-        ids begin with their creation millisecond (wiggle/_engine/state.py new_instance_id).
+        ids begin with their creation millisecond (wiggle/_engine/state.py new_instance_id). With
+        tracing on, the instance's trace starts at a ``wiggle.schedule.tick`` span (a trigger's:
+        ``wiggle.schedule.trigger``, under the caller's trace), which its steps join.
         """
         record = await self.store.get_workflow(schedule.workflow, schedule.version)
         now = self.store.clock.now()
+        instance_id = new_instance_id(now)
+        name = "wiggle.schedule.trigger" if manual else "wiggle.schedule.tick"
+        attributes = {
+            "wiggle.schedule_id": schedule.id,
+            "wiggle.workflow": schedule.workflow,
+            "wiggle.tick_at": tick_at,
+            "wiggle.instance_id": instance_id,
+        }
+        parent = tracing.incoming() if manual else ""
+        with tracing.span(name, tracing.INTERNAL, parent, attributes):
+            traceparent = tracing.traceparent()
         state, changes = self.engine.start(
             record.loaded,
-            new_instance_id(now),
+            instance_id,
             _copy(_encode(schedule.context)),
             correlation_of(schedule.id),
             now,
             options=StartOptions(priority=schedule.priority),
         )
+        state.instance.traceparent = traceparent
         state.instance.schedule_id = schedule.id
         state.instance.schedule_tick_at = tick_at
         schedule.last_instance_id = state.instance.id
@@ -262,6 +301,11 @@ class Schedules:
         new.updated_at = now
         if not await self.store.schedules.fire(new, expected, starts):
             return 0  # changed meanwhile (an update, another leader): looked at again next round
+        self._started(starts, schedule.workflow, "fired")
+        if self.timings is not None:
+            self.timings.ticks(schedule.workflow, "skipped", new.skipped - schedule.skipped)
+            if new.buffered_tick_at and new.buffered_tick_at != schedule.buffered_tick_at:
+                self.timings.ticks(schedule.workflow, "buffered")
         return len(starts)
 
     async def run_duties(self, now: int) -> int:

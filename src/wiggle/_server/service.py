@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from .._histogram import Histogram
 from .._rpc import wiggle_pb2 as pb
 from .instance_service import InstanceHandlers
 from .instances import Instances
@@ -38,10 +39,14 @@ class Metrics:
     """Counters the server keeps: RPCs by method, local-run lengths and handback reasons."""
 
     RUN_LENGTH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 1000)
+    #: server-side RPC latency (s); a long poll waits up to 60 s (wiggle/_server/delivery.py)
+    RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
     def __init__(self) -> None:
         self.rpc_calls: Counter[str] = Counter()
         self.rpc_errors: Counter[str] = Counter()
+        self.rpc_seconds = Histogram(self.RPC_BUCKETS)  # (method,): timed by routes.py's dispatcher
+        self.sessions_open = 0  # WorkerSession streams open on this node
         self.handbacks: Counter[str] = Counter()
         self.local_run_steps: Counter[int] = Counter()  # bucket upper bound -> count
         self.local_steps_total = 0
@@ -89,6 +94,10 @@ class ControlPlane(InstanceHandlers, WorkerHandlers, RoutedService):
     ) -> AsyncIterator[pb.ServerBatch]:
         """WorkerSession: multiplexed worker requests on one stream, each through the dispatch
         table as the unary call it stands for (session.py)."""
-        async with contextlib.aclosing(serve_session(request_iterator, self.dispatch)) as batches:
-            async for batch in batches:
-                yield batch
+        self.metrics.sessions_open += 1
+        try:
+            async with contextlib.aclosing(serve_session(request_iterator, self.dispatch)) as batches:
+                async for batch in batches:
+                    yield batch
+        finally:
+            self.metrics.sessions_open -= 1

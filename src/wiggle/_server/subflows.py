@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from .. import _tracing as tracing
 from .._engine import children
 from .._engine.engine import LoadedDefinition
 from .._engine.start_options import StartOptions
@@ -124,7 +125,7 @@ class SubWorkflows:
         """Cancel a child whose parent no longer waits for it (it may not have started yet)."""
         try:
             await self.instances.cancel(
-                child_id, f"parent {parent.id} is {parent.status or 'no longer waiting'}"
+                child_id, f"parent {parent.id} is {parent.status or 'no longer waiting'}", by_operator=False
             )
         except NotFound:
             pass  # never started: the clock duty will not start it (its token is not waiting)
@@ -135,7 +136,9 @@ class SubWorkflows:
         cancelled = 0
         for child_id, parent_id in await self.instances.store.orphaned_children(limit):
             try:
-                _, changed = await self.instances.cancel(child_id, f"parent {parent_id} is no longer running")
+                _, changed = await self.instances.cancel(
+                    child_id, f"parent {parent_id} is no longer running", by_operator=False
+                )
             except NotFound:
                 continue
             cancelled += changed
@@ -188,6 +191,7 @@ class SubWorkflows:
         except WiggleError as exc:
             await self._not_started(spec, str(exc))
             return None
+        state.instance.traceparent = child_traceparent(spec)  # the parent's trace (tracing)
         try:
             await inst.store.insert(state, changes)
         except Exception:
@@ -196,6 +200,7 @@ class SubWorkflows:
                 return (await inst.store.get_instance(spec.child_id)).instance
             except NotFound:
                 raise
+        inst.timings.inserted(record.loaded, state, changes, "sub_workflow")
         return state.instance
 
     async def _not_started(self, spec: children.ChildSpec, error: str) -> None:
@@ -208,6 +213,23 @@ class SubWorkflows:
             )
 
         await self.instances.mutate(spec.parent_id, f"instance {spec.parent_id} does not exist", action)
+
+
+def child_traceparent(spec: children.ChildSpec) -> str:
+    """The trace a child instance's steps join: its parent's (docs/semantics.md#tracing).
+
+    With tracing on, under a ``wiggle.sub_workflow <workflow>`` span of the parent's trace, so a
+    child's steps are grouped under the node that started it; else the parent's traceparent as is.
+    """
+    if not spec.traceparent or not tracing.active():
+        return spec.traceparent
+    attributes = {
+        "wiggle.instance_id": spec.child_id,
+        "wiggle.parent_instance_id": spec.parent_id,
+        "wiggle.workflow": spec.workflow,
+    }
+    with tracing.span(f"wiggle.sub_workflow {spec.workflow}", tracing.INTERNAL, spec.traceparent, attributes):
+        return tracing.traceparent() or spec.traceparent
 
 
 def due_child(

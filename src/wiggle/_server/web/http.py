@@ -35,6 +35,7 @@ from ..._wire.payload import decode_object
 from ...errors import ErrorCode, InvalidArgument
 from ..http_security import HttpSecurity
 from ..instances import Instances
+from ..readiness import readiness_answer
 from . import actions, api, pages, schedules
 from .access import CALLER, OPEN, Origins, WebAccess
 from .assets import ASSETS
@@ -163,14 +164,8 @@ class HttpSide:
 
     async def readyz(self, request: web.Request) -> web.Response:
         """Ready: the gRPC port serves, the store answers and its schema is current."""
-        if not self.serving():
-            return web.json_response({"ready": False, "detail": "the server is not serving"}, status=503)
-        readiness = await self.instances.store.readiness()
-        body = {"ready": readiness.ready, "detail": readiness.detail}
-        if readiness.expected_version:
-            body["schema_version"] = readiness.schema_version
-            body["expected_schema_version"] = readiness.expected_version
-        return web.json_response(body, status=200 if readiness.ready else 503)
+        status, body = await readiness_answer(self.instances.store, self.serving())  # within 1 s
+        return web.json_response(body, status=status)
 
     async def metrics(self, request: web.Request) -> web.Response:
         """Prometheus text format (the ``metrics`` extra)."""
