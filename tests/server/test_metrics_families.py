@@ -288,10 +288,12 @@ async def test_a_final_failure_and_every_operator_action_log_one_line(
     caplog.set_level(logging.INFO, logger="wiggle.server")
     doomed_flow = Workflow.define("log-doomed").step(doomed, retry=RetryPolicy.none()).build()
     waiting = Workflow.define("log-wait").user_task("approve").wait_signal("go").build()
+    nested = Workflow.define("log-nested").sub_workflow("call", waiting).build()
     async with EmbeddedServer() as server:
         client = server.client
         await client.register(doomed_flow)
         await client.register(waiting)
+        await client.register(nested)
         async with server.worker([doomed_flow]):
             failed = (await client.start(doomed_flow, {})).instance_id
             assert (await client.wait(failed, timeout=30)).status == "FAILED"
@@ -315,6 +317,19 @@ async def test_a_final_failure_and_every_operator_action_log_one_line(
         await client.signal(a, "go", {}, sender="billing-bot")
         await client.cancel(b, "not needed")
         await client.cancel(b, "again")  # refused: already cancelled, logged as such
+        # the dashboard's cancel names its operator, recorded in the history and logged once
+        c = (await client.start(waiting, {})).instance_id
+        await server.server.instances.cancel(c, "from the dashboard", actor="ada (dashboard)")
+        # a child the server cancels because its parent was cancelled is no operator action
+        parent = (await client.start(nested, {})).instance_id
+        for _ in range(400):
+            kids, _ = await client.list(workflow=waiting.name, status="RUNNING")
+            if kids:  # the child (a is completed, b and c cancelled)
+                break
+            await asyncio.sleep(0.05)
+        (kid,) = kids
+        await client.cancel(parent, "stop")
+        assert (await client.wait(kid.instance_id, timeout=30)).status == "CANCELLED"
         await client.create_schedule("log-sched", waiting, {}, every=3600)
         await client.pause_schedule("log-sched")
         await client.trigger_schedule("log-sched")
@@ -325,6 +340,10 @@ async def test_a_final_failure_and_every_operator_action_log_one_line(
     assert signalled.actor == "billing-bot"
     cancels = [r.action for r in _records(caplog, instance_id=b)]
     assert cancels == ["cancelled", "cancel refused: already CANCELLED"], cancels
+    (dashboard,) = _records(caplog, instance_id=c)
+    assert (dashboard.actor, dashboard.action) == ("ada (dashboard)", "cancelled")
+    assert [r.action for r in _records(caplog, instance_id=parent)] == ["cancelled"]
+    assert not _records(caplog, instance_id=kid.instance_id), "the server's own cancel was logged"
     schedule_actions = [r.action for r in _records(caplog) if "schedule log-sched" in r.getMessage()]
     assert schedule_actions == ["created", "paused", "triggered", "deleted"], schedule_actions
     assert all(r.levelname == "INFO" for r in _records(caplog) if getattr(r, "actor", None))

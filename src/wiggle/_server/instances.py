@@ -324,9 +324,9 @@ class Instances:
             return changed, changes if changed else None
 
         changed, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
-        if by_operator and not actor:  # with an actor, logged from its history entry (operator.py)
+        if by_operator and not (actor and changed):  # else logged from its history entry (operator.py)
             done = "cancelled" if changed else f"cancel refused: already {state.instance.status}"
-            _log_instance_action("", done, state, reason)
+            _log_instance_action(actor, done, state, reason)
         return self.store.view(state), changed
 
     async def complete_user_task(

@@ -61,11 +61,10 @@ _copy = msgspec.json.Decoder(dict[str, Any]).decode
 _encode = msgspec.json.Encoder().encode
 
 
-def _logged(action: str, schedule: Schedule) -> Schedule:
+def _logged(action: str, schedule: Schedule, actor: str = "") -> Schedule:
     """Log a schedule action by an operator (wiggle/_server/operator.py); ``schedule`` returned."""
-    log_action(
-        who(), action, f"schedule {schedule.id}", f"workflow {schedule.workflow}", workflow=schedule.workflow
-    )
+    target = f"schedule {schedule.id}"
+    log_action(who(actor), action, target, f"workflow {schedule.workflow}", workflow=schedule.workflow)
     return schedule
 
 
@@ -109,8 +108,11 @@ class Schedules:
                 f"{loaded.definition.name!r} version {loaded.version!r}: {exc}"
             ) from None
 
-    async def create(self, spec: Schedule) -> Schedule:
-        """Store a new schedule from ``spec`` (its spec fields); the first tick is after now."""
+    async def create(self, spec: Schedule, actor: str = "") -> Schedule:
+        """Store a new schedule from ``spec`` (its spec fields); the first tick is after now.
+
+        ``actor`` (here and in every change below): who to name in the log line, if not the
+        gRPC caller (wiggle/_server/operator.py ``who``)."""
         now = self.store.clock.now()
         schedule = Schedule(
             id=spec.id,
@@ -124,7 +126,7 @@ class Schedules:
         await self._check(schedule)
         schedule.next_tick_at = next_tick(schedule, now)
         await self.store.schedules.create(schedule)
-        _logged("created", schedule)
+        _logged("created", schedule, actor)
         return schedule
 
     async def get(self, schedule_id: str) -> Schedule:
@@ -153,7 +155,7 @@ class Schedules:
                 return new
         raise Unavailable(f"schedule {schedule_id!r} is being changed concurrently; try again")
 
-    async def update(self, spec: Schedule) -> Schedule:
+    async def update(self, spec: Schedule, actor: str = "") -> Schedule:
         """Replace the spec of schedule ``spec.id`` (its progress is kept); ticks restart from now."""
 
         async def change(new: Schedule) -> None:
@@ -164,17 +166,17 @@ class Schedules:
             new.anchor_at = now
             new.next_tick_at = next_tick(new, now)
 
-        return _logged("updated", await self._rewrite(spec.id, change))
+        return _logged("updated", await self._rewrite(spec.id, change), actor)
 
-    async def pause(self, schedule_id: str) -> Schedule:
+    async def pause(self, schedule_id: str, actor: str = "") -> Schedule:
         """Stop firing (ticks while paused are dropped); a no-op if paused."""
 
         async def change(new: Schedule) -> None:
             new.paused = True
 
-        return _logged("paused", await self._rewrite(schedule_id, change))
+        return _logged("paused", await self._rewrite(schedule_id, change), actor)
 
-    async def resume(self, schedule_id: str) -> Schedule:
+    async def resume(self, schedule_id: str, actor: str = "") -> Schedule:
         """Fire again from the next tick after now; a no-op if not paused."""
 
         async def change(new: Schedule) -> None:
@@ -182,15 +184,15 @@ class Schedules:
                 new.paused = False
                 new.next_tick_at = next_tick(new, new.updated_at)
 
-        return _logged("resumed", await self._rewrite(schedule_id, change))
+        return _logged("resumed", await self._rewrite(schedule_id, change), actor)
 
-    async def delete(self, schedule_id: str) -> None:
+    async def delete(self, schedule_id: str, actor: str = "") -> None:
         """Delete a schedule (the instances it started stay); NotFound if unknown."""
         if not await self.store.schedules.delete(schedule_id):
             raise NotFound(f"schedule {schedule_id!r} does not exist")
-        log_action(who(), "deleted", f"schedule {schedule_id}")
+        log_action(who(actor), "deleted", f"schedule {schedule_id}")
 
-    async def trigger(self, schedule_id: str) -> tuple[Schedule, str]:
+    async def trigger(self, schedule_id: str, actor: str = "") -> tuple[Schedule, str]:
         """Start one instance now, whatever the overlap policy and even if paused; (schedule, id)."""
         for _ in range(CAS_ATTEMPTS):
             current = await self.store.schedules.get(schedule_id)
@@ -201,7 +203,9 @@ class Schedules:
             if await self.store.schedules.fire(new, current.revision, [start]):
                 self._started([start], new.workflow, "triggered")
                 instance_id = start.state.instance.id
-                log_action(who(), "triggered", f"schedule {schedule_id}", f"started instance {instance_id}")
+                log_action(
+                    who(actor), "triggered", f"schedule {schedule_id}", f"started instance {instance_id}"
+                )
                 return new, instance_id
         raise Unavailable(f"schedule {schedule_id!r} is being changed concurrently; try again")
 
