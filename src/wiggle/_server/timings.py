@@ -28,7 +28,7 @@ from .._engine.engine import LoadedDefinition
 from .._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus, Token
 from .._histogram import Histogram, Series
 from .failures import log_final_failure
-from .operator import log_recorded_actions
+from .operator import OPERATOR_KIND, log_recorded_actions
 
 __all__ = ["Timings", "STEP_BUCKETS", "STORE_BUCKETS", "STEP_OUTCOMES", "step_outcome", "SOURCES"]
 
@@ -64,8 +64,9 @@ def step_outcome(entry: HistoryEntry) -> str | None:
     """
     if entry.kind not in _STEP_KINDS:
         return None
-    outcome = _BY_OUTCOME.get(str(entry.outcome))
-    if outcome in ("retry", "failed"):
+    # a HistoryOutcome or its str (loaded back): equal, and hashed alike as each name is its value
+    outcome = _BY_OUTCOME.get(entry.outcome)
+    if outcome == "retry" or outcome == "failed":
         error = entry.error
         if error.startswith(_TIMEOUT_PREFIXES):
             return "timed_out"
@@ -132,8 +133,8 @@ class Timings:
             workflow = state.instance.workflow
             if loaded is not None:
                 self._run_times(loaded, workflow, history)
-            self._attempts(workflow, history)
-            log_recorded_actions(state, history)
+            if self._attempts(workflow, history):
+                log_recorded_actions(state, history)
         if changes.finished:
             status = str(state.instance.status)
             self.outcomes[(state.instance.workflow, status)] += 1
@@ -157,9 +158,15 @@ class Timings:
         for labels in sorted(self._steps):
             yield labels, self._steps[labels]
 
-    def _attempts(self, workflow: str, history: list[HistoryEntry]) -> None:
+    def _attempts(self, workflow: str, history: list[HistoryEntry]) -> bool:
+        """Count the step attempts of ``history``; whether it holds an operator's entry."""
         steps = self._steps
+        operator = False
         for entry in history:
+            kind = entry.kind
+            if kind not in _STEP_KINDS:
+                operator = operator or kind == OPERATOR_KIND
+                continue
             outcome = step_outcome(entry)
             if outcome is None:
                 continue
@@ -170,12 +177,21 @@ class Timings:
                 step = steps[key] = _Step(self.step_duration.labels(key))
             step.attempts += 1
             ran = entry.ended_at - entry.started_at if entry.started_at else 0
-            step.duration.observe(ran / 1000 if ran > 0 else 0.0)
-            raw = str(entry.outcome)
+            series = step.duration  # Series.observe written out (once per step attempt)
+            if ran > 0:
+                seconds = ran / 1000
+                series.counts[bisect_left(series.buckets, seconds)] += 1
+                series.sum += seconds
+            else:
+                series.counts[series.zero] += 1
+            if outcome == "completed":
+                continue
+            raw = entry.outcome
             if raw == "RETRY":
                 self.retries[(workflow, node)] += 1
             elif raw == "FAILED" or (raw == "TIMED_OUT" and entry.error):
                 self.step_failures[(workflow, node)] += 1  # TIMED_OUT with an error failed the instance
+        return operator
 
     def _run_times(self, loaded: LoadedDefinition, workflow: str, history: list[HistoryEntry]) -> None:
         nodes: dict[str, Series] | None = None
