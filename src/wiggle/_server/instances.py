@@ -45,7 +45,7 @@ from ..errors import InvalidArgument
 from .clock_duties import CLOCK_BATCH, PURGE_EVERY_SECONDS, ClockDuties, token_missing
 from .delivery import MAX_WAIT_SECONDS, Delivery, release
 from .failures import attach_traceback, failed_step
-from .operator import log_action, record_action, who
+from .operator import log_instance_action, record_action
 from .schedules import Schedules
 from .subflows import SubWorkflows, check_children_registered, may_need_follow_up, spawns_children
 from .timings import Timings
@@ -58,12 +58,6 @@ R = TypeVar("R")
 
 def _instance_missing(instance_id: str) -> str:
     return f"instance {instance_id} does not exist"
-
-
-def _log_instance_action(actor: str, action: str, state: InstanceState, detail: str = "") -> None:
-    """The log line of an operator action on an instance (wiggle/_server/operator.py)."""
-    inst = state.instance
-    log_action(who(actor), action, f"instance {inst.id}", detail, workflow=inst.workflow, instance_id=inst.id)
 
 
 class Instances:
@@ -326,7 +320,7 @@ class Instances:
         changed, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         if by_operator and not (actor and changed):  # else logged from its history entry (operator.py)
             done = "cancelled" if changed else f"cancel refused: already {state.instance.status}"
-            _log_instance_action(actor, done, state, reason)
+            log_instance_action(actor, done, state, reason)
         return self.store.view(state), changed
 
     async def complete_user_task(
@@ -342,7 +336,7 @@ class Instances:
 
         _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         if not actor:  # with an actor, logged from its history entry (operator.py)
-            _log_instance_action("", f"completed user task {name}", state)
+            log_instance_action("", f"completed user task {name}", state)
         return self.store.view(state)
 
     async def signal(
@@ -354,7 +348,7 @@ class Instances:
             return self.engine.signal(loaded, state, name, data, signal_id, sender, now)
 
         outcome, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
-        _log_instance_action(sender, f"signal {name} {str(outcome).lower()}", state, signal_id)
+        log_instance_action(sender, f"signal {name} {str(outcome).lower()}", state, signal_id)
         return outcome, self.store.view(state)
 
     async def retry(
@@ -367,7 +361,7 @@ class Instances:
 
         _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         where = f"from {from_node}" if from_node else "from where it failed"
-        _log_instance_action(requested_by, "retried", state, where)
+        log_instance_action(requested_by, "retried", state, where)
         return self.store.view(state)
 
     # ------------------------------------------------------------------ workers

@@ -21,7 +21,14 @@ from .._engine.state import Changes, HistoryEntry, InstanceState
 from .._limits import storable_text
 from .guard import CALLER
 
-__all__ = ["OPERATOR_KIND", "record_action", "log_action", "log_recorded_actions", "who"]
+__all__ = [
+    "OPERATOR_KIND",
+    "record_action",
+    "log_action",
+    "log_instance_action",
+    "log_recorded_actions",
+    "who",
+]
 
 log = logging.getLogger("wiggle.server")
 
@@ -88,3 +95,9 @@ def log_recorded_actions(state: InstanceState, history: Sequence[HistoryEntry]) 
                 workflow=inst.workflow,
                 instance_id=inst.id,
             )
+
+
+def log_instance_action(actor: str, action: str, state: InstanceState, detail: str = "") -> None:
+    """The line of an action on an instance that left no history entry (``actor``: see ``who``)."""
+    inst = state.instance
+    log_action(who(actor), action, f"instance {inst.id}", detail, workflow=inst.workflow, instance_id=inst.id)
