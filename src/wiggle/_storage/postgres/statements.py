@@ -181,7 +181,8 @@ class Queries:
             f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')}, {RANK} AS claim_rank "
             "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
             "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s "
-            f"ORDER BY {RANK} LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
+            # ties (one millisecond, one priority) in id order: ids are time-sortable, so FIFO holds
+            f"ORDER BY {RANK}, t.id LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
         )
         # One queue: an ordered scan of tokens_ready, stopping after LIMIT rows that could be locked.
         self.claim_one = q(claim.replace("{queue}", "%s"))

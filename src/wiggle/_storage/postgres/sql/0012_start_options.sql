@@ -10,7 +10,7 @@ ALTER TABLE tokens ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0;
 -- one level per minute waited (start_options.PRIORITY_AGING_MILLIS = 60000: change both together).
 -- With every priority 0 the rank is available_at, the order tokens_ready gave; tokens_ready stays
 -- for next_ready (the earliest available_at of a queue).
-CREATE INDEX IF NOT EXISTS tokens_claim ON tokens (queue, (available_at - priority * 60000))
+CREATE INDEX IF NOT EXISTS tokens_claim ON tokens (queue, (available_at - priority * 60000), id)
     WHERE status = 'READY';
 
 -- Deduplication keys: the instance that holds each (workflow, key). The primary key is the unique
