@@ -251,7 +251,10 @@ def _supervise(given: list[str], processes: int) -> int:
         for _ in range(processes):
             if forwarded:
                 break
-            children.append(subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env))
+            child = subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env)
+            children.append(child)
+            for signum in list(forwarded):  # it came while this child was being made: pass it on
+                child.send_signal(signum)
         codes = [child.wait() for child in children]
     finally:
         for sig, handler in previous.items():
