@@ -204,7 +204,7 @@ async def test_a_retried_instance_gets_its_time_limit_afresh(harness: Harness) -
     assert again.status == "COMPLETED", again.error
 
 
-async def test_a_start_may_not_outlive_a_short_limit_in_the_engine_check(harness: Harness) -> None:
+async def test_bad_limits_are_refused_when_the_workflow_is_built(harness: Harness) -> None:
     """Bad limits are refused when the workflow is built, naming the field."""
     from wiggle import InvalidArgument
 

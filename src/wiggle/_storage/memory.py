@@ -78,6 +78,7 @@ class MemoryStore(Store):
         self._due: dict[str, list[tuple[int, int, str, int]]] = {}
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
         self._deadlines: list[tuple[int, str]] = []  # heap of (deadline_at, instance): time limits
+        self._deadline_of: dict[str, int] = {}  # the deadline each RUNNING instance has in the heap
         self._seq = itertools.count()
         self.schedules = MemorySchedules(self.insert)
         # idempotent starts: request id -> instance id, and back (purged with the instance)
@@ -121,8 +122,13 @@ class MemoryStore(Store):
             elif status == TokenStatus.WAITING or (status == TokenStatus.AWAITING and token.available_at > 0):
                 heapq.heappush(self._timers, (token.available_at, next(self._seq), token.id))
         inst = state.instance
-        if inst.deadline_at and changes.instance_changed and inst.status == InstanceStatus.RUNNING:
-            heapq.heappush(self._deadlines, (inst.deadline_at, inst.id))  # stale ones: due_instances
+        # one heap entry per deadline, not per transition (a retry's new one leaves the old stale)
+        if inst.deadline_at and inst.status == InstanceStatus.RUNNING:
+            if self._deadline_of.get(inst.id) != inst.deadline_at:
+                self._deadline_of[inst.id] = inst.deadline_at
+                heapq.heappush(self._deadlines, (inst.deadline_at, inst.id))
+        elif changes.finished:
+            self._deadline_of.pop(inst.id, None)
         if changes.history:
             self._history.setdefault(state.instance.id, []).extend(changes.history)
         if changes.handoffs:
