@@ -76,8 +76,12 @@ class Heartbeats:
 
     async def _run(self) -> None:
         while self.watched or self.running():
+            await asyncio.sleep(
+                min([self.interval(a) for a, _, _ in self.watched.values()] or [self.interval()])
+            )
+            # read after the sleep: a step reported while it slept is no longer watched (a stale
+            # list made a heartbeat for every step finished in the meantime, each refused)
             watched = list(self.watched.values())
-            await asyncio.sleep(min([self.interval(a) for a, _, _ in watched] or [self.interval()]))
             now = time.monotonic()
             due = [(a, lease) for a, lease, since in watched if now - since >= self.interval(a) * 0.9]
             if due:
