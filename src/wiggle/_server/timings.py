@@ -75,6 +75,16 @@ def step_outcome(entry: HistoryEntry) -> str | None:
     return outcome
 
 
+def _observe(series: Series, seconds: float) -> None:
+    """Series.observe, for a duration that may be 0 (every step of a local run's batch after its
+    first has one: wiggle/_engine/local_runs.py)."""
+    if seconds > 0:
+        series.counts[bisect_left(series.buckets, seconds)] += 1
+        series.sum += seconds
+    else:
+        series.counts[series.zero] += 1
+
+
 class _Step:
     """One (workflow, node, outcome)'s figures."""
 
@@ -129,12 +139,8 @@ class Timings:
     def committed(self, loaded: LoadedDefinition | None, state: InstanceState, changes: Changes) -> None:
         """A transition's committed changes: its step attempts, the instance's end, the log lines."""
         history = changes.history
-        if history:
-            workflow = state.instance.workflow
-            if loaded is not None:
-                self._run_times(loaded, workflow, history)
-            if self._attempts(workflow, history):
-                log_recorded_actions(state, history)
+        if history and self._steps_of(loaded, state.instance.workflow, history):
+            log_recorded_actions(state, history)
         if changes.finished:
             status = str(state.instance.status)
             self.outcomes[(state.instance.workflow, status)] += 1
@@ -158,59 +164,51 @@ class Timings:
         for labels in sorted(self._steps):
             yield labels, self._steps[labels]
 
-    def _attempts(self, workflow: str, history: list[HistoryEntry]) -> bool:
-        """Count the step attempts of ``history``; whether it holds an operator's entry."""
+    def _steps_of(self, loaded: LoadedDefinition | None, workflow: str, history: list[HistoryEntry]) -> bool:
+        """Count the step attempts of ``history`` (one pass: attempts, durations, retries, failures,
+        and the run time of a worker's reported step); whether it holds an operator's entry."""
         steps = self._steps
         operator = False
+        nodes: dict[str, Series] | None = None
         for entry in history:
             kind = entry.kind
             if kind not in _STEP_KINDS:
                 operator = operator or kind == OPERATOR_KIND
                 continue
-            outcome = step_outcome(entry)
+            raw = entry.outcome
+            outcome = _BY_OUTCOME.get(raw)
             if outcome is None:
                 continue
+            if outcome == "retry" or outcome == "failed":
+                outcome = step_outcome(entry)  # the clock's timeouts and lease expiries
             node = entry.node_id
             key = (workflow, node, outcome)
             step = steps.get(key)
             if step is None:
                 step = steps[key] = _Step(self.step_duration.labels(key))
             step.attempts += 1
-            ran = entry.ended_at - entry.started_at if entry.started_at else 0
-            series = step.duration  # Series.observe written out (once per step attempt)
-            if ran > 0:
-                seconds = ran / 1000
-                series.counts[bisect_left(series.buckets, seconds)] += 1
-                series.sum += seconds
-            else:
-                series.counts[series.zero] += 1
+            started = entry.started_at
+            seconds = (entry.ended_at - started) / 1000 if started else 0.0
+            _observe(step.duration, seconds)
+            if loaded is not None and started and kind in _WORKER_KINDS and raw in _REPORTED:
+                if nodes is None:
+                    nodes = self._run_series(workflow, loaded)
+                series = nodes.get(node)
+                if series is None:
+                    series = nodes[node] = self._run_time_series(workflow, loaded, node)
+                _observe(series, seconds)
             if outcome == "completed":
                 continue
-            raw = entry.outcome
             if raw == "RETRY":
                 self.retries[(workflow, node)] += 1
             elif raw == "FAILED" or (raw == "TIMED_OUT" and entry.error):
                 self.step_failures[(workflow, node)] += 1  # TIMED_OUT with an error failed the instance
         return operator
 
-    def _run_times(self, loaded: LoadedDefinition, workflow: str, history: list[HistoryEntry]) -> None:
-        nodes: dict[str, Series] | None = None
-        for entry in history:  # a local run's batch: one entry per step
-            if entry.kind in _WORKER_KINDS and entry.outcome in _REPORTED and entry.started_at:
-                if nodes is None:
-                    nodes = self._run_series(workflow, loaded)
-                series = nodes.get(entry.node_id)
-                if series is None:
-                    node = loaded.nodes.get(entry.node_id)
-                    queue = loaded.queue_of(node) if node is not None else ""
-                    series = nodes[entry.node_id] = self.run_time.labels((workflow, queue))
-                ran = entry.ended_at - entry.started_at
-                if ran > 0:  # Series.observe written out (once per reported step)
-                    seconds = ran / 1000
-                    series.counts[bisect_left(series.buckets, seconds)] += 1
-                    series.sum += seconds
-                else:  # every step of a batch after its first (wiggle/_engine/local_runs.py)
-                    series.counts[series.zero] += 1
+    def _run_time_series(self, workflow: str, loaded: LoadedDefinition, node_id: str) -> Series:
+        node = loaded.nodes.get(node_id)
+        queue = loaded.queue_of(node) if node is not None else ""
+        return self.run_time.labels((workflow, queue))
 
     def _run_series(self, workflow: str, loaded: LoadedDefinition) -> dict[str, Series]:
         by_version = self._runs.get(workflow)

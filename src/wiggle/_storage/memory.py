@@ -72,9 +72,12 @@ class MemoryStore(Store):
         self._instances: dict[str, InstanceState] = {}
         self._ids: list[str] = []  # every instance id, ascending (ids are time-sortable: appended in order)
         self._history: dict[str, list[HistoryEntry]] = {}
-        self._ready: dict[str, list[tuple[int, int, str]]] = {}  # queue -> heap of (available_at, seq, token)
-        # queue -> heap of (claim rank, seq, token, available_at): the READY tokens found due,
-        # claimed in rank order (priority with aging, wiggle/_engine/start_options.py)
+        # queue -> heap of (available_at, seq, token, priority): READY tokens not yet due (a
+        # backoff, a delayed start), moved to ``_due`` when they are (``_promote``)
+        self._ready: dict[str, list[tuple[int, int, str, int]]] = {}
+        # queue -> heap of (claim rank, seq, token, available_at): the READY tokens due, claimed in
+        # rank order (priority with aging, wiggle/_engine/start_options.py); a token due when it
+        # becomes READY (the common case) goes straight here
         self._due: dict[str, list[tuple[int, int, str, int]]] = {}
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
         self._deadlines: list[tuple[int, str]] = []  # heap of (deadline_at, instance): time limits
@@ -105,12 +108,23 @@ class MemoryStore(Store):
         if not counted:
             self.ledger.written(state, changes)
         ready: dict[str, int] | None = None  # queue -> tokens that became READY: wake that many pollers
+        now = 0
         for token in changes.tokens.values():
             status = token.status
             if status == TokenStatus.READY:
-                heapq.heappush(
-                    self._ready.setdefault(token.queue, []), (token.available_at, next(self._seq), token.id)
-                )
+                available_at = token.available_at
+                if not now:
+                    now = self.clock.now()
+                if available_at <= now:
+                    heapq.heappush(
+                        self._due.setdefault(token.queue, []),
+                        (claim_rank(available_at, token.priority), next(self._seq), token.id, available_at),
+                    )
+                else:
+                    heapq.heappush(
+                        self._ready.setdefault(token.queue, []),
+                        (available_at, next(self._seq), token.id, token.priority),
+                    )
                 if ready is None:
                     ready = {token.queue: 1}
                 else:
@@ -404,10 +418,9 @@ class MemoryStore(Store):
             return
         due = self._due.setdefault(queue, [])
         while heap and heap[0][0] <= now:
-            available_at, seq, token_id = heapq.heappop(heap)
-            token = self._live_ready(available_at, token_id, queue)
-            if token is not None:
-                heapq.heappush(due, (claim_rank(available_at, token.priority), seq, token_id, available_at))
+            # a stale entry moves too: the claim drops it (``_live_ready``), as it does its own
+            available_at, seq, token_id, priority = heapq.heappop(heap)
+            heapq.heappush(due, (claim_rank(available_at, priority), seq, token_id, available_at))
 
     def _live_ready(self, available_at: int, token_id: str, queue: str) -> Token | None:
         state = self._instances.get(token_instance_id(token_id))

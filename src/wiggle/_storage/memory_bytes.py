@@ -1,43 +1,35 @@
-"""What the in-memory store holds, in bytes: a running count kept at every write, for its byte bound.
+"""What the in-memory store holds, in bytes: a running count of every write, for its byte bound.
 
 An instance's footprint is the JSON size of its context, of what else it keeps that can grow with
 user data (open joins' contexts, buffered signals, its retry point, fork branches' own contexts)
-and the text of its history entries (plus a fixed cost per entry). The count is kept up to date
-at each write: the context is measured again only when it is a new object (a step replaced it),
-a join only for its new arrivals, the rest only when present, so an ordinary step costs one
-encode of the context it changed
+and the text of its history entries (plus a fixed cost per entry). History is counted at
+each write; the rest when a count is read (ByteLedger): the context is measured again only when it
+is a new object (a step replaced it), a join only for its new arrivals, the rest only when
+present, so an instance costs at most one encode of its context per read of the count
 (docs/semantics.md#bounded-memory; MemoryStore in wiggle/_storage/memory.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
-from .._engine.state import ACTIVE_TOKEN_STATUSES, Changes, HistoryEntry, InstanceState, JoinState
+from .._engine.state import ACTIVE_TOKEN_STATUSES, Changes, HistoryEntry, InstanceState, JoinState, Token
 
 __all__ = ["ByteLedger", "Footprint", "ENTRY_OVERHEAD"]
 
 _encode = msgspec.json.Encoder().encode
-#: what one history entry costs besides its text (the object, its integers, the list slot)
-ENTRY_OVERHEAD = 120
+#: what one history entry costs besides its error text: the object, its integers, the list slot
+#: and its short strings (ids, node, kind, outcome, worker: names of bounded length, estimated)
+ENTRY_OVERHEAD = 320
 
 
 def entry_bytes(entry: HistoryEntry) -> int:
-    """A history entry's cost: its text plus a fixed overhead."""
-    return (
-        ENTRY_OVERHEAD
-        + len(entry.instance_id)
-        + len(entry.token_id)
-        + len(entry.node_id)
-        + len(entry.kind)
-        + len(entry.worker_id)
-        + len(entry.outcome)
-        + len(entry.error)
-        + len(entry.child_id)
-        + len(entry.traceback)
-    )
+    """A history entry's cost: a fixed estimate plus the texts that can be long (an error, a
+    traceback). Counted at every write, so it reads two fields, not ten."""
+    return ENTRY_OVERHEAD + len(entry.error) + len(entry.traceback)
 
 
 class Footprint:
@@ -59,9 +51,12 @@ class Footprint:
         size = self.context_bytes + self.extra_bytes + self.history_bytes
         if self.branches:
             size += sum(self.branches.values())
-        if self.joins:
-            size += sum(entry[2] for entry in self.joins.values())
-        return size
+        return size + self.join_bytes
+
+    @property
+    def join_bytes(self) -> int:
+        """The open joins' contexts."""
+        return sum(entry[2] for entry in self.joins.values()) if self.joins else 0
 
 
 def _extras(state: InstanceState) -> int:
@@ -96,61 +91,132 @@ def _joins(footprint: Footprint, joins: dict[str, JoinState]) -> None:
     footprint.joins = now
 
 
+class _Pending:
+    """What writes changed in one instance since it was last measured (ByteLedger.settle)."""
+
+    __slots__ = ("state", "tokens", "instance")
+
+    def __init__(self, state: InstanceState) -> None:
+        self.state = state
+        self.tokens: dict[str, Token] = {}
+        self.instance = False
+
+
 class ByteLedger:
-    """The bytes each instance of a store holds, and their sum (``used``)."""
+    """The bytes each instance of a store holds, and their sum (``used``).
+
+    A write's history is counted at once (its entries' text); what it changed in the context, the
+    joins, the extras and the branch contexts is noted and measured when a count is read
+    (``used``, ``of``: the store reads them when a start must fit under the bound). An instance
+    that moves several steps between two reads is measured once, with its latest context: the
+    count read is always the count of what is held then.
+    """
 
     def __init__(self) -> None:
-        self.used = 0
+        self._used = 0
         self._of: dict[str, Footprint] = {}
+        self._pending: dict[str, _Pending] = {}
+
+    @property
+    def used(self) -> int:
+        """Every byte counted, over all held instances."""
+        if self._pending:
+            self.settle()
+        return self._used
+
+    def settle(self) -> None:
+        """Measure what the writes since the last read changed."""
+        pending, self._pending = self._pending, {}
+        for instance_id, noted in pending.items():
+            footprint = self._of.get(instance_id)
+            if footprint is not None:
+                self._used += self._update(footprint, noted.state, noted.tokens.values(), noted.instance)
 
     def measure(self, state: InstanceState, changes: Changes) -> Footprint:
         """The footprint of a new instance (not counted until ``add``)."""
         footprint = Footprint()
-        self._update(footprint, state, changes, True)
+        self._update(footprint, state, changes.tokens.values(), True)
+        for entry in changes.history:
+            footprint.history_bytes += entry_bytes(entry)
         return footprint
 
     def add(self, instance_id: str, footprint: Footprint) -> None:
         """Count a new instance's footprint."""
         self._of[instance_id] = footprint
-        self.used += footprint.total
+        self._used += footprint.total
 
     def drop(self, instance_id: str) -> None:
         """Stop counting an instance (evicted, purged)."""
+        self._pending.pop(instance_id, None)
         footprint = self._of.pop(instance_id, None)
         if footprint is not None:
-            self.used -= footprint.total
+            self._used -= footprint.total  # what was counted of it: _used is the sum of the totals
 
     def of(self, instance_id: str) -> int:
         """The bytes counted for one instance (0: not held)."""
         footprint = self._of.get(instance_id)
-        return footprint.total if footprint is not None else 0
+        if footprint is None:
+            return 0
+        noted = self._pending.pop(instance_id, None)
+        if noted is not None:
+            self._used += self._update(footprint, noted.state, noted.tokens.values(), noted.instance)
+        return footprint.total
 
     def written(self, state: InstanceState, changes: Changes) -> None:
-        """Count what a transition of a held instance changed."""
-        footprint = self._of.get(state.instance.id)
+        """Note what a transition of a held instance changed (at every commit of the store,
+        MemoryStore._apply: its history is counted now, the rest when a count is read)."""
+        instance_id = state.instance.id
+        footprint = self._of.get(instance_id)
         if footprint is None:
             return
-        before = footprint.total
-        self._update(footprint, state, changes, changes.instance_changed)
-        self.used += footprint.total - before
+        history = changes.history
+        if history:
+            grown = 0
+            for entry in history:
+                grown += entry_bytes(entry)
+            footprint.history_bytes += grown
+            self._used += grown
+        noted = self._pending.get(instance_id)
+        if noted is None:
+            if not changes.instance_changed and footprint.branches is None:
+                for token in changes.tokens.values():
+                    if token.context is not None:
+                        break
+                else:
+                    return  # nothing else it holds changed (a claim, a lease renewed)
+            noted = self._pending[instance_id] = _Pending(state)
+        noted.state = state
+        noted.tokens.update(changes.tokens)
+        noted.instance = noted.instance or changes.instance_changed
 
     @staticmethod
-    def _update(footprint: Footprint, state: InstanceState, changes: Changes, instance: bool) -> None:
+    def _update(footprint: Footprint, state: InstanceState, tokens: Iterable[Token], instance: bool) -> int:
+        """Bring ``footprint``'s context, extras, joins and branch contexts up to date with the
+        ``tokens`` that changed (and the instance, if ``instance``); returns how many bytes it grew."""
+        grown = 0
         if instance:
-            context = state.instance.context
+            inst = state.instance
+            context = inst.context
             if context is not footprint.context:
-                footprint.context = context
-                footprint.context_bytes = len(_encode(context))
-            footprint.extra_bytes = _extras(state)
-            if state.instance.joins or footprint.joins:
-                _joins(footprint, state.instance.joins)
-        for token in changes.tokens.values():
-            branches = footprint.branches
+                size = len(_encode(context))
+                grown += size - footprint.context_bytes
+                footprint.context, footprint.context_bytes = context, size
+            if inst.signals or inst.retry_point is not None or footprint.extra_bytes:
+                size = _extras(state)
+                grown += size - footprint.extra_bytes
+                footprint.extra_bytes = size
+            if inst.joins or footprint.joins:
+                before = footprint.join_bytes
+                _joins(footprint, inst.joins)
+                grown += footprint.join_bytes - before
+        branches = footprint.branches
+        for token in tokens:
             if token.context is not None and token.status in ACTIVE_TOKEN_STATUSES:
                 if branches is None:
                     branches = footprint.branches = {}
-                branches[token.id] = len(_encode(token.context))
+                size = len(_encode(token.context))
+                grown += size - branches.get(token.id, 0)
+                branches[token.id] = size
             elif branches:
-                branches.pop(token.id, None)
-        for entry in changes.history:
-            footprint.history_bytes += entry_bytes(entry)
+                grown -= branches.pop(token.id, 0)
+        return grown
