@@ -180,7 +180,7 @@ class Timings:
             if outcome is None:
                 continue
             if outcome == "retry" or outcome == "failed":
-                outcome = step_outcome(entry)  # the clock's timeouts and lease expiries
+                outcome = step_outcome(entry) or outcome  # the clock's timeouts and lease expiries
             node = entry.node_id
             key = (workflow, node, outcome)
             step = steps.get(key)
