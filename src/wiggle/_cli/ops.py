@@ -53,6 +53,12 @@ def print_queues(items: Sequence[QueueInfo], out: TextIO) -> None:
             f"{q.queue:<24} {q.ready:>6} {q.delayed:>7} {oldest:>9} {q.running:>7} {q.in_local_run:>6}  {len(q.workers)}",
             file=out,
         )
+        if q.limit_held or q.limit_waiting:
+            print(
+                f"  concurrency limits: {q.limit_held} running under a key's limit, "
+                f"{q.limit_waiting} waiting for a slot of their key",
+                file=out,
+            )
         for w in q.workers:
             print(f"  worker {w.worker_id}: {w.in_flight} in flight", file=out)
 

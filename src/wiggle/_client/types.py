@@ -169,6 +169,10 @@ class QueueInfo(msgspec.Struct, frozen=True):
     running: int
     in_local_run: int
     workers: tuple[QueueWorker, ...] = ()
+    #: concurrency limits (docs/flow-control.md#concurrency-limits): of ``running``, the attempts
+    #: counted against a limit key; of ``ready``, the steps waiting for a slot of their key
+    limit_held: int = 0
+    limit_waiting: int = 0
 
 
 class StartOptions(TypedDict, total=False):

@@ -26,6 +26,7 @@ from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from . import clock, local_runs, resume, signals
 from . import drive as driving
 from .config import EngineConfig, LoadedDefinition
+from .limits import leave as leave_limit
 from .local_runs import AdvanceOutcome
 from .records import StepRecord
 from .start_options import NO_OPTIONS, StartOptions
@@ -314,6 +315,7 @@ class Engine:
         assert next_id is not None
         if not count_step(self, state, token, now, changes):
             return changes
+        leave_limit(token, changes)
         move(token, next_id)
         state.instance.updated_at = now
         changes.instance_changed = True

@@ -199,6 +199,8 @@ class Delivery:
         for token in list(changes.tokens.values()):
             if token.status != TokenStatus.READY or token.available_at > now:
                 continue
+            if token.limit_key:  # under a concurrency limit: only a store's claim counts it
+                continue
             queue = token.queue
             share = shares.get(queue)
             if share is None:

@@ -87,6 +87,13 @@ class MemoryStore(Store):
         self._deduplicated_requests: set[str] = set()  # request ids answered with another's instance
         # deduplication (docs/flow-control.md#deduplication): (workflow, key) -> the holder's id
         self._dedup: dict[tuple[str, str], str] = {}
+        # concurrency limits (wiggle/_engine/limits.py): RUNNING tokens per limit key, the key
+        # each such token holds, and per key the due READY tokens a claim found over the limit
+        # (claim-rank heaps of (rank, seq, token, available_at, queue)), back in ``_due`` as
+        # slots of their key free up
+        self._held: dict[str, int] = {}
+        self._holding: dict[str, str] = {}
+        self._parked: dict[str, list[tuple[int, int, str, int, str]]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -106,6 +113,8 @@ class MemoryStore(Store):
             self.ledger.written(state, changes)
         ready: dict[str, int] | None = None  # queue -> tokens that became READY: wake that many pollers
         for token in changes.tokens.values():
+            if token.limit_key or self._holding:
+                self._track_limit(token)
             status = token.status
             if status == TokenStatus.READY:
                 heapq.heappush(
@@ -142,6 +151,48 @@ class MemoryStore(Store):
             if self.max_instances or self.max_bytes:
                 self._finished.append(state.instance.id)
             self.notifier.instance_finished(state.instance.id)
+
+    def _track_limit(self, token: Token) -> None:
+        """Count ``token`` against its limit key while it is RUNNING there; when it stops, free
+        the slot and move the key's parked READY tokens that now fit back to their queue."""
+        held = self._holding.get(token.id, "")
+        now_key = token.limit_key if token.status == TokenStatus.RUNNING else ""
+        if held == now_key:
+            return
+        if now_key:
+            self._holding[token.id] = now_key
+            self._held[now_key] = self._held.get(now_key, 0) + 1
+        else:
+            del self._holding[token.id]
+        if held:
+            left = self._held[held] - 1
+            if left:
+                self._held[held] = left
+            else:
+                del self._held[held]
+            self._unpark(held, left)
+
+    def _unpark(self, key: str, held: int) -> None:
+        """Move the oldest parked tokens of ``key`` that fit under its limit back into ``_due``."""
+        parked = self._parked.get(key)
+        moved = 0
+        while parked:
+            rank, seq, token_id, available_at, queue = parked[0]
+            token = self._live_ready(available_at, token_id, queue)
+            if token is None:
+                heapq.heappop(parked)
+                continue
+            if held + moved >= token.limit_max:
+                break
+            heapq.heappop(parked)
+            heapq.heappush(self._due.setdefault(queue, []), (rank, seq, token_id, available_at))
+            moved += 1
+        if not parked:
+            self._parked.pop(key, None)
+
+    def _over_limit(self, token: Token) -> bool:
+        """True if ``token``'s limit key has its most attempts RUNNING already."""
+        return self._held.get(token.limit_key, 0) >= token.limit_max
 
     # ------------------------------------------------------------------ definitions
 
@@ -380,8 +431,13 @@ class MemoryStore(Store):
                 heap = self._due.get(queue)
                 while heap:
                     entry = heap[0]
-                    if self._live_ready(entry[3], entry[2], queue) is None:
+                    token = self._live_ready(entry[3], entry[2], queue)
+                    if token is None:
                         heapq.heappop(heap)
+                        continue
+                    if token.limit_key and self._over_limit(token):  # queue behind its key
+                        heapq.heappop(heap)
+                        heapq.heappush(self._parked.setdefault(token.limit_key, []), (*entry, queue))
                         continue
                     if best is None or entry < best:
                         best, best_queue = entry, queue
@@ -521,11 +577,15 @@ class MemoryStore(Store):
                         stat.delayed += 1
                         continue
                     stat.ready += 1
+                    if token.limit_key and self._over_limit(token):
+                        stat.limit_waiting += 1
                     if not stat.oldest_ready_at or token.available_at < stat.oldest_ready_at:
                         stat.oldest_ready_at = token.available_at
                 elif token.status == TokenStatus.RUNNING:
                     stat = stats.setdefault(token.queue, QueueStat(queue=token.queue))
                     stat.running += 1
+                    if token.limit_key:
+                        stat.limit_held += 1
                     if token.local_run_owner:
                         stat.in_local_run += 1
                     owner = token.lease_owner or token.local_run_owner

@@ -136,6 +136,8 @@ def queue_from_pb(msg: pb.QueueInfo) -> QueueInfo:
         running=msg.running,
         in_local_run=msg.in_local_run,
         workers=tuple(QueueWorker(w.worker_id, w.last_seen, w.in_flight) for w in msg.workers),
+        limit_held=msg.limit_held,
+        limit_waiting=msg.limit_waiting,
     )
 
 

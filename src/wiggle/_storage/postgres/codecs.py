@@ -135,6 +135,8 @@ SQL_TYPES: dict[str, str] = {
     "start_at": "bigint",
     "dedup_key": "text",
     "dedup_window": "bigint",
+    "limit_key": "text",
+    "limit_max": "integer",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"

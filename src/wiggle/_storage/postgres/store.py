@@ -19,7 +19,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from ..._engine.engine import Claimed, LoadedDefinition
-from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus
+from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus, Token
 from ...errors import NotFound
 from ..base import (
     Action,
@@ -40,7 +40,7 @@ from .codecs import N_TOKEN, instance_from, token_from, views
 from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
-from .migrations import check_schema, migrate
+from .migrations import check_schema, lock_key, migrate
 from .schedules import PostgresSchedules
 from .start_commit import StartCommit
 from .statements import ID_CLOCK_SLACK_MILLIS, Queries, StartQueries
@@ -73,6 +73,8 @@ class PostgresStore(Store):
         self.url = url
         self.schema = check_schema(schema)
         self.queries = Queries(schema)
+        # the class (first int) of the per-key advisory locks of concurrency limits (_admit)
+        self._limit_lock_class = lock_key("limits", self.schema) & 0x7FFFFFFF
         self.cluster = Cluster(schema, self.notifier, self.queries.count_peers)
         self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
         self.clock_parallelism = max(1, self.db.pool_size // 2)
@@ -309,9 +311,11 @@ class PostgresStore(Store):
                 rows = await cur.fetchall()
                 if not rows:
                     return out, announced
+                tokens = [token_from(row) for row in rows]
+                if any(token.limit_key for token in tokens):
+                    rows, tokens = await self._admit(conn, pipeline, rows, tokens)
                 states: dict[str, tuple[InstanceState, Changes]] = {}
-                for row in rows:
-                    token = token_from(row)
+                for row, token in zip(rows, tokens, strict=True):
                     entry = states.get(token.instance_id)
                     if entry is None:
                         instance = instance_from(row, N_TOKEN)
@@ -337,6 +341,31 @@ class PostgresStore(Store):
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
+
+    async def _admit(
+        self, conn: Conn, pipeline: Any, rows: list[Any], tokens: list[Token]
+    ) -> tuple[list[Any], list[Token]]:
+        """The claim's rows that concurrency limits let it take (docs/flow-control.md#concurrency-limits).
+
+        The claim statement skipped tokens whose key was full in its snapshot; here the keys of
+        the limited ones are locked (until this transaction ends: a claim of any server taking a
+        token of one of them waits for it to commit) and counted afresh, and the tokens are
+        admitted in claim order while their key has room. The ones left out stay READY."""
+        keys = sorted({token.limit_key for token in tokens if token.limit_key})
+        await conn.execute(self.queries.lock_limit_keys, (self._limit_lock_class, keys))
+        cur = await conn.execute(self.queries.limit_held, (keys,))
+        await pipeline.sync()
+        held = {key: int(n) for key, n in await cur.fetchall()}
+        kept_rows: list[Any] = []
+        kept: list[Token] = []
+        for row, token in zip(rows, tokens, strict=True):
+            if token.limit_key:
+                if held[token.limit_key] >= token.limit_max:
+                    continue
+                held[token.limit_key] += 1
+            kept_rows.append(row)
+            kept.append(token)
+        return kept_rows, kept
 
     # ------------------------------------------------------------------ clock duties
 
