@@ -204,7 +204,9 @@ async def test_a_server_never_takes_a_limited_step_from_a_run_it_did_not_claim(h
             pb.StepResult(node_id=node, context_json=f'{{"customer": "ada", "{node}": true}}'.encode())
             for node in ("check", "charge", "receipt")
         ]
-        request = pb.AdvanceRunRequest(task_id=act.task_id, lease_owner="raw-worker", steps=steps, final=False)
+        request = pb.AdvanceRunRequest(
+            task_id=act.task_id, lease_owner="raw-worker", steps=steps, final=False
+        )
         async with grpc.aio.insecure_channel(server.target) as channel:
             stub = pb_grpc.WiggleControlPlaneStub(channel)
             if harness.local:

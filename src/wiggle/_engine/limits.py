@@ -9,7 +9,9 @@ tokens (wiggle/_storage/memory.py, wiggle/_storage/postgres/store.py), and the h
 limited tokens (wiggle/_server/delivery.py). Nothing else is kept: whatever ends a RUNNING
 attempt (its report, its failure, its lease's expiry, a cancel) ends what it held, so a crash
 cannot leak a slot. ``leave`` drops the label and wakes the pollers of the step's queue, whose
-next claim may now take a waiting step of that key.
+next claim may now take a waiting step of that key. A queue's own limit
+(wiggle/_storage/queue_limits.py) counts the RUNNING tokens a claim marked ``queue_held``; their
+end wakes the queue the same way.
 """
 
 from __future__ import annotations
@@ -53,9 +55,8 @@ def assign(state: InstanceState, token: Token, node: Node) -> None:
 def leave(token: Token, changes: Changes) -> None:
     """``token`` leaves its limited step: a RUNNING attempt frees its slot, and the pollers of its
     queue are woken (a READY step of its key may be claimable now)."""
-    if not token.limit_key:
-        return
-    if token.status == TokenStatus.RUNNING:
-        changes.ready_queues.add(token.queue)
-    token.limit_key = ""
-    token.limit_max = 0
+    if token.status == TokenStatus.RUNNING and (token.limit_key or token.queue_held):
+        changes.ready_queues.add(token.queue)  # and a slot of its queue's limit (queue_held)
+    if token.limit_key:
+        token.limit_key = ""
+        token.limit_max = 0

@@ -230,6 +230,9 @@ class Token(msgspec.Struct):
     # counted under while RUNNING there, and that key's most attempts at once ("", 0: no limit).
     limit_key: str = ""
     limit_max: int = 0
+    # Set by a store's claim on a queue with a concurrency limit (wiggle/_storage/queue_limits.py):
+    # while RUNNING, the token counts against its queue's max_running. Meaningless once not RUNNING.
+    queue_held: bool = False
 
 
 class HistoryEntry(msgspec.Struct, gc=False):

@@ -26,6 +26,12 @@ class QueueStat(msgspec.Struct, kw_only=True):
     # limit (queued behind it)
     limit_held: int = 0
     limit_waiting: int = 0
+    # the queue's own limits (wiggle/_storage/queue_limits.py; 0: none), and until when (ms) its
+    # rate limit holds its due steps back (0: it does not now)
+    max_running: int = 0
+    rate_max: int = 0
+    rate_period_millis: int = 0
+    rate_limited_until: int = 0
 
 
 class NodeInfo(msgspec.Struct, kw_only=True):

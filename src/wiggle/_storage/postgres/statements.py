@@ -212,6 +212,30 @@ class Queries:
             "SELECT pg_advisory_xact_lock(%s, h) FROM "
             "(SELECT DISTINCT hashtext(k) AS h FROM unnest(%s::text[]) AS u(k) ORDER BY 1) AS keys"
         )
+        # Queue limits (migration 0014; wiggle/_storage/queue_limits.py): a claim on limited queues
+        # locks their rows (in queue order) and then counts their queue_held RUNNING tokens.
+        limit_cols = "queue, max_running, rate_max, rate_period_millis, tat"
+        self.queue_limits = q(f"SELECT {limit_cols} FROM {{s}}.queue_limits ORDER BY queue")
+        self.lock_queue_limits = q(
+            f"SELECT {limit_cols} FROM {{s}}.queue_limits WHERE queue = ANY(%s) ORDER BY queue FOR UPDATE"
+        )
+        self.queue_held = q(
+            "SELECT queue, count(*) FROM {s}.tokens WHERE status = 'RUNNING' AND queue_held "
+            "AND queue = ANY(%s) GROUP BY queue"
+        )
+        self.set_tats = q(
+            "UPDATE {s}.queue_limits AS l SET tat = v.tat FROM unnest(%s::text[], %s::float8[]) AS v(queue, tat) "
+            "WHERE l.queue = v.queue"
+        )
+        # a changed rate starts with a full bucket (tat 0); the same rate keeps its state
+        self.put_queue_limit = q(
+            f"INSERT INTO {{s}}.queue_limits ({limit_cols}) VALUES (%s, %s, %s, %s, 0) "
+            "ON CONFLICT (queue) DO UPDATE SET max_running = EXCLUDED.max_running, rate_max = EXCLUDED.rate_max, "
+            "rate_period_millis = EXCLUDED.rate_period_millis, tat = CASE WHEN "
+            "(l.rate_max, l.rate_period_millis) = (EXCLUDED.rate_max, EXCLUDED.rate_period_millis) "
+            "THEN l.tat ELSE 0 END"
+        ).replace("queue_limits (", "queue_limits AS l (", 1)
+        self.delete_queue_limit = q("DELETE FROM {s}.queue_limits WHERE queue = %s")
         self.limit_held = q(
             "SELECT k, (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = k) "
             "FROM unnest(%s::text[]) AS u(k)"
@@ -220,7 +244,7 @@ class Queries:
     def _clock_duties(self, q: Callable[[str], str]) -> None:
         """The clock duties: due tokens and instances, orphans, the purge."""
         self.next_ready = q(
-            "SELECT min(x.available_at) FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
+            "SELECT qs.queue, x.available_at FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
             "SELECT available_at FROM {s}.tokens t WHERE status = 'READY' AND queue = qs.queue "
             # a step waiting for its key's slot is not due work: the end of an attempt of its key
             # wakes the queue (wiggle/_engine/limits.py)
