@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from wiggle import AsyncClient
 
-from .test_cluster import HELPERS, Cluster, cluster_in, close_all, status_counts
+from .test_cluster import HELPERS, Cluster, close_all, cluster_in, status_counts
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
