@@ -8,7 +8,8 @@ what is here: the checks of a limit, and the rate's arithmetic.
 
 The rate is a GCRA (generic cell rate algorithm) without bursts: a queue's claims are spaced at
 least ``rate_period_millis / rate_max`` apart, so that any window of ``rate_period_millis`` holds
-at most ``rate_max`` of them (a sliding window, smoothed). Its whole state is one number per
+at most ``rate_max`` of them (a sliding window, smoothed; a rate of more than one claim per
+millisecond admits them within each millisecond, the clock's resolution). Its whole state is one number per
 queue, the "theoretical arrival time" ``tat`` (ms): the first moment the next claim may happen.
 Times are the claims' clock (the server's, or the test kit's virtual one: time skipping moves
 every rate window).
@@ -77,21 +78,30 @@ def _interval(limit: QueueLimit) -> float:
     return limit.rate_period_millis / limit.rate_max
 
 
+def _tolerance(interval: float) -> float:
+    """How far ahead of ``now`` the next claim's moment may be and still be admitted: none when
+    the interval is a millisecond or more; below that, the rest of the millisecond, so a rate
+    finer than the clock's millisecond still admits its claims (at most one millisecond's worth
+    early)."""
+    return max(0.0, 1.0 - interval)
+
+
 def admit(limit: QueueLimit, tat: float, now: int) -> float | None:
     """The queue's next ``tat`` if its rate admits a claim at ``now``; None if it does not."""
     if not limit.rate_max:
         return tat
-    if tat > now + 1e-6:  # the previous claim was less than an interval ago
+    interval = limit.rate_period_millis / limit.rate_max
+    if tat > now + _tolerance(interval) + 1e-6:  # the previous claim was less than an interval ago
         return None
-    return max(tat, float(now)) + limit.rate_period_millis / limit.rate_max
+    return max(tat, float(now)) + interval
 
 
 def next_admit_at(limit: QueueLimit, tat: float, now: int) -> int:
     """The first moment (ms, at least ``now``) the queue's rate admits a claim."""
     if not limit.rate_max:
         return now
-    return max(now, math.ceil(tat - 1e-6))
-
+    interval = limit.rate_period_millis / limit.rate_max
+    return max(now, math.ceil(tat - _tolerance(interval) - 1e-6))
 
 def describe(
     stats: dict[str, QueueStat], limits: list[tuple[QueueLimit, float]], now: int
