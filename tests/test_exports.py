@@ -16,6 +16,7 @@ EXPECTED = {
     "InstanceInfo",
     "InstanceStatus",
     "InvalidArgument",
+    "Limit",
     "NodeKind",
     "NotFound",
     "PermanentError",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._model import ExecutionMode, Handback, NodeKind, RetryPolicy, WorkflowDefinition
+    from ._model import ExecutionMode, Handback, Limit, NodeKind, RetryPolicy, WorkflowDefinition
     from .client import (
         AsyncClient,
         Client,
@@ -54,6 +54,7 @@ _WHERE: dict[str, str] = {
     "InstanceInfo": ".client",
     "InstanceStatus": ".client",
     "InvalidArgument": ".errors",
+    "Limit": "._model",
     "NodeKind": "._model",
     "NotFound": ".errors",
     "PermanentError": ".errors",
@@ -88,6 +89,7 @@ __all__ = [
     "InstanceInfo",
     "InstanceStatus",
     "InvalidArgument",
+    "Limit",
     "NodeKind",
     "NotFound",
     "PermanentError",

@@ -31,6 +31,7 @@ __all__ = [
     "NodeKind",
     "JoinMerge",
     "RetryPolicy",
+    "Limit",
     "Node",
     "WorkflowDefinition",
     "Handback",
@@ -235,6 +236,25 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 DEFAULT_RETRY = RetryPolicy()
 
 
+class Limit(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A worker step's concurrency limit (docs/flow-control.md#concurrency-limits): at most ``max``
+    attempts of the step run at once, cluster-wide, per value of the context key ``key``.
+
+    The key's value is read from the step's context when the step becomes READY; a missing key
+    counts as the value ``null``. Steps over the limit wait READY (queue behind) and are claimed
+    as attempts of their key end. ``group`` names a limit several steps share (of any workflow);
+    unset, each step has its own (``<workflow>/<step>``). Part of the definition (and its version).
+    """
+
+    key: str
+    max: int = 1
+    group: str | None = None
+
+    def scope(self, workflow: str, node_id: str) -> str:
+        """The name the running attempts are counted under, before the key's value."""
+        return self.group if self.group is not None else f"{workflow}/{node_id}"
+
+
 class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """One node of a workflow graph. Which fields matter depends on ``kind``.
 
@@ -291,6 +311,7 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     concurrency: int = 0
     heartbeat_timeout_millis: int = 0  # TASK, PREDICATE: given up after this much silence
     schedule_to_start_millis: int = 0  # TASK, PREDICATE: failed if not claimed this long after due
+    limit: Limit | None = None  # TASK, PREDICATE: a concurrency limit per context key (Limit)
 
     @property
     def is_worker_step(self) -> bool:

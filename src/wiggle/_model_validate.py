@@ -25,6 +25,8 @@ def validate_definition(definition: WorkflowDefinition) -> None:
     _check_header(definition)
     for node in definition.nodes:
         NODE_CHECKS[node.kind](node, graph)
+        if node.limit is not None:
+            _check_limit(node)
     for cp in definition.checkpoints:
         if cp not in graph.nodes or not graph.nodes[cp].is_worker_step:
             raise InvalidArgument(f"checkpoint {cp!r} is not a TASK or PREDICATE node of {definition.name!r}")
@@ -109,6 +111,31 @@ def _check_step_limits(node: Node) -> None:
             f"{what}: heartbeat_timeout_millis {node.heartbeat_timeout_millis} is below the minimum "
             f"{MIN_HEARTBEAT_TIMEOUT_MILLIS} ms"
         )
+
+
+#: The longest context key (or group name) a concurrency limit may name.
+MAX_LIMIT_KEY_CHARS = 200
+
+
+def _check_limit(node: Node) -> None:
+    """A concurrency limit (docs/flow-control.md#concurrency-limits): on a worker step only, a
+    context key, a max of at least 1, and a group that is a name."""
+    limit = node.limit
+    assert limit is not None
+    what = f"step {node.id!r}"
+    if not node.is_worker_step:
+        raise InvalidArgument(
+            f"node {node.id!r} is a {node.kind.value}: only a TASK or PREDICATE takes a concurrency limit"
+        )
+    if not isinstance(limit.key, str) or not limit.key or len(limit.key) > MAX_LIMIT_KEY_CHARS:
+        raise InvalidArgument(
+            f"{what}: a concurrency limit's key must name a context key (1 to {MAX_LIMIT_KEY_CHARS} characters)"
+        )
+    check_count(limit.max, "concurrency max", what, "a limit of 0 would never run the step")
+    if limit.max < 1:
+        raise InvalidArgument(f"{what}: concurrency max must be at least 1, got {limit.max}")
+    if limit.group is not None:
+        validate_name(limit.group, f"{what} concurrency group")
 
 
 def _check_sleep(node: Node, graph: _Graph) -> None:

@@ -74,6 +74,7 @@ class Compiler:
                 timeout_millis=limits.timeout,
                 heartbeat_timeout_millis=limits.heartbeat,
                 schedule_to_start_millis=limits.schedule_to_start,
+                limit=step.concurrency,
             )
         )
 

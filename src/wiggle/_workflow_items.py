@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._model import RetryPolicy, seconds_to_millis
+from ._model import Limit, RetryPolicy, seconds_to_millis
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -58,8 +58,10 @@ class StepItem(Item):
         queue: str | None,
         retry: RetryPolicy | None,
         limits: StepLimits = NO_LIMITS,
+        concurrency: Limit | None = None,
     ) -> None:
         self.fn, self.name, self.queue, self.retry, self.limits = fn, name, queue, retry, limits
+        self.concurrency = concurrency  # docs/flow-control.md#concurrency-limits
         self.checkpoint = False
 
 

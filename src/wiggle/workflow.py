@@ -41,6 +41,7 @@ import msgspec
 from ._model import (
     MAX_COUNT,
     ExecutionMode,
+    Limit,
     Node,
     NodeKind,
     RetryPolicy,
@@ -114,6 +115,7 @@ class Branch(Generic[C]):
         timeout: Duration | None = None,
         heartbeat_timeout: Duration | None = None,
         schedule_to_start: Duration | None = None,
+        concurrency: Limit | None = None,
     ) -> StepItem:
         if not callable(fn):
             raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
@@ -125,7 +127,11 @@ class Branch(Generic[C]):
             optional_millis(heartbeat_timeout, f"step {node_id!r} heartbeat_timeout"),
             optional_millis(schedule_to_start, f"step {node_id!r} schedule_to_start"),
         )
-        return cls(fn, node_id, queue, _retry_policy(retry), limits)
+        if concurrency is not None and not isinstance(concurrency, Limit):
+            raise InvalidArgument(
+                f"step {node_id!r} concurrency must be a wiggle.Limit, got {type(concurrency).__name__}"
+            )
+        return cls(fn, node_id, queue, _retry_policy(retry), limits, concurrency)
 
     def step(
         self: B,
@@ -137,6 +143,7 @@ class Branch(Generic[C]):
         timeout: Duration | None = None,
         heartbeat_timeout: Duration | None = None,
         schedule_to_start: Duration | None = None,
+        concurrency: Limit | None = None,
     ) -> B:
         """A TASK: ``fn(ctx) -> ctx`` (or ``async def``); its result becomes the context (None: unchanged).
 
@@ -149,8 +156,16 @@ class Branch(Generic[C]):
         heartbeating for that long; ``schedule_to_start`` fails the step when no worker claims it
         that long after it became due. A timed-out attempt is a retryable failure (the retry
         policy decides); a schedule-to-start timeout is final.
+
+        ``concurrency=Limit(key="customer_id", max=1)``: at most ``max`` attempts of this step run
+        at once per value of that context key, cluster-wide; the others wait READY and go as
+        attempts end (docs/flow-control.md#concurrency-limits).
         """
-        self._add(self._step(StepItem, fn, name, queue, retry, timeout, heartbeat_timeout, schedule_to_start))
+        self._add(
+            self._step(
+                StepItem, fn, name, queue, retry, timeout, heartbeat_timeout, schedule_to_start, concurrency
+            )
+        )
         return self
 
     def gate(
@@ -163,11 +178,16 @@ class Branch(Generic[C]):
         timeout: Duration | None = None,
         heartbeat_timeout: Duration | None = None,
         schedule_to_start: Duration | None = None,
+        concurrency: Limit | None = None,
     ) -> B:
         """A PREDICATE that ends the instance early: False ends it COMPLETED with reason ``gated:<name>``.
 
-        The time limits are those of ``step``."""
-        self._add(self._step(GateItem, fn, name, queue, retry, timeout, heartbeat_timeout, schedule_to_start))
+        The time limits and ``concurrency`` are those of ``step``."""
+        self._add(
+            self._step(
+                GateItem, fn, name, queue, retry, timeout, heartbeat_timeout, schedule_to_start, concurrency
+            )
+        )
         return self
 
     def checkpoint(self: B) -> B:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -202,6 +203,41 @@ async def test_a_retried_instance_gets_its_time_limit_afresh(harness: Harness) -
         await env.complete_user_task(retried.instance_id, "approve", {"ok": True})
         again = await env.wait(retried)
     assert again.status == "COMPLETED", again.error
+
+
+async def test_a_start_sets_its_own_time_limit_over_the_workflows(harness: Harness) -> None:
+    """client.start(timeout=) / start_many(timeout=) / the test kit's start_workflow(timeout=):
+    the instance's limit instead of Workflow.define(timeout=); 0 means none."""
+    bp = _define(harness, "own", timeout=60).user_task("approve").step(lambda ctx: ctx, name="ship").build()
+    async with harness.env([bp]) as env:
+        t0 = env.clock.now()
+        short = await env.start_workflow(bp, {}, timeout=5)
+        [many] = await env.client.start_many(bp, [{}], timeout=timedelta(seconds=7))
+        unlimited = await env.start_workflow(bp, {}, timeout=0)
+        default = await env.start_workflow(bp, {})
+        done = [await env.wait(i) for i in (short, many, default)]
+        await env.advance(3600)  # an hour later, the one started without a limit still waits
+        still = await env.client.get(unlimited.instance_id)
+    assert [d.reason for d in done] == ["workflow timed out"] * 3
+    assert [d.finished_at - t0 for d in done] == [5000, 7000, 60_000]
+    assert still.status == "RUNNING"
+
+
+async def test_a_bad_start_time_limit_is_refused(harness: Harness) -> None:
+    from wiggle import InvalidArgument
+
+    bp = _define(harness, "badtimeout").step(lambda ctx: ctx, name="s").build()
+    async with harness.server() as server:
+        await server.client.register(bp)
+        with pytest.raises(InvalidArgument, match="timeout must not be negative"):
+            await server.client.start(bp, {}, timeout=-1)
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = pb_grpc.WiggleControlPlaneStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.StartInstance(pb.StartInstanceRequest(workflow=bp.name, timeout_millis=-5))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "timeout must be between 0" in (refused.value.details() or "")
+        assert (await server.client.list(workflow=bp.name))[0] == []
 
 
 async def test_bad_limits_are_refused_when_the_workflow_is_built(harness: Harness) -> None:

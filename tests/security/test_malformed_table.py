@@ -432,6 +432,11 @@ TABLE: list[Row] = [
     ),
     # ListQueues takes nothing: an empty request is the whole request
     Row("ListQueues", "empty", lambda f: pb.ListQueuesRequest(), grpc.StatusCode.OK),
+    # SetQueueLimit (docs/flow-control.md#queue-limits)
+    Row("SetQueueLimit", "empty", lambda f: pb.QueueLimit(), INVALID),
+    Row("SetQueueLimit", "negative max", lambda f: pb.QueueLimit(queue="q", max_running=-1), INVALID),
+    Row("SetQueueLimit", "rate without period", lambda f: pb.QueueLimit(queue="q", rate_max=5), INVALID),
+    Row("SetQueueLimit", "no limit: removes", lambda f: pb.QueueLimit(queue="q"), grpc.StatusCode.OK),
     # SignalInstance
     Row("SignalInstance", "empty", lambda f: pb.SignalInstanceRequest(), INVALID),
     Row(

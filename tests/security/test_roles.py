@@ -51,6 +51,7 @@ REQUESTS: dict[str, Message] = {
     "HeartbeatTask": pb.HeartbeatTaskRequest(task_id="tk-0", lease_owner=OWNER),
     "AdvanceRun": pb.AdvanceRunRequest(task_id="tk-0", lease_owner=OWNER),
     "ListQueues": pb.ListQueuesRequest(),
+    "SetQueueLimit": pb.QueueLimit(queue="payments", max_running=1),
     "SignalInstance": pb.SignalInstanceRequest(instance_id="wi-000000000000000000000000", name="go"),
     "RetryInstance": pb.RetryInstanceRequest(instance_id="wi-000000000000000000000000"),
     "StartInstances": pb.StartInstancesRequest(workflow="nope", contexts_json=[b"{}"]),

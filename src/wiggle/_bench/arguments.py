@@ -131,6 +131,16 @@ _FLAGS: tuple[tuple[str, str | None, dict[str, object]], ...] = (
             "between two steps (--instances and --submit do not apply)",
         ),
     ),
+    (
+        "--limits",
+        None,
+        dict(
+            action="store_true",
+            help="put limits on the workflow that never bind (the limits' own cost, bench/limits.py): "
+            "step s1 limited to one attempt per instance (Limit(key='n', max=1)) and a queue rate of "
+            "1,000,000 claims/s",
+        ),
+    ),
     ("--keep", None, dict(action="store_true", help="keep the PostgreSQL database/schemas and the logs")),
     ("--no-progress", None, dict(action="store_true", help="no progress bar on stderr")),
     ("--fault", None, dict(choices=("", "context", "fail"), default="", help=argparse.SUPPRESS)),  # tests

@@ -76,6 +76,8 @@ class ModeProcesses:
         worker_args = ["worker", "--target", target, "--mode", self.mode, "--steps", str(args.steps)]
         worker_args += ["--concurrency", str(args.concurrency), "--batch-size", str(args.batch_size)]
         worker_args += ["--transport", args.transport, "--handler", args.handler]
+        if args.limits:
+            worker_args.append("--limits")
         if args.fault:
             worker_args += ["--fault", args.fault]
         self.workers = [

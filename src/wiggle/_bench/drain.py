@@ -105,7 +105,7 @@ class DrainRun:
         """Run the mode; its result (see the class docstring)."""
         args = self.args
         procs = self.procs
-        bp = workload.blueprint(self.mode, args.steps, args.handler)
+        bp = workload.blueprint(self.mode, args.steps, args.handler, limits=args.limits)
         # -- 1. registration and submission (not timed)
         target, xact_before = await self._prepare(bp)
         # -- 2. workers: connected and registered, waiting for "go"

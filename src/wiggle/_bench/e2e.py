@@ -113,9 +113,7 @@ def _child_env(args: argparse.Namespace) -> dict[str, str]:
 
 def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The report's skeleton: the settings and the machine; each mode's result is appended."""
-    settings = (
-        "modes steps instances workers concurrency batch_size transport handler submit submit_threads latency"
-    )
+    settings = "modes steps instances workers concurrency batch_size transport handler submit submit_threads latency limits"
     return {
         "settings": {
             **{name: getattr(args, name) for name in settings.split()},

@@ -60,7 +60,7 @@ class LatencyRun:
         args = self.args
         procs = self.procs
         total = int(args.latency)
-        bp = workload.blueprint(self.mode, args.steps, args.handler)
+        bp = workload.blueprint(self.mode, args.steps, args.handler, limits=args.limits)
         _, ready = await procs.start_server("latency")
         self.result["server_impl"] = ready.get("impl")
         self.result["store"] = ready.get("store")

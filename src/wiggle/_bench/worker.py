@@ -36,13 +36,15 @@ import threading
 import time
 from typing import Any
 
-from wiggle import ExecutionMode, PermanentError, Workflow
+from wiggle import ExecutionMode, Limit, PermanentError, Workflow
 from wiggle._env import env_str
 from wiggle.workflow import Blueprint
 
 __all__ = ["blueprint", "expected_context", "initial_context", "workflow_name", "main"]
 
 FAULTS = ("", "context", "fail")
+#: ``--limits``: the queue's rate (claims per second), far above any drain's
+LIMITS_RATE = 1_000_000
 
 
 # ---------------------------------------------------------------------- the workflow
@@ -76,17 +78,21 @@ def _make_step(i: int, handler: str, fault: str) -> Any:
     return apply
 
 
-def blueprint(mode: str, steps: int, handler: str = "sync", fault: str = "") -> Blueprint[dict[str, Any]]:
+def blueprint(
+    mode: str, steps: int, handler: str = "sync", fault: str = "", limits: bool = False
+) -> Blueprint[dict[str, Any]]:
     """The linear ``steps``-step benchmark workflow in execution mode ``mode``.
 
     ``handler`` ("sync" or "async") and ``fault`` change only the handlers, never the definition,
-    so every variant has the same version.
+    so every variant has the same version. ``limits`` (``--limits``) gives step s1 a concurrency
+    limit of one attempt per instance (key "n": it never binds) and changes the version.
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
     wf = Workflow.define(workflow_name(mode, steps), dict).execution(ExecutionMode(mode))
     for i in range(1, steps + 1):
-        wf.step(_make_step(i, handler, fault), name=f"s{i}")
+        limit = Limit(key="n", max=1) if limits and i == 1 else None
+        wf.step(_make_step(i, handler, fault), name=f"s{i}", concurrency=limit)
     return wf.build()
 
 
@@ -200,10 +206,12 @@ async def run_worker(args: argparse.Namespace) -> int:
     from wiggle.worker import Worker, WorkerOptions
 
     commands = _commands(asyncio.get_running_loop())
-    bp = blueprint(args.mode, args.steps, args.handler, args.fault)
+    bp = blueprint(args.mode, args.steps, args.handler, args.fault, args.limits)
     client = AsyncClient(args.target)
     try:
         await _register(client, bp, 30.0)
+        if args.limits and args.index == 0:  # a rate that never binds: its cost is measured
+            await client.set_queue_limit(bp.name, rate_max=LIMITS_RATE, rate_period=1.0)
         _emit("ready", pid=os.getpid(), impl=_fast.IMPL, version=bp.version)
         command = await commands.get()
         if command != "go":
@@ -258,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--handler", choices=("sync", "async"), default="sync")
     p.add_argument("--fault", choices=FAULTS, default="")
     p.add_argument("--index", type=int, default=0)
+    p.add_argument("--limits", action="store_true")
     args = parser.parse_args(argv)
     _die_with_parent()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

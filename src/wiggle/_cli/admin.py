@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from ..errors import InvalidArgument
 from .common import client_from_args, print_json
 
 __all__ = ["cmd_doctor", "cmd_workflows", "cmd_queues", "cmd_describe", "cmd_token", "cmd_bench"]
@@ -49,6 +50,35 @@ def cmd_queues(args: argparse.Namespace) -> int:
             print_json(items)
         else:
             print_queues(items, sys.stdout)
+    return 0
+
+
+def cmd_set_limit(args: argparse.Namespace) -> int:
+    """``wiggle queues set-limit``: a queue's limits (docs/flow-control.md#queue-limits)."""
+    from .instances import _duration
+
+    if args.clear and (args.max_running or args.rate):
+        raise InvalidArgument("--clear removes the queue's limits: drop --max-running and --rate")
+    if not args.clear and not (args.max_running or args.rate):
+        raise InvalidArgument("say what to limit: --max-running N and/or --rate N/PERIOD (or --clear)")
+    rate_max, period = 0, None
+    if args.rate:
+        count, slash, per = args.rate.partition("/")
+        if not slash or not count.strip().isdigit():
+            raise InvalidArgument(f"--rate {args.rate!r} is not N/PERIOD (e.g. 50/1s, 600/1m)")
+        per = per.strip()
+        rate_max, period = int(count), _duration(per if per[:1].isdigit() else "1" + per, "--rate period")
+    with client_from_args(args) as client:
+        client.set_queue_limit(
+            args.queue, max_running=args.max_running or 0, rate_max=rate_max, rate_period=period
+        )
+        items = [q for q in client.queues() if q.queue == args.queue]
+    if args.json:
+        print_json(items)
+    else:
+        from .ops import print_queues
+
+        print_queues(items, sys.stdout)
     return 0
 
 
@@ -169,9 +199,29 @@ def _add_queues(sub: Any) -> None:
         "queues: ready depth, oldest ready step, workers polling",
         "Every queue with work: steps ready, delayed, running and in local runs, the age of the "
         "oldest ready step, and the workers polling it (as the answering server sees them).",
-        ["wiggle queues", "watch -n 5 wiggle queues"],
+        ["wiggle queues", "watch -n 5 wiggle queues", "wiggle queues set-limit payments --rate 50/1s"],
     )
     p.set_defaults(func=cmd_queues)
+    verbs = p.add_subparsers(dest="queues_verb", metavar="{set-limit}")
+    limit = _verb(
+        verbs,
+        "set-limit",
+        "limit a queue: steps running at once, claims per period (cluster-wide, durable)",
+        "Limit a queue on every server sharing the store: at most --max-running of its steps "
+        "running at once, at most N claims per PERIOD (--rate N/PERIOD; a burst of N, then one "
+        "every PERIOD/N). Steps over a limit wait READY. --clear removes the queue's limits. "
+        "See docs/flow-control.md#queue-limits.",
+        [
+            "wiggle queues set-limit payments --max-running 20",
+            "wiggle queues set-limit stripe-calls --rate 50/1s",
+            "wiggle queues set-limit payments --clear",
+        ],
+    )
+    limit.add_argument("queue", help="the queue's name")
+    limit.add_argument("--max-running", type=int, metavar="N", help="at most N of its steps running at once")
+    limit.add_argument("--rate", metavar="N/PERIOD", help="at most N claims per PERIOD (e.g. 50/1s, 600/1m)")
+    limit.add_argument("--clear", action="store_true", help="remove the queue's limits")
+    limit.set_defaults(func=cmd_set_limit)
 
 
 def _add_describe(sub: Any) -> None:

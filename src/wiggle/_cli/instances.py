@@ -116,6 +116,7 @@ def _start_options(args: argparse.Namespace) -> dict[str, Any]:
         "priority": args.priority,
         "start_at": _moment(args.start_at),
         "start_delay": _duration(args.start_delay, "--start-delay"),
+        "timeout": _duration(args.workflow_timeout, "--workflow-timeout"),
     }
 
 
@@ -338,6 +339,12 @@ def _add_start(sub: Any) -> None:
         "--dedup-window",
         metavar="DURATION",
         help="how long the key stays held after the instance finishes (default: until it finishes)",
+    )
+    # (--timeout is how long --wait waits, as it always was)
+    p.add_argument(
+        "--workflow-timeout",
+        metavar="DURATION",
+        help="the instance's time limit, instead of the workflow's (0: none; seconds, or 30s, 15m, 2h)",
     )
     p.set_defaults(func=cmd_start)
 

@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from typing import TextIO
 
 from .._client.types import QueueInfo, WorkflowInfo
@@ -53,8 +54,26 @@ def print_queues(items: Sequence[QueueInfo], out: TextIO) -> None:
             f"{q.queue:<24} {q.ready:>6} {q.delayed:>7} {oldest:>9} {q.running:>7} {q.in_local_run:>6}  {len(q.workers)}",
             file=out,
         )
+        limits = _queue_limits(q)
+        if limits:
+            print(f"  limits: {limits}", file=out)
         for w in q.workers:
             print(f"  worker {w.worker_id}: {w.in_flight} in flight", file=out)
+
+
+def _queue_limits(q: QueueInfo) -> str:
+    """A queue's limits and their state, in words ("" when it has none and none hold anything)."""
+    parts = []
+    if q.max_running:
+        parts.append(f"at most {q.max_running} running")
+    if q.rate_max:
+        parts.append(f"{q.rate_max} claims per {_ms(q.rate_period_millis)}")
+    if q.rate_limited_until:
+        when = datetime.fromtimestamp(q.rate_limited_until / 1000, tz=timezone.utc)
+        parts.append(f"rate limited until {when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}")
+    if q.limit_held or q.limit_waiting:
+        parts.append(f"{q.limit_held} running under a key's limit, {q.limit_waiting} waiting for their key")
+    return "; ".join(parts)
 
 
 def _next(node: Node) -> str:

@@ -94,8 +94,10 @@ def start_options(
     start_delay: timedelta | float | None = None,
     dedup_key: str = "",
     dedup_window: timedelta | float | None = None,
+    timeout: timedelta | float | None = None,
 ) -> dict[str, Any]:
-    """A start's flow-control options as its wire fields (docs/flow-control.md).
+    """A start's flow-control options as its wire fields (docs/flow-control.md); ``timeout``:
+    the start's own workflow time limit (docs/semantics.md#workflow-time-limits; 0: none).
 
     Refused here with InvalidArgument naming the field when the value cannot be sent as meant (a
     naive datetime, a negative delay, both a time and a delay); ranges are the server's to check.
@@ -129,7 +131,23 @@ def start_options(
         fields["dedup_window_millis"] = _duration_millis(dedup_window, "dedup_window")
     if dedup_key:
         fields["dedup_key"] = dedup_key
+    if timeout is not None:
+        fields["timeout_millis"] = _duration_millis(timeout, "timeout")
     return fields
+
+
+def queue_limit_request(
+    queue: str, max_running: int, rate_max: int, rate_period: timedelta | float | None
+) -> pb.QueueLimit:
+    """SetQueueLimit's request; InvalidArgument for what cannot be sent as meant (the server
+    checks the ranges)."""
+    for what, value in (("max_running", max_running), ("rate_max", rate_max)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+            raise InvalidArgument(f"{what} must be an integer from 0 (no limit), got {value!r}")
+    if rate_max and rate_period is None:
+        raise InvalidArgument("rate_max needs a rate_period (e.g. rate_max=50, rate_period=1.0)")
+    period = 0 if rate_period is None else _duration_millis(rate_period, "rate_period")
+    return pb.QueueLimit(queue=queue, max_running=max_running, rate_max=rate_max, rate_period_millis=period)
 
 
 def start_request(

@@ -113,6 +113,7 @@ class Client:
         start_delay: timedelta | float | None = None,
         dedup_key: str = "",
         dedup_window: timedelta | float | None = None,
+        timeout: timedelta | float | None = None,
     ) -> InstanceInfo:
         """Start an instance; ``context`` is a dict or msgspec.Struct. Pins ``version`` if given.
 
@@ -124,9 +125,11 @@ class Client:
         or ``start_delay`` (a timedelta or seconds) makes the instance SCHEDULED until then;
         ``dedup_key``: while another instance of the workflow holding the key is live (or
         finished less than its ``dedup_window`` ago), this start returns that instance with
-        ``deduplicated`` True instead of starting one.
+        ``deduplicated`` True instead of starting one. ``timeout`` (a timedelta or seconds)
+        is this instance's time limit, instead of the workflow's ``Workflow.define(timeout=)``
+        (0: none; docs/semantics.md#workflow-time-limits).
         """
-        options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window)
+        options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
             return instance_from_pb(self._call(self.stub.StartInstance, request))
@@ -143,6 +146,7 @@ class Client:
         priority: int = 0,
         start_at: datetime | None = None,
         start_delay: timedelta | float | None = None,
+        timeout: timedelta | float | None = None,
     ) -> builtins.list[str]:
         """Start one instance per context (dicts or msgspec.Structs); the instance ids, in order.
 
@@ -150,9 +154,9 @@ class Client:
         With ``request_id``, instance i is started with request id ``"<request_id>:<i>"``: repeating
         the call after an error starts only what the first call did not. ``priority``,
         ``start_at`` and ``start_delay`` apply to every instance, as in ``start`` (a delay
-        counts from each call's arrival).
+        counts from each call's arrival), and ``timeout``.
         """
-        options = core.start_options(priority, start_at, start_delay)
+        options = core.start_options(priority, start_at, start_delay, timeout=timeout)
         chunks = core.StartChunks(
             workflow, contexts, version, correlation_id, request_id, chunk_size, options
         )
@@ -354,3 +358,18 @@ class Client:
         """Every queue with ready or leased steps, and the workers polling it (the answering node)."""
         reply = self._call(self.stub.ListQueues, pb.ListQueuesRequest())
         return [queue_from_pb(q) for q in reply.queues]
+
+    def set_queue_limit(
+        self,
+        queue: str,
+        *,
+        max_running: int = 0,
+        rate_max: int = 0,
+        rate_period: timedelta | float | None = None,
+    ) -> None:
+        """Limit ``queue``, cluster-wide and durably (docs/flow-control.md#queue-limits): at most
+        ``max_running`` of its steps running at once, at most ``rate_max`` claims per
+        ``rate_period`` (a timedelta or seconds). 0 (and no period) means no limit; with no limit
+        at all, the queue's limits are removed. ``queues()`` shows them."""
+        request = core.queue_limit_request(queue, max_running, rate_max, rate_period)
+        self._call(self.stub.SetQueueLimit, request)

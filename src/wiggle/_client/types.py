@@ -169,6 +169,16 @@ class QueueInfo(msgspec.Struct, frozen=True):
     running: int
     in_local_run: int
     workers: tuple[QueueWorker, ...] = ()
+    #: concurrency limits (docs/flow-control.md#concurrency-limits): of ``running``, the attempts
+    #: counted against a limit key; of ``ready``, the steps waiting for a slot of their key
+    limit_held: int = 0
+    limit_waiting: int = 0
+    #: the queue's own limits (``Client.set_queue_limit``; 0: none), and until when (ms) its
+    #: rate limit holds its due steps back (0: it does not now)
+    max_running: int = 0
+    rate_max: int = 0
+    rate_period_millis: int = 0
+    rate_limited_until: int = 0
 
 
 class StartOptions(TypedDict, total=False):
@@ -181,3 +191,4 @@ class StartOptions(TypedDict, total=False):
     start_delay: timedelta | float | None
     dedup_key: str
     dedup_window: timedelta | float | None
+    timeout: timedelta | float | None  # the instance's time limit (docs/semantics.md#workflow-time-limits)

@@ -15,6 +15,7 @@ from .. import _fast
 from .._model import JoinMerge, Node, NodeKind
 from . import children, fanout, lww
 from .config import LoadedDefinition
+from .limits import assign as assign_limit
 from .signals import take_buffered
 from .state import Changes, HistoryOutcome, InstanceState, InstanceStatus, JoinState, Token, TokenStatus
 from .tokens import (
@@ -104,6 +105,7 @@ def _drive_worker_step(run: DriveRun, tok: Token, node: Node) -> After:
     tok.local_run_owner = ""
     tok.local_run_steps = 0
     start_deadline(tok, node, run.changes)
+    assign_limit(run.state, tok, node)
     run.changes.ready_queues.add(tok.queue)
     return After.PARKED
 

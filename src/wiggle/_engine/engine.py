@@ -26,6 +26,7 @@ from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from . import clock, local_runs, resume, signals
 from . import drive as driving
 from .config import EngineConfig, LoadedDefinition
+from .limits import leave as leave_limit
 from .local_runs import AdvanceOutcome
 from .records import StepRecord
 from .start_options import NO_OPTIONS, StartOptions
@@ -143,12 +144,15 @@ class Engine:
         """Create an instance at the start node and drive it until parked.
 
         ``parent`` is a sub-workflow child's (parent instance, parent token, depth).
-        ``timeout_millis``: this start's time limit (None: the definition's; 0: none).
+        ``timeout_millis``: this start's time limit (None: the options', else the definition's;
+        0: none).
         ``options`` (checked, start_options.py): its priority; with a ``start_at`` still ahead
         the instance is SCHEDULED, its first token WAITING for that time (``begin``), not
         driven yet.
         """
         self.check_context(context, "context")
+        if timeout_millis is None:
+            timeout_millis = options.timeout_millis
         limit = loaded.definition.timeout_millis if timeout_millis is None else timeout_millis
         delayed = options.delayed(now)
         instance = Instance(
@@ -228,6 +232,7 @@ class Engine:
         token.lease_expires_at = lease_until(token, now, lease)
         token.started_at = now
         token.claim += 1  # a new fence: reports of earlier claims are refused (tokens.leased_token)
+        token.queue_held = False  # the store's claim marks it when its queue has a max_running
         mode = self.resolve_mode(loaded)
         # In a LOCAL_* mode the holder may run ahead before it reports: say so on the token.
         token.local_run_owner = (
@@ -314,6 +319,7 @@ class Engine:
         assert next_id is not None
         if not count_step(self, state, token, now, changes):
             return changes
+        leave_limit(token, changes)
         move(token, next_id)
         state.instance.updated_at = now
         changes.instance_changed = True

@@ -17,6 +17,7 @@ from .._model import ExecutionMode, NodeKind
 from ..errors import FailedPrecondition, InvalidArgument
 from .config import LoadedDefinition
 from .drive import drive
+from .limits import leave as leave_limit
 from .records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
 from .state import (
     FINISHED_INSTANCE_STATUSES,
@@ -151,9 +152,11 @@ def plan_run(
                 f"AdvanceRun step {index}: node {node_id!r} is a {node.kind.value}, not a worker step"
             )
         queue = loaded.queue_of(node)
-        if queue != token.queue:
+        if queue != token.queue or (index > 0 and node.limit is not None):
             # A queue change is a handback (docs/semantics.md#chaining-across-queues): the steps
-            # before it stand, the token is handed back here, ready on its own queue.
+            # before it stand, the token is handed back here, ready on its own queue. So is a step
+            # with a concurrency limit past the claimed one: it runs only under a claim of its own
+            # (docs/flow-control.md#concurrency-limits), whatever the worker ran.
             plan.other_queue = queue
             return plan
         if isinstance(step, StepFailed):
@@ -280,6 +283,7 @@ def apply_run(
         or plan.other_queue
         or next_node.kind not in _WORKER_KINDS
         or loaded.queue_of(next_node) != token.queue
+        or next_node.limit is not None
     ):
         # A handback: the worker's, or the server's at a boundary or a queue change; never a token
         # left leased to a worker that will not run it.
@@ -323,6 +327,7 @@ def _apply_steps(
         started = now
         if not count_step(engine, state, token, now, changes):
             return done
+        leave_limit(token, changes)
         move(token, loaded.graph.successor(step.node_id, step.value) or "")
     if plan.contexts and plan.contexts[-1] is not context:
         set_context(state, token, plan.contexts[-1], changes)

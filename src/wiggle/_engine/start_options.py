@@ -46,6 +46,9 @@ class StartOptions(msgspec.Struct, frozen=True):
     start_at: int = 0  # ms since the epoch; 0 (or a moment already past): start at once
     dedup_key: str = ""
     dedup_window: int = 0  # ms the key stays held after the instance finishes
+    # this start's workflow time limit (ms; docs/semantics.md#workflow-time-limits): None, the
+    # definition's; 0, none
+    timeout_millis: int | None = None
 
     def delayed(self, now: int) -> bool:
         """True when the first step must wait for ``start_at``."""
@@ -69,11 +72,13 @@ def check_start_options(
     start_delay: object = 0,
     dedup_key: object = "",
     dedup_window: object = 0,
+    timeout: object = None,
 ) -> StartOptions:
     """The checked options; InvalidArgument naming the field otherwise.
 
     ``start_at`` is ms since the epoch (0: none), ``start_delay`` and ``dedup_window`` ms (0:
-    none); at most one of ``start_at`` and ``start_delay``.
+    none); at most one of ``start_at`` and ``start_delay``. ``timeout`` is the start's own
+    workflow time limit in ms (None: the definition's; 0: none).
     """
     priority = _int(priority, "priority")
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
@@ -110,7 +115,13 @@ def check_start_options(
         )
     if dedup_window and not dedup_key:
         raise InvalidArgument("dedup_window needs a dedup_key")
-    return StartOptions(priority, start_at if start_at > now else 0, dedup_key, dedup_window)
+    if timeout is not None:
+        timeout = _int(timeout, "timeout")
+        if not 0 <= timeout <= MAX_DURATION_MILLIS:
+            raise InvalidArgument(
+                f"timeout must be between 0 (no time limit) and {MAX_DURATION_MILLIS} ms (ten years), got {timeout}"
+            )
+    return StartOptions(priority, start_at if start_at > now else 0, dedup_key, dedup_window, timeout)
 
 
 def claim_rank(available_at: int, priority: int) -> int:

@@ -226,6 +226,13 @@ class Token(msgspec.Struct):
     # it); 0: none (docs/semantics.md#step-time-limits)
     deadline_at: int = 0
     priority: int = 0  # its instance's (migration 0012): orders the claims of a queue (start_options.py)
+    # At a step with a concurrency limit (wiggle/_engine/limits.py; migration 0014): the key it is
+    # counted under while RUNNING there, and that key's most attempts at once ("", 0: no limit).
+    limit_key: str = ""
+    limit_max: int = 0
+    # Set by a store's claim on a queue with a concurrency limit (wiggle/_storage/queue_limits.py):
+    # while RUNNING, the token counts against its queue's max_running. Meaningless once not RUNNING.
+    queue_held: bool = False
 
 
 class HistoryEntry(msgspec.Struct, gc=False):

@@ -15,6 +15,8 @@ from .._limits import storable_text
 from .._model import Node
 from ..errors import AlreadyFinished, FailedPrecondition
 from .config import LoadedDefinition
+from .limits import assign as assign_limit
+from .limits import leave as leave_limit
 from .state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
@@ -85,6 +87,7 @@ def new_token(state: InstanceState, node_id: str, now: int, changes: Changes) ->
 
 def finish_token(state: InstanceState, token: Token, status: TokenStatus, now: int, changes: Changes) -> None:
     """End ``token`` with ``status``: it leaves the active set and its lease is cleared."""
+    leave_limit(token, changes)
     token.status = status
     token.finished_at = now
     token.lease_owner = ""
@@ -164,8 +167,11 @@ def fail_instance(
 
 
 def move(token: Token, next_id: str) -> None:
-    """Put ``token`` on ``next_id`` with a fresh attempt, no lease and no deadline."""
+    """Put ``token`` on ``next_id`` with a fresh attempt, no lease and no deadline (a caller with
+    a RUNNING limited token calls ``leave_limit`` first, to wake its queue)."""
     token.node_id = next_id
+    token.limit_key = ""
+    token.limit_max = 0
     token.attempt = 1
     token.last_error = ""
     token.lease_owner = ""
@@ -249,6 +255,7 @@ def fail_step(
     worker: str = "",
 ) -> Changes:
     message = storable_text(message)
+    leave_limit(token, changes)
     policy = loaded.definition.retry_for(node)
     state.instance.updated_at = now
     changes.instance_changed = True
@@ -276,6 +283,7 @@ def fail_step(
         token.local_run_steps = 0
         token.queue = loaded.queue_of(node)
         start_deadline(token, node, changes)
+        assign_limit(state, token, node)
         changes.tokens[token.id] = token
         changes.ready_queues.add(token.queue)
         if delay > 0:
@@ -308,6 +316,8 @@ def release_step(
     claim it. No history entry: a step can bounce many times while only unfit workers poll.
     """
     node = loaded.nodes[token.node_id]
+    changes = Changes()
+    leave_limit(token, changes)
     token.status = TokenStatus.READY
     token.available_at = now + engine.config.release_delay_millis
     token.last_error = storable_text(message)
@@ -316,8 +326,8 @@ def release_step(
     token.local_run_owner = ""
     token.local_run_steps = 0
     token.queue = loaded.queue_of(node)
-    changes = Changes()
     start_deadline(token, node, changes)
+    assign_limit(state, token, node)
     changes.tokens[token.id] = token
     changes.ready_queues.add(token.queue)
     changes.timers = True

@@ -47,7 +47,7 @@ class ListWorkflowsResponse(_message.Message):
     def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
 
 class StartInstanceRequest(_message.Message):
-    __slots__ = ("workflow", "version", "context_json", "correlation_id", "request_id", "priority", "start_at", "start_delay_millis", "dedup_key", "dedup_window_millis")
+    __slots__ = ("workflow", "version", "context_json", "correlation_id", "request_id", "priority", "start_at", "start_delay_millis", "dedup_key", "dedup_window_millis", "timeout_millis")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class StartInstanceRequest(_message.Message):
     START_DELAY_MILLIS_FIELD_NUMBER: _ClassVar[int]
     DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
     DEDUP_WINDOW_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MILLIS_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     version: str
     context_json: bytes
@@ -68,10 +69,11 @@ class StartInstanceRequest(_message.Message):
     start_delay_millis: int
     dedup_key: str
     dedup_window_millis: int
-    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ..., dedup_key: _Optional[str] = ..., dedup_window_millis: _Optional[int] = ...) -> None: ...
+    timeout_millis: int
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ..., dedup_key: _Optional[str] = ..., dedup_window_millis: _Optional[int] = ..., timeout_millis: _Optional[int] = ...) -> None: ...
 
 class StartInstancesRequest(_message.Message):
-    __slots__ = ("workflow", "version", "contexts_json", "correlation_id", "request_id", "first_index", "priority", "start_at", "start_delay_millis")
+    __slots__ = ("workflow", "version", "contexts_json", "correlation_id", "request_id", "first_index", "priority", "start_at", "start_delay_millis", "timeout_millis")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTEXTS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +83,7 @@ class StartInstancesRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     START_AT_FIELD_NUMBER: _ClassVar[int]
     START_DELAY_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MILLIS_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     version: str
     contexts_json: _containers.RepeatedScalarFieldContainer[bytes]
@@ -90,7 +93,8 @@ class StartInstancesRequest(_message.Message):
     priority: int
     start_at: int
     start_delay_millis: int
-    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., contexts_json: _Optional[_Iterable[bytes]] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., first_index: _Optional[int] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ...) -> None: ...
+    timeout_millis: int
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., contexts_json: _Optional[_Iterable[bytes]] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., first_index: _Optional[int] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ..., timeout_millis: _Optional[int] = ...) -> None: ...
 
 class StartInstancesResponse(_message.Message):
     __slots__ = ("instance_ids", "version")
@@ -633,7 +637,7 @@ class QueueWorker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., last_seen: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ("queue", "ready", "delayed", "oldest_ready_age_millis", "running", "in_local_run", "workers")
+    __slots__ = ("queue", "ready", "delayed", "oldest_ready_age_millis", "running", "in_local_run", "workers", "limit_held", "limit_waiting", "max_running", "rate_max", "rate_period_millis", "rate_limited_until")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     DELAYED_FIELD_NUMBER: _ClassVar[int]
@@ -641,6 +645,12 @@ class QueueInfo(_message.Message):
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     IN_LOCAL_RUN_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_HELD_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_WAITING_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    RATE_MAX_FIELD_NUMBER: _ClassVar[int]
+    RATE_PERIOD_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_UNTIL_FIELD_NUMBER: _ClassVar[int]
     queue: str
     ready: int
     delayed: int
@@ -648,7 +658,25 @@ class QueueInfo(_message.Message):
     running: int
     in_local_run: int
     workers: _containers.RepeatedCompositeFieldContainer[QueueWorker]
-    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_ready_age_millis: _Optional[int] = ..., running: _Optional[int] = ..., in_local_run: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[QueueWorker, _Mapping]]] = ...) -> None: ...
+    limit_held: int
+    limit_waiting: int
+    max_running: int
+    rate_max: int
+    rate_period_millis: int
+    rate_limited_until: int
+    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_ready_age_millis: _Optional[int] = ..., running: _Optional[int] = ..., in_local_run: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[QueueWorker, _Mapping]]] = ..., limit_held: _Optional[int] = ..., limit_waiting: _Optional[int] = ..., max_running: _Optional[int] = ..., rate_max: _Optional[int] = ..., rate_period_millis: _Optional[int] = ..., rate_limited_until: _Optional[int] = ...) -> None: ...
+
+class QueueLimit(_message.Message):
+    __slots__ = ("queue", "max_running", "rate_max", "rate_period_millis")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    RATE_MAX_FIELD_NUMBER: _ClassVar[int]
+    RATE_PERIOD_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    max_running: int
+    rate_max: int
+    rate_period_millis: int
+    def __init__(self, queue: _Optional[str] = ..., max_running: _Optional[int] = ..., rate_max: _Optional[int] = ..., rate_period_millis: _Optional[int] = ...) -> None: ...
 
 class ListQueuesResponse(_message.Message):
     __slots__ = ("queues", "now")

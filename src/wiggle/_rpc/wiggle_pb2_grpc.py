@@ -99,6 +99,11 @@ class WiggleControlPlaneStub:
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.SerializeToString,
                 response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.FromString,
                 _registered_method=True)
+        self.SetQueueLimit = channel.unary_unary(
+                '/wiggle.v1.WiggleControlPlane/SetQueueLimit',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.QueueLimit.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.QueueLimit.FromString,
+                _registered_method=True)
         self.PollTasks = channel.unary_unary(
                 '/wiggle.v1.WiggleControlPlane/PollTasks',
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.PollTasksRequest.SerializeToString,
@@ -255,6 +260,14 @@ class WiggleControlPlaneServicer:
 
     def ListQueues(self, request, context):
         """Operating: every queue with ready or leased steps, and the workers polling it (this node).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueueLimit(self, request, context):
+        """Operating: set (or, with no limit, remove) a queue's limits, cluster-wide and durable
+        (docs/flow-control.md#queue-limits). Answers the queue's limits as they are now.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -419,6 +432,11 @@ def add_WiggleControlPlaneServicer_to_server(servicer, server):
                     servicer.ListQueues,
                     request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.FromString,
                     response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'SetQueueLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueueLimit,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.QueueLimit.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.QueueLimit.SerializeToString,
             ),
             'PollTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.PollTasks,
@@ -842,6 +860,33 @@ class WiggleControlPlane:
             '/wiggle.v1.WiggleControlPlane/ListQueues',
             wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesRequest.SerializeToString,
             wiggle_dot___rpc_dot_wiggle__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueueLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wiggle.v1.WiggleControlPlane/SetQueueLimit',
+            wiggle_dot___rpc_dot_wiggle__pb2.QueueLimit.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.QueueLimit.FromString,
             options,
             channel_credentials,
             insecure,

@@ -196,10 +196,13 @@ class Delivery:
         open_ = self._open
         shares: dict[str, Share] = {}  # this transition's share on each queue that still has room
         handed: set[str] = set()
+        limited = self.store.limited_queues
         for token in list(changes.tokens.values()):
             if token.status != TokenStatus.READY or token.available_at > now:
                 continue
             queue = token.queue
+            if token.limit_key or queue in limited:  # under a limit: only a store's claim counts it
+                continue
             share = shares.get(queue)
             if share is None:
                 handoff = open_.get(queue)

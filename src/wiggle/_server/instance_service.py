@@ -17,6 +17,7 @@ from .._limits import MAX_REASON_CHARS, check_text
 from .._model import MAX_NAME_LENGTH, definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
 from .._storage.base import InstanceQuery
+from .._storage.queue_limits import QueueLimit, check_queue_limit
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object
 from ..errors import InvalidArgument
@@ -81,6 +82,7 @@ class InstanceHandlers:
             start_delay=request.start_delay_millis,
             dedup_key=request.dedup_key,
             dedup_window=request.dedup_window_millis,
+            timeout=request.timeout_millis if request.HasField("timeout_millis") else None,
         )
         attributes = {"wiggle.workflow": request.workflow}
         with tracing.span("wiggle.StartInstance", tracing.SERVER, tracing.incoming(), attributes):
@@ -116,6 +118,7 @@ class InstanceHandlers:
             priority=request.priority,
             start_at=request.start_at,
             start_delay=request.start_delay_millis,
+            timeout=request.timeout_millis if request.HasField("timeout_millis") else None,
         )
         limit = self.limits.max_payload_bytes
         contexts = [
@@ -234,3 +237,21 @@ class InstanceHandlers:
         stats = await self.instances.store.queue_stats(now)
         pollers = [(p.worker_id, p.last_seen, p.queues) for p in self.pollers.snapshot()]
         return convert.queues_to_pb(stats, pollers, now)
+
+    async def set_queue_limit(self, request: pb.QueueLimit) -> pb.QueueLimit:
+        """Set (or remove) a queue's limits (docs/flow-control.md#queue-limits)."""
+        limit = QueueLimit(
+            queue=request.queue,
+            max_running=request.max_running,
+            rate_max=request.rate_max,
+            rate_period_millis=request.rate_period_millis,
+        )
+        await self.instances.store.set_queue_limit(check_queue_limit(limit))
+        log.info(
+            "queue %s limits set: max_running=%d, rate %d per %d ms",
+            limit.queue,
+            limit.max_running,
+            limit.rate_max,
+            limit.rate_period_millis,
+        )
+        return request

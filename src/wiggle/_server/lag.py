@@ -40,6 +40,11 @@ class QueueLag(msgspec.Struct, kw_only=True):
     rate_per_second: float | None  # steps dispatched per second since the previous look
     lagging: bool
     lagging_since: int = 0  # ms, while lagging
+    # limits (docs/flow-control.md): steps waiting for a slot of their key, steps running under a
+    # key's limit, and how long (ms) the queue's rate holds its due steps back (0: it does not)
+    limit_waiting: int = 0
+    limit_held: int = 0
+    rate_limited_ms: int = 0
 
 
 class QueueLagMonitor:
@@ -88,6 +93,9 @@ class QueueLagMonitor:
                 rate_per_second=rate,
                 lagging=lagging,
                 lagging_since=(before.lagging_since if was and before else now) if lagging else 0,
+                limit_waiting=s.limit_waiting,
+                limit_held=s.limit_held,
+                rate_limited_ms=max(s.rate_limited_until - now, 0) if s.rate_limited_until else 0,
             )
             seen[s.queue] = lag
             if speak and lagging and not was:

@@ -162,6 +162,21 @@ def queue_gauges(server: Any) -> Iterator[Any]:
             "steps handed to workers per second (between two looks)",
             lambda q: q.rate_per_second or 0.0,
         ),
+        (
+            "wiggle_queue_limit_waiting_steps",
+            "due steps waiting for a slot of their concurrency-limit key",
+            lambda q: q.limit_waiting,
+        ),
+        (
+            "wiggle_queue_limit_held_steps",
+            "running steps counted against a concurrency-limit key",
+            lambda q: q.limit_held,
+        ),
+        (
+            "wiggle_queue_rate_limited_seconds",
+            "how long the queue's rate limit holds its due steps back (0: it does not)",
+            lambda q: q.rate_limited_ms / 1000,
+        ),
     ]
     for name, text, value in families:
         gauge = GaugeMetricFamily(name, text, labels=["queue"])

@@ -116,6 +116,7 @@ ROUTES: tuple[Rpc, ...] = (
     Rpc(OURS + "CompleteUserTask", "complete_user_task", CLIENTS),
     Rpc(OURS + "GetHistory", "get_history", READERS),
     Rpc(OURS + "ListQueues", "list_queues", READERS),
+    Rpc(OURS + "SetQueueLimit", "set_queue_limit", ADMIN_ONLY),
     # ours: workers
     Rpc(OURS + "PollTasks", "poll_tasks", WORKERS, scope=Scope.QUEUES),
     Rpc(OURS + "CompleteTask", "complete_task", WORKERS, scope=Scope.LEASE),

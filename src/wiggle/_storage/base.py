@@ -22,6 +22,7 @@ from .._model import validate_name
 from ..errors import InvalidArgument, WiggleError
 from .notifier import Notifier, ready_counts
 from .ops import NodeInfo, QueueStat, Readiness
+from .queue_limits import QueueLimit
 from .schedules import ScheduleStore
 
 __all__ = [
@@ -130,6 +131,9 @@ class Store(abc.ABC):
         #: Where the store reads workflow time (claims, the ``now`` handed to actions): the
         #: instance layer's clock, set by ``Instances`` (wiggle/_clock.py); the wall clock if unset.
         self.clock: Clock = WALL_CLOCK
+        #: The queues with limits (wiggle/_storage/queue_limits.py) as this store last knew them;
+        #: their steps go through claims only, never the hand-off (wiggle/_server/delivery.py).
+        self.limited_queues: dict[str, QueueLimit] = {}
 
     async def open(self) -> None:  # noqa: B027 (optional hook: the memory store needs none)
         """Connect, migrate, load caches."""
@@ -199,6 +203,18 @@ class Store(abc.ABC):
     ) -> list[Claimed]:
         """Lease up to ``max_tasks`` due READY tokens on ``queues`` through ``transition``, oldest
         first; never one token twice. Commits and announces like ``mutate``."""
+
+    # ------------------------------------------------------------------ queue limits
+
+    @abc.abstractmethod
+    async def set_queue_limit(self, limit: QueueLimit) -> None:
+        """Keep ``limit`` (checked: check_queue_limit) as its queue's limits, replacing any; a
+        limit with no limit set removes them. Applied by every later claim on any server
+        (docs/flow-control.md#queue-limits)."""
+
+    @abc.abstractmethod
+    async def queue_limits(self) -> list[QueueLimit]:
+        """Every queue's limits, by queue name."""
 
     # ------------------------------------------------------------------ reads
 

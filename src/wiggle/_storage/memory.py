@@ -41,6 +41,7 @@ from .base import (
 from .handoff import settle
 from .memory_bytes import ByteLedger
 from .ops import NodeInfo, QueueStat, Readiness
+from .queue_limits import QueueLimit, admit, check_queue_limit, describe, next_admit_at
 from .schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
@@ -90,6 +91,18 @@ class MemoryStore(Store):
         self._deduplicated_requests: set[str] = set()  # request ids answered with another's instance
         # deduplication (docs/flow-control.md#deduplication): (workflow, key) -> the holder's id
         self._dedup: dict[tuple[str, str], str] = {}
+        # concurrency limits (wiggle/_engine/limits.py): RUNNING tokens per limit key, the key
+        # each such token holds, and per key the due READY tokens a claim found over the limit
+        # (claim-rank heaps of (rank, seq, token, available_at, queue)), back in ``_due`` as
+        # slots of their key free up
+        self._held: dict[str, int] = {}
+        self._holding: dict[str, str] = {}
+        self._parked: dict[str, list[tuple[int, int, str, int, str]]] = {}
+        # queue limits (wiggle/_storage/queue_limits.py): each limited queue's limits, its rate's
+        # state, and its RUNNING tokens a claim marked queue_held (token id -> queue)
+        self._tat: dict[str, float] = {}
+        self._queue_running: dict[str, int] = {}
+        self._queue_holding: dict[str, str] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -110,6 +123,10 @@ class MemoryStore(Store):
         ready: dict[str, int] | None = None  # queue -> tokens that became READY: wake that many pollers
         now = 0
         for token in changes.tokens.values():
+            if token.limit_key or self._holding:
+                self._track_limit(token)
+            if token.queue_held or self._queue_holding:
+                self._track_queue(token)
             status = token.status
             if status == TokenStatus.READY:
                 available_at = token.available_at
@@ -156,6 +173,99 @@ class MemoryStore(Store):
             if self.max_instances or self.max_bytes:
                 self._finished.append(state.instance.id)
             self.notifier.instance_finished(state.instance.id)
+
+    def _track_limit(self, token: Token) -> None:
+        """Count ``token`` against its limit key while it is RUNNING there; when it stops, free
+        the slot and move the key's parked READY tokens that now fit back to their queue."""
+        held = self._holding.get(token.id, "")
+        now_key = token.limit_key if token.status == TokenStatus.RUNNING else ""
+        if held == now_key:
+            return
+        if now_key:
+            self._holding[token.id] = now_key
+            self._held[now_key] = self._held.get(now_key, 0) + 1
+        else:
+            del self._holding[token.id]
+        if held:
+            left = self._held[held] - 1
+            if left:
+                self._held[held] = left
+            else:
+                del self._held[held]
+            self._unpark(held, left)
+
+    def _unpark(self, key: str, held: int) -> None:
+        """Move the oldest parked tokens of ``key`` that fit under its limit back into ``_due``."""
+        parked = self._parked.get(key)
+        moved = 0
+        while parked:
+            rank, seq, token_id, available_at, queue = parked[0]
+            token = self._live_ready(available_at, token_id, queue)
+            if token is None:
+                heapq.heappop(parked)
+                continue
+            if held + moved >= token.limit_max:
+                break
+            heapq.heappop(parked)
+            heapq.heappush(self._due.setdefault(queue, []), (rank, seq, token_id, available_at))
+            moved += 1
+        if not parked:
+            self._parked.pop(key, None)
+
+    def _track_queue(self, token: Token) -> None:
+        """Count ``token`` against its queue's max_running while it is RUNNING with queue_held."""
+        held = self._queue_holding.get(token.id, "")
+        now_queue = token.queue if token.queue_held and token.status == TokenStatus.RUNNING else ""
+        if held == now_queue:
+            return
+        if now_queue:
+            self._queue_holding[token.id] = now_queue
+            self._queue_running[now_queue] = self._queue_running.get(now_queue, 0) + 1
+        else:
+            del self._queue_holding[token.id]
+        if held:
+            self._queue_running[held] -= 1
+
+    def _queue_open(self, queue: str, now: int) -> bool:
+        """True if ``queue``'s limits let a claim take one more of its steps at ``now``."""
+        limit = self.limited_queues.get(queue)
+        if limit is None:
+            return True
+        if limit.max_running and self._queue_running.get(queue, 0) >= limit.max_running:
+            return False
+        return admit(limit, self._tat.get(queue, 0.0), now) is not None
+
+    def _claimed_on(self, queue: str, token: Token, now: int) -> None:
+        """A claim took ``token`` on ``queue`` (before its changes are applied): mark it for the
+        queue's max_running, count it against the rate."""
+        limit = self.limited_queues.get(queue)
+        token.queue_held = limit is not None and limit.max_running > 0
+        if limit is not None and limit.rate_max:
+            tat = admit(limit, self._tat.get(queue, 0.0), now)
+            assert tat is not None  # _queue_open said so, in this same step of the event loop
+            self._tat[queue] = tat
+
+    async def set_queue_limit(self, limit: QueueLimit) -> None:
+        check_queue_limit(limit)
+        if limit.limited:
+            known = self.limited_queues.get(limit.queue)
+            if known is None or (known.rate_max, known.rate_period_millis) != (
+                limit.rate_max,
+                limit.rate_period_millis,
+            ):
+                self._tat.pop(limit.queue, None)  # a new rate starts with a full bucket
+            self.limited_queues[limit.queue] = limit
+        else:
+            self.limited_queues.pop(limit.queue, None)
+            self._tat.pop(limit.queue, None)
+        self.notifier.work_ready([limit.queue], {})  # pollers look again under the new limits
+
+    async def queue_limits(self) -> list[QueueLimit]:
+        return [self.limited_queues[q] for q in sorted(self.limited_queues)]
+
+    def _over_limit(self, token: Token) -> bool:
+        """True if ``token``'s limit key has its most attempts RUNNING already."""
+        return self._held.get(token.limit_key, 0) >= token.limit_max
 
     # ------------------------------------------------------------------ definitions
 
@@ -392,10 +502,17 @@ class MemoryStore(Store):
             best: tuple[int, int, str, int] | None = None
             for queue in queues:
                 heap = self._due.get(queue)
+                if heap and self.limited_queues and not self._queue_open(queue, now):
+                    continue
                 while heap:
                     entry = heap[0]
-                    if self._live_ready(entry[3], entry[2], queue) is None:
+                    token = self._live_ready(entry[3], entry[2], queue)
+                    if token is None:
                         heapq.heappop(heap)
+                        continue
+                    if token.limit_key and self._over_limit(token):  # queue behind its key
+                        heapq.heappop(heap)
+                        heapq.heappush(self._parked.setdefault(token.limit_key, []), (*entry, queue))
                         continue
                     if best is None or entry < best:
                         best, best_queue = entry, queue
@@ -407,6 +524,8 @@ class MemoryStore(Store):
             token = state.tokens[best[2]]
             changes = Changes()
             claimed = transition(self._loaded(state), state, token, now, changes)
+            if self.limited_queues:
+                self._claimed_on(best_queue, token, now)
             self._apply(state, changes)
             out.append(claimed)
         return out
@@ -481,16 +600,31 @@ class MemoryStore(Store):
     async def next_ready_at(self, queues: list[str]) -> int | None:
         best: int | None = None
         for queue in queues:
-            heap = self._ready.get(queue)
-            while heap and self._live_ready(heap[0][0], heap[0][2], queue) is None:
-                heapq.heappop(heap)
-            if heap and (best is None or heap[0][0] < best):
-                best = heap[0][0]
-            due = self._due.get(queue)
-            while due and self._live_ready(due[0][3], due[0][2], queue) is None:
-                heapq.heappop(due)
-            if due and (best is None or due[0][3] < best):  # due already: at most now
-                best = due[0][3]
+            earliest = self._next_ready_on(queue)
+            if earliest is None:
+                continue
+            limit = self.limited_queues.get(queue)
+            if limit is not None:
+                if limit.max_running and self._queue_running.get(queue, 0) >= limit.max_running:
+                    continue  # full: the end of one of its steps wakes the queue
+                earliest = max(earliest, next_admit_at(limit, self._tat.get(queue, 0.0), earliest))
+            if best is None or earliest < best:
+                best = earliest
+        return best
+
+    def _next_ready_on(self, queue: str) -> int | None:
+        """The earliest available_at of a READY token of ``queue`` a claim could take (None: none)."""
+        best: int | None = None
+        heap = self._ready.get(queue)
+        while heap and self._live_ready(heap[0][0], heap[0][2], queue) is None:
+            heapq.heappop(heap)
+        if heap:
+            best = heap[0][0]
+        due = self._due.get(queue)
+        while due and self._live_ready(due[0][3], due[0][2], queue) is None:
+            heapq.heappop(due)
+        if due and (best is None or due[0][3] < best):  # due already: at most now
+            best = due[0][3]
         return best
 
     async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:
@@ -534,16 +668,21 @@ class MemoryStore(Store):
                         stat.delayed += 1
                         continue
                     stat.ready += 1
+                    if token.limit_key and self._over_limit(token):
+                        stat.limit_waiting += 1
                     if not stat.oldest_ready_at or token.available_at < stat.oldest_ready_at:
                         stat.oldest_ready_at = token.available_at
                 elif token.status == TokenStatus.RUNNING:
                     stat = stats.setdefault(token.queue, QueueStat(queue=token.queue))
                     stat.running += 1
+                    if token.limit_key:
+                        stat.limit_held += 1
                     if token.local_run_owner:
                         stat.in_local_run += 1
                     owner = token.lease_owner or token.local_run_owner
                     stat.in_flight = {**stat.in_flight, owner: stat.in_flight.get(owner, 0) + 1}
-        return [stats[q] for q in sorted(stats)]
+        limits = [(limit, self._tat.get(q, 0.0)) for q, limit in self.limited_queues.items()]
+        return describe(stats, limits, now)
 
     async def clock_leader(self) -> bool:
         return True  # one process: it always runs the clock duties

@@ -21,6 +21,17 @@ class QueueStat(msgspec.Struct, kw_only=True):
     running: int = 0  # leased to a worker (SERVER steps and local runs)
     in_local_run: int = 0  # of ``running``: tokens a worker drives in a local run
     in_flight: dict[str, int] = {}  # lease owner (worker id) -> tokens it holds on this queue
+    # concurrency limits (docs/flow-control.md#concurrency-limits): of ``running``, the attempts
+    # counted against a limit key; of ``ready``, the steps waiting because their key is at its
+    # limit (queued behind it)
+    limit_held: int = 0
+    limit_waiting: int = 0
+    # the queue's own limits (wiggle/_storage/queue_limits.py; 0: none), and until when (ms) its
+    # rate limit holds its due steps back (0: it does not now)
+    max_running: int = 0
+    rate_max: int = 0
+    rate_period_millis: int = 0
+    rate_limited_until: int = 0
 
 
 class NodeInfo(msgspec.Struct, kw_only=True):

@@ -46,10 +46,42 @@ class Waiting:
             self.next_due = at
 
 
-def _token_due(token: Token, live_workers: Callable[[str], bool]) -> tuple[bool, int | None]:
+class Limits:
+    """What holds due READY steps back (docs/flow-control.md): queues whose rate admits no claim
+    before a moment, queues at their max_running, and limit keys at their max (from the views)."""
+
+    __slots__ = ("rate_until", "full_queues", "held_keys")
+
+    def __init__(self) -> None:
+        self.rate_until: dict[str, int] = {}
+        self.full_queues: set[str] = set()
+        self.held_keys: dict[str, int] = {}
+
+    def holds_back(self, token: Token, now: int) -> tuple[bool, int | None]:
+        """(held back, until when: None while it waits on running steps) for a due READY token."""
+        until = self.rate_until.get(token.queue, 0)
+        if until > now:
+            return True, until
+        if token.queue in self.full_queues:
+            return True, None
+        if token.limit_key and self.held_keys.get(token.limit_key, 0) >= token.limit_max:
+            return True, None
+        return False, None
+
+
+NO_LIMITS = Limits()
+
+
+def _token_due(
+    token: Token, live_workers: Callable[[str], bool], now: int = 0, limits: Limits = NO_LIMITS
+) -> tuple[bool, int | None]:
     """(busy now, due moment) of one token."""
     status = token.status
     if status == TokenStatus.READY:
+        if token.available_at <= now:
+            held, until = limits.holds_back(token, now)
+            if held:  # a limit's wait: the rate's next moment, or the end of a running step
+                return False, until
         return False, token.available_at  # due now (a worker will claim it) or after a backoff
     if status == TokenStatus.RUNNING:
         owner = token.local_run_owner or token.lease_owner
@@ -90,8 +122,23 @@ class TimeSkipper:
                         break
         return out
 
-    def waiting(self, views: Iterable[InstanceView]) -> Waiting:
-        """What ``views`` wait on now."""
+    async def limits(self, views: list[InstanceView]) -> Limits:
+        """What the limits hold back now (the store's queue stats, the views' running keys)."""
+        limits = Limits()
+        now = self.clock.now()
+        for stat in await self.instances.store.queue_stats(now):
+            if stat.rate_limited_until > now:
+                limits.rate_until[stat.queue] = stat.rate_limited_until
+            if stat.max_running and stat.running >= stat.max_running:
+                limits.full_queues.add(stat.queue)
+        for view in views:
+            for token in view.tokens:
+                if token.limit_key and token.status == TokenStatus.RUNNING:
+                    limits.held_keys[token.limit_key] = limits.held_keys.get(token.limit_key, 0) + 1
+        return limits
+
+    def waiting(self, views: Iterable[InstanceView], limits: Limits = NO_LIMITS) -> Waiting:
+        """What ``views`` wait on now (``limits``: what holds their due steps back)."""
         now = self.clock.now()
         out = Waiting()
         for view in views:
@@ -102,7 +149,7 @@ class TimeSkipper:
                     return out
                 out.due(deadline)
             for token in view.tokens:
-                busy, due = _token_due(token, self.live_workers)
+                busy, due = _token_due(token, self.live_workers, now, limits)
                 if busy or (due is not None and due <= now):
                     out.busy = True
                     return out
@@ -122,7 +169,8 @@ class TimeSkipper:
 
     async def busy(self) -> bool:
         """True while some live instance can move now (a step runs, or something is due)."""
-        return self.waiting(await self.live()).busy
+        views = await self.live()
+        return self.waiting(views, await self.limits(views)).busy
 
     async def skip(
         self, until: int | None = None, hold: Callable[[list[InstanceView]], bool] | None = None
@@ -143,7 +191,7 @@ class TimeSkipper:
         views = await self.live()
         if hold is not None and hold(views):
             return False
-        waiting = self.waiting(views)
+        waiting = self.waiting(views, await self.limits(views))
         if waiting.busy:
             return False
         now = self.clock.now()

@@ -186,6 +186,12 @@ def queues_to_pb(
                 oldest_ready_age_millis=now - s.oldest_ready_at if s.ready and s.oldest_ready_at else 0,
                 running=s.running,
                 in_local_run=s.in_local_run,
+                limit_held=s.limit_held,
+                limit_waiting=s.limit_waiting,
+                max_running=s.max_running,
+                rate_max=s.rate_max,
+                rate_period_millis=s.rate_period_millis,
+                rate_limited_until=s.rate_limited_until,
                 workers=[
                     pb.QueueWorker(worker_id=worker, last_seen=seen, in_flight=s.in_flight.get(worker, 0))
                     for worker, seen, queues in pollers

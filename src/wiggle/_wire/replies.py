@@ -136,6 +136,12 @@ def queue_from_pb(msg: pb.QueueInfo) -> QueueInfo:
         running=msg.running,
         in_local_run=msg.in_local_run,
         workers=tuple(QueueWorker(w.worker_id, w.last_seen, w.in_flight) for w in msg.workers),
+        limit_held=msg.limit_held,
+        limit_waiting=msg.limit_waiting,
+        max_running=msg.max_running,
+        rate_max=msg.rate_max,
+        rate_period_millis=msg.rate_period_millis,
+        rate_limited_until=msg.rate_limited_until,
     )
 
 

@@ -135,6 +135,9 @@ SQL_TYPES: dict[str, str] = {
     "start_at": "bigint",
     "dedup_key": "text",
     "dedup_window": "bigint",
+    "limit_key": "text",
+    "limit_max": "integer",
+    "queue_held": "boolean",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"
@@ -154,6 +157,10 @@ def _int_array(column: tuple[Any, ...]) -> str:
     return "{" + ",".join(map(str, column)) + "}"
 
 
+def _bool_array(column: tuple[Any, ...]) -> str:
+    return "{" + ",".join("t" if v else "f" for v in column) + "}"
+
+
 def _bytea_array(column: tuple[Any, ...]) -> str:
     return "{" + ",".join("NULL" if v is None else '"\\\\x' + v.hex() + '"' for v in column) + "}"
 
@@ -163,6 +170,7 @@ _ARRAY_LITERAL: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "integer": _int_array,
     "bigint": _int_array,
     "bytea": _bytea_array,
+    "boolean": _bool_array,
 }
 
 

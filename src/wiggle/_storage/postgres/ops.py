@@ -41,23 +41,31 @@ async def queue_stats(db: Database, schema: str, now: int) -> list[QueueStat]:
         "queue_stats",
         f"SELECT queue, count(*) FILTER (WHERE available_at <= %(now)s), "
         f"count(*) FILTER (WHERE available_at > %(now)s), "
-        f"coalesce(min(available_at) FILTER (WHERE available_at <= %(now)s), 0) "
-        f"FROM {s}.tokens WHERE status = 'READY' GROUP BY queue",
+        f"coalesce(min(available_at) FILTER (WHERE available_at <= %(now)s), 0), "
+        # due steps whose concurrency-limit key is full (docs/flow-control.md#concurrency-limits)
+        f"count(*) FILTER (WHERE available_at <= %(now)s AND limit_key <> '' AND (SELECT count(*) "
+        f"FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = t.limit_key) >= limit_max) "
+        f"FROM {s}.tokens t WHERE status = 'READY' GROUP BY queue",
         {"now": now},
     )
     running = await db.fetch(
         "queue_stats",
-        f"SELECT queue, lease_owner, local_run_owner <> '', count(*) FROM {s}.tokens "
-        "WHERE status = 'RUNNING' GROUP BY 1, 2, 3",
+        f"SELECT queue, lease_owner, local_run_owner <> '', count(*), count(*) FILTER (WHERE limit_key <> '') "
+        f"FROM {s}.tokens WHERE status = 'RUNNING' GROUP BY 1, 2, 3",
     )
     stats: dict[str, QueueStat] = {}
-    for queue, due, delayed, oldest in ready:
+    for queue, due, delayed, oldest, waiting in ready:
         stats[queue] = QueueStat(
-            queue=queue, ready=int(due), delayed=int(delayed), oldest_ready_at=int(oldest)
+            queue=queue,
+            ready=int(due),
+            delayed=int(delayed),
+            oldest_ready_at=int(oldest),
+            limit_waiting=int(waiting),
         )
-    for queue, owner, local, n in running:
+    for queue, owner, local, n, limited in running:
         stat = stats.setdefault(queue, QueueStat(queue=queue))
         stat.running += int(n)
+        stat.limit_held += int(limited)
         if local:
             stat.in_local_run += int(n)
         stat.in_flight = {**stat.in_flight, owner: stat.in_flight.get(owner, 0) + int(n)}

@@ -30,6 +30,14 @@ ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much 
 #: A token's claim rank (start_options.claim_rank), exactly as the tokens_claim index spells it.
 RANK = f"(t.available_at - t.priority * {PRIORITY_AGING_MILLIS})"
 
+#: A READY token ``t`` its claim may take as far as concurrency limits go: no limit key, or fewer
+#: than its ``limit_max`` RUNNING tokens of its key (migration 0014's tokens_limit_held). An
+#: unlimited token stops at the first test (OR is evaluated left to right, and stops at true).
+UNDER_LIMIT = (
+    "(t.limit_key = '' OR (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' "
+    "AND h.limit_key = t.limit_key) < t.limit_max)"
+)
+
 ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_TOKEN_STATUSES)) + ")"
 
 
@@ -181,6 +189,7 @@ class Queries:
             f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')}, {RANK} AS claim_rank "
             "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
             "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s "
+            f"AND {UNDER_LIMIT} "
             # ties (one millisecond, one priority) in id order: ids are time-sortable, so FIFO holds
             f"ORDER BY {RANK}, t.id LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
         )
@@ -194,13 +203,52 @@ class Queries:
             + claim.replace("{queue}", "qs.queue")
             + ") c ORDER BY c.claim_rank LIMIT %s"
         )
+        # Concurrency limits (store.py, PostgresStore._admit): the keys of the limited tokens a
+        # claim found, each locked for the rest of its transaction (two-int advisory locks, apart
+        # from the clock's and the migrations' one-bigint ones; in hash order, so two claims lock
+        # in one order), then their RUNNING counts read after the locks, committed claims of other
+        # servers included.
+        self.lock_limit_keys = (
+            "SELECT pg_advisory_xact_lock(%s, h) FROM "
+            "(SELECT DISTINCT hashtext(k) AS h FROM unnest(%s::text[]) AS u(k) ORDER BY 1) AS keys"
+        )
+        # Queue limits (migration 0014; wiggle/_storage/queue_limits.py): a claim on limited queues
+        # locks their rows (in queue order) and then counts their queue_held RUNNING tokens.
+        limit_cols = "queue, max_running, rate_max, rate_period_millis, tat"
+        self.queue_limits = q(f"SELECT {limit_cols} FROM {{s}}.queue_limits ORDER BY queue")
+        self.lock_queue_limits = q(
+            f"SELECT {limit_cols} FROM {{s}}.queue_limits WHERE queue = ANY(%s) ORDER BY queue FOR UPDATE"
+        )
+        self.queue_held = q(
+            "SELECT queue, count(*) FROM {s}.tokens WHERE status = 'RUNNING' AND queue_held "
+            "AND queue = ANY(%s) GROUP BY queue"
+        )
+        self.set_tats = q(
+            "UPDATE {s}.queue_limits AS l SET tat = v.tat FROM unnest(%s::text[], %s::float8[]) AS v(queue, tat) "
+            "WHERE l.queue = v.queue"
+        )
+        # a changed rate starts with a full bucket (tat 0); the same rate keeps its state
+        self.put_queue_limit = q(
+            f"INSERT INTO {{s}}.queue_limits ({limit_cols}) VALUES (%s, %s, %s, %s, 0) "
+            "ON CONFLICT (queue) DO UPDATE SET max_running = EXCLUDED.max_running, rate_max = EXCLUDED.rate_max, "
+            "rate_period_millis = EXCLUDED.rate_period_millis, tat = CASE WHEN "
+            "(l.rate_max, l.rate_period_millis) = (EXCLUDED.rate_max, EXCLUDED.rate_period_millis) "
+            "THEN l.tat ELSE 0 END"
+        ).replace("queue_limits (", "queue_limits AS l (", 1)
+        self.delete_queue_limit = q("DELETE FROM {s}.queue_limits WHERE queue = %s")
+        self.limit_held = q(
+            "SELECT k, (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = k) "
+            "FROM unnest(%s::text[]) AS u(k)"
+        )
 
     def _clock_duties(self, q: Callable[[str], str]) -> None:
         """The clock duties: due tokens and instances, orphans, the purge."""
         self.next_ready = q(
-            "SELECT min(x.available_at) FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
-            "SELECT available_at FROM {s}.tokens WHERE status = 'READY' AND queue = qs.queue "
-            "ORDER BY available_at LIMIT 1) x"
+            "SELECT qs.queue, x.available_at FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
+            "SELECT available_at FROM {s}.tokens t WHERE status = 'READY' AND queue = qs.queue "
+            # a step waiting for its key's slot is not due work: the end of an attempt of its key
+            # wakes the queue (wiggle/_engine/limits.py)
+            f"AND {UNDER_LIMIT} ORDER BY available_at LIMIT 1) x"
         )
         self.due = q(
             "(SELECT id FROM {s}.tokens WHERE status = 'RUNNING' AND lease_expires_at <= %(now)s "

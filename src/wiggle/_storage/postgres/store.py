@@ -14,6 +14,7 @@ leadership). Connections and retries are in db.py; no raw psycopg error leaves t
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from psycopg import errors as pg_errors
@@ -34,13 +35,15 @@ from ..base import (
 )
 from ..handoff import settle
 from ..ops import NodeInfo, QueueStat, Readiness
+from ..queue_limits import QueueLimit, check_queue_limit, describe, next_admit_at
 from . import ops
 from .cluster import Cluster
 from .codecs import N_TOKEN, instance_from, token_from, views
 from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
-from .migrations import check_schema, migrate
+from .limits import LIMITS_TTL_SECONDS, Admission
+from .migrations import check_schema, lock_key, migrate
 from .schedules import PostgresSchedules
 from .start_commit import StartCommit
 from .statements import ID_CLOCK_SLACK_MILLIS, Queries, StartQueries
@@ -73,6 +76,10 @@ class PostgresStore(Store):
         self.url = url
         self.schema = check_schema(schema)
         self.queries = Queries(schema)
+        # the class (first int) of the per-key advisory locks of concurrency limits (_admit)
+        self._limit_lock_class = lock_key("limits", self.schema) & 0x7FFFFFFF
+        # when this node last read the queue limits (``limited_queues``; time.monotonic(); _limited)
+        self._limits_read = float("-inf")
         self.cluster = Cluster(schema, self.notifier, self.queries.count_peers)
         self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
         self.clock_parallelism = max(1, self.db.pool_size // 2)
@@ -297,6 +304,7 @@ class PostgresStore(Store):
         q = self.queries
         text = q.claim_one if len(queues) == 1 else q.claim_many
         queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
+        limited = await self._limited(queues)
 
         async def body(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             out: list[Claimed] = []
@@ -309,9 +317,14 @@ class PostgresStore(Store):
                 rows = await cur.fetchall()
                 if not rows:
                     return out, announced
+                tokens = [token_from(row) for row in rows]
+                admission = None
+                if limited or any(token.limit_key for token in tokens):
+                    admission = Admission(rows, tokens, limited & {token.queue for token in tokens})
+                    await admission.run(conn, pipeline, q, self._limit_lock_class, now)
+                    rows, tokens = admission.rows, admission.tokens
                 states: dict[str, tuple[InstanceState, Changes]] = {}
-                for row in rows:
-                    token = token_from(row)
+                for row, token in zip(rows, tokens, strict=True):
                     entry = states.get(token.instance_id)
                     if entry is None:
                         instance = instance_from(row, N_TOKEN)
@@ -325,6 +338,8 @@ class PostgresStore(Store):
                         conn, state.instance.workflow, state.instance.version
                     )
                     out.append(transition(record.loaded, state, token, now, changes))
+                if admission is not None:
+                    await admission.settle(conn, q)  # after the transitions: they reset queue_held
                 existing = {t for state, _ in states.values() for t in state.tokens}
                 items = [(state, changes, state.instance.context) for state, changes in states.values()]
                 await self._persist(conn, items, existing)
@@ -337,6 +352,55 @@ class PostgresStore(Store):
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
+
+    async def _limited(self, queues: list[str]) -> set[str]:
+        """The queues among ``queues`` that have limits, as this node last read them (at most a
+        second ago: a limit set through another server applies here within a second)."""
+        if time.monotonic() - self._limits_read > LIMITS_TTL_SECONDS:
+            rows = await self.db.fetch("queue_limits", self.queries.queue_limits)
+            self.limited_queues = {
+                r[0]: QueueLimit(queue=r[0], max_running=r[1], rate_max=r[2], rate_period_millis=r[3])
+                for r in rows
+            }
+            self._limits_read = time.monotonic()
+        limits = self.limited_queues
+        return {queue for queue in queues if queue in limits} if limits else set()
+
+    async def set_queue_limit(self, limit: QueueLimit) -> None:
+        check_queue_limit(limit)
+        if limit.limited:
+            text, args = (
+                self.queries.put_queue_limit,
+                (
+                    limit.queue,
+                    limit.max_running,
+                    limit.rate_max,
+                    limit.rate_period_millis,
+                ),
+            )
+        else:
+            text, args = self.queries.delete_queue_limit, (limit.queue,)
+
+        async def body(conn: Conn) -> None:
+            await conn.execute(text, args)
+
+        await self.db.run("set_queue_limit", body)
+        if limit.limited:
+            self.limited_queues[limit.queue] = limit
+        else:
+            self.limited_queues.pop(limit.queue, None)
+        self.stats.transactions += 1
+        self.notifier.work_ready([limit.queue], {})  # this node's pollers look again
+
+    async def queue_limits(self) -> list[QueueLimit]:
+        return [limit for limit, _ in await self._limit_rows()]
+
+    async def _limit_rows(self) -> list[tuple[QueueLimit, float]]:
+        rows = await self.db.fetch("queue_limits", self.queries.queue_limits)
+        return [
+            (QueueLimit(queue=r[0], max_running=r[1], rate_max=r[2], rate_period_millis=r[3]), float(r[4]))
+            for r in rows
+        ]
 
     # ------------------------------------------------------------------ clock duties
 
@@ -363,12 +427,36 @@ class PostgresStore(Store):
         if not queues:
             return None
 
-        ((earliest,),) = await self.db.fetch("next_ready_at", self.queries.next_ready, (list(queues),))
+        rows = await self.db.fetch("next_ready_at", self.queries.next_ready, (list(queues),))
+        now = self.clock.now()
+        limited = await self._limited(queues)
+        if limited:
+            rows = await self._next_under_limits(rows, limited, now)
+        earliest = min((int(at) for _, at in rows), default=None)
         if earliest is None:
             return None
-        now = self.clock.now()
         # A due token that claim() skipped is locked by a transaction in flight: look again shortly.
         return earliest if earliest > now else now + 50
+
+    async def _next_under_limits(self, rows: list[Any], limited: set[str], now: int) -> list[tuple[str, int]]:
+        """``rows`` (queue, earliest READY) with the limited queues' waits: a full queue has
+        nothing to claim until one of its steps ends (which wakes it), a rate-limited one not
+        before its rate admits a claim."""
+        state = {
+            limit.queue: (limit, tat) for limit, tat in await self._limit_rows() if limit.queue in limited
+        }
+        held = dict(await self.db.fetch("next_ready_at", self.queries.queue_held, (sorted(state),)))
+        out: list[tuple[str, int]] = []
+        for queue, at in rows:
+            known = state.get(queue)
+            if known is None:
+                out.append((queue, int(at)))
+                continue
+            limit, tat = known
+            if limit.max_running and int(held.get(queue, 0)) >= limit.max_running:
+                continue
+            out.append((queue, max(int(at), next_admit_at(limit, tat, now))))
+        return out
 
     async def purge_finished(self, older_than: int, limit: int) -> int:
         if limit <= 0:
@@ -388,7 +476,8 @@ class PostgresStore(Store):
         return await ops.leases_of(self.db, self.schema, owner_prefix, limit)
 
     async def queue_stats(self, now: int) -> list[QueueStat]:
-        return await ops.queue_stats(self.db, self.schema, now)
+        stats = {stat.queue: stat for stat in await ops.queue_stats(self.db, self.schema, now)}
+        return describe(stats, await self._limit_rows(), now)
 
     async def readiness(self) -> Readiness:
         if self.db.pool is None:

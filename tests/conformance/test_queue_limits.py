@@ -1,0 +1,129 @@
+"""Queue limits (docs/flow-control.md#queue-limits), on both stores and in every execution mode:
+a queue's max_running is never exceeded (checked from the handlers' own log), its rate spaces
+the claims as it says under the test kit's clock (time skipping moves the rate's window), the
+queue's stats show the limits and the rate's wait, limits survive a restart of the server on
+PostgreSQL, and bad limits are refused, changing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import grpc
+import pytest
+
+from wiggle import InvalidArgument
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
+
+from .conftest import Harness
+
+
+class RunLog:
+    """How many handlers ran at once, at most, and when each ran (the clock's ms)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+        self.count = 0
+
+    def enter(self) -> None:
+        with self.lock:
+            self.running += 1
+            self.count += 1
+            self.most = max(self.most, self.running)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.running -= 1
+
+
+async def test_a_queues_max_running_is_never_exceeded(harness: Harness) -> None:
+    log = RunLog()
+
+    async def step(ctx):
+        log.enter()
+        try:
+            await asyncio.sleep(0.02)
+        finally:
+            log.leave()
+        return {**ctx, "n": ctx.get("n", 0) + 1}
+
+    bp = harness.define("capped").step(step, name="one").step(step, name="two").build()
+    async with harness.running([bp], harness.options(concurrency=12)) as (server, _):
+        await server.client.set_queue_limit(bp.name, max_running=2)
+        infos = [await server.client.start(bp, {}) for _ in range(16)]
+        done = [await harness.finish(server, info.instance_id, timeout=60) for info in infos]
+        stat = next(q for q in await server.client.queues() if q.queue == bp.name)
+    assert all(d.status == "COMPLETED" and d.context == {"n": 2} for d in done), done
+    assert log.count == 32
+    assert log.most <= 2, log.most
+    assert stat.max_running == 2 and stat.rate_max == 0
+
+
+async def test_a_rate_limit_spaces_the_claims_under_the_test_kits_clock(harness: Harness) -> None:
+    bp = harness.define("rated").step(lambda ctx: {**ctx, "done": True}, name="call").build()
+    async with harness.env([bp]) as env:
+        await env.client.set_queue_limit(bp.name, rate_max=5, rate_period=10.0)  # one per 2 s
+        t0 = env.clock.now()
+        infos = [await env.start_workflow(bp, {"n": i}) for i in range(12)]
+        done = [await env.wait(info) for info in infos]
+        claims = sorted([(await env.history(d))[0].started_at for d in done])
+    assert all(d.status == "COMPLETED" for d in done)
+    assert claims == [t0 + 2000 * i for i in range(12)], [c - t0 for c in claims]
+    for at in claims:  # any window of the period holds at most rate_max claims
+        assert sum(1 for c in claims if at <= c < at + 10_000) <= 5
+
+
+async def test_the_queue_page_shows_a_rate_limited_wait(harness: Harness) -> None:
+    bp = harness.define("waits").step(lambda ctx: ctx, name="call").build()
+    async with harness.env([bp]) as env:
+        await env.client.set_queue_limit(bp.name, rate_max=1, rate_period=60.0)
+        first = await env.start_workflow(bp, {})
+        await env.wait(first)
+        claimed_at = (await env.history(first))[0].started_at
+        second = await env.start_workflow(bp, {})
+        stat = next(q for q in await env.client.queues() if q.queue == bp.name)
+        assert stat.rate_max == 1 and stat.rate_period_millis == 60_000
+        assert stat.rate_limited_until == claimed_at + 60_000 and stat.ready == 1, stat
+        done = await env.wait(second)  # time skipping jumps to the rate's next moment
+        assert (await env.history(done))[0].started_at == claimed_at + 60_000
+
+
+async def test_limits_are_kept_cleared_and_survive_a_restart(harness: Harness) -> None:
+    queue = harness.define("kept").name
+    async with harness.server() as server:
+        await server.client.set_queue_limit(queue, max_running=3, rate_max=50, rate_period=1.0)
+        stat = next(q for q in await server.client.queues() if q.queue == queue)
+        assert (stat.max_running, stat.rate_max, stat.rate_period_millis) == (3, 50, 1000)
+    if harness.store == "postgres":  # a new server on the same database reads them back
+        async with harness.server() as server:
+            stat = next(q for q in await server.client.queues() if q.queue == queue)
+            assert (stat.max_running, stat.rate_max, stat.rate_period_millis) == (3, 50, 1000)
+            await server.client.set_queue_limit(queue)  # no limit at all: removed
+            assert queue not in [q.queue for q in await server.client.queues()]
+
+
+BAD_LIMITS = [
+    ({"queue": "bad queue", "max_running": 1}, "queue"),
+    ({"max_running": -1}, "max_running must be an integer from 0"),
+    ({"rate_max": 5}, "a rate limit needs a period"),
+    ({"rate_max": 5, "rate_period_millis": 2 * 24 * 3600 * 1000}, "a rate limit needs a period"),
+    ({"rate_period_millis": 1000}, "rate_period_millis without rate_max"),
+]
+
+
+async def test_bad_limits_are_refused_and_change_nothing(harness: Harness) -> None:
+    queue = harness.define("refused").name
+    async with harness.server() as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = pb_grpc.WiggleControlPlaneStub(channel)
+            for fields, words in BAD_LIMITS:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.SetQueueLimit(pb.QueueLimit(**{"queue": queue, **fields}))
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, fields
+                assert words in (refused.value.details() or ""), (fields, refused.value.details())
+        assert queue not in [q.queue for q in await server.client.queues()]
+        with pytest.raises(InvalidArgument, match="needs a rate_period"):
+            await server.client.set_queue_limit(queue, rate_max=5)
