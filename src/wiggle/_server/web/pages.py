@@ -258,7 +258,7 @@ def queues_html(data: dict[str, Any]) -> str:
     rows = []
     for q in data["queues"]:
         lag = q["lag"] or {}
-        warn = ' class="err"' if lag.get("lagging") else ""
+        warn = " err lagging" if lag.get("lagging") else ""
         workers = "<br>".join(
             f'{escape(w["worker_id"])} <span class="muted">seen {age(data["now"] - w["last_seen"])} ago,'
             f" {w['in_flight']} in flight</span>"
@@ -274,7 +274,7 @@ def queues_html(data: dict[str, Any]) -> str:
 
         rows.append(
             f'<tr data-queue="{escape(q["queue"])}"><td>{escape(q["queue"])}</td><td class="num">{q["ready"]}</td>'
-            f'<td class="num">{q["delayed"]}</td><td class="num"{warn}>{age(q["oldest_ready_age_ms"])}</td>'
+            f'<td class="num">{q["delayed"]}</td><td class="num oldest{warn}">{age(q["oldest_ready_age_ms"])}</td>'
             f'<td class="num">{q["running"]}</td><td class="num">{q["in_local_run"]}</td>'
             f'<td class="num">{rate}</td><td class="num wait">{waited}</td><td>{workers or "-"}</td></tr>'
         )
