@@ -908,9 +908,7 @@ async def test_search_filters_match_the_memory_stores(store: ServerNode) -> None
             InstanceQuery(node="s1"),
             InstanceQuery(top_level=True, status="RUNNING"),
         ]
-        found[name] = [
-            [ids.index(v.instance.id) for v in (await each.list_instances(q))[0]] for q in queries
-        ]
+        found[name] = [[ids.index(v.instance.id) for v in (await each.list_instances(q))[0]] for q in queries]
     assert found["pg"] == found["memory"]
     assert found["pg"][:5] == [[0], [1], [2], [7], [8]]
     assert found["pg"][5:9] == [[], [], [6], [5]]
