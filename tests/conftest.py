@@ -27,6 +27,7 @@ TESTS = Path(__file__).parent
 _BY_FILE = {
     "dashboard/test_browser.py": "browser",
     "dashboard/test_browser_operate.py": "browser",
+    "dashboard/test_browser_night.py": "browser",
     "dashboard/test_signin.py": "browser",
     "dashboard/test_csrf.py": "browser",
     "upstream/test_upstream_client.py": "upstream_client",

@@ -53,9 +53,11 @@ def orders(name: str, mode: ExecutionMode = ExecutionMode.SERVER) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def dashboard_server(store: str, schema: str, url: str) -> AsyncIterator[tuple[EmbeddedServer, str]]:
-    """An embedded server with its HTTP port on; yields (server, base URL)."""
-    settings: dict[str, Any] = {"http_port": free_port()}
+async def dashboard_server(
+    store: str, schema: str, url: str, **more: Any
+) -> AsyncIterator[tuple[EmbeddedServer, str]]:
+    """An embedded server with its HTTP port on (and the settings ``more``); yields (server, base URL)."""
+    settings: dict[str, Any] = {"http_port": free_port(), **more}
     if store == "postgres":
         settings.update(database_url=url, database_schema=schema)
     async with EmbeddedServer(**settings) as server:

@@ -115,7 +115,11 @@ async def test_health_instances_instance_actions_and_bad_input(store: str, pg_sc
             for url, code, text in [
                 (f"{base}/api/instances?status=DONE", 400, "status must be one of"),
                 (f"{base}/api/instances?page_size=0", 400, "page_size must be between 1 and 500"),
-                (f"{base}/api/instances?created_after=yesterday", 400, "created_after must be a time"),
+                (
+                    f"{base}/api/instances?created_after=yesterday",
+                    400,
+                    "created_after must be a date and time",
+                ),
                 (f"{base}/api/instances/wi-000000000000000000000000", 404, "does not exist"),
             ]:
                 status, answer = await get(http, url)

@@ -334,6 +334,8 @@ async def test_a_final_failure_and_every_operator_action_log_one_line(
         await client.pause_schedule("log-sched")
         await client.trigger_schedule("log-sched")
         await client.delete_schedule("log-sched")
+        b_history = await client.history(b)
+        kid_history = await client.history(kid.instance_id)
     (completed,) = _records(caplog, instance_id=a, action="completed user task approve")
     assert completed.actor == "anonymous" and completed.workflow == "log-wait"
     (signalled,) = _records(caplog, instance_id=a, action="signal go delivered")
@@ -344,6 +346,10 @@ async def test_a_final_failure_and_every_operator_action_log_one_line(
     assert (dashboard.actor, dashboard.action) == ("ada (dashboard)", "cancelled")
     assert [r.action for r in _records(caplog, instance_id=parent)] == ["cancelled"]
     assert not _records(caplog, instance_id=kid.instance_id), "the server's own cancel was logged"
+    # every operator's cancel is in the history too (the refused one adds nothing), not the server's
+    ops = [(e.kind, e.outcome, e.worker_id, e.error) for e in b_history if e.kind == "OPERATOR"]
+    assert ops == [("OPERATOR", "CANCELLED", "anonymous", "not needed")], ops
+    assert not [e for e in kid_history if e.kind == "OPERATOR"], kid_history
     schedule_actions = [r.action for r in _records(caplog) if "schedule log-sched" in r.getMessage()]
     assert schedule_actions == ["created", "paused", "triggered", "deleted"], schedule_actions
     assert all(r.levelname == "INFO" for r in _records(caplog) if getattr(r, "actor", None))

@@ -866,3 +866,52 @@ class _Proxy:
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         self._writers.discard(writer)
         self._writers.discard(up_writer)
+
+
+async def test_search_filters_match_the_memory_stores(store: ServerNode) -> None:
+    """node, text, context field and top-level: PostgreSQL's WHERE agrees with the in-memory
+    store's test (wiggle/_storage/base.py instance_matches) on values of every JSON type."""
+    from wiggle._storage.memory import MemoryStore
+
+    memory = Instances(MemoryStore(), Engine(EngineConfig(lease_millis=LEASE)))
+    contexts: list[dict[str, Any]] = [
+        {"k": "a"},
+        {"k": 1},
+        {"k": True},
+        {"k": None},
+        {},
+        {"k": "x\u0000y", "other": "a"},
+        {"k": "x\\u0000y"},  # a backslash, then "u0000": no NUL
+        {"k": 1.5},
+        {"k": "é"},
+        {"k": [1]},
+    ]
+    found: dict[str, list[list[int]]] = {}
+    for name, each in (("pg", store), ("memory", memory)):
+        await each.register(linear())
+        ids = [(await each.start("linear", "", ctx, "")).instance.id for ctx in contexts]
+        await each.cancel(ids[0], "Refused: 100% sure")
+        queries = [
+            InstanceQuery(context=(("k", "a"),)),
+            InstanceQuery(context=(("k", "1"),)),
+            InstanceQuery(context=(("k", "true"),)),
+            InstanceQuery(context=(("k", "1.5"),)),
+            InstanceQuery(context=(("k", "é"),)),
+            InstanceQuery(context=(("k", "a"), ("other", "a"))),
+            InstanceQuery(context=(("missing", ""),)),
+            InstanceQuery(context=(("k", "x\\u0000y"),)),
+            InstanceQuery(context=(("k", "xy"),)),  # U+0000 left out
+            InstanceQuery(text="100%"),
+            InstanceQuery(text="REFUSED"),
+            InstanceQuery(text="1_0"),
+            InstanceQuery(node="s0"),
+            InstanceQuery(node="s1"),
+            InstanceQuery(top_level=True, status="RUNNING"),
+        ]
+        found[name] = [[ids.index(v.instance.id) for v in (await each.list_instances(q))[0]] for q in queries]
+    assert found["pg"] == found["memory"]
+    assert found["pg"][:5] == [[0], [1], [2], [7], [8]]
+    assert found["pg"][5:9] == [[], [], [6], [5]]
+    assert found["pg"][9:12] == [[0], [0], []]
+    assert found["pg"][12] == [9, 8, 7, 6, 5, 4, 3, 2, 1] and found["pg"][13] == []
+    assert found["pg"][14] == [9, 8, 7, 6, 5, 4, 3, 2, 1]

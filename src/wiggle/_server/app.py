@@ -19,7 +19,7 @@ from .._storage.base import Store
 from .._storage.memory import MemoryStore
 from .._upstream.service import UpstreamControlPlane
 from ..errors import FailedPrecondition
-from .config import ServerConfig
+from .config import ServerConfig, context_fields
 from .decoding import add_service
 from .exposure import Security, build_security
 from .guard import AuthInterceptor, RequestGuard
@@ -67,7 +67,12 @@ def make_store(config: ServerConfig) -> Store:
             f"WIGGLE_DATABASE_URL is set but the PostgreSQL driver is missing ({exc}); "
             "pip install 'wiggle-workflows[postgres]'"
         ) from None
-    return PostgresStore(config.database_url, schema=config.database_schema, pool_size=config.pool_size)
+    return PostgresStore(
+        config.database_url,
+        schema=config.database_schema,
+        pool_size=config.pool_size,
+        context_search_fields=context_fields(config),
+    )
 
 
 class WiggleServer:

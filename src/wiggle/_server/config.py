@@ -106,6 +106,13 @@ class ServerConfig(msgspec.Struct, kw_only=True):
         ),
     ] = 0
     pool_size: Annotated[int, Setting("PostgreSQL connections per server process", 1, 1000)] = 10
+    context_search_fields: Annotated[
+        str,
+        Setting(
+            "PostgreSQL: comma-separated context fields to index for the ctx.FIELD = VALUE search "
+            "(each index slows every step's write; docs/dashboard.md#search)"
+        ),
+    ] = ""
     processes: Annotated[int, Setting("server processes sharing the port (PostgreSQL only)", 1, 256)] = 1
     reuse_port: Annotated[
         bool,
@@ -278,12 +285,25 @@ def check_config(config: ServerConfig) -> ServerConfig:
             flag = "--" + field.replace("_", "-")
             raise InvalidArgument(f"{flag} ({names[field]}) must be between {low} and {high}, got {value}")
     check_http_settings(config)
+    from .._storage.base import CONTEXT_FIELD_PATTERN  # late: the settings import no store
+
+    for field in context_fields(config):
+        if not CONTEXT_FIELD_PATTERN.fullmatch(field):
+            raise InvalidArgument(
+                f"--context-search-fields (WIGGLE_CONTEXT_SEARCH_FIELDS) names {field!r}: each field must be "
+                "a plain identifier (letters, digits, '_', at most 63 characters), comma-separated"
+            )
     if config.queue_lag_clear_millis >= config.queue_lag_warn_millis:
         raise InvalidArgument(
             f"--queue-lag-clear-millis ({config.queue_lag_clear_millis}) must be below "
             f"--queue-lag-warn-millis ({config.queue_lag_warn_millis}): the lag must end below where it starts"
         )
     return config
+
+
+def context_fields(config: ServerConfig) -> tuple[str, ...]:
+    """The context fields the PostgreSQL store indexes for context search, in order, once each."""
+    return tuple(dict.fromkeys(f.strip() for f in config.context_search_fields.split(",") if f.strip()))
 
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]{0,99}")

@@ -45,7 +45,7 @@ from ..errors import InvalidArgument
 from .clock_duties import CLOCK_BATCH, PURGE_EVERY_SECONDS, ClockDuties, token_missing
 from .delivery import MAX_WAIT_SECONDS, Delivery, release
 from .failures import attach_traceback, failed_step
-from .operator import log_instance_action, record_action
+from .operator import log_instance_action, record_action, who
 from .schedules import Schedules
 from .subflows import SubWorkflows, check_children_registered, may_need_follow_up, spawns_children
 from .timings import Timings
@@ -307,20 +307,21 @@ class Instances:
     ) -> tuple[InstanceView, bool]:
         """Cancel; (view, changed). A finished instance is left alone (changed False).
 
-        ``actor`` (an operator) is recorded in the history with the cancellation. ``by_operator``
-        False: the server's own cancel (a child whose parent stopped waiting), not logged.
+        An operator's cancel is recorded in the history with the cancellation, naming ``actor``
+        (else the gRPC caller, else anonymous: operator.py ``who``). ``by_operator`` False: the
+        server's own cancel (a child whose parent stopped waiting), neither recorded nor logged.
         """
+        operator = who(actor)  # here: the action may run in another task (the gRPC caller is ours)
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[bool, Changes | None]:
             changed, changes = self.engine.cancel(state, reason, now)
-            if changed and actor:
-                record_action(changes, state, actor, "CANCELLED", "", reason, now)
+            if changed and by_operator:
+                record_action(changes, state, operator, "CANCELLED", "", reason, now)
             return changed, changes if changed else None
 
         changed, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
-        if by_operator and not (actor and changed):  # else logged from its history entry (operator.py)
-            done = "cancelled" if changed else f"cancel refused: already {state.instance.status}"
-            log_instance_action(actor, done, state, reason)
+        if by_operator and not changed:  # a cancel that took effect is logged from its entry (operator.py)
+            log_instance_action(actor, f"cancel refused: already {state.instance.status}", state, reason)
         return self.store.view(state), changed
 
     async def complete_user_task(

@@ -10,7 +10,8 @@ its commit. Waiting (long-poll, await-completion, the clock) goes through ``Noti
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import msgspec
@@ -38,6 +39,9 @@ __all__ = [
     "NewInstance",
     "StaleLatest",
     "check_version_alias",
+    "instance_matches",
+    "context_text",
+    "CONTEXT_FIELD_PATTERN",
 ]
 
 R = TypeVar("R")
@@ -109,6 +113,49 @@ class InstanceQuery(msgspec.Struct):
     created_before: int = 0
     page_size: int = 50
     page_token: str = ""  # the last instance id of the previous page
+    top_level: bool = False  # only instances no parent started (no sub-workflow children)
+    node: str = ""  # only instances with an active token at this node
+    text: str = ""  # a piece of the status reason or the error, any case
+    # (field, value): the top-level context field's value as text equals value (JSON's text of a
+    # number or a boolean, the string itself for a string); see context_text
+    context: tuple[tuple[str, str], ...] = ()
+
+
+#: A context field a query may name: a plain identifier (it is written into SQL as a literal).
+CONTEXT_FIELD_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def context_text(value: object) -> str | None:
+    """A context value as a context filter compares it: a string as itself (less any U+0000),
+    null as None (never equal), anything else as its JSON text (PostgreSQL's ``->>`` gives the same for numbers and
+    booleans; objects and arrays are normalised differently there, so they are best left alone)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.replace("\x00", "")  # left out, as PostgreSQL's text cannot hold it
+    return msgspec.json.encode(value).decode()
+
+
+def instance_matches(query: InstanceQuery, inst: Instance, tokens: Iterable[Token]) -> bool:
+    """Whether an instance passes the filters of ``query`` other than paging and time: the
+    in-memory store's (and the reference for PostgreSQL's WHERE clause, wiggle/_storage/postgres/store.py)."""
+    if query.workflow and inst.workflow != query.workflow:
+        return False
+    if query.status and inst.status != query.status:
+        return False
+    if query.correlation_id and inst.correlation_id != query.correlation_id:
+        return False
+    if query.parent_id and inst.parent_id != query.parent_id:
+        return False
+    if query.top_level and inst.parent_id:
+        return False
+    if query.node and not any(t.node_id == query.node for t in tokens):
+        return False
+    if query.text:
+        needle = query.text.lower()  # as PostgreSQL's ILIKE
+        if needle not in inst.reason.lower() and needle not in inst.error.lower():
+            return False
+    return all(context_text(inst.context.get(field)) == value for field, value in query.context)
 
 
 class StoreStats(msgspec.Struct):

@@ -37,6 +37,7 @@ from .base import (
     Store,
     WorkflowRecord,
     check_version_alias,
+    instance_matches,
 )
 from .handoff import settle
 from .memory_bytes import ByteLedger
@@ -464,17 +465,11 @@ class MemoryStore(Store):
         for i in range(end - 1, -1, -1):
             state = instances[ids[i]]
             inst = state.instance
-            if query.workflow and inst.workflow != query.workflow:
-                continue
-            if query.status and inst.status != query.status:
-                continue
-            if query.correlation_id and inst.correlation_id != query.correlation_id:
-                continue
-            if query.parent_id and inst.parent_id != query.parent_id:
-                continue
             if query.created_after and inst.created_at < query.created_after:
                 continue
             if query.created_before and inst.created_at >= query.created_before:
+                continue
+            if not instance_matches(query, inst, state.tokens.values()):
                 continue
             out.append(self.view(state))
             if len(out) > size:

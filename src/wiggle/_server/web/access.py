@@ -221,6 +221,8 @@ class WebAccess:
         name = route.name if route is not None else None
         if name == "schedule_action":
             return f"{request.match_info.get('action', '').title()}Schedule"
+        if name == "bulk_action":  # each instance is acted on as by CancelInstance / RetryInstance
+            return f"{request.match_info.get('action', '').title()}Instance"
         return name or ""
 
     def proxy_ok(self, peer: str | None) -> bool:

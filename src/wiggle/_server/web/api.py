@@ -11,15 +11,24 @@ from typing import Any
 
 import msgspec
 
-from ..._engine.state import LIVE_INSTANCE_STATUSES, HistoryEntry, InstanceStatus, Token, TokenStatus
+from ..._engine.state import (
+    LIVE_INSTANCE_STATUSES,
+    HistoryEntry,
+    Instance,
+    InstanceStatus,
+    Token,
+    TokenStatus,
+)
 from ..._model import NodeKind, WorkflowDefinition, validate_name
-from ..._storage.base import InstanceQuery
+from ..._storage.base import CONTEXT_FIELD_PATTERN, InstanceQuery
 from ...errors import InvalidArgument
 from ..instance_service import PAGE_TOKEN_PATTERN
 from ..instances import Instances
-from ..operator import OPERATOR_KIND
 from ..pollers import Pollers
 from ..schedules import correlation_of
+from ..timings import step_outcome
+from .states import node_states, retry_choices, signal_waits, token_times
+from .times import iso, time_arg
 
 __all__ = [
     "Sources",
@@ -52,21 +61,32 @@ def _builtins(value: object) -> Any:
     return msgspec.to_builtins(value)
 
 
-def _ms_arg(args: Mapping[str, str], name: str) -> int:
-    raw = args.get(name, "").strip()
+def _context_arg(raw: str) -> tuple[tuple[str, str], ...]:
+    """``field = value`` (or ``ctx.field = value``; a value in quotes is taken as it is written)."""
+    raw = raw.strip()
     if not raw:
-        return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be a time in milliseconds since the epoch, got {raw!r}") from None
-    if value < 0:
-        raise InvalidArgument(f"{name} must not be negative, got {value}")
-    return value
+        return ()
+    field, eq, value = raw.partition("=")
+    field = field.strip().removeprefix("ctx.")
+    if not eq or not CONTEXT_FIELD_PATTERN.fullmatch(field):
+        raise InvalidArgument(
+            f"ctx must be FIELD = VALUE with FIELD a top-level context field (letters, digits, '_'), got {raw!r}"
+        )
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]
+    if "\x00" in value:
+        raise InvalidArgument("ctx's value must not hold U+0000")
+    return ((field, value),)
 
 
-def instance_query(args: Mapping[str, str]) -> InstanceQuery:
-    """The list filters of a request (query string), checked; InvalidArgument names a bad one."""
+def _flag(args: Mapping[str, str], name: str) -> bool:
+    return args.get(name, "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def instance_query(args: Mapping[str, str], now: int = 0) -> InstanceQuery:
+    """The list filters of a request (query string), checked; InvalidArgument names a bad one.
+    ``now``: the server's clock, that relative times ("2h") count back from."""
     status = args.get("status", "").strip().upper()
     if status and status not in STATUSES:
         raise InvalidArgument(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
@@ -97,21 +117,32 @@ def instance_query(args: Mapping[str, str]) -> InstanceQuery:
         raise InvalidArgument(
             f"page_token {page_token[:40]!r} is not a page token; pass the next_page_token of the previous page"
         )
+    node = args.get("node", "").strip()
+    if node:
+        validate_name(node, "node")
+    text = args.get("text", "").strip()
+    if len(text) > 200 or "\x00" in text:
+        raise InvalidArgument(f"text must be at most 200 characters without U+0000, got {len(text)}")
     return InstanceQuery(
         workflow=workflow,
         status=status,
         correlation_id=correlation_id,
         parent_id=parent_id,
-        created_after=_ms_arg(args, "created_after"),
-        created_before=_ms_arg(args, "created_before"),
+        created_after=time_arg(args.get("created_after", ""), "created_after", now),
+        created_before=time_arg(args.get("created_before", ""), "created_before", now),
         page_size=size,
         page_token=page_token,
+        # a parent's children are what a parent filter asks for; else they hide behind the toggle
+        top_level=not (parent_id or _flag(args, "children")),
+        node=node,
+        text=text,
+        context=_context_arg(args.get("ctx", "")),
     )
 
 
 async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any]:
     """Instances newest first with the filters of ``args``, one page, and the counts by status."""
-    query = instance_query(args)
+    query = instance_query(args, src.instances.clock.now())
     views, next_token = await src.instances.list_instances(query)
     counts = await src.instances.store.count_by_status()
     by_status = {s: 0 for s in STATUSES}
@@ -126,11 +157,17 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
             "status": query.status,
             "correlation_id": query.correlation_id,
             "parent_id": query.parent_id,
-            "created_after": query.created_after,
-            "created_before": query.created_before,
+            "created_after": iso(query.created_after),
+            "created_before": iso(query.created_before),
+            "node": query.node,
+            "text": query.text,
+            "ctx": " ".join(f"{f} = {v}" for f, v in query.context),
+            "children": not query.top_level and not query.parent_id,
             "page_size": query.page_size,
             "page_token": query.page_token,
         },
+        "created_after_ms": query.created_after,
+        "created_before_ms": query.created_before,
         "counts": by_status,
         "instances": [
             {
@@ -142,6 +179,7 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
                 "created_at": v.instance.created_at,
                 "updated_at": v.instance.updated_at,
                 "finished_at": v.instance.finished_at,
+                "reason": v.instance.reason,
                 "error": v.instance.error,
                 "parent_id": v.instance.parent_id,
                 "at": sorted({t.node_id for t in v.tokens}),
@@ -150,46 +188,6 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
         ],
         "next_page_token": next_token,
     }
-
-
-def node_states(
-    history: Sequence[HistoryEntry], tokens: Sequence[Token]
-) -> tuple[dict[str, str], dict[str, str]]:
-    """(state, label) per node id, from the history and the active tokens.
-
-    States: done, failed, retrying (failed, another attempt due), ready (waiting for a worker),
-    running, local-run ("in a local run by <worker>"), sleeping, awaiting (a user task), joined.
-    """
-    states: dict[str, str] = {}
-    labels: dict[str, str] = {}
-    for e in history:
-        if e.kind == OPERATOR_KIND:
-            continue
-        if e.outcome == "FAILED":
-            states[e.node_id], labels[e.node_id] = "failed", f"failed (attempt {e.attempt})"
-        elif e.outcome == "RETRY":
-            states[e.node_id], labels[e.node_id] = "retrying", f"attempt {e.attempt} failed"
-        else:
-            states[e.node_id] = "done"
-            labels[e.node_id] = "done" + (" (timed out)" if e.outcome == "TIMED_OUT" else "")
-    for t in tokens:
-        if t.status == TokenStatus.RUNNING and t.local_run_owner:
-            state, label = "local-run", f"in a local run by {t.local_run_owner}"
-        elif t.status == TokenStatus.RUNNING:
-            state, label = "running", f"running on {t.lease_owner} (attempt {t.attempt})"
-        elif t.status == TokenStatus.READY:
-            retry = f", attempt {t.attempt}" if t.attempt > 1 else ""
-            state, label = "ready", f"waiting for a worker{retry}"
-        elif t.status == TokenStatus.WAITING:
-            state, label = "sleeping", "sleeping"
-        elif t.status == TokenStatus.AWAITING:
-            state, label = "awaiting", "awaiting a person"
-        elif t.status == TokenStatus.JOINED:
-            state, label = "joined", "waiting at the join"
-        else:
-            continue
-        states[t.node_id], labels[t.node_id] = state, label
-    return states, labels
 
 
 def children(tokens: Sequence[Token], history: Sequence[HistoryEntry]) -> list[dict[str, str]]:
@@ -212,32 +210,26 @@ def signal_names(definition: WorkflowDefinition) -> list[str]:
 
 
 async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
-    """One instance: its record, tokens, history (tracebacks), node states, its definition."""
+    """One instance: its record, tokens (with the moments they wait for), history (tracebacks),
+    node states, the actions it allows now, its definition."""
     validate_name(instance_id, "instance_id")
     view = await src.instances.get_instance(instance_id)
     history = await src.instances.history(instance_id)
     record = await src.instances.get_workflow(view.instance.workflow, view.instance.version)
-    states, labels = node_states(history, view.tokens)
+    definition = record.loaded.definition
+    now = src.instances.clock.now()
+    states, labels = node_states(history, view.tokens, definition, now)
     inst = view.instance
-    awaiting = [t.node_id for t in view.tokens if t.status == TokenStatus.AWAITING]
+    kinds = {n.id: n.kind for n in definition.nodes}
+    awaiting = [
+        t.node_id
+        for t in view.tokens
+        if t.status == TokenStatus.AWAITING and kinds.get(t.node_id) is NodeKind.USER_TASK
+    ]
     return {
-        "instance": {
-            "instance_id": inst.id,
-            "workflow": inst.workflow,
-            "version": inst.version,
-            "status": str(inst.status),
-            "reason": inst.reason,
-            "error": inst.error,
-            "correlation_id": inst.correlation_id,
-            "schedule_id": inst.schedule_id,
-            "parent_id": inst.parent_id,
-            "created_at": inst.created_at,
-            "updated_at": inst.updated_at,
-            "finished_at": inst.finished_at,
-            "steps": inst.steps,
-            "context": inst.context,
-        },
-        "tokens": [_builtins(t) for t in view.tokens],
+        "now": now,
+        "instance": _instance_json(inst, history),
+        "tokens": [{**_builtins(t), "times": token_times(t, kinds.get(t.node_id), now)} for t in view.tokens],
         "history": [
             {**_builtins(e), "duration_ms": max(e.ended_at - e.started_at, 0) if e.started_at else 0}
             for e in history
@@ -246,14 +238,41 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
         "node_states": states,
         "node_labels": labels,
         "awaiting_user_tasks": awaiting,
+        "awaiting_signals": signal_waits(view.tokens, definition),
         "actions": {
             "cancel": inst.status in LIVE_INSTANCE_STATUSES,
             "complete_user_task": awaiting,
             "retry": inst.status == InstanceStatus.FAILED,
+            "retry_from": retry_choices(inst, definition) if inst.status == InstanceStatus.FAILED else None,
             "signal": inst.status in LIVE_INSTANCE_STATUSES,
-            "signal_names": signal_names(record.loaded.definition),
+            "signal_names": signal_names(definition),
         },
-        "definition": _builtins(record.loaded.definition),
+        "definition": _builtins(definition),
+    }
+
+
+def _instance_json(inst: Instance, history: Sequence[HistoryEntry]) -> dict[str, Any]:
+    """An instance's record as the Instance page shows it, with its step attempts counted from
+    the history (``steps``, the runaway guard's count, leaves out failed attempts and children)."""
+    attempts = [o for o in (step_outcome(e) for e in history) if o is not None]
+    return {
+        "instance_id": inst.id,
+        "workflow": inst.workflow,
+        "version": inst.version,
+        "status": str(inst.status),
+        "reason": inst.reason,
+        "error": inst.error,
+        "correlation_id": inst.correlation_id,
+        "schedule_id": inst.schedule_id,
+        "parent_id": inst.parent_id,
+        "created_at": inst.created_at,
+        "updated_at": inst.updated_at,
+        "finished_at": inst.finished_at,
+        "deadline_at": inst.deadline_at if inst.status == InstanceStatus.RUNNING else 0,
+        "steps": inst.steps,
+        "step_attempts": len(attempts),
+        "failed_attempts": sum(1 for o in attempts if o != "completed"),
+        "context": inst.context,
     }
 
 

@@ -14,7 +14,7 @@ from ..._model import WorkflowDefinition
 
 __all__ = ["layers", "render_svg", "NODE_W", "NODE_H"]
 
-NODE_W, NODE_H = 168, 44
+NODE_W, NODE_H = 168, 56
 GAP_X, GAP_Y = 28, 40
 PAD = 16
 
@@ -87,6 +87,8 @@ def render_svg(
         state = states.get(n.id, "")
         label = labels.get(n.id, state)
         title = f"{n.id} ({n.kind.value})" + (f": {label}" if label else "")
+        # a label's second part (when its wait ends, how long its attempt may run) on a line of its own
+        first, _, then = (label or n.kind.value.lower()).partition(", ")
         out.append(
             f'<g class="node {escape(state)}" data-node="{escape(n.id)}" data-state="{escape(state)}">'
             f"<title>{escape(title)}</title>"
@@ -94,7 +96,9 @@ def render_svg(
             f'<text x="{x + NODE_W // 2}" y="{y + 18}" text-anchor="middle" class="name">'
             f"{escape(_short(n.id, 22))}</text>"
             f'<text x="{x + NODE_W // 2}" y="{y + 34}" text-anchor="middle" class="sub">'
-            f"{escape(_short(label or n.kind.value.lower(), 26))}</text></g>"
+            f"{escape(_short(first, 26))}</text>"
+            f'<text x="{x + NODE_W // 2}" y="{y + 48}" text-anchor="middle" class="sub when">'
+            f"{escape(_short(then, 26))}</text></g>"
         )
     out.append("</svg>")
     return "".join(out)

@@ -10,6 +10,7 @@ read the instance layer directly, with no second process or thread. Routes (docs
     POST /api/instances/{id}/user-tasks/{name}   {"actor": "...", "data": {...}}
     POST /api/instances/{id}/signals/{name}      {"actor": "...", "data": {...}}
     POST /api/instances/{id}/retry               {"actor": "...", "from_node": ""}
+    POST /api/bulk/cancel|retry?<the list filters> {"actor": "...", "dry_run": true} | {..., "expected": N}
     GET  /schedules  /api/schedules                                         (HTML, JSON)
     POST /api/schedules/{id}/pause|resume|trigger {"actor": "..."}
     GET  /signin   POST /signin {"token": "..."} | {"certificate": true}   POST /signout
@@ -24,7 +25,6 @@ nesting depth, a JSON object).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,11 +32,12 @@ from aiohttp import web
 
 from ..._model import validate_name
 from ..._wire.payload import decode_object
-from ...errors import ErrorCode, InvalidArgument
+from ...errors import ErrorCode, InvalidArgument, WiggleError
 from ..http_security import HttpSecurity
 from ..instances import Instances
+from ..operator import log_action
 from ..readiness import readiness_answer
-from . import actions, api, pages, schedules
+from . import actions, api, bulk, pages, schedules
 from .access import CALLER, OPEN, Origins, WebAccess
 from .assets import ASSETS
 from .errors import HTTP_STATUS, HttpProblem, errors, secure_headers
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
     from ..config import ServerConfig
 
 __all__ = ["HttpSide", "HTTP_STATUS", "BODY_SLACK"]
-
-log = logging.getLogger("wiggle.http")
 
 MAX_ACTOR_CHARS = 100
 #: a request body may exceed the payload limit (max_payload_bytes) by this much: the actor, the
@@ -135,6 +134,7 @@ class HttpSide:
         r.add_post("/api/instances/{id}/user-tasks/{name}", self.complete_user_task, name="CompleteUserTask")
         r.add_post("/api/instances/{id}/signals/{name}", self.signal, name="SignalInstance")
         r.add_post("/api/instances/{id}/retry", self.retry, name="RetryInstance")
+        r.add_post("/api/bulk/{action}", self.bulk, name="bulk_action")
         r.add_post("/api/schedules/{id}/{action}", self.schedule_action, name="schedule_action")
         return app
 
@@ -311,10 +311,25 @@ class HttpSide:
         view = await actions.retry_failed(self.instances, instance_id, from_node, actor)
         return web.json_response({"status": str(view.instance.status)})
 
+    async def bulk(self, request: web.Request) -> web.Response:
+        """Cancel or retry every instance the list filters (the query string) match (bulk.py)."""
+        query = api.instance_query(request.query, self.instances.clock.now())
+        action = request.match_info["action"]
+        body = await self._read(request)
+        if body.get("dry_run") is True:  # a count changes nothing: no name needed yet
+            return web.json_response(await bulk.run_bulk(self.instances, query, action, body, ""))
+        body, actor = await self._body(request)
+        return web.json_response(await bulk.run_bulk(self.instances, query, action, body, actor))
+
     async def schedule_action(self, request: web.Request) -> web.Response:
-        """Pause, resume or trigger a schedule (``trigger`` starts one instance now)."""
-        _, actor = await self._body(request)  # schedules keep no history: the log names who acted
+        """Pause, resume or trigger a schedule (``trigger`` starts one instance now). Schedules keep
+        no history: the log names who acted (schedules.py), or who was refused and why."""
+        _, actor = await self._body(request)
         schedule_id, action = request.match_info["id"], request.match_info["action"]
-        validate_name(schedule_id, "schedule_id")
-        log.info("%s: %s schedule %s", actor, action, schedule_id)
-        return web.json_response(await schedules.act(self.instances, schedule_id, action))
+        try:
+            validate_name(schedule_id, "schedule_id")
+            answer = await schedules.act(self.instances, schedule_id, action, actor)
+        except WiggleError as exc:
+            log_action(actor, f"{action[:20]} refused", f"schedule {schedule_id[:100]}", str(exc))
+            raise
+        return web.json_response(answer)

@@ -9,7 +9,6 @@ token (the ``wiggle-csrf`` meta element).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
@@ -20,6 +19,8 @@ from ..._model import WorkflowDefinition
 from .api import STATUSES
 from .assets import VERSION
 from .graph import render_svg
+from .states import span
+from .times import iso, utc_text
 
 __all__ = ["layout", "instances_html", "instance_html", "workflows_html", "queues_html", "cluster_html"]
 
@@ -34,10 +35,11 @@ NAV = (
 
 
 def when(ms: int) -> str:
-    """A millisecond timestamp as UTC text ("-" for 0)."""
+    """A millisecond timestamp as a ``<time>`` element showing UTC text ("-" for 0); the script
+    shows it in the browser's zone when the page is switched to local time."""
     if not ms:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") + "Z"
+    return f'<time data-ms="{int(ms)}" datetime="{iso(ms)}">{utc_text(ms)}</time>'
 
 
 def age(ms: int) -> str:
@@ -55,15 +57,20 @@ def layout(title: str, page: str, body: str, who: str = "", csrf: str = "") -> s
     links = "".join(
         f'<a href="{href}" class="{"on" if name == page else ""}">{name}</a>' for name, href in NAV
     )
-    user = ""
+    user = (
+        '<span class="clock"><span id="updated" class="muted"></span> '
+        '<button id="tz" title="show times in UTC or in this browser\'s zone">UTC</button></span>'
+    )
     if who:
-        user = f'<span class="who">signed in as <b id="who">{escape(who)}</b><button id="signout">sign out</button></span>'
+        user += f'<span class="who">signed in as <b id="who">{escape(who)}</b><button id="signout">sign out</button></span>'
     dialog = (
         '<dialog id="confirm"><h3>Confirm: <span class="what"></span></h3>'
         '<label>Who are you (recorded in the history) <input id="actor" autocomplete="name"></label>'
         '<label id="reason-row">Reason <input id="reason" value="cancelled from the dashboard"></label>'
         '<label id="name-row">Signal name <input id="signal-name" list="signal-names"></label>'
         '<label id="data-row">Data (JSON object) <textarea id="data" rows="4">{}</textarea></label>'
+        '<label id="from-row">Retry from <select id="from-node"></select></label>'
+        '<p class="count"></p>'
         '<p class="err"></p><button id="confirm-yes">Confirm</button> '
         '<button id="confirm-back">Back</button></dialog>'
     )
@@ -72,7 +79,7 @@ def layout(title: str, page: str, body: str, who: str = "", csrf: str = "") -> s
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)} · Wiggle</title>{meta}"
         f'<link rel="stylesheet" href="/static/dashboard.css?v={VERSION}">'
         f'<script src="/static/dashboard.js?v={VERSION}" defer></script></head>'
-        f"<body><header><b>Wiggle</b>{links}{user}</header>"
+        f'<body><header><b>Wiggle</b>{links}{user}</header><p id="notice" class="hidden"></p>'
         f'<main id="main" data-page="{page}">{body}</main>{dialog}</body></html>'
     )
 
@@ -82,12 +89,9 @@ def _pill(status: str) -> str:
 
 
 def instances_html(data: dict[str, Any]) -> str:
-    """The Instances page body: filters, counts, one page of instances, the next-page link."""
+    """The Instances page body: filters and search, counts, bulk actions, one page of instances,
+    the next-page link."""
     f = data["filters"]
-    options = "".join(
-        f'<option value="{s}"{" selected" if s == f["status"] else ""}>{s.lower()}</option>'
-        for s in ("", *STATUSES)
-    )
     counts = " ".join(
         f'<a href="/instances?{urlencode({**_kept(f), "status": s})}" class="pill {s}" data-count="{s}">'
         f"{s.lower()} {n}</a>"
@@ -95,9 +99,9 @@ def instances_html(data: dict[str, Any]) -> str:
     )
     rows = "".join(
         f'<tr data-id="{escape(i["instance_id"])}"><td><a href="/instances/{escape(i["instance_id"])}">'
-        f"{escape(i['instance_id'])}</a></td><td>{escape(i['workflow'])}</td><td>{_pill(i['status'])}</td>"
-        f"<td>{escape(', '.join(i['at']))}</td><td>{escape(i['correlation_id'])}</td>"
-        f'<td>{when(i["created_at"])}</td><td class="err">{escape(i["error"])}</td></tr>'
+        f"{escape(i['instance_id'])}</a>{_child_of(i)}</td><td>{escape(i['workflow'])}</td>"
+        f"<td>{_pill(i['status'])}</td><td>{escape(', '.join(i['at']))}</td><td>{escape(i['correlation_id'])}</td>"
+        f'<td>{when(i["created_at"])}</td><td class="err">{escape(i["reason"] or i["error"])}</td></tr>'
         for i in data["instances"]
     )
     more = ""
@@ -107,48 +111,88 @@ def instances_html(data: dict[str, Any]) -> str:
             "next page →</a>"
         )
     return (
-        "<h2>Instances</h2>"
-        '<form class="filters" method="get" action="/instances">'
-        f'<input name="workflow" placeholder="workflow" value="{escape(f["workflow"])}">'
-        f'<select name="status">{options}</select>'
-        f'<input name="correlation_id" placeholder="correlation id" value="{escape(f["correlation_id"])}">'
-        f'<input name="parent_id" placeholder="parent instance" value="{escape(f["parent_id"])}">'
-        f'<input name="created_after" placeholder="created after (ms)" value="{f["created_after"] or ""}">'
-        f'<input name="created_before" placeholder="created before (ms)" value="{f["created_before"] or ""}">'
-        '<button type="submit">search</button></form>'
-        f'<p class="counts">{counts}</p>'
+        f'<h2>Instances</h2>{_filters_html(f)}<p class="counts">{counts}</p>{_bulk_html(f)}'
         "<table><thead><tr><th>instance</th><th>workflow</th><th>status</th><th>at</th>"
-        f"<th>correlation id</th><th>created</th><th>error</th></tr></thead><tbody>{rows}</tbody></table>"
-        f"{more}"
+        "<th>correlation id</th><th>created</th><th>reason, error</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>{more}"
+    )
+
+
+def _child_of(row: dict[str, Any]) -> str:
+    if not row["parent_id"]:
+        return ""
+    pid = escape(row["parent_id"])
+    return f' <span class="muted child-of">child of <a href="/instances/{pid}">{pid}</a></span>'
+
+
+def _filters_html(f: dict[str, Any]) -> str:
+    """The filter and search form (a GET: the filters are the page's address)."""
+    options = "".join(
+        f'<option value="{s}"{" selected" if s == f["status"] else ""}>{s.lower() or "any status"}</option>'
+        for s in ("", *STATUSES)
+    )
+
+    def box(name: str, hint: str, cls: str = "") -> str:
+        c = f' class="{cls}"' if cls else ""
+        return f'<input name="{name}"{c} placeholder="{escape(hint)}" title="{escape(hint)}" value="{escape(str(f[name]))}">'
+
+    children = " checked" if f["children"] else ""
+    return (
+        '<form class="filters" method="get" action="/instances"><div>'
+        f'{box("workflow", "workflow")}<select name="status">{options}</select>'
+        f"{box('correlation_id', 'correlation id')}{box('parent_id', 'parent instance')}"
+        f"{box('created_after', 'created after: 2026-12-02 14:30, 2h (ago) or ms', 'time')}"
+        f"{box('created_before', 'created before: 2026-12-02 14:30, 2h (ago) or ms', 'time')}</div><div>"
+        f"{box('node', 'at node (where it is now)')}{box('text', 'reason or error contains')}"
+        f"{box('ctx', 'ctx.customer_id = c-42', 'ctx')}"
+        f'<label><input type="checkbox" name="children" value="1"{children}> sub-workflow children too</label> '
+        '<button type="submit">search</button></div></form>'
+    )
+
+
+def _bulk_html(f: dict[str, Any]) -> str:
+    """The bulk buttons: cancel or retry what the filter matches (counted in the dialog first)."""
+    qs = escape(urlencode(_kept(f)))
+    return (
+        '<p class="bulk">'
+        f'<button class="bulk" id="bulk-cancel" data-kind="bulk-cancel" data-url="/api/bulk/cancel?{qs}" '
+        'data-what="cancel every live instance this filter matches">cancel all matching…</button> '
+        f'<button class="bulk" id="bulk-retry" data-kind="bulk-retry" data-url="/api/bulk/retry?{qs}" '
+        'data-what="retry every failed instance this filter matches">retry all matching…</button></p>'
     )
 
 
 def _kept(filters: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in filters.items() if v and k != "page_token"}
+    """The filters to carry into a link: those set, without paging (the children toggle as 1)."""
+    return {k: (1 if v is True else v) for k, v in filters.items() if v and k != "page_token"}
 
 
 def instance_html(data: dict[str, Any]) -> str:
-    """The Instance page body: status, actions, graph with node states, context, tokens, history."""
+    """The Instance page body: status, actions, graph with node states, context, tokens (with
+    what each waits for, until when), history."""
     inst = data["instance"]
     iid = escape(inst["instance_id"])
     definition = msgspec.convert(data["definition"], WorkflowDefinition)
     actions = _actions_html(data, iid)
     related = _related_html(inst, data)
-    tokens = _tokens_html(data["tokens"])
+    tokens = _tokens_html(data["tokens"], data["now"])
     history = _history_html(data["history"])
     reason = f' <span class="muted">{escape(inst["reason"])}</span>' if inst["reason"] else ""
     error = f'<p class="err">{escape(inst["error"])}</p>' if inst["error"] else ""
+    failed = f", {inst['failed_attempts']} failed" if inst["failed_attempts"] else ""
+    deadline = f" · times out at {when(inst['deadline_at'])}" if inst["deadline_at"] else ""
     return (
         f'<h2>Instance <code id="instance-id">{iid}</code></h2>'
         f'<p>{_pill(inst["status"])}{reason} workflow <a href="/workflows#{escape(inst["workflow"])}">'
         f'{escape(inst["workflow"])}</a> <span class="muted">version {escape(inst["version"])}</span>'
         f" · correlation {escape(inst['correlation_id'] or '-')} · created {when(inst['created_at'])}"
-        f" · finished {when(inst['finished_at'])} · {inst['steps']} steps</p>{related}{error}"
+        f" · finished {when(inst['finished_at'])}{deadline} · "
+        f'<span id="attempts">{inst["step_attempts"]} step attempts{failed}</span></p>{related}{error}'
         f'<p class="actions">{" ".join(actions)}</p>'
         f"{render_svg(definition, data['node_states'], data['node_labels'])}"
         f'<h3>Context</h3><pre id="context">{escape(json.dumps(inst["context"], indent=2, sort_keys=True))}</pre>'
-        "<h3>Tokens</h3><table><thead><tr><th>token</th><th>node</th><th>status</th><th>attempt</th>"
-        "<th>queue</th><th>lease owner</th><th>local run</th><th>last error</th></tr></thead>"
+        '<h3>Tokens</h3><table id="tokens"><thead><tr><th>token</th><th>node</th><th>status</th><th>attempt</th>'
+        "<th>waits until</th><th>queue</th><th>lease owner</th><th>local run</th><th>last error</th></tr></thead>"
         f"<tbody>{tokens}</tbody></table>"
         '<h3>History</h3><table id="history"><thead><tr><th>ended</th><th>node</th><th>kind</th><th>attempt</th>'
         "<th>outcome</th><th>took</th><th>worker / who</th><th>error, traceback</th></tr></thead>"
@@ -158,25 +202,35 @@ def instance_html(data: dict[str, Any]) -> str:
 
 def _actions_html(data: dict[str, Any], iid: str) -> list[str]:
     """The buttons of the actions the instance allows now."""
+    acts = data["actions"]
     actions = []
-    if data["actions"]["cancel"]:
+    if acts["cancel"]:
         actions.append(
             f'<button id="cancel" data-kind="cancel" data-what="cancel {iid}" '
             f'data-url="/api/instances/{iid}/cancel">cancel…</button>'
         )
-    for name in data["actions"]["complete_user_task"]:
+    for name in acts["complete_user_task"]:
         n = escape(name)
         actions.append(
             f'<button class="complete-task" data-task="{n}" data-kind="task" data-what="complete user task {n}" '
             f'data-url="/api/instances/{iid}/user-tasks/{n}">complete {n}…</button>'
         )
-    if data["actions"]["retry"]:
+    for wait in data["awaiting_signals"]:
+        n = escape(wait["signal"])
         actions.append(
-            f'<button id="retry" data-kind="retry" data-what="retry {iid} from the failed step" '
-            f'data-url="/api/instances/{iid}/retry">retry from the failed step…</button>'
+            f'<button class="send-signal" data-signal="{n}" data-node="{escape(wait["node_id"])}" data-kind="signal" '
+            f'data-what="send signal {n} to {iid}" data-url="/api/instances/{iid}/signals/">send signal {n}…</button>'
         )
-    if data["actions"]["signal"]:
-        names = "".join(f'<option value="{escape(n)}">' for n in data["actions"]["signal_names"])
+    if acts["retry"]:
+        choices = acts["retry_from"]
+        at = ", ".join(choices["failed_at"])
+        actions.append(
+            f'<button id="retry" data-kind="retry" data-what="retry {iid}" '
+            f'data-failed-at="{escape(at)}" data-nodes="{escape(",".join(choices["nodes"]))}" '
+            f'data-url="/api/instances/{iid}/retry">retry…</button>'
+        )
+    if acts["signal"]:
+        names = "".join(f'<option value="{escape(n)}">' for n in acts["signal_names"])
         actions.append(
             f'<button id="signal" data-kind="signal" data-what="send a signal to {iid}" '
             f'data-url="/api/instances/{iid}/signals/">send a signal…</button>'
@@ -204,17 +258,30 @@ def _related_html(inst: dict[str, Any], data: dict[str, Any]) -> str:
     return f'<p class="related">{" · ".join(links)}</p>' if links else ""
 
 
-def _tokens_html(tokens: list[dict[str, Any]]) -> str:
-    """The rows of the tokens table."""
+def _tokens_html(tokens: list[dict[str, Any]], now: int) -> str:
+    """The rows of the tokens table; each says what its wait ends with and when."""
     rows = "".join(
-        f"<tr><td>{escape(t['id'])}</td><td>{escape(t['node_id'])}</td><td>{escape(t['status'])}</td>"
-        f'<td class="num">{t["attempt"]}</td><td>{escape(t["queue"])}</td>'
-        f"<td>{escape(t['lease_owner'])}</td><td>{escape(t['local_run_owner'])}"
+        f'<tr data-token="{escape(t["id"])}"><td>{escape(t["id"])}</td><td>{escape(t["node_id"])}</td>'
+        f'<td>{escape(t["status"])}</td><td class="num">{t["attempt"]}</td><td class="times">{_times(t, now)}</td>'
+        f"<td>{escape(t['queue'])}</td><td>{escape(t['lease_owner'])}</td><td>{escape(t['local_run_owner'])}"
         f"{' (' + str(t['local_run_steps']) + ' steps)' if t['local_run_owner'] else ''}</td>"
         f'<td class="err">{escape(t["last_error"])}</td></tr>'
         for t in tokens
     )
     return rows
+
+
+def _times(token: dict[str, Any], now: int) -> str:
+    """ "wakes at <time> (in 4 min)", one line per moment the token waits for."""
+    return (
+        "<br>".join(
+            f'{escape(m["what"])} {when(m["at"])} <span class="muted">(in {span(m["at"] - now)})</span>'
+            if m["at"] > now
+            else f'{escape(m["what"])} {when(m["at"])} <span class="muted">(due)</span>'
+            for m in token["times"]
+        )
+        or "-"
+    )
 
 
 def _history_html(entries: list[dict[str, Any]]) -> list[str]:
@@ -258,7 +325,7 @@ def queues_html(data: dict[str, Any]) -> str:
     rows = []
     for q in data["queues"]:
         lag = q["lag"] or {}
-        warn = ' class="err"' if lag.get("lagging") else ""
+        warn = " err lagging" if lag.get("lagging") else ""
         workers = "<br>".join(
             f'{escape(w["worker_id"])} <span class="muted">seen {age(data["now"] - w["last_seen"])} ago,'
             f" {w['in_flight']} in flight</span>"
@@ -274,7 +341,7 @@ def queues_html(data: dict[str, Any]) -> str:
 
         rows.append(
             f'<tr data-queue="{escape(q["queue"])}"><td>{escape(q["queue"])}</td><td class="num">{q["ready"]}</td>'
-            f'<td class="num">{q["delayed"]}</td><td class="num"{warn}>{age(q["oldest_ready_age_ms"])}</td>'
+            f'<td class="num">{q["delayed"]}</td><td class="num oldest{warn}">{age(q["oldest_ready_age_ms"])}</td>'
             f'<td class="num">{q["running"]}</td><td class="num">{q["in_local_run"]}</td>'
             f'<td class="num">{rate}</td><td class="num wait">{waited}</td><td>{workers or "-"}</td></tr>'
         )

@@ -38,17 +38,18 @@ async def schedules_page(instances: Instances, workflow: str = "") -> dict[str, 
     return {"now": instances.clock.now(), "schedules": [schedule_json(instances, s) for s in found]}
 
 
-async def act(instances: Instances, schedule_id: str, action: str) -> dict[str, Any]:
-    """Run ``action`` (pause, resume or trigger) on the schedule; its new state (and started id)."""
+async def act(instances: Instances, schedule_id: str, action: str, actor: str = "") -> dict[str, Any]:
+    """Run ``action`` (pause, resume or trigger) on the schedule as ``actor`` (logged once it took
+    effect: wiggle/_server/schedules.py); its new state (and the started instance's id)."""
     if action not in ACTIONS:
         raise InvalidArgument(f"schedule action must be one of {', '.join(ACTIONS)}, got {action!r}")
     started = ""
     if action == "pause":
-        schedule = await instances.schedules.pause(schedule_id)
+        schedule = await instances.schedules.pause(schedule_id, actor)
     elif action == "resume":
-        schedule = await instances.schedules.resume(schedule_id)
+        schedule = await instances.schedules.resume(schedule_id, actor)
     else:
-        schedule, started = await instances.schedules.trigger(schedule_id)
+        schedule, started = await instances.schedules.trigger(schedule_id, actor)
     return {"schedule": schedule_json(instances, schedule), "started_instance_id": started}
 
 
@@ -81,15 +82,17 @@ def schedules_html(data: dict[str, Any]) -> str:
                 f'data-url="/api/schedules/{sid}/{action}">{action}…</button>'
             )
         instances = f"/instances?{urlencode({'schedule_id': s['id']})}"
+        last = escape(s["last_instance_id"])
+        started = f'<a class="last-instance" href="/instances/{last}">{last}</a>' if last else "-"
         rows.append(
             f'<tr id="{sid}" data-schedule="{sid}" data-paused="{str(s["paused"]).lower()}"><td>{sid}</td>'
             f'<td><a href="/workflows#{escape(s["workflow"])}">{escape(s["workflow"])}</a></td><td>{every}</td>'
             f"<td>{state}</td><td>{'<br>'.join(_when(t) for t in s['next_fire_times']) or '-'}</td>"
-            f'<td>{_when(s["last_tick_at"])}</td><td class="num">{s["fired"]}</td><td class="num">{s["skipped"]}</td>'
+            f'<td>{_when(s["last_tick_at"])}</td><td>{started}</td><td class="num">{s["fired"]}</td><td class="num">{s["skipped"]}</td>'
             f'<td><a href="{escape(instances)}">instances</a></td><td>{" ".join(buttons)}</td></tr>'
         )
     return (
         "<h2>Schedules</h2><table><thead><tr><th>schedule</th><th>workflow</th><th>when</th><th>state</th>"
-        "<th>next fire times</th><th>last tick</th><th>fired</th><th>skipped</th><th></th><th>actions</th>"
+        "<th>next fire times</th><th>last tick</th><th>last started</th><th>fired</th><th>skipped</th><th></th><th>actions</th>"
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )

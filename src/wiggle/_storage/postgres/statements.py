@@ -9,6 +9,7 @@ from psycopg import sql
 
 from ..._engine.start_options import PRIORITY_AGING_MILLIS
 from ..._engine.state import ACTIVE_TOKEN_STATUSES, HistoryEntry
+from ..base import CONTEXT_FIELD_PATTERN, InstanceQuery
 from .codecs import (
     HISTORY_COLS,
     INSTANCE_COLS,
@@ -23,9 +24,58 @@ from .codecs import (
     array_literals,
 )
 
-__all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite", "StartQueries"]
+__all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite", "StartQueries", "list_conditions", "like_pattern"]
 
 ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much after its id's time
+
+
+def like_pattern(text: str) -> str:
+    """``%text%`` for ILIKE with its wildcards (and the escape character) taken literally."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def list_conditions(query: InstanceQuery, schema: str) -> tuple[list[str], list[Any]]:
+    """The WHERE conditions (joined by AND) and parameters of a ListInstances query; the same
+    filters as wiggle/_storage/base.py instance_matches. A context field is written into the text
+    as a literal (CONTEXT_FIELD_PATTERN checked it), so the expression index of that field
+    (context_indexes.py) matches the condition."""
+    s = sql.Identifier(schema).as_string()
+    conds: list[str] = []
+    params: list[Any] = []
+    for cond, value in (
+        ("id < %s", query.page_token),
+        ("workflow = %s", query.workflow),
+        ("status = %s", query.status),
+        # the redundant "<> ''" lets even a generic plan use the partial index
+        ("correlation_id = %s AND correlation_id <> ''", query.correlation_id),
+        ("parent_id = %s", query.parent_id),
+        ("created_at >= %s", query.created_after),
+        ("created_at < %s", query.created_before),
+        (f"id IN (SELECT instance_id FROM {s}.tokens WHERE node_id = %s AND status IN {ACTIVE})", query.node),
+    ):
+        if value:
+            conds.append(cond)
+            params.append(value)
+    if query.top_level:
+        conds.append("parent_id = ''")
+    if query.text:
+        conds.append("(reason ILIKE %s OR error ILIKE %s)")
+        params += [like_pattern(query.text)] * 2
+    for field, value in query.context:
+        if not CONTEXT_FIELD_PATTERN.fullmatch(field):  # checked at the edge: never into SQL unchecked
+            raise ValueError(f"context field {field!r} is not a plain identifier")
+        conds.append(f"{s}.context_text(context, {sql.Literal(field).as_string()}) = %s")
+        params.append(value)
+    # Instance ids start with their creation millisecond (new_instance_id), taken just before
+    # created_at: id bounds let the primary key skip finished rows outside the time range.
+    if query.created_after:
+        conds.append("id >= %s")
+        params.append(f"wi-{max(query.created_after - ID_CLOCK_SLACK_MILLIS, 0):012x}")
+    if query.created_before:
+        conds.append("id < %s")
+        params.append(f"wi-{query.created_before:012x}")
+    return conds, params
+
 
 #: A token's claim rank (start_options.claim_rank), exactly as the tokens_claim index spells it.
 RANK = f"(t.available_at - t.priority * {PRIORITY_AGING_MILLIS})"

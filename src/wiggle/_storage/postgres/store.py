@@ -39,6 +39,7 @@ from ..queue_limits import QueueLimit, check_queue_limit, describe, next_admit_a
 from . import ops
 from .cluster import Cluster
 from .codecs import N_TOKEN, instance_from, token_from, views
+from .context_indexes import ensure_context_indexes
 from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
@@ -46,7 +47,7 @@ from .limits import LIMITS_TTL_SECONDS, Admission
 from .migrations import check_schema, lock_key, migrate
 from .schedules import PostgresSchedules
 from .start_commit import StartCommit
-from .statements import ID_CLOCK_SLACK_MILLIS, Queries, StartQueries
+from .statements import Queries, StartQueries, list_conditions
 from .statistics import Statistics
 from .writes import ChangeWriter
 
@@ -71,9 +72,11 @@ class PostgresStore(Store):
         acquire_timeout: float = 5.0,
         max_attempts: int = 3,
         start_linger: float = 0.002,
+        context_search_fields: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self.url = url
+        self.context_search_fields = context_search_fields  # indexed at open (context_indexes.py)
         self.schema = check_schema(schema)
         self.queries = Queries(schema)
         # the class (first int) of the per-key advisory locks of concurrency limits (_admit)
@@ -132,6 +135,7 @@ class PostgresStore(Store):
         try:
             await self.statistics.open()
             await self.cluster.open(self.db)
+            await ensure_context_indexes(self.db, self.schema, self.context_search_fields)
         except BaseException:
             await self.close()
             raise
@@ -255,29 +259,7 @@ class PostgresStore(Store):
 
     async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
         size = max(query.page_size, 1)
-        conds: list[str] = []
-        params: list[Any] = []
-        for cond, value in (
-            ("id < %s", query.page_token),
-            ("workflow = %s", query.workflow),
-            ("status = %s", query.status),
-            # the redundant "<> ''" lets even a generic plan use the partial index
-            ("correlation_id = %s AND correlation_id <> ''", query.correlation_id),
-            ("parent_id = %s", query.parent_id),
-            ("created_at >= %s", query.created_after),
-            ("created_at < %s", query.created_before),
-        ):
-            if value:
-                conds.append(cond)
-                params.append(value)
-        # Instance ids start with their creation millisecond (new_instance_id), taken just before
-        # created_at: id bounds let the primary key skip finished rows outside the time range.
-        if query.created_after:
-            conds.append("id >= %s")
-            params.append(f"wi-{max(query.created_after - ID_CLOCK_SLACK_MILLIS, 0):012x}")
-        if query.created_before:
-            conds.append("id < %s")
-            params.append(f"wi-{query.created_before:012x}")
+        conds, params = list_conditions(query, self.schema)
         text = self.queries.list_instances.replace("{where}", " AND ".join(conds) or "TRUE")
         params.append(size + 1)
         found = views(await self.db.fetch("list_instances", text, params, binary=True))

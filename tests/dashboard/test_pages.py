@@ -1,0 +1,94 @@
+"""The dashboard's pages rendered from API-shaped data, without a server: what each page shows for
+the states an operator meets (a lagging queue, a signal wait, a retrying step ...)."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from wiggle._server.web import pages
+from wiggle.errors import InvalidArgument
+
+
+def queue(name: str, lagging: bool) -> dict[str, object]:
+    return {
+        "queue": name,
+        "ready": 3,
+        "delayed": 0,
+        "oldest_ready_age_ms": 95_000,
+        "running": 0,
+        "in_local_run": 0,
+        "lag": {"lagging": lagging, "rate_per_second": 1.5},
+        "schedule_to_start": None,
+        "workers": [],
+    }
+
+
+def test_a_lagging_queue_is_highlighted_once_in_one_class_attribute() -> None:
+    html = pages.queues_html({"now": 0, "queues": [queue("slow", True), queue("fine", False)]})
+    slow, fine = html.split('data-queue="slow"')[1].split('data-queue="fine"')
+    assert '<td class="num oldest err lagging">' in slow
+    assert '<td class="num oldest">' in fine and "lagging" not in fine
+    for row in (slow, fine):  # one class attribute per cell: a second one is ignored by browsers
+        assert all(cell.count("class=") <= 1 for cell in row.split("<td")[1:])
+
+
+def test_every_waiting_token_says_until_when() -> None:
+    from wiggle._engine.state import Token, TokenStatus
+    from wiggle._model import NodeKind
+    from wiggle._server.web.states import node_states, token_times
+
+    now = 1_000_000_000_000
+    sleeping = Token("t1", "i", "nap", TokenStatus.WAITING, available_at=now + 240_000)
+    retrying = Token("t2", "i", "charge", TokenStatus.READY, attempt=3, available_at=now + 30_000)
+    running = Token(
+        "t3",
+        "i",
+        "ship",
+        TokenStatus.RUNNING,
+        lease_owner="w1",
+        deadline_at=now + 90_000,
+        lease_expires_at=now + 20_000,
+    )
+    person = Token("t4", "i", "approve", TokenStatus.AWAITING, available_at=now + 7_200_000)
+    starting = Token("t5", "i", "pack", TokenStatus.READY, deadline_at=now + 5_000)
+    assert token_times(sleeping, NodeKind.SLEEP, now) == [{"what": "wakes at", "at": now + 240_000}]
+    assert token_times(retrying, NodeKind.TASK, now) == [{"what": "next attempt at", "at": now + 30_000}]
+    assert token_times(running, NodeKind.TASK, now) == [
+        {"what": "times out at", "at": now + 90_000},
+        {"what": "lease until", "at": now + 20_000},
+    ]
+    assert token_times(person, NodeKind.USER_TASK, now) == [{"what": "deadline", "at": now + 7_200_000}]
+    assert token_times(starting, NodeKind.TASK, now) == [{"what": "must start by", "at": now + 5_000}]
+    states, labels = node_states([], [sleeping, retrying, running, person, starting], None, now)
+    assert states == {
+        "nap": "sleeping",
+        "charge": "retrying",
+        "ship": "running",
+        "approve": "awaiting",
+        "pack": "ready",
+    }
+    assert labels["nap"] == "sleeping, wakes in 4 min"
+    assert labels["charge"] == "attempt 3 in 30 s"
+    assert labels["ship"] == "running on w1 (attempt 1), times out in 1 min"
+    assert labels["approve"] == "awaiting a person, deadline in 2.0 h"
+    html = pages._tokens_html(
+        [{**msgspec.to_builtins(running), "times": token_times(running, None, now)}], now
+    )
+    assert f'times out at <time data-ms="{now + 90_000}"' in html and "(in 1 min)" in html
+
+
+def test_time_filters_as_a_person_writes_them() -> None:
+    from wiggle._server.web.times import iso, time_arg
+
+    now = 1_764_684_000_000  # 2025-12-02 14:00:00 UTC
+    assert time_arg("", "t", now) == 0
+    assert time_arg("1764684000000", "t", now) == now
+    assert time_arg("2h", "t", now) == now - 7_200_000
+    assert time_arg("15m ago", "t", now) == now - 900_000
+    assert time_arg("2025-12-02 14:00", "t", now) == now  # no offset: UTC
+    assert time_arg("2025-12-02T15:00:00+01:00", "t", now) == now
+    assert time_arg("2025-12-02T14:00:00Z", "t", now) == now
+    assert iso(now) == "2025-12-02T14:00:00Z" and iso(now + 5) == "2025-12-02T14:00:00.005Z"
+    with pytest.raises(InvalidArgument, match="t must be a date and time"):
+        time_arg("yesterday", "t", now)
