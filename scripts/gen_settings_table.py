@@ -8,7 +8,8 @@ Usage: python scripts/gen_settings_table.py [--check]
 - docs/configuration.md: the server settings with their bounds, and the worker options
   (wiggle/_worker/options.py: ``WorkerOptions`` fields, described in its docstring's
   ``Attributes:`` section), and what clients present (wiggle/_security/credentials.py:
-  ``Credentials`` and ``ENV_VARS``), each between its pair of marker lines.
+  ``Credentials`` and ``ENV_VARS``), and the other variables (wiggle/_env.py: ``VARIABLES``),
+  each between its pair of marker lines.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from unittest import mock
 
 import msgspec
 
+from wiggle._env import VARIABLES
 from wiggle._security.credentials import ENV_VARS as CREDENTIAL_VARS
 from wiggle._security.credentials import Credentials
 from wiggle._server.config import DECLARED, ServerConfig, env_name
@@ -158,6 +160,16 @@ def credentials_reference() -> str:
     return "\n".join(rows)
 
 
+def other_variables() -> str:
+    """The site's table of the variables no settings class holds (wiggle/_env.py VARIABLES)."""
+    rows = ["| variable | read by | default | meaning |", "|---|---|---|---|"]
+    for variable in VARIABLES.values():
+        rows.append(
+            f"| `{variable.name}` | {_cell(variable.read_by)} | {_default(variable.default)} | {_cell(variable.help)} |"
+        )
+    return "\n".join(rows)
+
+
 def _fill(text: str, what: str, make: Callable[[], str], where: str) -> str:
     begin, end = _markers(what)
     if begin not in text or end not in text:
@@ -174,6 +186,7 @@ def made() -> dict[Path, str]:
     page = _fill(page, "server settings", server_reference, "docs/configuration.md")
     page = _fill(page, "worker options", worker_reference, "docs/configuration.md")
     page = _fill(page, "client credentials", credentials_reference, "docs/configuration.md")
+    page = _fill(page, "other variables", other_variables, "docs/configuration.md")
     return {README: readme, CONFIG_PAGE: page}
 
 

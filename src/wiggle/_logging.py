@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TextIO
 
-from ._env import EnvError, env_str
+from ._env import VARIABLES, EnvError, env_str, setting
 
 __all__ = [
     "LEVELS",
@@ -109,12 +109,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def log_settings(env: Mapping[str, str] | None = None, default_level: str = "INFO") -> tuple[int, str]:
+def log_settings(env: Mapping[str, str] | None = None, default_level: str | None = None) -> tuple[int, str]:
     """(level, format) from WIGGLE_LOG_LEVEL (default INFO) and WIGGLE_LOG_FORMAT (default text)."""
+    default_level = default_level or VARIABLES["WIGGLE_LOG_LEVEL"].default  # a command's own default
     level = env_str("WIGGLE_LOG_LEVEL", default_level, env).upper()
     if level not in LEVELS:
         raise EnvError(f"WIGGLE_LOG_LEVEL must be one of {', '.join(LEVELS)}, got {level!r}")
-    fmt = env_str("WIGGLE_LOG_FORMAT", "text", env).lower()
+    fmt = setting("WIGGLE_LOG_FORMAT", env).lower()
     if fmt not in FORMATS:
         raise EnvError(f"WIGGLE_LOG_FORMAT must be 'text' or 'json', got {fmt!r}")
     number: int = logging.getLevelName(level)
@@ -125,7 +126,7 @@ def configure_logging(
     env: Mapping[str, str] | None = None,
     stream: TextIO | None = None,
     only_if_unconfigured: bool = False,
-    default_level: str = "INFO",
+    default_level: str | None = None,
 ) -> bool:
     """Install one handler on the root logger as WIGGLE_LOG_LEVEL / WIGGLE_LOG_FORMAT say.
 

@@ -77,7 +77,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._env import env_str
+from .._env import child_environment, setting
 from .arguments import parse_args
 from .drain import DrainRun
 from .errors import BenchError
@@ -103,11 +103,9 @@ _NOT_INHERITED = (
 
 
 def _child_env(args: argparse.Namespace) -> dict[str, str]:
-    env = dict(os.environ, WIGGLE_BENCH_PARENT=str(os.getpid()), PYTHONUNBUFFERED="1")
+    env = child_environment(_NOT_INHERITED, WIGGLE_BENCH_PARENT=str(os.getpid()), PYTHONUNBUFFERED="1")
     if args.impl:
         env["WIGGLE_IMPL"] = args.impl
-    for var in _NOT_INHERITED:
-        env.pop(var, None)
     return env
 
 
@@ -118,7 +116,7 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {
             **{name: getattr(args, name) for name in settings.split()},
             "timeout_s": args.timeout,
-            "impl": args.impl or env_str("WIGGLE_IMPL", "auto"),
+            "impl": args.impl or setting("WIGGLE_IMPL"),
         },
         "environment": {
             "python": platform.python_version(),

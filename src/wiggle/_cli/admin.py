@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -15,10 +14,11 @@ __all__ = ["cmd_doctor", "cmd_workflows", "cmd_queues", "cmd_describe", "cmd_tok
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from .._server.config import ServerConfig, server_variable
     from .ops import doctor_checks
 
-    database_url = args.database_url or os.environ.get("WIGGLE_DATABASE_URL", "")
-    schema = args.database_schema or os.environ.get("WIGGLE_DATABASE_SCHEMA", "") or "wiggle"
+    database_url = args.database_url or server_variable("database_url")
+    schema = args.database_schema or server_variable("database_schema") or ServerConfig().database_schema
     checks = doctor_checks(args.target, database_url, schema)
     if args.json:
         print_json([{"check": name, "ok": ok, "detail": detail} for name, ok, detail in checks])

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import socket
 import ssl
 import sys
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidArgument, Unavailable
@@ -32,8 +32,10 @@ def add_ready(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_ready)
 
 
-def ready_url(args: argparse.Namespace, env: Any = os.environ) -> str:
+def ready_url(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> str:
     """The URL ``wiggle ready`` asks: --url, else 127.0.0.1 at --http-port or WIGGLE_HTTP_PORT."""
+    from .._server.config import server_variable
+
     if args.url:
         parsed = urllib.parse.urlsplit(args.url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -41,7 +43,7 @@ def ready_url(args: argparse.Namespace, env: Any = os.environ) -> str:
         return str(args.url)
     port = args.http_port
     if port is None:
-        raw = env.get("WIGGLE_HTTP_PORT", "").strip()
+        raw = server_variable("http_port", env)
         if not raw:
             raise InvalidArgument("give --url, or the server's --http-port (or WIGGLE_HTTP_PORT)")
         try:
@@ -50,7 +52,7 @@ def ready_url(args: argparse.Namespace, env: Any = os.environ) -> str:
             raise InvalidArgument(f"WIGGLE_HTTP_PORT must be an integer, got {raw!r}") from None
     if not 0 < port < 65536:
         raise InvalidArgument(f"the HTTP port must be between 1 and 65535, got {port}")
-    scheme = "https" if env.get("WIGGLE_TLS_CERT", "").strip() else "http"
+    scheme = "https" if server_variable("tls_cert", env) else "http"
     return f"{scheme}://127.0.0.1:{port}/readyz"
 
 

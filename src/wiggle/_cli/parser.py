@@ -7,9 +7,9 @@ puts them together, in the order ``wiggle --help`` lists them.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, NoReturn
 
+from .._env import setting
 from .._version import __version__
 from . import admin, completion, instances, schedules, server, worker
 
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"wiggle {__version__}; {_impl_line()}")
     parser.add_argument(
         "--target",
-        default=os.environ.get("WIGGLE_TARGET", "127.0.0.1:7233"),
+        default=setting("WIGGLE_TARGET"),
         help="server host:port, or several comma-separated for fail-over (WIGGLE_TARGET)",
     )
     # the client's TLS and token (wiggle/_security/credentials.py); unset: the WIGGLE_* variable

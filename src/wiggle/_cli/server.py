@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import enum
-import os
 import signal
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
 from .._engine.state import InstanceStatus
+from .._env import child_environment
 from .._logging import configure_logging
 from ..errors import InvalidArgument
 
@@ -47,7 +47,7 @@ def _run_processes(n: int) -> int:
     SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully; so is
     SIGHUP, which makes each child reload its certificate and identity files.
     """
-    env = dict(os.environ, WIGGLE_PROCESSES="1", WIGGLE_REUSE_PORT="1")
+    env = child_environment(WIGGLE_PROCESSES="1", WIGGLE_REUSE_PORT="1")
     # argparse keeps the last value of a repeated flag: the children each run one process.
     argv = [*sys.argv[1:], "--processes", "1"]
     children = [subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(n)]
@@ -94,7 +94,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         async with EmbeddedServer(http_port=args.dashboard_port) as server:
             print(f"embedded server (in-memory store) on {server.target}")
             # the demo's own output is the point: its worker logs warnings (tracebacks) and up
-            env = {"WIGGLE_LOG_LEVEL": "WARNING", **os.environ}
+            env = {"WIGGLE_LOG_LEVEL": "WARNING", **child_environment()}
             worker = subprocess.Popen(
                 [sys.executable, "-m", "wiggle._demo", server.target, mode.value], env=env
             )

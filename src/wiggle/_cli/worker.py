@@ -18,12 +18,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
-from .._env import EnvError
+from .._env import EnvError, child_environment, environment, setting
 from ..errors import InvalidArgument
 from .common import credentials_from_args
 
@@ -39,7 +39,8 @@ EXAMPLE = """examples:
 ENV_PREFIX = "WIGGLE_WORKER_"
 
 #: The variables of the command itself (not WorkerOptions fields): how many processes, which
-#: blueprints (when no MODULE:ATTR is given) and the folders to import them from.
+#: blueprints (when no MODULE:ATTR is given) and the folders to import them from (declared, with
+#: their defaults, in wiggle/_env.py ``VARIABLES``).
 COMMAND_VARIABLES = (ENV_PREFIX + "PROCESSES", ENV_PREFIX + "BLUEPRINTS", ENV_PREFIX + "PATH")
 
 #: Fields with a closed set of values: argparse choices.
@@ -136,10 +137,11 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_worker)
 
 
-def options_from(args: argparse.Namespace, env: dict[str, str] | os._Environ[str] = os.environ) -> Any:
+def options_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Any:
     """The WorkerOptions of ``args``: an option given, else its WIGGLE_WORKER_* variable, else the default."""
     from ..worker import WorkerOptions
 
+    env = environment() if env is None else env
     values: dict[str, Any] = {}
     for field in _fields():
         given = getattr(args, field.name)
@@ -198,15 +200,14 @@ def blueprints_at(path: str) -> list[Any]:
 def cmd_worker(args: argparse.Namespace) -> int:
     processes = args.processes
     if processes is None:
-        text = os.environ.get(ENV_PREFIX + "PROCESSES", "").strip()
-        processes = _parse(int, text, ENV_PREFIX + "PROCESSES") if text else 1
+        processes = _parse(int, setting(ENV_PREFIX + "PROCESSES"), ENV_PREFIX + "PROCESSES")
     if processes < 1:
         raise InvalidArgument(f"--processes must be 1 or more, got {processes}")
-    folders = [*args.path, *filter(None, os.environ.get(ENV_PREFIX + "PATH", "").split(os.pathsep))]
+    folders = [*args.path, *filter(None, setting(ENV_PREFIX + "PATH").split(os.pathsep))]
     for folder in reversed([os.getcwd(), *folders]):
         if folder not in sys.path:
             sys.path.insert(0, folder)
-    paths = args.blueprints or os.environ.get(ENV_PREFIX + "BLUEPRINTS", "").replace(",", " ").split()
+    paths = args.blueprints or setting(ENV_PREFIX + "BLUEPRINTS").replace(",", " ").split()
     if not paths:
         raise InvalidArgument(
             f"name the blueprints to serve: wiggle worker MODULE:ATTR ... (or {ENV_PREFIX}BLUEPRINTS)"
@@ -232,7 +233,7 @@ def _run_one(args: argparse.Namespace, blueprints: list[Any], options: Any) -> i
 def _supervise(given: list[str], processes: int) -> int:
     """Run ``processes`` copies of this command (each one worker); SIGTERM/SIGINT go to each."""
     argv = _without_processes(given)
-    env = {k: v for k, v in os.environ.items() if k != ENV_PREFIX + "PROCESSES"}
+    env = child_environment(drop=[ENV_PREFIX + "PROCESSES"])
     children: list[subprocess.Popen[bytes]] = []
     forwarded: set[int] = set()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._env import env_str
+from .._env import setting
 
 __all__ = [
     "IMPL",
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 _CHOICES = ("auto", "cython", "python")
-_wanted = env_str("WIGGLE_IMPL", "auto").lower()
+_wanted = setting("WIGGLE_IMPL").lower()
 if _wanted not in _CHOICES:
     raise ImportError(f"WIGGLE_IMPL={_wanted!r} is not one of {', '.join(_CHOICES)}")
 

@@ -7,13 +7,14 @@ agree on the names. A token is only ever sent over TLS (docs/semantics.md#securi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import grpc
 import msgspec
+
+from .._env import environment
 
 __all__ = ["Credentials", "ENV_VARS"]
 
@@ -83,7 +84,7 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: str | None) -> Credentials:
         """``given`` values (None: not given) over the WIGGLE_TLS_* / WIGGLE_TOKEN* variables."""
-        env = os.environ if env is None else env
+        env = environment() if env is None else env
         values: dict[str, str] = {}
         for field, var in ENV_VARS.items():
             value = given.get(field)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import re
 from collections.abc import Mapping
 from typing import Annotated, NamedTuple, get_type_hints
@@ -12,6 +11,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from .._env import env_str, environment
 from .._model import ExecutionMode
 from ..errors import InvalidArgument
 
@@ -24,6 +24,7 @@ __all__ = [
     "OLD_FLAGS",
     "check_config",
     "env_name",
+    "server_variable",
 ]
 
 log = logging.getLogger("wiggle.server")
@@ -254,12 +255,18 @@ def _convert(field: str, raw: str) -> object:
     return raw
 
 
+def server_variable(field: str, env: Mapping[str, str] | None = None) -> str:
+    """The stripped value of a server setting's variable ('' when unset), for a command that
+    runs next to a server with its environment (``wiggle doctor``, ``wiggle ready``)."""
+    return env_str(env_name(field), "", env)
+
+
 def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = None) -> ServerConfig:
-    """Settings from ``env`` (default os.environ), overridden by non-None ``values`` (CLI flags).
+    """Settings from ``env`` (default: the process environment), overridden by non-None ``values`` (CLI flags).
 
     A variable's older name (OLD_VARIABLES) is read too, with a warning, unless the new one is set.
     """
-    env = os.environ if env is None else env
+    env = environment() if env is None else env
     kwargs: dict[str, object] = {}
     for old, field in OLD_VARIABLES.items():
         if env.get(old, "") != "" and env.get(env_name(field), "") == "":

@@ -2,8 +2,8 @@
 
 A probe (Kubernetes' default timeout is 1 s) must get an answer, not a timeout: the store's check
 runs under its own short limit (``READY_TIMEOUT_SECONDS``), so a database that is away, or a pool
-with no free connection (whose own wait is WIGGLE_DB_ACQUIRE_TIMEOUT), is reported as not ready at
-once instead of after the pool's wait. The schema version reported is the store's; while the
+with no free connection (whose own wait is the store's ``acquire_timeout``), is reported as not
+ready at once instead of after the pool's wait. The schema version reported is the store's; while the
 store does not answer, the last one it reported (``null`` if none yet), never a made-up 0. The
 HTTP handler (wiggle/_server/web/http.py ``readyz``) calls ``readiness_answer`` and sends what it
 returns.

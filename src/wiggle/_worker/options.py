@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .._env import env_int
+from .._env import setting_int
 
 __all__ = ["WorkerOptions", "SYNC_HANDLER_MODES", "TRANSPORTS", "check_options"]
 
@@ -17,11 +17,11 @@ TRANSPORTS = ("stream", "unary")
 
 
 def _default_batch_size() -> int:
-    return env_int("WIGGLE_LOCAL_BATCH_SIZE", 64)
+    return setting_int("WIGGLE_LOCAL_BATCH_SIZE")
 
 
 def _default_flush_interval() -> float:
-    return env_int("WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS", 0) / 1000
+    return setting_int("WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS") / 1000
 
 
 class WorkerOptions(msgspec.Struct, kw_only=True):

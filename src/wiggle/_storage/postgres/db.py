@@ -81,6 +81,9 @@ def failover_conninfo(url: str) -> str:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise InvalidArgument(f"invalid PostgreSQL connection string: {short(exc)}") from None
+    # libpq's own PG* variables fill in what the string leaves out, so they are read here, where
+    # the string is completed; they are libpq's settings, not Wiggle's (the only reader of the
+    # environment besides wiggle/_env.py, as tests/test_settings_home.py allows)
     hosts = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST", "")).split(",")
     extra: dict[str, str | int] = {}
     if len(hosts) > 1 and "target_session_attrs" not in params and "PGTARGETSESSIONATTRS" not in os.environ:
