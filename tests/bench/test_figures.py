@@ -89,7 +89,7 @@ def test_drain_figures_from_counters() -> None:
         before=before,
         after=after,
         worker_stats=worker_stats,
-        xact=None,
+        pg_counters=None,
     )
     assert f["instances"] == 2 and f["steps"] == 3
     assert f["elapsed_s"] == 1.0  # t_go 1.0 s -> last finished_at 2000 ms
@@ -132,19 +132,50 @@ def test_drain_figures_with_postgres_and_a_vanished_process() -> None:
         before=before,
         after=after,
         worker_stats=[],
-        xact=8,
+        pg_counters={"xact_commit": 8, "tup_updated": 4},
     )
     assert f["cpu_s"]["workers"] is None
     assert f["cpu_s"]["postgres_backends"] == 1.0 and f["cpu_s"]["postgres_background"] == 0.25
     assert "irq" not in f["cpu_s"]
     assert f["pg_xact_commit"] == 8 and f["pg_xact_per_instance"] == 8.0
+    assert f["pg_per_instance"] == {"xact_commit": 8.0, "tup_updated": 4.0}
+    assert f["store_per_instance"] == {}  # a server without the store probe's counts
+
+
+def test_drain_figures_count_the_store_probe_inside_the_window() -> None:
+    def stats(claims: int, empty: int, notifies: int) -> dict[str, Any]:
+        store = {"claims": claims, "empty_claims": empty, "notifies": notifies}
+        return {"metrics": {"rpc_calls": {}}, "transactions": 0, "store": store}
+
+    before = Snapshot(stats(10, 2, 0), {"server": 0.0, "workers": 0.0}, None, 0.0, None)
+    after = Snapshot(stats(14, 3, 6), {"server": 0.0, "workers": 0.0}, None, 0.0, None)
+    f = drain_figures(
+        [info(0), info(1)],
+        steps=3,
+        t_go=0.5,
+        observed=0.6,
+        polls=1,
+        before=before,
+        after=after,
+        worker_stats=[],
+        pg_counters=None,
+    )
+    assert f["store_per_instance"] == {"claims": 2.0, "empty_claims": 0.5, "notifies": 3.0}
 
 
 def test_drain_figures_refuse_a_clock_that_runs_backwards() -> None:
     s = snapshot({}, 0, 0, 0, 0, 0, 0)
     with pytest.raises(BenchError, match="clocks disagree"):
         drain_figures(
-            [info(0)], steps=3, t_go=5.0, observed=1.0, polls=0, before=s, after=s, worker_stats=[], xact=None
+            [info(0)],
+            steps=3,
+            t_go=5.0,
+            observed=1.0,
+            polls=0,
+            before=s,
+            after=s,
+            worker_stats=[],
+            pg_counters=None,
         )
 
 

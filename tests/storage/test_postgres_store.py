@@ -18,7 +18,7 @@ from psycopg import sql
 
 from wiggle._engine.engine import Engine, EngineConfig
 from wiggle._engine.records import ContextSet, TaskDone
-from wiggle._engine.state import now_millis
+from wiggle._engine.state import Changes, now_millis
 from wiggle._model import ExecutionMode, Node, NodeKind, RetryPolicy, WorkflowDefinition
 from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery
@@ -629,6 +629,26 @@ async def test_servers_notify_each_other_only_while_a_peer_is_connected(
         await drain()
         await _work_round(a)
         assert a.cluster.notifies_sent == sent and await drain() == []
+
+
+async def test_notifies_go_out_after_the_commit_in_one_transaction_for_all_posted_meanwhile(
+    open_store: Callable[..., Any],
+) -> None:
+    """A NOTIFY inside a data transaction would make it wait on PostgreSQL's database-wide
+    notification lock until its commit is flushed (docs/architecture.md, "Scaling"): the NOTIFYs
+    of commits go out afterwards, everything posted while one send runs in the next one."""
+    await open_store()
+    b = await open_store()
+    assert b.cluster.peers == 1  # b counted the first when it opened
+    async with _raw_listener(b.cluster.channel_finished) as drain:
+        sent = b.cluster.notifies_sent
+        finished = Changes()
+        finished.finished = True
+        for n in range(50):  # posted in one go: the sender has not run yet
+            b.cluster.post(f"instance-{n}", finished)
+        await asyncio.wait_for(b.cluster._sender, 5.0)
+        assert b.cluster.notifies_sent == sent + 1
+        assert sorted(await drain()) == sorted(f"{b.node_id}:instance-{n}" for n in range(50))
 
 
 async def test_other_schemas_are_not_peers(open_store: Callable[..., Any]) -> None:

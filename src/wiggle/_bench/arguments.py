@@ -79,6 +79,16 @@ _FLAGS: tuple[tuple[str, str | None, dict[str, object]], ...] = (
     ),
     ("--instances", "WIGGLE_BENCH_INSTANCES", dict(type=positive, default=1000)),
     ("--workers", "WIGGLE_BENCH_WORKERS", dict(type=positive, default=4, help="worker processes")),
+    (
+        "--servers",
+        "WIGGLE_BENCH_SERVERS",
+        dict(
+            type=positive,
+            default=1,
+            help="server processes on the one PostgreSQL schema for the drain, each on its own port; "
+            "worker i connects to server i mod N, the driver and the submitting client to the first",
+        ),
+    ),
     ("--concurrency", "WIGGLE_BENCH_CONCURRENCY", dict(type=positive, default=16, help="per worker")),
     (
         "--batch-size",
@@ -185,6 +195,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise SystemExit("e2e: --latency runs one instance at a time; --submit does not apply to it")
     if args.timeout <= 0:
         raise SystemExit("e2e: --timeout must be > 0")
+    if args.servers > 1 and not args.database_url:
+        raise SystemExit("e2e: --servers > 1 needs PostgreSQL (--database-url): servers share a database")
+    if args.servers > 1 and args.latency:
+        raise SystemExit("e2e: --servers applies to the drain, not to --latency")
     if args.database_url and not args.database_url.startswith(("postgresql://", "postgres://")):
         raise SystemExit("e2e: --database-url must be a postgresql:// URL")
     return args

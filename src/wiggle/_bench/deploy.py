@@ -1,8 +1,10 @@
-"""One mode's processes: a benchmark server (memory, or a PostgreSQL schema) and its workers.
+"""One mode's processes: benchmark servers (memory, or a PostgreSQL schema) and their workers.
 
-Shared by the timed drain (drain.py) and the latency mode (latency.py): start the server and wait
-until it listens, start the workers and wait until they have registered the workflow (they pull
-only after ``go()``), read the server's counters, stop the workers gracefully for their own.
+Shared by the timed drain (drain.py) and the latency mode (latency.py): start the server (or, with
+``--servers N`` on PostgreSQL, N servers on the same schema, each on its own port) and wait until
+they listen, start the workers (worker i connects to server i mod N) and wait until they have
+registered the workflow (they pull only after ``go()``), read the servers' counters (added up),
+stop the workers gracefully for their own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from .errors import BenchError
 from .pgstats import Postgres
 from .processes import READY_TIMEOUT, STOP_GRACE, Child, Children
 
-__all__ = ["ModeProcesses", "fetch_all"]
+__all__ = ["ModeProcesses", "fetch_all", "merge_stats"]
 
 
 class ModeProcesses:
@@ -43,8 +45,9 @@ class ModeProcesses:
         self.children = children
         self.pg = pg
         self.schema = schema
-        self.server: Child | None = None
+        self.servers: list[Child] = []
         self.workers: list[Child] = []
+        self.targets: list[str] = []  # the current servers' addresses
         self.deadline = time.monotonic() + float(args.timeout)
 
     def remaining(self, what: str) -> float:
@@ -54,26 +57,40 @@ class ModeProcesses:
             raise BenchError(f"timed out after --timeout {self.args.timeout:.0f} s while {what}")
         return remaining
 
-    async def start_server(self, stage: str) -> tuple[Child, dict[str, Any]]:
-        """A fresh server process (the current one from now on) and its "ready" event (port, impl)."""
+    @property
+    def server(self) -> Child | None:
+        """The first of the current server processes (the one the driver's clients use)."""
+        return self.servers[0] if self.servers else None
+
+    async def start_server(self, stage: str, count: int = 1) -> tuple[Child, dict[str, Any]]:
+        """``count`` fresh server processes on the run's store (the current ones from now on); the
+        first and its "ready" event (port, impl). ``targets`` lists every one's address."""
         server_args = ["server"]
         if self.pg is not None:
             server_args += ["--database-url", self.pg.url, "--schema", self.schema]
-        server = await self.children.spawn(f"{self.label}-server-{stage}", server_args)
-        ready = await server.expect(
-            "ready", min(READY_TIMEOUT, self.remaining("starting the server")), "starting"
+        elif count > 1:
+            raise BenchError("several servers need PostgreSQL (--database-url)")
+        names = [f"{self.label}-server-{stage}" + (f"-{i}" if count > 1 else "") for i in range(count)]
+        servers = [await self.children.spawn(name, server_args) for name in names]
+        readies = await asyncio.gather(
+            *(
+                s.expect("ready", min(READY_TIMEOUT, self.remaining("starting the server")), "starting")
+                for s in servers
+            )
         )
-        self.server = server
-        return server, ready
+        self.servers = servers
+        self.targets = [f"127.0.0.1:{r['port']}" for r in readies]
+        return servers[0], readies[0]
 
-    async def start_workers(self, target: str, version: str) -> list[str]:
-        """Start the worker processes against ``target``; returns their hot-path implementations.
+    async def start_workers(self, version: str) -> list[str]:
+        """Start the worker processes, worker i against server i mod N; returns their hot-path
+        implementations.
 
         Each registers the benchmark workflow and waits for ``go()``; BenchError if one built a
         different workflow ``version`` than the driver.
         """
         args = self.args
-        worker_args = ["worker", "--target", target, "--mode", self.mode, "--steps", str(args.steps)]
+        worker_args = ["worker", "--mode", self.mode, "--steps", str(args.steps)]
         worker_args += ["--concurrency", str(args.concurrency), "--batch-size", str(args.batch_size)]
         worker_args += ["--transport", args.transport, "--handler", args.handler]
         if args.limits:
@@ -81,7 +98,10 @@ class ModeProcesses:
         if args.fault:
             worker_args += ["--fault", args.fault]
         self.workers = [
-            await self.children.spawn(f"{self.label}-worker{i}", [*worker_args, "--index", str(i)])
+            await self.children.spawn(
+                f"{self.label}-worker{i}",
+                [*worker_args, "--target", self.targets[i % len(self.targets)], "--index", str(i)],
+            )
             for i in range(args.workers)
         ]
         readies = await asyncio.gather(
@@ -101,8 +121,8 @@ class ModeProcesses:
 
     def check_alive(self, what: str) -> None:
         """ChildDied (with its log's tail) if the server or a worker has exited while ``what``."""
-        for child in [self.server, *self.workers]:
-            if child is not None and not child.alive:
+        for child in [*self.servers, *self.workers]:
+            if not child.alive:
                 raise child.died(what)
 
     @property
@@ -111,19 +131,20 @@ class ModeProcesses:
         return sum(w.steps for w in self.workers)
 
     async def stats(self) -> dict[str, Any]:
-        """The current server's "stats" event: RPC counters and the store's committed transactions."""
-        assert self.server is not None
-        self.server.send("stats")
-        return await self.server.expect("stats", 30.0, "reading its counters")
+        """The current servers' "stats" events added up (merge_stats): RPC counters, the stores'
+        committed transactions, hand-offs."""
+        assert self.servers
+        for server in self.servers:
+            server.send("stats")
+        events = await asyncio.gather(
+            *(s.expect("stats", 30.0, "reading its counters") for s in self.servers)
+        )
+        return merge_stats(events)
 
     def cpu(self) -> dict[str, float | None]:
-        """CPU seconds so far of the server and of all workers together (None: one has exited)."""
-        assert self.server is not None
-        workers = [w.cpu() for w in self.workers]
-        return {
-            "server": self.server.cpu(),
-            "workers": None if any(c is None for c in workers) else sum(c for c in workers if c is not None),
-        }
+        """CPU seconds so far of the servers and of the workers, each role added up (None: a
+        process of the role has exited)."""
+        return {"server": _summed_cpu(self.servers), "workers": _summed_cpu(self.workers)}
 
     async def stop_workers(self) -> list[dict[str, Any]]:
         """Stop the workers gracefully; their "stats" events ({} for one that did not answer)."""
@@ -139,9 +160,39 @@ class ModeProcesses:
         return stats
 
     async def stop_server(self) -> None:
-        """Stop the current server process."""
-        if self.server is not None:
-            await self.children.shutdown([self.server])
+        """Stop the current server processes."""
+        if self.servers:
+            await self.children.shutdown(self.servers)
+
+
+def _summed_cpu(children: list[Child]) -> float | None:
+    cpus = [c.cpu() for c in children]
+    return None if any(c is None for c in cpus) else sum(c for c in cpus if c is not None)
+
+
+def merge_stats(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several servers' "stats" events as one: counters added up (``rpc_calls``, ``rpc_errors``,
+    ``transactions``, ``handed_off``, the store probe's ``store``); one event is returned as it is."""
+    if len(events) == 1:
+        return events[0]
+    merged: dict[str, Any] = {
+        "metrics": {"rpc_calls": {}, "rpc_errors": {}},
+        "transactions": 0,
+        "handed_off": 0,
+        "store": {},
+    }
+    for event in events:
+        for key in ("rpc_calls", "rpc_errors"):
+            _add(merged["metrics"][key], event["metrics"].get(key, {}))
+        _add(merged["store"], event.get("store", {}))
+        merged["transactions"] += event.get("transactions", 0)
+        merged["handed_off"] += event.get("handed_off", 0)
+    return merged
+
+
+def _add(into: dict[str, int], counts: dict[str, int]) -> None:
+    for name, n in counts.items():
+        into[name] = into.get(name, 0) + n
 
 
 async def fetch_all(client: AsyncClient, workflow: str) -> list[InstanceInfo]:

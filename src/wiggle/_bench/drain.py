@@ -19,7 +19,7 @@ from . import worker as workload
 from .deploy import ModeProcesses, fetch_all
 from .errors import BenchError
 from .figures import Snapshot, drain_figures, start_figures
-from .pgstats import Postgres
+from .pgstats import Postgres, WaitSampler
 from .processes import STOP_GRACE, Children, machine_busy, self_cpu
 from .progress import Progress
 from .submit import StartLog, ThreadSubmitter
@@ -79,9 +79,9 @@ class DrainRun:
         stats = await self.procs.stats()
         return Snapshot(stats, cpu, pg_cpu, driver, machine)
 
-    async def _prepare(self, bp: Blueprint[Any]) -> tuple[str, int]:
+    async def _prepare(self, bp: Blueprint[Any]) -> tuple[str, dict[str, int]]:
         """Register ``bp`` and (under --submit before) start every instance; the drain's target
-        and PostgreSQL's committed transactions so far (0 in memory)."""
+        and PostgreSQL's database counters so far (pgstats.COUNTERS; empty in memory)."""
         procs = self.procs
         _, ready = await procs.start_server("submit")
         self.result["server_impl"] = ready.get("impl")
@@ -92,14 +92,14 @@ class DrainRun:
             if self.submit == "before":
                 await self._submit(client)
         if self.pg is None:
-            return target, 0
+            return target, {}
         # Drain on a second server process: the first one's backends exit and flush their
         # statistics, so pg_stat_database's counters are exact from here on.
         await procs.stop_server()
         await asyncio.to_thread(self.pg.wait_no_backends)
-        xact_before = await asyncio.to_thread(self.pg.xact_commit)
-        _, ready = await procs.start_server("drain")
-        return f"127.0.0.1:{ready['port']}", xact_before
+        counters = await asyncio.to_thread(self.pg.counters)
+        _, ready = await procs.start_server("drain", self.args.servers)
+        return f"127.0.0.1:{ready['port']}", counters
 
     async def run(self) -> dict[str, Any]:
         """Run the mode; its result (see the class docstring)."""
@@ -107,9 +107,9 @@ class DrainRun:
         procs = self.procs
         bp = workload.blueprint(self.mode, args.steps, args.handler, limits=args.limits)
         # -- 1. registration and submission (not timed)
-        target, xact_before = await self._prepare(bp)
+        target, counters_before = await self._prepare(bp)
         # -- 2. workers: connected and registered, waiting for "go"
-        self.result["worker_impl"] = await procs.start_workers(target, bp.version)
+        self.result["worker_impl"] = await procs.start_workers(bp.version)
         # -- 3. the timed drain (with the starts inside it under --submit during)
         submitter = None
         if self.submit == "during":
@@ -117,8 +117,11 @@ class DrainRun:
                 target, self.name, args.instances, args.submit_threads, workload.initial_context
             )
             self.starts = submitter.log
+        waits = WaitSampler(self.pg) if self.pg is not None else None
         async with AsyncClient(target) as client:
             before = await self._snapshot()
+            if waits is not None:
+                waits.start()
             t_go = time.time()
             mono_go = time.monotonic()
             procs.go()
@@ -130,6 +133,8 @@ class DrainRun:
                 if submitter is not None:
                     submitter.stop()
                     await asyncio.to_thread(submitter.join, STOP_GRACE)
+                if waits is not None:
+                    await asyncio.to_thread(waits.stop)
             mono_done = time.monotonic()
             after = await self._snapshot(after=True)
             # -- 4. verification (after the measurements)
@@ -142,10 +147,11 @@ class DrainRun:
         # -- 5. stop workers (graceful: they report their own counters), then the server
         worker_stats = await procs.stop_workers()
         await procs.stop_server()
-        xact = None
+        pg_counters = None
         if self.pg is not None:
             await asyncio.to_thread(self.pg.wait_no_backends)
-            xact = await asyncio.to_thread(self.pg.xact_commit) - xact_before
+            after_counters = await asyncio.to_thread(self.pg.counters)
+            pg_counters = {k: v - counters_before.get(k, 0) for k, v in after_counters.items()}
         if problems:
             self.result["problems"] = problems
             return self.result
@@ -159,9 +165,12 @@ class DrainRun:
                 before=before,
                 after=after,
                 worker_stats=worker_stats,
-                xact=xact,
+                pg_counters=pg_counters,
             )
         )
+        self.result["servers"] = len(procs.targets)
+        if waits is not None:
+            self.result["pg_waits"] = waits.result()
         clients = (
             f"{SUBMIT_CONCURRENCY} async calls"
             if self.submit == "before"

@@ -16,7 +16,7 @@ PostgreSQL backends of the benchmark database and PostgreSQL background processe
 the starts: starts/s and the latency percentiles of each ``StartInstance`` call.
 
 ``--submit during`` is the user's view of throughput (issue #16): no instance exists when the
-window opens; ``--submit-threads`` threads, each with its own blocking ``Client``, start them
+window opens; ``--submit-threads`` threads sharing one blocking ``Client`` start them
 while the workers run, and the window closes at the last ``finished_at``. Its runs are labelled
 ``<MODE> during`` beside ``<MODE> before`` and use a schema of their own (``..._<mode>_during``).
 
@@ -37,6 +37,7 @@ Settings (flag, environment variable, default):
     --steps        WIGGLE_BENCH_STEPS         20
     --instances    WIGGLE_BENCH_INSTANCES     1000
     --workers      WIGGLE_BENCH_WORKERS       4
+    --servers      WIGGLE_BENCH_SERVERS       1    (server processes on one PostgreSQL schema for the drain)
     --concurrency  WIGGLE_BENCH_CONCURRENCY   16
     --batch-size   WIGGLE_LOCAL_BATCH_SIZE    64   (LOCAL_ASYNC flush size)
     --transport    WIGGLE_BENCH_TRANSPORT     stream (or unary)
@@ -111,7 +112,10 @@ def _child_env(args: argparse.Namespace) -> dict[str, str]:
 
 def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The report's skeleton: the settings and the machine; each mode's result is appended."""
-    settings = "modes steps instances workers concurrency batch_size transport handler submit submit_threads latency limits"
+    settings = (
+        "modes steps instances servers workers concurrency batch_size transport handler submit"
+        " submit_threads latency limits"
+    )
     return {
         "settings": {
             **{name: getattr(args, name) for name in settings.split()},

@@ -63,13 +63,14 @@ def drain_figures(
     before: Snapshot,
     after: Snapshot,
     worker_stats: Sequence[dict[str, Any]],
-    xact: int | None,
+    pg_counters: Mapping[str, int] | None,
 ) -> dict[str, Any]:
     """The figures of a verified drain of ``infos`` (every instance finished) timed from ``t_go``.
 
     ``t_go`` is wall-clock seconds; the window ends at the last ``finished_at`` (milliseconds, the
     server's clock). ``observed`` is the driver's own view of the window, ``polls`` its
-    ListInstances calls, ``xact`` PostgreSQL's committed transactions (None in memory).
+    ListInstances calls, ``pg_counters`` PostgreSQL's database counters over the drain server's
+    life (pgstats.COUNTERS: committed transactions, rows; None in memory).
     """
     n = len(infos)
     last_finish = max(i.finished_at for i in infos) / 1000
@@ -90,6 +91,7 @@ def drain_figures(
     # The driver's own calls (its ListInstances polls; its starts under --submit during) are not
     # the workers' cost of running an instance.
     worker_rpcs = sum(v for m, v in rpc.items() if m not in DRIVER_RPCS)
+    xact = None if pg_counters is None else pg_counters.get("xact_commit", 0)
     return {
         "instances": n,
         "steps": steps,
@@ -113,6 +115,11 @@ def drain_figures(
         "handed_off_per_instance": round(handed / n, 3),
         "pg_xact_commit": xact,
         "pg_xact_per_instance": None if xact is None else round(xact / n, 3),
+        "pg_per_instance": None
+        if pg_counters is None
+        else {k: round(v / n, 3) for k, v in pg_counters.items()},
+        # the servers' claims, empty claims, NOTIFYs sent and heard (worker.py's StoreProbe)
+        "store_per_instance": {k: round(v / n, 3) for k, v in _store_deltas(before, after).items()},
         "cpu_s": cpu,
         "cpu_total_s": round(total_cpu, 3),
         "cpu_ms_per_instance": round(total_cpu * 1000 / n, 2),
@@ -131,6 +138,13 @@ def _rpc_deltas(before: Snapshot, after: Snapshot) -> tuple[dict[str, int], dict
     err1 = after.stats["metrics"].get("rpc_errors", {})
     errors = {m: err1.get(m, 0) - err0.get(m, 0) for m in err1 if err1.get(m, 0) - err0.get(m, 0)}
     return {m: v for m, v in rpc.items() if v}, errors
+
+
+def _store_deltas(before: Snapshot, after: Snapshot) -> dict[str, int]:
+    """The store probe's counts inside the window (worker.py's StoreProbe; {} from an older server)."""
+    s0 = before.stats.get("store", {})
+    s1 = after.stats.get("store", {})
+    return {k: v - s0.get(k, 0) for k, v in s1.items()}
 
 
 def _cpu_deltas(before: Snapshot, after: Snapshot) -> dict[str, float | None]:

@@ -67,7 +67,7 @@ class LatencyRun:
         target = f"127.0.0.1:{ready['port']}"
         async with AsyncClient(target) as client:
             await client.register(bp)
-            self.result["worker_impl"] = await procs.start_workers(target, bp.version)
+            self.result["worker_impl"] = await procs.start_workers(bp.version)
             procs.go()
             for n in range(-WARMUP, 0):
                 await self._one(client, n)

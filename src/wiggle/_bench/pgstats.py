@@ -1,15 +1,35 @@
-"""PostgreSQL statistics of a benchmark run: its own database, xact_commit, backend CPU, clean-up."""
+"""PostgreSQL statistics of a benchmark run: its own database, xact_commit, backend CPU, clean-up.
+
+Also what shows contention between servers on one database: the database's row and lock
+counters (``counters``) and what its busy backends wait on, sampled (``WaitSampler``).
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from .processes import proc_cpu
 
-__all__ = ["Postgres"]
+__all__ = ["COUNTERS", "Postgres", "WaitSampler"]
+
+#: pg_stat_database's counters read around the drain (row work, rollbacks, deadlocks, conflicts).
+COUNTERS = (
+    "xact_commit",
+    "xact_rollback",
+    "tup_returned",
+    "tup_fetched",
+    "tup_inserted",
+    "tup_updated",
+    "tup_deleted",
+    "blks_hit",
+    "blks_read",
+    "deadlocks",
+)
 
 
 class Postgres:
@@ -59,11 +79,20 @@ class Postgres:
         return stale
 
     def xact_commit(self) -> int:
+        return self.counters()["xact_commit"]
+
+    def counters(self) -> dict[str, int]:
+        """The benchmark database's pg_stat_database counters (COUNTERS); exact once no backend
+        of it is left (wait_no_backends), as each flushes its own when it exits."""
         self.admin.execute("SELECT pg_stat_clear_snapshot()")
         row = self.admin.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (self.dbname,)
+            f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database WHERE datname = %s", (self.dbname,)
         ).fetchone()
-        return int(row[0]) if row else 0
+        return (
+            dict(zip(COUNTERS, (int(v or 0) for v in row), strict=True))
+            if row
+            else dict.fromkeys(COUNTERS, 0)
+        )
 
     def wait_no_backends(self, timeout: float = 10.0) -> None:
         """Wait until no connection to the benchmark database is left (their stats are flushed then)."""
@@ -111,3 +140,59 @@ class Postgres:
                 self.admin.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
         finally:
             self.admin.close()
+
+
+class WaitSampler:
+    """Samples, every ``interval`` seconds in a thread of its own, what the benchmark database's
+    busy backends wait on (pg_stat_activity, on a connection to the admin database, so the
+    sampler is not one of the backends it counts).
+
+    ``result()`` gives the samples taken, the mean number of active backends, and per wait
+    (``type:event``, e.g. ``Lock:transactionid``, ``LWLock:NotifyQueue``, ``IO:WALSync``) the mean
+    number of active backends waiting on it: lock waits between servers show up here.
+    """
+
+    def __init__(self, pg: Postgres, interval: float = 0.05) -> None:
+        self.url = pg.admin_url
+        self.dbname = pg.dbname
+        self.psycopg = pg.psycopg
+        self.interval = interval
+        self.samples = 0
+        self.active = 0
+        self.waits: Counter[str] = Counter()
+        self.error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-pg-waits", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def _run(self) -> None:
+        query = (
+            "SELECT wait_event_type, wait_event FROM pg_stat_activity "
+            "WHERE datname = %s AND backend_type = 'client backend' AND state = 'active'"
+        )
+        try:
+            with self.psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+                while not self._stop.wait(self.interval):
+                    rows = conn.execute(query, (self.dbname,)).fetchall()
+                    self.samples += 1
+                    self.active += len(rows)
+                    for kind, event in rows:
+                        if kind:
+                            self.waits[f"{kind}:{event}"] += 1
+        except Exception as exc:  # the figures say so; the run itself goes on
+            self.error = str(exc).strip()
+
+    def result(self) -> dict[str, object]:
+        n = max(self.samples, 1)
+        return {
+            "samples": self.samples,
+            "mean_active": round(self.active / n, 3),
+            "mean_waiting": {k: round(v / n, 3) for k, v in self.waits.most_common()},
+            **({"error": self.error} if self.error else {}),
+        }

@@ -72,6 +72,50 @@ def _rpc_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
     return lines
 
 
+#: The contention table's rows: (label, where in a mode's result, key).
+_CONTENTION_ROWS = (
+    ("claims", "store_per_instance", "claims"),
+    ("claims that found none", "store_per_instance", "empty_claims"),
+    ("next-ready reads", "store_per_instance", "next_ready_reads"),
+    ("NOTIFYs sent", "store_per_instance", "notifies"),
+    ("work NOTIFYs heard", "store_per_instance", "work_heard"),
+    ("pg rows fetched", "pg_per_instance", "tup_fetched"),
+    ("pg rows returned", "pg_per_instance", "tup_returned"),
+    ("pg rows updated", "pg_per_instance", "tup_updated"),
+    ("pg rollbacks", "pg_per_instance", "xact_rollback"),
+)
+
+
+def _contention_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    """Per instance: the servers' claims and NOTIFYs, the database's row work, and the mean number
+    of busy PostgreSQL backends waiting, by wait (sampled): what grows when servers contend."""
+    if not any(m.get("store_per_instance") or m.get("pg_per_instance") for m in ok):
+        return []
+    w = max(12, *(len(x) for x in labels))
+    head = f"{'per instance':<32}" + "".join(f" {x:>{w}}" for x in labels)
+    lines = ["", head, "-" * len(head)]
+    lines.append(f"{'server processes':<32}" + "".join(f" {m.get('servers', 1):>{w}}" for m in ok))
+    for label, where, key in _CONTENTION_ROWS:
+        values = [(m.get(where) or {}).get(key) for m in ok]
+        if any(v is not None for v in values):
+            lines.append(f"{label:<32}" + "".join(f" {_fmt(v, '.3f'):>{w}}" for v in values))
+    waits = [m.get("pg_waits") for m in ok]
+    if any(waits):
+        lines.append(
+            f"{'pg backends active':<32}"
+            + "".join(f" {_fmt((x or {}).get('mean_active'), '.2f'):>{w}}" for x in waits)
+        )
+        events = sorted({e for x in waits if x for e in x["mean_waiting"]})
+        for event in events:
+            lines.append(
+                f"{'  waiting ' + event:<32}"
+                + "".join(
+                    f" {_fmt((x or {}).get('mean_waiting', {}).get(event, 0.0), '.2f'):>{w}}" for x in waits
+                )
+            )
+    return lines
+
+
 def _starts_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
     rows = [(m["starts"], label) for m, label in zip(ok, labels, strict=True) if m.get("starts")]
     if not rows:
@@ -164,8 +208,9 @@ def render(doc: dict[str, Any]) -> str:
     if s.get("latency"):
         return render_latency(doc)
     env = doc["environment"]
+    servers = f"{s['servers']} server processes, " if s.get("servers", 1) > 1 else ""
     lines = [
-        f"wiggle e2e benchmark: {s['steps']} steps x {s['instances']} instances, {s['workers']} workers x "
+        f"wiggle e2e benchmark: {s['steps']} steps x {s['instances']} instances, {servers}{s['workers']} workers x "
         f"{s['concurrency']} concurrency, transport {s['transport']}, {s['handler']} handlers, batch {s['batch_size']}",
         *_store_line(env),
     ]
@@ -177,6 +222,7 @@ def render(doc: dict[str, Any]) -> str:
     if ok:
         lines += _drain_table(ok, labels, pg)
         lines += _rpc_table(ok, labels)
+        lines += _contention_table(ok, labels)
         if any(m["rpc_errors"] for m in ok):
             lines.append(
                 "RPC errors: "

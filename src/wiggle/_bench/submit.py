@@ -1,9 +1,10 @@
 """Starting the benchmark's instances the way a user does: client threads calling ``Client.start``.
 
 ``--submit during`` runs a ``ThreadSubmitter`` inside the timed window, concurrently with the
-workers (issue #16: a user's view of throughput includes starting the instances). Each thread has
-its own blocking ``wiggle.Client`` (its own channel), as independent callers would; they share one
-counter, so instance ``n`` is started exactly once, by whichever thread takes it.
+workers (issue #16: a user's view of throughput includes starting the instances). The threads
+share one blocking ``wiggle.Client`` (one channel), as the threads of one application would
+(issue #28), and one counter, so instance ``n`` is started exactly once, by whichever thread
+takes it.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ class StartLog:
 class ThreadSubmitter:
     """``threads`` OS threads starting ``total`` instances of ``workflow`` on ``target``.
 
-    ``context(n)`` is instance ``n``'s initial context. ``start()`` returns at once; ``done``,
-    ``error`` and ``log`` say how far it got; ``stop()`` makes the threads quit after their
-    current call (on a failure elsewhere); ``join()`` waits for them.
+    ``context(n)`` is instance ``n``'s initial context. ``start()`` opens the shared client and
+    returns at once; ``done``, ``error`` and ``log`` say how far it got; ``stop()`` makes the
+    threads quit after their current call (on a failure elsewhere); ``join()`` waits for them and
+    closes the client once they are all done.
     """
 
     def __init__(
@@ -75,13 +77,15 @@ class ThreadSubmitter:
         self._next = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._client: Client | None = None
         self._threads = [
             threading.Thread(target=self._run, name=f"bench-submit-{i}", daemon=True)
             for i in range(min(threads, total))
         ]
 
     def start(self) -> None:
-        """Start every thread."""
+        """Open the client the threads share and start every thread."""
+        self._client = Client(self.target)
         for thread in self._threads:
             thread.start()
 
@@ -94,12 +98,13 @@ class ThreadSubmitter:
             return n
 
     def _run(self) -> None:
+        client = self._client
+        assert client is not None
         try:
-            with Client(self.target) as client:
-                while (n := self._take()) is not None:
-                    origin = self.log.began()
-                    info = client.start(self.workflow, self.context(n))
-                    self.log.ended(info.instance_id, n, origin)
+            while (n := self._take()) is not None:
+                origin = self.log.began()
+                info = client.start(self.workflow, self.context(n))
+                self.log.ended(info.instance_id, n, origin)
         except BaseException as exc:  # reported by the driver; the other threads stop too
             self.error = self.error or exc
             self._stop.set()
@@ -123,3 +128,6 @@ class ThreadSubmitter:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(deadline - time.monotonic(), 0.0))
+        if self._client is not None and self.done:
+            self._client.close()
+            self._client = None

@@ -4,7 +4,8 @@ Two roles, both driven over stdin/stdout with one JSON object per line:
 
 ``server``  runs a WiggleServer on a free port (in-memory, or PostgreSQL with --database-url).
             Prints ``{"event": "ready", "port": ...}``; answers ``stats`` with the server's RPC
-            counters and the store's committed transactions; ``stop`` (or EOF on stdin, or
+            counters, the store's committed transactions and the ``StoreProbe``'s counts
+            (claims, empty claims, NOTIFYs sent and heard); ``stop`` (or EOF on stdin, or
             SIGTERM) stops it gracefully and prints ``{"event": "stopped"}``.
 
 ``worker``  connects and registers the benchmark workflow, prints ``{"event": "ready"}``, waits
@@ -146,6 +147,52 @@ def _commands(loop: asyncio.AbstractEventLoop) -> asyncio.Queue[str | None]:
 # ---------------------------------------------------------------------- roles
 
 
+class StoreProbe:
+    """Counts, in a benchmark server, what its store does that can be wasted work between servers.
+
+    It wraps three methods of the one store instance (no code outside the benchmark changes):
+    ``claim`` (calls, calls that found nothing, steps claimed), ``next_ready_at`` (the poller's
+    "is there anything due?" read after an empty claim), and on PostgreSQL the cluster's
+    ``dispatch`` (NOTIFYs heard from other servers on the work channel); ``notifies`` is the
+    cluster's own count of NOTIFY statements sent (wiggle/_storage/postgres/cluster.py).
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.counts = {"claims": 0, "empty_claims": 0, "claimed": 0, "next_ready_reads": 0, "work_heard": 0}
+        self.cluster = getattr(store, "cluster", None)
+        claim, next_ready_at = store.claim, store.next_ready_at
+        counts = self.counts
+
+        async def counted_claim(*args: Any, **kwargs: Any) -> Any:
+            claimed = await claim(*args, **kwargs)
+            counts["claims"] += 1
+            counts["claimed"] += len(claimed)
+            if not claimed:
+                counts["empty_claims"] += 1
+            return claimed
+
+        async def counted_next_ready_at(*args: Any, **kwargs: Any) -> Any:
+            counts["next_ready_reads"] += 1
+            return await next_ready_at(*args, **kwargs)
+
+        store.claim = counted_claim
+        store.next_ready_at = counted_next_ready_at
+        if self.cluster is not None:
+            dispatch, work = self.cluster.dispatch, self.cluster.channel_work
+
+            def counted_dispatch(channel: str, payload: str) -> None:
+                if channel == work:
+                    counts["work_heard"] += 1
+                dispatch(channel, payload)
+
+            self.cluster.dispatch = counted_dispatch
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far, with ``notifies`` (NOTIFY statements this server sent)."""
+        notifies = getattr(self.cluster, "notifies_sent", 0) if self.cluster is not None else 0
+        return {**self.counts, "notifies": int(notifies)}
+
+
 async def run_server(args: argparse.Namespace) -> int:
     from wiggle import _fast
     from wiggle._server.app import WiggleServer
@@ -159,6 +206,7 @@ async def run_server(args: argparse.Namespace) -> int:
     commands = _commands(asyncio.get_running_loop())
     server = WiggleServer(config)
     port = await server.start()
+    probe = StoreProbe(server.store)
     _emit(
         "ready",
         port=port,
@@ -180,6 +228,7 @@ async def run_server(args: argparse.Namespace) -> int:
                     metrics=server.metrics.snapshot(),
                     transactions=server.store.stats.transactions,
                     handed_off=server.instances.handed_off,
+                    store=probe.snapshot(),
                     time=time.time(),
                 )
     finally:

@@ -6,7 +6,10 @@ Several server processes on one database cooperate through PostgreSQL only:
   node (one background listener connection per node, reconnected when it drops). A node sends
   NOTIFYs only while another node of its schema is connected (see ``Cluster.count_peers``): a
   lone server, the common case, spares PostgreSQL the notification queue and its listener
-  wake-ups;
+  wake-ups. They go out after the commit they announce, in a transaction of their own
+  (``Cluster.post``), never inside it: PostgreSQL serializes every committing transaction that
+  has notified on one database-wide lock held until its commit is flushed, so a NOTIFY inside
+  the data's commit made the servers' commits wait for each other's WAL flushes;
 - the clock duties (timers, lease expiry, user-task deadlines) run on the one node holding a
   session-level advisory lock on a dedicated connection; when that node dies its session ends,
   the lock is released and another node takes over at its next tick. Advisory locks live in one
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -29,7 +33,7 @@ from psycopg import sql
 
 from ..._engine.state import Changes
 from ..notifier import Notifier
-from .db import Conn, Database, short
+from .db import Conn, Database, short, transaction
 from .migrations import lock_key
 
 __all__ = ["Cluster", "app_prefix"]
@@ -61,7 +65,7 @@ class Cluster:
         self.app_prefix = app_prefix(schema)
         self.application_name = f"{self.app_prefix}{self.node_id}"
         self.peers = 0  # other nodes on this schema, as last counted (NOTIFY only when > 0)
-        self.notifies_sent = 0  # NOTIFY statements sent (for tests and diagnostics)
+        self.notifies_sent = 0  # NOTIFY transactions sent (for tests and diagnostics)
         prefix = schema[:48]
         self.channel_work = f"{prefix}_work"
         self.channel_finished = f"{prefix}_finished"
@@ -73,10 +77,15 @@ class Cluster:
         self._leader_conn: Conn | None = None
         self._leader_lock = asyncio.Lock()
         self._clock_key = lock_key("clock", schema)
+        self._notify_sql = ""  # Cluster.open: the store's statement sending many NOTIFYs at once
+        self._pending: dict[tuple[str, str], None] = {}  # posted, not yet sent (in order, once each)
+        self._sender: asyncio.Task[None] | None = None
 
-    async def open(self, db: Database) -> None:
-        """Start listening (and say hello to the other nodes) over ``db``."""
+    async def open(self, db: Database, notify_sql: str) -> None:
+        """Start listening (and say hello to the other nodes) over ``db``; ``notify_sql`` sends
+        NOTIFYs given as two arrays, channels and payloads (statements.py, ``Queries.notify``)."""
         self.db = db
+        self._notify_sql = notify_sql
         conn = await db.retry_connect("listening", self.listen_connection)
         self._listener = asyncio.ensure_future(self.listen_forever(conn))
 
@@ -87,6 +96,11 @@ class Cluster:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._listener
             self._listener = None
+        if self._sender is not None:
+            self._sender.cancel()  # wake-ups only: the committed work is found by the next polls
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sender
+            self._sender = None
         async with self._leader_lock:
             await self._drop_leadership()
         self.db = None
@@ -181,21 +195,47 @@ class Cluster:
         elif channel == self.channel_peers:
             self.peers = max(self.peers, 1)  # a node joined: notify from now on (recounted soon)
 
-    def notifications(
-        self, instance_id: str, changes: Changes, channels: list[str], payloads: list[str]
-    ) -> None:
-        """Append the NOTIFYs (channel, payload) other nodes need for ``changes``, if there are any."""
+    def post(self, instance_id: str, changes: Changes) -> None:
+        """Send the NOTIFYs other nodes need for ``changes`` of ``instance_id``, just committed.
+
+        They are sent by one task per node (``_send``), each time all that was posted meanwhile
+        in one transaction of its own, with ``synchronous_commit`` off for it: PostgreSQL takes
+        a database-wide lock for a transaction that notified, from its commit until the commit
+        is flushed, so NOTIFYs inside the data's transactions made every server's commits wait
+        for each other's WAL flushes (docs/architecture.md, "Scaling"), and a NOTIFY transaction
+        waiting for its flush would hold that lock as long. Notifications are wake-ups, not
+        state: one that is lost (a crash between the commit and the send) only makes the other
+        nodes' pollers find the work at their next poll, as after a listener's reconnection.
+        """
         if not self.peers:
             return  # nobody else listens: the store wakes this node's own waiters after the commit
+        pending = self._pending
         for queue in changes.ready_queues:
-            channels.append(self.channel_work)
-            payloads.append(f"{self.node_id}:{queue}")
+            pending[(self.channel_work, f"{self.node_id}:{queue}")] = None
         if changes.timers:
-            channels.append(self.channel_clock)
-            payloads.append(self.node_id)
+            pending[(self.channel_clock, self.node_id)] = None
         if changes.finished:
-            channels.append(self.channel_finished)
-            payloads.append(f"{self.node_id}:{instance_id}")
+            pending[(self.channel_finished, f"{self.node_id}:{instance_id}")] = None
+        if pending and self.db is not None and (self._sender is None or self._sender.done()):
+            self._sender = asyncio.ensure_future(self._send())
+
+    async def _send(self) -> None:
+        """Send what was posted, one transaction at a time, until nothing is left."""
+        while self._pending and self.db is not None:
+            batch, self._pending = list(self._pending), {}
+            params = ([c for c, _ in batch], [p for _, p in batch])
+            self.notifies_sent += 1
+            try:
+                await self.db.run("notify", functools.partial(self._notify, params=params))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the work is committed; the others find it when they poll
+                log.warning("could not notify the other nodes (%s)", short(exc))
+
+    async def _notify(self, conn: Conn, params: tuple[list[str], list[str]]) -> None:
+        async with transaction(conn):
+            await conn.execute("SET LOCAL synchronous_commit TO off")
+            await conn.execute(self._notify_sql, params)
 
     # ------------------------------------------------------------------ clock leadership
 

@@ -134,7 +134,7 @@ class PostgresStore(Store):
         await self.db.open(f"wiggle-{self.node_id}")
         try:
             await self.statistics.open()
-            await self.cluster.open(self.db)
+            await self.cluster.open(self.db, self.queries.notify)
             await ensure_context_indexes(self.db, self.schema, self.context_search_fields)
         except BaseException:
             await self.close()
@@ -150,21 +150,15 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ persisting
 
     async def _persist(self, conn: Conn, items: Items, existing: set[str] | frozenset[str]) -> bool:
-        """Write ``items`` and send the NOTIFYs other nodes need, inside the caller's transaction."""
-        wrote = await self.writer.write(conn, items, existing)
-        channels: list[str] = []
-        payloads: list[str] = []
-        for state, changes, _ in items:
-            self.cluster.notifications(state.instance.id, changes, channels, payloads)
-        if channels:
-            unique = dict.fromkeys(zip(channels, payloads, strict=True))
-            await conn.execute(self.queries.notify, ([c for c, _ in unique], [p for _, p in unique]))
-            self.cluster.notifies_sent += 1
-        return wrote
+        """Write ``items`` inside the caller's transaction (their NOTIFYs follow the commit:
+        ``_announce``)."""
+        return await self.writer.write(conn, items, existing)
 
     def _announce(self, instance_id: str, changes: Changes) -> None:
-        """Wake this node's waiters for what a commit changed (other nodes hear the NOTIFYs), and
-        hand its pollers the steps leased to them in it (wiggle/_storage/handoff.py)."""
+        """Wake this node's waiters for what a commit changed and the other nodes' (NOTIFYs sent
+        after the commit, cluster.py ``Cluster.post``), and hand this node's pollers the steps
+        leased to them in it (wiggle/_storage/handoff.py)."""
+        self.cluster.post(instance_id, changes)
         if changes.handoffs:
             settle(changes.handoffs)
         if changes.ready_queues:
