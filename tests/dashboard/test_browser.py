@@ -158,9 +158,16 @@ async def test_every_page_and_the_actions_in_a_browser(
                     )
                 )
                 shot(browser, f"instance-cancelled-{store}")
-                return browser.find_element(By.CSS_SELECTOR, "#main .pill").text, bool(
-                    browser.find_elements(By.CSS_SELECTOR, "button#cancel")
-                )
+
+                def read(d: webdriver.Chrome) -> tuple[str, bool]:  # again if a refresh replaced it
+                    return d.find_element(By.CSS_SELECTOR, "#main .pill").text, bool(
+                        d.find_elements(By.CSS_SELECTOR, "button#cancel")
+                    )
+
+                seen: tuple[str, bool] = WebDriverWait(
+                    browser, 20, ignored_exceptions=(StaleElementReferenceException,)
+                ).until(read)
+                return seen
 
             pill, still_cancellable = await asyncio.to_thread(refreshed)
             assert pill == "CANCELLED" and not still_cancellable
