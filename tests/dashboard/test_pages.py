@@ -37,6 +37,8 @@ def test_every_waiting_token_says_until_when() -> None:
     from wiggle._engine.state import Token, TokenStatus
     from wiggle._model import NodeKind
     from wiggle._server.web.states import node_states, token_times
+    from wiggle._wire.convert import token_to_pb
+    from wiggle._wire.replies import token_from_pb
 
     now = 1_000_000_000_000
     sleeping = Token("t1", "i", "nap", TokenStatus.WAITING, available_at=now + 240_000)
@@ -72,9 +74,8 @@ def test_every_waiting_token_says_until_when() -> None:
     assert labels["charge"] == "attempt 3 in 30 s"
     assert labels["ship"] == "running on w1 (attempt 1), times out in 1 min"
     assert labels["approve"] == "awaiting a person, deadline in 2.0 h"
-    html = pages._tokens_html(
-        [{**msgspec.to_builtins(running), "times": token_times(running, None, now)}], now
-    )
+    shown = msgspec.to_builtins(token_from_pb(token_to_pb(running)))  # the read model's token
+    html = pages._tokens_html([{**shown, "times": token_times(running, None, now)}], now)
     assert f'times out at <time data-ms="{now + 90_000}"' in html and "(in 1 min)" in html
 
 
