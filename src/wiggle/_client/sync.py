@@ -204,7 +204,7 @@ class Client:
     ) -> tuple[builtins.list[InstanceInfo], str]:
         """One page of instances (newest first) and the next page token ('' on the last page).
 
-        Search (docs/dashboard.md#search): ``node``, instances with an active token there;
+        Search (docs/dashboard.md#searching): ``node``, instances with an active token there;
         ``text``, the status reason or error contains it (any case); ``context``, field -> value:
         each top-level context field's value, as text, equals the value; ``top_level``, no
         sub-workflow children.
