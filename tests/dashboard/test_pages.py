@@ -93,3 +93,16 @@ def test_time_filters_as_a_person_writes_them() -> None:
     assert iso(now) == "2025-12-02T14:00:00Z" and iso(now + 5) == "2025-12-02T14:00:00.005Z"
     with pytest.raises(InvalidArgument, match="t must be a date and time"):
         time_arg("yesterday", "t", now)
+
+
+def test_context_search_fields_are_checked_and_listed_once() -> None:
+    from wiggle._server.config import context_fields, from_mapping
+    from wiggle._storage.postgres.context_indexes import index_name
+
+    config = from_mapping({}, env={"WIGGLE_CONTEXT_SEARCH_FIELDS": " customer_id, order_id ,customer_id,"})
+    assert context_fields(config) == ("customer_id", "order_id")
+    with pytest.raises(InvalidArgument, match="--context-search-fields .* names 'customer-id'"):
+        from_mapping({"context_search_fields": "customer-id"}, env={})
+    assert index_name("customer_id") == "instances_ctx_customer_id"
+    long_a, long_b = index_name("x" * 60 + "a"), index_name("x" * 60 + "b")
+    assert len(long_a) == len(long_b) == 63 and long_a != long_b  # cut, and kept apart by a digest
