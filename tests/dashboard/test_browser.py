@@ -75,6 +75,11 @@ def node_state(driver: webdriver.Chrome, node: str) -> str:
     return "" if state == "unreached" else state
 
 
+def stable(driver: webdriver.Chrome, read: Any) -> Any:
+    """``read(driver)``, read again if the 2 s refresh replaced what it found before it was read."""
+    return WebDriverWait(driver, 20, ignored_exceptions=(StaleElementReferenceException,)).until(read)
+
+
 def confirm(driver: webdriver.Chrome, button_css: str, actor: str) -> None:
     """Click an action, fill in who, confirm (the dialog closes once the server accepted it)."""
     click(driver, button_css)
@@ -109,8 +114,13 @@ async def test_every_page_and_the_actions_in_a_browser(
             def instances_page() -> tuple[int, str]:
                 browser.get(f"{base}/instances?workflow={flow.name}")
                 wait_for(browser, "tr[data-id]")
-                rows = browser.find_elements(By.CSS_SELECTOR, "tbody tr[data-id]")
-                running = browser.find_element(By.CSS_SELECTOR, 'a[data-count="RUNNING"]').text
+                rows, running = stable(
+                    browser,
+                    lambda d: (
+                        d.find_elements(By.CSS_SELECTOR, "tbody tr[data-id]"),
+                        d.find_element(By.CSS_SELECTOR, 'a[data-count="RUNNING"]').text,
+                    ),
+                )
                 shot(browser, f"instances-{store}")
                 return len(rows), running
 
@@ -121,9 +131,12 @@ async def test_every_page_and_the_actions_in_a_browser(
                 browser.get(f"{base}/instances/{declined}")
                 wait_for(browser, "svg.graph")
                 states = {n: node_state(browser, n) for n in ("validate", "approve", "charge", "ship")}
-                tracebacks = browser.find_elements(By.CSS_SELECTOR, "#history pre.tb")
-                states["tracebacks"] = str(len(tracebacks))
-                states["last"] = tracebacks[-1].text if tracebacks else ""
+
+                def read(d: webdriver.Chrome) -> tuple[str, str]:  # again if a refresh replaced them
+                    tracebacks = d.find_elements(By.CSS_SELECTOR, "#history pre.tb")
+                    return str(len(tracebacks)), tracebacks[-1].text if tracebacks else ""
+
+                states["tracebacks"], states["last"] = stable(browser, read)
                 shot(browser, f"instance-failed-{store}")
                 return states
 
@@ -158,9 +171,14 @@ async def test_every_page_and_the_actions_in_a_browser(
                     )
                 )
                 shot(browser, f"instance-cancelled-{store}")
-                return browser.find_element(By.CSS_SELECTOR, "#main .pill").text, bool(
-                    browser.find_elements(By.CSS_SELECTOR, "button#cancel")
-                )
+
+                def read(d: webdriver.Chrome) -> tuple[str, bool]:  # again if a refresh replaced it
+                    return d.find_element(By.CSS_SELECTOR, "#main .pill").text, bool(
+                        d.find_elements(By.CSS_SELECTOR, "button#cancel")
+                    )
+
+                seen: tuple[str, bool] = stable(browser, read)
+                return seen
 
             pill, still_cancellable = await asyncio.to_thread(refreshed)
             assert pill == "CANCELLED" and not still_cancellable

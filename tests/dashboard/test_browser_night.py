@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from wiggle import Workflow
 
 from .helpers import click, dashboard_server, until
-from .test_browser import browser, shot, wait_for  # noqa: F401  (browser: a fixture)
+from .test_browser import browser, shot, stable, wait_for  # noqa: F401  (browser: a fixture)
 
 
 def noop(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -106,13 +106,16 @@ async def test_the_night_shift_fixes_in_a_browser(browser: webdriver.Chrome) -> 
                 box.send_keys("customer_id = c-2")
                 time.sleep(3)  # a refresh tick or more while typing: it waits
                 paused = text_of(browser, "#updated")
-                browser.find_element(By.CSS_SELECTOR, "h2").click()  # leave the box
+                click(browser, "#main h2")  # leave the box
                 before = browser.find_element(By.ID, "main").get_attribute("data-refreshed") or ""
                 WebDriverWait(browser, 20).until(
                     lambda d: (d.find_element(By.ID, "main").get_attribute("data-refreshed") or "") != before
                 )
-                kept = browser.find_element(By.CSS_SELECTOR, 'form.filters input[name="ctx"]').get_attribute(
-                    "value"
+                kept = stable(
+                    browser,
+                    lambda d: d.find_element(By.CSS_SELECTOR, 'form.filters input[name="ctx"]').get_attribute(
+                        "value"
+                    ),
                 )
                 shot(browser, "night-instances-filters")
                 return paused, str(kept), text_of(browser, "#updated")

@@ -11,10 +11,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
+import msgspec
 import pytest
 from pg import TEST_DATABASE_URL
 
-from wiggle import Workflow
+from wiggle import InvalidArgument, Workflow
 
 from .helpers import dashboard_server, until
 from .test_api import get, post
@@ -26,6 +27,11 @@ def boom(ctx: dict[str, Any]) -> dict[str, Any]:
 
 def noop(ctx: dict[str, Any]) -> dict[str, Any]:
     return ctx
+
+
+def as_json(value: Any) -> Any:
+    """A client value as it reads as JSON (tuples as lists)."""
+    return msgspec.json.decode(msgspec.json.encode(value))
 
 
 async def page_of(http: aiohttp.ClientSession, base: str, iid: str) -> dict[str, Any]:
@@ -78,6 +84,17 @@ async def test_signal_waits_sleeps_and_their_times(store: str, pg_schema: str) -
             [token] = page["tokens"]
             assert [m["what"] for m in token["times"]] == ["wakes at"]
             assert page["instance"]["context"]["ok"] == 1
+
+            # one read model: the page's instance, tokens and list row are what a gRPC client reads
+            info = as_json(await server.client.get(iid))
+            tokens = info.pop("tokens")
+            assert {k: page["instance"][k] for k in info} == info
+            assert [{k: t[k] for k in tokens[0]} for t in page["tokens"]] == tokens
+            listed_infos, _ = await server.client.list(workflow=flow.name)
+            _, rows = await get(http, f"{base}/api/instances?workflow={flow.name}")
+            [row] = rows["instances"]
+            row_info = as_json(listed_infos[0])
+            assert {k: row[k] for k in row_info} == row_info and row["at"] == ["nap"]
 
 
 async def test_a_retry_that_must_name_its_node_and_a_failed_childs_header(store: str, pg_schema: str) -> None:
@@ -184,6 +201,17 @@ async def test_search_by_node_text_context_children_and_human_times(store: str, 
             ):
                 status, answer = await get(http, f"{base}/api/instances?{bad}")
                 assert status == 400 and says in answer["error"], (bad, answer)
+            # the same search through gRPC ListInstances (the clients, wiggle list)
+            found, _ = await server.client.list(workflow=w, context={"customer_id": "c-42"})
+            assert [i.instance_id for i in found] == [a]
+            found, _ = await server.client.list(workflow=w, node="call", text="", top_level=True)
+            assert [i.instance_id for i in found] == [b]
+            found, _ = await server.client.list(text="fraud")
+            assert [i.instance_id for i in found] == [c]
+            assert kid in [i.instance_id for i in (await server.client.list())[0]]  # all, by default
+            assert kid not in [i.instance_id for i in (await server.client.list(top_level=True))[0]]
+            with pytest.raises(InvalidArgument, match="context field 'a-b'"):
+                await server.client.list(context={"a-b": "1"})
             if store == "postgres":
                 await context_index_is_used(server, pg_schema)
 

@@ -37,6 +37,8 @@ def test_every_waiting_token_says_until_when() -> None:
     from wiggle._engine.state import Token, TokenStatus
     from wiggle._model import NodeKind
     from wiggle._server.web.states import node_states, token_times
+    from wiggle._wire.convert import token_to_pb
+    from wiggle._wire.replies import token_from_pb
 
     now = 1_000_000_000_000
     sleeping = Token("t1", "i", "nap", TokenStatus.WAITING, available_at=now + 240_000)
@@ -72,9 +74,8 @@ def test_every_waiting_token_says_until_when() -> None:
     assert labels["charge"] == "attempt 3 in 30 s"
     assert labels["ship"] == "running on w1 (attempt 1), times out in 1 min"
     assert labels["approve"] == "awaiting a person, deadline in 2.0 h"
-    html = pages._tokens_html(
-        [{**msgspec.to_builtins(running), "times": token_times(running, None, now)}], now
-    )
+    shown = msgspec.to_builtins(token_from_pb(token_to_pb(running)))  # the read model's token
+    html = pages._tokens_html([{**shown, "times": token_times(running, None, now)}], now)
     assert f'times out at <time data-ms="{now + 90_000}"' in html and "(in 1 min)" in html
 
 
@@ -92,3 +93,16 @@ def test_time_filters_as_a_person_writes_them() -> None:
     assert iso(now) == "2025-12-02T14:00:00Z" and iso(now + 5) == "2025-12-02T14:00:00.005Z"
     with pytest.raises(InvalidArgument, match="t must be a date and time"):
         time_arg("yesterday", "t", now)
+
+
+def test_context_search_fields_are_checked_and_listed_once() -> None:
+    from wiggle._server.config import context_fields, from_mapping
+    from wiggle._storage.postgres.context_indexes import index_name
+
+    config = from_mapping({}, env={"WIGGLE_CONTEXT_SEARCH_FIELDS": " customer_id, order_id ,customer_id,"})
+    assert context_fields(config) == ("customer_id", "order_id")
+    with pytest.raises(InvalidArgument, match="--context-search-fields .* names 'customer-id'"):
+        from_mapping({"context_search_fields": "customer-id"}, env={})
+    assert index_name("customer_id") == "instances_ctx_customer_id"
+    long_a, long_b = index_name("x" * 60 + "a"), index_name("x" * 60 + "b")
+    assert len(long_a) == len(long_b) == 63 and long_a != long_b  # cut, and kept apart by a digest

@@ -95,6 +95,26 @@ async def test_start_get_list_cancel_and_complete_task() -> None:
             )
             assert [i["instance_id"] for i in json.loads(rest.stdout)["instances"]] == [instance_id]
 
+            async def waits_at_approve() -> None:
+                while not any(t.node_id == "approve" for t in (await server.client.get(second)).tokens):
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(waits_at_approve(), 20)
+            # search: a context field's value, where it is now, top-level only
+            for search, found in (
+                (["--ctx", "n=1"], [second]),
+                (["--ctx", "n=3", "--top-level"], [instance_id]),
+                (["--node", "approve"], [second]),
+                (["--text", "no such reason"], []),
+            ):
+                hits = await wiggle(target, "list", "--workflow", "cli-approval", *search, "--json")
+                assert hits.returncode == 0, hits.stderr
+                assert [i["instance_id"] for i in json.loads(hits.stdout)["instances"]] == found, search
+            bad = await wiggle(target, "list", "--ctx", "no-equals-sign")
+            assert bad.returncode == 2 and "--ctx takes FIELD=VALUE" in bad.stderr
+            bad = await wiggle(target, "list", "--ctx", "bad-field=1")
+            assert bad.returncode != 0 and "context field 'bad-field'" in bad.stderr, bad.stderr
+
             cancelled = await wiggle(target, "cancel", second, "--reason", "not needed", "--json")
             assert json.loads(cancelled.stdout)["changed"] is True
             again = await wiggle(target, "cancel", second, "--json")

@@ -219,6 +219,10 @@ def cmd_list(args: argparse.Namespace) -> int:
             correlation_id=args.correlation_id or "",
             page_size=args.page_size,
             page_token=args.page_token or "",
+            node=args.node or "",
+            text=args.text or "",
+            context=dict(args.ctx or []),
+            top_level=args.top_level,
         )
         if args.json:
             print_json({"instances": items, "next_page_token": next_token})
@@ -391,16 +395,27 @@ def _add_cancel(sub: Any) -> None:
     p.set_defaults(func=cmd_cancel)
 
 
+def _context_filter(raw: str) -> tuple[str, str]:
+    """``FIELD=VALUE`` of ``--ctx``; argparse reports a bad one as a usage error."""
+    field, eq, value = raw.partition("=")
+    if not eq or not field.strip():
+        raise argparse.ArgumentTypeError(f"--ctx takes FIELD=VALUE, got {raw!r}")
+    return field.strip(), value.strip()
+
+
 def _add_list(sub: Any) -> None:
     p = _verb(
         sub,
         "list",
         "list instances, newest first",
-        "List instances, newest first, one page at a time; filter by workflow, status or correlation id.",
+        "List instances, newest first, one page at a time; filter by workflow, status or correlation "
+        "id, search by node, status reason or error text and context field.",
         [
             "wiggle list --workflow orders --status failed",
             "wiggle list --correlation-id A-1 --json",
             "wiggle list --page-size 200 --page-token <the token the last page printed>",
+            "wiggle list --ctx customer_id=c-42 --top-level",
+            "wiggle list --workflow orders --node approve --text 'card declined'",
         ],
     )
     p.add_argument("--workflow", help="only this workflow's instances")
@@ -408,6 +423,16 @@ def _add_list(sub: Any) -> None:
         "--status", type=str.upper, choices=STATUSES, help="only instances in this status (any case)"
     )
     p.add_argument("--correlation-id", help="only instances with this correlation id")
+    p.add_argument("--node", help="only instances with a token at this node now")
+    p.add_argument("--text", help="only instances whose status reason or error contains this (any case)")
+    p.add_argument(
+        "--ctx",
+        action="append",
+        type=_context_filter,
+        metavar="FIELD=VALUE",
+        help="only instances whose top-level context FIELD's value, as text, is VALUE (repeatable)",
+    )
+    p.add_argument("--top-level", action="store_true", help="leave out sub-workflow children")
     p.add_argument("--page-size", type=int, default=50, help="instances per page (default 50)")
     p.add_argument("--page-token", help="the next page (printed after a full page)")
     p.set_defaults(func=cmd_list)

@@ -8,7 +8,7 @@ wiggle/_client/core.py and replies converted in wiggle/_wire/convert.py.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -198,10 +198,21 @@ class AsyncClient:
         created_before: int = 0,
         page_size: int = 50,
         page_token: str = "",
+        node: str = "",
+        text: str = "",
+        context: Mapping[str, str] | None = None,
+        top_level: bool = False,
     ) -> tuple[builtins.list[InstanceInfo], str]:
-        """One page of instances (newest first) and the next page token ('' on the last page)."""
+        """One page of instances (newest first) and the next page token ('' on the last page).
+
+        Search (docs/dashboard.md#searching): ``node``, instances with an active token there;
+        ``text``, the status reason or error contains it (any case); ``context``, field -> value:
+        each top-level context field's value, as text, equals the value; ``top_level``, no
+        sub-workflow children.
+        """
+        search = {"node": node, "text": text, "context": context, "top_level": top_level}
         request = core.list_request(
-            workflow, status, correlation_id, created_after, created_before, page_size, page_token
+            workflow, status, correlation_id, created_after, created_before, page_size, page_token, search
         )
         reply = await self._call(self.stub.ListInstances, request)
         return [instance_from_pb(i) for i in reply.instances], reply.next_page_token

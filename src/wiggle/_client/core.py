@@ -10,7 +10,7 @@ import getpass
 import math
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -242,8 +242,10 @@ def list_request(
     created_before: int,
     page_size: int,
     page_token: str,
+    search: Mapping[str, Any] | None = None,
 ) -> pb.ListInstancesRequest:
-    """ListInstances with its filters and paging."""
+    """ListInstances with its filters and paging; ``search``: node, text, context, top_level."""
+    more = dict(search or {})
     return pb.ListInstancesRequest(
         workflow=workflow,
         status=status,
@@ -252,6 +254,10 @@ def list_request(
         created_before=created_before,
         page_size=page_size,
         page_token=page_token,
+        node=more.get("node") or "",
+        text=more.get("text") or "",
+        context={str(k): str(v) for k, v in (more.get("context") or {}).items()},
+        top_level=bool(more.get("top_level")),
     )
 
 

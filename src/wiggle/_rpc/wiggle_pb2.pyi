@@ -241,7 +241,14 @@ class GetInstanceRequest(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ..., wait_millis: _Optional[int] = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
-    __slots__ = ("workflow", "status", "correlation_id", "created_after", "created_before", "page_size", "page_token")
+    __slots__ = ("workflow", "status", "correlation_id", "created_after", "created_before", "page_size", "page_token", "node", "text", "context", "top_level")
+    class ContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +256,10 @@ class ListInstancesRequest(_message.Message):
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TOP_LEVEL_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     status: str
     correlation_id: str
@@ -256,7 +267,11 @@ class ListInstancesRequest(_message.Message):
     created_before: int
     page_size: int
     page_token: str
-    def __init__(self, workflow: _Optional[str] = ..., status: _Optional[str] = ..., correlation_id: _Optional[str] = ..., created_after: _Optional[int] = ..., created_before: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    node: str
+    text: str
+    context: _containers.ScalarMap[str, str]
+    top_level: bool
+    def __init__(self, workflow: _Optional[str] = ..., status: _Optional[str] = ..., correlation_id: _Optional[str] = ..., created_after: _Optional[int] = ..., created_before: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., node: _Optional[str] = ..., text: _Optional[str] = ..., context: _Optional[_Mapping[str, str]] = ..., top_level: _Optional[bool] = ...) -> None: ...
 
 class ListInstancesResponse(_message.Message):
     __slots__ = ("instances", "next_page_token")

@@ -111,7 +111,7 @@ class ServerConfig(msgspec.Struct, kw_only=True):
         str,
         Setting(
             "PostgreSQL: comma-separated context fields to index for the ctx.FIELD = VALUE search "
-            "(each index slows every step's write; docs/dashboard.md#search)"
+            "(each index slows every step's write; docs/dashboard.md#searching)"
         ),
     ] = ""
     processes: Annotated[int, Setting("server processes sharing the port (PostgreSQL only)", 1, 256)] = 1

@@ -16,7 +16,7 @@ from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceStatus
 from .._limits import MAX_REASON_CHARS, check_text
 from .._model import MAX_NAME_LENGTH, definition_from_json, validate_name
 from .._rpc import wiggle_pb2 as pb
-from .._storage.base import InstanceQuery
+from .._storage.base import CONTEXT_FIELD_PATTERN, InstanceQuery
 from .._storage.queue_limits import QueueLimit, check_queue_limit
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object
@@ -33,6 +33,34 @@ log = logging.getLogger("wiggle.server")
 #: wiggle/_engine/state.py new_instance_id makes them.
 PAGE_TOKEN_PATTERN = re.compile(r"wi-[0-9a-f]{24}")
 LIST_STATUSES = (InstanceStatus.SCHEDULED, InstanceStatus.RUNNING, *sorted(FINISHED_INSTANCE_STATUSES))
+
+
+MAX_CONTEXT_FILTERS = 8
+MAX_SEARCH_TEXT = 200
+
+
+def search_filters(request: pb.ListInstancesRequest) -> dict[str, Any]:
+    """ListInstances' search fields (node, text, context, top_level) checked, as InstanceQuery's."""
+    optional_name(request.node, "node")
+    if len(request.text) > MAX_SEARCH_TEXT or "\x00" in request.text:
+        raise InvalidArgument(f"text must be at most {MAX_SEARCH_TEXT} characters without U+0000")
+    if len(request.context) > MAX_CONTEXT_FILTERS:
+        raise InvalidArgument(f"context names {len(request.context)} fields; at most {MAX_CONTEXT_FILTERS}")
+    for field, value in request.context.items():
+        if not CONTEXT_FIELD_PATTERN.fullmatch(field):
+            raise InvalidArgument(
+                f"context field {field[:70]!r} must be a top-level field's name (letters, digits, '_')"
+            )
+        if "\x00" in value or len(value) > MAX_SEARCH_TEXT:
+            raise InvalidArgument(
+                f"context value of {field} must be at most {MAX_SEARCH_TEXT} characters without U+0000"
+            )
+    return {
+        "node": request.node,
+        "text": request.text,
+        "context": tuple(sorted(request.context.items())),
+        "top_level": request.top_level,
+    }
 
 
 class InstanceHandlers:
@@ -173,6 +201,7 @@ class InstanceHandlers:
             created_before=request.created_before,
             page_size=size,
             page_token=request.page_token,
+            **search_filters(request),
         )
         views, next_token = await self.instances.list_instances(query)
         return pb.ListInstancesResponse(

@@ -1,7 +1,9 @@
 """The dashboard's JSON API: one function per page, over the instance layer (docs/dashboard.md).
 
 Every function returns plain JSON-able data; the pages (pages.py) render the same data as HTML,
-so what a page shows is exactly what its API returns.
+so what a page shows is exactly what its API returns. An instance (and its tokens and history)
+is the gRPC read model (``instance_view``: wiggle/_wire/convert.py, read back by
+wiggle/_wire/replies.py), with what the pages derive from it added beside.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from ..._engine.state import (
     TokenStatus,
 )
 from ..._model import NodeKind, WorkflowDefinition, validate_name
-from ..._storage.base import CONTEXT_FIELD_PATTERN, InstanceQuery
+from ..._storage.base import CONTEXT_FIELD_PATTERN, InstanceQuery, InstanceView
+from ..._wire.convert import history_to_pb, instance_to_pb
+from ..._wire.replies import history_from_pb, instance_from_pb
 from ...errors import InvalidArgument
 from ..instance_service import PAGE_TOKEN_PATTERN
 from ..instances import Instances
@@ -40,6 +44,7 @@ __all__ = [
     "node_states",
     "children",
     "signal_names",
+    "instance_view",
     "STATUSES",
     "MAX_PAGE_SIZE",
 ]
@@ -170,20 +175,7 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
         "created_before_ms": query.created_before,
         "counts": by_status,
         "instances": [
-            {
-                "instance_id": v.instance.id,
-                "workflow": v.instance.workflow,
-                "version": v.instance.version,
-                "status": str(v.instance.status),
-                "correlation_id": v.instance.correlation_id,
-                "created_at": v.instance.created_at,
-                "updated_at": v.instance.updated_at,
-                "finished_at": v.instance.finished_at,
-                "reason": v.instance.reason,
-                "error": v.instance.error,
-                "parent_id": v.instance.parent_id,
-                "at": sorted({t.node_id for t in v.tokens}),
-            }
+            {**instance_view(v, with_tokens=False), "at": sorted({t.node_id for t in v.tokens})}
             for v in views
         ],
         "next_page_token": next_token,
@@ -226,12 +218,17 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
         for t in view.tokens
         if t.status == TokenStatus.AWAITING and kinds.get(t.node_id) is NodeKind.USER_TASK
     ]
+    shown = instance_view(view)
+    times = {t.id: token_times(t, kinds.get(t.node_id), now) for t in view.tokens}
     return {
         "now": now,
-        "instance": _instance_json(inst, history),
-        "tokens": [{**_builtins(t), "times": token_times(t, kinds.get(t.node_id), now)} for t in view.tokens],
+        "instance": {**shown, **_counted(inst, history)},
+        "tokens": [{**t, "times": times[t["token_id"]]} for t in shown.pop("tokens")],
         "history": [
-            {**_builtins(e), "duration_ms": max(e.ended_at - e.started_at, 0) if e.started_at else 0}
+            {
+                **_builtins(history_from_pb(history_to_pb(e))),
+                "duration_ms": max(e.ended_at - e.started_at, 0) if e.started_at else 0,
+            }
             for e in history
         ],
         "children": children(view.tokens, history),
@@ -251,28 +248,23 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
     }
 
 
-def _instance_json(inst: Instance, history: Sequence[HistoryEntry]) -> dict[str, Any]:
-    """An instance's record as the Instance page shows it, with its step attempts counted from
-    the history (``steps``, the runaway guard's count, leaves out failed attempts and children)."""
+def instance_view(view: InstanceView, with_tokens: bool = True) -> dict[str, Any]:
+    """An instance as JSON, exactly as the gRPC answers carry it (GetInstance, ListInstances:
+    wiggle/_wire/convert.py instance_to_pb) and every client reads it (wiggle/_wire/replies.py
+    instance_from_pb): one read model, so a page and a client never disagree on a field."""
+    return dict(_builtins(instance_from_pb(instance_to_pb(view, with_tokens))))
+
+
+def _counted(inst: Instance, history: Sequence[HistoryEntry]) -> dict[str, Any]:
+    """What the Instance page adds to the read model: the step attempts its history holds and
+    how many did not complete (``steps``, the runaway guard's count, leaves out failed attempts),
+    and a running instance's workflow time limit."""
     attempts = [o for o in (step_outcome(e) for e in history) if o is not None]
     return {
-        "instance_id": inst.id,
-        "workflow": inst.workflow,
-        "version": inst.version,
-        "status": str(inst.status),
-        "reason": inst.reason,
-        "error": inst.error,
-        "correlation_id": inst.correlation_id,
-        "schedule_id": inst.schedule_id,
-        "parent_id": inst.parent_id,
-        "created_at": inst.created_at,
-        "updated_at": inst.updated_at,
-        "finished_at": inst.finished_at,
         "deadline_at": inst.deadline_at if inst.status == InstanceStatus.RUNNING else 0,
         "steps": inst.steps,
         "step_attempts": len(attempts),
         "failed_attempts": sum(1 for o in attempts if o != "completed"),
-        "context": inst.context,
     }
 
 

@@ -261,7 +261,7 @@ def _related_html(inst: dict[str, Any], data: dict[str, Any]) -> str:
 def _tokens_html(tokens: list[dict[str, Any]], now: int) -> str:
     """The rows of the tokens table; each says what its wait ends with and when."""
     rows = "".join(
-        f'<tr data-token="{escape(t["id"])}"><td>{escape(t["id"])}</td><td>{escape(t["node_id"])}</td>'
+        f'<tr data-token="{escape(t["token_id"])}"><td>{escape(t["token_id"])}</td><td>{escape(t["node_id"])}</td>'
         f'<td>{escape(t["status"])}</td><td class="num">{t["attempt"]}</td><td class="times">{_times(t, now)}</td>'
         f"<td>{escape(t['queue'])}</td><td>{escape(t['lease_owner'])}</td><td>{escape(t['local_run_owner'])}"
         f"{' (' + str(t['local_run_steps']) + ' steps)' if t['local_run_owner'] else ''}</td>"

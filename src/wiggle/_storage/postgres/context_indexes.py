@@ -5,7 +5,7 @@ list_conditions) compares ``context_text(context, 'FIELD')`` (migration 0015). W
 that is a scan of the instances, newest first, until a page is found; with one, a lookup. Each
 index costs every step of every instance a write (a step rewrites the context, so the row's
 update can no longer be a HOT update and every index of the table gets a new entry), so indexes
-are made only for the fields an operator names (docs/dashboard.md#search).
+are made only for the fields an operator names (docs/dashboard.md#searching).
 
 Made at the store's start with CREATE INDEX CONCURRENTLY (writes go on meanwhile); one left
 invalid by an interrupted build is dropped and built again. Indexes of fields no longer named are

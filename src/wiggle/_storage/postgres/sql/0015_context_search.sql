@@ -1,4 +1,4 @@
--- Context search (docs/dashboard.md#search, the list filter ctx.FIELD = VALUE): a top-level field
+-- Context search (docs/dashboard.md#searching, the list filter ctx.FIELD = VALUE): a top-level field
 -- of an instance's context as text (a string as itself, a number or boolean as its JSON text;
 -- NULL when absent or null). IMMUTABLE, as a context's stored JSON is fixed bytes, so an
 -- expression index may use it: the store creates one per field named in the server setting
