@@ -122,6 +122,22 @@ async def test_request_ids_in_and_across_batches_start_one_instance(server: Embe
         assert await count_instances(client) == 2
 
 
+async def test_start_options_in_a_batch_apply_to_their_own_start(server: EmbeddedServer) -> None:
+    async with AsyncClient(server.target) as client:
+        urgent, plain, first, second = await asyncio.gather(
+            client.start(FLOW, {"n": 1}, priority=7),
+            client.start(FLOW, {"n": 2}),
+            client.start(FLOW, {"n": 3}, dedup_key="cart-9"),
+            client.start(FLOW, {"n": 4}, dedup_key="cart-9"),
+        )
+        assert calls(server) == (0, 1)
+        assert (urgent.priority, plain.priority) == (7, 0)
+        assert first.dedup_key == "cart-9" and not first.deduplicated
+        assert second.deduplicated and second.instance_id == first.instance_id
+        assert second.context == {"n": 3}
+        assert await count_instances(client) == 3
+
+
 async def test_a_cancelled_caller_leaves_the_others_alone(server: EmbeddedServer) -> None:
     async with AsyncClient(server.target) as client:
         tasks = [asyncio.ensure_future(client.start(FLOW, {"n": i})) for i in range(5)]
