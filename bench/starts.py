@@ -7,7 +7,9 @@ Runs a real ``wiggle server`` subprocess (a fresh PostgreSQL schema, dropped aft
 a one-step workflow and measures, with no worker running (only the starts are timed):
 
 - ``threads``: ``--instances`` starts from ``--threads`` OS threads, each with its own blocking
-  ``Client`` (as independent callers), starts/s over the span and start latency p50/p99;
+  ``Client`` (as independent callers), then all sharing one ``Client`` (as the threads of one
+  application; their concurrent starts batch themselves: wiggle/_client/batching.py), starts/s
+  over the span and start latency p50/p99;
 - ``start_many``: one ``Client.start_many`` call of ``--many`` contexts (chunks of 1,000).
 
 Both run in one invocation, so their ratio is measured under the same machine load.
@@ -69,23 +71,30 @@ def wait_ready(target: str, timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
-def threads_run(target: str, total: int, threads: int) -> dict[str, float]:
+def threads_run(target: str, total: int, threads: int, shared: Client | None = None) -> dict[str, float]:
+    """``total`` starts from ``threads`` threads, each with its own client or all with ``shared``."""
     lock = threading.Lock()
     taken = [0]
     latencies: list[float] = []
     errors: list[BaseException] = []
 
+    def starts(client: Client) -> None:
+        while True:
+            with lock:
+                if taken[0] >= total:
+                    return
+                taken[0] += 1
+            t0 = time.perf_counter()
+            client.start(FLOW.name, {"n": 1})
+            latencies.append(time.perf_counter() - t0)
+
     def run() -> None:
         try:
-            with Client(target) as client:
-                while True:
-                    with lock:
-                        if taken[0] >= total:
-                            return
-                        taken[0] += 1
-                    t0 = time.perf_counter()
-                    client.start(FLOW.name, {"n": 1})
-                    latencies.append(time.perf_counter() - t0)
+            if shared is not None:
+                starts(shared)
+            else:
+                with Client(target) as client:
+                    starts(client)
         except BaseException as exc:
             errors.append(exc)
 
@@ -121,6 +130,12 @@ def main() -> int:
     p.add_argument("--database-url", default="")
     p.add_argument("--instances", type=int, default=4000, help="starts of the threads run")
     p.add_argument("--threads", type=int, default=16)
+    p.add_argument(
+        "--clients",
+        default="own,shared",
+        help="own: each thread its own Client; shared: one Client whose starts batch themselves; "
+        "both (the default): one after the other in each run",
+    )
     p.add_argument("--many", type=int, default=20000, help="contexts of the start_many run")
     p.add_argument("--repeat", type=int, default=2, help="runs of each measurement")
     p.add_argument(
@@ -154,11 +169,21 @@ def main() -> int:
                     stderr=subprocess.DEVNULL,
                 )
                 time.sleep(1.0)
-            cpu0 = proc_cpu(server.pid), own_cpu()
-            t = threads_run(target, args.instances, args.threads)
-            cpu1 = proc_cpu(server.pid), own_cpu()
-            t["server_cpu_ms"] = (cpu1[0] - cpu0[0]) / args.instances * 1000
-            t["client_cpu_ms"] = (cpu1[1] - cpu0[1]) / args.instances * 1000
+            for clients in args.clients.split(","):
+                cpu0 = proc_cpu(server.pid), own_cpu()
+                if clients == "shared":
+                    with Client(target) as client:
+                        t = threads_run(target, args.instances, args.threads, client)
+                else:
+                    t = threads_run(target, args.instances, args.threads)
+                cpu1 = proc_cpu(server.pid), own_cpu()
+                t["server_cpu_ms"] = (cpu1[0] - cpu0[0]) / args.instances * 1000
+                t["client_cpu_ms"] = (cpu1[1] - cpu0[1]) / args.instances * 1000
+                print(
+                    f"run {run + 1}: start x{args.threads} threads ({clients} clients): "
+                    f"{t['starts_per_s']:,.0f} starts/s (p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms; "
+                    f"CPU ms/start: server {t['server_cpu_ms']:.2f}, clients {t['client_cpu_ms']:.2f})"
+                )
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(30)
@@ -167,10 +192,7 @@ def main() -> int:
             cpu1 = proc_cpu(server.pid), own_cpu()
             m["server_cpu_ms"] = (cpu1[0] - cpu0[0]) / args.many * 1000
             print(
-                f"run {run + 1}: start x{args.threads} threads: {t['starts_per_s']:,.0f} starts/s "
-                f"(p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms; CPU ms/start: server "
-                f"{t['server_cpu_ms']:.2f}, clients {t['client_cpu_ms']:.2f}); "
-                f"start_many({args.many}): {m['starts_per_s']:,.0f} starts/s "
+                f"run {run + 1}: start_many({args.many}): {m['starts_per_s']:,.0f} starts/s "
                 f"(server CPU ms/start {m['server_cpu_ms']:.3f})"
             )
         print(f"load average after: {os.getloadavg()[0]:.2f}")

@@ -30,6 +30,7 @@ REWRITES: list[tuple[str, str]] = [
     (r"\basync def\b", "def"),
     (r"\bawait ", ""),
     (r"\bAsyncClient\b", "Client"),
+    (r"\bAsyncStartBatcher\b", "StartBatcher"),  # wiggle/_client/batching.py
     (r"\bgrpc\.aio\.Channel\b", "grpc.Channel"),
     (r"\bgrpc\.aio\.insecure_channel\b", "grpc.insecure_channel"),
     (r"\bgrpc\.aio\.secure_channel\b", "grpc.secure_channel"),

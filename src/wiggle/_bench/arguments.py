@@ -130,6 +130,16 @@ _FLAGS: tuple[tuple[str, str | None, dict[str, object]], ...] = (
         dict(type=positive, default=8, help="client threads calling Client.start under --submit during"),
     ),
     (
+        "--submit-client",
+        "WIGGLE_BENCH_SUBMIT_CLIENT",
+        dict(
+            choices=("shared", "per-thread"),
+            default="shared",
+            help="under --submit during: shared: the threads share one Client, whose concurrent starts "
+            "batch themselves (default); per-thread: each thread has its own Client",
+        ),
+    ),
+    (
         "--latency",
         None,
         dict(

@@ -114,7 +114,12 @@ class DrainRun:
         submitter = None
         if self.submit == "during":
             submitter = ThreadSubmitter(
-                target, self.name, args.instances, args.submit_threads, workload.initial_context
+                target,
+                self.name,
+                args.instances,
+                args.submit_threads,
+                workload.initial_context,
+                shared=args.submit_client == "shared",
             )
             self.starts = submitter.log
         waits = WaitSampler(self.pg) if self.pg is not None else None
@@ -174,7 +179,7 @@ class DrainRun:
         clients = (
             f"{SUBMIT_CONCURRENCY} async calls"
             if self.submit == "before"
-            else f"{args.submit_threads} threads"
+            else f"{args.submit_threads} threads" + (", 1 client" if args.submit_client == "shared" else "")
         )
         self.result["starts"] = start_figures(self.starts.latencies, self.starts.span, clients)
         self.result["ok"] = True

@@ -16,9 +16,10 @@ PostgreSQL backends of the benchmark database and PostgreSQL background processe
 the starts: starts/s and the latency percentiles of each ``StartInstance`` call.
 
 ``--submit during`` is the user's view of throughput (issue #16): no instance exists when the
-window opens; ``--submit-threads`` threads sharing one blocking ``Client`` start them
-while the workers run, and the window closes at the last ``finished_at``. Its runs are labelled
-``<MODE> during`` beside ``<MODE> before`` and use a schema of their own (``..._<mode>_during``).
+window opens; ``--submit-threads`` threads sharing one blocking ``Client`` (``--submit-client
+per-thread``: each with its own) start them while the workers run, and the window closes at the
+last ``finished_at``. Its runs are labelled ``<MODE> during`` beside ``<MODE> before`` and use a
+schema of their own (``..._<mode>_during``).
 
 ``--latency N`` replaces the drain by the idle-latency measurement of latency.py: per mode, N
 instances of a 5-step workflow (``--steps`` changes it) run strictly one after another, each timed
@@ -47,6 +48,7 @@ Settings (flag, environment variable, default):
     --timeout      WIGGLE_BENCH_TIMEOUT       600 seconds per mode
     --submit       WIGGLE_BENCH_SUBMIT        before (pre-submitted drain), during, or before,during
     --submit-threads WIGGLE_BENCH_SUBMIT_THREADS 8 client threads calling Client.start under --submit during
+    --submit-client WIGGLE_BENCH_SUBMIT_CLIENT shared (one Client for the threads) or per-thread
     --latency N    -                          latency mode: N instances one at a time per mode (5 steps)
     --json         print one JSON document on stdout (the tables go to stderr)
     --keep         keep the PostgreSQL database/schemas and the process logs
@@ -114,7 +116,7 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The report's skeleton: the settings and the machine; each mode's result is appended."""
     settings = (
         "modes steps instances servers workers concurrency batch_size transport handler submit"
-        " submit_threads latency limits"
+        " submit_threads submit_client latency limits"
     )
     return {
         "settings": {

@@ -25,7 +25,7 @@ __all__ = [
     "step_gaps",
 ]
 
-DRIVER_RPCS = ("ListInstances", "StartInstance")
+DRIVER_RPCS = ("ListInstances", "StartInstance", "StartInstances")  # the last: coalesced starts
 
 
 def percentile(values: Sequence[float], p: float) -> float:

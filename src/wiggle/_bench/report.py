@@ -121,12 +121,12 @@ def _starts_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
     if not rows:
         return []
     w = max(12, *(len(x) for _, x in rows))
-    head = f"{'starts':<{w}} {'by':>16} {'starts/s':>9} {'span s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    head = f"{'starts':<{w}} {'by':>20} {'starts/s':>9} {'span s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
     lines = ["", head, "-" * len(head)]
     for st, label in rows:
         lat = st["latency_ms"]
         lines.append(
-            f"{label:<{w}} {st['clients']:>16} {_fmt(st['per_s'], '.1f'):>9} {st['span_s']:>8.2f} "
+            f"{label:<{w}} {st['clients']:>20} {_fmt(st['per_s'], '.1f'):>9} {st['span_s']:>8.2f} "
             f"{lat['p50']:>8.1f} {lat['p90']:>8.1f} {lat['p99']:>8.1f} {lat['max']:>8.1f}"
         )
     return lines

@@ -1,10 +1,12 @@
 """Starting the benchmark's instances the way a user does: client threads calling ``Client.start``.
 
 ``--submit during`` runs a ``ThreadSubmitter`` inside the timed window, concurrently with the
-workers (issue #16: a user's view of throughput includes starting the instances). The threads
-share one blocking ``wiggle.Client`` (one channel), as the threads of one application would
-(issue #28), and one counter, so instance ``n`` is started exactly once, by whichever thread
-takes it.
+workers (issue #16: a user's view of throughput includes starting the instances). By default the
+threads share one blocking ``wiggle.Client`` (one channel), as the threads of one application
+would (issue #28), so their concurrent starts batch themselves (wiggle/_client/batching.py);
+``--submit-client per-thread`` gives each thread its own client (its own channel), as independent
+processes would. The threads share one counter, so instance ``n`` is started exactly once, by
+whichever thread takes it.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ class StartLog:
 class ThreadSubmitter:
     """``threads`` OS threads starting ``total`` instances of ``workflow`` on ``target``.
 
-    ``context(n)`` is instance ``n``'s initial context. ``start()`` opens the shared client and
-    returns at once; ``done``, ``error`` and ``log`` say how far it got; ``stop()`` makes the
+    ``context(n)`` is instance ``n``'s initial context. ``start()`` opens the shared client (unless
+    ``shared`` is False) and returns at once; ``done``, ``error`` and ``log`` say how far it got; ``stop()`` makes the
     threads quit after their current call (on a failure elsewhere); ``join()`` waits for them and
     closes the client once they are all done.
     """
@@ -67,6 +69,7 @@ class ThreadSubmitter:
         total: int,
         threads: int,
         context: Callable[[int], dict[str, object]],
+        shared: bool = True,
     ) -> None:
         self.target = target
         self.workflow = workflow
@@ -77,6 +80,7 @@ class ThreadSubmitter:
         self._next = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.shared = shared  # one client for every thread (else each thread opens its own)
         self._client: Client | None = None
         self._threads = [
             threading.Thread(target=self._run, name=f"bench-submit-{i}", daemon=True)
@@ -84,8 +88,9 @@ class ThreadSubmitter:
         ]
 
     def start(self) -> None:
-        """Open the client the threads share and start every thread."""
-        self._client = Client(self.target)
+        """Open the client the threads share (if shared) and start every thread."""
+        if self.shared:
+            self._client = Client(self.target)
         for thread in self._threads:
             thread.start()
 
@@ -98,16 +103,21 @@ class ThreadSubmitter:
             return n
 
     def _run(self) -> None:
-        client = self._client
-        assert client is not None
         try:
-            while (n := self._take()) is not None:
-                origin = self.log.began()
-                info = client.start(self.workflow, self.context(n))
-                self.log.ended(info.instance_id, n, origin)
+            if self._client is not None:
+                self._starts(self._client)
+            else:
+                with Client(self.target) as client:
+                    self._starts(client)
         except BaseException as exc:  # reported by the driver; the other threads stop too
             self.error = self.error or exc
             self._stop.set()
+
+    def _starts(self, client: Client) -> None:
+        while (n := self._take()) is not None:
+            origin = self.log.began()
+            info = client.start(self.workflow, self.context(n))
+            self.log.ended(info.instance_id, n, origin)
 
     @property
     def done(self) -> bool:

@@ -31,6 +31,7 @@ from .._wire.replies import (
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
+from .batching import AsyncStartBatcher
 from .targets import join_targets
 from .types import HistoryEntry, InstanceInfo, QueueInfo, ScheduleInfo, SignalResult, WorkflowInfo
 
@@ -63,6 +64,8 @@ class AsyncClient:
         else:
             self._channel = grpc.aio.insecure_channel(self.target, options=options)
         self.stub = pb_grpc.WiggleControlPlaneStub(self._channel)
+        # concurrent starts of this client share one call (batching.py)
+        self._starts = AsyncStartBatcher(self._start_one, self._start_coalesced)
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -129,11 +132,25 @@ class AsyncClient:
         ``deduplicated`` True instead of starting one. ``timeout`` (a timedelta or seconds)
         is this instance's time limit, instead of the workflow's ``Workflow.define(timeout=)``
         (0: none; docs/semantics.md#workflow-time-limits).
+
+        Concurrent starts of one client (its threads, or its tasks) share one call while an earlier
+        one is in flight, each answered with its own instance or error; a lone start is sent at
+        once (docs/performance.md#starts-that-batch-themselves).
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
-            return instance_from_pb(await self._call(self.stub.StartInstance, request))
+            if tracing.active():  # the call carries this start's own trace context: sent alone
+                return instance_from_pb(await self._start_one(request))
+            return instance_from_pb(await self._starts.start(request))
+
+    async def _start_one(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        reply: pb.InstanceInfo = await self._call(self.stub.StartInstance, request)
+        return reply
+
+    async def _start_coalesced(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        reply: pb.StartInstancesResponse = await self._call(self.stub.StartInstances, request)
+        return reply
 
     async def start_many(
         self,

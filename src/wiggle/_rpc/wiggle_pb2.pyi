@@ -73,7 +73,7 @@ class StartInstanceRequest(_message.Message):
     def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ..., dedup_key: _Optional[str] = ..., dedup_window_millis: _Optional[int] = ..., timeout_millis: _Optional[int] = ...) -> None: ...
 
 class StartInstancesRequest(_message.Message):
-    __slots__ = ("workflow", "version", "contexts_json", "correlation_id", "request_id", "first_index", "priority", "start_at", "start_delay_millis", "timeout_millis")
+    __slots__ = ("workflow", "version", "contexts_json", "correlation_id", "request_id", "first_index", "priority", "start_at", "start_delay_millis", "timeout_millis", "starts")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONTEXTS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,7 @@ class StartInstancesRequest(_message.Message):
     START_AT_FIELD_NUMBER: _ClassVar[int]
     START_DELAY_MILLIS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     version: str
     contexts_json: _containers.RepeatedScalarFieldContainer[bytes]
@@ -94,15 +95,26 @@ class StartInstancesRequest(_message.Message):
     start_at: int
     start_delay_millis: int
     timeout_millis: int
-    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., contexts_json: _Optional[_Iterable[bytes]] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., first_index: _Optional[int] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ..., timeout_millis: _Optional[int] = ...) -> None: ...
+    starts: _containers.RepeatedCompositeFieldContainer[StartInstanceRequest]
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., contexts_json: _Optional[_Iterable[bytes]] = ..., correlation_id: _Optional[str] = ..., request_id: _Optional[str] = ..., first_index: _Optional[int] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., start_delay_millis: _Optional[int] = ..., timeout_millis: _Optional[int] = ..., starts: _Optional[_Iterable[_Union[StartInstanceRequest, _Mapping]]] = ...) -> None: ...
 
 class StartInstancesResponse(_message.Message):
-    __slots__ = ("instance_ids", "version")
+    __slots__ = ("instance_ids", "version", "results")
     INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
     instance_ids: _containers.RepeatedScalarFieldContainer[str]
     version: str
-    def __init__(self, instance_ids: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ...) -> None: ...
+    results: _containers.RepeatedCompositeFieldContainer[StartResult]
+    def __init__(self, instance_ids: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., results: _Optional[_Iterable[_Union[StartResult, _Mapping]]] = ...) -> None: ...
+
+class StartResult(_message.Message):
+    __slots__ = ("instance", "error")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    instance: InstanceInfo
+    error: RpcError
+    def __init__(self, instance: _Optional[_Union[InstanceInfo, _Mapping]] = ..., error: _Optional[_Union[RpcError, _Mapping]] = ...) -> None: ...
 
 class TokenInfo(_message.Message):
     __slots__ = ("token_id", "node_id", "status", "attempt", "lease_owner", "lease_expires_at", "available_at", "last_error", "local_run_owner", "local_run_steps", "queue", "child_id")

@@ -208,6 +208,8 @@ class WiggleControlPlaneServicer:
     def StartInstances(self, request, context):
         """Bulk start: many instances of one workflow in one call, committed in large batches; the ids
         come back in the order of the contexts. Clients send long lists in chunks of this call.
+        Or, with `starts` set, independent starts coalesced by a client (docs/performance.md): each
+        one answered on its own (an instance or an error) in `results`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -6,6 +6,7 @@ validated at this edge before the instance layer (wiggle/_server/instances.py) s
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import Any
@@ -20,7 +21,9 @@ from .._storage.base import CONTEXT_FIELD_PATTERN, InstanceQuery
 from .._storage.queue_limits import QueueLimit, check_queue_limit
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object
+from .._wire.status import to_wire_number
 from ..errors import InvalidArgument
+from .faults import status_of
 from .instances import Instances
 from .pollers import Pollers
 from .service_limits import ServiceLimits, optional_name, wait_seconds
@@ -127,8 +130,42 @@ class InstanceHandlers:
         reply.deduplicated = deduplicated
         return reply
 
+    async def start_each(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        """StartInstances with ``starts``: independent starts coalesced by a client, each one
+        validated and started as StartInstance would be, concurrently (so the PostgreSQL store
+        commits them together: wiggle/_storage/postgres/start_commit.py), and answered alone."""
+        count = len(request.starts)
+        if not count <= self.limits.max_start_batch:
+            raise InvalidArgument(
+                f"starts holds {count} starts; send at most {self.limits.max_start_batch} per call"
+            )
+        mixed = [field.name for field, _ in request.ListFields() if field.name != "starts"]
+        if mixed:
+            raise InvalidArgument(
+                f"StartInstances with starts must leave {', '.join(mixed)} empty: each start carries "
+                "its own workflow, context and options"
+            )
+        outcomes = await asyncio.gather(
+            *(self.start_instance(start) for start in request.starts), return_exceptions=True
+        )
+        reply = pb.StartInstancesResponse()
+        for outcome in outcomes:
+            result = reply.results.add()
+            if isinstance(outcome, pb.InstanceInfo):
+                result.instance.CopyFrom(outcome)
+            elif isinstance(outcome, Exception):
+                code, message = status_of(outcome, "StartInstances")
+                result.error.code = to_wire_number(code)
+                result.error.message = message
+            else:  # a BaseException (cancelled): the call itself ends
+                raise outcome
+        return reply
+
     async def start_instances(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
-        """Start one instance per context, committed in large batches; the ids in order."""
+        """Start one instance per context, committed in large batches; the ids in order (or,
+        with ``starts``, ``start_each``)."""
+        if request.starts:
+            return await self.start_each(request)
         validate_name(request.workflow, "workflow")
         optional_name(request.version, "version")
         optional_name(request.correlation_id, "correlation_id")

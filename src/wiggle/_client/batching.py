@@ -1,0 +1,243 @@
+"""Starts that batch themselves: concurrent ``start`` calls of one client share one RPC.
+
+``Client.start`` / ``AsyncClient.start`` hand their request to the client's batcher. With no start
+of this client in flight, the request is sent at once (``StartInstance``: a lone start waits for
+nothing). While one is in flight, the starts that arrive meanwhile queue; when it is answered,
+everything queued goes as one ``StartInstances`` call with ``starts`` (natural batching: the batch
+is as large as the traffic makes it, and no fixed linger is ever added). The server starts each one
+on its own and answers each on its own (wiggle/_server/instance_service.py, ``start_each``), so
+every caller gets its own instance or its own error; a request id makes a start idempotent exactly
+as before (docs/semantics.md#idempotent-starts).
+
+``AsyncStartBatcher`` serves the tasks of one event loop (a sender task drains the queue, so a
+caller cancelled while it waits leaves the others' batch alone); ``StartBatcher`` serves the
+threads of one blocking client (the thread that finds nothing in flight sends for everyone queued).
+A server that predates coalesced starts refuses the batch call as a whole: the batcher then sends
+that batch's starts one by one and stops coalescing (a rolling upgrade, clients first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+
+from .._rpc import wiggle_pb2 as pb
+from .._wire.status import error_for, from_wire_number
+from ..errors import ErrorCode, WiggleError
+
+__all__ = ["AsyncStartBatcher", "StartBatcher", "MAX_STARTS", "MAX_BYTES"]
+
+MAX_STARTS = 1000  # starts in one coalesced call at most (the server takes up to 10,000)
+MAX_BYTES = 4 << 20  # and about this many bytes of contexts (a bigger start goes alone)
+#: A whole batch refused with one of these: a server that does not know ``starts`` (older).
+OLD_SERVER = frozenset({ErrorCode.INVALID_ARGUMENT, ErrorCode.UNIMPLEMENTED})
+
+# What a start is answered with: its instance, or the error it alone failed with.
+Outcome = pb.InstanceInfo | WiggleError
+
+
+def outcomes(reply: pb.StartInstancesResponse, count: int) -> list[Outcome]:
+    """Each start's outcome from a coalesced call's reply (``count`` starts were sent)."""
+    if len(reply.results) != count:
+        raise WiggleError(f"the server answered {len(reply.results)} of {count} coalesced starts")
+    out: list[Outcome] = []
+    for result in reply.results:
+        if result.HasField("error"):
+            out.append(error_for(from_wire_number(result.error.code), result.error.message))
+        else:
+            out.append(result.instance)
+    return out
+
+
+def old_server(exc: BaseException) -> bool:
+    """Whether a coalesced call's failure says the server does not know coalesced starts."""
+    return isinstance(exc, WiggleError) and exc.code in OLD_SERVER
+
+
+def take(pending: deque[_Waiting], limit: int = MAX_STARTS) -> list[_Waiting]:
+    """The next batch from ``pending`` (oldest first), skipping starts nobody awaits any more."""
+    batch: list[_Waiting] = []
+    size = 0
+    while pending and len(batch) < limit:
+        waiting = pending[0]
+        if waiting.abandoned():
+            pending.popleft()
+            continue
+        size += len(waiting.request.context_json)
+        if batch and size > MAX_BYTES:
+            break
+        batch.append(pending.popleft())
+    return batch
+
+
+class _Waiting:
+    """One start waiting for its answer (the sync batcher's; the async one's adds a future)."""
+
+    __slots__ = ("request", "outcome", "done")
+
+    def __init__(self, request: pb.StartInstanceRequest) -> None:
+        self.request = request
+        self.outcome: Outcome | BaseException | None = None
+        self.done = False
+
+    def abandoned(self) -> bool:
+        return False  # a blocking caller cannot leave while it waits
+
+    def answer(self, outcome: Outcome | BaseException) -> None:
+        self.outcome = outcome
+        self.done = True
+
+    def result(self) -> pb.InstanceInfo:
+        outcome = self.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        return outcome
+
+
+class _AsyncWaiting(_Waiting):
+    __slots__ = ("future",)
+
+    def __init__(self, request: pb.StartInstanceRequest, future: asyncio.Future[pb.InstanceInfo]) -> None:
+        super().__init__(request)
+        self.future = future
+
+    def abandoned(self) -> bool:
+        return self.future.done()  # its caller was cancelled
+
+    def answer(self, outcome: Outcome | BaseException) -> None:
+        if self.future.done():
+            return
+        if isinstance(outcome, BaseException):
+            self.future.set_exception(outcome)
+        else:
+            self.future.set_result(outcome)
+
+
+SendOne = Callable[[pb.StartInstanceRequest], Awaitable[pb.InstanceInfo]]
+SendMany = Callable[[pb.StartInstancesRequest], Awaitable[pb.StartInstancesResponse]]
+
+
+class AsyncStartBatcher:
+    """Coalesces the concurrent starts of one ``AsyncClient`` (see the module docstring)."""
+
+    def __init__(self, send_one: SendOne, send_many: SendMany) -> None:
+        self._send_one = send_one
+        self._send_many = send_many
+        self._pending: deque[_Waiting] = deque()
+        self._sender: asyncio.Task[None] | None = None
+        self.coalesce = True  # False once a server refused a coalesced call as unknown
+
+    async def start(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        """Send ``request`` alone or with the starts that queue meanwhile; its own answer."""
+        if not self.coalesce:
+            return await self._send_one(request)
+        loop = asyncio.get_running_loop()
+        waiting = _AsyncWaiting(request, loop.create_future())
+        self._pending.append(waiting)
+        if self._sender is None:
+            self._sender = loop.create_task(self._drain())
+        return await waiting.future  # cancelled: only this future; the batch goes on
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                batch = take(self._pending)
+                if batch:
+                    await self._send(batch)
+        finally:
+            self._sender = None
+
+    async def _send(self, batch: list[_Waiting]) -> None:
+        try:
+            if len(batch) == 1:
+                answers: Sequence[Outcome | BaseException] = [await self._call_one(batch[0].request)]
+            else:
+                request = pb.StartInstancesRequest(starts=[w.request for w in batch])
+                answers = outcomes(await self._send_many(request), len(batch))
+        except asyncio.CancelledError:
+            for waiting in batch:
+                waiting.answer(asyncio.CancelledError())
+            raise
+        except Exception as exc:
+            if len(batch) > 1 and old_server(exc):
+                self.coalesce = False
+                answers = await asyncio.gather(*(self._call_one(w.request) for w in batch))
+            else:
+                answers = [exc] * len(batch)
+        for waiting, outcome in zip(batch, answers, strict=True):
+            waiting.answer(outcome)
+
+    async def _call_one(self, request: pb.StartInstanceRequest) -> Outcome | BaseException:
+        try:
+            return await self._send_one(request)
+        except Exception as exc:
+            return exc
+
+
+class StartBatcher:
+    """Coalesces the concurrent starts of one blocking ``Client`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        send_one: Callable[[pb.StartInstanceRequest], pb.InstanceInfo],
+        send_many: Callable[[pb.StartInstancesRequest], pb.StartInstancesResponse],
+    ) -> None:
+        self._send_one = send_one
+        self._send_many = send_many
+        self._pending: deque[_Waiting] = deque()
+        self._sending = False  # a thread has a call in flight for the batcher
+        self._cond = threading.Condition()
+        self.coalesce = True  # False once a server refused a coalesced call as unknown
+
+    def start(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        """Send ``request`` alone or with the starts that queue meanwhile; its own answer."""
+        if not self.coalesce:
+            return self._send_one(request)
+        waiting = _Waiting(request)
+        cond = self._cond
+        with cond:
+            self._pending.append(waiting)
+        while True:
+            with cond:
+                while not waiting.done and self._sending:
+                    cond.wait()
+                if waiting.done:
+                    return waiting.result()
+                self._sending = True  # this thread sends for everyone queued
+                batch = take(self._pending)
+            try:
+                self._send(batch)
+            finally:
+                with cond:
+                    self._sending = False
+                    cond.notify_all()
+
+    def _send(self, batch: list[_Waiting]) -> None:
+        try:
+            if len(batch) == 1:
+                answers: Sequence[Outcome | BaseException] = [self._call_one(batch[0].request)]
+            else:
+                request = pb.StartInstancesRequest(starts=[w.request for w in batch])
+                answers = outcomes(self._send_many(request), len(batch))
+        except Exception as exc:
+            if len(batch) > 1 and old_server(exc):
+                self.coalesce = False
+                answers = [self._call_one(w.request) for w in batch]
+            else:
+                answers = [exc] * len(batch)
+        except BaseException as exc:  # KeyboardInterrupt in the sending thread: the others learn it
+            for waiting in batch:
+                waiting.answer(exc)
+            raise
+        with self._cond:
+            for waiting, outcome in zip(batch, answers, strict=True):
+                waiting.answer(outcome)
+
+    def _call_one(self, request: pb.StartInstanceRequest) -> Outcome | BaseException:
+        try:
+            return self._send_one(request)
+        except Exception as exc:
+            return exc
