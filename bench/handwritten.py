@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import queue
 import statistics
 import sys
 import threading
@@ -57,6 +58,7 @@ from wiggle._bench.worker import expected_context, initial_context
 
 IDLE_FIRST = 0.001
 IDLE_MAX = 0.020
+CONNECT_PATIENCE = 60.0
 TABLE = sql.Identifier("hw_runs")
 
 
@@ -67,8 +69,21 @@ def step(ctx: dict[str, Any], i: int) -> dict[str, Any]:
     return ctx
 
 
+def connect(url: str, autocommit: bool = False) -> psycopg.Connection[Any]:
+    """A connection; waits (up to CONNECT_PATIENCE s) while the server has no slot free ("too many
+    clients": the loop holds one per thread, on a server other programs share)."""
+    deadline = time.monotonic() + CONNECT_PATIENCE
+    while True:
+        try:
+            return psycopg.connect(url, autocommit=autocommit)
+        except psycopg.OperationalError as exc:
+            if "too many clients" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def create_table(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect(url, autocommit=True) as conn:
         conn.execute(
             sql.SQL(
                 "CREATE TABLE {} (id bigint PRIMARY KEY, step int NOT NULL, done boolean NOT NULL DEFAULT false, "
@@ -87,7 +102,7 @@ def work(url: str, steps: int, per: str, ready: Any, go: Any, stop: Any) -> None
         "UPDATE {} SET step = %s, ctx = %s, done = %s, "
         "finished_at = CASE WHEN %s THEN clock_timestamp() END WHERE id = %s"
     ).format(TABLE)
-    with psycopg.connect(url) as conn:
+    with connect(url) as conn:
         ready.put(1)
         go.wait()
         idle = IDLE_FIRST
@@ -141,7 +156,7 @@ class Submitter:
     def run(self) -> None:
         insert = sql.SQL("INSERT INTO {} (id, step, ctx) VALUES (%s, 0, %s)").format(TABLE)
         try:
-            with psycopg.connect(self.url, autocommit=True) as conn:
+            with connect(self.url, autocommit=True) as conn:
                 while (n := self.take()) is not None:
                     began = time.perf_counter()
                     conn.execute(insert, (n, Jsonb(initial_context(n))))
@@ -182,7 +197,7 @@ def cpu_figures(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
 
 def verify(url: str, instances: int, steps: int) -> list[str]:
     """What is wrong with the finished rows (empty: every instance has exactly its expected context)."""
-    with psycopg.connect(url) as conn:
+    with connect(url) as conn:
         rows = conn.execute(sql.SQL("SELECT id, done, ctx FROM {} ORDER BY id").format(TABLE)).fetchall()
     problems = []
     if len(rows) != instances:
@@ -209,9 +224,12 @@ def drain(args: argparse.Namespace, pg: Postgres) -> dict[str, Any]:
         for w in workers:
             w.start()
         for _ in range(args.workers * args.concurrency):
-            ready.get(timeout=60)
+            try:
+                ready.get(timeout=CONNECT_PATIENCE + 30)
+            except queue.Empty:
+                return {"problems": ["the worker threads did not all connect (see their errors above)"]}
         submitter = Submitter(pg.url, args.instances, args.submit_threads)
-        with psycopg.connect(pg.url, autocommit=True) as conn:
+        with connect(pg.url, autocommit=True) as conn:
             before = cpu_snapshot(pg, workers)
             t_go = time.time()
             go.set()
@@ -254,7 +272,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"per": args.per, "ok": False, "probe_ms_before": probe_ms()}
     try:
         create_table(pg.url)
-        with psycopg.connect(pg.url) as conn:
+        with connect(pg.url) as conn:
             result["synchronous_commit"] = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
         pg.wait_no_backends()
         xact_before = pg.xact_commit()

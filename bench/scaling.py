@@ -17,8 +17,10 @@ claims, NOTIFYs and the wake-ups they cause. From the per-role costs it projects
 a deployment with ``--server-cores`` cores for the server processes and a separate PostgreSQL
 with ``--pg-cores`` cores (workers elsewhere), and says which side saturates first. The
 projection assumes the per-instance costs measured at the largest N hold there and that every
-core can be kept busy; PostgreSQL's commit rate (WAL flushes) and the NOTIFY queue's lock are
-limits it does not model (docs/architecture.md, "Scaling").
+core can be kept busy. It does not model PostgreSQL's commit rate (WAL flushes), nor the one cost
+per instance known to grow with N: every NOTIFY is read by each other server's listener backend
+in a transaction of its own (docs/architecture.md, "Scaling"), so with 16 server processes
+PostgreSQL's share is larger than at the N measured.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def render(doc: dict[str, Any]) -> str:
             lines.append(
                 f"   projection ({s['server_cores']} server cores, a separate {s['pg_cores']}-core PostgreSQL, "
                 f"at N={s['servers'][-1]}'s costs): servers {p['servers_inst_per_s']:,} inst/s, PostgreSQL "
-                f"{p['postgres_inst_per_s']:,} inst/s -> {p['first_to_saturate']} saturate(s) first; "
+                f"{p['postgres_inst_per_s']:,} inst/s -> first to saturate: {p['first_to_saturate']}; "
                 f"workers would need about {p['worker_cores_needed']} cores"
             )
     lines += ["", "runs (mode, N, inst/s, load average before, other processes' CPU s):"]

@@ -20,6 +20,7 @@ CLEAN = (
     "WIGGLE_BENCH_TIMEOUT",
     "WIGGLE_BENCH_SUBMIT",
     "WIGGLE_BENCH_SUBMIT_THREADS",
+    "WIGGLE_BENCH_SERVERS",
 )
 
 
@@ -37,7 +38,7 @@ def test_defaults() -> None:
     assert args.database_url == "" and args.impl is None and args.timeout == 600
     assert not args.json and not args.keep and args.fault == ""
     assert args.submit == ["before"] and args.submit_threads == 8
-    assert args.latency is None
+    assert args.latency is None and args.servers == 1
 
 
 def test_latency_mode_defaults_to_five_steps_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,6 +102,8 @@ def test_bad_flags_exit_2_and_say_why(argv: list[str], says: str, capsys: pytest
         (["--timeout", "0"], "--timeout must be > 0"),
         (["--database-url", "mysql://x"], "postgresql:// URL"),
         (["--latency", "5", "--submit", "during"], "--submit does not apply"),
+        (["--servers", "2"], "--servers > 1 needs PostgreSQL"),
+        (["--servers", "2", "--latency", "5", "--database-url", "postgresql://x"], "not to --latency"),
     ],
 )
 def test_inconsistent_settings_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

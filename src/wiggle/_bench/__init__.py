@@ -3,9 +3,9 @@
 - ``e2e``        the entry point: ``main(argv)`` runs every mode in turn and prints the report
 - ``arguments``  the flags and their WIGGLE_* defaults (src/wiggle/cli.py hands argv over as is)
 - ``processes``  the subprocesses (server, workers): start, talk JSON lines, CPU, stop, logs
-- ``worker``     the subprocesses' side: the server and worker roles, and the benchmark workflow
-- ``pgstats``    PostgreSQL: the benchmark's own database, xact_commit, backend CPU, clean-up
-- ``deploy``     one mode's server and worker processes (start, go, counters, stop)
+- ``worker``     the subprocesses' side: the server (with its store probe) and worker roles, the workflow
+- ``pgstats``    PostgreSQL: the benchmark's own database, its counters, backend CPU, sampled waits
+- ``deploy``     one mode's server(s) and worker processes (start, go, counters, stop)
 - ``drain``      one mode's timed drain (submission, the window, verification, figures)
 - ``submit``     client threads starting instances inside the window (``--submit during``)
 - ``latency``    the latency mode (``--latency N``): one instance at a time, start -> result
