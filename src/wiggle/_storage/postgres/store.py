@@ -344,18 +344,11 @@ class PostgresStore(Store):
 
     async def set_queue_limit(self, limit: QueueLimit) -> None:
         check_queue_limit(limit)
+        args: tuple[str | int, ...] = (limit.queue,)
+        text = self.queries.delete_queue_limit
         if limit.limited:
-            text, args = (
-                self.queries.put_queue_limit,
-                (
-                    limit.queue,
-                    limit.max_running,
-                    limit.rate_max,
-                    limit.rate_period_millis,
-                ),
-            )
-        else:
-            text, args = self.queries.delete_queue_limit, (limit.queue,)
+            text = self.queries.put_queue_limit
+            args = (limit.queue, limit.max_running, limit.rate_max, limit.rate_period_millis)
 
         async def body(conn: Conn) -> None:
             await conn.execute(text, args)
