@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from .test_cli_ops import wiggle
-
 from wiggle import Workflow
 from wiggle.testing import EmbeddedServer
+
+from .test_cli_ops import wiggle
 
 
 async def test_set_limit_shows_the_limits_and_clear_removes_them() -> None:
@@ -24,7 +24,9 @@ async def test_set_limit_shows_the_limits_and_clear_removes_them() -> None:
         assert per_minute.returncode == 0 and "600 claims per 60 s" in per_minute.stdout, per_minute
         cleared = await wiggle(target, "queues", "set-limit", "stripe", "--clear")
         assert cleared.returncode == 0, cleared.stderr
-        assert "stripe" not in [q["queue"] for q in json.loads((await wiggle(target, "queues", "--json")).stdout)]
+        assert "stripe" not in [
+            q["queue"] for q in json.loads((await wiggle(target, "queues", "--json")).stdout)
+        ]
         for bad, words in [
             (["--rate", "fifty/s"], "is not N/PERIOD"),
             ([], "say what to limit"),
