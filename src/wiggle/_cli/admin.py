@@ -67,7 +67,7 @@ def cmd_set_limit(args: argparse.Namespace) -> int:
         if not slash or not count.strip().isdigit():
             raise InvalidArgument(f"--rate {args.rate!r} is not N/PERIOD (e.g. 50/1s, 600/1m)")
         per = per.strip()
-        rate_max, period = int(count), _duration(per if per[:1].isdigit() else "1" + per, "--rate period")
+        rate_max, period = int(count), _duration("1" + per if per[:1].isalpha() else per, "--rate period")
     with client_from_args(args) as client:
         client.set_queue_limit(
             args.queue, max_running=args.max_running or 0, rate_max=rate_max, rate_period=period

@@ -103,6 +103,7 @@ def next_admit_at(limit: QueueLimit, tat: float, now: int) -> int:
     interval = limit.rate_period_millis / limit.rate_max
     return max(now, math.ceil(tat - _tolerance(interval) - 1e-6))
 
+
 def describe(
     stats: dict[str, QueueStat], limits: list[tuple[QueueLimit, float]], now: int
 ) -> list[QueueStat]:

@@ -83,6 +83,7 @@ class PostgresStore(Store):
         self._limit_lock_class = lock_key("limits", self.schema) & 0x7FFFFFFF
         # when this node last read the queue limits (``limited_queues``; time.monotonic(); _limited)
         self._limits_read = float("-inf")
+        self._limits_version = 0  # set_queue_limit calls of this node so far
         self.cluster = Cluster(schema, self.notifier, self.queries.count_peers)
         self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
         self.clock_parallelism = max(1, self.db.pool_size // 2)
@@ -333,34 +334,31 @@ class PostgresStore(Store):
         """The queues among ``queues`` that have limits, as this node last read them (at most a
         second ago: a limit set through another server applies here within a second)."""
         if time.monotonic() - self._limits_read > LIMITS_TTL_SECONDS:
+            version = self._limits_version
+            read_at = time.monotonic()
             rows = await self.db.fetch("queue_limits", self.queries.queue_limits)
-            self.limited_queues = {
-                r[0]: QueueLimit(queue=r[0], max_running=r[1], rate_max=r[2], rate_period_millis=r[3])
-                for r in rows
-            }
-            self._limits_read = time.monotonic()
+            if version == self._limits_version:  # else a set_queue_limit of this node came meanwhile: keep it
+                self.limited_queues = {
+                    r[0]: QueueLimit(queue=r[0], max_running=r[1], rate_max=r[2], rate_period_millis=r[3])
+                    for r in rows
+                }
+                self._limits_read = read_at
         limits = self.limited_queues
         return {queue for queue in queues if queue in limits} if limits else set()
 
     async def set_queue_limit(self, limit: QueueLimit) -> None:
         check_queue_limit(limit)
+        args: tuple[str | int, ...] = (limit.queue,)
+        text = self.queries.delete_queue_limit
         if limit.limited:
-            text, args = (
-                self.queries.put_queue_limit,
-                (
-                    limit.queue,
-                    limit.max_running,
-                    limit.rate_max,
-                    limit.rate_period_millis,
-                ),
-            )
-        else:
-            text, args = self.queries.delete_queue_limit, (limit.queue,)
+            text = self.queries.put_queue_limit
+            args = (limit.queue, limit.max_running, limit.rate_max, limit.rate_period_millis)
 
         async def body(conn: Conn) -> None:
             await conn.execute(text, args)
 
         await self.db.run("set_queue_limit", body)
+        self._limits_version += 1  # a read of the table started before this commit is stale
         if limit.limited:
             self.limited_queues[limit.queue] = limit
         else:
