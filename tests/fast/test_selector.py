@@ -125,3 +125,16 @@ def test_twins_export_the_same_names_and_docstrings(impl: Impl, reference: Impl,
             assert getattr(mine, name) == getattr(ref, name), name
     for name in CONSTANTS[area]:
         assert getattr(mine, name) == getattr(ref, name), name
+
+
+def test_no_store_calls_a_twin() -> None:
+    """The stores never import the twins: .ci/run runs the pure twins on the in-memory store only
+    (the PostgreSQL variants of the same tests run with the compiled twins), which is a full check
+    only while the store a test uses cannot change which twin code runs."""
+    storage = PACKAGE_ROOT / "wiggle" / "_storage"
+    importers = [
+        path.relative_to(PACKAGE_ROOT).as_posix()
+        for path in sorted(storage.rglob("*.py"))
+        if "_fast" in path.read_text()
+    ]
+    assert list(storage.rglob("*.py")) and importers == []

@@ -144,3 +144,30 @@ def test_activation_carries_the_server_limits() -> None:
         2,
         "order-7",
     )
+
+
+def test_every_client_field_has_its_reply_field() -> None:
+    """replies.py copies a client value's fields from the reply's fields of the same name: each
+    field is in its message, or made by its converter (the rest are a new field's missing half)."""
+    from wiggle._client import types
+    from wiggle._rpc import wiggle_pb2 as pb
+
+    made = {
+        "InstanceInfo": {"context"},  # decoded from context_json
+        "ScheduleInfo": {
+            "schedule_id",
+            "interval_seconds",
+            "context",
+        },  # spec.id, interval_millis, context_json
+    }
+    messages = {
+        "TokenInfo": (pb.TokenInfo,),
+        "InstanceInfo": (pb.InstanceInfo,),
+        "HistoryEntry": (pb.HistoryEntry,),
+        "QueueInfo": (pb.QueueInfo,),
+        "ScheduleInfo": (pb.ScheduleSpec, pb.ScheduleInfo),
+    }
+    for name, sources in messages.items():
+        on_the_wire = {f.name for message in sources for f in message.DESCRIPTOR.fields}
+        fields = set(getattr(types, name).__struct_fields__)
+        assert fields - on_the_wire == made.get(name, set()), name

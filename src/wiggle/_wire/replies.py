@@ -7,7 +7,7 @@ is wiggle/_wire/convert.py and wiggle/_wire/schedules.py.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -36,43 +36,35 @@ __all__ = [
     "schedule_from_pb",
 ]
 
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+def _copied(cls: type[T], sources: tuple[Any, ...], **given: Any) -> T:
+    """A ``cls`` whose fields are ``given`` or, for the rest, copied from the first reply message
+    in ``sources`` that has a field of the same name: the client's types name their fields as the
+    proto does (a field with no counterpart is an AttributeError, which every reply's test meets)."""
+    values = dict(given)
+    for name in cls.__struct_fields__:
+        if name not in values:
+            source = next((s for s in sources if hasattr(s, name)), sources[0])
+            values[name] = getattr(source, name)
+    return cls(**values)
+
 
 def token_from_pb(msg: pb.TokenInfo) -> TokenInfo:
     """The client's view of a token."""
-    return TokenInfo(
-        token_id=msg.token_id,
-        node_id=msg.node_id,
-        status=TokenStatus(msg.status),
-        attempt=msg.attempt,
-        queue=msg.queue,
-        lease_owner=msg.lease_owner,
-        lease_expires_at=msg.lease_expires_at,
-        available_at=msg.available_at,
-        last_error=msg.last_error,
-        local_run_owner=msg.local_run_owner,
-        local_run_steps=msg.local_run_steps,
-        child_id=msg.child_id,
-    )
+    return _copied(TokenInfo, (msg,), status=TokenStatus(msg.status))
 
 
 def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
     """The client's view of an instance."""
     context: dict[str, Any] = msgspec.json.decode(msg.context_json) if msg.context_json else {}
-    return InstanceInfo(
-        instance_id=msg.instance_id,
-        workflow=msg.workflow,
-        version=msg.version,
+    return _copied(
+        InstanceInfo,
+        (msg,),
         status=InstanceStatus(msg.status),
         context=context,
-        correlation_id=msg.correlation_id,
-        reason=msg.reason,
-        error=msg.error,
-        created_at=msg.created_at,
-        updated_at=msg.updated_at,
-        finished_at=msg.finished_at,
         tokens=tuple(token_from_pb(t) for t in msg.tokens),
-        schedule_id=msg.schedule_id,
-        schedule_tick_at=msg.schedule_tick_at,
         pending_signals=tuple(
             PendingSignalInfo(
                 name=s.name,
@@ -82,14 +74,6 @@ def instance_from_pb(msg: pb.InstanceInfo) -> InstanceInfo:
             )
             for s in msg.pending_signals
         ),
-        parent_id=msg.parent_id,
-        parent_token_id=msg.parent_token_id,
-        depth=msg.depth,
-        priority=msg.priority,
-        start_at=msg.start_at,
-        dedup_key=msg.dedup_key,
-        dedup_window_millis=msg.dedup_window_millis,
-        deduplicated=msg.deduplicated,
     )
 
 
@@ -100,19 +84,7 @@ def signal_result_from_pb(msg: pb.SignalInstanceResponse) -> SignalResult:
 
 def history_from_pb(msg: pb.HistoryEntry) -> HistoryEntry:
     """The client's view of one history entry."""
-    return HistoryEntry(
-        token_id=msg.token_id,
-        node_id=msg.node_id,
-        kind=msg.kind,
-        attempt=msg.attempt,
-        worker_id=msg.worker_id,
-        started_at=msg.started_at,
-        ended_at=msg.ended_at,
-        outcome=msg.outcome,
-        error=msg.error,
-        child_id=msg.child_id,
-        traceback=msg.traceback,
-    )
+    return _copied(HistoryEntry, (msg,))
 
 
 def workflow_from_pb(msg: pb.WorkflowInfo) -> WorkflowInfo:
@@ -128,47 +100,19 @@ def workflow_from_pb(msg: pb.WorkflowInfo) -> WorkflowInfo:
 
 def queue_from_pb(msg: pb.QueueInfo) -> QueueInfo:
     """The client's view of one queue."""
-    return QueueInfo(
-        queue=msg.queue,
-        ready=msg.ready,
-        delayed=msg.delayed,
-        oldest_ready_age_millis=msg.oldest_ready_age_millis,
-        running=msg.running,
-        in_local_run=msg.in_local_run,
-        workers=tuple(QueueWorker(w.worker_id, w.last_seen, w.in_flight) for w in msg.workers),
-        limit_held=msg.limit_held,
-        limit_waiting=msg.limit_waiting,
-        max_running=msg.max_running,
-        rate_max=msg.rate_max,
-        rate_period_millis=msg.rate_period_millis,
-        rate_limited_until=msg.rate_limited_until,
-    )
+    workers = tuple(QueueWorker(w.worker_id, w.last_seen, w.in_flight) for w in msg.workers)
+    return _copied(QueueInfo, (msg,), workers=workers)
 
 
 def schedule_from_pb(msg: pb.ScheduleInfo) -> ScheduleInfo:
-    """The client's view of a schedule."""
+    """The client's view of a schedule: its spec's fields and its state's."""
     spec = msg.spec
     context: dict[str, Any] = msgspec.json.decode(spec.context_json) if spec.context_json else {}
-    return ScheduleInfo(
+    return _copied(
+        ScheduleInfo,
+        (spec, msg),
         schedule_id=spec.id,
-        workflow=spec.workflow,
-        version=spec.version,
         interval_seconds=spec.interval_millis / 1000 if spec.interval_millis else None,
-        cron=spec.cron,
-        timezone=spec.timezone,
         context=context,
-        overlap=spec.overlap,
-        catchup=spec.catchup,
-        catchup_limit=spec.catchup_limit,
-        paused=spec.paused,
-        priority=spec.priority,
-        created_at=msg.created_at,
-        updated_at=msg.updated_at,
-        next_tick_at=msg.next_tick_at,
-        last_tick_at=msg.last_tick_at,
-        last_instance_id=msg.last_instance_id,
-        buffered_tick_at=msg.buffered_tick_at,
-        fired=msg.fired,
-        skipped=msg.skipped,
         next_fire_times=tuple(msg.next_fire_times),
     )
