@@ -36,7 +36,8 @@ def test_the_walk_finds_every_verb() -> None:
         "server", "migrate", "demo", "worker", "start", "get", "history", "cancel", "list",
         "complete-task", "signal", "retry", "schedule", "schedule create", "schedule update",
         "schedule list", "schedule get", "schedule pause", "schedule resume", "schedule delete",
-        "schedule trigger", "token", "doctor", "ready", "workflows", "queues", "describe", "bench",
+        "schedule trigger", "token", "doctor", "ready", "workflows", "queues", "queues set-limit", "describe",
+        "bench",
         "completion",
     }  # fmt: skip
     assert names == expected
