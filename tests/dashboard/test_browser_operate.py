@@ -8,12 +8,13 @@ import asyncio
 
 from pg import TEST_DATABASE_URL
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from .helpers import click, dashboard_server, orders, until
-from .test_browser import browser, confirm, shot, wait_for  # noqa: F401  (browser: a fixture)
+from .test_browser import browser, confirm, shot, stable, wait_for  # noqa: F401  (browser: a fixture)
 
 
 def signal_in_browser(
@@ -75,7 +76,8 @@ async def test_signal_retry_and_schedule_actions_in_a_browser(
                 row = 'tr[data-schedule="nightly"]'
                 wait_for(browser, row)
                 confirm(browser, f"{row} button.schedule-pause", "ada")
-                WebDriverWait(browser, 20).until(
+                # the 2 s refresh may replace the row between finding and reading it: read again
+                WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(
                     lambda d: d.find_element(By.CSS_SELECTOR, row).get_attribute("data-paused") == "true"
                 )
                 confirm(browser, f"{row} button.schedule-trigger", "ada")
@@ -83,7 +85,8 @@ async def test_signal_retry_and_schedule_actions_in_a_browser(
                 nav = browser.find_element(By.CSS_SELECTOR, 'header a[href="/schedules"]').get_attribute(
                     "class"
                 )
-                return str(browser.find_element(By.CSS_SELECTOR, row).text), str(nav)
+                text = stable(browser, lambda d: str(d.find_element(By.CSS_SELECTOR, row).text))
+                return text, str(nav)
 
             text, nav = await asyncio.to_thread(pause_and_trigger)
             assert "paused" in text and nav == "on"
