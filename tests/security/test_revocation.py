@@ -334,6 +334,11 @@ async def test_sighup_to_a_server_process_ends_the_revoked_stream(pki: Pki) -> N
                 break
         else:
             raise AssertionError("the server did not start")
+        # read the server's output from here on: a full pipe would block its logging, and with it
+        # the server (and the reload this test waits for)
+        lines: list[str] = []
+        drain = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
+        drain.start()
         async with pki.client(f"127.0.0.1:{port}", "pay-worker") as worker:
             stream = worker.stub.WorkerSession(timeout=60)
             await stream.write(
@@ -358,6 +363,8 @@ async def test_sighup_to_a_server_process_ends_the_revoked_stream(pki: Pki) -> N
             assert "'pay-worker' was revoked" in (raised.value.details() or "")
     finally:
         process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=30)
+        process.wait(timeout=30)
+    drain.join(timeout=10)
+    output = "".join(lines)
     assert "credential of 'pay-worker' revoked at the identity reload: 1 call(s) ended" in output
     assert "tok-pay-worker" not in output and hash_token("tok-pay-worker") not in output
