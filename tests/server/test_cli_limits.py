@@ -16,7 +16,7 @@ async def test_set_limit_shows_the_limits_and_clear_removes_them() -> None:
         target = server.target
         set_ = await wiggle(target, "queues", "set-limit", "stripe", "--rate", "50/1s", "--max-running", "4")
         assert set_.returncode == 0, set_.stderr
-        assert "at most 4 running; 50 claims per 1 s" in set_.stdout
+        assert "at most 4 running (0 in use); 50 claims per 1 s" in set_.stdout
         shown = await wiggle(target, "queues", "--json")
         [stripe] = [q for q in json.loads(shown.stdout) if q["queue"] == "stripe"]
         assert (stripe["max_running"], stripe["rate_max"], stripe["rate_period_millis"]) == (4, 50, 1000)
