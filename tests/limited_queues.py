@@ -12,8 +12,8 @@
 - queue ``<prefix>-rated`` with a rate of 1 claim per hour: one claim made, a second step
   waits for the rate (``rate_limited_until`` = that claim + 1 h).
 
-The claims are made through the client's gRPC stub as a worker that never reports (``holder``),
-so nothing moves while a test reads. Give the server a lease longer than the test
+The claims are made through the client's gRPC stub as workers that never report (``HOLDER`` on
+the keyed queue, ``RATE_HOLDER`` on the rated one), so nothing moves while a test reads. Give the server a lease longer than the test
 (``lease_millis``), or the held slots come back when their leases run out.
 """
 
@@ -25,9 +25,10 @@ from typing import Any
 from wiggle import Limit, Workflow
 from wiggle._rpc import wiggle_pb2 as pb
 
-__all__ = ["LimitedQueues", "hold_limited_queues", "HOLDER", "LONG_LEASE_MILLIS"]
+__all__ = ["LimitedQueues", "hold_limited_queues", "HOLDER", "RATE_HOLDER", "LONG_LEASE_MILLIS"]
 
 HOLDER = "holder"
+RATE_HOLDER = "rate-holder"
 #: a lease no test outlives: the held slots stay held while the test reads
 LONG_LEASE_MILLIS = 3_600_000
 
@@ -50,11 +51,11 @@ class LimitedQueues:
     rate_limited_until: int  # ms: that claim + 1 h
 
 
-async def _claim(client: Any, queue: str) -> pb.TaskActivation:
-    """One step of ``queue`` claimed as ``HOLDER`` (long polls until the claim is made)."""
+async def _claim(client: Any, queue: str, worker: str) -> pb.TaskActivation:
+    """One step of ``queue`` claimed as ``worker`` (long polls until the claim is made)."""
     for _ in range(60):
         reply = await client.stub.PollTasks(
-            pb.PollTasksRequest(worker_id=HOLDER, queues=[queue], max_tasks=1, wait_millis=1000)
+            pb.PollTasksRequest(worker_id=worker, queues=[queue], max_tasks=1, wait_millis=1000)
         )
         if reply.tasks:
             assert len(reply.tasks) == 1, reply
@@ -77,10 +78,10 @@ async def hold_limited_queues(client: Any, prefix: str) -> LimitedQueues:
     held = []
     for customer in ("ada", "bob"):
         await client.start(keyed, {"customer": customer})
-        held.append(await _claim(client, keyed.name))
+        held.append(await _claim(client, keyed.name, HOLDER))
     waiting = [(await client.start(keyed, {"customer": "ada"})).instance_id for _ in range(2)]
     await client.start(rated, {})
-    first = await _claim(client, rated.name)
+    first = await _claim(client, rated.name, RATE_HOLDER)
     await client.start(rated, {})
     claimed_at = first.lease_expires_at - first.lease_millis
     return LimitedQueues(keyed.name, rated.name, held, waiting, first, claimed_at + 3_600_000)
