@@ -64,7 +64,7 @@ def test_a_queues_limits_and_key_slots_read_as_words() -> None:
         f'<span class="err rate-limited">rate limited until <time data-ms="{now + 2_000}" '
         'datetime="2025-12-02T14:00:02Z">2025-12-02 14:00:02Z</time></span> <span class="muted">(in 2 s)</span>'
     )
-    assert slots == "<td class=\"slots\">2 hold a key's slot<br>5 wait for a key's slot"
+    assert slots == '<td class="slots">2 held<br>5 waiting'
     assert cells["hourly"] == ["rate 600 / 1 h", '<td class="slots">-']
     assert cells["odd"][0] == "rate 3 / 1500 ms"
     assert cells["free"] == ["—", '<td class="slots">-']

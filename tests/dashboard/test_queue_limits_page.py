@@ -41,7 +41,7 @@ async def test_the_queues_page_shows_limits_slots_and_the_rate_wait(store: str, 
         keyed_row = html.split(f'data-queue="{scene.keyed}"')[1].split("</tr>")[0]
         rated_row = html.split(f'data-queue="{scene.rated}"')[1].split("</tr>")[0]
         assert '<td class="limits">max running 3 <span class="muted">(2 in use)</span></td>' in keyed_row
-        assert "<td class=\"slots\">2 hold a key's slot<br>2 wait for a key's slot</td>" in keyed_row
+        assert '<td class="slots">2 held<br>2 waiting</td>' in keyed_row
         assert (
             '<td class="limits">rate 1 / 1 h<br><span class="err rate-limited">rate limited until '
             in rated_row

@@ -350,10 +350,14 @@ def queues_html(data: dict[str, Any]) -> str:
         )
     return (
         "<h2>Queues</h2><table><thead><tr><th>queue</th><th>ready</th><th>delayed</th><th>oldest ready</th>"
-        "<th>running</th><th>in local runs</th><th>limits</th><th>key slots</th><th>throughput</th>"
+        "<th>running</th><th>in local runs</th><th>limits</th>"
+        f'<th title="{_SLOTS_TITLE}">key slots</th><th>throughput</th>'
         "<th>schedule to start</th><th>workers polling</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+_SLOTS_TITLE = "running steps holding a slot of their concurrency limit's key (held), ready steps waiting for one (waiting)"
 
 
 def _queue_limits(q: dict[str, Any], now: int) -> str:
@@ -376,10 +380,11 @@ def _queue_limits(q: dict[str, Any], now: int) -> str:
 
 def _key_slots(q: dict[str, Any]) -> str:
     """The steps' concurrency limits on the queue (docs/flow-control.md#concurrency-limits): of
-    its running steps, those holding a key's slot; of its ready ones, those waiting for one."""
+    its running steps, those holding a key's slot ("held"); of its ready ones, those waiting for
+    one ("waiting"); "-" when none does either."""
     if not (q["limit_held"] or q["limit_waiting"]):
         return "-"
-    return f"{q['limit_held']} hold a key's slot<br>{q['limit_waiting']} wait for a key's slot"
+    return f"{q['limit_held']} held<br>{q['limit_waiting']} waiting"
 
 
 def _period(ms: int) -> str:
