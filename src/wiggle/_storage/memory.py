@@ -55,6 +55,10 @@ from .schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
 
+#: Per-key rate states kept before the purge drops those whose moment has passed (a key without
+#: one may go at once: dropping them changes nothing).
+RATE_KEYS_KEPT = 1024
+
 
 class MemoryStore(Store):
     """Definitions, instances and history in dicts; READY tokens and timers in heaps.
@@ -817,6 +821,9 @@ class MemoryStore(Store):
             if s.instance.status in FINISHED_INSTANCE_STATUSES and s.instance.finished_at < older_than
         ][:limit]
         self._forget(doomed)
+        if len(self._rate_tat) > RATE_KEYS_KEPT:  # a key whose moment has passed says nothing
+            now = self.clock.now()
+            self._rate_tat = {key: tat for key, tat in self._rate_tat.items() if tat > now}
         return len(doomed)
 
     # ------------------------------------------------------------------ operating (issue #13)
