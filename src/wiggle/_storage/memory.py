@@ -511,17 +511,17 @@ class MemoryStore(Store):
         for queue in queues:
             self._promote(queue, now)
         while len(out) < max_tasks:
-            best: tuple[int, int, int] | None = None  # (running of its key, rank, seq)
+            best: tuple[tuple[int, int, int], bool] | None = None  # ((running of its key, rank, seq), keyed)
             best_queue = ""
             for queue in queues:
                 if self.limited_queues and queue in self.limited_queues and not self._queue_open(queue, now):
                     continue
                 head = self._head(queue, now)
-                if head is not None and (best is None or head[0] < best):
-                    best, best_queue = head[0], queue
+                if head is not None and (best is None or head[0] < best[0]):
+                    best, best_queue = head, queue
             if best is None:
                 break
-            token = self._take(best_queue, now)
+            token = self._take(best_queue, best[1], now)
             state = self._instances[token_instance_id(token.id)]
             changes = Changes()
             claimed = transition(self._loaded(state), state, token, now, changes)
@@ -545,20 +545,17 @@ class MemoryStore(Store):
                 return (load, entry[0], entry[1]), True
         return None if free is None else ((0, free[0], free[1]), False)
 
-    def _take(self, queue: str, now: int) -> Token:
-        """Pop the step ``_head`` chose on ``queue`` (nothing ran in between) and count it
-        against its key's rate."""
-        head = self._head(queue, now)
-        assert head is not None
-        if head[1]:
-            keyed = self._keyed_head(queue, now)
-            assert keyed is not None
-            token_id = keyed[1][2]
-            token = self._instances[token_instance_id(token_id)].tokens[token_id]
-            heapq.heappop(self._keyed[queue][token.limit_key])
+    def _take(self, queue: str, keyed: bool, now: int) -> Token:
+        """Pop the step ``_head`` chose on ``queue`` and count it against its key's rate. Nothing
+        of ``queue`` changed since: ``_head`` of another queue changes only that queue's heaps,
+        so the chosen step is still the top of ``_due``, or of the heap of the key at the top of
+        the queue's index (``_keyed_head`` left that item valid)."""
+        if keyed:
+            heap = self._keyed[queue][self._key_index[queue][0][3]]
         else:
-            token_id = heapq.heappop(self._due[queue])[2]
-            token = self._instances[token_instance_id(token_id)].tokens[token_id]
+            heap = self._due[queue]
+        token_id = heapq.heappop(heap)[2]
+        token = self._instances[token_instance_id(token_id)].tokens[token_id]
         if token.rate_key:
             tat = self._rate_tat.get(token.rate_key, 0.0)
             after = rate_admit(token.rate_max, token.rate_period_millis, tat, now)
