@@ -341,11 +341,13 @@ class PostgresStore(Store):
 
         One round takes the first ``max_tasks`` rows. Unless that many of them would be taken
         first in the fair order whatever comes after them (rows without a concurrency-limit key,
-        or the first row of a key with no attempt running), further rounds (up to
-        ``CLAIM_ROUNDS`` in all, each taking four times as many rows as the one before) look past
-        the keys found so far: the claim can then take the steps of other keys instead of one
-        more of a busy key (limits.py), and is not cut short by one key's backlog ahead of the
-        steps of keys with room (docs/flow-control.md#fair-claims-across-keys)."""
+        or the first row of a key with no attempt running), or the rows found so far offer
+        ``enough_keys`` keys to choose from, further rounds (up to ``CLAIM_ROUNDS`` in all, each
+        taking twice as many rows as the one before) look past the keys found so far: the claim
+        can then take the steps of other keys instead of one more of a busy key (limits.py), and
+        is not cut short by one key's backlog ahead of the steps of keys with room
+        (docs/flow-control.md#fair-claims-across-keys). The bounds keep a claim's reads and row
+        locks a small multiple of what it takes, whatever the backlog."""
         q = self.queries
         text = q.claim_one if len(queues) == 1 else q.claim_many
         queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
@@ -353,8 +355,9 @@ class PostgresStore(Store):
         rows: list[Any] = []
         tokens: list[Token] = []
         keys: list[str] = []
+        enough_keys = 2 * max_tasks + 8
         for round_ in range(CLAIM_ROUNDS):
-            limit = max_tasks * 4**round_
+            limit = max_tasks * 2**round_
             params = (queue_param, now, rate_now, keys, [t.id for t in tokens], limit)
             cur = await conn.execute(text, params + ((limit,) if len(queues) > 1 else ()), binary=True)
             await pipeline.sync()
@@ -363,9 +366,9 @@ class PostgresStore(Store):
             tokens.extend(token_from(row) for row in found)
             idle = {t.limit_key for t, row in zip(tokens, rows, strict=True) if t.limit_key and not row[-1]}
             first = len(idle) + sum(1 for t in tokens if not t.limit_key)
-            if len(found) < limit or first >= max_tasks:
-                break  # nothing further, or enough that nothing further would come before
             keys = sorted({t.limit_key for t in tokens if t.limit_key})
+            if len(found) < limit or first >= max_tasks or len(keys) >= enough_keys:
+                break  # nothing further, enough that nothing further would come before, or choice enough
         return rows, tokens
 
     async def _limited(self, queues: list[str]) -> set[str]:
