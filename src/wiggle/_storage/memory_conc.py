@@ -1,0 +1,74 @@
+"""The memory store's index of workflow-level concurrency keys (docs/flow-control.md#workflow-concurrency).
+
+Per (workflow, key label) the ids of its instances that are RUNNING or waiting for a slot, kept
+at every commit (``track``), so an admission finds them without a scan. An admission runs
+without an await between its reads and its writes: on one event loop nothing else runs in
+between, which is the memory store's lock of the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .._engine.engine import LoadedDefinition
+from .._engine.state import Changes, Instance, InstanceState, InstanceStatus
+from .base import ADMIT_BATCH, AdmitAction
+
+__all__ = ["ConcIndex"]
+
+
+def _counts(inst: Instance) -> bool:
+    """RUNNING (live), or SCHEDULED waiting for a slot."""
+    return inst.status == InstanceStatus.RUNNING or (
+        inst.status == InstanceStatus.SCHEDULED and inst.conc_since > 0
+    )
+
+
+class ConcIndex:
+    """(workflow, key) -> the ids of its live and waiting instances."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple[str, str], set[str]] = {}
+
+    def track(self, inst: Instance) -> None:
+        """Index ``inst`` (of a limited workflow) as it is after a commit."""
+        key = (inst.workflow, inst.conc_key)
+        if _counts(inst):
+            self._keys.setdefault(key, set()).add(inst.id)
+            return
+        ids = self._keys.get(key)
+        if ids is not None:
+            ids.discard(inst.id)
+            if not ids:
+                del self._keys[key]
+
+    def waiting_keys(self, instances: dict[str, InstanceState], limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` keys with an instance waiting for a slot."""
+        out: list[tuple[str, str]] = []
+        for key, ids in self._keys.items():
+            if any(instances[i].instance.status == InstanceStatus.SCHEDULED for i in ids):
+                out.append(key)
+                if len(out) >= limit:
+                    break
+        return sorted(out)
+
+    def admit(
+        self,
+        workflow: str,
+        key: str,
+        instances: dict[str, InstanceState],
+        loaded: Callable[[InstanceState], LoadedDefinition],
+        action: AdmitAction,
+        now: int,
+    ) -> list[tuple[InstanceState, Changes]]:
+        """Run one admission of ``key`` (Store.admit); the caller applies what it changed."""
+        states = [instances[i] for i in self._keys.get((workflow, key), ())]
+        live = sorted(
+            (s for s in states if s.instance.status == InstanceStatus.RUNNING),
+            key=lambda s: (s.instance.created_at, s.instance.id),
+        )
+        waiting = sorted(
+            (s for s in states if s.instance.status == InstanceStatus.SCHEDULED),
+            key=lambda s: (s.instance.conc_since, s.instance.id),
+        )[:ADMIT_BATCH]
+        return action([(loaded(s), s) for s in live], [(loaded(s), s) for s in waiting], now)

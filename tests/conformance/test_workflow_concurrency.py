@@ -1,0 +1,241 @@
+"""Workflow-level concurrency limits (docs/flow-control.md#workflow-concurrency), on both stores:
+``Workflow.define(name, concurrency=Limit(key=..., max=N, strategy=...))`` lets at most N
+instances per value of the key be live; a start over the limit waits SCHEDULED for a slot
+(queue, FIFO per key), is cancelled (cancel_newest), or cancels the oldest live ones
+(cancel_oldest). Most workflows here wait at a user task, so an instance stays live until the
+test completes it, with no worker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from pg import STORES
+
+from wiggle import ExecutionMode, Limit, RetryPolicy, Workflow
+from wiggle._engine.workflow_limits import CONCURRENCY_KIND
+from wiggle.testing import WorkflowEnvironment
+
+from .conftest import Harness
+
+
+@pytest.fixture(params=STORES)
+def harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
+    """One store; SERVER mode (the limit is about instances, not how their steps run)."""
+    return Harness(request.param, ExecutionMode.SERVER, postgres_schema)
+
+
+def _held(harness: Harness, base: str, strategy: str = "queue", max: int = 1):
+    """A workflow whose instances stay live at the user task "hold" until it is completed."""
+    limit = Limit(key="account_id", max=max, strategy=strategy)
+    name = f"{base}-{uuid.uuid4().hex[:8]}"
+    return Workflow.define(name, concurrency=limit).user_task("hold").build()
+
+
+async def _status(server, instance_id: str) -> str:
+    return str((await server.client.get(instance_id)).status)
+
+
+async def _until(predicate, what: str, tries: int = 300) -> None:
+    for _ in range(tries):
+        if await predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def _release(server, instance_id: str) -> None:
+    """Complete the hold of a live instance and wait for it to finish."""
+    await server.client.complete_user_task(instance_id, "hold", {})
+    await Harness.finish(server, instance_id)
+
+
+def _limit_entries(history) -> list[tuple[str, str]]:
+    return [(e.outcome, e.error) for e in history if e.kind == CONCURRENCY_KIND]
+
+
+async def test_queue_waits_for_a_slot_and_begins_in_fifo_order(harness: Harness) -> None:
+    bp = _held(harness, "queue")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        first = await server.client.start(bp, {"account_id": 42})
+        assert first.status == "RUNNING" and first.waiting_reason == ""
+        waiting = [await server.client.start(bp, {"account_id": 42, "n": n}) for n in range(3)]
+        other = await server.client.start(bp, {"account_id": 7})  # another key is not held back
+        assert other.status == "RUNNING"
+        for info in waiting:
+            assert info.status == "SCHEDULED", info
+            assert info.waiting_reason == "waiting for a concurrency slot of account_id=42 (limit 1)"
+            assert info.concurrency_key == "account_id=42" and info.concurrency_max == 1
+            assert info.concurrency_waiting_since > 0
+        order = [first, *waiting]
+        for i, info in enumerate(order):
+            assert await _status(server, info.instance_id) == "RUNNING"
+            for later in order[i + 1 :]:
+                assert await _status(server, later.instance_id) == "SCHEDULED"
+            await _release(server, info.instance_id)  # its finish begins the next, oldest first
+        got = await server.client.get(waiting[0].instance_id)
+        assert got.status == "COMPLETED" and got.waiting_reason == "" and got.concurrency_waiting_since == 0
+        entries = _limit_entries(await server.client.history(waiting[0].instance_id))
+        assert [o for o, _ in entries] == ["WAITING", "BEGAN"], entries
+        assert "a concurrency slot of account_id=42 was free" in entries[1][1]
+        await _release(server, other.instance_id)
+
+
+async def test_a_waiting_instance_can_be_cancelled_and_is_skipped(harness: Harness) -> None:
+    bp = _held(harness, "cancel-waiting")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        first = await server.client.start(bp, {"account_id": "a"})
+        second = await server.client.start(bp, {"account_id": "a"})
+        third = await server.client.start(bp, {"account_id": "a"})
+        info, changed = await server.client.cancel(second.instance_id, "not needed")
+        assert changed and info.status == "CANCELLED"
+        await _release(server, first.instance_id)
+        assert await _status(server, third.instance_id) == "RUNNING"
+        assert await _status(server, second.instance_id) == "CANCELLED"
+        await _release(server, third.instance_id)
+
+
+async def test_a_failed_and_a_cancelled_live_instance_free_their_slot(harness: Harness) -> None:
+    bp = _held(harness, "frees")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        first = await server.client.start(bp, {"account_id": 1})
+        second = await server.client.start(bp, {"account_id": 1})
+        await server.client.cancel(first.instance_id, "operator")
+        await _until(lambda: _is(server, second.instance_id, "RUNNING"), "the next began")
+        await _release(server, second.instance_id)
+
+
+async def _is(server, instance_id: str, status: str) -> bool:
+    return await _status(server, instance_id) == status
+
+
+async def test_cancel_newest_cancels_a_start_over_the_limit(harness: Harness) -> None:
+    bp = _held(harness, "newest", strategy="cancel_newest")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        first = await server.client.start(bp, {"account_id": 42})
+        second = await server.client.start(bp, {"account_id": 42})
+        assert second.status == "CANCELLED"  # the start's answer says so
+        expected = "cancelled: account_id=42 already has 1 live instance(s) (limit 1, strategy cancel_newest)"
+        assert second.reason == expected
+        assert ("CANCELLED", expected) in _limit_entries(await server.client.history(second.instance_id))
+        assert await _status(server, first.instance_id) == "RUNNING"
+        await _release(server, first.instance_id)
+        third = await server.client.start(bp, {"account_id": 42})  # the slot is free again
+        assert third.status == "RUNNING"
+        await _release(server, third.instance_id)
+
+
+async def test_cancel_oldest_makes_room_for_the_new_start(harness: Harness) -> None:
+    bp = _held(harness, "oldest", strategy="cancel_oldest", max=2)
+    async with harness.server() as server:
+        await server.client.register(bp)
+        a = await server.client.start(bp, {"account_id": "t"})
+        b = await server.client.start(bp, {"account_id": "t"})
+        c = await server.client.start(bp, {"account_id": "t"})
+        assert c.status == "RUNNING"
+        old = await server.client.get(a.instance_id)
+        assert old.status == "CANCELLED"
+        assert old.reason.startswith(
+            f"cancelled to make room for {c.instance_id}: account_id=t already has 2"
+        )
+        assert "strategy cancel_oldest" in old.reason
+        assert [o for o, _ in _limit_entries(await server.client.history(a.instance_id))] == [
+            "WAITING",
+            "BEGAN",
+            "CANCELLED",
+        ]
+        assert await _status(server, b.instance_id) == "RUNNING"
+        for info in (b, c):
+            await _release(server, info.instance_id)
+
+
+def _flaky(harness: Harness):
+    def step(ctx: dict[str, Any]) -> dict[str, Any]:
+        if ctx.get("boom"):
+            raise RuntimeError("boom")
+        return {**ctx, "done": True}
+
+    name = f"retry-{uuid.uuid4().hex[:8]}"
+    return (
+        Workflow.define(name, concurrency=Limit(key="account_id"))
+        .user_task("hold")
+        .step(step, name="work", retry=RetryPolicy(max_attempts=1))
+        .build()
+    )
+
+
+async def test_a_retry_waits_for_a_slot_like_a_queued_start(harness: Harness) -> None:
+    bp = _flaky(harness)
+    async with harness.running([bp]) as (server, _):
+        failed = await server.client.start(bp, {"account_id": 5, "boom": True})
+        await server.client.complete_user_task(failed.instance_id, "hold", {})
+        assert (await Harness.finish(server, failed.instance_id)).status == "FAILED"
+        live = await server.client.start(bp, {"account_id": 5})  # the failed one holds no slot
+        assert live.status == "RUNNING"
+        retried = await server.client.retry(failed.instance_id, context={"account_id": 5})
+        assert retried.status == "SCHEDULED"
+        assert retried.waiting_reason == "a retry waiting for a concurrency slot of account_id=5 (limit 1)"
+        await server.client.complete_user_task(live.instance_id, "hold", {})
+        assert (await Harness.finish(server, live.instance_id)).status == "COMPLETED"
+        done = await Harness.finish(server, failed.instance_id)  # the retry ran once the slot was free
+        assert done.status == "COMPLETED" and done.context["done"], done
+        finished_live = (await server.client.get(live.instance_id)).finished_at
+        began = [e for e in await server.client.history(failed.instance_id) if e.outcome == "BEGAN"]
+        assert began and began[-1].started_at >= finished_live
+
+
+async def test_time_skipping_moves_the_queue_on(harness: Harness) -> None:
+    name = f"skip-{uuid.uuid4().hex[:8]}"
+    bp = Workflow.define(name, concurrency=Limit(key="k")).sleep("nap", 3600).build()
+    settings: dict[str, Any] = {}
+    if harness.store == "postgres":
+        from .conftest import POSTGRES_URL
+
+        settings = {"database_url": POSTGRES_URL, "database_schema": harness.schema}
+    async with WorkflowEnvironment([bp], **settings) as env:
+        first = await env.start_workflow(bp, {"k": 1})
+        second = await env.start_workflow(bp, {"k": 1})
+        assert second.status == "SCHEDULED"
+        done = await env.result(second)
+        one = await env.result(first)
+        assert done.status == "COMPLETED"
+        assert done.finished_at - one.finished_at >= 3_600_000  # it slept after the first ended
+
+
+@pytest.fixture
+def pg(postgres_schema: str) -> Harness:
+    """PostgreSQL (the scenarios of several servers and restarts)."""
+    return Harness("postgres", ExecutionMode.SERVER, postgres_schema)
+
+
+@pytest.mark.postgres
+async def test_postgres_waiting_instances_begin_after_a_restart(pg: Harness) -> None:
+    harness = pg
+    bp = _held(harness, "restart")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        first = await server.client.start(bp, {"account_id": 9})
+        second = await server.client.start(bp, {"account_id": 9})
+        third = await server.client.start(bp, {"account_id": 9})
+    async with harness.server() as server:
+        assert await _status(server, second.instance_id) == "SCHEDULED"
+        await _release(server, first.instance_id)
+        assert await _status(server, second.instance_id) == "RUNNING"
+        # A finish whose admission is lost (a crash right after its commit): the clock duties'
+        # sweep of the next server begins the waiting one.
+        server.server.instances.limits.after = _nothing  # type: ignore[method-assign]
+        await _release(server, second.instance_id)
+        assert await _status(server, third.instance_id) == "SCHEDULED"
+    async with harness.server() as server:
+        await _until(lambda: _is(server, third.instance_id, "RUNNING"), "the sweep began it")
+        await _release(server, third.instance_id)
+
+
+async def _nothing(states: Any) -> None:
+    return None
