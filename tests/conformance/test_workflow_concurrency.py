@@ -11,11 +11,15 @@ import asyncio
 import uuid
 from typing import Any
 
+import grpc
+import msgspec
 import pytest
 from pg import STORES
 
 from wiggle import ExecutionMode, Limit, RetryPolicy, Workflow
 from wiggle._engine.workflow_limits import CONCURRENCY_KIND
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle.testing import WorkflowEnvironment
 
 from .conftest import Harness
@@ -239,3 +243,120 @@ async def test_postgres_waiting_instances_begin_after_a_restart(pg: Harness) -> 
 
 async def _nothing(states: Any) -> None:
     return None
+
+
+@pytest.mark.postgres
+async def test_postgres_two_servers_racing_starts_of_one_key_never_have_two_live(pg: Harness) -> None:
+    bp = _held(pg, "race")
+    async with pg.server() as one, pg.server() as two:
+        await one.client.register(bp)
+        servers = (one, two)
+        infos = await asyncio.gather(
+            *(servers[i % 2].client.start(bp, {"account_id": "hot", "n": i}) for i in range(40))
+        )
+        assert len({i.instance_id for i in infos}) == 40
+        done: set[str] = set()
+        for round_ in range(40):
+            page, _ = await one.client.list(workflow=bp.name, status="RUNNING", page_size=100)
+            assert len(page) == 1, (round_, [i.instance_id for i in page])
+            live = page[0].instance_id
+            await _release(servers[round_ % 2], live)  # finished on either server
+            done.add(live)
+        assert done == {i.instance_id for i in infos}
+        # From the history: each instance began after the one before it had finished.
+        spans = []
+        for info in infos:
+            began = [e.started_at for e in await one.client.history(info.instance_id) if e.outcome == "BEGAN"]
+            finished = (await one.client.get(info.instance_id)).finished_at
+            spans.append((began[0], finished))
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            assert start >= end, spans
+
+
+async def test_a_delayed_start_waits_for_a_slot_at_its_start_time(harness: Harness) -> None:
+    bp = _held(harness, "delayed")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        first = await server.client.start(bp, {"account_id": 3})
+        later = await server.client.start(bp, {"account_id": 3}, start_delay=0.2)
+        assert later.status == "SCHEDULED" and later.waiting_reason == ""  # its time has not come
+        await _until(
+            lambda: _reason(server, later.instance_id), "the delayed start waits for a slot at its time"
+        )
+        await _release(server, first.instance_id)
+        assert await _status(server, later.instance_id) == "RUNNING"
+        await _release(server, later.instance_id)
+
+
+async def _reason(server, instance_id: str) -> bool:
+    return (await server.client.get(instance_id)).waiting_reason.startswith("waiting for a concurrency slot")
+
+
+async def test_sub_workflow_children_count_under_their_own_limit(harness: Harness) -> None:
+    child = _held(harness, "child")
+    parent = (
+        Workflow.define(f"parent-{uuid.uuid4().hex[:8]}")
+        .sub_workflow("run", child.name)
+        .build()
+    )
+    async with harness.server() as server:
+        await server.client.register(child)
+        await server.client.register(parent)
+        p1 = await server.client.start(parent, {"account_id": 8})
+        p2 = await server.client.start(parent, {"account_id": 8})
+
+        async def children() -> list:
+            page, _ = await server.client.list(workflow=child.name, page_size=10)
+            return sorted(page, key=lambda i: i.created_at)
+
+        async def two() -> bool:
+            return len(await children()) == 2
+
+        await _until(two, "both children exist")
+        kids = await children()
+        statuses = sorted(str(k.status) for k in kids)
+        assert statuses == ["RUNNING", "SCHEDULED"], statuses
+        running = next(k for k in kids if k.status == "RUNNING")
+        waiting = next(k for k in kids if k.status == "SCHEDULED")
+        assert await _status(server, waiting.parent_id) == "RUNNING"  # the parent waits for it
+        await _release(server, running.instance_id)
+        await Harness.finish(server, running.parent_id)
+        await _until(lambda: _is(server, waiting.instance_id, "RUNNING"), "the second child began")
+        await _release(server, waiting.instance_id)
+        for p in (p1, p2):
+            assert (await Harness.finish(server, p.instance_id)).status == "COMPLETED"
+
+
+async def test_the_limit_goes_over_the_wire_and_a_bad_one_is_refused(harness: Harness) -> None:
+    bp = _held(harness, "wire", strategy="cancel_oldest", max=3)
+    async with harness.server() as server:
+        await server.client.register(bp)
+        got = await server.client.get_workflow(bp.name)
+        assert got.definition.concurrency == Limit(key="account_id", max=3, strategy="cancel_oldest")
+        data = msgspec.json.decode(bp.definition.to_json())
+        data["concurrency"]["strategy"] = "newest"
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = pb_grpc.WiggleControlPlaneStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.RegisterWorkflow(pb.RegisterWorkflowRequest(definition_json=msgspec.json.encode(data)))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "concurrency strategy 'newest' is not one of" in (err.value.details() or "")
+
+
+async def test_wiggle_get_says_what_slot_an_instance_waits_for(
+    harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from wiggle import cli
+
+    bp = _held(harness, "cli")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        await server.client.start(bp, {"account_id": "x"})
+        waiting = await server.client.start(bp, {"account_id": "x"})
+        capsys.readouterr()
+        code = await asyncio.to_thread(cli.main, ["--target", server.target, "get", waiting.instance_id])
+        out = capsys.readouterr().out
+    assert code == 0
+    assert "status     SCHEDULED" in out
+    assert "waiting    waiting for a concurrency slot of account_id=x (limit 1)" in out
