@@ -233,6 +233,7 @@ async def test_postgres_waiting_instances_begin_after_a_restart(pg: Harness) -> 
         assert await _status(server, second.instance_id) == "RUNNING"
         # A finish whose admission is lost (a crash right after its commit): the clock duties'
         # sweep of the next server begins the waiting one.
+        server.server.instances.limits._next_sweep = 2**62  # nor does this server's sweep
         server.server.instances.limits.after = _nothing  # type: ignore[method-assign]
         await _release(server, second.instance_id)
         assert await _status(server, third.instance_id) == "SCHEDULED"
@@ -295,11 +296,7 @@ async def _reason(server, instance_id: str) -> bool:
 
 async def test_sub_workflow_children_count_under_their_own_limit(harness: Harness) -> None:
     child = _held(harness, "child")
-    parent = (
-        Workflow.define(f"parent-{uuid.uuid4().hex[:8]}")
-        .sub_workflow("run", child.name)
-        .build()
-    )
+    parent = Workflow.define(f"parent-{uuid.uuid4().hex[:8]}").sub_workflow("run", child.name).build()
     async with harness.server() as server:
         await server.client.register(child)
         await server.client.register(parent)
@@ -339,7 +336,9 @@ async def test_the_limit_goes_over_the_wire_and_a_bad_one_is_refused(harness: Ha
         async with grpc.aio.insecure_channel(server.target) as channel:
             stub = pb_grpc.WiggleControlPlaneStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stub.RegisterWorkflow(pb.RegisterWorkflowRequest(definition_json=msgspec.json.encode(data)))
+                await stub.RegisterWorkflow(
+                    pb.RegisterWorkflowRequest(definition_json=msgspec.json.encode(data))
+                )
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "concurrency strategy 'newest' is not one of" in (err.value.details() or "")
 
@@ -360,3 +359,44 @@ async def test_wiggle_get_says_what_slot_an_instance_waits_for(
     assert code == 0
     assert "status     SCHEDULED" in out
     assert "waiting    waiting for a concurrency slot of account_id=x (limit 1)" in out
+
+
+async def test_a_signal_to_a_waiting_instance_is_buffered_until_it_waits_for_it(harness: Harness) -> None:
+    name = f"signalled-{uuid.uuid4().hex[:8]}"
+    bp = Workflow.define(name, concurrency=Limit(key="account_id")).wait_signal("go").build()
+    async with harness.server() as server:
+        await server.client.register(bp)
+        first = await server.client.start(bp, {"account_id": 1})
+        second = await server.client.start(bp, {"account_id": 1})
+        sent = await server.client.signal(second.instance_id, "go", {"early": True})
+        assert sent.outcome == "BUFFERED" and sent.instance.status == "SCHEDULED"
+        await server.client.signal(first.instance_id, "go", {})
+        done = await Harness.finish(server, second.instance_id)  # took its buffered signal
+        assert done.status == "COMPLETED" and done.context["early"] is True
+
+
+async def test_an_admission_lost_after_a_finish_is_made_good_by_the_clock_duties(harness: Harness) -> None:
+    from wiggle._server.workflow_limits import SWEEP_MILLIS
+
+    bp = _held(harness, "sweep")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        full = _held(harness, "sweep-full")  # a key at its limit is not admitted by the sweep
+        await server.client.register(full)
+        first = await server.client.start(bp, {"account_id": 2})
+        second = await server.client.start(bp, {"account_id": 2})
+        await server.client.start(full, {"account_id": 2})
+        await server.client.start(full, {"account_id": 2})
+        layer = server.server.instances
+        store_keys = await layer.store.waiting_keys(100)
+        assert (bp.name, "account_id=2") not in store_keys and (full.name, "account_id=2") not in store_keys
+        layer.limits._next_sweep = 2**62  # the server's own clock loop sweeps nothing meanwhile
+        admit_after, layer.limits.after = layer.limits.after, _nothing  # type: ignore[method-assign]
+        await _release(server, first.instance_id)  # its admission is "lost"
+        assert await _status(server, second.instance_id) == "SCHEDULED"
+        assert (bp.name, "account_id=2") in await layer.store.waiting_keys(100)
+        layer.limits.after = admit_after  # type: ignore[method-assign]
+        layer.limits._next_sweep = 0
+        await layer.run_clock_duties(layer.now() + SWEEP_MILLIS)
+        assert await _status(server, second.instance_id) == "RUNNING"
+        await _release(server, second.instance_id)

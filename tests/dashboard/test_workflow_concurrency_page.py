@@ -14,7 +14,11 @@ from .helpers import dashboard_server
 
 
 async def test_the_instance_page_says_what_slot_it_waits_for(store: str, pg_schema: str) -> None:
-    flow = Workflow.define(f"page-conc-{uuid.uuid4().hex[:8]}", concurrency=Limit(key="doc")).user_task("hold").build()
+    flow = (
+        Workflow.define(f"page-conc-{uuid.uuid4().hex[:8]}", concurrency=Limit(key="doc"))
+        .user_task("hold")
+        .build()
+    )
     async with dashboard_server(store, pg_schema, TEST_DATABASE_URL) as (server, base):
         await server.client.register(flow)
         first = await server.client.start(flow, {"doc": "d1"})

@@ -20,7 +20,10 @@ def _step(ctx):
 @pytest.mark.parametrize(
     ("limit", "message"),
     [
-        (Limit(key="a", strategy="drop"), "concurrency strategy 'drop' is not one of queue, cancel_newest, cancel_oldest"),
+        (
+            Limit(key="a", strategy="drop"),
+            "concurrency strategy 'drop' is not one of queue, cancel_newest, cancel_oldest",
+        ),
         (Limit(key="a", max=0), "concurrency max must be at least 1, got 0"),
         (Limit(key="a", max=-3), "concurrency max"),
         (Limit(key=""), "a concurrency limit's key must name a context key"),
@@ -66,7 +69,10 @@ def test_the_canonical_form_carries_the_limit_and_omits_the_defaults() -> None:
     assert b'"concurrency":{"key":"k"}' in queued.to_json()
     newest = Workflow.define("v", concurrency=Limit(key="k", strategy="cancel_newest")).step(_step, name="s")
     assert b'"strategy":"cancel_newest"' in newest.build().definition.to_json()
-    assert len({plain.content_version(), queued.content_version(), newest.build().definition.content_version()}) == 3
+    assert (
+        len({plain.content_version(), queued.content_version(), newest.build().definition.content_version()})
+        == 3
+    )
     again = msgspec.json.decode(queued.to_json(), type=WorkflowDefinition)
     assert again.concurrency == Limit(key="k")
 
@@ -98,7 +104,9 @@ def test_decide_cancel_newest_cancels_what_does_not_fit_but_not_a_retry() -> Non
     out = decide([_inst(0)], [(_inst(1, retry=True), limit), (_inst(2), limit)])
     assert out.begin == []
     assert [iid for iid, _ in out.cancel] == ["i2"]  # the retry waits (queue rule)
-    assert out.cancel[0][1] == "cancelled: k=1 already has 1 live instance(s) (limit 1, strategy cancel_newest)"
+    assert (
+        out.cancel[0][1] == "cancelled: k=1 already has 1 live instance(s) (limit 1, strategy cancel_newest)"
+    )
 
 
 def test_decide_cancel_oldest_cancels_the_oldest_live_ones() -> None:

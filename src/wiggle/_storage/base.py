@@ -273,8 +273,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def waiting_keys(self, limit: int) -> list[tuple[str, str]]:
-        """Up to ``limit`` (workflow, key) pairs that have instances waiting for a slot (the clock
-        duties' sweep admits them: one whose admission a crash lost is made good)."""
+        """Up to ``limit`` (workflow, key) pairs that have an instance waiting for a slot and,
+        by the max of that instance's version, a free one (the clock duties' sweep admits them:
+        an admission a crash lost is made good)."""
 
     # ------------------------------------------------------------------ queue limits
 

@@ -43,14 +43,17 @@ class ConcIndex:
                 del self._keys[key]
 
     def waiting_keys(self, instances: dict[str, InstanceState], limit: int) -> list[tuple[str, str]]:
-        """Up to ``limit`` keys with an instance waiting for a slot."""
+        """Up to ``limit`` keys with an instance waiting for a slot that, by its version's max,
+        has one free (Store.waiting_keys)."""
         out: list[tuple[str, str]] = []
-        for key, ids in self._keys.items():
-            if any(instances[i].instance.status == InstanceStatus.SCHEDULED for i in ids):
+        for key, ids in sorted(self._keys.items()):
+            states = [instances[i].instance for i in ids]
+            live = sum(1 for inst in states if inst.status == InstanceStatus.RUNNING)
+            if any(inst.status == InstanceStatus.SCHEDULED and live < inst.conc_max for inst in states):
                 out.append(key)
                 if len(out) >= limit:
                     break
-        return sorted(out)
+        return out
 
     def admit(
         self,

@@ -45,9 +45,14 @@ class ConcQueries:
         self.waiting = (
             f"SELECT id {where}AND status = 'SCHEDULED' AND conc_since > 0 ORDER BY conc_since, id LIMIT %s"
         )
+        # Keys with a waiting instance and, by its version's max, a free slot: the ones an
+        # admission would move (a key at its limit waits on its live instances' finishes).
         self.waiting_keys = (
-            f"SELECT DISTINCT workflow, conc_key FROM {s}.instances "
-            "WHERE conc_key <> '' AND status = 'SCHEDULED' AND conc_since > 0 ORDER BY 1, 2 LIMIT %s"
+            f"SELECT DISTINCT w.workflow, w.conc_key FROM (SELECT DISTINCT workflow, conc_key, conc_max "
+            f"FROM {s}.instances WHERE conc_key <> '' AND status = 'SCHEDULED' AND conc_since > 0) w "
+            f"WHERE (SELECT count(*) FROM {s}.instances r WHERE r.workflow = w.workflow "
+            "AND r.conc_key = w.conc_key AND r.conc_key <> '' AND r.status = 'RUNNING') < w.conc_max "
+            "ORDER BY 1, 2 LIMIT %s"
         )
 
 
