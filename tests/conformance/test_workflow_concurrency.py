@@ -192,6 +192,19 @@ async def test_a_retry_waits_for_a_slot_like_a_queued_start(harness: Harness) ->
         finished_live = (await server.client.get(live.instance_id)).finished_at
         began = [e for e in await server.client.history(failed.instance_id) if e.outcome == "BEGAN"]
         assert began and began[-1].started_at >= finished_live
+        # with a slot free, a retry begins at once (its answer says so)
+        again = await server.client.start(bp, {"account_id": 6, "boom": True})
+        await server.client.complete_user_task(again.instance_id, "hold", {})
+        assert (await Harness.finish(server, again.instance_id)).status == "FAILED"
+        with pytest.raises(Exception, match="nope"):  # refused before it waits: nothing changed
+            await server.client.retry(again.instance_id, from_node="nope")
+        assert await _status(server, again.instance_id) == "FAILED"
+        retried = await server.client.retry(again.instance_id, from_node="hold", context={"account_id": 6})
+        assert retried.status == "RUNNING" and retried.waiting_reason == ""
+        await _release(server, again.instance_id)
+        # a refused retry changes nothing
+        with pytest.raises(Exception, match="only a FAILED instance can be retried"):
+            await server.client.retry(again.instance_id)
 
 
 async def test_time_skipping_moves_the_queue_on(harness: Harness) -> None:

@@ -374,6 +374,8 @@ class Instances:
         _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         where = f"from {from_node}" if from_node else "from where it failed"
         log_instance_action(requested_by, "retried", state, where)
+        if state.instance.conc_key:  # admitted since: begun, or still waiting (workflow_limits.py)
+            return await self.store.get_instance(instance_id)
         return self.store.view(state)
 
     # ------------------------------------------------------------------ workers
