@@ -413,3 +413,35 @@ async def test_an_admission_lost_after_a_finish_is_made_good_by_the_clock_duties
         await layer.run_clock_duties(layer.now() + SWEEP_MILLIS)
         assert await _status(server, second.instance_id) == "RUNNING"
         await _release(server, second.instance_id)
+
+
+async def test_cancel_oldest_cancels_the_children_of_the_instance_it_cancels(harness: Harness) -> None:
+    child = Workflow.define(f"kid-{uuid.uuid4().hex[:8]}").user_task("hold").build()
+    parent = (
+        Workflow.define(
+            f"rebuild-{uuid.uuid4().hex[:8]}", concurrency=Limit(key="tenant", strategy="cancel_oldest")
+        )
+        .sub_workflow("run", child.name)
+        .build()
+    )
+    async with harness.server() as server:
+        await server.client.register(child)
+        await server.client.register(parent)
+        old = await server.client.start(parent, {"tenant": "t1"})
+
+        async def kids() -> list:
+            page, _ = await server.client.list(workflow=child.name, page_size=10)
+            return page
+
+        async def one_kid() -> bool:
+            return len(await kids()) == 1
+
+        await _until(one_kid, "the first parent's child started")
+        new = await server.client.start(parent, {"tenant": "t1"})
+        assert new.status == "RUNNING"
+        assert await _status(server, old.instance_id) == "CANCELLED"
+        (first_kid,) = [k.instance_id for k in await kids() if k.parent_id == old.instance_id]
+        await _until(
+            lambda: _is(server, first_kid, "CANCELLED"), "the cancelled parent's child was cancelled"
+        )
+        await server.client.cancel(new.instance_id, "done")
