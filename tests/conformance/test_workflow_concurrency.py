@@ -74,6 +74,8 @@ async def test_queue_waits_for_a_slot_and_begins_in_fifo_order(harness: Harness)
             assert info.waiting_reason == "waiting for a concurrency slot of account_id=42 (limit 1)"
             assert info.concurrency_key == "account_id=42" and info.concurrency_max == 1
             assert info.concurrency_waiting_since > 0
+        # the figure of the metric wiggle_workflow_concurrency_waiting_instances
+        assert (await server.server.instances.store.concurrency_waiting()).get(bp.name) == 3
         order = [first, *waiting]
         for i, info in enumerate(order):
             assert await _status(server, info.instance_id) == "RUNNING"

@@ -277,6 +277,11 @@ class Store(abc.ABC):
         by the max of that instance's version, a free one (the clock duties' sweep admits them:
         an admission a crash lost is made good)."""
 
+    @abc.abstractmethod
+    async def concurrency_waiting(self) -> dict[str, int]:
+        """Instances waiting for a slot of their workflow's concurrency limit, per workflow (the
+        metric wiggle_workflow_concurrency_waiting_instances)."""
+
     # ------------------------------------------------------------------ queue limits
 
     @abc.abstractmethod

@@ -462,6 +462,9 @@ class MemoryStore(Store):
     async def waiting_keys(self, limit: int) -> list[tuple[str, str]]:
         return self.conc.waiting_keys(self._instances, limit)
 
+    async def concurrency_waiting(self) -> dict[str, int]:
+        return self.conc.waiting_per_workflow(self._instances)
+
     def _get(self, instance_id: str) -> InstanceState:
         state = self._instances.get(instance_id)
         if state is None:

@@ -55,6 +55,15 @@ class ConcIndex:
                     break
         return out
 
+    def waiting_per_workflow(self, instances: dict[str, InstanceState]) -> dict[str, int]:
+        """Instances waiting for a slot, per workflow (Store.concurrency_waiting)."""
+        out: dict[str, int] = {}
+        for (workflow, _), ids in self._keys.items():
+            n = sum(1 for i in ids if instances[i].instance.status == InstanceStatus.SCHEDULED)
+            if n:
+                out[workflow] = out.get(workflow, 0) + n
+        return out
+
     def admit(
         self,
         workflow: str,

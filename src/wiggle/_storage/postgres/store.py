@@ -207,6 +207,10 @@ class PostgresStore(Store):
         rows = await self.db.fetch("waiting_keys", self.conc_queries.waiting_keys, (limit,))
         return [(r[0], r[1]) for r in rows]
 
+    async def concurrency_waiting(self) -> dict[str, int]:
+        rows = await self.db.fetch("concurrency_waiting", self.conc_queries.waiting_per_workflow)
+        return {r[0]: int(r[1]) for r in rows}
+
     # ------------------------------------------------------------------ definitions
 
     async def put_definition(self, loaded: LoadedDefinition) -> tuple[WorkflowRecord, bool]:

@@ -45,6 +45,10 @@ class ConcQueries:
         self.waiting = (
             f"SELECT id {where}AND status = 'SCHEDULED' AND conc_since > 0 ORDER BY conc_since, id LIMIT %s"
         )
+        self.waiting_per_workflow = (
+            f"SELECT workflow, count(*) FROM {s}.instances "
+            "WHERE conc_key <> '' AND status = 'SCHEDULED' AND conc_since > 0 GROUP BY workflow"
+        )
         # Keys with a waiting instance and, by its version's max, a free slot: the ones an
         # admission would move (a key at its limit waits on its live instances' finishes).
         self.waiting_keys = (
