@@ -22,7 +22,7 @@ from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle.testing import WorkflowEnvironment
 
-from .conftest import Harness
+from .conftest import MODES, Harness
 
 
 @pytest.fixture(params=STORES)
@@ -447,3 +447,30 @@ async def test_cancel_oldest_cancels_the_children_of_the_instance_it_cancels(har
             lambda: _is(server, first_kid, "CANCELLED"), "the cancelled parent's child was cancelled"
         )
         await server.client.cancel(new.instance_id, "done")
+
+
+@pytest.fixture(params=[(s, m) for s in STORES for m in MODES], ids=lambda p: f"{p[0]}-{p[1].value}")
+def moded(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
+    """One store and execution mode."""
+    return Harness(request.param[0], request.param[1], postgres_schema)
+
+
+async def test_queued_instances_run_one_at_a_time_in_every_mode(moded: Harness) -> None:
+    wf = Workflow.define(
+        f"modes-{moded.mode.value.lower().replace('_', '-')}-{uuid.uuid4().hex[:8]}",
+        concurrency=Limit(key="account_id"),
+    ).execution(moded.mode)
+    bp = wf.step(lambda ctx: {**ctx, "a": 1}, name="a").step(lambda ctx: {**ctx, "b": 1}, name="b").build()
+    async with moded.running([bp]) as (server, _):
+        infos = [await server.client.start(bp, {"account_id": 1, "n": n}) for n in range(4)]
+        done = [await Harness.finish(server, i.instance_id) for i in infos]
+        assert all(d.status == "COMPLETED" and d.context["b"] == 1 for d in done)
+        spans = []
+        for info in done:
+            began = [
+                e.started_at for e in await server.client.history(info.instance_id) if e.outcome == "BEGAN"
+            ]
+            spans.append((began[0], info.finished_at))
+        assert [s for s, _ in spans] == sorted(s for s, _ in spans)  # FIFO
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            assert start >= end, spans
