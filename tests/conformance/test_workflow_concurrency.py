@@ -474,3 +474,21 @@ async def test_queued_instances_run_one_at_a_time_in_every_mode(moded: Harness) 
         assert [s for s, _ in spans] == sorted(s for s, _ in spans)  # FIFO
         for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
             assert start >= end, spans
+
+
+async def test_instances_a_schedule_starts_take_the_limit(harness: Harness) -> None:
+    bp = _held(harness, "scheduled")
+    async with harness.server() as server:
+        await server.client.register(bp)
+        sid = f"s-{uuid.uuid4().hex[:8]}"
+        await server.client.create_schedule(
+            sid, bp, {"account_id": "s"}, every=3600, paused=True, overlap="ALLOW"
+        )
+        first = await server.client.trigger_schedule(sid)
+        second = await server.client.trigger_schedule(sid)
+        assert await _status(server, first.instance_id) == "RUNNING"
+        assert await _reason(server, second.instance_id)
+        await _release(server, first.instance_id)
+        assert await _status(server, second.instance_id) == "RUNNING"
+        await _release(server, second.instance_id)
+        await server.client.delete_schedule(sid)
