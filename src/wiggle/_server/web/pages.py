@@ -179,6 +179,8 @@ def instance_html(data: dict[str, Any]) -> str:
     history = _history_html(data["history"])
     reason = f' <span class="muted">{escape(inst["reason"])}</span>' if inst["reason"] else ""
     error = f'<p class="err">{escape(inst["error"])}</p>' if inst["error"] else ""
+    if inst.get("waiting_reason"):  # a workflow concurrency limit's wait (docs/flow-control.md)
+        error += f'<p id="waiting-reason" class="muted">{escape(inst["waiting_reason"])}</p>'
     failed = f", {inst['failed_attempts']} failed" if inst["failed_attempts"] else ""
     deadline = f" · times out at {when(inst['deadline_at'])}" if inst["deadline_at"] else ""
     return (
