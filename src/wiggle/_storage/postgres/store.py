@@ -314,7 +314,7 @@ class PostgresStore(Store):
         if not queues or max_tasks <= 0:
             return []
         q = self.queries
-        limited = await self._limited(queues)
+        await self._limited(queues)  # read the limits again if this node's copy is older than its TTL
 
         async def body(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             out: list[Claimed] = []
@@ -324,6 +324,13 @@ class PostgresStore(Store):
                 rows, tokens = await self._candidates(conn, pipeline, queues, max_tasks, now)
                 if not rows:
                     return out, announced
+                # The limited queues as this node knows them now, after the rows were read, not
+                # before the connection was had: a limit set through this node before a step was
+                # started always applies to that step's claim (a claim that waited for its
+                # connection across a set_queue_limit and the start that followed it took the step
+                # unlimited: two claims at one moment under a rate).
+                limits = self.limited_queues
+                limited = {queue for queue in queues if queue in limits} if limits else set()
                 admission = None
                 if limited or any(token.limit_key or token.rate_key for token in tokens):
                     admission = Admission(
