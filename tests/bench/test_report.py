@@ -153,6 +153,8 @@ def latency_mode(name: str, worst: dict[str, Any] | None) -> dict[str, Any]:
         "elapsed_s": 0.5,
         "latency_ms": {"p50": 3.25, "p90": 5.0, "p99": 9.5, "max": 10001.0},
         "gap_ms": {"p50": 1, "p99": 52, "max": 10000} if worst else {"p50": None, "p99": None, "max": None},
+        "rpc_p50_ms": 0.65,
+        "p50_in_rpcs": 5.0,
         "gap_limit_ms": 50,
         "instances_over_gap_limit": 2 if worst else 0,
         "worst_gap": worst,
@@ -182,6 +184,8 @@ def test_render_latency() -> None:
         "5.0",
         "9.5",
         "10001.0",
+        "0.65",
+        "5.0",
         "1",
         "52",
         "10000",
@@ -193,7 +197,7 @@ def test_render_latency() -> None:
         "wi-7",
     ]
     local = next(line for line in lines if line.startswith("LOCAL_SYNC "))
-    assert local.split()[5:] == ["n/a", "n/a", "n/a", "0", "-"]
+    assert local.split()[5:] == ["0.65", "5.0", "n/a", "n/a", "n/a", "0", "-"]
     assert "1 warm-up instance(s) per mode not counted" in text
     assert "LOCAL_ASYNC: FAILED - no figures" in text and "  - timed out" in text
     assert lines[-1] == "RESULT: WRONG - 1 of 3 mode(s) failed verification or did not finish"
