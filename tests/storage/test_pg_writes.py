@@ -42,7 +42,7 @@ def test_one_statement_with_a_placeholder_for_every_parameter(counts: tuple[int,
     assert [w.name for w in writer.queries.row_writes] == list(KINDS)
     kinds = tuple(_rows(w, n) for w, n in zip(writer.queries.row_writes, counts, strict=True))
     text, params = writer.statement(kinds)
-    assert text.count("%s") == len(params)
+    assert "%s" not in text and f"${len(params)}" in text and f"${len(params) + 1}" not in text
     parts = text.count(" AS (UPDATE ") + text.count(" AS (INSERT ") + 1
     # updates row by row (a part each), inserts in one part, set-based from 8 rows on: one part
     expected = sum(
@@ -63,15 +63,16 @@ def test_no_rows_no_statement() -> None:
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The text of every statement this process's async connections execute."""
+    """The text of every statement this process's async cursors execute (a connection's
+    ``execute`` runs a cursor's; the writes run a raw cursor's, a subclass)."""
     seen: list[str] = []
-    original = psycopg.AsyncConnection.execute
+    original = psycopg.AsyncCursor.execute
 
     async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         seen.append(query if isinstance(query, str) else repr(query))
         return await original(self, query, *args, **kwargs)
 
-    monkeypatch.setattr(psycopg.AsyncConnection, "execute", execute)
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
     yield seen
 
 

@@ -13,9 +13,12 @@ bench/README.md, "Round nine (stepcost)".
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
 
 import msgspec
+from psycopg import AsyncRawCursor
 
 from ..._engine.state import Changes, InstanceState
 from .codecs import (
@@ -73,9 +76,15 @@ class ChangeWriter:
         for write, n in zip(self.queries.row_writes, shape, strict=True):
             parts.extend([write.many.statement] if n is None else write.rows(n))
         if len(parts) <= 1:
-            return "".join(parts)
-        ctes = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
-        return f"WITH {ctes} {parts[-1]}"
+            text = "".join(parts)
+        else:
+            ctes = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
+            text = f"WITH {ctes} {parts[-1]}"
+        # Numbered once here, run by a raw cursor: psycopg converts a statement's %s placeholders
+        # at every execution when it is longer than 4,096 characters or has more than 50
+        # parameters (its cache's limits), and a report's statement has both.
+        numbers = itertools.count(1)
+        return re.sub("%s", lambda _: f"${next(numbers)}", text)
 
     async def write(
         self,
@@ -116,7 +125,7 @@ class ChangeWriter:
             (new_instances, keep_context, with_context, token_updates, token_inserts, history)
         )
         if text:
-            await conn.execute(text, params)
+            await AsyncRawCursor(conn).execute(text, params)
         return bool(
             new_instances or keep_context or with_context or token_updates or token_inserts or history
         )
