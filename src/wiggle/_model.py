@@ -32,6 +32,7 @@ __all__ = [
     "JoinMerge",
     "RetryPolicy",
     "Limit",
+    "LIMIT_STRATEGIES",
     "Node",
     "WorkflowDefinition",
     "Handback",
@@ -236,19 +237,31 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 DEFAULT_RETRY = RetryPolicy()
 
 
-class Limit(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """A worker step's concurrency limit (docs/flow-control.md#concurrency-limits): at most ``max``
-    attempts of the step run at once, cluster-wide, per value of the context key ``key``.
+#: What a workflow-level limit does with a start over it (docs/flow-control.md#workflow-concurrency):
+#: the start waits SCHEDULED for a slot, is cancelled, or cancels the oldest live instances.
+LIMIT_STRATEGIES = ("queue", "cancel_newest", "cancel_oldest")
 
-    The key's value is read from the step's context when the step becomes READY; a missing key
-    counts as the value ``null``. Steps over the limit wait READY (queue behind) and are claimed
-    as attempts of their key end. ``group`` names a limit several steps share (of any workflow);
-    unset, each step has its own (``<workflow>/<step>``). Part of the definition (and its version).
+
+class Limit(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A concurrency limit per value of the context key ``key``, cluster-wide.
+
+    On a worker step (docs/flow-control.md#concurrency-limits): at most ``max`` attempts of the
+    step run at once. The key's value is read from the step's context when the step becomes
+    READY; a missing key counts as the value ``null``. Steps over the limit wait READY (queue
+    behind) and are claimed as attempts of their key end. ``group`` names a limit several steps
+    share (of any workflow); unset, each step has its own (``<workflow>/<step>``).
+
+    On a workflow (``Workflow.define(..., concurrency=)``, docs/flow-control.md#workflow-concurrency):
+    at most ``max`` live instances of the workflow per value of the key, read from the start's
+    context; ``strategy`` (LIMIT_STRATEGIES) says what a start over the limit does. A step's
+    limit only queues (its strategy stays "queue") and a workflow's takes no ``group``.
+    Part of the definition (and its version); the defaults are omitted from its JSON form.
     """
 
     key: str
     max: int = 1
     group: str | None = None
+    strategy: str = "queue"
 
     def scope(self, workflow: str, node_id: str) -> str:
         """The name the running attempts are counted under, before the key's value."""
@@ -338,6 +351,8 @@ class WorkflowDefinition(msgspec.Struct, frozen=True, omit_defaults=True, forbid
     # the workflow's own time limit: an instance still running this long after its start fails
     # (0: none; a start may set its own; docs/semantics.md#workflow-time-limits)
     timeout_millis: int = 0
+    # at most ``max`` live instances per value of a context key (docs/flow-control.md#workflow-concurrency)
+    concurrency: Limit | None = None
 
     def to_json(self) -> bytes:
         """The canonical JSON form: keys sorted, defaults omitted, checkpoints sorted."""

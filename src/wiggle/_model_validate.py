@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ._limits import MAX_ERROR_CHARS, MAX_FOR_EACH_CONCURRENCY, check_count, check_millis, check_text
-from ._model import JoinMerge, Node, NodeKind, validate_name
+from ._model import LIMIT_STRATEGIES, JoinMerge, Limit, Node, NodeKind, validate_name
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
     from ._model import WorkflowDefinition
 
-__all__ = ["validate_definition", "NODE_CHECKS"]
+__all__ = ["validate_definition", "NODE_CHECKS", "check_workflow_limit"]
 
 
 def validate_definition(definition: WorkflowDefinition) -> None:
@@ -79,6 +79,8 @@ def _check_header(definition: WorkflowDefinition) -> None:
     if definition.default_retry is not None:
         definition.default_retry.check(f"workflow {definition.name!r}")
     check_millis(definition.timeout_millis, "timeout_millis", f"workflow {definition.name!r}")
+    if definition.concurrency is not None:
+        check_workflow_limit(definition.name, definition.concurrency)
 
 
 # ---------------------------------------------------------------------------- one check per kind
@@ -118,8 +120,8 @@ MAX_LIMIT_KEY_CHARS = 200
 
 
 def _check_limit(node: Node) -> None:
-    """A concurrency limit (docs/flow-control.md#concurrency-limits): on a worker step only, a
-    context key, a max of at least 1, and a group that is a name."""
+    """A step's concurrency limit (docs/flow-control.md#concurrency-limits): on a worker step only,
+    a context key, a max of at least 1, a group that is a name, and no strategy but "queue"."""
     limit = node.limit
     assert limit is not None
     what = f"step {node.id!r}"
@@ -127,15 +129,44 @@ def _check_limit(node: Node) -> None:
         raise InvalidArgument(
             f"node {node.id!r} is a {node.kind.value}: only a TASK or PREDICATE takes a concurrency limit"
         )
-    if not isinstance(limit.key, str) or not limit.key or len(limit.key) > MAX_LIMIT_KEY_CHARS:
-        raise InvalidArgument(
-            f"{what}: a concurrency limit's key must name a context key (1 to {MAX_LIMIT_KEY_CHARS} characters)"
-        )
-    check_count(limit.max, "concurrency max", what, "a limit of 0 would never run the step")
-    if limit.max < 1:
-        raise InvalidArgument(f"{what}: concurrency max must be at least 1, got {limit.max}")
+    _check_key_and_max(limit, what, "a limit of 0 would never run the step")
     if limit.group is not None:
         validate_name(limit.group, f"{what} concurrency group")
+    if limit.strategy != "queue":
+        raise InvalidArgument(
+            f"{what}: a step's concurrency limit only queues (its steps wait for a slot); strategy "
+            f"{limit.strategy!r} is for a workflow's limit (Workflow.define(..., concurrency=Limit(...)))"
+        )
+
+
+def check_workflow_limit(name: str, limit: Limit) -> None:
+    """A workflow's concurrency limit (docs/flow-control.md#workflow-concurrency): a context key, a
+    max of at least 1, a known strategy, and no group (it counts the workflow's own instances)."""
+    what = f"workflow {name!r}"
+    _check_key_and_max(limit, what, "a limit of 0 would never start an instance")
+    if limit.strategy not in LIMIT_STRATEGIES:
+        raise InvalidArgument(
+            f"{what}: concurrency strategy {limit.strategy!r} is not one of {', '.join(LIMIT_STRATEGIES)}"
+        )
+    if limit.group is not None:
+        raise InvalidArgument(
+            f"{what}: a workflow's concurrency limit takes no group (it counts the live instances "
+            "of this workflow per value of its key)"
+        )
+
+
+def _check_key_and_max(limit: Limit, what: str, zero: str) -> None:
+    """A limit's key names a context key (1 to MAX_LIMIT_KEY_CHARS characters, no NUL) and its
+    max is an integer of at least 1."""
+    key = limit.key
+    if not isinstance(key, str) or not key or len(key) > MAX_LIMIT_KEY_CHARS or "\x00" in key:
+        raise InvalidArgument(
+            f"{what}: a concurrency limit's key must name a context key (1 to {MAX_LIMIT_KEY_CHARS} "
+            f"characters), got {key!r}"
+        )
+    check_count(limit.max, "concurrency max", what, zero)
+    if limit.max < 1:
+        raise InvalidArgument(f"{what}: concurrency max must be at least 1, got {limit.max}")
 
 
 def _check_sleep(node: Node, graph: _Graph) -> None:

@@ -48,6 +48,7 @@ from ._model import (
     WorkflowDefinition,
     validate_name,
 )
+from ._model_validate import check_workflow_limit
 from ._workflow_compile import Compiler, HandlerKind
 from ._workflow_items import (
     ChooseItem,
@@ -442,6 +443,7 @@ class Workflow(Branch[C]):
         self._counter = 0
         self._timeout = 0  # the workflow's own time limit (ms, 0: none)
         self._step_timeout = 0  # the steps' default start-to-close limit (ms, 0: none)
+        self._concurrency: Limit | None = None  # live instances per key (docs/flow-control.md)
 
     @classmethod
     def define(
@@ -451,6 +453,7 @@ class Workflow(Branch[C]):
         *,
         timeout: Duration | None = None,
         step_timeout: Duration | None = None,
+        concurrency: Limit | None = None,
     ) -> Workflow[C]:
         """Begin a workflow whose context is ``context_type``: a ``msgspec.Struct`` subclass or ``dict``.
 
@@ -458,6 +461,10 @@ class Workflow(Branch[C]):
         fails with reason "workflow timed out" wherever it waits; its children are cancelled (a
         start may set its own). ``step_timeout``: the start-to-close limit of every step that does
         not set its own ``timeout``. Both are part of the version (docs/semantics.md#time-limits).
+        ``concurrency=Limit(key="account_id", max=1, strategy="queue")``: at most ``max`` live
+        instances per value of the context key; a start over it waits SCHEDULED for a slot
+        (``queue``), is cancelled (``cancel_newest``) or cancels the oldest live ones
+        (``cancel_oldest``); part of the version (docs/flow-control.md#workflow-concurrency).
         """
         if context_type is not dict and not (
             isinstance(context_type, type) and issubclass(context_type, msgspec.Struct)
@@ -465,7 +472,14 @@ class Workflow(Branch[C]):
             raise InvalidArgument(
                 f"context type must be dict or a msgspec.Struct subclass, got {context_type!r}"
             )
+        if concurrency is not None and not isinstance(concurrency, Limit):
+            raise InvalidArgument(
+                f"workflow {name!r} concurrency must be a wiggle.Limit, got {type(concurrency).__name__}"
+            )
+        if concurrency is not None:
+            check_workflow_limit(name, concurrency)  # refused here, naming the workflow
         workflow = cls(name, context_type)
+        workflow._concurrency = concurrency
         workflow._timeout = optional_millis(timeout, f"workflow {name!r} timeout")
         workflow._step_timeout = optional_millis(step_timeout, f"workflow {name!r} step_timeout")
         return workflow
@@ -522,6 +536,7 @@ class Workflow(Branch[C]):
             max_local_steps=self._max_local_steps,
             default_retry=self._default_retry,
             timeout_millis=self._timeout,
+            concurrency=self._concurrency,
         ).validate()
         return Blueprint(definition, compiler.handlers, self.context_type)
 

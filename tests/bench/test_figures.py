@@ -275,3 +275,12 @@ def test_latency_figures_without_any_gap() -> None:
     f = latency_figures([0.002], {"a": [entry("s1", 0, 1)]}, elapsed=0.01, gap_limit=50)
     assert f["gap_ms"] == {"p50": None, "p99": None, "max": None}
     assert f["worst_gap"] is None and f["instances_over_gap_limit"] == 0
+
+
+def test_latency_figures_carry_the_unary_rpc_yardstick() -> None:
+    latencies = [0.010, 0.012, 0.020]  # p50 12 ms
+    rpcs = [0.0005, 0.0006, 0.004]  # p50 0.6 ms
+    f = latency_figures(latencies, {}, elapsed=0.1, gap_limit=50, rpc_latencies=rpcs)
+    assert f["rpc_p50_ms"] == 0.6 and f["p50_in_rpcs"] == 20.0
+    without = latency_figures(latencies, {}, elapsed=0.1, gap_limit=50)
+    assert without["rpc_p50_ms"] is None and without["p50_in_rpcs"] is None

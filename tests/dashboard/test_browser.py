@@ -2,7 +2,8 @@
 
 Each page is opened against a server with real instances; the tests click cancel and complete a
 user task through the confirmation dialog, check the outcome in the store and the graph's node
-states, and save a screenshot of every page in SCREENSHOTS (printed by .ci/run; CI artifacts).
+states, read the Queues page's limits of queues held at their limits (tests/limited_queues.py),
+and save a screenshot of every page in SCREENSHOTS (printed by .ci/run; CI artifacts).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from limited_queues import LONG_LEASE_MILLIS, hold_limited_queues
 from pg import TEST_DATABASE_URL
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
@@ -24,6 +26,7 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from wiggle import ExecutionMode
+from wiggle._server.web.times import utc_text
 
 from .helpers import click, dashboard_server, orders, until
 
@@ -214,3 +217,43 @@ async def test_every_page_and_the_actions_in_a_browser(
             assert flow.name in texts["workflows"] and "LOCAL_SYNC" in texts["workflows"]
             assert flow.name in texts["queues"]
             assert "ready" in texts["cluster"] and "leader" in texts["cluster"]
+
+
+async def test_the_queues_page_shows_flow_control_in_a_browser(
+    browser: webdriver.Chrome, store: str, pg_schema: str
+) -> None:
+    async with dashboard_server(store, pg_schema, TEST_DATABASE_URL, lease_millis=LONG_LEASE_MILLIS) as (
+        server,
+        base,
+    ):
+        scene = await hold_limited_queues(server.client, f"browser-limits-{store}")
+
+        def cells(d: webdriver.Chrome) -> dict[str, tuple[str, str]]:
+            return {
+                q: (
+                    d.find_element(By.CSS_SELECTOR, f'tr[data-queue="{q}"] td.limits').text,
+                    d.find_element(By.CSS_SELECTOR, f'tr[data-queue="{q}"] td.slots').text,
+                )
+                for q in (scene.keyed, scene.rated)
+            }
+
+        def queues_page() -> tuple[dict[str, tuple[str, str]], str]:
+            browser.get(f"{base}/queues")
+            wait_for(browser, f'tr[data-queue="{scene.rated}"] td.limits')
+            seen = stable(browser, cells)
+            shot(browser, f"queues-limits-{store}")
+            click(browser, "button#tz")  # local time: the browser's zone, with its offset
+            local = stable(browser, lambda d: d.find_element(By.CSS_SELECTOR, "td.limits time").text)
+            click(browser, "button#tz")  # and back to UTC
+            return seen, local
+
+        seen, local = await asyncio.to_thread(queues_page)
+        assert seen[scene.keyed] == (
+            "max running 3 (2 in use)",
+            "2 held\n2 waiting",
+        )
+        rate, waits = seen[scene.rated][0].split("\n")
+        assert rate == "rate 1 / 1 h" and seen[scene.rated][1] == "-", seen
+        assert waits.startswith(f"rate limited until {utc_text(scene.rate_limited_until)} (in "), waits
+        assert waits.endswith(" min)") or waits.endswith(" h)"), waits
+        assert "Z" not in local and ("+" in local or "-" in local[10:]), local

@@ -21,6 +21,12 @@ def queue(name: str, lagging: bool) -> dict[str, object]:
         "lag": {"lagging": lagging, "rate_per_second": 1.5},
         "schedule_to_start": None,
         "workers": [],
+        "limit_held": 0,
+        "limit_waiting": 0,
+        "max_running": 0,
+        "rate_max": 0,
+        "rate_period_millis": 0,
+        "rate_limited_until": 0,
     }
 
 
@@ -31,6 +37,37 @@ def test_a_lagging_queue_is_highlighted_once_in_one_class_attribute() -> None:
     assert '<td class="num oldest">' in fine and "lagging" not in fine
     for row in (slow, fine):  # one class attribute per cell: a second one is ignored by browsers
         assert all(cell.count("class=") <= 1 for cell in row.split("<td")[1:])
+
+
+def test_a_queues_limits_and_key_slots_read_as_words() -> None:
+    now = 1_764_684_000_000  # 2025-12-02 14:00:00 UTC
+    limited = {
+        **queue("limited", False),
+        "running": 3,
+        "max_running": 20,
+        "rate_max": 50,
+        "rate_period_millis": 1000,
+        "rate_limited_until": now + 2_000,
+        "limit_held": 2,
+        "limit_waiting": 5,
+    }
+    per_hour = {**queue("hourly", False), "rate_max": 600, "rate_period_millis": 3_600_000}
+    odd = {**queue("odd", False), "rate_max": 3, "rate_period_millis": 1_500}
+    html = pages.queues_html({"now": now, "queues": [limited, per_hour, odd, queue("free", False)]})
+    cells = {
+        row.split('"')[0]: row.split('<td class="limits">')[1].split("</td>")[:2]
+        for row in html.split('data-queue="')[1:]
+    }
+    limits, slots = cells["limited"]
+    assert limits == (
+        'max running 20 <span class="muted">(3 in use)</span><br>rate 50 / 1 s<br>'
+        f'<span class="err rate-limited">rate limited until <time data-ms="{now + 2_000}" '
+        'datetime="2025-12-02T14:00:02Z">2025-12-02 14:00:02Z</time></span> <span class="muted">(in 2 s)</span>'
+    )
+    assert slots == '<td class="slots">2 held<br>5 waiting'
+    assert cells["hourly"] == ["rate 600 / 1 h", '<td class="slots">-']
+    assert cells["odd"][0] == "rate 3 / 1500 ms"
+    assert cells["free"] == ["—", '<td class="slots">-']
 
 
 def test_every_waiting_token_says_until_when() -> None:

@@ -1,9 +1,13 @@
-"""``wiggle queues set-limit`` and ``wiggle start --workflow-timeout`` against a running server
-(docs/flow-control.md#queue-limits, #a-starts-own-time-limit)."""
+"""``wiggle queues set-limit``, what ``wiggle queues`` shows of the limits in use, and ``wiggle
+start --workflow-timeout`` against a running server (docs/flow-control.md#queue-limits,
+#concurrency-limits, #a-starts-own-time-limit)."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
+
+from limited_queues import HOLDER, LONG_LEASE_MILLIS, RATE_HOLDER, hold_limited_queues
 
 from wiggle import Workflow
 from wiggle.testing import EmbeddedServer
@@ -16,7 +20,7 @@ async def test_set_limit_shows_the_limits_and_clear_removes_them() -> None:
         target = server.target
         set_ = await wiggle(target, "queues", "set-limit", "stripe", "--rate", "50/1s", "--max-running", "4")
         assert set_.returncode == 0, set_.stderr
-        assert "at most 4 running; 50 claims per 1 s" in set_.stdout
+        assert "at most 4 running (0 in use); 50 claims per 1 s" in set_.stdout
         shown = await wiggle(target, "queues", "--json")
         [stripe] = [q for q in json.loads(shown.stdout) if q["queue"] == "stripe"]
         assert (stripe["max_running"], stripe["rate_max"], stripe["rate_period_millis"]) == (4, 50, 1000)
@@ -47,3 +51,35 @@ async def test_start_takes_the_instances_own_time_limit() -> None:
         done = await server.client.wait(json.loads(started.stdout)["instance_id"], timeout=30)
     assert done.status == "FAILED" and done.reason == "workflow timed out", done
     assert "1 s" in done.error
+
+
+async def test_queues_shows_the_limits_in_use_the_key_slots_and_the_rate_wait() -> None:
+    async with EmbeddedServer(lease_millis=LONG_LEASE_MILLIS) as server:
+        scene = await hold_limited_queues(server.client, "cli-limits")
+        text = await wiggle(server.target, "queues")
+        shown = await wiggle(server.target, "queues", "--json")
+    assert text.returncode == 0 and shown.returncode == 0, (text.stderr, shown.stderr)
+    lines = text.stdout.splitlines()
+    keyed = lines[[line.split()[0] for line in lines].index(scene.keyed) :]
+    assert keyed[0].split() == [scene.keyed, "2", "0", keyed[0].split()[3], "s", "2", "0", "1"], keyed
+    assert (
+        keyed[1]
+        == "  limits: at most 3 running (2 in use); 2 running under a key's limit, 2 waiting for their key"
+    )
+    assert keyed[2] == f"  worker {HOLDER}: 2 in flight"
+    until = datetime.fromtimestamp(scene.rate_limited_until / 1000, tz=timezone.utc)
+    rated = lines[[line.split()[0] for line in lines].index(scene.rated) :]
+    assert rated[0].split()[1:] == ["1", "0", rated[0].split()[3], "s", "1", "0", "1"], rated
+    assert rated[1] == (
+        f"  limits: 1 claims per 3600 s; rate limited until {until.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z"
+    )
+    assert rated[2] == f"  worker {RATE_HOLDER}: 1 in flight"
+    rows = {q["queue"]: q for q in json.loads(shown.stdout)}
+    assert {k: rows[scene.keyed][k] for k in ("max_running", "running", "limit_held", "limit_waiting")} == {
+        "max_running": 3,
+        "running": 2,
+        "limit_held": 2,
+        "limit_waiting": 2,
+    }
+    assert rows[scene.rated]["rate_limited_until"] == scene.rate_limited_until
+    assert (rows[scene.rated]["rate_max"], rows[scene.rated]["rate_period_millis"]) == (1, 3_600_000)

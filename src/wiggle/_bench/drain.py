@@ -111,17 +111,7 @@ class DrainRun:
         # -- 2. workers: connected and registered, waiting for "go"
         self.result["worker_impl"] = await procs.start_workers(bp.version)
         # -- 3. the timed drain (with the starts inside it under --submit during)
-        submitter = None
-        if self.submit == "during":
-            submitter = ThreadSubmitter(
-                target,
-                self.name,
-                args.instances,
-                args.submit_threads,
-                workload.initial_context,
-                shared=args.submit_client == "shared",
-            )
-            self.starts = submitter.log
+        submitter = self._submitter(target)
         waits = WaitSampler(self.pg) if self.pg is not None else None
         async with AsyncClient(target) as client:
             before = await self._snapshot()
@@ -150,13 +140,7 @@ class DrainRun:
                 0, f"started {len(self.starts.instance_ids)} instances, expected {args.instances}"
             )
         # -- 5. stop workers (graceful: they report their own counters), then the server
-        worker_stats = await procs.stop_workers()
-        await procs.stop_server()
-        pg_counters = None
-        if self.pg is not None:
-            await asyncio.to_thread(self.pg.wait_no_backends)
-            after_counters = await asyncio.to_thread(self.pg.counters)
-            pg_counters = {k: v - counters_before.get(k, 0) for k, v in after_counters.items()}
+        worker_stats, pg_counters = await self._stop_all(counters_before)
         if problems:
             self.result["problems"] = problems
             return self.result
@@ -184,6 +168,35 @@ class DrainRun:
         self.result["starts"] = start_figures(self.starts.latencies, self.starts.span, clients)
         self.result["ok"] = True
         return self.result
+
+    def _submitter(self, target: str) -> ThreadSubmitter | None:
+        """Under ``--submit during``, the threads that start the instances while the workers run."""
+        if self.submit != "during":
+            return None
+        args = self.args
+        submitter = ThreadSubmitter(
+            target,
+            self.name,
+            args.instances,
+            args.submit_threads,
+            workload.initial_context,
+            shared=args.submit_client == "shared",
+        )
+        self.starts = submitter.log
+        return submitter
+
+    async def _stop_all(
+        self, counters_before: dict[str, int]
+    ) -> tuple[list[dict[str, Any]], dict[str, int] | None]:
+        """Stop the workers (gracefully: they report their own counters), then the server; the
+        workers' counters and PostgreSQL's counters over the run (None without PostgreSQL)."""
+        worker_stats = await self.procs.stop_workers()
+        await self.procs.stop_server()
+        if self.pg is None:
+            return worker_stats, None
+        await asyncio.to_thread(self.pg.wait_no_backends)
+        after_counters = await asyncio.to_thread(self.pg.counters)
+        return worker_stats, {k: v - counters_before.get(k, 0) for k, v in after_counters.items()}
 
     # -- submission and drain
 

@@ -211,11 +211,15 @@ def latency_figures(
     histories: Mapping[str, Sequence[HistoryEntry]],
     elapsed: float,
     gap_limit: int,
+    rpc_latencies: Sequence[float] = (),
 ) -> dict[str, Any]:
     """The latency mode's figures: start -> result percentiles (``latencies`` in seconds, one per
     instance) and the gaps between consecutive steps from ``histories`` (instance id -> history);
-    ``gap_limit`` ms is the line an instance's largest gap is counted against."""
+    ``gap_limit`` ms is the line an instance's largest gap is counted against. ``rpc_latencies``
+    (seconds) are the run's yardstick, a trivial unary RPC timed after each instance: its p50, and
+    the instances' p50 as a multiple of it (``None`` without it)."""
     ms = [x * 1000 for x in latencies]
+    rpc_p50 = round(percentile([x * 1000 for x in rpc_latencies], 50), 3) if rpc_latencies else None
     worst: dict[str, Any] = {}
     largest: list[int] = []  # each instance's largest gap
     every: list[int] = []
@@ -242,6 +246,8 @@ def latency_figures(
             "p99": percentile(every, 99) if every else None,
             "max": max(every) if every else None,
         },
+        "rpc_p50_ms": rpc_p50,
+        "p50_in_rpcs": round(percentile(ms, 50) / rpc_p50, 1) if rpc_p50 else None,
         "gap_limit_ms": gap_limit,
         "instances_over_gap_limit": sum(1 for g in largest if g > gap_limit),
         "worst_gap": worst or None,

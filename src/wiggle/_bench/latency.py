@@ -7,6 +7,11 @@ one after another: ``Client.start``, then ``Client.wait`` until it finished, tim
 every instance is verified and its history read: the gap between two consecutive steps is the
 next step's claim (``started_at``) minus the previous step's end (``ended_at``), which is where a
 lost wake-up shows (issue #16: a poller that sleeps out its long-poll wait).
+
+After each measured instance one trivial unary RPC (``GetInstance`` of the instance just
+finished: a round trip and one read) is timed the same way, so the run carries its own yardstick:
+on a slow or busy machine both figures move, and the report shows the instance's latency as a
+multiple of that round trip as well as in milliseconds.
 """
 
 from __future__ import annotations
@@ -70,12 +75,15 @@ class LatencyRun:
             self.result["worker_impl"] = await procs.start_workers(bp.version)
             procs.go()
             for n in range(-WARMUP, 0):
-                await self._one(client, n)
+                await _timed_get(client, (await self._one(client, n))[0])
             latencies: list[float] = []
+            rpcs: list[float] = []  # the yardstick: one GetInstance after each instance
             label = f"{self.mode} latency"
             started = time.monotonic()
             for n in range(total):
-                latencies.append(await self._one(client, n))
+                instance_id, latency = await self._one(client, n)
+                latencies.append(latency)
+                rpcs.append(await _timed_get(client, instance_id))
                 self.progress.show(label, n + 1, total, started, "inst")
             elapsed = time.monotonic() - started
             self.progress.show(label, total, total, started, "inst", force=True)
@@ -93,12 +101,13 @@ class LatencyRun:
             self.result["problems"] = problems
             return self.result
         self.result.update(steps=args.steps, warmup=WARMUP)
-        self.result.update(latency_figures(latencies, histories, elapsed, GAP_LIMIT_MS))
+        self.result.update(latency_figures(latencies, histories, elapsed, GAP_LIMIT_MS, rpc_latencies=rpcs))
         self.result["ok"] = True
         return self.result
 
-    async def _one(self, client: AsyncClient, n: int) -> float:
-        """Start instance ``n`` and wait for its result; seconds from calling start to the result."""
+    async def _one(self, client: AsyncClient, n: int) -> tuple[str, float]:
+        """Start instance ``n`` and wait for its result; its id and the seconds from calling start
+        to the result."""
         self.procs.check_alive("instances ran one at a time")
         origin = time.perf_counter()
         info = await client.start(self.name, workload.initial_context(n))
@@ -110,4 +119,11 @@ class LatencyRun:
                 f"timed out after --timeout {self.args.timeout:.0f} s: instance {info.instance_id} (n={n}) "
                 f"is still {done.status}"
             )
-        return latency
+        return info.instance_id, latency
+
+
+async def _timed_get(client: AsyncClient, instance_id: str) -> float:
+    """Seconds one ``GetInstance`` round trip takes (the run's yardstick)."""
+    origin = time.perf_counter()
+    await client.get(instance_id)
+    return time.perf_counter() - origin

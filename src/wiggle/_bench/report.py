@@ -171,7 +171,8 @@ def render_latency(doc: dict[str, Any]) -> str:
     if ok:
         limit = ok[0]["gap_limit_ms"]
         head = (
-            f"{'mode':<12} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'gap p50':>8} {'gap p99':>8} "
+            f"{'mode':<12} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'rpc p50':>8} {'p50/rpc':>8} "
+            f"{'gap p50':>8} {'gap p99':>8} "
             f"{'gap max':>8} {f'inst gap>{limit}ms':>16}  worst gap"
         )
         lines += ["", head, "-" * len(head)]
@@ -180,13 +181,15 @@ def render_latency(doc: dict[str, Any]) -> str:
             where = f"{worst['after']} -> {worst['before']} of {worst['instance_id']}" if worst else "-"
             lines.append(
                 f"{m['mode']:<12} {lat['p50']:>8.1f} {lat['p90']:>8.1f} {lat['p99']:>8.1f} {lat['max']:>8.1f} "
-                f"{_fmt(gap['p50']):>8} {_fmt(gap['p99']):>8} {_fmt(gap['max']):>8} "
+                f"{_fmt(m.get('rpc_p50_ms'), '.2f'):>8} {_fmt(m.get('p50_in_rpcs'), '.1f'):>8} {_fmt(gap['p50']):>8} {_fmt(gap['p99']):>8} {_fmt(gap['max']):>8} "
                 f"{m['instances_over_gap_limit']:>16}  {where}"
             )
         lines.append(
             "latency = Client.start called -> Client.wait returned the finished instance, timed by the driver; "
             "gap (ms) = a step's claim (started_at) - the previous step's end (ended_at), from each instance's "
-            f"history (server clock); {ok[0]['warmup']} warm-up instance(s) per mode not counted"
+            f"history (server clock); rpc p50 = one GetInstance round trip timed after each instance (the run's "
+            f"yardstick: a busy machine slows both), p50/rpc = latency p50 in those round trips; "
+            f"{ok[0]['warmup']} warm-up instance(s) per mode not counted"
         )
     lines += _failures(bad, [m["mode"] for m in bad])
     lines.append("")

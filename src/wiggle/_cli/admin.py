@@ -197,8 +197,10 @@ def _add_queues(sub: Any) -> None:
         sub,
         "queues",
         "queues: ready depth, oldest ready step, workers polling",
-        "Every queue with work: steps ready, delayed, running and in local runs, the age of the "
-        "oldest ready step, and the workers polling it (as the answering server sees them).",
+        "Every queue with work or limits: steps ready, delayed, running and in local runs, the age "
+        "of the oldest ready step, and the workers polling it (as the answering server sees them); "
+        "under a queue with limits a 'limits:' line: its max running and how many are in use, its "
+        "rate and until when it holds steps back, the steps holding and waiting for a key's slot.",
         ["wiggle queues", "watch -n 5 wiggle queues", "wiggle queues set-limit payments --rate 50/1s"],
     )
     p.set_defaults(func=cmd_queues)

@@ -25,6 +25,8 @@ def print_instance(info: Any, history: list[Any] | None = None) -> None:
     print(f"instance   {info.instance_id}")
     print(f"workflow   {info.workflow} (version {info.version})")
     print(f"status     {info.status}" + (f"  reason: {info.reason}" if info.reason else ""))
+    if getattr(info, "waiting_reason", ""):  # docs/flow-control.md#workflow-concurrency
+        print(f"waiting    {info.waiting_reason}")
     if info.error:
         print(f"error      {info.error}")
     if info.correlation_id:

@@ -62,10 +62,11 @@ def print_queues(items: Sequence[QueueInfo], out: TextIO) -> None:
 
 
 def _queue_limits(q: QueueInfo) -> str:
-    """A queue's limits and their state, in words ("" when it has none and none hold anything)."""
+    """A queue's limits and their state, in words ("" when it has none and none hold anything):
+    the Queues page's "limits" and "key slots" columns (wiggle/_server/web/pages.py)."""
     parts = []
     if q.max_running:
-        parts.append(f"at most {q.max_running} running")
+        parts.append(f"at most {q.max_running} running ({q.running} in use)")
     if q.rate_max:
         parts.append(f"{q.rate_max} claims per {_ms(q.rate_period_millis)}")
     if q.rate_limited_until:

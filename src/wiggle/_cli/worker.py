@@ -48,7 +48,7 @@ _CHOICES = {"transport": ("stream", "unary"), "sync_handlers": ("auto", "thread"
 
 
 def _fields() -> list[msgspec.structs.FieldInfo]:
-    from ..worker import WorkerOptions
+    from .._worker.options import WorkerOptions
 
     return list(msgspec.structs.fields(WorkerOptions))
 
@@ -139,7 +139,7 @@ def add_parsers(sub: Any) -> None:
 
 def options_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Any:
     """The WorkerOptions of ``args``: an option given, else its WIGGLE_WORKER_* variable, else the default."""
-    from ..worker import WorkerOptions
+    from .._worker.options import WorkerOptions
 
     env = environment() if env is None else env
     values: dict[str, Any] = {}

@@ -77,6 +77,13 @@ class InstanceInfo(msgspec.Struct, frozen=True):
     start_at: int = 0
     dedup_key: str = ""
     dedup_window_millis: int = 0
+    # A workflow-level concurrency limit (docs/flow-control.md#workflow-concurrency): the key's
+    # label it counts under ("" none) and the limit; while it waits SCHEDULED for a slot, since
+    # when (ms, 0: not waiting) and why ("waiting for a concurrency slot of account_id=42 ...").
+    concurrency_key: str = ""
+    concurrency_max: int = 0
+    concurrency_waiting_since: int = 0
+    waiting_reason: str = ""
     #: On a start's answer: this start created nothing; the instance is the one holding its
     #: dedup_key (docs/flow-control.md#deduplication).
     deduplicated: bool = False

@@ -20,6 +20,7 @@ from .._model import Node
 from ..errors import InvalidArgument
 from .config import LoadedDefinition
 from .state import (
+    FINISHED_INSTANCE_STATUSES,
     Changes,
     HistoryEntry,
     HistoryOutcome,
@@ -160,7 +161,7 @@ def child_finished(
 ) -> Changes | None:
     """The child ``child`` finished: merge its context and move on, retry, or take the error path."""
     tok = waiting(state, token_id, child.id)
-    if tok is None or child.status == InstanceStatus.RUNNING:
+    if tok is None or child.status not in FINISHED_INSTANCE_STATUSES:  # (SCHEDULED: waits for a slot)
         return None
     node = loaded.nodes[tok.node_id]
     if child.status == InstanceStatus.COMPLETED:

@@ -14,6 +14,7 @@ the bookkeeping they share in ``tokens.py``.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +24,7 @@ import msgspec
 from .. import _fast
 from .._model import ExecutionMode, NodeKind
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
-from . import clock, local_runs, resume, signals
+from . import clock, local_runs, resume, signals, workflow_limits
 from . import drive as driving
 from .config import EngineConfig, LoadedDefinition
 from .limits import leave as leave_limit
@@ -46,6 +47,7 @@ from .tokens import (
     count_step,
     end_instance,
     fail_step,
+    finish_token,
     lease_until,
     leased_token,
     move,
@@ -179,8 +181,15 @@ class Engine:
         state = InstanceState(instance, {})
         changes = Changes()
         changes.created = True
-        changes.timers = instance.deadline_at > 0  # the clock duties' next due time may be sooner
         changes.instance_changed = True
+        limited = loaded.definition.concurrency
+        if limited is not None:  # docs/flow-control.md#workflow-concurrency
+            instance.conc_key = workflow_limits.label(limited, context)
+            instance.conc_max = limited.max
+            if not delayed:  # it waits for an admission (wiggle/_engine/workflow_limits.py)
+                workflow_limits.hold(state, now, changes)
+                return state, changes
+        changes.timers = instance.deadline_at > 0  # the clock duties' next due time may be sooner
         token = new_token(state, loaded.definition.start_node, now, changes)
         if delayed:  # a timer the clock duties fire (ClockDuties.clock_action -> begin)
             token.status = TokenStatus.WAITING
@@ -197,6 +206,10 @@ class Engine:
         if inst.status != InstanceStatus.SCHEDULED or token.status != TokenStatus.WAITING:
             return changes
         if token.available_at > now:
+            return changes
+        if inst.conc_key:  # a limited workflow's start: it waits for an admission (workflow_limits.py)
+            finish_token(state, token, TokenStatus.DONE, now, changes)
+            workflow_limits.hold(state, now, changes)
             return changes
         inst.status = InstanceStatus.RUNNING
         inst.updated_at = now
@@ -454,13 +467,24 @@ class Engine:
         context: dict[str, Any] | None,
         requested_by: str,
         now: int,
+        *,
+        admitted: bool = False,
     ) -> Changes:
         """Resume a FAILED instance (docs/semantics.md#resuming-a-failed-instance).
 
         An instance with a time limit gets it afresh, counted from the retry: a timed-out instance
-        retried would otherwise fail again at once (docs/semantics.md#workflow-time-limits).
+        retried would otherwise fail again at once (docs/semantics.md#workflow-time-limits). An
+        instance of a limited workflow (workflow_limits.py) is checked, then waits for a slot like
+        a start under "queue"; its admission carries the retry out (``admitted``).
         """
         inst = state.instance
+        if inst.conc_key and not admitted:
+            trial = InstanceState(copy.deepcopy(inst), copy.deepcopy(state.tokens))
+            resume.retry(self, loaded, trial, from_node, context, requested_by, now)  # refusals only
+            changes = Changes()
+            request = workflow_limits.RetryRequest(from_node, context, requested_by)
+            workflow_limits.hold(state, now, changes, request)
+            return changes
         changes = resume.retry(self, loaded, state, from_node, context, requested_by, now)
         if inst.timeout_millis > 0 and inst.status == InstanceStatus.RUNNING:
             inst.deadline_at = now + inst.timeout_millis

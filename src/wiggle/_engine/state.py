@@ -197,6 +197,15 @@ class Instance(msgspec.Struct):
     start_at: int = 0  # a delayed start's time (ms); 0: started at once
     dedup_key: str = ""  # the deduplication key it holds for its workflow ("" none)
     dedup_window: int = 0  # how long (ms) after it finishes it still holds the key
+    # A workflow-level concurrency limit (docs/flow-control.md#workflow-concurrency,
+    # wiggle/_engine/workflow_limits.py; migration 0016): the key's label it counts under
+    # ("account_id=42"; "" no limit) and the limit's max, both set at its start; since when it
+    # waits SCHEDULED for a slot (ms; 0 not waiting: live, delayed or finished); a retry waiting
+    # for a slot: the retry's request as JSON ("" none).
+    conc_key: str = ""
+    conc_max: int = 0
+    conc_since: int = 0
+    conc_retry: str = ""
 
 
 class Token(msgspec.Struct):

@@ -145,7 +145,7 @@ class TokenInfo(_message.Message):
     def __init__(self, token_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., available_at: _Optional[int] = ..., last_error: _Optional[str] = ..., local_run_owner: _Optional[str] = ..., local_run_steps: _Optional[int] = ..., queue: _Optional[str] = ..., child_id: _Optional[str] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
-    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at", "pending_signals", "parent_id", "parent_token_id", "depth", "priority", "start_at", "dedup_key", "dedup_window_millis", "deduplicated")
+    __slots__ = ("instance_id", "workflow", "version", "status", "context_json", "correlation_id", "reason", "error", "created_at", "updated_at", "finished_at", "tokens", "execution_mode", "schedule_id", "schedule_tick_at", "pending_signals", "parent_id", "parent_token_id", "depth", "priority", "start_at", "dedup_key", "dedup_window_millis", "concurrency_key", "concurrency_max", "concurrency_waiting_since", "waiting_reason", "deduplicated")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,10 @@ class InstanceInfo(_message.Message):
     START_AT_FIELD_NUMBER: _ClassVar[int]
     DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
     DEDUP_WINDOW_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_MAX_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_WAITING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     workflow: str
@@ -193,8 +197,12 @@ class InstanceInfo(_message.Message):
     start_at: int
     dedup_key: str
     dedup_window_millis: int
+    concurrency_key: str
+    concurrency_max: int
+    concurrency_waiting_since: int
+    waiting_reason: str
     deduplicated: bool
-    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ..., pending_signals: _Optional[_Iterable[_Union[PendingSignal, _Mapping]]] = ..., parent_id: _Optional[str] = ..., parent_token_id: _Optional[str] = ..., depth: _Optional[int] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., dedup_key: _Optional[str] = ..., dedup_window_millis: _Optional[int] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[str] = ..., workflow: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[str] = ..., context_json: _Optional[bytes] = ..., correlation_id: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[str] = ..., created_at: _Optional[int] = ..., updated_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ..., execution_mode: _Optional[str] = ..., schedule_id: _Optional[str] = ..., schedule_tick_at: _Optional[int] = ..., pending_signals: _Optional[_Iterable[_Union[PendingSignal, _Mapping]]] = ..., parent_id: _Optional[str] = ..., parent_token_id: _Optional[str] = ..., depth: _Optional[int] = ..., priority: _Optional[int] = ..., start_at: _Optional[int] = ..., dedup_key: _Optional[str] = ..., dedup_window_millis: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., concurrency_max: _Optional[int] = ..., concurrency_waiting_since: _Optional[int] = ..., waiting_reason: _Optional[str] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
 
 class PendingSignal(_message.Message):
     __slots__ = ("name", "data_json", "signal_id", "sent_at")

@@ -125,6 +125,7 @@ class ClockDuties:
             if not acted:
                 break
         actions += await self._instance_deadlines(now, gate)
+        actions += await self.instances.limits.sweep(now)  # waiting for a slot (workflow_limits.py)
         return actions + await self.instances.schedules.run_duties(now)
 
     async def _instance_deadlines(self, now: int, gate: asyncio.Semaphore) -> int:

@@ -49,6 +49,7 @@ from .operator import log_instance_action, record_action, who
 from .schedules import Schedules
 from .subflows import SubWorkflows, check_children_registered, may_need_follow_up, spawns_children
 from .timings import Timings
+from .workflow_limits import WorkflowLimits, needs_admission
 
 __all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
@@ -72,8 +73,10 @@ class Instances:
         self.new_instance_id = new_instance_id if clock is None or clock is WALL_CLOCK else InstanceIds()
         self.subflows = SubWorkflows(self)
         self.duties = ClockDuties(self)  # timers, leases, deadlines, purge (clock_duties.py)
+        self.limits = WorkflowLimits(self)  # workflow-level concurrency admissions (workflow_limits.py)
         self.timings = Timings()  # histograms and outcomes for /metrics (wiggle/_server/timings.py)
         self.schedules = Schedules(store, self.engine, self.timings)  # schedules and their clock duty
+        self.schedules.admit = self.limits.after
         # claims, polls, and hand-offs to waiting polls (delivery.py); a step handed to a poll
         # that had ended is given back as a worker's release would be
         self.delivery = Delivery(
@@ -125,6 +128,8 @@ class Instances:
             timings.committed(ran, state, committed)
         if committed is not None and may_need_follow_up(state, committed, spawns):
             await self.subflows.follow_up(state, committed)
+        if committed is not None and needs_admission(state, committed):
+            await self.limits.after((state,))  # a slot freed, or an instance now waits for one
         return result, state
 
     @property
@@ -216,6 +221,8 @@ class Instances:
         _, (item,), (instance_id,) = await self._start(name, version, one)
         state = item.state
         if instance_id == state.instance.id:
+            if state.instance.conc_key:  # admitted since (begun, cancelled, or still waiting)
+                return await self.store.get_instance(instance_id), False
             return self.store.view(state), False
         return await self.store.get_instance(instance_id), item.deduplicated
 
@@ -269,9 +276,13 @@ class Instances:
             except StaleLatest:  # a newer version was registered: start from it (read, not remembered)
                 record, hinted = await self.store.get_workflow(name, version), False
                 continue
+            created = []
             for item, instance_id in zip(items, ids, strict=True):
                 if instance_id == item.state.instance.id:  # not a request id's earlier start
                     self.timings.inserted(loaded, item.state, item.changes, "client")
+                    created.append(item.state)
+            if loaded.definition.concurrency is not None:
+                await self.limits.after(created)  # they wait for an admission (workflow_limits.py)
             return loaded, items, ids
 
     async def get_instance(self, instance_id: str) -> InstanceView:
@@ -363,6 +374,8 @@ class Instances:
         _, state = await self.mutate(instance_id, _instance_missing(instance_id), action)
         where = f"from {from_node}" if from_node else "from where it failed"
         log_instance_action(requested_by, "retried", state, where)
+        if state.instance.conc_key:  # admitted since: begun, or still waiting (workflow_limits.py)
+            return await self.store.get_instance(instance_id)
         return self.store.view(state)
 
     # ------------------------------------------------------------------ workers

@@ -101,6 +101,14 @@ def instance_families(server: Any) -> Iterator[Any]:
     for workflow, n in sorted(sampler.running.items()):
         running.add_metric([workflow], n)
     yield running
+    waiting = GaugeMetricFamily(
+        "wiggle_workflow_concurrency_waiting_instances",
+        "instances SCHEDULED waiting for a slot of their workflow's concurrency limit, by workflow (sampled)",
+        labels=["workflow"],
+    )
+    for workflow, n in sorted(sampler.concurrency_waiting.items()):
+        waiting.add_metric([workflow], n)
+    yield waiting
 
 
 def rpc_latency(metrics: Any) -> Iterator[Any]:

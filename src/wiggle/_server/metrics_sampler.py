@@ -32,6 +32,8 @@ class MetricsSampler:
         self.store = store
         self.interval_seconds = max(interval_seconds, 0.05)
         self.by_status: dict[str, dict[str, int]] = {}  # workflow -> status -> instances
+        # workflow -> instances waiting for a concurrency slot (docs/flow-control.md#workflow-concurrency)
+        self.waiting: dict[str, int] = {}
         self.known_queues: set[str] = set()  # every queue a registered definition names
         self.sampled = False
         # monotonic time of the last scrape (``wanted``); a new server samples for IDLE_SECONDS
@@ -48,9 +50,16 @@ class MetricsSampler:
         """Instances RUNNING per workflow, as last sampled (0 for a workflow with none)."""
         return {workflow: counts.get("RUNNING", 0) for workflow, counts in self.by_status.items()}
 
+    @property
+    def concurrency_waiting(self) -> dict[str, int]:
+        """Instances waiting for a concurrency slot per workflow, as last sampled (0 for a
+        workflow with none)."""
+        return {workflow: self.waiting.get(workflow, 0) for workflow in self.by_status}
+
     async def sample(self) -> None:
         """Read the instance counts and the definitions' queues now."""
         self.by_status = await self.store.count_by_status()
+        self.waiting = await self.store.concurrency_waiting()
         for record in await self.store.list_workflows():
             loaded = record.loaded
             key = (loaded.definition.name, loaded.version)

@@ -48,7 +48,7 @@ class Pollers:
             )
         known.last_seen = now
         known.polls += 1
-        if len(known.queues) != len(queues):
+        if any(q not in known.queues for q in queues):  # a new queue (not only a longer list)
             known.queues = sorted(set(known.queues) | set(queues))
 
     def forget(self, now: int) -> None:

@@ -29,7 +29,7 @@ from .._engine.schedules import (
     plan_ticks,
 )
 from .._engine.start_options import StartOptions
-from .._engine.state import FINISHED_INSTANCE_STATUSES, new_instance_id
+from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceState, new_instance_id
 from .._storage.base import Store
 from .._storage.schedules import ScheduledStart
 from ..errors import InvalidArgument, NotFound, Unavailable, WiggleError
@@ -68,6 +68,10 @@ def _logged(action: str, schedule: Schedule, actor: str = "") -> Schedule:
     return schedule
 
 
+async def _no_admission(states: builtins.list[InstanceState]) -> None:
+    """A Schedules without an instance layer (tests of the layer alone) admits nothing."""
+
+
 def correlation_of(schedule_id: str) -> str:
     """The correlation id of every instance schedule ``schedule_id`` starts."""
     return f"schedule:{schedule_id}"
@@ -80,6 +84,9 @@ class Schedules:
         self.store = store
         self.engine = engine
         self.timings = timings  # ticks and started instances for /metrics (wiggle/_server/timings.py)
+        # the admissions of started instances of limited workflows (the instance layer sets it;
+        # wiggle/_server/workflow_limits.py): they wait SCHEDULED until one
+        self.admit: Callable[[builtins.list[InstanceState]], Awaitable[None]] = _no_admission
 
     # ------------------------------------------------------------------ operations
 
@@ -202,6 +209,7 @@ class Schedules:
             start.manual = True
             if await self.store.schedules.fire(new, current.revision, [start]):
                 self._started([start], new.workflow, "triggered")
+                await self.admit([start.state])
                 instance_id = start.state.instance.id
                 log_action(
                     who(actor), "triggered", f"schedule {schedule_id}", f"started instance {instance_id}"
@@ -306,6 +314,7 @@ class Schedules:
         if not await self.store.schedules.fire(new, expected, starts):
             return 0  # changed meanwhile (an update, another leader): looked at again next round
         self._started(starts, schedule.workflow, "fired")
+        await self.admit([start.state for start in starts])
         if self.timings is not None:
             self.timings.ticks(schedule.workflow, "skipped", new.skipped - schedule.skipped)
             if new.buffered_tick_at and new.buffered_tick_at != schedule.buffered_tick_at:

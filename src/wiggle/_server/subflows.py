@@ -24,7 +24,14 @@ from .. import _tracing as tracing
 from .._engine import children
 from .._engine.engine import LoadedDefinition
 from .._engine.start_options import StartOptions
-from .._engine.state import Changes, Instance, InstanceState, InstanceStatus, Token, TokenStatus
+from .._engine.state import (
+    LIVE_INSTANCE_STATUSES,
+    Changes,
+    Instance,
+    InstanceState,
+    Token,
+    TokenStatus,
+)
 from .._model import NodeKind, WorkflowDefinition
 from ..errors import FailedPrecondition, NotFound, WiggleError
 
@@ -167,10 +174,10 @@ class SubWorkflows:
             spec.parent_id, f"instance {spec.parent_id} does not exist", started
         )
         if not waits:  # the parent was cancelled (or failed) while the child was being started
-            if child.status == InstanceStatus.RUNNING:
+            if child.status in LIVE_INSTANCE_STATUSES:
                 await self.cancel_child(child.id, parent.instance)
             return
-        if child.status != InstanceStatus.RUNNING:
+        if child.status not in LIVE_INSTANCE_STATUSES:  # (a child waiting for a slot is live)
             await self.resume_parent(child)
 
     async def _insert_child(self, spec: children.ChildSpec) -> Instance | None:
@@ -201,6 +208,9 @@ class SubWorkflows:
             except NotFound:
                 raise
         inst.timings.inserted(record.loaded, state, changes, "sub_workflow")
+        if state.instance.conc_key:  # it waits for an admission (workflow_limits.py)
+            await inst.limits.after((state,))
+            return (await inst.store.get_instance(spec.child_id)).instance
         return state.instance
 
     async def _not_started(self, spec: children.ChildSpec, error: str) -> None:

@@ -35,6 +35,8 @@ __all__ = [
     "StoreStats",
     "Action",
     "ClaimTransition",
+    "AdmitAction",
+    "ADMIT_BATCH",
     "ready_counts",
     "NewInstance",
     "StaleLatest",
@@ -67,6 +69,13 @@ def check_version_alias(workflow: object, alias: object, version: object) -> Non
 Action = Callable[[LoadedDefinition, InstanceState, int], tuple[R, Changes | None]]
 # The engine's claim transition for one due READY token: (definition, state, token, now, changes into).
 ClaimTransition = Callable[[LoadedDefinition, InstanceState, Token, int, Changes], Claimed]
+# The admission of one workflow-level concurrency key (wiggle/_engine/workflow_limits.py):
+# (its live instances oldest first, its waiting ones FIFO, each with its definition; now) -> the
+# instances it changed and how. Runs under the key's lock with every instance named locked.
+Loaded = list[tuple[LoadedDefinition, InstanceState]]
+AdmitAction = Callable[[Loaded, Loaded, int], list[tuple[InstanceState, Changes]]]
+#: The most waiting instances of one key an admission looks at (the oldest; a later one follows).
+ADMIT_BATCH = 100
 
 
 class NewInstance(msgspec.Struct):
@@ -250,6 +259,28 @@ class Store(abc.ABC):
     ) -> list[Claimed]:
         """Lease up to ``max_tasks`` due READY tokens on ``queues`` through ``transition``, oldest
         first; never one token twice. Commits and announces like ``mutate``."""
+
+    @abc.abstractmethod
+    async def admit(
+        self, workflow: str, key: str, action: AdmitAction
+    ) -> list[tuple[InstanceState, Changes]]:
+        """One admission of a workflow's concurrency key (docs/flow-control.md#workflow-concurrency):
+        under a lock of (``workflow``, ``key``) held until the commit, lock and load the key's
+        RUNNING instances (oldest first: created_at, id) and up to ADMIT_BATCH of its instances
+        waiting for a slot (SCHEDULED with ``conc_since``, FIFO: conc_since, id), run ``action``,
+        persist what it changed, commit, announce; what it changed. Admissions of one key, on any
+        server, take turns, and every change of a key's live set upwards is made by one."""
+
+    @abc.abstractmethod
+    async def waiting_keys(self, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (workflow, key) pairs that have an instance waiting for a slot and,
+        by the max of that instance's version, a free one (the clock duties' sweep admits them:
+        an admission a crash lost is made good)."""
+
+    @abc.abstractmethod
+    async def concurrency_waiting(self) -> dict[str, int]:
+        """Instances waiting for a slot of their workflow's concurrency limit, per workflow (the
+        metric wiggle_workflow_concurrency_waiting_instances)."""
 
     # ------------------------------------------------------------------ queue limits
 

@@ -29,6 +29,7 @@ from .._model import validate_name
 from ..errors import NotFound, ResourceExhausted
 from .base import (
     Action,
+    AdmitAction,
     ClaimTransition,
     InstanceQuery,
     InstanceView,
@@ -41,6 +42,7 @@ from .base import (
 )
 from .handoff import settle
 from .memory_bytes import ByteLedger
+from .memory_conc import ConcIndex
 from .ops import NodeInfo, QueueStat, Readiness
 from .queue_limits import QueueLimit, admit, check_queue_limit, describe, next_admit_at
 from .schedules import MemorySchedules
@@ -104,6 +106,8 @@ class MemoryStore(Store):
         self._tat: dict[str, float] = {}
         self._queue_running: dict[str, int] = {}
         self._queue_holding: dict[str, str] = {}
+        # workflow-level concurrency keys: their live and waiting instances (memory_conc.py)
+        self.conc = ConcIndex()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -154,6 +158,8 @@ class MemoryStore(Store):
             elif status == TokenStatus.WAITING or (status == TokenStatus.AWAITING and token.available_at > 0):
                 heapq.heappush(self._timers, (token.available_at, next(self._seq), token.id))
         inst = state.instance
+        if inst.conc_key:  # a limited workflow's live and waiting instances (memory_conc.py)
+            self.conc.track(inst)
         # one heap entry per deadline, not per transition (a retry's new one leaves the old stale)
         if inst.deadline_at and inst.status == InstanceStatus.RUNNING:
             if self._deadline_of.get(inst.id) != inst.deadline_at:
@@ -444,6 +450,20 @@ class MemoryStore(Store):
         if changes is not None:
             self._apply(state, changes)
         return result, state
+
+    async def admit(
+        self, workflow: str, key: str, action: AdmitAction
+    ) -> list[tuple[InstanceState, Changes]]:
+        changed = self.conc.admit(workflow, key, self._instances, self._loaded, action, self.clock.now())
+        for state, changes in changed:
+            self._apply(state, changes)
+        return changed
+
+    async def waiting_keys(self, limit: int) -> list[tuple[str, str]]:
+        return self.conc.waiting_keys(self._instances, limit)
+
+    async def concurrency_waiting(self) -> dict[str, int]:
+        return self.conc.waiting_per_workflow(self._instances)
 
     def _get(self, instance_id: str) -> InstanceState:
         state = self._instances.get(instance_id)

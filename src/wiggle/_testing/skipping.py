@@ -93,6 +93,23 @@ def _token_due(
     return False, None  # JOINED, or a user task without a deadline (waits on a person)
 
 
+def _admission_due(views: list[InstanceView]) -> bool:
+    """True if an instance waits for a slot of a workflow's concurrency key that has one free
+    (docs/flow-control.md#workflow-concurrency): its admission is under way. One waiting while
+    the key is full waits on the live ones, never on time."""
+    live: dict[tuple[str, str], int] = {}
+    for view in views:
+        inst = view.instance
+        if inst.conc_key and inst.status == InstanceStatus.RUNNING:
+            live[(inst.workflow, inst.conc_key)] = live.get((inst.workflow, inst.conc_key), 0) + 1
+    return any(
+        v.instance.status == InstanceStatus.SCHEDULED
+        and v.instance.conc_since
+        and live.get((v.instance.workflow, v.instance.conc_key), 0) < v.instance.conc_max
+        for v in views
+    )
+
+
 class TimeSkipper:
     """Jumps ``clock`` over idle time of the instances ``instances`` keeps."""
 
@@ -141,6 +158,10 @@ class TimeSkipper:
         """What ``views`` wait on now (``limits``: what holds their due steps back)."""
         now = self.clock.now()
         out = Waiting()
+        views = list(views)
+        if _admission_due(views):  # a slot is free: the admission moves it, not time
+            out.busy = True
+            return out
         for view in views:
             deadline = view.instance.deadline_at  # the workflow's time limit is a due moment too
             if deadline:

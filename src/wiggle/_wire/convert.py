@@ -15,7 +15,8 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from .._engine.engine import Claimed, EngineConfig
 from .._engine.records import ContextSet, PredicateDone, StepFailed, StepRecord, TaskDone
 from .._engine.state import HistoryEntry as StateHistoryEntry
-from .._engine.state import Token
+from .._engine.state import InstanceStatus, Token
+from .._engine.workflow_limits import waiting_reason
 from .._rpc import wiggle_pb2 as pb
 from .._storage.base import InstanceView, WorkflowRecord
 from .._storage.ops import QueueStat
@@ -87,6 +88,10 @@ def instance_to_pb(view: InstanceView, with_tokens: bool = True) -> pb.InstanceI
         start_at=inst.start_at,
         dedup_key=inst.dedup_key,
         dedup_window_millis=inst.dedup_window,
+        concurrency_key=inst.conc_key,
+        concurrency_max=inst.conc_max,
+        concurrency_waiting_since=inst.conc_since if inst.status == InstanceStatus.SCHEDULED else 0,
+        waiting_reason=waiting_reason(inst),
     )
 
 

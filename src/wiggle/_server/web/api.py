@@ -23,8 +23,9 @@ from ..._engine.state import (
 )
 from ..._model import NodeKind, WorkflowDefinition, validate_name
 from ..._storage.base import CONTEXT_FIELD_PATTERN, InstanceQuery, InstanceView
-from ..._wire.convert import history_to_pb, instance_to_pb
-from ..._wire.replies import history_from_pb, instance_from_pb
+from ..._storage.ops import QueueStat
+from ..._wire.convert import history_to_pb, instance_to_pb, queues_to_pb
+from ..._wire.replies import history_from_pb, instance_from_pb, queue_from_pb
 from ...errors import InvalidArgument
 from ..instance_service import PAGE_TOKEN_PATTERN
 from ..instances import Instances
@@ -40,6 +41,7 @@ __all__ = [
     "instance_page",
     "workflows_page",
     "queues_page",
+    "queue_views",
     "cluster_page",
     "node_states",
     "children",
@@ -289,7 +291,9 @@ async def workflows_page(src: Sources) -> dict[str, Any]:
 
 
 async def queues_page(src: Sources) -> dict[str, Any]:
-    """Per queue: depth, the oldest ready step's age, leased steps, the workers polling it."""
+    """Per queue: what ListQueues answers (depth, leased steps, the queue's limits, the steps
+    holding and waiting for a key's slot, the rate's wait), with what the page adds beside: the
+    lag monitor's view, the schedule-to-start waits and the workers polling it on this node."""
     now = src.instances.clock.now()
     stats = await src.instances.store.queue_stats(now)
     pollers = src.pollers.snapshot()
@@ -297,18 +301,15 @@ async def queues_page(src: Sources) -> dict[str, Any]:
     waits = schedule_to_start_by_queue(src.instances)
     names = sorted({s.queue for s in stats} | {q for p in pollers for q in p.queues} | set(lag))
     by_name = {s.queue: s for s in stats}
+    shown = {
+        row["queue"]: row for row in queue_views([by_name.get(n) or QueueStat(queue=n) for n in names], now)
+    }
     out = []
     for name in names:
-        s = by_name.get(name)
-        in_flight = s.in_flight if s is not None else {}
+        in_flight = by_name[name].in_flight if name in by_name else {}
         out.append(
             {
-                "queue": name,
-                "ready": s.ready if s else 0,
-                "delayed": s.delayed if s else 0,
-                "oldest_ready_age_ms": now - s.oldest_ready_at if s and s.oldest_ready_at else 0,
-                "running": s.running if s else 0,
-                "in_local_run": s.in_local_run if s else 0,
+                **shown[name],
                 "lag": lag.get(name),
                 "schedule_to_start": waits.get(name),
                 "workers": [
@@ -325,6 +326,21 @@ async def queues_page(src: Sources) -> dict[str, Any]:
             }
         )
     return {"now": now, "queues": out}
+
+
+def queue_views(stats: Sequence[QueueStat], now: int) -> list[dict[str, Any]]:
+    """Each queue as the gRPC read model carries it (ListQueues: wiggle/_wire/convert.py
+    queues_to_pb, read back as every client reads it: wiggle/_wire/replies.py queue_from_pb),
+    so the page and ``wiggle queues --json`` never disagree on a field. Without its workers
+    (the page lists this node's pollers itself); the oldest ready step's age keeps the page's
+    name, ``oldest_ready_age_ms``."""
+    out = []
+    for msg in queues_to_pb(stats, [], now).queues:
+        row = _builtins(queue_from_pb(msg))
+        del row["workers"]
+        row["oldest_ready_age_ms"] = row.pop("oldest_ready_age_millis")
+        out.append(row)
+    return out
 
 
 def schedule_to_start_by_queue(instances: Instances) -> dict[str, dict[str, float | None]]:

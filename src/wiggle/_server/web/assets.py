@@ -43,7 +43,7 @@ dialog label{display:block;margin:8px 0}dialog input,dialog textarea{width:100%;
 form.signin{background:#fff;border:1px solid #e3e6ec;border-radius:8px;padding:16px 18px;max-width:460px}
 form.signin label{display:block;margin:8px 0}form.signin input{width:100%;box-sizing:border-box}
 .err{color:#c0392b}.muted{color:#6b7385}.hidden{display:none}
-td.lagging{background:#fbdada;font-weight:600}
+td.lagging{background:#fbdada;font-weight:600}td.slots{white-space:nowrap}
 """
 
 SCRIPT = """

@@ -179,6 +179,8 @@ def instance_html(data: dict[str, Any]) -> str:
     history = _history_html(data["history"])
     reason = f' <span class="muted">{escape(inst["reason"])}</span>' if inst["reason"] else ""
     error = f'<p class="err">{escape(inst["error"])}</p>' if inst["error"] else ""
+    if inst.get("waiting_reason"):  # a workflow concurrency limit's wait (docs/flow-control.md)
+        error += f'<p id="waiting-reason" class="muted">{escape(inst["waiting_reason"])}</p>'
     failed = f", {inst['failed_attempts']} failed" if inst["failed_attempts"] else ""
     deadline = f" · times out at {when(inst['deadline_at'])}" if inst["deadline_at"] else ""
     return (
@@ -321,13 +323,15 @@ def workflows_html(data: dict[str, Any]) -> str:
 
 
 def queues_html(data: dict[str, Any]) -> str:
-    """The Queues page body: one row per queue, then the workers polling each."""
+    """The Queues page body: one row per queue (its depth, what runs, its limits and the steps
+    held by a key's slot or waiting for one), then the workers polling each."""
     rows = []
+    now = data["now"]
     for q in data["queues"]:
         lag = q["lag"] or {}
         warn = " err lagging" if lag.get("lagging") else ""
         workers = "<br>".join(
-            f'{escape(w["worker_id"])} <span class="muted">seen {age(data["now"] - w["last_seen"])} ago,'
+            f'{escape(w["worker_id"])} <span class="muted">seen {age(now - w["last_seen"])} ago,'
             f" {w['in_flight']} in flight</span>"
             for w in q["workers"]
         )
@@ -343,14 +347,54 @@ def queues_html(data: dict[str, Any]) -> str:
             f'<tr data-queue="{escape(q["queue"])}"><td>{escape(q["queue"])}</td><td class="num">{q["ready"]}</td>'
             f'<td class="num">{q["delayed"]}</td><td class="num oldest{warn}">{age(q["oldest_ready_age_ms"])}</td>'
             f'<td class="num">{q["running"]}</td><td class="num">{q["in_local_run"]}</td>'
+            f'<td class="limits">{_queue_limits(q, now)}</td><td class="slots">{_key_slots(q)}</td>'
             f'<td class="num">{rate}</td><td class="num wait">{waited}</td><td>{workers or "-"}</td></tr>'
         )
     return (
         "<h2>Queues</h2><table><thead><tr><th>queue</th><th>ready</th><th>delayed</th><th>oldest ready</th>"
-        "<th>running</th><th>in local runs</th><th>throughput</th><th>schedule to start</th>"
-        "<th>workers polling</th></tr></thead>"
+        "<th>running</th><th>in local runs</th><th>limits</th>"
+        f'<th title="{_SLOTS_TITLE}">key slots</th><th>throughput</th>'
+        "<th>schedule to start</th><th>workers polling</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+_SLOTS_TITLE = "running steps holding a slot of their concurrency limit's key (held), ready steps waiting for one (waiting)"
+
+
+def _queue_limits(q: dict[str, Any], now: int) -> str:
+    """A queue's own limits (docs/flow-control.md#queue-limits), one per line: "max running 20
+    (3 in use)", "rate 50 / 1 s", and while its rate holds its steps back "rate limited until
+    <time> (in 2 s)"; "—" when it has none."""
+    lines = []
+    if q["max_running"]:
+        lines.append(f'max running {q["max_running"]} <span class="muted">({q["running"]} in use)</span>')
+    if q["rate_max"]:
+        lines.append(f"rate {q['rate_max']} / {_period(q['rate_period_millis'])}")
+    until = q["rate_limited_until"]
+    if until:
+        lines.append(
+            f'<span class="err rate-limited">rate limited until {when(until)}</span> '
+            f'<span class="muted">(in {span(until - now)})</span>'
+        )
+    return "<br>".join(lines) or "—"
+
+
+def _key_slots(q: dict[str, Any]) -> str:
+    """The steps' concurrency limits on the queue (docs/flow-control.md#concurrency-limits): of
+    its running steps, those holding a key's slot ("held"); of its ready ones, those waiting for
+    one ("waiting"); "-" when none does either."""
+    if not (q["limit_held"] or q["limit_waiting"]):
+        return "-"
+    return f"{q['limit_held']} held<br>{q['limit_waiting']} waiting"
+
+
+def _period(ms: int) -> str:
+    """A rate's period as short text: "1 s", "15 min", "1 h", "250 ms"."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
 
 
 def cluster_html(data: dict[str, Any]) -> str:

@@ -80,6 +80,8 @@ INSTANCE_IMMUTABLE = (
     "start_at",
     "dedup_key",
     "dedup_window",
+    "conc_key",
+    "conc_max",
 )
 INSTANCE_UPDATED = [i for i, f in enumerate(INSTANCE_FIELDS) if f not in INSTANCE_IMMUTABLE]
 
@@ -138,6 +140,10 @@ SQL_TYPES: dict[str, str] = {
     "limit_key": "text",
     "limit_max": "integer",
     "queue_held": "boolean",
+    "conc_key": "text",
+    "conc_max": "integer",
+    "conc_since": "bigint",
+    "conc_retry": "text",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"

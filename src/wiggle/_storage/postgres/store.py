@@ -24,6 +24,7 @@ from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatu
 from ...errors import NotFound
 from ..base import (
     Action,
+    AdmitAction,
     ClaimTransition,
     InstanceQuery,
     InstanceView,
@@ -49,6 +50,7 @@ from .schedules import PostgresSchedules
 from .start_commit import StartCommit
 from .statements import Queries, StartQueries, list_conditions
 from .statistics import Statistics
+from .workflow_limits import ConcQueries, admission
 from .writes import ChangeWriter
 
 __all__ = ["PostgresStore"]
@@ -81,6 +83,9 @@ class PostgresStore(Store):
         self.queries = Queries(schema)
         # the class (first int) of the per-key advisory locks of concurrency limits (_admit)
         self._limit_lock_class = lock_key("limits", self.schema) & 0x7FFFFFFF
+        # the class of the per-key advisory locks of workflow-level limits (workflow_limits.py)
+        self._conc_lock_class = lock_key("workflow-limits", self.schema) & 0x7FFFFFFF
+        self.conc_queries = ConcQueries(self.schema)
         # when this node last read the queue limits (``limited_queues``; time.monotonic(); _limited)
         self._limits_read = float("-inf")
         self._limits_version = 0  # set_queue_limit calls of this node so far
@@ -181,6 +186,30 @@ class PostgresStore(Store):
         if not instance_id:
             raise NotFound(missing)
         return await self.group.submit(instance_id, missing, action)
+
+    async def admit(
+        self, workflow: str, key: str, action: AdmitAction
+    ) -> list[tuple[InstanceState, Changes]]:
+        args = (workflow, key, action, self._now)
+        load, persist = self.definitions.loaded_record, self._persist
+
+        async def body(conn: Conn) -> list[tuple[InstanceState, Changes]]:
+            return await admission(
+                conn, self.queries, self.conc_queries, self._conc_lock_class, args, load, persist
+            )
+
+        changed = await self.db.run("admit", body)
+        if changed:
+            self._committed(True, [(state.instance.id, changes) for state, changes in changed])
+        return changed
+
+    async def waiting_keys(self, limit: int) -> list[tuple[str, str]]:
+        rows = await self.db.fetch("waiting_keys", self.conc_queries.waiting_keys, (limit,))
+        return [(r[0], r[1]) for r in rows]
+
+    async def concurrency_waiting(self) -> dict[str, int]:
+        rows = await self.db.fetch("concurrency_waiting", self.conc_queries.waiting_per_workflow)
+        return {r[0]: int(r[1]) for r in rows}
 
     # ------------------------------------------------------------------ definitions
 
