@@ -1,10 +1,10 @@
 """Statements per step of a benchmark drain, counted from PostgreSQL's own statement log.
 
 PostgreSQL logs every statement of a role whose ``log_statement`` is ``all``; this script reads
-such a log, keeps the lines of one database (a ``wiggle bench`` run's ``wiggle_bench_<pid>``),
-from its first claim to its last write (the drain: the pre-submission's inserts come before it,
-the verification's reads after it), and counts them by kind, per step. Used for bench/README.md,
-"Round nine (stepcost)":
+such a log, keeps the lines of one database (a ``wiggle bench`` run's ``wiggle_bench_<pid>``)
+from its first claim to its last write, each with its transaction's BEGIN or COMMIT (the drain:
+the pre-submission's inserts come before it, the verification's reads after it), and counts them
+by kind, per step. Used for bench/README.md, "Round nine (stepcost)":
 
     psql -c "CREATE ROLE wiggle_count LOGIN SUPERUSER" -c "ALTER ROLE wiggle_count SET log_statement = 'all'"
     wc -l < /var/log/postgresql/postgresql-15-main.log      # the log's length before the run
@@ -74,6 +74,8 @@ def drain(lines: list[str], database: str | None) -> tuple[str, list[str]]:
     kinds = [kind_of(sql) for d, sql in found if d == db]
     first = kinds.index("claim SELECT")
     last = max(i for i, k in enumerate(kinds) if k in WRITES)
+    first -= first > 0 and kinds[first - 1] == "BEGIN"  # the transactions of both ends, whole
+    last += last + 1 < len(kinds) and kinds[last + 1] == "COMMIT"
     return db, kinds[first : last + 1]
 
 

@@ -42,13 +42,15 @@ class ChangeWriter:
     # array per column) instead of row by row (VALUES rows, one UPDATE part per row). Measured
     # when each row was a pipelined statement of its own: per row the set-based write cost the
     # server process ~15% less at 8 rows and ~40% less at 32, PostgreSQL about the same; below 8
-    # rows the array handling cost more than the statements it saved.
+    # rows the array handling cost more than the statements it saved. As parts of one statement,
+    # set-based from 2 rows measured slower again (bench/README.md, "Round nine (stepcost)").
     SET_WRITE_MIN_ROWS = 8
 
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
         self.set_write_min_rows = self.SET_WRITE_MIN_ROWS
-        # the statement of each shape (rows of each kind, None for set-based), rendered once
+        # the statement of each shape (rows of each kind, None for set-based), rendered once; at
+        # most 9 choices per kind (0-7 rows, set-based), a few dozen met in practice
         self._texts: dict[tuple[int | None, ...], str] = {}
 
     def statement(self, kinds: tuple[list[Any], ...]) -> tuple[str, list[Any]]:
@@ -82,7 +84,7 @@ class ChangeWriter:
             text = f"WITH {ctes} {parts[-1]}"
         # Numbered once here, run by a raw cursor: psycopg converts a statement's %s placeholders
         # at every execution when it is longer than 4,096 characters or has more than 50
-        # parameters (its cache's limits), and a report's statement has both.
+        # parameters (its cache's limits), and a one-instance report's statement has 54.
         numbers = itertools.count(1)
         return re.sub("%s", lambda _: f"${next(numbers)}", text)
 
