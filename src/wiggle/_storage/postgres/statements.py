@@ -189,6 +189,13 @@ class Queries:
         self.active_tokens_many = q(
             f"SELECT {TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = ANY(%s) AND status IN {ACTIVE}"
         )
+        # The same for one instance (a group of one: every report of a quiet server). PostgreSQL
+        # plans ``= ANY($1)`` for an array of unknown length, costs that plan above a plan made for
+        # the one id, and so plans the prepared statement again at every execution (its
+        # pg_prepared_statements row: custom plans only); ``= $1`` keeps one generic plan.
+        self.active_tokens_one = q(
+            f"SELECT {TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = %s AND status IN {ACTIVE}"
+        )
         # An instance (or a page of them) with its active tokens, in one statement: one snapshot.
         with_tokens = (
             f"SELECT i.*, {prefixed(TOKEN_COLS, 't')} FROM (SELECT {INSTANCE_COLS} FROM {{s}}.instances "
