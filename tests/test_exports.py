@@ -17,6 +17,7 @@ EXPECTED = {
     "InstanceStatus",
     "InvalidArgument",
     "Limit",
+    "RateLimit",
     "NodeKind",
     "NotFound",
     "PermanentError",

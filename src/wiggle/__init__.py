@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._model import ExecutionMode, Handback, Limit, NodeKind, RetryPolicy, WorkflowDefinition
+    from ._model import ExecutionMode, Handback, Limit, NodeKind, RateLimit, RetryPolicy, WorkflowDefinition
     from .client import (
         AsyncClient,
         Client,
@@ -55,6 +55,7 @@ _WHERE: dict[str, str] = {
     "InstanceStatus": ".client",
     "InvalidArgument": ".errors",
     "Limit": "._model",
+    "RateLimit": "._model",
     "NodeKind": "._model",
     "NotFound": ".errors",
     "PermanentError": ".errors",
@@ -90,6 +91,7 @@ __all__ = [
     "InstanceStatus",
     "InvalidArgument",
     "Limit",
+    "RateLimit",
     "NodeKind",
     "NotFound",
     "PermanentError",

@@ -50,6 +50,10 @@ MAX_DURATION_MILLIS = 315_576_000_000
 #: The largest count a definition may hold (retry attempts, max_local_steps): 2**31 - 1.
 MAX_COUNT = 2**31 - 1
 
+#: The longest period of a rate limit (a queue's, a step's): a day (a longer one is a quota, not
+#: a rate).
+MAX_RATE_PERIOD_MILLIS = 24 * 3600 * 1000
+
 #: The largest retry multiplier: beyond it the backoff reaches its cap after one or two attempts.
 MAX_BACKOFF_MULTIPLIER = 1000.0
 

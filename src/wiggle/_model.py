@@ -33,6 +33,7 @@ __all__ = [
     "RetryPolicy",
     "Limit",
     "LIMIT_STRATEGIES",
+    "RateLimit",
     "Node",
     "WorkflowDefinition",
     "Handback",
@@ -268,6 +269,32 @@ class Limit(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fiel
         return self.group if self.group is not None else f"{workflow}/{node_id}"
 
 
+class RateLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A worker step's rate limit (docs/flow-control.md#per-key-rate-limits): at most ``max``
+    claims of the step per ``period`` seconds, cluster-wide, per value of the context key ``key``.
+
+    The key's value is read from the step's context when the step becomes READY (a missing key
+    counts as ``null``); without a key the step (or its group) has one budget for all. Claims of
+    one key are spaced at least ``period / max`` apart; a step over its rate waits READY, it never
+    fails for it. ``group`` names a budget several steps share (of any workflow); unset, each step
+    has its own (``<workflow>/<step>``). Part of the definition (and its version).
+    """
+
+    key: str | None = None
+    max: int
+    period: float = 1.0
+    group: str | None = None
+
+    def scope(self, workflow: str, node_id: str) -> str:
+        """The name the claims are counted under, before the key's value."""
+        return self.group if self.group is not None else f"{workflow}/{node_id}"
+
+    @property
+    def period_millis(self) -> int:
+        """The period in milliseconds (the unit the stores count in)."""
+        return round(self.period * 1000)
+
+
 class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """One node of a workflow graph. Which fields matter depends on ``kind``.
 
@@ -325,6 +352,7 @@ class Node(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_field
     heartbeat_timeout_millis: int = 0  # TASK, PREDICATE: given up after this much silence
     schedule_to_start_millis: int = 0  # TASK, PREDICATE: failed if not claimed this long after due
     limit: Limit | None = None  # TASK, PREDICATE: a concurrency limit per context key (Limit)
+    rate: RateLimit | None = None  # TASK, PREDICATE: a rate limit per context key (RateLimit)
 
     @property
     def is_worker_step(self) -> bool:

@@ -6,10 +6,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ._limits import MAX_ERROR_CHARS, MAX_FOR_EACH_CONCURRENCY, check_count, check_millis, check_text
+from ._limits import (
+    MAX_ERROR_CHARS,
+    MAX_FOR_EACH_CONCURRENCY,
+    MAX_RATE_PERIOD_MILLIS,
+    check_count,
+    check_millis,
+    check_text,
+)
 from ._model import LIMIT_STRATEGIES, JoinMerge, Limit, Node, NodeKind, validate_name
 from .errors import InvalidArgument
 
@@ -27,6 +35,8 @@ def validate_definition(definition: WorkflowDefinition) -> None:
         NODE_CHECKS[node.kind](node, graph)
         if node.limit is not None:
             _check_limit(node)
+        if node.rate is not None:
+            _check_rate(node)
     for cp in definition.checkpoints:
         if cp not in graph.nodes or not graph.nodes[cp].is_worker_step:
             raise InvalidArgument(f"checkpoint {cp!r} is not a TASK or PREDICATE node of {definition.name!r}")
@@ -352,3 +362,40 @@ def _closure(start: Iterable[str], step: Callable[[str], Iterable[str]]) -> set[
         seen.add(n)
         stack.extend(step(n))
     return seen
+
+
+def _check_rate(node: Node) -> None:
+    """A rate limit (docs/flow-control.md#per-key-rate-limits): on a worker step only, a context
+    key when one is named, a max of at least 1, a period from 1 ms to a day, a group that is a
+    name."""
+    rate = node.rate
+    assert rate is not None
+    what = f"step {node.id!r}"
+    if not node.is_worker_step:
+        raise InvalidArgument(
+            f"node {node.id!r} is a {node.kind.value}: only a TASK or PREDICATE takes a rate limit"
+        )
+    key = rate.key
+    if key is not None and (
+        not isinstance(key, str) or not key or len(key) > MAX_LIMIT_KEY_CHARS or "\x00" in key
+    ):
+        raise InvalidArgument(
+            f"{what}: a rate limit's key must name a context key (1 to {MAX_LIMIT_KEY_CHARS} characters), "
+            "or be left out for one budget for all"
+        )
+    check_count(rate.max, "rate limit max", what, "a rate of 0 would never run the step")
+    if rate.max < 1:
+        raise InvalidArgument(f"{what}: rate limit max must be at least 1, got {rate.max}")
+    period = rate.period
+    if (
+        isinstance(period, bool)
+        or not isinstance(period, (int, float))
+        or not math.isfinite(period)
+        or not 1 <= round(period * 1000) <= MAX_RATE_PERIOD_MILLIS
+    ):
+        raise InvalidArgument(
+            f"{what}: rate limit period must be from 0.001 to {MAX_RATE_PERIOD_MILLIS // 1000} seconds "
+            f"(a day), got {period!r}"
+        )
+    if rate.group is not None:
+        validate_name(rate.group, f"{what} rate limit group")

@@ -75,6 +75,7 @@ class Compiler:
                 heartbeat_timeout_millis=limits.heartbeat,
                 schedule_to_start_millis=limits.schedule_to_start,
                 limit=step.concurrency,
+                rate=step.rate_limit,
             )
         )
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._model import Limit, RetryPolicy, seconds_to_millis
+from ._model import Limit, RateLimit, RetryPolicy, seconds_to_millis
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -59,9 +59,11 @@ class StepItem(Item):
         retry: RetryPolicy | None,
         limits: StepLimits = NO_LIMITS,
         concurrency: Limit | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.fn, self.name, self.queue, self.retry, self.limits = fn, name, queue, retry, limits
         self.concurrency = concurrency  # docs/flow-control.md#concurrency-limits
+        self.rate_limit = rate_limit  # docs/flow-control.md#per-key-rate-limits
         self.checkpoint = False
 
 

@@ -44,6 +44,7 @@ from ._model import (
     Limit,
     Node,
     NodeKind,
+    RateLimit,
     RetryPolicy,
     WorkflowDefinition,
     validate_name,
@@ -117,6 +118,7 @@ class Branch(Generic[C]):
         heartbeat_timeout: Duration | None = None,
         schedule_to_start: Duration | None = None,
         concurrency: Limit | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> StepItem:
         if not callable(fn):
             raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
@@ -132,7 +134,11 @@ class Branch(Generic[C]):
             raise InvalidArgument(
                 f"step {node_id!r} concurrency must be a wiggle.Limit, got {type(concurrency).__name__}"
             )
-        return cls(fn, node_id, queue, _retry_policy(retry), limits, concurrency)
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise InvalidArgument(
+                f"step {node_id!r} rate_limit must be a wiggle.RateLimit, got {type(rate_limit).__name__}"
+            )
+        return cls(fn, node_id, queue, _retry_policy(retry), limits, concurrency, rate_limit)
 
     def step(
         self: B,
@@ -145,6 +151,7 @@ class Branch(Generic[C]):
         heartbeat_timeout: Duration | None = None,
         schedule_to_start: Duration | None = None,
         concurrency: Limit | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> B:
         """A TASK: ``fn(ctx) -> ctx`` (or ``async def``); its result becomes the context (None: unchanged).
 
@@ -161,10 +168,23 @@ class Branch(Generic[C]):
         ``concurrency=Limit(key="customer_id", max=1)``: at most ``max`` attempts of this step run
         at once per value of that context key, cluster-wide; the others wait READY and go as
         attempts end (docs/flow-control.md#concurrency-limits).
+
+        ``rate_limit=RateLimit(key="merchant_id", max=50, period=1.0)``: at most ``max`` claims of
+        this step per ``period`` seconds per value of that context key, cluster-wide; the others
+        wait READY for their key's next moment (docs/flow-control.md#per-key-rate-limits).
         """
         self._add(
             self._step(
-                StepItem, fn, name, queue, retry, timeout, heartbeat_timeout, schedule_to_start, concurrency
+                StepItem,
+                fn,
+                name,
+                queue,
+                retry,
+                timeout,
+                heartbeat_timeout,
+                schedule_to_start,
+                concurrency,
+                rate_limit,
             )
         )
         return self
@@ -180,13 +200,23 @@ class Branch(Generic[C]):
         heartbeat_timeout: Duration | None = None,
         schedule_to_start: Duration | None = None,
         concurrency: Limit | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> B:
         """A PREDICATE that ends the instance early: False ends it COMPLETED with reason ``gated:<name>``.
 
-        The time limits and ``concurrency`` are those of ``step``."""
+        The time limits, ``concurrency`` and ``rate_limit`` are those of ``step``."""
         self._add(
             self._step(
-                GateItem, fn, name, queue, retry, timeout, heartbeat_timeout, schedule_to_start, concurrency
+                GateItem,
+                fn,
+                name,
+                queue,
+                retry,
+                timeout,
+                heartbeat_timeout,
+                schedule_to_start,
+                concurrency,
+                rate_limit,
             )
         )
         return self

@@ -27,6 +27,8 @@ def queue(name: str, lagging: bool) -> dict[str, object]:
         "rate_max": 0,
         "rate_period_millis": 0,
         "rate_limited_until": 0,
+        "rate_waiting": 0,
+        "rate_waiting_until": 0,
     }
 
 
@@ -68,6 +70,17 @@ def test_a_queues_limits_and_key_slots_read_as_words() -> None:
     assert cells["hourly"] == ["rate 600 / 1 h", '<td class="slots">-']
     assert cells["odd"][0] == "rate 3 / 1500 ms"
     assert cells["free"] == ["—", '<td class="slots">-']
+
+
+def test_steps_waiting_for_their_keys_rate_read_as_words() -> None:
+    now = 1_764_684_000_000  # 2025-12-02 14:00:00 UTC
+    keyed = {**queue("keyed", False), "rate_waiting": 3, "rate_waiting_until": now + 2_000}
+    html = pages.queues_html({"now": now, "queues": [keyed]})
+    limits = html.split('<td class="limits">')[1].split("</td>")[0]
+    assert limits == (
+        f'<span class="key-rate">3 waiting for their key\'s rate, the next at <time data-ms="{now + 2_000}" '
+        'datetime="2025-12-02T14:00:02Z">2025-12-02 14:00:02Z</time></span> <span class="muted">(in 2 s)</span>'
+    )
 
 
 def test_every_waiting_token_says_until_when() -> None:

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+import grpc
 from limited_queues import HOLDER, LONG_LEASE_MILLIS, RATE_HOLDER, hold_limited_queues
 
-from wiggle import Workflow
+from wiggle import RateLimit, Workflow
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle.testing import EmbeddedServer
 
 from .test_cli_ops import wiggle
@@ -83,3 +86,29 @@ async def test_queues_shows_the_limits_in_use_the_key_slots_and_the_rate_wait() 
     }
     assert rows[scene.rated]["rate_limited_until"] == scene.rate_limited_until
     assert (rows[scene.rated]["rate_max"], rows[scene.rated]["rate_period_millis"]) == (1, 3_600_000)
+
+
+async def test_queues_shows_the_steps_waiting_for_their_keys_rate() -> None:
+    flow = (
+        Workflow.define("cli-key-rate")
+        .step(lambda ctx: ctx, name="call", rate_limit=RateLimit(key="merchant", max=1, period=3600.0))
+        .build()
+    )
+    async with EmbeddedServer() as server:
+        await server.client.register(flow)
+        for _ in range(3):
+            await server.client.start(flow, {"merchant": "m1"})
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = pb_grpc.WiggleControlPlaneStub(channel)
+            claimed = await stub.PollTasks(
+                pb.PollTasksRequest(worker_id="raw", queues=["cli-key-rate"], max_tasks=3, wait_millis=1000)
+            )
+        [stat] = [q for q in await server.client.queues() if q.queue == "cli-key-rate"]
+        text = await wiggle(server.target, "queues")
+    assert len(claimed.tasks) == 1  # the key's one claim an hour
+    assert stat.rate_waiting == 2 and stat.rate_waiting_until > 0, stat
+    until = datetime.fromtimestamp(stat.rate_waiting_until / 1000, tz=timezone.utc)
+    stamp = until.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    assert f"  limits: 2 waiting for their key's rate, the next at {stamp}Z" in text.stdout.splitlines(), (
+        text.stdout
+    )

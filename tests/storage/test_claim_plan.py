@@ -27,7 +27,12 @@ def _numbered(text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("statement", "args"), [("claim_one", "'q', 1, 16"), ("claim_many", "'{q,r}', 1, 16, 16")]
+    ("statement", "args"),
+    [
+        # queue(s), now, the rates' clock (NULL: the database's), keys and ids already found, limit(s)
+        ("claim_one", "'q', 1, NULL, '{}', '{}', 16"),
+        ("claim_many", "'{q,r}', 1, NULL, '{}', '{}', 16, 16"),
+    ],
 )
 async def test_a_generic_claim_plan_on_an_unanalyzed_schema_uses_the_primary_key(
     pg_schema: str,  # noqa: F811

@@ -74,6 +74,10 @@ def _queue_limits(q: QueueInfo) -> str:
         parts.append(f"rate limited until {when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}")
     if q.limit_held or q.limit_waiting:
         parts.append(f"{q.limit_held} running under a key's limit, {q.limit_waiting} waiting for their key")
+    if q.rate_waiting:
+        when = datetime.fromtimestamp(q.rate_waiting_until / 1000, tz=timezone.utc)
+        stamp = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        parts.append(f"{q.rate_waiting} waiting for their key's rate, the next at {stamp}")
     return "; ".join(parts)
 
 

@@ -186,6 +186,10 @@ class QueueInfo(msgspec.Struct, frozen=True):
     rate_max: int = 0
     rate_period_millis: int = 0
     rate_limited_until: int = 0
+    #: per-key rate limits of steps (docs/flow-control.md#per-key-rate-limits): of ``ready``, the
+    #: steps waiting for their key's rate, and the first moment (ms) one of them may go (0: none)
+    rate_waiting: int = 0
+    rate_waiting_until: int = 0
 
 
 class StartOptions(TypedDict, total=False):

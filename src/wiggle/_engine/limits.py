@@ -12,6 +12,11 @@ cannot leak a slot. ``leave`` drops the label and wakes the pollers of the step'
 next claim may now take a waiting step of that key. A queue's own limit
 (wiggle/_storage/queue_limits.py) counts the RUNNING tokens a claim marked ``queue_held``; their
 end wakes the queue the same way.
+
+A step with ``rate_limit=RateLimit(key=..., max=N, period=P)`` is labelled the same way while it
+is READY: ``rate_key`` (the rate's scope and the key's value; the scope alone without a key),
+``rate_max`` and ``rate_period_millis``. The stores' claims admit at most N claims of a key per P
+(wiggle/_storage/step_rates.py); the label only matters to a claim, so it goes with the step.
 """
 
 from __future__ import annotations
@@ -41,15 +46,30 @@ def limit_key_of(scope: str, value: object) -> str:
 
 
 def assign(state: InstanceState, token: Token, node: Node) -> None:
-    """Label a token becoming READY at ``node`` with its limit's key (no limit: no label)."""
-    limit = node.limit
+    """Label a token becoming READY at ``node`` with its limits' keys (no limit: no label)."""
+    limit, rate = node.limit, node.rate
+    if limit is None and rate is None:
+        token.limit_key = ""
+        token.limit_max = 0
+        token.rate_key = ""
+        token.rate_max = token.rate_period_millis = 0
+        return
+    context = token.context if token.context is not None else state.instance.context
+    workflow = state.instance.workflow
     if limit is None:
         token.limit_key = ""
         token.limit_max = 0
-        return
-    context = token.context if token.context is not None else state.instance.context
-    token.limit_key = limit_key_of(limit.scope(state.instance.workflow, node.id), context.get(limit.key))
-    token.limit_max = limit.max
+    else:
+        token.limit_key = limit_key_of(limit.scope(workflow, node.id), context.get(limit.key))
+        token.limit_max = limit.max
+    if rate is None:
+        token.rate_key = ""
+        token.rate_max = token.rate_period_millis = 0
+    else:
+        scope = rate.scope(workflow, node.id)
+        token.rate_key = scope if rate.key is None else limit_key_of(scope, context.get(rate.key))
+        token.rate_max = rate.max
+        token.rate_period_millis = rate.period_millis
 
 
 def leave(token: Token, changes: Changes) -> None:
@@ -60,3 +80,6 @@ def leave(token: Token, changes: Changes) -> None:
     if token.limit_key:
         token.limit_key = ""
         token.limit_max = 0
+    if token.rate_key:
+        token.rate_key = ""
+        token.rate_max = token.rate_period_millis = 0

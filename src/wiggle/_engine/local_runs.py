@@ -152,11 +152,11 @@ def plan_run(
                 f"AdvanceRun step {index}: node {node_id!r} is a {node.kind.value}, not a worker step"
             )
         queue = loaded.queue_of(node)
-        if queue != token.queue or (index > 0 and node.limit is not None):
+        if queue != token.queue or (index > 0 and (node.limit is not None or node.rate is not None)):
             # A queue change is a handback (docs/semantics.md#chaining-across-queues): the steps
             # before it stand, the token is handed back here, ready on its own queue. So is a step
-            # with a concurrency limit past the claimed one: it runs only under a claim of its own
-            # (docs/flow-control.md#concurrency-limits), whatever the worker ran.
+            # with a concurrency or rate limit past the claimed one: it runs only under a claim of
+            # its own (docs/flow-control.md#concurrency-limits), whatever the worker ran.
             plan.other_queue = queue
             return plan
         if isinstance(step, StepFailed):
@@ -284,6 +284,7 @@ def apply_run(
         or next_node.kind not in _WORKER_KINDS
         or loaded.queue_of(next_node) != token.queue
         or next_node.limit is not None
+        or next_node.rate is not None
     ):
         # A handback: the worker's, or the server's at a boundary or a queue change; never a token
         # left leased to a worker that will not run it.

@@ -239,6 +239,11 @@ class Token(msgspec.Struct):
     # counted under while RUNNING there, and that key's most attempts at once ("", 0: no limit).
     limit_key: str = ""
     limit_max: int = 0
+    # At a step with a rate limit (wiggle/_engine/limits.py; migration 0017), while READY: the key
+    # its claim is counted under and that key's rate (claims per period); "", 0: no rate limit.
+    rate_key: str = ""
+    rate_max: int = 0
+    rate_period_millis: int = 0
     # Set by a store's claim on a queue with a concurrency limit (wiggle/_storage/queue_limits.py):
     # while RUNNING, the token counts against its queue's max_running. Meaningless once not RUNNING.
     queue_held: bool = False

@@ -172,6 +172,8 @@ def move(token: Token, next_id: str) -> None:
     token.node_id = next_id
     token.limit_key = ""
     token.limit_max = 0
+    token.rate_key = ""
+    token.rate_max = token.rate_period_millis = 0
     token.attempt = 1
     token.last_error = ""
     token.lease_owner = ""

@@ -68,7 +68,7 @@ cdef class CompiledGraph:
 
     ``kinds[i]`` is a kind code, ``nexts[i]``/``alts[i]`` successor indexes (-1: none),
     ``queues[i]`` the resolved queue of a worker step (the workflow name by default; "" for a
-    step with a concurrency limit, handed back), and
+    step with a concurrency or rate limit, handed back), and
     ``checkpoints[i]`` whether a LOCAL_ASYNC run must flush after node ``i``.
     """
 
@@ -98,8 +98,11 @@ cdef class CompiledGraph:
         kinds = [_KIND_CODE[n.kind] for n in definition.nodes]
         nexts = [index[n.next] if n.next is not None else -1 for n in definition.nodes]
         alts = [index[n.alt_next] if n.alt_next is not None else -1 for n in definition.nodes]
-        # a step with a concurrency limit is handed back (the pure twin says why)
-        queues = ["" if n.limit is not None else (n.queue or definition.name) for n in definition.nodes]
+        # a step with a concurrency or rate limit is handed back (the pure twin says why)
+        queues = [
+            "" if n.limit is not None or n.rate is not None else (n.queue or definition.name)
+            for n in definition.nodes
+        ]
         marks = set(definition.checkpoints)
         checkpoints = [n.id in marks for n in definition.nodes]
 

@@ -45,7 +45,7 @@ class CompiledGraph:
 
     ``kinds[i]`` is a kind code, ``nexts[i]``/``alts[i]`` successor indexes (-1: none),
     ``queues[i]`` the resolved queue of a worker step (the workflow name by default; "" for a
-    step with a concurrency limit, handed back), and
+    step with a concurrency or rate limit, handed back), and
     ``checkpoints[i]`` whether a LOCAL_ASYNC run must flush after node ``i``.
     """
 
@@ -59,10 +59,11 @@ class CompiledGraph:
         self.alts: list[int] = [
             self.index[n.alt_next] if n.alt_next is not None else -1 for n in definition.nodes
         ]
-        # A step with a concurrency limit runs only under a claim of its own: "" (no queue a
+        # A step with a concurrency or rate limit runs only under a claim of its own: "" (no queue a
         # worker serves) makes a local run hand it back (docs/flow-control.md#concurrency-limits).
         self.queues: list[str] = [
-            "" if n.limit is not None else (n.queue or definition.name) for n in definition.nodes
+            "" if n.limit is not None or n.rate is not None else (n.queue or definition.name)
+            for n in definition.nodes
         ]
         marks = set(definition.checkpoints)
         self.checkpoints: list[bool] = [n.id in marks for n in definition.nodes]

@@ -672,7 +672,7 @@ class QueueWorker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., last_seen: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ("queue", "ready", "delayed", "oldest_ready_age_millis", "running", "in_local_run", "workers", "limit_held", "limit_waiting", "max_running", "rate_max", "rate_period_millis", "rate_limited_until")
+    __slots__ = ("queue", "ready", "delayed", "oldest_ready_age_millis", "running", "in_local_run", "workers", "limit_held", "limit_waiting", "max_running", "rate_max", "rate_period_millis", "rate_limited_until", "rate_waiting", "rate_waiting_until")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     DELAYED_FIELD_NUMBER: _ClassVar[int]
@@ -686,6 +686,8 @@ class QueueInfo(_message.Message):
     RATE_MAX_FIELD_NUMBER: _ClassVar[int]
     RATE_PERIOD_MILLIS_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITED_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    RATE_WAITING_FIELD_NUMBER: _ClassVar[int]
+    RATE_WAITING_UNTIL_FIELD_NUMBER: _ClassVar[int]
     queue: str
     ready: int
     delayed: int
@@ -699,7 +701,9 @@ class QueueInfo(_message.Message):
     rate_max: int
     rate_period_millis: int
     rate_limited_until: int
-    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_ready_age_millis: _Optional[int] = ..., running: _Optional[int] = ..., in_local_run: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[QueueWorker, _Mapping]]] = ..., limit_held: _Optional[int] = ..., limit_waiting: _Optional[int] = ..., max_running: _Optional[int] = ..., rate_max: _Optional[int] = ..., rate_period_millis: _Optional[int] = ..., rate_limited_until: _Optional[int] = ...) -> None: ...
+    rate_waiting: int
+    rate_waiting_until: int
+    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_ready_age_millis: _Optional[int] = ..., running: _Optional[int] = ..., in_local_run: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[QueueWorker, _Mapping]]] = ..., limit_held: _Optional[int] = ..., limit_waiting: _Optional[int] = ..., max_running: _Optional[int] = ..., rate_max: _Optional[int] = ..., rate_period_millis: _Optional[int] = ..., rate_limited_until: _Optional[int] = ..., rate_waiting: _Optional[int] = ..., rate_waiting_until: _Optional[int] = ...) -> None: ...
 
 class QueueLimit(_message.Message):
     __slots__ = ("queue", "max_running", "rate_max", "rate_period_millis")

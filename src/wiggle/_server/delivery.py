@@ -201,7 +201,7 @@ class Delivery:
             if token.status != TokenStatus.READY or token.available_at > now:
                 continue
             queue = token.queue
-            if token.limit_key or queue in limited:  # under a limit: only a store's claim counts it
+            if token.limit_key or token.rate_key or queue in limited:  # under a limit: only a claim counts it
                 continue
             share = shares.get(queue)
             if share is None:

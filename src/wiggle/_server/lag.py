@@ -45,6 +45,7 @@ class QueueLag(msgspec.Struct, kw_only=True):
     limit_waiting: int = 0
     limit_held: int = 0
     rate_limited_ms: int = 0
+    rate_waiting: int = 0  # due steps waiting for their key's rate (docs/flow-control.md#per-key-rate-limits)
 
 
 class QueueLagMonitor:
@@ -96,6 +97,7 @@ class QueueLagMonitor:
                 limit_waiting=s.limit_waiting,
                 limit_held=s.limit_held,
                 rate_limited_ms=max(s.rate_limited_until - now, 0) if s.rate_limited_until else 0,
+                rate_waiting=s.rate_waiting,
             )
             seen[s.queue] = lag
             if speak and lagging and not was:

@@ -177,6 +177,11 @@ def queue_gauges(server: Any) -> Iterator[Any]:
             "how long the queue's rate limit holds its due steps back (0: it does not)",
             lambda q: q.rate_limited_ms / 1000,
         ),
+        (
+            "wiggle_queue_rate_waiting_steps",
+            "due steps waiting for their key's rate (a step's per-key rate limit)",
+            lambda q: q.rate_waiting,
+        ),
     ]
     for name, text, value in families:
         gauge = GaugeMetricFamily(name, text, labels=["queue"])

@@ -294,6 +294,11 @@ class Store(abc.ABC):
     async def queue_limits(self) -> list[QueueLimit]:
         """Every queue's limits, by queue name."""
 
+    @abc.abstractmethod
+    async def rate_tats(self, keys: list[str]) -> dict[str, float]:
+        """The rate state (``tat``, queue_limits.rate_admit) of those of ``keys`` (steps' rate
+        keys, docs/flow-control.md#per-key-rate-limits) that have one; the others may go at once."""
+
     # ------------------------------------------------------------------ reads
 
     @abc.abstractmethod

@@ -44,10 +44,22 @@ from .handoff import settle
 from .memory_bytes import ByteLedger
 from .memory_conc import ConcIndex
 from .ops import NodeInfo, QueueStat, Readiness
-from .queue_limits import QueueLimit, admit, check_queue_limit, describe, next_admit_at
+from .queue_limits import (
+    QueueLimit,
+    admit,
+    check_queue_limit,
+    describe,
+    next_admit_at,
+    rate_admit,
+    rate_next_at,
+)
 from .schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
+
+#: Per-key rate states kept before the purge drops those whose moment has passed (a key without
+#: one may go at once: dropping them changes nothing).
+RATE_KEYS_KEPT = 1024
 
 
 class MemoryStore(Store):
@@ -79,9 +91,10 @@ class MemoryStore(Store):
         # queue -> heap of (available_at, seq, token, priority): READY tokens not yet due (a
         # backoff, a delayed start), moved to ``_due`` when they are (``_promote``)
         self._ready: dict[str, list[tuple[int, int, str, int]]] = {}
-        # queue -> heap of (claim rank, seq, token, available_at): the READY tokens due, claimed in
-        # rank order (priority with aging, wiggle/_engine/start_options.py); a token due when it
-        # becomes READY (the common case) goes straight here
+        # queue -> heap of (claim rank, seq, token, available_at): the READY tokens due without a
+        # concurrency limit, claimed in rank order (priority with aging,
+        # wiggle/_engine/start_options.py); a token due when it becomes READY (the common case)
+        # goes straight here (``_place``), a limited one to ``_keyed``
         self._due: dict[str, list[tuple[int, int, str, int]]] = {}
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
         self._deadlines: list[tuple[int, str]] = []  # heap of (deadline_at, instance): time limits
@@ -95,12 +108,25 @@ class MemoryStore(Store):
         # deduplication (docs/flow-control.md#deduplication): (workflow, key) -> the holder's id
         self._dedup: dict[tuple[str, str], str] = {}
         # concurrency limits (wiggle/_engine/limits.py): RUNNING tokens per limit key, the key
-        # each such token holds, and per key the due READY tokens a claim found over the limit
-        # (claim-rank heaps of (rank, seq, token, available_at, queue)), back in ``_due`` as
-        # slots of their key free up
+        # each such token holds; per queue and key the due READY tokens of the key (claim-rank
+        # heaps like ``_due``), and per queue the index of its keys with room, a heap of
+        # (RUNNING of the key, its best rank, seq, key) checked when it reaches the top
+        # (``_keyed_head``; the fair order of docs/flow-control.md#fair-claims-across-keys); a
+        # full key leaves the index and comes back when one of its attempts ends
         self._held: dict[str, int] = {}
         self._holding: dict[str, str] = {}
-        self._parked: dict[str, list[tuple[int, int, str, int, str]]] = {}
+        self._keyed: dict[str, dict[str, list[tuple[int, int, str, int]]]] = {}
+        self._key_index: dict[str, list[tuple[int, int, int, str]]] = {}
+        self._key_entry: dict[tuple[str, str], tuple[int, int, int, str]] = {}  # the live index item
+        self._key_queues: dict[str, set[str]] = {}  # limit key -> the queues with a heap of it
+        # per-key rate limits (docs/flow-control.md#per-key-rate-limits): each key's rate state
+        # (``tat``, queue_limits.rate_admit), the due READY tokens a claim found over their key's
+        # rate per (key, queue), and per queue the moments those keys may go again: a heap of
+        # (at, seq, key), its live item per (key, queue) in ``_rate_wake_at``
+        self._rate_tat: dict[str, float] = {}
+        self._rate_parked: dict[tuple[str, str], list[tuple[int, int, str, int]]] = {}
+        self._rate_wakes: dict[str, list[tuple[int, int, str]]] = {}
+        self._rate_wake_at: dict[tuple[str, str], int] = {}
         # queue limits (wiggle/_storage/queue_limits.py): each limited queue's limits, its rate's
         # state, and its RUNNING tokens a claim marked queue_held (token id -> queue)
         self._tat: dict[str, float] = {}
@@ -138,10 +164,16 @@ class MemoryStore(Store):
                 if not now:
                     now = self.clock.now()
                 if available_at <= now:
-                    heapq.heappush(
-                        self._due.setdefault(token.queue, []),
-                        (claim_rank(available_at, token.priority), next(self._seq), token.id, available_at),
+                    entry = (
+                        claim_rank(available_at, token.priority),
+                        next(self._seq),
+                        token.id,
+                        available_at,
                     )
+                    if token.limit_key:
+                        self._place(token.queue, entry, token)
+                    else:
+                        heapq.heappush(self._due.setdefault(token.queue, []), entry)
                 else:
                     heapq.heappush(
                         self._ready.setdefault(token.queue, []),
@@ -199,25 +231,8 @@ class MemoryStore(Store):
                 self._held[held] = left
             else:
                 del self._held[held]
-            self._unpark(held, left)
-
-    def _unpark(self, key: str, held: int) -> None:
-        """Move the oldest parked tokens of ``key`` that fit under its limit back into ``_due``."""
-        parked = self._parked.get(key)
-        moved = 0
-        while parked:
-            rank, seq, token_id, available_at, queue = parked[0]
-            token = self._live_ready(available_at, token_id, queue)
-            if token is None:
-                heapq.heappop(parked)
-                continue
-            if held + moved >= token.limit_max:
-                break
-            heapq.heappop(parked)
-            heapq.heappush(self._due.setdefault(queue, []), (rank, seq, token_id, available_at))
-            moved += 1
-        if not parked:
-            self._parked.pop(key, None)
+            for queue in self._key_queues.get(held, ()):
+                self._index_key(queue, held)  # fewer running: earlier in the fair order, or back in it
 
     def _track_queue(self, token: Token) -> None:
         """Count ``token`` against its queue's max_running while it is RUNNING with queue_held."""
@@ -269,6 +284,9 @@ class MemoryStore(Store):
 
     async def queue_limits(self) -> list[QueueLimit]:
         return [self.limited_queues[q] for q in sorted(self.limited_queues)]
+
+    async def rate_tats(self, keys: list[str]) -> dict[str, float]:
+        return {key: self._rate_tat[key] for key in keys if key in self._rate_tat}
 
     def _over_limit(self, token: Token) -> bool:
         """True if ``token``'s limit key has its most attempts RUNNING already."""
@@ -513,30 +531,18 @@ class MemoryStore(Store):
         for queue in queues:
             self._promote(queue, now)
         while len(out) < max_tasks:
-            best_queue = None
-            best: tuple[int, int, str, int] | None = None
+            best: tuple[tuple[int, int, int], bool] | None = None  # ((running of its key, rank, seq), keyed)
+            best_queue = ""
             for queue in queues:
-                heap = self._due.get(queue)
-                if heap and self.limited_queues and not self._queue_open(queue, now):
+                if self.limited_queues and queue in self.limited_queues and not self._queue_open(queue, now):
                     continue
-                while heap:
-                    entry = heap[0]
-                    token = self._live_ready(entry[3], entry[2], queue)
-                    if token is None:
-                        heapq.heappop(heap)
-                        continue
-                    if token.limit_key and self._over_limit(token):  # queue behind its key
-                        heapq.heappop(heap)
-                        heapq.heappush(self._parked.setdefault(token.limit_key, []), (*entry, queue))
-                        continue
-                    if best is None or entry < best:
-                        best, best_queue = entry, queue
-                    break
-            if best is None or best_queue is None:
+                head = self._head(queue, now)
+                if head is not None and (best is None or head[0] < best[0]):
+                    best, best_queue = head, queue
+            if best is None:
                 break
-            heapq.heappop(self._due[best_queue])
-            state = self._instances[token_instance_id(best[2])]
-            token = state.tokens[best[2]]
+            token = self._take(best_queue, best[1], now)
+            state = self._instances[token_instance_id(token.id)]
             changes = Changes()
             claimed = transition(self._loaded(state), state, token, now, changes)
             if self.limited_queues:
@@ -545,16 +551,181 @@ class MemoryStore(Store):
             out.append(claimed)
         return out
 
+    def _head(self, queue: str, now: int) -> tuple[tuple[int, int, int], bool] | None:
+        """The order (running of its key, rank, seq) of the step a claim on ``queue`` would take
+        next (docs/flow-control.md#fair-claims-across-keys), and whether it is under a
+        concurrency limit; None: nothing claimable now. Steps found over their key's rate are set
+        aside on the way (``_rate_park``)."""
+        self._wake_rates(queue, now)
+        free = self._due_head(queue, now)
+        keyed = self._keyed_head(queue, now)
+        if keyed is not None:
+            load, entry = keyed
+            if free is None or (load, entry[0], entry[1]) < (0, free[0], free[1]):
+                return (load, entry[0], entry[1]), True
+        return None if free is None else ((0, free[0], free[1]), False)
+
+    def _take(self, queue: str, keyed: bool, now: int) -> Token:
+        """Pop the step ``_head`` chose on ``queue`` and count it against its key's rate. Nothing
+        of ``queue`` changed since: ``_head`` of another queue changes only that queue's heaps,
+        so the chosen step is still the top of ``_due``, or of the heap of the key at the top of
+        the queue's index (``_keyed_head`` left that item valid)."""
+        if keyed:
+            heap = self._keyed[queue][self._key_index[queue][0][3]]
+        else:
+            heap = self._due[queue]
+        token_id = heapq.heappop(heap)[2]
+        token = self._instances[token_instance_id(token_id)].tokens[token_id]
+        if token.rate_key:
+            tat = self._rate_tat.get(token.rate_key, 0.0)
+            after = rate_admit(token.rate_max, token.rate_period_millis, tat, now)
+            assert after is not None  # _head found it admitted, in this same step of the event loop
+            self._rate_tat[token.rate_key] = after
+        return token
+
+    def _due_head(self, queue: str, now: int) -> tuple[int, int, str, int] | None:
+        """The best entry of ``queue``'s steps without a concurrency limit (stale ones dropped)."""
+        heap = self._due.get(queue)
+        while heap:
+            entry = heap[0]
+            token = self._live_ready(entry[3], entry[2], queue)
+            if token is None:
+                heapq.heappop(heap)
+            elif token.rate_key and self._over_rate(token, now):
+                self._rate_park(queue, heapq.heappop(heap), token, now)
+            else:
+                return entry
+        return None
+
+    def _keyed_head(self, queue: str, now: int) -> tuple[int, tuple[int, int, str, int]] | None:
+        """(running of its key, entry) of the best step of ``queue`` under a concurrency limit whose
+        key has room; index items that no longer say the truth are dropped or put right."""
+        index = self._key_index.get(queue)
+        while index:
+            item = index[0]
+            load, rank, _, key = item
+            if self._key_entry.get((queue, key)) is not item:
+                heapq.heappop(index)  # superseded
+                continue
+            heap = self._keyed[queue][key]
+            token = self._keyed_token(queue, key, heap, now)
+            held = self._held.get(key, 0)
+            if token is None or held >= token.limit_max:
+                heapq.heappop(index)  # empty, or full: an ending attempt (or a new step) indexes it again
+                del self._key_entry[(queue, key)]
+                if not heap:
+                    self._drop_key(queue, key)
+                continue
+            if (held, heap[0][0]) != (load, rank):
+                heapq.heappop(index)
+                self._index_key(queue, key)
+                continue
+            return held, heap[0]
+        return None
+
+    def _keyed_token(
+        self, queue: str, key: str, heap: list[tuple[int, int, str, int]], now: int
+    ) -> Token | None:
+        """The live token at the top of ``key``'s heap on ``queue``, stale entries dropped and
+        steps over their rate set aside."""
+        while heap:
+            entry = heap[0]
+            token = self._live_ready(entry[3], entry[2], queue)
+            if token is None or token.limit_key != key:
+                heapq.heappop(heap)
+            elif token.rate_key and self._over_rate(token, now):
+                self._rate_park(queue, heapq.heappop(heap), token, now)
+            else:
+                return token
+        return None
+
+    def _drop_key(self, queue: str, key: str) -> None:
+        del self._keyed[queue][key]
+        queues = self._key_queues[key]
+        queues.discard(queue)
+        if not queues:
+            del self._key_queues[key]
+
+    def _place(self, queue: str, entry: tuple[int, int, str, int], token: Token) -> None:
+        """Put a due READY token's entry where a claim looks for it: ``_due``, or its key's heap."""
+        key = token.limit_key
+        if not key:
+            heapq.heappush(self._due.setdefault(queue, []), entry)
+            return
+        heaps = self._keyed.setdefault(queue, {})
+        heap = heaps.get(key)
+        if heap is None:
+            heap = heaps[key] = []
+            self._key_queues.setdefault(key, set()).add(queue)
+        heapq.heappush(heap, entry)
+        if heap[0] is entry:
+            self._index_key(queue, key)  # a new best step for its key
+
+    def _index_key(self, queue: str, key: str) -> None:
+        """(Re)enter ``key`` in ``queue``'s index as it stands now (an older item is superseded)."""
+        heap = self._keyed.get(queue, {}).get(key)
+        if not heap:
+            return
+        item = (self._held.get(key, 0), heap[0][0], next(self._seq), key)
+        self._key_entry[(queue, key)] = item
+        heapq.heappush(self._key_index.setdefault(queue, []), item)
+
+    def _over_rate(self, token: Token, now: int) -> bool:
+        """True if ``token``'s rate key admits no claim at ``now``."""
+        tat = self._rate_tat.get(token.rate_key, 0.0)
+        return rate_admit(token.rate_max, token.rate_period_millis, tat, now) is None
+
+    def _rate_park(self, queue: str, entry: tuple[int, int, str, int], token: Token, now: int) -> None:
+        """Set aside a due step over its key's rate until the key's next moment."""
+        key = token.rate_key
+        heapq.heappush(self._rate_parked.setdefault((key, queue), []), entry)
+        tat = self._rate_tat.get(key, 0.0)
+        self._rate_wake(key, queue, rate_next_at(token.rate_max, token.rate_period_millis, tat, now))
+
+    def _rate_wake(self, key: str, queue: str, at: int) -> None:
+        """Look at ``key``'s set-aside steps on ``queue`` again at ``at`` (or earlier, if due sooner)."""
+        current = self._rate_wake_at.get((key, queue))
+        if current is not None and current <= at:
+            return
+        self._rate_wake_at[(key, queue)] = at
+        heapq.heappush(self._rate_wakes.setdefault(queue, []), (at, next(self._seq), key))
+
+    def _wake_rates(self, queue: str, now: int) -> None:
+        """Move back the set-aside steps of ``queue`` whose key's rate admits them now: as many as
+        the rate admits at ``now`` (one, unless the rate is finer than a millisecond), the next
+        wake at the moment after them; a backlog of a key costs a move per claim, not per step."""
+        wakes = self._rate_wakes.get(queue)
+        while wakes and wakes[0][0] <= now:
+            at, _, key = heapq.heappop(wakes)
+            if self._rate_wake_at.get((key, queue)) != at:
+                continue
+            del self._rate_wake_at[(key, queue)]
+            parked = self._rate_parked[(key, queue)]
+            tat = self._rate_tat.get(key, 0.0)
+            while parked:
+                entry = heapq.heappop(parked)
+                token = self._live_ready(entry[3], entry[2], queue)
+                if token is None or token.rate_key != key:
+                    continue
+                self._place(queue, entry, token)
+                tat = rate_admit(token.rate_max, token.rate_period_millis, tat, now) or tat
+                if parked and rate_admit(token.rate_max, token.rate_period_millis, tat, now) is None:
+                    later = rate_next_at(token.rate_max, token.rate_period_millis, tat, now)
+                    self._rate_wake(key, queue, max(later, now + 1))
+                    break
+            if not parked:
+                del self._rate_parked[(key, queue)]
+
     def _promote(self, queue: str, now: int) -> None:
-        """Move the READY tokens of ``queue`` that are due into its claim-rank heap."""
+        """Move the READY tokens of ``queue`` that are due to where a claim looks for them."""
         heap = self._ready.get(queue)
         if not heap:
             return
-        due = self._due.setdefault(queue, [])
         while heap and heap[0][0] <= now:
-            # a stale entry moves too: the claim drops it (``_live_ready``), as it does its own
             available_at, seq, token_id, priority = heapq.heappop(heap)
-            heapq.heappush(due, (claim_rank(available_at, priority), seq, token_id, available_at))
+            token = self._live_ready(available_at, token_id, queue)
+            if token is not None:  # a stale entry is dropped
+                self._place(queue, (claim_rank(available_at, priority), seq, token_id, available_at), token)
 
     def _live_ready(self, available_at: int, token_id: str, queue: str) -> Token | None:
         state = self._instances.get(token_instance_id(token_id))
@@ -614,8 +785,9 @@ class MemoryStore(Store):
 
     async def next_ready_at(self, queues: list[str]) -> int | None:
         best: int | None = None
+        now = self.clock.now()
         for queue in queues:
-            earliest = self._next_ready_on(queue)
+            earliest = self._next_ready_on(queue, now)
             if earliest is None:
                 continue
             limit = self.limited_queues.get(queue)
@@ -627,19 +799,24 @@ class MemoryStore(Store):
                 best = earliest
         return best
 
-    def _next_ready_on(self, queue: str) -> int | None:
-        """The earliest available_at of a READY token of ``queue`` a claim could take (None: none)."""
+    def _next_ready_on(self, queue: str, now: int) -> int | None:
+        """The earliest moment a claim could take a READY token of ``queue`` (None: none, or only
+        steps waiting for a slot of their key, which an ending attempt wakes): now if one is
+        claimable, else the first of a delayed step's time and a rate-waiting key's next moment."""
+        self._promote(queue, now)
+        if self._head(queue, now) is not None:
+            return now
         best: int | None = None
         heap = self._ready.get(queue)
         while heap and self._live_ready(heap[0][0], heap[0][2], queue) is None:
             heapq.heappop(heap)
         if heap:
             best = heap[0][0]
-        due = self._due.get(queue)
-        while due and self._live_ready(due[0][3], due[0][2], queue) is None:
-            heapq.heappop(due)
-        if due and (best is None or due[0][3] < best):  # due already: at most now
-            best = due[0][3]
+        wakes = self._rate_wakes.get(queue)
+        while wakes and self._rate_wake_at.get((wakes[0][2], queue)) != wakes[0][0]:
+            heapq.heappop(wakes)
+        if wakes and (best is None or wakes[0][0] < best):
+            best = wakes[0][0]
         return best
 
     async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:
@@ -661,6 +838,9 @@ class MemoryStore(Store):
             if s.instance.status in FINISHED_INSTANCE_STATUSES and s.instance.finished_at < older_than
         ][:limit]
         self._forget(doomed)
+        if len(self._rate_tat) > RATE_KEYS_KEPT:  # a key whose moment has passed says nothing
+            now = self.clock.now()
+            self._rate_tat = {key: tat for key, tat in self._rate_tat.items() if tat > now}
         return len(doomed)
 
     # ------------------------------------------------------------------ operating (issue #13)
@@ -685,6 +865,11 @@ class MemoryStore(Store):
                     stat.ready += 1
                     if token.limit_key and self._over_limit(token):
                         stat.limit_waiting += 1
+                    if token.rate_key and self._over_rate(token, now):
+                        tat = self._rate_tat.get(token.rate_key, 0.0)
+                        at = rate_next_at(token.rate_max, token.rate_period_millis, tat, now)
+                        stat.rate_waiting += 1
+                        stat.rate_waiting_until = min(stat.rate_waiting_until or at, at)
                     if not stat.oldest_ready_at or token.available_at < stat.oldest_ready_at:
                         stat.oldest_ready_at = token.available_at
                 elif token.status == TokenStatus.RUNNING:

@@ -21,7 +21,7 @@ import math
 
 import msgspec
 
-from .._limits import MAX_COUNT, MAX_DURATION_MILLIS
+from .._limits import MAX_COUNT, MAX_DURATION_MILLIS, MAX_RATE_PERIOD_MILLIS
 from .._model import validate_name
 from ..errors import InvalidArgument
 from .ops import QueueStat
@@ -31,12 +31,12 @@ __all__ = [
     "check_queue_limit",
     "admit",
     "next_admit_at",
+    "rate_admit",
+    "rate_next_at",
     "describe",
     "MAX_RATE_PERIOD_MILLIS",
 ]
 
-#: The longest rate period: a day (a longer one is a quota, not a rate).
-MAX_RATE_PERIOD_MILLIS = 24 * 3600 * 1000
 assert MAX_RATE_PERIOD_MILLIS <= MAX_DURATION_MILLIS
 
 
@@ -88,19 +88,31 @@ def _tolerance(interval: float) -> float:
 
 def admit(limit: QueueLimit, tat: float, now: int) -> float | None:
     """The queue's next ``tat`` if its rate admits a claim at ``now``; None if it does not."""
-    if not limit.rate_max:
+    return rate_admit(limit.rate_max, limit.rate_period_millis, tat, now)
+
+
+def next_admit_at(limit: QueueLimit, tat: float, now: int) -> int:
+    """The first moment (ms, at least ``now``) the queue's rate admits a claim."""
+    return rate_next_at(limit.rate_max, limit.rate_period_millis, tat, now)
+
+
+def rate_admit(rate_max: int, period_millis: int, tat: float, now: int) -> float | None:
+    """The next ``tat`` of a rate of ``rate_max`` per ``period_millis`` (0: none) if it admits a
+    claim at ``now``; None if it does not. A queue's rate and a step's per-key rate
+    (docs/flow-control.md#per-key-rate-limits) are both this arithmetic."""
+    if not rate_max:
         return tat
-    interval = limit.rate_period_millis / limit.rate_max
+    interval = period_millis / rate_max
     if tat > now + _tolerance(interval) + 1e-6:  # the previous claim was less than an interval ago
         return None
     return max(tat, float(now)) + interval
 
 
-def next_admit_at(limit: QueueLimit, tat: float, now: int) -> int:
-    """The first moment (ms, at least ``now``) the queue's rate admits a claim."""
-    if not limit.rate_max:
+def rate_next_at(rate_max: int, period_millis: int, tat: float, now: int) -> int:
+    """The first moment (ms, at least ``now``) a rate (as ``rate_admit``) admits a claim."""
+    if not rate_max:
         return now
-    interval = limit.rate_period_millis / limit.rate_max
+    interval = period_millis / rate_max
     return max(now, math.ceil(tat - _tolerance(interval) - 1e-6))
 
 

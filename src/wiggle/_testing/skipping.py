@@ -25,6 +25,7 @@ from .._clock import VirtualClock
 from .._engine.state import InstanceStatus, Token, TokenStatus
 from .._server.instances import Instances
 from .._storage.base import InstanceQuery, InstanceView
+from .._storage.queue_limits import rate_admit, rate_next_at
 
 __all__ = ["TimeSkipper", "Waiting"]
 
@@ -48,14 +49,16 @@ class Waiting:
 
 class Limits:
     """What holds due READY steps back (docs/flow-control.md): queues whose rate admits no claim
-    before a moment, queues at their max_running, and limit keys at their max (from the views)."""
+    before a moment, queues at their max_running, limit keys at their max (from the views), and
+    the rate state of the steps' rate keys (the store's)."""
 
-    __slots__ = ("rate_until", "full_queues", "held_keys")
+    __slots__ = ("rate_until", "full_queues", "held_keys", "rate_tats")
 
     def __init__(self) -> None:
         self.rate_until: dict[str, int] = {}
         self.full_queues: set[str] = set()
         self.held_keys: dict[str, int] = {}
+        self.rate_tats: dict[str, float] = {}
 
     def holds_back(self, token: Token, now: int) -> tuple[bool, int | None]:
         """(held back, until when: None while it waits on running steps) for a due READY token."""
@@ -66,6 +69,10 @@ class Limits:
             return True, None
         if token.limit_key and self.held_keys.get(token.limit_key, 0) >= token.limit_max:
             return True, None
+        if token.rate_key:  # a step's per-key rate: its key's next moment
+            tat = self.rate_tats.get(token.rate_key, 0.0)
+            if rate_admit(token.rate_max, token.rate_period_millis, tat, now) is None:
+                return True, rate_next_at(token.rate_max, token.rate_period_millis, tat, now)
         return False, None
 
 
@@ -148,10 +155,15 @@ class TimeSkipper:
                 limits.rate_until[stat.queue] = stat.rate_limited_until
             if stat.max_running and stat.running >= stat.max_running:
                 limits.full_queues.add(stat.queue)
+        rate_keys: set[str] = set()
         for view in views:
             for token in view.tokens:
                 if token.limit_key and token.status == TokenStatus.RUNNING:
                     limits.held_keys[token.limit_key] = limits.held_keys.get(token.limit_key, 0) + 1
+                if token.rate_key and token.status == TokenStatus.READY:
+                    rate_keys.add(token.rate_key)
+        if rate_keys:
+            limits.rate_tats = await self.instances.store.rate_tats(sorted(rate_keys))
         return limits
 
     def waiting(self, views: Iterable[InstanceView], limits: Limits = NO_LIMITS) -> Waiting:

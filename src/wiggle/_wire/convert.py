@@ -197,6 +197,8 @@ def queues_to_pb(
                 rate_max=s.rate_max,
                 rate_period_millis=s.rate_period_millis,
                 rate_limited_until=s.rate_limited_until,
+                rate_waiting=s.rate_waiting,
+                rate_waiting_until=s.rate_waiting_until,
                 workers=[
                     pb.QueueWorker(worker_id=worker, last_seen=seen, in_flight=s.in_flight.get(worker, 0))
                     for worker, seen, queues in pollers

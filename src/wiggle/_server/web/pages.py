@@ -365,7 +365,8 @@ _SLOTS_TITLE = "running steps holding a slot of their concurrency limit's key (h
 def _queue_limits(q: dict[str, Any], now: int) -> str:
     """A queue's own limits (docs/flow-control.md#queue-limits), one per line: "max running 20
     (3 in use)", "rate 50 / 1 s", and while its rate holds its steps back "rate limited until
-    <time> (in 2 s)"; "—" when it has none."""
+    <time> (in 2 s)"; while steps wait for their key's rate (#per-key-rate-limits) "3 waiting for
+    their key's rate, the next at <time> (in 2 s)"; "—" when there is none of these."""
     lines = []
     if q["max_running"]:
         lines.append(f'max running {q["max_running"]} <span class="muted">({q["running"]} in use)</span>')
@@ -376,6 +377,12 @@ def _queue_limits(q: dict[str, Any], now: int) -> str:
         lines.append(
             f'<span class="err rate-limited">rate limited until {when(until)}</span> '
             f'<span class="muted">(in {span(until - now)})</span>'
+        )
+    if q["rate_waiting"]:
+        at = q["rate_waiting_until"]
+        lines.append(
+            f'<span class="key-rate">{q["rate_waiting"]} waiting for their key\'s rate, the next at {when(at)}</span> '
+            f'<span class="muted">(in {span(max(at - now, 0))})</span>'
         )
     return "<br>".join(lines) or "—"
 

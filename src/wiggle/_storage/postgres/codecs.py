@@ -144,6 +144,9 @@ SQL_TYPES: dict[str, str] = {
     "conc_max": "integer",
     "conc_since": "bigint",
     "conc_retry": "text",
+    "rate_key": "text",
+    "rate_max": "integer",
+    "rate_period_millis": "bigint",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"

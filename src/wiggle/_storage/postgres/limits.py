@@ -1,98 +1,158 @@
 """Limits in a PostgreSQL claim: which of the rows a claim statement found it may take.
 
-The claim statement (statements.py) already skips tokens whose concurrency-limit key was full in
-its snapshot. That snapshot may be stale by the time the claim commits, and another server may be
-claiming a token of the same key or queue at the same moment; so when the rows include limited
-tokens, or the claim serves limited queues (wiggle/_storage/queue_limits.py), ``Admission``
-decides under locks held until the claim's transaction ends:
+The claim statement (statements.py) already skips tokens whose concurrency-limit key was full,
+or whose rate key had no room, in its snapshot. That snapshot may be stale by the time the claim
+commits, and another server may be claiming a token of the same key or queue at the same moment;
+so when the rows include limited tokens, or the claim serves limited queues
+(wiggle/_storage/queue_limits.py), ``Admission`` decides under locks held until the claim's
+transaction ends:
 
-- each limit key of the rows gets a transaction-level advisory lock, in hash order;
+- each concurrency-limit key and rate key of the rows gets a transaction-level advisory lock, in
+  hash order;
 - each limited queue of the rows gets its ``queue_limits`` row locked (FOR UPDATE), in queue order;
-- then the RUNNING counts of those keys and queues are read, by statements that start after the
-  locks were granted (READ COMMITTED: they see every claim committed before, on any server).
+- then the RUNNING counts of those keys and queues, and the rate keys' states (``rate_keys``,
+  migration 0017), are read by statements that start after the locks were granted (READ
+  COMMITTED: they see every claim committed before, on any server), with the database's clock
+  (the rates' clock, unless a test kit's virtual clock runs the store).
 
-Rows are then admitted in claim order while their key has room, their queue has room and the
-queue's rate admits one more; the others stay READY. ``settle`` marks the admitted tokens of
-queues with a max_running (``queue_held``) and writes the rates' new state. A claim on queues
-without limits, of tokens without keys, does none of this.
+Rows are then admitted in the fair order (docs/flow-control.md#fair-claims-across-keys): each
+pick takes, of the rows left, the first in claim-rank order among those whose concurrency-limit
+key has the fewest attempts running (counting the ones this claim took; a row without a key
+counts as none), if its key has room, its queue has room and the rates of its queue and its key
+admit one more; the others stay READY. ``settle`` marks the admitted tokens of queues with a
+max_running (``queue_held``) and writes the rates' new state. A claim on queues without limits,
+of tokens without keys, does none of this.
 """
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from ..._engine.state import Token
-from ..queue_limits import QueueLimit, admit
+from ..queue_limits import QueueLimit, admit, rate_admit
 from .db import Conn
 from .statements import Queries
 
-__all__ = ["Admission", "LIMITS_TTL_SECONDS"]
+__all__ = ["Admission", "CLAIM_ROUNDS", "LIMITS_TTL_SECONDS"]
 
 #: How long a node uses the queue limits it read before reading them again.
 LIMITS_TTL_SECONDS = 1.0
+
+#: The most statements a claim runs to find its rows (store.py ``_candidates``).
+CLAIM_ROUNDS = 3
 
 
 class Admission:
     """The admission of one claim's rows (see the module docstring)."""
 
-    def __init__(self, rows: list[Any], tokens: list[Token], queues: set[str]) -> None:
+    def __init__(self, rows: list[Any], tokens: list[Token], queues: set[str], want: int) -> None:
         self.rows = rows
         self.tokens = tokens
         self.queues = queues  # the limited queues among the rows' (as this node last read them)
+        self.want = want  # the most rows to admit
         self.tats: dict[str, float] = {}  # rate state to write back, by queue
+        self.rate_tats: dict[str, float] = {}  # per-key rate state to write back, by rate key
         self.held_queues: set[str] = set()  # queues with a max_running: mark their tokens
 
-    async def run(self, conn: Conn, pipeline: Any, q: Queries, lock_class: int, now: int) -> None:
-        """Lock, count, and keep the rows that may be taken (``rows``/``tokens`` after it)."""
+    async def run(
+        self, conn: Conn, pipeline: Any, q: Queries, lock_class: int, now: int, rate_now: int | None
+    ) -> None:
+        """Lock, count, and keep the rows that may be taken (``rows``/``tokens`` after it).
+        ``rate_now``: the clock of per-key rates (None: the database's)."""
         keys = sorted({token.limit_key for token in self.tokens if token.limit_key})
+        rate_keys = sorted({token.rate_key for token in self.tokens if token.rate_key})
+        if keys or rate_keys:
+            await conn.execute(q.lock_limit_keys, (lock_class, sorted({*keys, *rate_keys})))
         if keys:
-            await conn.execute(q.lock_limit_keys, (lock_class, keys))
             key_cur = await conn.execute(q.limit_held, (keys,))
+        if rate_keys:
+            rate_cur = await conn.execute(q.rate_tats, (rate_keys,))
+            if rate_now is None:
+                now_cur = await conn.execute(q.db_now)
         queues = sorted(self.queues)
         if queues:
             limit_cur = await conn.execute(q.lock_queue_limits, (queues,))
             queue_cur = await conn.execute(q.queue_held, (queues,))
         await pipeline.sync()
-        key_held: dict[str, int] = {}
-        limits: dict[str, QueueLimit] = {}
-        queue_held: dict[str, int] = {}
+        counts = Counts(now)
         if keys:
-            key_held = {key: int(n) for key, n in await key_cur.fetchall()}
+            counts.key_held = {key: int(n) for key, n in await key_cur.fetchall()}
+        if rate_keys:
+            counts.rate_tats = {key: float(tat) for key, tat in await rate_cur.fetchall()}
+            counts.rate_now = int((await now_cur.fetchall())[0][0]) if rate_now is None else rate_now
         if queues:
             for queue, max_running, rate_max, period, tat in await limit_cur.fetchall():
-                limits[queue] = QueueLimit(
+                counts.limits[queue] = QueueLimit(
                     queue=queue, max_running=max_running, rate_max=rate_max, rate_period_millis=period
                 )
                 self.tats[queue] = float(tat)
                 if max_running:
                     self.held_queues.add(queue)
-            queue_held = {queue: int(n) for queue, n in await queue_cur.fetchall()}
-        self._keep(key_held, limits, queue_held, now)
+            counts.queue_held = {queue: int(n) for queue, n in await queue_cur.fetchall()}
+        self._keep(counts)
 
-    def _keep(
-        self, key_held: dict[str, int], limits: dict[str, QueueLimit], queue_held: dict[str, int], now: int
-    ) -> None:
+    def _keep(self, counts: Counts) -> None:
+        """Admit rows in the fair order until ``want`` are taken (see the module docstring)."""
         rows: list[Any] = []
         tokens: list[Token] = []
-        for row, token in zip(self.rows, self.tokens, strict=True):
-            key, queue = token.limit_key, token.queue
-            if key and key_held.get(key, 0) >= token.limit_max:
+        # per key (a row without one: its own), its rows in claim-rank order (the rank is a
+        # claim row's last column but one), and a heap of the keys' next rows by (running, rank, seq)
+        lines: dict[str, list[int]] = {}
+        order = sorted(range(len(self.rows)), key=lambda i: (self.rows[i][-2], i))
+        for i in order:
+            token = self.tokens[i]
+            lines.setdefault(token.limit_key or f"\x00{i}", []).append(i)
+        for line in lines.values():
+            line.reverse()  # popped from the end
+        picks = [
+            (self._load(counts, key), self.rows[line[-1]][-2], line[-1], key) for key, line in lines.items()
+        ]
+        heapq.heapify(picks)
+        while picks and len(rows) < self.want:
+            load, _, i, key = heapq.heappop(picks)
+            if load != self._load(counts, key):  # the key took a row since: back in line
+                heapq.heappush(picks, (self._load(counts, key), self.rows[i][-2], i, key))
                 continue
-            limit = limits.get(queue)
-            if limit is not None:
-                if limit.max_running and queue_held.get(queue, 0) >= limit.max_running:
-                    continue
-                tat = admit(limit, self.tats[queue], now)
-                if tat is None:
-                    continue
-                self.tats[queue] = tat
-                queue_held[queue] = queue_held.get(queue, 0) + 1
-            if key:
-                key_held[key] = key_held.get(key, 0) + 1
-            rows.append(row)
-            tokens.append(token)
+            line = lines[key]
+            line.pop()
+            if self._admit(self.tokens[i], counts):
+                rows.append(self.rows[i])
+                tokens.append(self.tokens[i])
+            if line:
+                heapq.heappush(picks, (self._load(counts, key), self.rows[line[-1]][-2], line[-1], key))
         self.rows, self.tokens = rows, tokens
-        self.tats = {queue: tat for queue, tat in self.tats.items() if limits[queue].rate_max}
+        self.tats = {queue: tat for queue, tat in self.tats.items() if counts.limits[queue].rate_max}
+
+    @staticmethod
+    def _load(counts: Counts, key: str) -> int:
+        return counts.key_held.get(key, 0) if key[:1] != "\x00" else 0
+
+    def _admit(self, token: Token, counts: Counts) -> bool:
+        """Count ``token`` in if its key, its queue and their rates have room; False if not."""
+        key, queue = token.limit_key, token.queue
+        if key and counts.key_held.get(key, 0) >= token.limit_max:
+            return False
+        rate_tat = None
+        if token.rate_key:
+            known = self.rate_tats.get(token.rate_key, counts.rate_tats.get(token.rate_key, 0.0))
+            rate_tat = rate_admit(token.rate_max, token.rate_period_millis, known, counts.rate_now)
+            if rate_tat is None:
+                return False
+        limit = counts.limits.get(queue)
+        if limit is not None:
+            if limit.max_running and counts.queue_held.get(queue, 0) >= limit.max_running:
+                return False
+            tat = admit(limit, self.tats[queue], counts.now)
+            if tat is None:
+                return False
+            self.tats[queue] = tat
+            counts.queue_held[queue] = counts.queue_held.get(queue, 0) + 1
+        if rate_tat is not None:
+            self.rate_tats[token.rate_key] = rate_tat
+        if key:
+            counts.key_held[key] = counts.key_held.get(key, 0) + 1
+        return True
 
     async def settle(self, conn: Conn, q: Queries) -> None:
         """After the claim's transitions: mark the tokens of queues with a max_running, and write
@@ -103,3 +163,21 @@ class Admission:
         if self.tats:
             names = sorted(self.tats)
             await conn.execute(q.set_tats, (names, [self.tats[n] for n in names]))
+        if self.rate_tats:
+            names = sorted(self.rate_tats)
+            await conn.execute(q.set_rate_tats, (names, [self.rate_tats[n] for n in names]))
+
+
+class Counts:
+    """What a claim's admission counts against: running per key and per queue, the queues'
+    limits, the rate keys' states, and the two clocks (the claim's, the rates')."""
+
+    __slots__ = ("now", "rate_now", "key_held", "queue_held", "limits", "rate_tats")
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+        self.rate_now = now
+        self.key_held: dict[str, int] = {}
+        self.queue_held: dict[str, int] = {}
+        self.limits: dict[str, QueueLimit] = {}
+        self.rate_tats: dict[str, float] = {}

@@ -15,6 +15,7 @@ from ...errors import WiggleError
 from ..ops import NodeInfo, QueueStat, Readiness
 from .db import Database, short
 from .migrations import lock_key, migration_files
+from .statements import DB_NOW_MILLIS
 
 __all__ = ["count_by_status", "queue_stats", "readiness", "cluster_nodes", "leases_of"]
 
@@ -34,9 +35,15 @@ async def count_by_status(db: Database, schema: str) -> dict[str, dict[str, int]
     return out
 
 
-async def queue_stats(db: Database, schema: str, now: int) -> list[QueueStat]:
-    """Per queue: due and delayed READY tokens, the oldest due one, leased tokens per owner."""
+async def queue_stats(db: Database, schema: str, now: int, rate_now: int | None = None) -> list[QueueStat]:
+    """Per queue: due and delayed READY tokens, the oldest due one, leased tokens per owner.
+    ``rate_now``: the clock of per-key rates (None: the database's)."""
     s = _s(schema)
+    # a due step waiting for its key's rate: its key's moment ``w`` is ahead of the rate clock by
+    # more than the rate's tolerance (wiggle/_storage/queue_limits.py rate_admit)
+    rate_wait = (
+        f"available_at <= %(now)s AND w > COALESCE(%(rate_now)s::float8, {DB_NOW_MILLIS}) + tol + 1e-6"
+    )
     ready = await db.fetch(
         "queue_stats",
         f"SELECT queue, count(*) FILTER (WHERE available_at <= %(now)s), "
@@ -44,9 +51,14 @@ async def queue_stats(db: Database, schema: str, now: int) -> list[QueueStat]:
         f"coalesce(min(available_at) FILTER (WHERE available_at <= %(now)s), 0), "
         # due steps whose concurrency-limit key is full (docs/flow-control.md#concurrency-limits)
         f"count(*) FILTER (WHERE available_at <= %(now)s AND limit_key <> '' AND (SELECT count(*) "
-        f"FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = t.limit_key) >= limit_max) "
-        f"FROM {s}.tokens t WHERE status = 'READY' GROUP BY queue",
-        {"now": now},
+        f"FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = t.limit_key) >= limit_max), "
+        # due steps waiting for their key's rate (docs/flow-control.md#per-key-rate-limits)
+        f"count(*) FILTER (WHERE {rate_wait}), coalesce(min(ceil(w - tol - 1e-6)) FILTER (WHERE {rate_wait}), 0) "
+        f"FROM (SELECT t.*, CASE WHEN t.rate_key = '' THEN NULL "
+        f"ELSE (SELECT r.tat FROM {s}.rate_keys r WHERE r.key = t.rate_key) END AS w, "
+        f"greatest(0, 1 - t.rate_period_millis::float8 / greatest(t.rate_max, 1)) AS tol "
+        f"FROM {s}.tokens t WHERE status = 'READY') t GROUP BY queue",
+        {"now": now, "rate_now": rate_now},
     )
     running = await db.fetch(
         "queue_stats",
@@ -54,13 +66,15 @@ async def queue_stats(db: Database, schema: str, now: int) -> list[QueueStat]:
         f"FROM {s}.tokens WHERE status = 'RUNNING' GROUP BY 1, 2, 3",
     )
     stats: dict[str, QueueStat] = {}
-    for queue, due, delayed, oldest, waiting in ready:
+    for queue, due, delayed, oldest, waiting, rate_waiting, rate_until in ready:
         stats[queue] = QueueStat(
             queue=queue,
             ready=int(due),
             delayed=int(delayed),
             oldest_ready_at=int(oldest),
             limit_waiting=int(waiting),
+            rate_waiting=int(rate_waiting),
+            rate_waiting_until=int(rate_until),
         )
     for queue, owner, local, n, limited in running:
         stat = stats.setdefault(queue, QueueStat(queue=queue))

@@ -96,6 +96,24 @@ UNDER_LIMIT = (
     "AND h.limit_key = t.limit_key) < t.limit_max)"
 )
 
+#: The database's clock in epoch milliseconds: the clock of per-key rates (docs/flow-control.md#per-key-rate-limits)
+#: on the wall clock, so that every server's claims count one key's rate alike.
+DB_NOW_MILLIS = "(extract(epoch FROM clock_timestamp()) * 1000)"
+
+#: A READY token ``t`` whose key's rate may admit a claim at the rate clock (the parameter, or
+#: without one the database's): no rate key, or no ``rate_keys`` moment more than a millisecond
+#: ahead (the claim decides exactly, under the key's lock: limits.py).
+RATE_OPEN = (
+    "(t.rate_key = '' OR NOT EXISTS (SELECT 1 FROM {s}.rate_keys r WHERE r.key = t.rate_key "
+    f"AND r.tat > COALESCE(%s::float8, {DB_NOW_MILLIS}) + 1))"
+)
+
+#: How many attempts of a READY token ``t``'s concurrency-limit key run now (0 without a key).
+KEY_RUNNING = (
+    "(CASE WHEN t.limit_key = '' THEN 0 ELSE (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' "
+    "AND h.limit_key = t.limit_key) END)"
+)
+
 ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_TOKEN_STATUSES)) + ")"
 
 
@@ -291,10 +309,14 @@ class Queries:
         # an ordered scan of the tokens_claim index on the same expression (migration 0012). The
         # rank is the last column, after the token's and the instance's.
         claim = (
-            f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')}, {RANK} AS claim_rank "
+            f"SELECT {prefixed(TOKEN_COLS, 't')}, {prefixed(INSTANCE_COLS, 'i')}, {RANK} AS claim_rank, "
+            # the attempts running under its concurrency-limit key (the fair order, limits.py)
+            f"{KEY_RUNNING} AS key_running "
             "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
             "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s "
-            f"AND {UNDER_LIMIT} "
+            f"AND {UNDER_LIMIT} AND {RATE_OPEN} "
+            # a claim's further rounds (store.py): past the keys and steps it already found
+            "AND t.limit_key <> ALL(%s::text[]) AND t.id <> ALL(%s::text[]) "
             # ties (one millisecond, one priority) in id order: ids are time-sortable, so FIFO holds
             f"ORDER BY {RANK}, t.id LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
         )
@@ -341,6 +363,18 @@ class Queries:
             "THEN l.tat ELSE 0 END"
         ).replace("queue_limits (", "queue_limits AS l (", 1)
         self.delete_queue_limit = q("DELETE FROM {s}.queue_limits WHERE queue = %s")
+        # Per-key rates (migration 0017; limits.py): the rate state of the keys a claim locked,
+        # the database's clock, and the new states; the purge drops the moments long past.
+        self.rate_tats = q("SELECT key, tat FROM {s}.rate_keys WHERE key = ANY(%s)")
+        self.db_now = f"SELECT {DB_NOW_MILLIS}::float8"
+        self.set_rate_tats = q(
+            "INSERT INTO {s}.rate_keys AS r (key, tat) SELECT * FROM unnest(%s::text[], %s::float8[]) "
+            "ON CONFLICT (key) DO UPDATE SET tat = EXCLUDED.tat"
+        )
+        # a moment past says nothing (a key without a row may go at once): a second's margin
+        self.purge_rate_keys = q(
+            f"DELETE FROM {{s}}.rate_keys WHERE tat < COALESCE(%s::float8, {DB_NOW_MILLIS}) - 1000"
+        )
         self.limit_held = q(
             "SELECT k, (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = k) "
             "FROM unnest(%s::text[]) AS u(k)"
@@ -352,8 +386,13 @@ class Queries:
             "SELECT qs.queue, x.available_at FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
             "SELECT available_at FROM {s}.tokens t WHERE status = 'READY' AND queue = qs.queue "
             # a step waiting for its key's slot is not due work: the end of an attempt of its key
-            # wakes the queue (wiggle/_engine/limits.py)
-            f"AND {UNDER_LIMIT} ORDER BY available_at LIMIT 1) x"
+            # wakes the queue (wiggle/_engine/limits.py); one waiting for its key's rate is due at
+            # the rate's next moment (next_rate)
+            f"AND {UNDER_LIMIT} AND {RATE_OPEN} ORDER BY available_at LIMIT 1) x "
+            "UNION ALL "
+            "SELECT t.queue, ceil(min(r.tat))::bigint FROM {s}.rate_keys r JOIN {s}.tokens t ON t.rate_key = r.key "
+            "AND t.status = 'READY' AND t.rate_key <> '' WHERE t.queue = ANY(%s) "
+            f"AND r.tat > COALESCE(%s::float8, {DB_NOW_MILLIS}) + 1 GROUP BY t.queue"
         )
         self.due = q(
             "(SELECT id FROM {s}.tokens WHERE status = 'RUNNING' AND lease_expires_at <= %(now)s "

@@ -19,8 +19,9 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from ..._clock import WallClock
 from ..._engine.engine import Claimed, LoadedDefinition
-from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus
+from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus, Token
 from ...errors import NotFound
 from ..base import (
     Action,
@@ -44,7 +45,7 @@ from .context_indexes import ensure_context_indexes
 from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
-from .limits import LIMITS_TTL_SECONDS, Admission
+from .limits import CLAIM_ROUNDS, LIMITS_TTL_SECONDS, Admission
 from .migrations import check_schema, lock_key, migrate
 from .schedules import PostgresSchedules
 from .start_commit import StartCommit
@@ -130,6 +131,11 @@ class PostgresStore(Store):
     def _now(self) -> int:
         # Read at each call: the instance layer may hand the store its clock after construction.
         return self.clock.now()
+
+    def _rate_now(self) -> int | None:
+        """The clock of per-key rates for the statements: None (the database's, one clock for
+        every server) on the wall clock; the store's when a test kit moves it (virtual time)."""
+        return None if isinstance(self.clock, WallClock) else self.clock.now()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -308,27 +314,32 @@ class PostgresStore(Store):
         if not queues or max_tasks <= 0:
             return []
         q = self.queries
-        text = q.claim_one if len(queues) == 1 else q.claim_many
-        queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
-        limited = await self._limited(queues)
+        await self._limited(queues)  # read the limits again if this node's copy is older than its TTL
 
         async def body(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             out: list[Claimed] = []
             announced: list[tuple[str, Changes]] = []
             async with transaction(conn) as pipeline:
                 now = self.clock.now()
-                params = (queue_param, now, max_tasks) + ((max_tasks,) if len(queues) > 1 else ())
-                cur = await conn.execute(text, params, binary=True)
-                await pipeline.sync()
-                rows = await cur.fetchall()
+                rows, tokens = await self._candidates(conn, pipeline, queues, max_tasks, now)
                 if not rows:
                     return out, announced
-                tokens = [token_from(row) for row in rows]
+                # The limited queues as this node knows them now, after the rows were read, not
+                # before the connection was had: a limit set through this node before a step was
+                # started always applies to that step's claim (a claim that waited for its
+                # connection across a set_queue_limit and the start that followed it took the step
+                # unlimited: two claims at one moment under a rate).
+                limits = self.limited_queues
+                limited = {queue for queue in queues if queue in limits} if limits else set()
                 admission = None
-                if limited or any(token.limit_key for token in tokens):
-                    admission = Admission(rows, tokens, limited & {token.queue for token in tokens})
-                    await admission.run(conn, pipeline, q, self._limit_lock_class, now)
+                if limited or any(token.limit_key or token.rate_key for token in tokens):
+                    admission = Admission(
+                        rows, tokens, limited & {token.queue for token in tokens}, max_tasks
+                    )
+                    await admission.run(conn, pipeline, q, self._limit_lock_class, now, self._rate_now())
                     rows, tokens = admission.rows, admission.tokens
+                elif len(rows) > max_tasks:
+                    rows, tokens = rows[:max_tasks], tokens[:max_tasks]
                 states: dict[str, tuple[InstanceState, Changes]] = {}
                 for row, token in zip(rows, tokens, strict=True):
                     entry = states.get(token.instance_id)
@@ -358,6 +369,43 @@ class PostgresStore(Store):
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
+
+    async def _candidates(
+        self, conn: Conn, pipeline: Any, queues: list[str], max_tasks: int, now: int
+    ) -> tuple[list[Any], list[Token]]:
+        """The READY rows a claim may take, locked, in claim-rank order, and their tokens.
+
+        One round takes the first ``max_tasks`` rows. Unless that many of them would be taken
+        first in the fair order whatever comes after them (rows without a concurrency-limit key,
+        or the first row of a key with no attempt running), or the rows found so far offer
+        ``enough_keys`` keys to choose from, further rounds (up to ``CLAIM_ROUNDS`` in all, each
+        taking twice as many rows as the one before) look past the keys found so far: the claim
+        can then take the steps of other keys instead of one more of a busy key (limits.py), and
+        is not cut short by one key's backlog ahead of the steps of keys with room
+        (docs/flow-control.md#fair-claims-across-keys). The bounds keep a claim's reads and row
+        locks a small multiple of what it takes, whatever the backlog."""
+        q = self.queries
+        text = q.claim_one if len(queues) == 1 else q.claim_many
+        queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
+        rate_now = self._rate_now()
+        rows: list[Any] = []
+        tokens: list[Token] = []
+        keys: list[str] = []
+        enough_keys = 2 * max_tasks + 8
+        for round_ in range(CLAIM_ROUNDS):
+            limit = max_tasks * 2**round_
+            params = (queue_param, now, rate_now, keys, [t.id for t in tokens], limit)
+            cur = await conn.execute(text, params + ((limit,) if len(queues) > 1 else ()), binary=True)
+            await pipeline.sync()
+            found = await cur.fetchall()
+            rows.extend(found)
+            tokens.extend(token_from(row) for row in found)
+            idle = {t.limit_key for t, row in zip(tokens, rows, strict=True) if t.limit_key and not row[-1]}
+            first = len(idle) + sum(1 for t in tokens if not t.limit_key)
+            keys = sorted({t.limit_key for t in tokens if t.limit_key})
+            if len(found) < limit or first >= max_tasks or len(keys) >= enough_keys:
+                break  # nothing further, enough that nothing further would come before, or choice enough
+        return rows, tokens
 
     async def _limited(self, queues: list[str]) -> set[str]:
         """The queues among ``queues`` that have limits, as this node last read them (at most a
@@ -398,6 +446,10 @@ class PostgresStore(Store):
     async def queue_limits(self) -> list[QueueLimit]:
         return [limit for limit, _ in await self._limit_rows()]
 
+    async def rate_tats(self, keys: list[str]) -> dict[str, float]:
+        rows = await self.db.fetch("rate_tats", self.queries.rate_tats, (sorted(keys),)) if keys else []
+        return {key: float(tat) for key, tat in rows}
+
     async def _limit_rows(self) -> list[tuple[QueueLimit, float]]:
         rows = await self.db.fetch("queue_limits", self.queries.queue_limits)
         return [
@@ -430,7 +482,9 @@ class PostgresStore(Store):
         if not queues:
             return None
 
-        rows = await self.db.fetch("next_ready_at", self.queries.next_ready, (list(queues),))
+        rate_now = self._rate_now()
+        params = (list(queues), rate_now, list(queues), rate_now)
+        rows = await self.db.fetch("next_ready_at", self.queries.next_ready, params)
         now = self.clock.now()
         limited = await self._limited(queues)
         if limited:
@@ -465,6 +519,10 @@ class PostgresStore(Store):
         if limit <= 0:
             return 0
 
+        async def forget_rates(conn: Conn) -> None:
+            await conn.execute(self.queries.purge_rate_keys, (self._rate_now(),))
+
+        await self.db.run("purge_rate_keys", forget_rates)  # per-key rates' moments long past
         count = len(await self.db.fetch("purge_finished", self.queries.purge, (older_than, limit)))
         if count:
             self.stats.transactions += 1
@@ -479,7 +537,9 @@ class PostgresStore(Store):
         return await ops.leases_of(self.db, self.schema, owner_prefix, limit)
 
     async def queue_stats(self, now: int) -> list[QueueStat]:
-        stats = {stat.queue: stat for stat in await ops.queue_stats(self.db, self.schema, now)}
+        stats = {
+            stat.queue: stat for stat in await ops.queue_stats(self.db, self.schema, now, self._rate_now())
+        }
         return describe(stats, await self._limit_rows(), now)
 
     async def readiness(self) -> Readiness:
