@@ -514,9 +514,10 @@ async def _tricky_scenario(store: ServerNode) -> list[Any]:
 
 
 async def test_set_based_writes_round_trip_every_value(open_store: Callable[..., Any]) -> None:
-    """Rows written by one unnest() statement read back exactly as per-row statements write them."""
+    """Rows written by unnest() parts read back exactly as rows written one by one (VALUES rows,
+    an UPDATE part per row), and as a mix of both in one statement (writes.py)."""
     results = []
-    for min_rows in (1, 1000):  # every write set-based; none
+    for min_rows in (1, 1000, 3):  # every write set-based; none; kinds of 3 rows or more
         store = await open_store()
         store.writer.set_write_min_rows = min_rows
         await store.register(forked())
@@ -525,16 +526,17 @@ async def test_set_based_writes_round_trip_every_value(open_store: Callable[...,
         )
         results.append(await _tricky_scenario(store))
         await store.close()
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     flat = repr(results[0])
     assert flat.count(repr(TRICKY)) >= 10 and "COMPLETED" in flat and "'NULL': 'NULL'" in flat
     retried_instance, (retried_token,), _ = results[0][-3:]
     assert retried_instance[0] == "RUNNING" and retried_token[1:4] == ("READY", 2, TRICKY)
 
 
-async def test_set_based_history_keeps_its_order(open_store: Callable[..., Any]) -> None:
+@pytest.mark.parametrize("min_rows", [1, 1000])  # an unnest() part; VALUES rows
+async def test_set_based_history_keeps_its_order(open_store: Callable[..., Any], min_rows: int) -> None:
     store = await open_store()
-    store.writer.set_write_min_rows = 1
+    store.writer.set_write_min_rows = min_rows
     await store.register(forked())
     view = await store.start("forked", "", {}, "")
     for c in sorted(await store.claim("w", ["forked"], 10), key=lambda c: c.token.node_id):

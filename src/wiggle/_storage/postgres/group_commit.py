@@ -121,7 +121,10 @@ class GroupCommit:
         wrote = False
         async with transaction(conn) as pipeline:
             cur_i = await conn.execute(q.lock_instances, (ids,), binary=True)
-            cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
+            if len(ids) == 1:
+                cur_t = await conn.execute(q.active_tokens_one, (ids[0],), binary=True)
+            else:
+                cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
             await pipeline.sync()
             states: dict[str, InstanceState] = {}
             for row in await cur_i.fetchall():

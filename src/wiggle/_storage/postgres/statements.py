@@ -24,7 +24,15 @@ from .codecs import (
     array_literals,
 )
 
-__all__ = ["ID_CLOCK_SLACK_MILLIS", "Queries", "SetWrite", "StartQueries", "list_conditions", "like_pattern"]
+__all__ = [
+    "ID_CLOCK_SLACK_MILLIS",
+    "Queries",
+    "RowWrite",
+    "SetWrite",
+    "StartQueries",
+    "list_conditions",
+    "like_pattern",
+]
 
 ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much after its id's time
 
@@ -145,6 +153,36 @@ class SetWrite:
             self.params = columns
 
 
+class RowWrite:
+    """One kind of row write, as a part of a transaction's one write statement (writes.py).
+
+    ``rows(n)`` is the part for ``n`` rows written row by row: for an insert, its one-row
+    statement with ``n`` rows of VALUES; for an update, ``n`` copies of its one-row statement
+    (``UPDATE ... WHERE id = %s``), each its own part, so that every one of them reaches its row
+    through the primary key whatever the plan's statistics (a join to a VALUES list made on a
+    new schema's empty tables would scan the table, and a prepared statement keeps its plan:
+    docs/postgres-plans.md). ``many`` is the set-based write (unnest of one array per column)
+    used from ``ChangeWriter.set_write_min_rows`` rows on. Parameters go in row order, each row in
+    the one-row statement's order."""
+
+    __slots__ = ("name", "one", "many", "insert", "_values")
+
+    def __init__(self, name: str, one: str, many: SetWrite, insert: bool = False) -> None:
+        self.name = name
+        self.one = one
+        self.many = many
+        self.insert = insert
+        self._values = one[one.rindex("VALUES (") + len("VALUES ") :] if insert else ""
+
+    def rows(self, n: int) -> list[str]:
+        """The statement parts writing ``n`` rows one by one."""
+        if not self.insert:
+            return [self.one] * n
+        if not n:
+            return []
+        return [self.one + ", " * (n > 1) + ", ".join([self._values] * (n - 1))]
+
+
 class Queries:
     """Every statement, rendered once with the schema quoted."""
 
@@ -168,6 +206,13 @@ class Queries:
         )
         self.active_tokens_many = q(
             f"SELECT {TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = ANY(%s) AND status IN {ACTIVE}"
+        )
+        # The same for one instance (a group of one: every report of a quiet server). PostgreSQL
+        # plans ``= ANY($1)`` for an array of unknown length, costs that plan above a plan made for
+        # the one id, and so plans the prepared statement again at every execution (its
+        # pg_prepared_statements row: custom plans only); ``= $1`` keeps one generic plan.
+        self.active_tokens_one = q(
+            f"SELECT {TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = %s AND status IN {ACTIVE}"
         )
         # An instance (or a page of them) with its active tokens, in one statement: one snapshot.
         with_tokens = (
@@ -227,6 +272,16 @@ class Queries:
         self.insert_instances = insert_from("instances", INSTANCE_FIELDS)
         self.insert_tokens = insert_from("tokens", TOKEN_FIELDS)
         self.insert_histories = insert_from("history", HistoryEntry.__struct_fields__)
+        # A transaction's writes of every kind, in one statement (writes.py): one RowWrite per
+        # kind of row, in the order the parts go into the statement (and take their parameters).
+        self.row_writes = (
+            RowWrite("new instances", self.insert_instance, self.insert_instances, insert=True),
+            RowWrite("instances", self.update_instance_keep_context, self.update_instances_keep_context),
+            RowWrite("instances with context", self.update_instance, self.update_instances),
+            RowWrite("tokens", self.update_token, self.update_tokens),
+            RowWrite("new tokens", self.insert_token, self.insert_tokens, insert=True),
+            RowWrite("history", self.insert_history, self.insert_histories, insert=True),
+        )
 
     def _reads(self, q: Callable[[str], str]) -> None:
         """History, existence, notifications, peers."""

@@ -1,10 +1,24 @@
-"""Writing what transitions changed: the rows of several instances, one statement per kind of row."""
+"""Writing what transitions changed: the rows of several instances, in one statement.
+
+A transaction's writes (instances, tokens, history; new and changed) go to PostgreSQL as one
+statement: each kind of row is a part, the parts joined by data-modifying CTEs (``WITH w1 AS
+(UPDATE ...), w2 AS (INSERT ...) INSERT ...``). PostgreSQL runs every part exactly once, on one
+snapshot; no two parts touch the same row (one part per kind, and an instance, a token or a
+history entry appears once in a transaction's changes), and no constraint ties one table's rows
+to another's, so the order of the parts changes nothing but the parameters' order. A
+one-instance report used to send one statement per kind of row (an UPDATE of its instance, of
+its token, an INSERT of its history entry), a group one per row below the set-based size:
+bench/README.md, "Round nine (stepcost)".
+"""
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
 
 import msgspec
+from psycopg import AsyncRawCursor
 
 from ..._engine.state import Changes, InstanceState
 from .codecs import (
@@ -24,15 +38,55 @@ __all__ = ["ChangeWriter"]
 class ChangeWriter:
     """Persists ``Changes`` on a connection in a transaction (the caller's)."""
 
-    # From this many rows of a kind on, a commit writes them with one set-based statement (unnest
-    # of one array per column) instead of a pipelined statement per row. Measured: per row it
-    # costs the server process ~15% less at 8 rows and ~40% less at 32, PostgreSQL about the
-    # same; below 8 rows the array handling costs more than the statements it saves.
+    # From this many rows of a kind on, a commit writes them with a set-based part (unnest of one
+    # array per column) instead of row by row (VALUES rows, one UPDATE part per row). Measured
+    # when each row was a pipelined statement of its own: per row the set-based write cost the
+    # server process ~15% less at 8 rows and ~40% less at 32, PostgreSQL about the same; below 8
+    # rows the array handling cost more than the statements it saved. As parts of one statement,
+    # set-based from 2 rows measured slower again (bench/README.md, "Round nine (stepcost)").
     SET_WRITE_MIN_ROWS = 8
 
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
         self.set_write_min_rows = self.SET_WRITE_MIN_ROWS
+        # the statement of each shape (rows of each kind, None for set-based), rendered once; at
+        # most 9 choices per kind (0-7 rows, set-based), a few dozen met in practice
+        self._texts: dict[tuple[int | None, ...], str] = {}
+
+    def statement(self, kinds: tuple[list[Any], ...]) -> tuple[str, list[Any]]:
+        """The one statement writing ``kinds`` (the rows of each of ``Queries.row_writes``, in its
+        order) and its parameters; "" when there is no row."""
+        min_rows = self.set_write_min_rows
+        shape: list[int | None] = []
+        params: list[Any] = []
+        for write, rows in zip(self.queries.row_writes, kinds, strict=True):
+            if rows and len(rows) >= min_rows:
+                shape.append(None)
+                params.extend(write.many.params(rows))
+            else:
+                shape.append(len(rows))
+                for row in rows:
+                    params.extend(row)
+        key = tuple(shape)
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = self._render(key)
+        return text, params
+
+    def _render(self, shape: tuple[int | None, ...]) -> str:
+        parts: list[str] = []
+        for write, n in zip(self.queries.row_writes, shape, strict=True):
+            parts.extend([write.many.statement] if n is None else write.rows(n))
+        if len(parts) <= 1:
+            text = "".join(parts)
+        else:
+            ctes = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
+            text = f"WITH {ctes} {parts[-1]}"
+        # Numbered once here, run by a raw cursor: psycopg converts a statement's %s placeholders
+        # at every execution when it is longer than 4,096 characters or has more than 50
+        # parameters (its cache's limits), and a one-instance report's statement has 54.
+        numbers = itertools.count(1)
+        return re.sub("%s", lambda _: f"${next(numbers)}", text)
 
     async def write(
         self,
@@ -40,11 +94,10 @@ class ChangeWriter:
         items: list[tuple[InstanceState, Changes, Any]],
         existing: set[str] | frozenset[str],
     ) -> bool:
-        """Queue the statements persisting the changes of several instances (pipeline mode): one
-        statement per kind of row. ``existing`` names the tokens already in the table; an
+        """Queue the statement persisting the changes of several instances (pipeline mode): one
+        statement for every row of every kind. ``existing`` names the tokens already in the table; an
         instance's original context (as loaded) tells whether its context needs writing. False
         if there was nothing to write."""
-        q = self.queries
         new_instances: list[Any] = []
         keep_context: list[Any] = []
         with_context: list[Any] = []
@@ -70,20 +123,11 @@ class ChangeWriter:
                 else:
                     token_inserts.append(token_row(t))
             history.extend(msgspec.structs.astuple(h) for h in changes.history)
-        for one, many, rows in (
-            (q.insert_instance, q.insert_instances, new_instances),
-            (q.update_instance_keep_context, q.update_instances_keep_context, keep_context),
-            (q.update_instance, q.update_instances, with_context),
-            (q.update_token, q.update_tokens, token_updates),
-            (q.insert_token, q.insert_tokens, token_inserts),
-            (q.insert_history, q.insert_histories, history),
-        ):
-            if len(rows) >= self.set_write_min_rows:
-                await conn.execute(many.statement, many.params(rows))
-            elif len(rows) == 1:
-                await conn.execute(one, rows[0])
-            elif rows:
-                await conn.cursor().executemany(one, rows)
+        text, params = self.statement(
+            (new_instances, keep_context, with_context, token_updates, token_inserts, history)
+        )
+        if text:
+            await AsyncRawCursor(conn).execute(text, params)
         return bool(
             new_instances or keep_context or with_context or token_updates or token_inserts or history
         )
