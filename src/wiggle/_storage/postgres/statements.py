@@ -196,6 +196,7 @@ class Queries:
         self._set_writes(q)
         self._reads(q)
         self._claims(q)
+        self._limits(q)
         self._clock_duties(q)
         self._definitions(q)
 
@@ -330,6 +331,9 @@ class Queries:
             + claim.replace("{queue}", "qs.queue")
             + ") c ORDER BY c.claim_rank LIMIT %s"
         )
+
+    def _limits(self, q: Callable[[str], str]) -> None:
+        """A claim's limits (limits.py Admission): key locks, queue limits, per-key rates."""
         # Concurrency limits (store.py, PostgresStore._admit): the keys of the limited tokens a
         # claim found, each locked for the rest of its transaction (two-int advisory locks, apart
         # from the clock's and the migrations' one-bigint ones; in hash order, so two claims lock
