@@ -160,7 +160,7 @@ async def test_reload_ends_a_removed_workers_stream_and_hands_its_step_to_anothe
 
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await stream.read()
-            assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED, "".join(lines)
             assert "'old-worker' was revoked" in (raised.value.details() or "")
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await poll
@@ -359,7 +359,7 @@ async def test_sighup_to_a_server_process_ends_the_revoked_stream(pki: Pki) -> N
             process.send_signal(signal.SIGHUP)
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await stream.read()
-            assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED, "".join(lines)
             assert "'pay-worker' was revoked" in (raised.value.details() or "")
     finally:
         process.send_signal(signal.SIGINT)

@@ -14,7 +14,6 @@ calls it authenticated end and the steps its workers hold go back to the queue (
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -49,12 +48,14 @@ REVOKED_MESSAGE = (
 )
 #: how many leases one revocation releases per store read (it reads again until none are left)
 _LEASE_PAGE = 500
+#: how long a revocation waits, at most, for a stream's reply to be sent before ending it
+_SEND_WAITS, _SEND_WAIT_SECONDS = 100, 0.01
 
 
 class OpenCall:
     """One authenticated call in progress: who made it, its context, the task serving it."""
 
-    __slots__ = ("identity", "method", "context", "task", "owners", "done")
+    __slots__ = ("identity", "method", "context", "task", "owners", "done", "sending", "revoked")
 
     def __init__(self, identity: Identity, method: str, context: grpc.aio.ServicerContext) -> None:
         self.identity = identity
@@ -65,6 +66,10 @@ class OpenCall:
         #: for credentials whose leases carry no ``<name>/`` prefix (admin)
         self.owners: set[str] = set()
         self.done = asyncio.Event()
+        #: a stream's reply is being sent by gRPC (the task is outside the handler)
+        self.sending = False
+        #: the UNAUTHENTICATED message once a revocation ended the call (Revoker._end)
+        self.revoked: str | None = None
 
 
 #: the call being served, for the WorkerSession to note its worker ids on
@@ -146,6 +151,9 @@ class CallTracker(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 call = enter(context)
                 try:
                     return await inner(request, context)  # type: ignore[no-any-return]
+                except asyncio.CancelledError:
+                    await _answer_revoked(call, context)
+                    raise
                 finally:
                     leave(call)
 
@@ -161,7 +169,15 @@ class CallTracker(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             call = enter(context)
             try:
                 async for reply in inner_stream(request, context):
+                    if call is None:
+                        yield reply
+                        continue
+                    call.sending = True
                     yield reply
+                    call.sending = False
+            except asyncio.CancelledError:
+                await _answer_revoked(call, context)
+                raise
             finally:
                 leave(call)
 
@@ -171,6 +187,13 @@ class CallTracker(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             else grpc.unary_stream_rpc_method_handler
         )
         return make_stream(streaming, handler.request_deserializer, handler.response_serializer)
+
+
+async def _answer_revoked(call: OpenCall | None, context: grpc.aio.ServicerContext) -> None:
+    """In the call's own task, cancelled by a revocation: answer UNAUTHENTICATED (raises
+    AbortError). Any other cancel (the client went away, the server stops) goes on as it was."""
+    if call is not None and call.revoked is not None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, call.revoked)
 
 
 class Revoker:
@@ -236,10 +259,18 @@ class Revoker:
             )
 
     async def _end(self, call: OpenCall) -> None:
-        """Answer the call UNAUTHENTICATED now, then stop the task serving it."""
+        """Stop the task serving the call; its wrapper answers it UNAUTHENTICATED."""
         message = REVOKED_MESSAGE.format(name=call.identity.name)
-        with contextlib.suppress(Exception):  # AbortError (raised by design), or the call was over
-            await call.context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        call.revoked = message
+        # Wait while gRPC is sending this stream's last reply: a cancel landing there would end
+        # the call with no status at all (the client would wait out its deadline), and a status
+        # sent from here meanwhile is refused (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS). Between
+        # sends the task is in the handler, where CallTracker's wrapper turns the cancel into the
+        # UNAUTHENTICATED answer, sent from the call's own task.
+        for _ in range(_SEND_WAITS):
+            if not call.sending or call.done.is_set():
+                break
+            await asyncio.sleep(_SEND_WAIT_SECONDS)
         if call.task is not None and not call.task.done():
             call.task.cancel()
 
