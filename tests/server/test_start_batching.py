@@ -189,12 +189,14 @@ async def test_threads_of_one_blocking_client_share_one_call(
 
         threads = [threading.Thread(target=start, args=(n,)) for n in range(8)]
         threads[0].start()
-        await eventually(lambda: calls(server) == (1, 0), what="the first start reached the server")
+        await eventually(
+            lambda: calls(server) == (1, 0), timeout=60, what="the first start reached the server"
+        )
         for thread in threads[1:]:
             thread.start()
-        await eventually(lambda: len(client._starts._pending) == 7, what="seven starts queued")
+        await eventually(lambda: len(client._starts._pending) == 7, timeout=60, what="seven starts queued")
         release.set()
-        await eventually(lambda: len(results) == 8, what="every thread answered")
+        await eventually(lambda: len(results) == 8, timeout=60, what="every thread answered")
         for thread in threads:
             await asyncio.to_thread(thread.join, 10)
     assert calls(server) == (1, 1)  # the lone first start, then the seven queued behind it
