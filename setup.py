@@ -52,6 +52,12 @@ def extensions() -> list[Extension]:
 class OptionalBuildExt(build_ext):
     """build_ext that cythonizes first, and under ``auto`` degrades to a pure build on any failure."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        # the three extensions compile side by side (``-j``), unless the caller chose a number
+        if not self.parallel:
+            self.parallel = min(len(HOT_PATHS), os.cpu_count() or 1)
+
     def run(self) -> None:
         if not self.extensions:
             return
