@@ -598,7 +598,10 @@ async def _poll(stub: pb_grpc.WiggleControlPlaneStub, queue: str) -> pb.TaskActi
 @pytest.fixture(params=STORES)
 async def table_fixture(request: pytest.FixtureRequest) -> AsyncIterator[Fixture]:
     async with contextlib.AsyncExitStack() as stack:
-        settings: dict[str, object] = {"max_payload_bytes": LIMIT}
+        # Leases of ten minutes: every row checks that nothing in the store changed, and on a
+        # loaded machine the table outlasted the default 30 s lease of the fixture's unrenewed
+        # local-run claim (its expiry, not the row, changed the store: seen in CI).
+        settings: dict[str, object] = {"max_payload_bytes": LIMIT, "lease_millis": 600_000}
         if request.param == "postgres":
             settings["database_url"] = TEST_DATABASE_URL
             settings["database_schema"] = await stack.enter_async_context(async_temp_schema())
