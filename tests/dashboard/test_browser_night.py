@@ -102,13 +102,21 @@ async def test_the_night_shift_fixes_in_a_browser(browser: webdriver.Chrome) -> 
             def typed_filter_survives() -> tuple[str, str, str]:
                 browser.get(f"{base}/instances?workflow={waits.name}")
                 wait_for(browser, "tr[data-id]")
-                box = browser.find_element(By.CSS_SELECTOR, 'form.filters input[name="ctx"]')
-                box.send_keys("customer_id = c-2")
+                # found and typed into again if the 2 s refresh replaced the form in between
+                stable(
+                    browser,
+                    lambda d: (
+                        d.find_element(By.CSS_SELECTOR, 'form.filters input[name="ctx"]').send_keys(
+                            "customer_id = c-2"
+                        )
+                        or True
+                    ),
+                )
                 time.sleep(3)  # a refresh tick or more while typing: it waits
                 paused = text_of(browser, "#updated")
                 click(browser, "#main h2")  # leave the box
                 before = browser.find_element(By.ID, "main").get_attribute("data-refreshed") or ""
-                WebDriverWait(browser, 20).until(
+                WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(
                     lambda d: (d.find_element(By.ID, "main").get_attribute("data-refreshed") or "") != before
                 )
                 kept = stable(
@@ -125,10 +133,12 @@ async def test_the_night_shift_fixes_in_a_browser(browser: webdriver.Chrome) -> 
             assert kept == "customer_id = c-2" and updated.startswith("updated ")
 
             def bulk_cancel() -> tuple[str, str]:
-                browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+                click(browser, "form.filters button[type=submit]")
                 WebDriverWait(browser, 20).until(lambda d: "ctx=" in d.current_url)
                 dialog = dialog_open(browser, "button#bulk-cancel", "ada")
-                count = WebDriverWait(browser, 20).until(
+                count = WebDriverWait(
+                    browser, 20, ignored_exceptions=(StaleElementReferenceException,)
+                ).until(
                     lambda d: (
                         (t := d.find_element(By.CSS_SELECTOR, "#confirm .count").text)
                         and "will be" in t
@@ -177,9 +187,9 @@ async def test_the_night_shift_fixes_in_a_browser(browser: webdriver.Chrome) -> 
                     browser, 'tr[data-schedule="night-sched"] button.schedule-trigger', "ada"
                 )
                 confirmed(browser, dialog)
-                started = WebDriverWait(browser, 20).until(ec.presence_of_element_located((By.ID, "started")))
+                wait_for(browser, "#started")
                 shot(browser, "night-schedule-triggered")
-                return str(started.text)
+                return text_of(browser, "#started")  # read again if a refresh replaced it
 
             started = await asyncio.to_thread(trigger)
             assert (await server.client.get(started)).schedule_id == "night-sched"
