@@ -12,7 +12,7 @@ import threading
 import grpc
 import pytest
 
-from wiggle import InvalidArgument
+from wiggle import ExecutionMode, InvalidArgument
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 
@@ -130,3 +130,48 @@ async def test_bad_limits_are_refused_and_change_nothing(harness: Harness) -> No
         assert queue not in [q.queue for q in await server.client.queues()]
         with pytest.raises(InvalidArgument, match="needs a rate_period"):
             await server.client.set_queue_limit(queue, rate_max=5)
+
+
+async def test_a_queue_rate_holds_across_two_servers(postgres_schema: str) -> None:
+    """Two servers on one database, a worker on each, real time: however the claims fall between
+    the servers, no second holds more than the queue's rate (a bound on counts, not on speed), and
+    every step ran once, at its first attempt."""
+    harness = Harness("postgres", ExecutionMode.SERVER, postgres_schema)
+    bp = harness.define("two-servers").step(lambda ctx: {**ctx, "done": True}, name="call").build()
+    async with harness.server() as one, harness.server() as two:
+        await one.client.register(bp)
+        await one.client.set_queue_limit(bp.name, rate_max=10, rate_period=1.0)
+        async with one.worker([bp], harness.options()), two.worker([bp], harness.options()):
+            infos = [await (one if i % 2 else two).client.start(bp, {"n": i}) for i in range(25)]
+            done = [await harness.finish(one, info.instance_id, timeout=60) for info in infos]
+            histories = [await one.client.history(d.instance_id) for d in done]
+    assert all(d.status == "COMPLETED" for d in done), [d.error for d in done]
+    steps = [[(e.node_id, e.outcome, e.attempt) for e in h if e.kind == "TASK"] for h in histories]
+    assert all(s == [("call", "COMPLETED", 1)] for s in steps), steps
+    claims = sorted(h[0].started_at for h in histories)
+    for at in claims:  # both servers run in this process: one clock
+        assert sum(1 for c in claims if at <= c < at + 1000) <= 10, [c - claims[0] for c in claims]
+
+
+async def test_two_servers_racing_for_a_spent_rate_admit_one_claim(postgres_schema: str) -> None:
+    """A rate of one claim an hour and two READY steps, polled by a worker on each of two
+    servers: exactly one is claimed, whichever server's claim commits first; the other waits for
+    the rate, visibly."""
+    harness = Harness("postgres", ExecutionMode.SERVER, postgres_schema)
+    bp = harness.define("spent").step(lambda ctx: {**ctx, "done": True}, name="call").build()
+    async with harness.server() as one, harness.server() as two:
+        await one.client.register(bp)
+        await one.client.set_queue_limit(bp.name, rate_max=1, rate_period=3600.0)
+        infos = [await one.client.start(bp, {"n": i}) for i in range(2)]
+        async with one.worker([bp], harness.options()), two.worker([bp], harness.options()):
+
+            async def one_done() -> bool:
+                return any([(await one.client.get(i.instance_id)).status == "COMPLETED" for i in infos])
+
+            while not await one_done():
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # both workers poll again meanwhile: a second claim would show
+            statuses = sorted([(await one.client.get(i.instance_id)).status for i in infos])
+            stat = next(q for q in await two.client.queues() if q.queue == bp.name)
+    assert statuses == ["COMPLETED", "RUNNING"], statuses
+    assert stat.ready == 1 and stat.rate_limited_until > 0, stat
