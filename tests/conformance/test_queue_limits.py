@@ -175,3 +175,27 @@ async def test_two_servers_racing_for_a_spent_rate_admit_one_claim(postgres_sche
             stat = next(q for q in await two.client.queues() if q.queue == bp.name)
     assert statuses == ["COMPLETED", "RUNNING"], statuses
     assert stat.ready == 1 and stat.rate_limited_until > 0, stat
+
+
+async def test_two_servers_drain_a_fast_rate_in_blocks(postgres_schema: str) -> None:
+    """A rate of 800 claims per 80 s (blocks of 8 moments 100 ms apart, each spent at most 800
+    ms late: rate_blocks.py) on a queue two servers drain: every step ran once at its first
+    attempt, the claims went through blocks, and no second holds more claims than the blocks
+    allow, (1000 + 800) / 100 + 1 = 19 (one claim at a time under the row's lock: 11)."""
+    harness = Harness("postgres", ExecutionMode.SERVER, postgres_schema)
+    bp = harness.define("blocks").step(lambda ctx: {**ctx, "done": True}, name="call").build()
+    async with harness.server() as one, harness.server() as two:
+        await one.client.register(bp)
+        await one.client.set_queue_limit(bp.name, rate_max=800, rate_period=80.0)
+        async with one.worker([bp], harness.options()), two.worker([bp], harness.options()):
+            infos = [await (one if i % 2 else two).client.start(bp, {"n": i}) for i in range(40)]
+            done = [await harness.finish(one, info.instance_id, timeout=60) for info in infos]
+            histories = [await one.client.history(d.instance_id) for d in done]
+        taken = [server.server.store.rate_blocks.taken for server in (one, two)]  # type: ignore[attr-defined]
+    assert all(d.status == "COMPLETED" for d in done), [d.error for d in done]
+    steps = [[(e.node_id, e.outcome, e.attempt) for e in h if e.kind == "TASK"] for h in histories]
+    assert all(s == [("call", "COMPLETED", 1)] for s in steps), steps
+    assert sum(taken) > 0, taken
+    claims = sorted(h[0].started_at for h in histories)
+    for at in claims:  # both servers run in this process: one clock
+        assert sum(1 for c in claims if at <= c < at + 1000) <= 19, [c - claims[0] for c in claims]

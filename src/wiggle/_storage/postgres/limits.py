@@ -46,7 +46,14 @@ CLAIM_ROUNDS = 3
 class Admission:
     """The admission of one claim's rows (see the module docstring)."""
 
-    def __init__(self, rows: list[Any], tokens: list[Token], queues: set[str], want: int) -> None:
+    def __init__(
+        self,
+        rows: list[Any],
+        tokens: list[Token],
+        queues: set[str],
+        want: int,
+        budgets: dict[str, int] | None = None,
+    ) -> None:
         self.rows = rows
         self.tokens = tokens
         self.queues = queues  # the limited queues among the rows' (as this node last read them)
@@ -54,6 +61,9 @@ class Admission:
         self.tats: dict[str, float] = {}  # rate state to write back, by queue
         self.rate_tats: dict[str, float] = {}  # per-key rate state to write back, by rate key
         self.held_queues: set[str] = set()  # queues with a max_running: mark their tokens
+        # per queue whose rate this server spends from its blocks (rate_blocks.py): the moments
+        # left to spend; its claims count down here, and read nothing of the rate's row
+        self.budgets = budgets if budgets is not None else {}
 
     async def run(
         self, conn: Conn, pipeline: Any, q: Queries, lock_class: int, now: int, rate_now: int | None
@@ -74,8 +84,9 @@ class Admission:
         if queues:
             limit_cur = await conn.execute(q.lock_queue_limits, (queues,))
             queue_cur = await conn.execute(q.queue_held, (queues,))
-        await pipeline.sync()
-        counts = Counts(now)
+        if keys or rate_keys or queues:
+            await pipeline.sync()
+        counts = Counts(now)  # (only budgets: nothing to read)
         if keys:
             counts.key_held = {key: int(n) for key, n in await key_cur.fetchall()}
         if rate_keys:
@@ -133,6 +144,8 @@ class Admission:
         key, queue = token.limit_key, token.queue
         if key and counts.key_held.get(key, 0) >= token.limit_max:
             return False
+        if self.budgets.get(queue, 1) <= 0:
+            return False
         rate_tat = None
         if token.rate_key:
             known = self.rate_tats.get(token.rate_key, counts.rate_tats.get(token.rate_key, 0.0))
@@ -150,6 +163,8 @@ class Admission:
             counts.queue_held[queue] = counts.queue_held.get(queue, 0) + 1
         if rate_tat is not None:
             self.rate_tats[token.rate_key] = rate_tat
+        if queue in self.budgets:
+            self.budgets[queue] -= 1
         if key:
             counts.key_held[key] = counts.key_held.get(key, 0) + 1
         return True

@@ -354,6 +354,18 @@ class Queries:
             "SELECT queue, count(*) FROM {s}.tokens WHERE status = 'RUNNING' AND queue_held "
             "AND queue = ANY(%s) GROUP BY queue"
         )
+        # A block of a fast rate's moments (rate_blocks.py): the row advances by k intervals from
+        # its next moment, if that is due (queue_limits.rate_admit) and the row still says this
+        # rate with no max_running; the block's first moment comes back (RETURNING: the new tat).
+        interval = "(v.period::float8 / v.rate_max)"
+        self.take_rate_block = q(
+            f"UPDATE {{s}}.queue_limits AS l SET tat = GREATEST(l.tat, %s::float8) + v.k * {interval} "
+            "FROM unnest(%s::text[], %s::int[], %s::int[], %s::bigint[]) AS v(queue, k, rate_max, period) "
+            "WHERE l.queue = v.queue AND l.max_running = 0 AND l.rate_max = v.rate_max "
+            f"AND l.rate_period_millis = v.period AND GREATEST(l.tat, %s::float8) "
+            f"<= %s::float8 + GREATEST(0.0, 1.0 - {interval}) + 1e-6 "
+            f"RETURNING l.queue, l.tat - v.k * {interval}"
+        )
         self.set_tats = q(
             "UPDATE {s}.queue_limits AS l SET tat = v.tat FROM unnest(%s::text[], %s::float8[]) AS v(queue, tat) "
             "WHERE l.queue = v.queue"

@@ -47,6 +47,7 @@ from .definitions import Definitions
 from .group_commit import GroupCommit, Items
 from .limits import CLAIM_ROUNDS, LIMITS_TTL_SECONDS, Admission
 from .migrations import check_schema, lock_key, migrate
+from .rate_blocks import RateBlocks, block_size
 from .schedules import PostgresSchedules
 from .start_commit import StartCommit
 from .statements import Queries, StartQueries, list_conditions
@@ -94,6 +95,7 @@ class PostgresStore(Store):
         self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
         self.clock_parallelism = max(1, self.db.pool_size // 2)
         self.definitions = Definitions(self.db, self.queries)
+        self.rate_blocks = RateBlocks(self.db, self.queries)  # fast queue rates' moments (rate_blocks.py)
         self.writer = ChangeWriter(self.queries)
         self.group = GroupCommit(
             self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
@@ -315,6 +317,10 @@ class PostgresStore(Store):
             return []
         q = self.queries
         await self._limited(queues)  # read the limits again if this node's copy is older than its TTL
+        known = self.limited_queues
+        fast = [known[queue] for queue in queues if queue in known and block_size(known[queue])]
+        if fast:  # moments of the fast rates, taken ahead of the claim (rate_blocks.py)
+            await self.rate_blocks.fill(fast, max_tasks, self.clock.now())
 
         async def body(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             out: list[Claimed] = []
@@ -331,13 +337,22 @@ class PostgresStore(Store):
                 # unlimited: two claims at one moment under a rate).
                 limits = self.limited_queues
                 limited = {queue for queue in queues if queue in limits} if limits else set()
+                blocks = self.rate_blocks
+                budgets = {  # the fast rates with moments due: spent from this node's blocks
+                    queue: due
+                    for queue in limited
+                    if block_size(limits[queue]) and (due := blocks.due(queue, limits[queue], now))
+                }
+                locked = limited - budgets.keys()
                 admission = None
                 if limited or any(token.limit_key or token.rate_key for token in tokens):
                     admission = Admission(
-                        rows, tokens, limited & {token.queue for token in tokens}, max_tasks
+                        rows, tokens, locked & {token.queue for token in tokens}, max_tasks, dict(budgets)
                     )
                     await admission.run(conn, pipeline, q, self._limit_lock_class, now, self._rate_now())
                     rows, tokens = admission.rows, admission.tokens
+                    for queue, due in budgets.items():
+                        blocks.spend(queue, due - admission.budgets[queue], now)
                 elif len(rows) > max_tasks:
                     rows, tokens = rows[:max_tasks], tokens[:max_tasks]
                 states: dict[str, tuple[InstanceState, Changes]] = {}
@@ -435,6 +450,7 @@ class PostgresStore(Store):
             await conn.execute(text, args)
 
         await self.db.run("set_queue_limit", body)
+        self.rate_blocks.forget(limit.queue)
         self._limits_version += 1  # a read of the table started before this commit is stale
         if limit.limited:
             self.limited_queues[limit.queue] = limit

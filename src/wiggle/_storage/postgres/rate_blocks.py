@@ -1,0 +1,175 @@
+"""Blocks of a fast queue rate's moments, taken by one server and spent by its claims
+(docs/flow-control.md#queue-limits).
+
+A queue's rate is one row: ``queue_limits.tat`` (migration 0014), the moment its next claim may
+happen (wiggle/_storage/queue_limits.py ``rate_admit``). A claim that reads and writes that row in
+its own transaction holds the row's lock until it commits, so the claims of the queue commit one
+after another, each after the previous one's WAL flush, even when the rate is far from binding
+(bench/README.md, "Round ten"). A rate of ``BLOCK_MIN / LATE_SHARE`` claims a period or more
+(with no ``max_running``, whose RUNNING count must be read under the lock) is taken in blocks
+instead: one short statement of its own advances the row by ``k`` consecutive moments of the
+rate, from its next one (which must be due, as for a claim), and this server's claims spend them
+without touching the row.
+
+A moment is spent no earlier than a claim at it could be (the rate's tolerance) and no later than
+``LATE_SHARE`` of the period after it; one not spent by then is lost (the rate then admits less,
+never more). The moments of all servers are the rate's own, spaced one interval apart, so any
+window of the period holds at most ``rate_max`` claims plus those whose moments are up to that
+late: at most ``rate_max * (1 + LATE_SHARE) + 1``. A block holds ``LATE_SHARE`` of the rate (at
+most ``BLOCK_MAX`` moments), so what a server can lose at once is small too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+
+from ..queue_limits import QueueLimit, _tolerance
+from .db import Database
+from .statements import Queries
+
+__all__ = ["BLOCK_MAX", "BLOCK_MIN", "LATE_SHARE", "RateBlocks", "block_size"]
+
+#: How late (a share of the rate's period) a moment of a block may still be spent.
+LATE_SHARE = 0.01
+#: The fewest moments a block holds: a slower rate is taken claim by claim, under the row's lock.
+BLOCK_MIN = 8
+#: The most moments a block holds.
+BLOCK_MAX = 256
+
+
+def block_size(limit: QueueLimit) -> int:
+    """How many moments a block of ``limit``'s rate holds; 0 if the rate is taken claim by claim."""
+    if not limit.rate_max or limit.max_running:
+        return 0
+    size = int(limit.rate_max * LATE_SHARE)  # the moments of LATE_SHARE of the period
+    return min(size, BLOCK_MAX) if size >= BLOCK_MIN else 0
+
+
+@dataclass
+class Block:
+    """Moments ``first + i * interval`` (ms) for ``i`` in ``[spent, count)`` of ``limit``'s rate."""
+
+    limit: QueueLimit
+    first: float
+    count: int
+    spent: int = 0
+    interval: float = field(init=False)
+    early: float = field(init=False)
+    late: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.interval = self.limit.rate_period_millis / self.limit.rate_max
+        self.early = _tolerance(self.interval) + 1e-6  # as queue_limits.rate_admit
+        self.late = self.limit.rate_period_millis * LATE_SHARE
+
+    def _skip_late(self, now: int) -> None:
+        """Lose the moments more than ``late`` behind ``now``."""
+        behind = math.ceil((now - self.late - self.first) / self.interval)  # moments < now - late
+        if behind > self.spent:
+            self.spent = min(behind, self.count)
+
+    def due(self, now: int) -> int:
+        """How many moments may be spent at ``now``."""
+        self._skip_late(now)
+        upto = math.floor((now + self.early - self.first) / self.interval) + 1  # moments <= now + early
+        return max(0, min(upto, self.count) - self.spent)
+
+    def spend(self, want: int, now: int) -> int:
+        """Spend up to ``want`` moments at ``now``; how many were."""
+        took = min(want, self.due(now))
+        self.spent += took
+        return took
+
+    def done(self, now: int) -> bool:
+        """Nothing left to spend, now or later."""
+        self._skip_late(now)
+        return self.spent >= self.count
+
+
+class RateBlocks:
+    """This server's blocks of the fast rates of its queues (see the module docstring)."""
+
+    def __init__(self, db: Database, queries: Queries) -> None:
+        self.db = db
+        self.queries = queries
+        self.blocks: dict[str, list[Block]] = {}
+        self._taking: dict[str, asyncio.Future[None]] = {}
+        # queue -> when to try again after its rate gave no block (its next moment was not due)
+        self._retry_at: dict[str, float] = {}
+        self.taken = 0  # blocks taken so far (tests, bench)
+
+    def forget(self, queue: str) -> None:
+        """Drop the blocks of ``queue`` (its limits changed through this server)."""
+        self.blocks.pop(queue, None)
+        self._retry_at.pop(queue, None)
+
+    def due(self, queue: str, limit: QueueLimit, now: int) -> int:
+        """How many moments of ``queue``'s blocks for ``limit`` may be spent at ``now``."""
+        blocks = self._live(queue, limit, now)
+        return sum(block.due(now) for block in blocks)
+
+    def spend(self, queue: str, want: int, now: int) -> int:
+        """Spend up to ``want`` moments of ``queue`` at ``now``, oldest block first; how many were."""
+        took = 0
+        for block in self.blocks.get(queue, ()):
+            took += block.spend(want - took, now)
+            if took == want:
+                break
+        return took
+
+    def _live(self, queue: str, limit: QueueLimit, now: int) -> list[Block]:
+        blocks = [b for b in self.blocks.get(queue, ()) if b.limit == limit and not b.done(now)]
+        if blocks:
+            self.blocks[queue] = blocks
+        else:
+            self.blocks.pop(queue, None)
+        return blocks
+
+    async def fill(self, limits: list[QueueLimit], want: int, now: int) -> None:
+        """Take a block of each rate of ``limits`` whose blocks have few moments due at ``now``
+        (fewer than ``want`` or than half a block), in one statement. A rate whose next moment is
+        not due, or whose row no longer says this rate, gives none: its claims take it under the
+        row's lock, and no block is asked for again for ``LATE_SHARE`` of its period."""
+        short = [
+            limit
+            for limit in limits
+            if self.due(limit.queue, limit, now) < min(want, block_size(limit) // 2 + 1)
+            and limit.queue not in self._taking
+            and self._retry_at.get(limit.queue, 0) <= now
+        ]
+        waits = [self._taking[limit.queue] for limit in limits if limit.queue in self._taking]
+        if short:
+            taking = asyncio.get_running_loop().create_future()
+            for limit in short:
+                self._taking[limit.queue] = taking
+            try:
+                await self._take(short, now)
+            finally:
+                for limit in short:
+                    del self._taking[limit.queue]
+                taking.set_result(None)
+        for wait in waits:
+            await asyncio.shield(wait)
+
+    async def _take(self, limits: list[QueueLimit], now: int) -> None:
+        sizes = [block_size(limit) for limit in limits]
+        params = (
+            now,
+            [limit.queue for limit in limits],
+            sizes,
+            [limit.rate_max for limit in limits],
+            [limit.rate_period_millis for limit in limits],
+            now,
+            now,
+        )
+        rows = await self.db.fetch("rate_block", self.queries.take_rate_block, params)
+        by_queue = {limit.queue: (limit, size) for limit, size in zip(limits, sizes, strict=True)}
+        for queue, first in rows:
+            limit, size = by_queue.pop(queue)
+            self.blocks.setdefault(queue, []).append(Block(limit, float(first), size))
+            self._retry_at.pop(queue, None)
+            self.taken += 1
+        for queue, (limit, _) in by_queue.items():  # none: claims take the rate under the lock a while
+            self._retry_at[queue] = now + limit.rate_period_millis * LATE_SHARE
