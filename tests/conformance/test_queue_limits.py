@@ -178,15 +178,15 @@ async def test_two_servers_racing_for_a_spent_rate_admit_one_claim(postgres_sche
 
 
 async def test_two_servers_drain_a_fast_rate_in_blocks(postgres_schema: str) -> None:
-    """A rate of 800 claims per 80 s (blocks of 8 moments 100 ms apart, each spent at most 800
-    ms late: rate_blocks.py) on a queue two servers drain: every step ran once at its first
+    """A rate of 160 claims per 16 s (blocks of up to 8 moments 100 ms apart, each spent at most
+    800 ms late: rate_blocks.py) on a queue two servers drain: every step ran once at its first
     attempt, the claims went through blocks, and no second holds more claims than the blocks
     allow, (1000 + 800) / 100 + 1 = 19 (one claim at a time under the row's lock: 11)."""
     harness = Harness("postgres", ExecutionMode.SERVER, postgres_schema)
     bp = harness.define("blocks").step(lambda ctx: {**ctx, "done": True}, name="call").build()
     async with harness.server() as one, harness.server() as two:
         await one.client.register(bp)
-        await one.client.set_queue_limit(bp.name, rate_max=800, rate_period=80.0)
+        await one.client.set_queue_limit(bp.name, rate_max=160, rate_period=16.0)
         async with one.worker([bp], harness.options()), two.worker([bp], harness.options()):
             infos = [await (one if i % 2 else two).client.start(bp, {"n": i}) for i in range(40)]
             done = [await harness.finish(one, info.instance_id, timeout=60) for info in infos]

@@ -13,7 +13,14 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wiggle._storage.postgres.rate_blocks import BLOCK_MAX, LATE_SHARE, Block, block_size
+from wiggle._storage.postgres.rate_blocks import (
+    BLOCK_MAX,
+    BLOCK_MIN,
+    LATE_SHARE,
+    Block,
+    RateBlocks,
+    block_size,
+)
 from wiggle._storage.queue_limits import QueueLimit, _tolerance
 
 
@@ -22,61 +29,77 @@ def rate(rate_max: int, period_millis: int = 1000, max_running: int = 0) -> Queu
 
 
 def test_only_fast_rates_without_max_running_come_in_blocks() -> None:
-    assert block_size(rate(799)) == 0  # under 8 moments in LATE_SHARE of the period
-    assert block_size(rate(800)) == 8
-    assert block_size(rate(5_000, 10_000)) == 50
+    assert LATE_SHARE == 0.05  # the figures below
+    assert block_size(rate(159)) == 0  # under 8 moments in LATE_SHARE of the period
+    assert block_size(rate(160)) == 8
+    assert block_size(rate(5_000, 10_000)) == 250
     assert block_size(rate(1_000_000)) == BLOCK_MAX
     assert block_size(rate(1_000_000, max_running=4)) == 0  # its RUNNING count is read under the lock
     assert block_size(rate(0)) == 0
 
 
 def test_a_blocks_moments_are_due_in_turn_and_lost_when_late() -> None:
-    block = Block(rate(1000), first=1000.0, count=10)  # moments 1000, 1001, ... 1009; late after 10 ms
+    block = Block(rate(1000), first=1000.0, count=10)  # moments 1000, 1001, ... 1009; late after 50 ms
     assert block.due(999) == 0
     assert block.due(1000) == 1
     assert block.due(1004) == 5
     assert block.spend(3, 1004) == 3 and block.due(1004) == 2
-    assert block.due(1012) == 7  # 1000 and 1001 are more than 10 ms behind: lost (not spent: 3 were)
-    assert block.due(1015) == 5  # 1000..1004 lost
-    assert not block.done(1015)
-    assert block.spend(99, 1015) == 5 and block.done(1015) and block.due(1015) == 0
+    assert block.due(1052) == 7  # 1000 and 1001 are more than 50 ms behind: lost (not spent: 3 were)
+    assert block.due(1055) == 5  # 1000..1004 lost
+    assert not block.done(1055)
+    assert block.spend(99, 1055) == 5 and block.done(1055) and block.due(1055) == 0
+
+
+def test_a_servers_blocks_follow_its_demand() -> None:
+    """Blocks sized by what the server spends per millisecond, for twice the lateness allowed (50
+    ms of a 1 s period): a steady 4 a millisecond takes blocks of about 400, and what the blocks
+    held stays within about twice what was spent."""
+    blocks = RateBlocks(None, None)  # type: ignore[arg-type]  # no IO here
+    limit = rate(1_000_000)
+    assert blocks.next_size(limit, 0) == BLOCK_MIN  # nothing spent yet
+    sizes = []
+    spent = 0
+    for now in range(0, 1000):
+        for wanted in blocks.wanted([limit], 4, now):
+            sizes.append(blocks.next_size(wanted, now))
+            blocks.took(wanted, float(now), sizes[-1], now)
+        spent += blocks.spend("q", 4, now)
+    assert spent >= 4 * 990, spent  # short only while the first blocks were small
+    assert 300 <= sizes[-1] <= 500 and max(sizes) <= 500, sizes
+    assert sum(sizes) <= 2.5 * spent, (sum(sizes), spent)
 
 
 def test_a_sub_millisecond_rate_is_due_a_millisecond_ahead() -> None:
     block = Block(rate(1_000_000), first=1000.0, count=256)  # 256 moments within 0.256 ms
     assert block.due(1000) == 256  # the rate's tolerance: the rest of the millisecond
-    assert block.due(1011) == 0 and block.done(1011)  # all more than 10 ms behind
+    assert block.due(1051) == 0 and block.done(1051)  # all more than 50 ms behind
 
 
-def take_block(row: list[float], limit: QueueLimit, now: int) -> Block | None:
-    """The statement ``take_rate_block`` (wiggle/_storage/postgres/statements.py), in Python."""
+def take_block(row: list[float], limit: QueueLimit, size: int, now: int) -> float | None:
+    """The statement ``take_rate_block`` (wiggle/_storage/postgres/statements.py), in Python:
+    the block's first moment, or None if the rate's next moment is not due."""
     interval = limit.rate_period_millis / limit.rate_max
     start = max(row[0], float(now))
     if start > now + _tolerance(interval) + 1e-6:
         return None
-    size = block_size(limit)
     row[0] = start + size * interval
-    return Block(limit, start, size)
+    return start
 
 
 def simulate(limit: QueueLimit, demands: list[tuple[int, int, int]], servers: int = 3) -> list[int]:
-    """The claims' moments when servers ask for (server, at, want) claims in turn, each taking a
-    block when its own have few moments due (as RateBlocks.fill) and spending what is due, oldest
-    block first (as RateBlocks.spend)."""
+    """The claims' moments when servers ask for (server, at, want) claims in turn: each server's
+    RateBlocks decides when to take a block and of what size, the model of the statement gives
+    it, and the claim spends what is due (as PostgresStore.claim)."""
     row = [0.0]  # the rate's row: its next moment
-    blocks: dict[int, list[Block]] = {n: [] for n in range(servers)}
+    nodes = {n: RateBlocks(None, None) for n in range(servers)}  # type: ignore[arg-type]  # no IO here
     claims: list[int] = []
     for server, at, want in sorted(demands, key=lambda d: d[1]):
-        mine = [b for b in blocks[server] if not b.done(at)]
-        if sum(b.due(at) for b in mine) < min(want, block_size(limit) // 2 + 1):
-            block = take_block(row, limit, at)
-            if block is not None:
-                mine.append(block)
-        blocks[server] = mine
-        took = 0
-        for block in mine:
-            took += block.spend(want - took, at)
-        claims.extend([at] * took)
+        blocks = nodes[server]
+        for wanted in blocks.wanted([limit], want, at):
+            size = blocks.next_size(wanted, at)
+            blocks.took(wanted, take_block(row, wanted, size, at), size, at)
+        due = blocks.due(limit.queue, limit, at)
+        claims.extend([at] * blocks.spend(limit.queue, min(want, due), at))
     return sorted(claims)
 
 
@@ -112,12 +135,12 @@ def test_servers_spending_blocks_never_pass_the_rate_by_more_than_the_late_share
 
 
 def test_moments_kept_past_their_lateness_would_pass_the_rate() -> None:
-    """Three servers each take a block and spend one moment of it, a fourth then uses the whole
-    rate for a second, and the three ask for more at its end: their old moments are lost, so the
-    second holds no more than the bound (kept, they would add 27 claims to it)."""
-    limit = rate(1000)  # blocks of 10 moments 1 ms apart
-    hoard = [(0, 0, 1), (1, 10, 1), (2, 20, 1)]
-    steady = [(3, at, 1) for at in range(30, 1030)]
-    burst = [(server, 1029, 64) for server in range(3)]
-    claims = simulate(limit, hoard + steady + burst, servers=4)
+    """Ten servers each take a block and spend one moment of it, an eleventh then uses the whole
+    rate for a second, and the ten ask for more at its end: their old moments are lost, so that
+    second holds no more than the bound (kept, they would add 70 claims to it: 1,070 > 1,051)."""
+    limit = rate(1000)  # moments 1 ms apart; blocks of at least 8
+    hoard = [(server, 8 * server, 1) for server in range(10)]  # each at its block's first moment
+    steady = [(10, at, 1) for at in range(80, 1080)]
+    burst = [(server, 1079, 64) for server in range(10)]
+    claims = simulate(limit, hoard + steady + burst, servers=11)
     assert most_in_a_window(claims, 1000) <= bound(limit)

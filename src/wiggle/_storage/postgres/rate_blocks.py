@@ -15,8 +15,10 @@ A moment is spent no earlier than a claim at it could be (the rate's tolerance) 
 ``LATE_SHARE`` of the period after it; one not spent by then is lost (the rate then admits less,
 never more). The moments of all servers are the rate's own, spaced one interval apart, so any
 window of the period holds at most ``rate_max`` claims plus those whose moments are up to that
-late: at most ``rate_max * (1 + LATE_SHARE) + 1``. A block holds ``LATE_SHARE`` of the rate (at
-most ``BLOCK_MAX`` moments), so what a server can lose at once is small too.
+late: at most ``rate_max * (1 + LATE_SHARE) + 1``, 5% over the rate at worst (a rate of fewer
+than 160 claims a period is exact). A block holds at most ``LATE_SHARE`` of the rate (and
+``BLOCK_MAX`` moments), sized by the server's own demand (``RateBlocks``), so what a server can
+lose at once is small too.
 """
 
 from __future__ import annotations
@@ -31,16 +33,18 @@ from .statements import Queries
 
 __all__ = ["BLOCK_MAX", "BLOCK_MIN", "LATE_SHARE", "RateBlocks", "block_size"]
 
-#: How late (a share of the rate's period) a moment of a block may still be spent.
-LATE_SHARE = 0.01
+#: How late (a share of the rate's period) a moment of a block may still be spent. A smaller share
+#: keeps a fast rate closer to exact, but a block's life is about this long, and one taken every
+#: few claims costs what a write of the row per claim did (bench/README.md, "Round ten").
+LATE_SHARE = 0.05
 #: The fewest moments a block holds: a slower rate is taken claim by claim, under the row's lock.
 BLOCK_MIN = 8
 #: The most moments a block holds.
-BLOCK_MAX = 256
+BLOCK_MAX = 4096
 
 
 def block_size(limit: QueueLimit) -> int:
-    """How many moments a block of ``limit``'s rate holds; 0 if the rate is taken claim by claim."""
+    """The most moments a block of ``limit``'s rate holds; 0 if the rate is taken claim by claim."""
     if not limit.rate_max or limit.max_running:
         return 0
     size = int(limit.rate_max * LATE_SHARE)  # the moments of LATE_SHARE of the period
@@ -89,12 +93,20 @@ class Block:
 
 
 class RateBlocks:
-    """This server's blocks of the fast rates of its queues (see the module docstring)."""
+    """This server's blocks of the fast rates of its queues (see the module docstring).
+
+    A block's size follows the server's own demand: what it spent per millisecond since its last
+    block, for twice the time a moment may be late (so a block lasts about that long), from
+    ``BLOCK_MIN`` up to ``block_size`` (5% of the rate). A moment a server does not spend is lost
+    capacity of the rate; sized so, a server's blocks hold about twice what it spends, and a
+    server that claims little takes small blocks."""
 
     def __init__(self, db: Database, queries: Queries) -> None:
         self.db = db
         self.queries = queries
         self.blocks: dict[str, list[Block]] = {}
+        self._spent: dict[str, int] = {}  # queue -> moments spent since its last block was taken
+        self._since: dict[str, int] = {}  # queue -> when its last block was taken (ms)
         self._taking: dict[str, asyncio.Future[None]] = {}
         # queue -> when to try again after its rate gave no block (its next moment was not due)
         self._retry_at: dict[str, float] = {}
@@ -104,10 +116,16 @@ class RateBlocks:
         """Drop the blocks of ``queue`` (its limits changed through this server)."""
         self.blocks.pop(queue, None)
         self._retry_at.pop(queue, None)
+        self._spent.pop(queue, None)
+        self._since.pop(queue, None)
 
     def due(self, queue: str, limit: QueueLimit, now: int) -> int:
         """How many moments of ``queue``'s blocks for ``limit`` may be spent at ``now``."""
-        blocks = self._live(queue, limit, now)
+        blocks = [b for b in self.blocks.get(queue, ()) if b.limit == limit and not b.done(now)]
+        if blocks:
+            self.blocks[queue] = blocks
+        else:
+            self.blocks.pop(queue, None)
         return sum(block.due(now) for block in blocks)
 
     def spend(self, queue: str, want: int, now: int) -> int:
@@ -117,28 +135,45 @@ class RateBlocks:
             took += block.spend(want - took, now)
             if took == want:
                 break
+        self._spent[queue] = self._spent.get(queue, 0) + took
         return took
 
-    def _live(self, queue: str, limit: QueueLimit, now: int) -> list[Block]:
-        blocks = [b for b in self.blocks.get(queue, ()) if b.limit == limit and not b.done(now)]
-        if blocks:
-            self.blocks[queue] = blocks
-        else:
-            self.blocks.pop(queue, None)
-        return blocks
+    def next_size(self, limit: QueueLimit, now: int) -> int:
+        """The size of ``limit``'s queue's next block: what this server spent per millisecond
+        since its last block, for twice the lateness a moment is allowed (see the class docstring)."""
+        late = limit.rate_period_millis * LATE_SHARE
+        elapsed = max(1, now - self._since.get(limit.queue, now))
+        size = math.ceil(2 * late * self._spent.get(limit.queue, 0) / elapsed)
+        return min(block_size(limit), max(BLOCK_MIN, size))
 
-    async def fill(self, limits: list[QueueLimit], want: int, now: int) -> None:
-        """Take a block of each rate of ``limits`` whose blocks have few moments due at ``now``
-        (fewer than ``want`` or than half a block), in one statement. A rate whose next moment is
-        not due, or whose row no longer says this rate, gives none: its claims take it under the
-        row's lock, and no block is asked for again for ``LATE_SHARE`` of its period."""
-        short = [
+    def wanted(self, limits: list[QueueLimit], want: int, now: int) -> list[QueueLimit]:
+        """The rates of ``limits`` to take a block of before a claim of up to ``want`` at ``now``:
+        fewer moments due than ``want`` and than half their next block, none being taken, and no
+        refusal in the last ``LATE_SHARE`` of the period."""
+        return [
             limit
             for limit in limits
-            if self.due(limit.queue, limit, now) < min(want, block_size(limit) // 2 + 1)
+            if self.due(limit.queue, limit, now) < min(want, self.next_size(limit, now) // 2 + 1)
             and limit.queue not in self._taking
             and self._retry_at.get(limit.queue, 0) <= now
         ]
+
+    def took(self, limit: QueueLimit, first: float | None, size: int, now: int) -> None:
+        """Record a block of ``size`` moments from ``first`` (None: the rate gave none)."""
+        if first is None:
+            self._retry_at[limit.queue] = now + limit.rate_period_millis * LATE_SHARE
+            return
+        self.blocks.setdefault(limit.queue, []).append(Block(limit, first, size))
+        self._retry_at.pop(limit.queue, None)
+        self._spent[limit.queue] = 0
+        self._since[limit.queue] = now
+        self.taken += 1
+
+    async def fill(self, limits: list[QueueLimit], want: int, now: int) -> None:
+        """Take a block of each rate of ``limits`` that ``wanted`` names, in one statement (a rate
+        whose next moment is not due, or whose row no longer says this rate, gives none: its claims
+        take it under the row's lock a while), or wait for the one being taken."""
+        short = self.wanted(limits, want, now)
         waits = [self._taking[limit.queue] for limit in limits if limit.queue in self._taking]
         if short:
             taking = asyncio.get_running_loop().create_future()
@@ -154,7 +189,7 @@ class RateBlocks:
             await asyncio.shield(wait)
 
     async def _take(self, limits: list[QueueLimit], now: int) -> None:
-        sizes = [block_size(limit) for limit in limits]
+        sizes = [self.next_size(limit, now) for limit in limits]
         params = (
             now,
             [limit.queue for limit in limits],
@@ -164,12 +199,7 @@ class RateBlocks:
             now,
             now,
         )
-        rows = await self.db.fetch("rate_block", self.queries.take_rate_block, params)
-        by_queue = {limit.queue: (limit, size) for limit, size in zip(limits, sizes, strict=True)}
-        for queue, first in rows:
-            limit, size = by_queue.pop(queue)
-            self.blocks.setdefault(queue, []).append(Block(limit, float(first), size))
-            self._retry_at.pop(queue, None)
-            self.taken += 1
-        for queue, (limit, _) in by_queue.items():  # none: claims take the rate under the lock a while
-            self._retry_at[queue] = now + limit.rate_period_millis * LATE_SHARE
+        rows = dict(await self.db.fetch("rate_block", self.queries.take_rate_block, params))
+        for limit, size in zip(limits, sizes, strict=True):
+            first = rows.get(limit.queue)
+            self.took(limit, None if first is None else float(first), size, now)
