@@ -138,7 +138,7 @@ async def drain_on_two_servers(
     """Start ``count`` instances of a one-step workflow on a queue with that rate, on two servers
     sharing one database with a worker each, and drain them in real time. Every step ran once at
     its first attempt (asserted); the claims' moments (both servers run in this process: one
-    clock) and the rate blocks each server took."""
+    clock), the rate blocks each server took and the steps each handed off."""
     harness = Harness("postgres", ExecutionMode.SERVER, postgres_schema)
     bp = harness.define(name).step(lambda ctx: {**ctx, "done": True}, name="call").build()
     async with harness.server() as one, harness.server() as two:
@@ -149,10 +149,11 @@ async def drain_on_two_servers(
             done = [await harness.finish(one, info.instance_id, timeout=60) for info in infos]
             histories = [await one.client.history(d.instance_id) for d in done]
         taken = [server.server.store.rate_blocks.taken for server in (one, two)]  # type: ignore[attr-defined]
+        handed = [server.server.instances.handed_off for server in (one, two)]
     assert all(d.status == "COMPLETED" for d in done), [d.error for d in done]
     steps = [[(e.node_id, e.outcome, e.attempt) for e in h if e.kind == "TASK"] for h in histories]
     assert all(s == [("call", "COMPLETED", 1)] for s in steps), steps
-    return sorted(h[0].started_at for h in histories), taken
+    return sorted(h[0].started_at for h in histories), taken, handed
 
 
 def most_in_a_second(claims: list[int]) -> int:
@@ -162,9 +163,9 @@ def most_in_a_second(claims: list[int]) -> int:
 async def test_a_queue_rate_holds_across_two_servers(postgres_schema: str) -> None:
     """Two servers on one database, a worker on each, real time: however the claims fall between
     the servers, no second holds more than the queue's rate (a bound on counts, not on speed)."""
-    claims, taken = await drain_on_two_servers(postgres_schema, "two-servers", 10, 1.0, 25)
+    claims, taken, handed = await drain_on_two_servers(postgres_schema, "two-servers", 10, 1.0, 25)
     assert most_in_a_second(claims) <= 10, [c - claims[0] for c in claims]
-    assert taken == [0, 0]  # a slow rate: claim by claim, under the row's lock
+    assert taken == [0, 0] and handed == [0, 0]  # a slow rate: claim by claim, under the row's lock
 
 
 async def test_two_servers_racing_for_a_spent_rate_admit_one_claim(postgres_schema: str) -> None:
@@ -196,6 +197,6 @@ async def test_two_servers_drain_a_fast_rate_in_blocks(postgres_schema: str) -> 
     800 ms late: rate_blocks.py) on a queue two servers drain: the claims went through blocks, and
     no second holds more claims than the blocks allow, (1000 + 800) / 100 + 1 = 19 (one claim at
     a time under the row's lock: 11)."""
-    claims, taken = await drain_on_two_servers(postgres_schema, "blocks", 160, 16.0, 40)
+    claims, taken, _ = await drain_on_two_servers(postgres_schema, "blocks", 160, 16.0, 40)
     assert sum(taken) > 0, taken
     assert most_in_a_second(claims) <= 19, [c - claims[0] for c in claims]

@@ -24,6 +24,7 @@ from wiggle._server.instances import Instances
 from wiggle._storage import handoff as handoff_module
 from wiggle._storage.base import NewInstance, Store
 from wiggle._storage.memory import MemoryStore
+from wiggle._storage.queue_limits import QueueLimit
 from wiggle.errors import Unavailable
 
 QUEUE = "q"  # every task node below runs on it
@@ -339,3 +340,22 @@ async def test_a_report_whose_commit_fails_or_is_retried_hands_off_once(failure:
         assert second.token.node_id == "b" and second.token.lease_owner == "w"
         (token,) = (await layer.get_instance(view.instance.id)).tokens
         assert token.id == second.token.id and token.status == TokenStatus.RUNNING
+
+
+@pytest.mark.parametrize(("rate_max", "handed"), [(1_000_000, 1), (100, 0)])
+async def test_a_fast_rate_lets_the_commit_hand_a_step_off(rate_max: int, handed: int) -> None:
+    """On PostgreSQL, a queue rate of 160 or more claims a second comes in blocks of moments
+    (wiggle/_storage/postgres/rate_blocks.py): the commit that makes a step READY hands it to the
+    waiting poll, spending a moment of the server's block as the claim before it would have. A
+    slower rate is exact, taken claim by claim: its steps are claimed, never handed off."""
+    async with instance_layer("postgres", _two_steps()) as layer:
+        await layer.store.set_queue_limit(QueueLimit(queue=QUEUE, rate_max=rate_max, rate_period_millis=1000))
+        await layer.start("two", "", {"n": 1}, "")
+        (claimed,) = await layer.poll("w", [QUEUE], 4, 5.0)  # a claim (it takes a block if it can)
+        assert layer.handed_off == 0
+        poll = await _waiting(layer)
+        await layer.complete(claimed.token.id, "w", {"n": 2}, None)
+        (second,) = await asyncio.wait_for(poll, 10.0)
+        assert second.token.node_id == "b" and second.context == {"n": 2}
+        assert layer.handed_off == handed
+        assert layer.store.rate_blocks.taken == handed  # type: ignore[attr-defined]

@@ -201,7 +201,10 @@ class Delivery:
             if token.status != TokenStatus.READY or token.available_at > now:
                 continue
             queue = token.queue
-            if token.limit_key or token.rate_key or queue in limited:  # under a limit: only a claim counts it
+            if token.limit_key or token.rate_key:  # under a step's limit: only a claim counts it
+                continue
+            under_limit = queue in limited
+            if under_limit and not self.store.hand_off_admits(queue, now):
                 continue
             share = shares.get(queue)
             if share is None:
@@ -219,6 +222,8 @@ class Delivery:
                 changes.handoffs.append(share)
                 shares[queue] = share
             handoff = share.handoff
+            if under_limit and not self.store.hand_off_admits(queue, now, spend=True):
+                continue  # (its first step always passes: nothing ran since the check above)
             timings.claimed(loaded, token, now)
             share.add(claim(loaded, state, token, handoff.worker_id, now, changes, handoff.lease_millis))
             self.handed_off += 1

@@ -188,8 +188,17 @@ class Store(abc.ABC):
         #: instance layer's clock, set by ``Instances`` (wiggle/_clock.py); the wall clock if unset.
         self.clock: Clock = WALL_CLOCK
         #: The queues with limits (wiggle/_storage/queue_limits.py) as this store last knew them;
-        #: their steps go through claims only, never the hand-off (wiggle/_server/delivery.py).
+        #: their steps go through claims only, never the hand-off (wiggle/_server/delivery.py),
+        #: unless ``hand_off_admits`` says the limit allows it.
         self.limited_queues: dict[str, QueueLimit] = {}
+
+    def hand_off_admits(self, queue: str, now: int, spend: bool = False) -> bool:
+        """Whether a READY step of limited ``queue`` may be handed to a waiting poll at ``now``,
+        counted against the limit as a claim would be (``spend``: count it now), with no
+        statement: the hand-off runs inside another commit's transition. False here: such steps
+        are claimed. The PostgreSQL store says True while a fast rate's blocks have a moment due
+        (postgres/rate_blocks.py)."""
+        return False
 
     async def open(self) -> None:  # noqa: B027 (optional hook: the memory store needs none)
         """Connect, migrate, load caches."""

@@ -24,12 +24,16 @@ lose at once is small too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 from dataclasses import dataclass, field
 
 from ..queue_limits import QueueLimit, _tolerance
 from .db import Database
 from .statements import Queries
+
+log = logging.getLogger("wiggle.server")
 
 __all__ = ["BLOCK_MAX", "BLOCK_MIN", "LATE_SHARE", "RateBlocks", "block_size"]
 
@@ -110,6 +114,7 @@ class RateBlocks:
         self._taking: dict[str, asyncio.Future[None]] = {}
         # queue -> when to try again after its rate gave no block (its next moment was not due)
         self._retry_at: dict[str, float] = {}
+        self._background: set[asyncio.Future[None]] = set()  # fill_soon's
         self.taken = 0  # blocks taken so far (tests, bench)
 
     def forget(self, queue: str) -> None:
@@ -168,6 +173,22 @@ class RateBlocks:
         self._spent[limit.queue] = 0
         self._since[limit.queue] = now
         self.taken += 1
+
+    def fill_soon(self, limit: QueueLimit, now: int) -> None:
+        """Take a block of ``limit``'s rate in the background, if ``wanted`` says so: for the
+        hand-off, which spends moments inside another commit's transition and cannot wait for one."""
+        if not self.wanted([limit], 1, now):
+            return
+        task = asyncio.ensure_future(self._fill_quietly(limit, now))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _fill_quietly(self, limit: QueueLimit, now: int) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            try:
+                await self.fill([limit], 1, now)
+            except Exception as exc:  # the claims take the rate under the lock meanwhile
+                log.debug("rate block for queue %s not taken: %s", limit.queue, exc)
 
     async def fill(self, limits: list[QueueLimit], want: int, now: int) -> None:
         """Take a block of each rate of ``limits`` that ``wanted`` names, in one statement (a rate

@@ -337,22 +337,15 @@ class PostgresStore(Store):
                 # unlimited: two claims at one moment under a rate).
                 limits = self.limited_queues
                 limited = {queue for queue in queues if queue in limits} if limits else set()
-                blocks = self.rate_blocks
-                budgets = {  # the fast rates with moments due: spent from this node's blocks
-                    queue: due
-                    for queue in limited
-                    if block_size(limits[queue]) and (due := blocks.due(queue, limits[queue], now))
-                }
+                budgets = self._spend_rate_blocks(limited, limits, tokens, max_tasks, now)
                 locked = limited - budgets.keys()
                 admission = None
                 if limited or any(token.limit_key or token.rate_key for token in tokens):
                     admission = Admission(
-                        rows, tokens, locked & {token.queue for token in tokens}, max_tasks, dict(budgets)
+                        rows, tokens, locked & {token.queue for token in tokens}, max_tasks, budgets
                     )
                     await admission.run(conn, pipeline, q, self._limit_lock_class, now, self._rate_now())
                     rows, tokens = admission.rows, admission.tokens
-                    for queue, due in budgets.items():
-                        blocks.spend(queue, due - admission.budgets[queue], now)
                 elif len(rows) > max_tasks:
                     rows, tokens = rows[:max_tasks], tokens[:max_tasks]
                 states: dict[str, tuple[InstanceState, Changes]] = {}
@@ -384,6 +377,34 @@ class PostgresStore(Store):
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
+
+    def hand_off_admits(self, queue: str, now: int, spend: bool = False) -> bool:
+        limit = self.limited_queues.get(queue)
+        if limit is None or not block_size(limit):
+            return False
+        if not self.rate_blocks.due(queue, limit, now):
+            self.rate_blocks.fill_soon(limit, now)  # for the next ones
+            return False
+        return not spend or self.rate_blocks.spend(queue, 1, now) == 1  # a moment of this node's blocks
+
+    def _spend_rate_blocks(
+        self, limited: set[str], limits: dict[str, QueueLimit], tokens: list[Token], want: int, now: int
+    ) -> dict[str, int]:
+        """Per limited queue whose rate comes in blocks (rate_blocks.py) and has moments due: the
+        moments this claim spends, as many as it has rows of the queue (up to ``want``). Spent
+        here, before the claim awaits anything, so that claims running at once on this server never
+        count the same moments; what the admission then leaves unused is lost (the rate admits
+        less, never more)."""
+        budgets: dict[str, int] = {}
+        blocks = self.rate_blocks
+        for queue in limited:
+            limit = limits[queue]
+            if not block_size(limit) or not blocks.due(queue, limit, now):
+                continue
+            rows = sum(1 for token in tokens if token.queue == queue)
+            if rows:
+                budgets[queue] = blocks.spend(queue, min(rows, want), now)
+        return budgets
 
     async def _candidates(
         self, conn: Conn, pipeline: Any, queues: list[str], max_tasks: int, now: int
