@@ -316,21 +316,37 @@ class Queries:
             "FROM {s}.tokens t JOIN {s}.instances i ON i.id = t.instance_id "
             "WHERE t.status = 'READY' AND t.queue = {queue} AND t.available_at <= %s "
             f"AND {UNDER_LIMIT} AND {RATE_OPEN} "
-            # a claim's further rounds (store.py): past the keys and steps it already found
-            "AND t.limit_key <> ALL(%s::text[]) AND t.id <> ALL(%s::text[]) "
+            "{past}"
             # ties (one millisecond, one priority) in id order: ids are time-sortable, so FIFO holds
             f"ORDER BY {RANK}, t.id LIMIT %s FOR UPDATE OF t, i SKIP LOCKED"
         )
-        # One queue: an ordered scan of tokens_ready, stopping after LIMIT rows that could be locked.
-        self.claim_one = q(claim.replace("{queue}", "%s"))
-        # Several: the same per queue (a "queue = ANY" scan would sort every due token), then the
-        # oldest of those. It may lock up to LIMIT tokens per queue for the transaction's few
-        # milliseconds; the ones not taken stay READY (next_ready_at makes pollers look again).
-        self.claim_many = q(
-            "SELECT c.* FROM unnest(%s::text[]) AS qs(queue) CROSS JOIN LATERAL ("
-            + claim.replace("{queue}", "qs.queue")
-            + ") c ORDER BY c.claim_rank LIMIT %s"
-        )
+        # a claim's further rounds (store.py): past the keys and steps it already found
+        past = "AND t.limit_key <> ALL(%s::text[]) AND t.id <> ALL(%s::text[]) "
+
+        def one(past: str) -> str:
+            # One queue: an ordered scan of tokens_claim, stopping after LIMIT rows that could be locked.
+            return q(claim.replace("{queue}", "%s").replace("{past}", past))
+
+        def many(past: str) -> str:
+            # Several: the same per queue (a "queue = ANY" scan would sort every due token), then
+            # the oldest of those. It may lock up to LIMIT tokens per queue for the transaction's
+            # few milliseconds; the ones not taken stay READY (next_ready_at makes pollers look again).
+            return q(
+                "SELECT c.* FROM unnest(%s::text[]) AS qs(queue) CROSS JOIN LATERAL ("
+                + claim.replace("{queue}", "qs.queue").replace("{past}", past)
+                + ") c ORDER BY c.claim_rank LIMIT %s"
+            )
+
+        # A claim's first round runs under its generic plan, planned once per connection: left to
+        # PostgreSQL (plan_cache_mode = auto), a LIMIT given as a parameter makes the generic plan
+        # look costlier than any custom one, and every claim was planned again (about 1 ms of the
+        # database's CPU each, more than the claim itself: docs/postgres-plans.md#one-plan-per-claim).
+        # The further rounds keep auto: with their "<> ALL" of unknown arrays the generic plan
+        # expects one row and sorts every due token of the queue.
+        self.claim_one_first, self.claim_many_first = one(""), many("")
+        self.claim_one, self.claim_many = one(past), many(past)
+        self.generic_plans = "SET LOCAL plan_cache_mode = force_generic_plan"
+        self.default_plans = "SET LOCAL plan_cache_mode TO DEFAULT"
 
     def _limits(self, q: Callable[[str], str]) -> None:
         """A claim's limits (limits.py Admission): key locks, queue limits, per-key rates."""

@@ -421,7 +421,9 @@ class PostgresStore(Store):
         (docs/flow-control.md#fair-claims-across-keys). The bounds keep a claim's reads and row
         locks a small multiple of what it takes, whatever the backlog."""
         q = self.queries
-        text = q.claim_one if len(queues) == 1 else q.claim_many
+        opening, text = (
+            (q.claim_one_first, q.claim_one) if len(queues) == 1 else (q.claim_many_first, q.claim_many)
+        )
         queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
         rate_now = self._rate_now()
         rows: list[Any] = []
@@ -430,8 +432,14 @@ class PostgresStore(Store):
         enough_keys = 2 * max_tasks + 8
         for round_ in range(CLAIM_ROUNDS):
             limit = max_tasks * 2**round_
-            params = (queue_param, now, rate_now, keys, [t.id for t in tokens], limit)
-            cur = await conn.execute(text, params + ((limit,) if len(queues) > 1 else ()), binary=True)
+            limits = (limit, limit) if len(queues) > 1 else (limit,)
+            if round_ == 0:  # under its one generic plan (statements.py, _claims)
+                await conn.execute(q.generic_plans)
+                cur = await conn.execute(opening, (queue_param, now, rate_now) + limits, binary=True)
+                await conn.execute(q.default_plans)
+            else:
+                params = (queue_param, now, rate_now, keys, [t.id for t in tokens])
+                cur = await conn.execute(text, params + limits, binary=True)
             await pipeline.sync()
             found = await cur.fetchall()
             rows.extend(found)
