@@ -34,13 +34,10 @@ from ..queue_limits import QueueLimit, admit, rate_admit
 from .db import Conn
 from .statements import Queries
 
-__all__ = ["Admission", "CLAIM_ROUNDS", "LIMITS_TTL_SECONDS"]
+__all__ = ["Admission", "LIMITS_TTL_SECONDS"]
 
 #: How long a node uses the queue limits it read before reading them again.
 LIMITS_TTL_SECONDS = 1.0
-
-#: The most statements a claim runs to find its rows (store.py ``_candidates``).
-CLAIM_ROUNDS = 3
 
 
 class Admission:

@@ -39,13 +39,14 @@ from ..handoff import settle
 from ..ops import NodeInfo, QueueStat, Readiness
 from ..queue_limits import QueueLimit, check_queue_limit, describe, next_admit_at
 from . import ops
+from .candidates import claim_candidates
 from .cluster import Cluster
-from .codecs import N_TOKEN, instance_from, token_from, views
+from .codecs import N_TOKEN, instance_from, views
 from .context_indexes import ensure_context_indexes
 from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
-from .limits import CLAIM_ROUNDS, LIMITS_TTL_SECONDS, Admission
+from .limits import LIMITS_TTL_SECONDS, Admission
 from .migrations import check_schema, lock_key, migrate
 from .rate_blocks import RateBlocks, block_size
 from .schedules import PostgresSchedules
@@ -316,7 +317,7 @@ class PostgresStore(Store):
         if not queues or max_tasks <= 0:
             return []
         q = self.queries
-        await self._limited(queues)  # read the limits again if this node's copy is older than its TTL
+        await self._refresh_limits()
         known = self.limited_queues
         fast = [known[queue] for queue in queues if queue in known and block_size(known[queue])]
         if fast:  # moments of the fast rates, taken ahead of the claim (rate_blocks.py)
@@ -327,7 +328,9 @@ class PostgresStore(Store):
             announced: list[tuple[str, Changes]] = []
             async with transaction(conn) as pipeline:
                 now = self.clock.now()
-                rows, tokens = await self._candidates(conn, pipeline, queues, max_tasks, now)
+                rows, tokens = await claim_candidates(
+                    conn, pipeline, self.queries, queues, max_tasks, now, self._rate_now()
+                )
                 if not rows:
                     return out, announced
                 # The limited queues as this node knows them now, after the rows were read, not
@@ -406,54 +409,16 @@ class PostgresStore(Store):
                 budgets[queue] = blocks.spend(queue, min(rows, want), now)
         return budgets
 
-    async def _candidates(
-        self, conn: Conn, pipeline: Any, queues: list[str], max_tasks: int, now: int
-    ) -> tuple[list[Any], list[Token]]:
-        """The READY rows a claim may take, locked, in claim-rank order, and their tokens.
-
-        One round takes the first ``max_tasks`` rows. Unless that many of them would be taken
-        first in the fair order whatever comes after them (rows without a concurrency-limit key,
-        or the first row of a key with no attempt running), or the rows found so far offer
-        ``enough_keys`` keys to choose from, further rounds (up to ``CLAIM_ROUNDS`` in all, each
-        taking twice as many rows as the one before) look past the keys found so far: the claim
-        can then take the steps of other keys instead of one more of a busy key (limits.py), and
-        is not cut short by one key's backlog ahead of the steps of keys with room
-        (docs/flow-control.md#fair-claims-across-keys). The bounds keep a claim's reads and row
-        locks a small multiple of what it takes, whatever the backlog."""
-        q = self.queries
-        opening, text = (
-            (q.claim_one_first, q.claim_one) if len(queues) == 1 else (q.claim_many_first, q.claim_many)
-        )
-        queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
-        rate_now = self._rate_now()
-        rows: list[Any] = []
-        tokens: list[Token] = []
-        keys: list[str] = []
-        enough_keys = 2 * max_tasks + 8
-        for round_ in range(CLAIM_ROUNDS):
-            limit = max_tasks * 2**round_
-            limits = (limit, limit) if len(queues) > 1 else (limit,)
-            if round_ == 0:  # under its one generic plan (statements.py, _claims)
-                await conn.execute(q.generic_plans)
-                cur = await conn.execute(opening, (queue_param, now, rate_now) + limits, binary=True)
-                await conn.execute(q.default_plans)
-            else:
-                params = (queue_param, now, rate_now, keys, [t.id for t in tokens])
-                cur = await conn.execute(text, params + limits, binary=True)
-            await pipeline.sync()
-            found = await cur.fetchall()
-            rows.extend(found)
-            tokens.extend(token_from(row) for row in found)
-            idle = {t.limit_key for t, row in zip(tokens, rows, strict=True) if t.limit_key and not row[-1]}
-            first = len(idle) + sum(1 for t in tokens if not t.limit_key)
-            keys = sorted({t.limit_key for t in tokens if t.limit_key})
-            if len(found) < limit or first >= max_tasks or len(keys) >= enough_keys:
-                break  # nothing further, enough that nothing further would come before, or choice enough
-        return rows, tokens
-
     async def _limited(self, queues: list[str]) -> set[str]:
         """The queues among ``queues`` that have limits, as this node last read them (at most a
         second ago: a limit set through another server applies here within a second)."""
+        await self._refresh_limits()
+        limits = self.limited_queues
+        return {queue for queue in queues if queue in limits} if limits else set()
+
+    async def _refresh_limits(self) -> None:
+        """Read the queue limits again if this node's copy (``limited_queues``) is older than
+        ``LIMITS_TTL_SECONDS``."""
         if time.monotonic() - self._limits_read > LIMITS_TTL_SECONDS:
             version = self._limits_version
             read_at = time.monotonic()
@@ -464,8 +429,6 @@ class PostgresStore(Store):
                     for r in rows
                 }
                 self._limits_read = read_at
-        limits = self.limited_queues
-        return {queue for queue in queues if queue in limits} if limits else set()
 
     async def set_queue_limit(self, limit: QueueLimit) -> None:
         check_queue_limit(limit)
