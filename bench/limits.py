@@ -4,10 +4,12 @@
     python bench/limits.py --rounds 3                       # the in-memory store
 
 Each round runs the 20-step x 1,000-instance drain (``wiggle bench``, pre-submitted) in SERVER,
-LOCAL_SYNC and LOCAL_ASYNC twice, alternating: plain, then with ``--limits`` — step s1 limited to
-one attempt at a time per instance (``Limit(key="n", max=1)``: every claim of s1 takes and counts
-its key) and a queue rate of 1,000,000 claims/s (every claim on the queue locks the queue's limits
-row and advances its rate). Neither binds; what is left is their cost. It prints every run, the
+LOCAL_SYNC and LOCAL_ASYNC twice, plain and with ``--limits``, in an order that flips each round
+(plain first in odd rounds, limited first in even ones: neither gains from going second). With
+``--limits``, step s1 is limited to one attempt at a time per instance (``Limit(key="n",
+max=1)``: every claim of s1 takes and counts its key) and the queue has a rate of 1,000,000
+claims/s (on PostgreSQL taken in blocks of moments, wiggle/_storage/postgres/rate_blocks.py,
+which each claim spends from). Neither binds; what is left is their cost. It prints every run, the
 medians side by side and the ratio limited / plain per mode (target: at least 0.90, i.e. at most
 10% fewer inst/s). The machine is shared: compare the ratios of one sitting, not absolute figures
 (bench/README.md).
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {"plain": [], "limits": []} for m in modes}
     for n in range(1, args.rounds + 1):
         for mode in modes:
-            for variant in ("plain", "limits"):
+            for variant in ("plain", "limits") if n % 2 else ("limits", "plain"):
                 runs[mode][variant].append(_bench(mode, variant == "limits", args))
                 print(f"round {n} {mode} {variant}: {runs[mode][variant][-1]}", file=sys.stderr, flush=True)
     table: dict[str, dict[str, float | None]] = {}

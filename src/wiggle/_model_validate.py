@@ -37,6 +37,7 @@ def validate_definition(definition: WorkflowDefinition) -> None:
             _check_limit(node)
         if node.rate is not None:
             _check_rate(node)
+    _check_groups(definition)
     for cp in definition.checkpoints:
         if cp not in graph.nodes or not graph.nodes[cp].is_worker_step:
             raise InvalidArgument(f"checkpoint {cp!r} is not a TASK or PREDICATE node of {definition.name!r}")
@@ -362,6 +363,34 @@ def _closure(start: Iterable[str], step: Callable[[str], Iterable[str]]) -> set[
         seen.add(n)
         stack.extend(step(n))
     return seen
+
+
+def _check_groups(definition: WorkflowDefinition) -> None:
+    """The steps of one workflow naming one concurrency or rate group give it one budget: the
+    same ``max`` (and ``period``). Each claim counts against its own step's figures, so two
+    budgets in one group would let the looser step run past the stricter one's
+    (docs/flow-control.md#per-key-rate-limits)."""
+    budgets: dict[tuple[str, str], tuple[str, tuple[object, ...], str]] = {}
+    for node in definition.nodes:
+        shares: list[tuple[str, str | None, tuple[object, ...], str]] = []
+        if node.limit is not None:
+            shares.append(("concurrency", node.limit.group, (node.limit.max,), f"max={node.limit.max}"))
+        if node.rate is not None:
+            rate = node.rate
+            shares.append(
+                ("rate", rate.group, (rate.max, rate.period), f"max={rate.max}, period={rate.period}")
+            )
+        for kind, group, budget, shown in shares:
+            if group is None:
+                continue
+            first_id, first_budget, first_shown = budgets.setdefault((kind, group), (node.id, budget, shown))
+            if first_budget != budget:
+                raise InvalidArgument(
+                    f"workflow {definition.name!r}: steps {first_id!r} and {node.id!r} share the {kind} "
+                    f"group {group!r} with different budgets ({first_shown} on {first_id!r}, {shown} on "
+                    f"{node.id!r}); the steps of a group must give it the same max"
+                    + (" and period" if kind == "rate" else "")
+                )
 
 
 def _check_rate(node: Node) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 
 import grpc
+import msgspec
 import pytest
 
 from wiggle import ExecutionMode, InvalidArgument, Limit, RateLimit, Workflow
@@ -143,6 +145,65 @@ async def test_bad_rate_limits_are_refused_when_the_workflow_is_built(harness: H
             harness.define("bad").step(lambda ctx: ctx, name="s", rate_limit=bad).build()
     with pytest.raises(InvalidArgument, match="wiggle.RateLimit"):
         Workflow.define("bad").step(lambda ctx: ctx, name="s", rate_limit=5)  # type: ignore[arg-type]
+
+
+async def test_one_group_with_two_budgets_in_a_workflow_is_refused_by_the_sdk_and_the_server(
+    harness: Harness,
+) -> None:
+    def two(first: dict[str, object], second: dict[str, object]) -> Workflow:
+        return (
+            harness.define("split")
+            .step(lambda ctx: ctx, name="a", **first)  # type: ignore[arg-type]
+            .step(lambda ctx: ctx, name="b", **second)  # type: ignore[arg-type]
+        )
+
+    rate = "rate group 'sms' with different budgets (max=10, period=1.0 on 'a', max=20, period=1.0 on 'b')"
+    for first, second, words in [
+        (
+            {"rate_limit": RateLimit(max=10, group="sms")},
+            {"rate_limit": RateLimit(max=20, group="sms")},
+            rate,
+        ),
+        (
+            {"rate_limit": RateLimit(max=10, period=1.0, group="sms")},
+            {"rate_limit": RateLimit(max=10, period=60.0, group="sms")},
+            "max=10, period=60.0 on 'b'",
+        ),
+        (
+            {"concurrency": Limit(key="c", max=1, group="card")},
+            {"concurrency": Limit(key="c", max=2, group="card")},
+            "concurrency group 'card' with different budgets (max=1 on 'a', max=2 on 'b')",
+        ),
+    ]:
+        with pytest.raises(InvalidArgument, match=re.escape(words)):
+            two(first, second).build()
+    # the same budget twice is one group; different groups (or none) are independent
+    two(
+        {"rate_limit": RateLimit(max=10, group="sms")}, {"rate_limit": RateLimit(max=10, group="sms")}
+    ).build()
+    two(
+        {"rate_limit": RateLimit(max=10, group="sms")}, {"rate_limit": RateLimit(max=20, group="mms")}
+    ).build()
+    two({"rate_limit": RateLimit(max=10)}, {"rate_limit": RateLimit(max=20)}).build()
+    # a definition that bypasses the SDK (another client, a hand-written JSON) is refused by the
+    # server, and nothing is registered
+    bp = two(
+        {"rate_limit": RateLimit(max=10, group="sms")}, {"rate_limit": RateLimit(max=10, group="sms")}
+    ).build()
+    data = msgspec.json.decode(bp.definition.to_json())
+    rated = [node for node in data["nodes"] if node.get("rate")]
+    assert len(rated) == 2
+    rated[1]["rate"]["max"] = 20
+    async with harness.server() as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = pb_grpc.WiggleControlPlaneStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.RegisterWorkflow(
+                    pb.RegisterWorkflowRequest(definition_json=msgspec.json.encode(data))
+                )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "share the rate group 'sms' with different budgets" in (err.value.details() or "")
+        assert bp.name not in [w.name for w in await server.client.list_workflows()]
 
 
 async def test_a_rate_limit_travels_with_the_definition(harness: Harness) -> None:
