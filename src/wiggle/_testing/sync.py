@@ -4,6 +4,10 @@ The environment (server, workers, virtual clock) lives on an event loop of its o
 sync method runs the matching coroutine there and waits. ``env.aio`` offers the same methods as
 coroutines that can be awaited from *any* event loop (a pytest-asyncio test's, for instance), so
 one environment serves sync and async tests alike (the pytest plugin relies on it).
+
+The forwarded methods of both classes are generated from WorkflowEnvironment's by
+scripts/gen_testkit_faces.py (between its marker comments; tests/testkit/test_faces_drift.py
+fails when they drift): the API is written once, in environment.py.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from .environment import DEFAULT_TIMEOUT, WorkflowEnvironment
 __all__ = ["SyncWorkflowEnvironment", "AsyncView"]
 
 T = TypeVar("T")
-Instance = str | InstanceInfo
 
 
 class SyncWorkflowEnvironment:
@@ -128,6 +131,7 @@ class SyncWorkflowEnvironment:
 
     # ------------------------------------------------------------------ helpers (see WorkflowEnvironment)
 
+    # --- forwarded to WorkflowEnvironment: made by scripts/gen_testkit_faces.py, do not edit ---
     def start_worker(
         self, blueprints: Iterable[Blueprint[Any]] | None = None, options: WorkerOptions | None = None
     ) -> Worker:
@@ -135,7 +139,7 @@ class SyncWorkflowEnvironment:
         return self._call(self.env.start_worker(blueprints, options))
 
     def stop_worker(self, worker: Worker, timeout: float = 1.0) -> None:
-        """Stop ``worker``; a step it leaves running waits on its lease."""
+        """Stop ``worker``; a step it leaves running waits on its lease (which time skipping reaches)."""
         self._call(self.env.stop_worker(worker, timeout))
 
     def now(self) -> datetime:
@@ -143,15 +147,21 @@ class SyncWorkflowEnvironment:
         return self.env.now()
 
     def now_millis(self) -> int:
-        """The virtual time in epoch milliseconds."""
+        """The virtual time in epoch milliseconds (the unit of every timestamp in history)."""
         return self.env.now_millis()
 
     def advance(self, delta: timedelta | float) -> datetime:
-        """Move virtual time forward by ``delta`` and run what became due."""
+        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due."""
         return self._call(self.env.advance(delta))
 
     def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
-        """Let ``delta`` of virtual time pass, stopping at every due moment on the way."""
+        """Let ``delta`` of virtual time pass, stopping at every due moment on the way.
+
+        Unlike ``advance`` (one jump, then one round of clock duties), each timer, deadline and
+        schedule tick before the end fires at its own moment, and the steps it releases run
+        before time moves on: a daily schedule over ``sleep(timedelta(days=3))`` starts three
+        instances, each at its tick. TimeoutError if the instances stay busy ``timeout`` s (real).
+        """
         return self._call(self.env.sleep(delta, timeout))
 
     def start_workflow(
@@ -163,7 +173,11 @@ class SyncWorkflowEnvironment:
         request_id: str = "",
         **options: Unpack[StartOptions],
     ) -> InstanceInfo:
-        """Start an instance; its snapshot (start options: docs/flow-control.md)."""
+        """Start an instance (registering the blueprint first); its snapshot.
+
+        The start options are the client's (docs/flow-control.md); a ``start_delay`` counts on
+        the environment's virtual clock, and ``start_at`` is a moment on it (``now()``).
+        """
         return self._call(
             self.env.start_workflow(
                 workflow,
@@ -175,13 +189,16 @@ class SyncWorkflowEnvironment:
         )
 
     def wait(
-        self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
     ) -> InstanceInfo:
-        """Wait until the instance finishes (any status), skipping idle time."""
+        """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
+
+        ``skip`` overrides the environment's ``time_skipping`` for this wait.
+        """
         return self._call(self.env.wait(instance_id, timeout, skip=skip))
 
-    def result(self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
-        """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED."""
+    def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
+        """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
         return self._call(self.env.result(instance_id, timeout))
 
     def run(
@@ -192,25 +209,38 @@ class SyncWorkflowEnvironment:
         timeout: float = DEFAULT_TIMEOUT,
         check: bool = True,
     ) -> InstanceInfo:
-        """Start an instance and wait for it to finish, in one call."""
+        """Start an instance and wait for it to finish, in one call (``check``: raise unless COMPLETED)."""
         return self._call(self.env.run(workflow, context, timeout=timeout, check=check))
 
     def wait_for(
-        self, instance_id: Instance, node: str, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self,
+        instance_id: str | InstanceInfo,
+        node: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        skip: bool | None = None,
     ) -> InstanceInfo:
-        """Wait until a token of the instance is at ``node`` (skipping idle time, never past it)."""
+        """Wait until a token of the instance is at ``node``; its snapshot.
+
+        Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
+        never past the arrival: a deadline that starts at ``node`` has not run when this returns.
+        For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
+        """
         return self._call(self.env.wait_for(instance_id, node, timeout, skip=skip))
 
     def complete_user_task(
-        self, instance_id: Instance, name: str, data: Any = None, *, wait: bool = True
+        self, instance_id: str | InstanceInfo, name: str, data: Any = None, *, wait: bool = True
     ) -> InstanceInfo:
-        """Complete the user task ``name`` (waiting until the instance reaches it)."""
+        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``)."""
         return self._call(self.env.complete_user_task(instance_id, name, data, wait=wait))
 
     def signal(
-        self, instance_id: Instance, name: str, data: Any = None, signal_id: str | None = None
+        self, instance_id: str | InstanceInfo, name: str, data: Any = None, signal_id: str | None = None
     ) -> SignalResult:
-        """Send the signal ``name`` with ``data`` to the instance; what it did."""
+        """Send the signal ``name`` with ``data`` to the instance (``client.signal``); what it did.
+
+        Sent at once, whether or not the instance waits for it yet (an early signal is buffered).
+        """
         return self._call(self.env.signal(instance_id, name, data, signal_id))
 
     def create_schedule(
@@ -223,26 +253,39 @@ class SyncWorkflowEnvironment:
         cron: str = "",
         **options: Any,
     ) -> ScheduleInfo:
-        """Create a schedule on virtual time (``client.create_schedule``; ``options`` pass through)."""
+        """Create a schedule (``client.create_schedule``; ``options`` pass through) on virtual time.
+
+        Its ticks are counted from the virtual now; time skipping (``sleep``, and waits with a
+        bounded due moment) stops at each. The workflow's instances count as live.
+        """
         return self._call(
-            self.env.create_schedule(schedule_id, workflow, context, every=every, cron=cron, **options)
+            self.env.create_schedule(
+                schedule_id,
+                workflow,
+                context,
+                every=every,
+                cron=cron,
+                **options,
+            )
         )
 
-    def cancel(self, instance_id: Instance, reason: str = "cancelled") -> InstanceInfo:
-        """Cancel the instance."""
+    def cancel(self, instance_id: str | InstanceInfo, reason: str = "cancelled") -> InstanceInfo:
+        """Cancel the instance; its snapshot."""
         return self._call(self.env.cancel(instance_id, reason))
 
-    def history(self, instance_id: Instance) -> list[HistoryEntry]:
-        """Every step attempt and event of the instance, in order (virtual timestamps)."""
+    def history(self, instance_id: str | InstanceInfo) -> list[HistoryEntry]:
+        """Every step attempt and event of the instance, in order (timestamps in virtual time)."""
         return self._call(self.env.history(instance_id))
 
-    def path(self, instance_id: Instance) -> list[str]:
-        """The nodes the instance went through, in order."""
+    def path(self, instance_id: str | InstanceInfo) -> list[str]:
+        """The nodes the instance went through, in order (attempts of one visit counted once)."""
         return self._call(self.env.path(instance_id))
 
-    def assert_path(self, instance_id: Instance, expected: Sequence[str]) -> None:
-        """AssertionError unless the instance went through exactly ``expected``."""
+    def assert_path(self, instance_id: str | InstanceInfo, expected: Sequence[str]) -> None:
+        """AssertionError, showing both paths, unless the instance went through exactly ``expected``."""
         self._call(self.env.assert_path(instance_id, expected))
+
+    # --- end of the forwarded methods ---
 
 
 class AsyncView:
@@ -258,12 +301,19 @@ class AsyncView:
     def _env(self) -> WorkflowEnvironment:
         return self._owner.env
 
+    # --- forwarded to WorkflowEnvironment: made by scripts/gen_testkit_faces.py, do not edit ---
     async def advance(self, delta: timedelta | float) -> datetime:
-        """Move virtual time forward by ``delta`` and run what became due."""
+        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due."""
         return await self._await(self._env.advance(delta))
 
     async def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
-        """Let ``delta`` of virtual time pass, stopping at every due moment on the way."""
+        """Let ``delta`` of virtual time pass, stopping at every due moment on the way.
+
+        Unlike ``advance`` (one jump, then one round of clock duties), each timer, deadline and
+        schedule tick before the end fires at its own moment, and the steps it releases run
+        before time moves on: a daily schedule over ``sleep(timedelta(days=3))`` starts three
+        instances, each at its tick. TimeoutError if the instances stay busy ``timeout`` s (real).
+        """
         return await self._await(self._env.sleep(delta, timeout))
 
     async def start_workflow(
@@ -275,7 +325,11 @@ class AsyncView:
         request_id: str = "",
         **options: Unpack[StartOptions],
     ) -> InstanceInfo:
-        """Start an instance; its snapshot (start options: docs/flow-control.md)."""
+        """Start an instance (registering the blueprint first); its snapshot.
+
+        The start options are the client's (docs/flow-control.md); a ``start_delay`` counts on
+        the environment's virtual clock, and ``start_at`` is a moment on it (``now()``).
+        """
         return await self._await(
             self._env.start_workflow(
                 workflow,
@@ -287,13 +341,16 @@ class AsyncView:
         )
 
     async def wait(
-        self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
     ) -> InstanceInfo:
-        """Wait until the instance finishes (any status), skipping idle time."""
+        """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
+
+        ``skip`` overrides the environment's ``time_skipping`` for this wait.
+        """
         return await self._await(self._env.wait(instance_id, timeout, skip=skip))
 
-    async def result(self, instance_id: Instance, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
-        """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED."""
+    async def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
+        """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
         return await self._await(self._env.result(instance_id, timeout))
 
     async def run(
@@ -304,25 +361,38 @@ class AsyncView:
         timeout: float = DEFAULT_TIMEOUT,
         check: bool = True,
     ) -> InstanceInfo:
-        """Start an instance and wait for it to finish, in one call."""
+        """Start an instance and wait for it to finish, in one call (``check``: raise unless COMPLETED)."""
         return await self._await(self._env.run(workflow, context, timeout=timeout, check=check))
 
     async def wait_for(
-        self, instance_id: Instance, node: str, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self,
+        instance_id: str | InstanceInfo,
+        node: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        skip: bool | None = None,
     ) -> InstanceInfo:
-        """Wait until a token of the instance is at ``node`` (skipping idle time, never past it)."""
+        """Wait until a token of the instance is at ``node``; its snapshot.
+
+        Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
+        never past the arrival: a deadline that starts at ``node`` has not run when this returns.
+        For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
+        """
         return await self._await(self._env.wait_for(instance_id, node, timeout, skip=skip))
 
     async def complete_user_task(
-        self, instance_id: Instance, name: str, data: Any = None, *, wait: bool = True
+        self, instance_id: str | InstanceInfo, name: str, data: Any = None, *, wait: bool = True
     ) -> InstanceInfo:
-        """Complete the user task ``name`` (waiting until the instance reaches it)."""
+        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``)."""
         return await self._await(self._env.complete_user_task(instance_id, name, data, wait=wait))
 
     async def signal(
-        self, instance_id: Instance, name: str, data: Any = None, signal_id: str | None = None
+        self, instance_id: str | InstanceInfo, name: str, data: Any = None, signal_id: str | None = None
     ) -> SignalResult:
-        """Send the signal ``name`` with ``data`` to the instance; what it did."""
+        """Send the signal ``name`` with ``data`` to the instance (``client.signal``); what it did.
+
+        Sent at once, whether or not the instance waits for it yet (an early signal is buffered).
+        """
         return await self._await(self._env.signal(instance_id, name, data, signal_id))
 
     async def create_schedule(
@@ -335,23 +405,36 @@ class AsyncView:
         cron: str = "",
         **options: Any,
     ) -> ScheduleInfo:
-        """Create a schedule on virtual time (``client.create_schedule``; ``options`` pass through)."""
+        """Create a schedule (``client.create_schedule``; ``options`` pass through) on virtual time.
+
+        Its ticks are counted from the virtual now; time skipping (``sleep``, and waits with a
+        bounded due moment) stops at each. The workflow's instances count as live.
+        """
         return await self._await(
-            self._env.create_schedule(schedule_id, workflow, context, every=every, cron=cron, **options)
+            self._env.create_schedule(
+                schedule_id,
+                workflow,
+                context,
+                every=every,
+                cron=cron,
+                **options,
+            )
         )
 
-    async def cancel(self, instance_id: Instance, reason: str = "cancelled") -> InstanceInfo:
-        """Cancel the instance."""
+    async def cancel(self, instance_id: str | InstanceInfo, reason: str = "cancelled") -> InstanceInfo:
+        """Cancel the instance; its snapshot."""
         return await self._await(self._env.cancel(instance_id, reason))
 
-    async def history(self, instance_id: Instance) -> list[HistoryEntry]:
-        """Every step attempt and event of the instance, in order (virtual timestamps)."""
+    async def history(self, instance_id: str | InstanceInfo) -> list[HistoryEntry]:
+        """Every step attempt and event of the instance, in order (timestamps in virtual time)."""
         return await self._await(self._env.history(instance_id))
 
-    async def path(self, instance_id: Instance) -> list[str]:
-        """The nodes the instance went through, in order."""
+    async def path(self, instance_id: str | InstanceInfo) -> list[str]:
+        """The nodes the instance went through, in order (attempts of one visit counted once)."""
         return await self._await(self._env.path(instance_id))
 
-    async def assert_path(self, instance_id: Instance, expected: Sequence[str]) -> None:
-        """AssertionError unless the instance went through exactly ``expected``."""
+    async def assert_path(self, instance_id: str | InstanceInfo, expected: Sequence[str]) -> None:
+        """AssertionError, showing both paths, unless the instance went through exactly ``expected``."""
         await self._await(self._env.assert_path(instance_id, expected))
+
+    # --- end of the forwarded methods ---
