@@ -15,6 +15,16 @@ transaction ends:
   COMMITTED: they see every claim committed before, on any server), with the database's clock
   (the rates' clock, unless a test kit's virtual clock runs the store).
 
+A claim whose only limits to count under a lock are concurrency-limit keys (no rate key among
+its rows, and its queues' rates spent from this server's blocks or absent) takes **one round
+trip** for all that instead: it admits on the RUNNING counts its candidate read returned (each
+row's last column, the same snapshot the read's limit filter used), and its writes' round trip
+then takes the keys' advisory locks and calls ``expect_key_room`` (migration 0018), a statement
+of its own whose snapshot follows the locks. If another claim of one of the keys committed in
+between and left less room than this claim took, the call raises SQLSTATE ``KEY_ROOM_TAKEN``, the
+transaction rolls back before COMMIT, and the claim runs again the way above (its counts read
+under the locks). Either way no key ever has more attempts RUNNING than its limit.
+
 Rows are then admitted in the fair order (docs/flow-control.md#fair-claims-across-keys): each
 pick takes, of the rows left, the first in claim-rank order among those whose concurrency-limit
 key has the fewest attempts running (counting the ones this claim took; a row without a key
@@ -34,10 +44,12 @@ from ..queue_limits import QueueLimit, admit, rate_admit
 from .db import Conn
 from .statements import Queries
 
-__all__ = ["Admission", "LIMITS_TTL_SECONDS"]
+__all__ = ["Admission", "KEY_ROOM_TAKEN", "LIMITS_TTL_SECONDS"]
 
 #: How long a node uses the queue limits it read before reading them again.
 LIMITS_TTL_SECONDS = 1.0
+#: SQLSTATE of ``expect_key_room`` (migration 0018): a key had less room than the claim took.
+KEY_ROOM_TAKEN = "WG002"
 
 
 class Admission:
@@ -99,6 +111,38 @@ class Admission:
                     self.held_queues.add(queue)
             counts.queue_held = {queue: int(n) for queue, n in await queue_cur.fetchall()}
         self._keep(counts)
+
+    @staticmethod
+    def keys_only(tokens: list[Token], locked: set[str]) -> bool:
+        """Whether a claim of ``tokens`` may be admitted in one round trip (module docstring): no
+        rate key among them, and no queue of theirs among ``locked`` (limited queues whose row
+        must be read under its lock)."""
+        return not any(token.rate_key or token.queue in locked for token in tokens)
+
+    def keep_on_read_counts(self, now: int) -> None:
+        """Admit in the fair order on the RUNNING counts the candidate read returned, taking no
+        lock (``confirm`` checks them under the locks, in the writes' round trip)."""
+        counts = Counts(now)
+        for row, token in zip(self.rows, self.tokens, strict=True):
+            if token.limit_key:
+                counts.key_held[token.limit_key] = int(row[-1])
+        self._keep(counts)
+
+    async def confirm(self, conn: Conn, q: Queries, lock_class: int) -> None:
+        """Queue, in the claim's pipeline, the locks of the admitted rows' keys and the check that
+        each still has room for what this claim took (``expect_key_room``: SQLSTATE
+        ``KEY_ROOM_TAKEN`` if not). A key's room is its least limit among the rows taken."""
+        taken: dict[str, int] = {}
+        limit: dict[str, int] = {}
+        for token in self.tokens:
+            key = token.limit_key
+            if key:
+                taken[key] = taken.get(key, 0) + 1
+                limit[key] = min(limit.get(key, token.limit_max), token.limit_max)
+        if taken:
+            keys = sorted(taken)
+            await conn.execute(q.lock_limit_keys, (lock_class, keys))
+            await conn.execute(q.expect_key_room, (keys, [taken[k] for k in keys], [limit[k] for k in keys]))
 
     def _keep(self, counts: Counts) -> None:
         """Admit rows in the fair order until ``want`` are taken (see the module docstring)."""

@@ -407,6 +407,8 @@ class Queries:
         self.purge_rate_keys = q(
             f"DELETE FROM {{s}}.rate_keys WHERE tat < COALESCE(%s::float8, {DB_NOW_MILLIS}) - 1000"
         )
+        # the one-round-trip admission's check, after the keys' locks (migration 0018; limits.py)
+        self.expect_key_room = q("SELECT {s}.expect_key_room(%s::text[], %s::int[], %s::int[])")
         self.limit_held = q(
             "SELECT k, (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = k) "
             "FROM unnest(%s::text[]) AS u(k)"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import psycopg
 from psycopg import errors as pg_errors
 
 from ..._clock import WallClock
@@ -46,7 +47,7 @@ from .context_indexes import ensure_context_indexes
 from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
-from .limits import LIMITS_TTL_SECONDS, Admission
+from .limits import KEY_ROOM_TAKEN, LIMITS_TTL_SECONDS, Admission
 from .migrations import check_schema, lock_key, migrate
 from .rate_blocks import RateBlocks, block_size
 from .schedules import PostgresSchedules
@@ -57,6 +58,10 @@ from .workflow_limits import ConcQueries, admission
 from .writes import ChangeWriter
 
 __all__ = ["PostgresStore"]
+
+
+class _KeyRoomTaken(Exception):
+    """A claim admitted on its read's counts found a key with less room under the lock (limits.py)."""
 
 
 class PostgresStore(Store):
@@ -97,6 +102,8 @@ class PostgresStore(Store):
         self.clock_parallelism = max(1, self.db.pool_size // 2)
         self.definitions = Definitions(self.db, self.queries)
         self.rate_blocks = RateBlocks(self.db, self.queries)  # fast queue rates' moments (rate_blocks.py)
+        # claims admitted on their read's counts that a key's lock then refused (limits.py): run again
+        self.key_room_retries = 0
         self.writer = ChangeWriter(self.queries)
         self.group = GroupCommit(
             self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
@@ -323,63 +330,103 @@ class PostgresStore(Store):
         if fast:  # moments of the fast rates, taken ahead of the claim (rate_blocks.py)
             await self.rate_blocks.fill(fast, max_tasks, self.clock.now())
 
-        async def body(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
-            out: list[Claimed] = []
-            announced: list[tuple[str, Changes]] = []
+        async def body(conn: Conn, one_trip: bool) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             async with transaction(conn) as pipeline:
                 now = self.clock.now()
                 rows, tokens = await claim_candidates(
                     conn, pipeline, self.queries, queues, max_tasks, now, self._rate_now()
                 )
                 if not rows:
-                    return out, announced
-                # The limited queues as this node knows them now, after the rows were read, not
-                # before the connection was had: a limit set through this node before a step was
-                # started always applies to that step's claim (a claim that waited for its
-                # connection across a set_queue_limit and the start that followed it took the step
-                # unlimited: two claims at one moment under a rate).
-                limits = self.limited_queues
-                limited = {queue for queue in queues if queue in limits} if limits else set()
-                budgets = self._spend_rate_blocks(limited, limits, tokens, max_tasks, now)
-                locked = limited - budgets.keys()
-                admission = None
-                if limited or any(token.limit_key or token.rate_key for token in tokens):
-                    admission = Admission(
-                        rows, tokens, locked & {token.queue for token in tokens}, max_tasks, budgets
-                    )
-                    await admission.run(conn, pipeline, q, self._limit_lock_class, now, self._rate_now())
-                    rows, tokens = admission.rows, admission.tokens
-                elif len(rows) > max_tasks:
-                    rows, tokens = rows[:max_tasks], tokens[:max_tasks]
-                states: dict[str, tuple[InstanceState, Changes]] = {}
-                for row, token in zip(rows, tokens, strict=True):
-                    entry = states.get(token.instance_id)
-                    if entry is None:
-                        instance = instance_from(row, N_TOKEN)
-                        if instance.status != InstanceStatus.RUNNING:
-                            continue  # never expected (a finished instance has no READY token)
-                        entry = (InstanceState(instance, {}), Changes())
-                        states[token.instance_id] = entry
-                    state, changes = entry
-                    state.tokens[token.id] = token
-                    record = await self.definitions.loaded_record(
-                        conn, state.instance.workflow, state.instance.version
-                    )
-                    out.append(transition(record.loaded, state, token, now, changes))
+                    return [], []
+                rows, tokens, admission, confirm = await self._admit_rows(
+                    conn, pipeline, queues, rows, tokens, max_tasks, now, one_trip
+                )
+                out, states = await self._claim_transitions(conn, rows, tokens, transition, now)
                 if admission is not None:
+                    if confirm:
+                        await admission.confirm(conn, q, self._limit_lock_class)
                     await admission.settle(conn, q)  # after the transitions: they reset queue_held
                 existing = {t for state, _ in states.values() for t in state.tokens}
                 items = [(state, changes, state.instance.context) for state, changes in states.values()]
                 await self._persist(conn, items, existing)
-                announced.extend((state.instance.id, changes) for state, changes in states.values())
-            return out, announced
+            return out, [(state.instance.id, changes) for state, changes in states.values()]
 
-        claimed, announced = await self.db.run("claim", body)
+        async def in_one_trip(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
+            try:
+                return await body(conn, True)
+            except psycopg.Error as exc:
+                if exc.sqlstate != KEY_ROOM_TAKEN:
+                    raise
+                raise _KeyRoomTaken() from exc
+
+        async def counted_under_locks(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
+            return await body(conn, False)
+
+        try:
+            claimed, announced = await self.db.run("claim", in_one_trip)
+        except _KeyRoomTaken:  # another claim of a key committed since the read: count under the locks
+            self.key_room_retries += 1
+            claimed, announced = await self.db.run("claim", counted_under_locks)
         if claimed:
             self.stats.transactions += 1
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
+
+    async def _admit_rows(
+        self,
+        conn: Conn,
+        pipeline: Any,
+        queues: list[str],
+        rows: list[Any],
+        tokens: list[Token],
+        max_tasks: int,
+        now: int,
+        one_trip: bool,
+    ) -> tuple[list[Any], list[Token], Admission | None, bool]:
+        """The rows a claim takes of those it read, under their limits (limits.py): the rows, their
+        tokens, the admission to settle (None: no limit applies) and whether it is still to be
+        confirmed under the keys' locks (``one_trip``: admitted on the read's counts)."""
+        # The limited queues as this node knows them now, after the rows were read, not before
+        # the connection was had: a limit set through this node before a step was started always
+        # applies to that step's claim (a claim that waited for its connection across a
+        # set_queue_limit and the start that followed it took the step unlimited: two claims at
+        # one moment under a rate).
+        limits = self.limited_queues
+        limited = {queue for queue in queues if queue in limits} if limits else set()
+        if not limited and not any(token.limit_key or token.rate_key for token in tokens):
+            return rows[:max_tasks], tokens[:max_tasks], None, False
+        budgets = self._spend_rate_blocks(limited, limits, tokens, max_tasks, now)
+        locked = limited - budgets.keys()
+        admission = Admission(rows, tokens, locked & {token.queue for token in tokens}, max_tasks, budgets)
+        one_trip = one_trip and Admission.keys_only(tokens, locked)
+        if one_trip:
+            admission.keep_on_read_counts(now)
+        else:
+            await admission.run(conn, pipeline, self.queries, self._limit_lock_class, now, self._rate_now())
+        return admission.rows, admission.tokens, admission, one_trip
+
+    async def _claim_transitions(
+        self, conn: Conn, rows: list[Any], tokens: list[Token], transition: ClaimTransition, now: int
+    ) -> tuple[list[Claimed], dict[str, tuple[InstanceState, Changes]]]:
+        """The claim's transition of each row taken, and the instances' states and changes."""
+        out: list[Claimed] = []
+        states: dict[str, tuple[InstanceState, Changes]] = {}
+        for row, token in zip(rows, tokens, strict=True):
+            entry = states.get(token.instance_id)
+            if entry is None:
+                instance = instance_from(row, N_TOKEN)
+                if instance.status != InstanceStatus.RUNNING:
+                    continue  # never expected (a finished instance has no READY token)
+                entry = (InstanceState(instance, {}), Changes())
+                states[token.instance_id] = entry
+            state, changes = entry
+            state.tokens[token.id] = token
+            record = await self.definitions.loaded_record(
+                conn, state.instance.workflow, state.instance.version
+            )
+            out.append(transition(record.loaded, state, token, now, changes))
+        return out, states
 
     def hand_off_admits(self, queue: str, now: int, spend: bool = False) -> bool:
         limit = self.limited_queues.get(queue)
