@@ -370,26 +370,24 @@ def _check_groups(definition: WorkflowDefinition) -> None:
     same ``max`` (and ``period``). Each claim counts against its own step's figures, so two
     budgets in one group would let the looser step run past the stricter one's
     (docs/flow-control.md#per-key-rate-limits)."""
-    budgets: dict[tuple[str, str], tuple[str, tuple[object, ...], str]] = {}
+    first: dict[tuple[str, str], tuple[str, tuple[tuple[str, object], ...]]] = {}
     for node in definition.nodes:
-        shares: list[tuple[str, str | None, tuple[object, ...], str]] = []
+        shares: list[tuple[str, str | None, tuple[tuple[str, object], ...]]] = []
         if node.limit is not None:
-            shares.append(("concurrency", node.limit.group, (node.limit.max,), f"max={node.limit.max}"))
+            shares.append(("concurrency", node.limit.group, (("max", node.limit.max),)))
         if node.rate is not None:
-            rate = node.rate
-            shares.append(
-                ("rate", rate.group, (rate.max, rate.period), f"max={rate.max}, period={rate.period}")
-            )
-        for kind, group, budget, shown in shares:
+            shares.append(("rate", node.rate.group, (("max", node.rate.max), ("period", node.rate.period))))
+        for kind, group, budget in shares:
             if group is None:
                 continue
-            first_id, first_budget, first_shown = budgets.setdefault((kind, group), (node.id, budget, shown))
-            if first_budget != budget:
+            other, other_budget = first.setdefault((kind, group), (node.id, budget))
+            if other_budget != budget:
+                shown = [", ".join(f"{name}={value}" for name, value in b) for b in (other_budget, budget)]
                 raise InvalidArgument(
-                    f"workflow {definition.name!r}: steps {first_id!r} and {node.id!r} share the {kind} "
-                    f"group {group!r} with different budgets ({first_shown} on {first_id!r}, {shown} on "
-                    f"{node.id!r}); the steps of a group must give it the same max"
-                    + (" and period" if kind == "rate" else "")
+                    f"workflow {definition.name!r}: steps {other!r} and {node.id!r} share the {kind} "
+                    f"group {group!r} with different budgets ({shown[0]} on {other!r}, {shown[1]} on "
+                    f"{node.id!r}); the steps of a group must give it the same "
+                    + " and ".join(name for name, _ in budget)
                 )
 
 

@@ -73,6 +73,9 @@ class Admission:
         # per queue whose rate this server spends from its blocks (rate_blocks.py): the moments
         # left to spend; its claims count down here, and read nothing of the rate's row
         self.budgets = budgets if budgets is not None else {}
+        # admitted on the read's counts (keep_on_read_counts): settle confirms them under the
+        # keys' locks, with this lock class
+        self._confirm_class: int | None = None
 
     async def run(
         self, conn: Conn, pipeline: Any, q: Queries, lock_class: int, now: int, rate_now: int | None
@@ -119,16 +122,18 @@ class Admission:
         must be read under its lock)."""
         return not any(token.rate_key or token.queue in locked for token in tokens)
 
-    def keep_on_read_counts(self, now: int) -> None:
+    def keep_on_read_counts(self, now: int, lock_class: int) -> None:
         """Admit in the fair order on the RUNNING counts the candidate read returned, taking no
-        lock (``confirm`` checks them under the locks, in the writes' round trip)."""
+        lock; ``settle`` confirms them under the keys' locks (``lock_class``), in the writes'
+        round trip."""
         counts = Counts(now)
         for row, token in zip(self.rows, self.tokens, strict=True):
             if token.limit_key:
                 counts.key_held[token.limit_key] = int(row[-1])
         self._keep(counts)
+        self._confirm_class = lock_class
 
-    async def confirm(self, conn: Conn, q: Queries, lock_class: int) -> None:
+    async def _confirm(self, conn: Conn, q: Queries, lock_class: int) -> None:
         """Queue, in the claim's pipeline, the locks of the admitted rows' keys and the check that
         each still has room for what this claim took (``expect_key_room``: SQLSTATE
         ``KEY_ROOM_TAKEN`` if not). A key's room is its least limit among the rows taken."""
@@ -211,8 +216,11 @@ class Admission:
         return True
 
     async def settle(self, conn: Conn, q: Queries) -> None:
-        """After the claim's transitions: mark the tokens of queues with a max_running, and write
-        the rates' state (in the claim's transaction)."""
+        """After the claim's transitions: confirm an admission made on the read's counts, mark
+        the tokens of queues with a max_running, and write the rates' state (in the claim's
+        transaction)."""
+        if self._confirm_class is not None:
+            await self._confirm(conn, q, self._confirm_class)
         for token in self.tokens:
             if token.queue in self.held_queues:
                 token.queue_held = True

@@ -14,6 +14,7 @@ leadership). Connections and retries are in db.py; no raw psycopg error leaves t
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -338,13 +339,11 @@ class PostgresStore(Store):
                 )
                 if not rows:
                     return [], []
-                rows, tokens, admission, confirm = await self._admit_rows(
+                rows, tokens, admission = await self._admit_rows(
                     conn, pipeline, queues, rows, tokens, max_tasks, now, one_trip
                 )
                 out, states = await self._claim_transitions(conn, rows, tokens, transition, now)
                 if admission is not None:
-                    if confirm:
-                        await admission.confirm(conn, q, self._limit_lock_class)
                     await admission.settle(conn, q)  # after the transitions: they reset queue_held
                 existing = {t for state, _ in states.values() for t in state.tokens}
                 items = [(state, changes, state.instance.context) for state, changes in states.values()]
@@ -359,14 +358,11 @@ class PostgresStore(Store):
                     raise
                 raise _KeyRoomTaken() from exc
 
-        async def counted_under_locks(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
-            return await body(conn, False)
-
         try:
             claimed, announced = await self.db.run("claim", in_one_trip)
         except _KeyRoomTaken:  # another claim of a key committed since the read: count under the locks
             self.key_room_retries += 1
-            claimed, announced = await self.db.run("claim", counted_under_locks)
+            claimed, announced = await self.db.run("claim", functools.partial(body, one_trip=False))
         if claimed:
             self.stats.transactions += 1
         for instance_id, changes in announced:
@@ -383,10 +379,10 @@ class PostgresStore(Store):
         max_tasks: int,
         now: int,
         one_trip: bool,
-    ) -> tuple[list[Any], list[Token], Admission | None, bool]:
+    ) -> tuple[list[Any], list[Token], Admission | None]:
         """The rows a claim takes of those it read, under their limits (limits.py): the rows, their
-        tokens, the admission to settle (None: no limit applies) and whether it is still to be
-        confirmed under the keys' locks (``one_trip``: admitted on the read's counts)."""
+        tokens and the admission to settle (None: no limit applies). ``one_trip``: admit on the
+        read's counts where only keys limit the rows (the admission confirms them when settled)."""
         # The limited queues as this node knows them now, after the rows were read, not before
         # the connection was had: a limit set through this node before a step was started always
         # applies to that step's claim (a claim that waited for its connection across a
@@ -395,16 +391,15 @@ class PostgresStore(Store):
         limits = self.limited_queues
         limited = {queue for queue in queues if queue in limits} if limits else set()
         if not limited and not any(token.limit_key or token.rate_key for token in tokens):
-            return rows[:max_tasks], tokens[:max_tasks], None, False
+            return rows[:max_tasks], tokens[:max_tasks], None
         budgets = self._spend_rate_blocks(limited, limits, tokens, max_tasks, now)
         locked = limited - budgets.keys()
         admission = Admission(rows, tokens, locked & {token.queue for token in tokens}, max_tasks, budgets)
-        one_trip = one_trip and Admission.keys_only(tokens, locked)
-        if one_trip:
-            admission.keep_on_read_counts(now)
+        if one_trip and Admission.keys_only(tokens, locked):
+            admission.keep_on_read_counts(now, self._limit_lock_class)
         else:
             await admission.run(conn, pipeline, self.queries, self._limit_lock_class, now, self._rate_now())
-        return admission.rows, admission.tokens, admission, one_trip
+        return admission.rows, admission.tokens, admission
 
     async def _claim_transitions(
         self, conn: Conn, rows: list[Any], tokens: list[Token], transition: ClaimTransition, now: int
