@@ -15,9 +15,16 @@ from ...errors import WiggleError
 from ..ops import NodeInfo, QueueStat, Readiness
 from .db import Database, short
 from .migrations import lock_key, migration_files
-from .statements import DB_NOW_MILLIS
+from .statements import DB_NOW_MILLIS, key_held
 
-__all__ = ["count_by_status", "queue_stats", "readiness", "cluster_nodes", "leases_of"]
+__all__ = [
+    "count_by_status",
+    "queue_ready_statement",
+    "queue_stats",
+    "readiness",
+    "cluster_nodes",
+    "leases_of",
+]
 
 
 def _s(schema: str) -> str:
@@ -35,31 +42,37 @@ async def count_by_status(db: Database, schema: str) -> dict[str, dict[str, int]
     return out
 
 
-async def queue_stats(db: Database, schema: str, now: int, rate_now: int | None = None) -> list[QueueStat]:
-    """Per queue: due and delayed READY tokens, the oldest due one, leased tokens per owner.
-    ``rate_now``: the clock of per-key rates (None: the database's)."""
+def queue_ready_statement(schema: str) -> str:
+    """Per queue, its READY tokens: due, delayed, the oldest due, the due ones waiting for their
+    concurrency-limit key or their key's rate, and that rate's next moment (parameters ``now`` and
+    ``rate_now``)."""
     s = _s(schema)
     # a due step waiting for its key's rate: its key's moment ``w`` is ahead of the rate clock by
     # more than the rate's tolerance (wiggle/_storage/queue_limits.py rate_admit)
     rate_wait = (
         f"available_at <= %(now)s AND w > COALESCE(%(rate_now)s::float8, {DB_NOW_MILLIS}) + tol + 1e-6"
     )
-    ready = await db.fetch(
-        "queue_stats",
+    return (
         f"SELECT queue, count(*) FILTER (WHERE available_at <= %(now)s), "
         f"count(*) FILTER (WHERE available_at > %(now)s), "
         f"coalesce(min(available_at) FILTER (WHERE available_at <= %(now)s), 0), "
         # due steps whose concurrency-limit key is full (docs/flow-control.md#concurrency-limits)
-        f"count(*) FILTER (WHERE available_at <= %(now)s AND limit_key <> '' AND (SELECT count(*) "
-        f"FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = t.limit_key) >= limit_max), "
+        f"count(*) FILTER (WHERE available_at <= %(now)s AND limit_key <> '' AND "
+        f"{key_held('t.limit_key').replace('{s}', s)} >= limit_max), "
         # due steps waiting for their key's rate (docs/flow-control.md#per-key-rate-limits)
         f"count(*) FILTER (WHERE {rate_wait}), coalesce(min(ceil(w - tol - 1e-6)) FILTER (WHERE {rate_wait}), 0) "
         f"FROM (SELECT t.*, CASE WHEN t.rate_key = '' THEN NULL "
         f"ELSE (SELECT r.tat FROM {s}.rate_keys r WHERE r.key = t.rate_key) END AS w, "
         f"greatest(0, 1 - t.rate_period_millis::float8 / greatest(t.rate_max, 1)) AS tol "
-        f"FROM {s}.tokens t WHERE status = 'READY') t GROUP BY queue",
-        {"now": now, "rate_now": rate_now},
+        f"FROM {s}.tokens t WHERE status = 'READY') t GROUP BY queue"
     )
+
+
+async def queue_stats(db: Database, schema: str, now: int, rate_now: int | None = None) -> list[QueueStat]:
+    """Per queue: due and delayed READY tokens, the oldest due one, leased tokens per owner.
+    ``rate_now``: the clock of per-key rates (None: the database's)."""
+    s = _s(schema)
+    ready = await db.fetch("queue_stats", queue_ready_statement(schema), {"now": now, "rate_now": rate_now})
     running = await db.fetch(
         "queue_stats",
         f"SELECT queue, lease_owner, local_run_owner <> '', count(*), count(*) FILTER (WHERE limit_key <> '') "

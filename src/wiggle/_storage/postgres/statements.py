@@ -30,6 +30,7 @@ __all__ = [
     "RowWrite",
     "SetWrite",
     "StartQueries",
+    "key_held",
     "list_conditions",
     "like_pattern",
 ]
@@ -88,13 +89,26 @@ def list_conditions(query: InstanceQuery, schema: str) -> tuple[list[str], list[
 #: A token's claim rank (start_options.claim_rank), exactly as the tokens_claim index spells it.
 RANK = f"(t.available_at - t.priority * {PRIORITY_AGING_MILLIS})"
 
+
+def key_held(key: str) -> str:
+    """How many attempts of the concurrency-limit key ``key`` (an SQL expression: a column, a
+    parameter) run now, through migration 0014's partial index tokens_limit_held.
+
+    ``h.limit_key <> ''`` is that index's own condition, written out: PostgreSQL uses a partial
+    index only for a query that implies its condition, and ``limit_key = t.limit_key`` (or a
+    parameter, under a generic plan) does not imply ``limit_key <> ''``. Without it every count
+    scanned all RUNNING tokens: on 4,000 of them a claim of 16 keyed steps took 12 ms instead of
+    0.08 (bench/README.md, "Round thirteen"; tests/storage/test_key_count_plans.py)."""
+    return (
+        "(SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key <> '' "
+        f"AND h.limit_key = {key})"
+    )
+
+
 #: A READY token ``t`` its claim may take as far as concurrency limits go: no limit key, or fewer
 #: than its ``limit_max`` RUNNING tokens of its key (migration 0014's tokens_limit_held). An
 #: unlimited token stops at the first test (OR is evaluated left to right, and stops at true).
-UNDER_LIMIT = (
-    "(t.limit_key = '' OR (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' "
-    "AND h.limit_key = t.limit_key) < t.limit_max)"
-)
+UNDER_LIMIT = f"(t.limit_key = '' OR {key_held('t.limit_key')} < t.limit_max)"
 
 #: The database's clock in epoch milliseconds: the clock of per-key rates (docs/flow-control.md#per-key-rate-limits)
 #: on the wall clock, so that every server's claims count one key's rate alike.
@@ -109,10 +123,7 @@ RATE_OPEN = (
 )
 
 #: How many attempts of a READY token ``t``'s concurrency-limit key run now (0 without a key).
-KEY_RUNNING = (
-    "(CASE WHEN t.limit_key = '' THEN 0 ELSE (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' "
-    "AND h.limit_key = t.limit_key) END)"
-)
+KEY_RUNNING = f"(CASE WHEN t.limit_key = '' THEN 0 ELSE {key_held('t.limit_key')} END)"
 
 ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE_TOKEN_STATUSES)) + ")"
 
@@ -409,10 +420,7 @@ class Queries:
         )
         # the one-round-trip admission's check, after the keys' locks (migration 0018; limits.py)
         self.expect_key_room = q("SELECT {s}.expect_key_room(%s::text[], %s::int[], %s::int[])")
-        self.limit_held = q(
-            "SELECT k, (SELECT count(*) FROM {s}.tokens h WHERE h.status = 'RUNNING' AND h.limit_key = k) "
-            "FROM unnest(%s::text[]) AS u(k)"
-        )
+        self.limit_held = q(f"SELECT k, {key_held('k')} FROM unnest(%s::text[]) AS u(k)")
 
     def _clock_duties(self, q: Callable[[str], str]) -> None:
         """The clock duties: due tokens and instances, orphans, the purge."""
