@@ -11,8 +11,9 @@ max=1)``: every claim of s1 takes and counts its key) and the queue has a rate o
 claims/s (on PostgreSQL taken in blocks of moments, wiggle/_storage/postgres/rate_blocks.py,
 which each claim spends from). Neither binds; what is left is their cost. It prints every run, the
 medians side by side and the ratio limited / plain per mode (target: at least 0.90, i.e. at most
-10% fewer inst/s). The machine is shared: compare the ratios of one sitting, not absolute figures
-(bench/README.md).
+10% fewer inst/s), and beside them the medians of CPU per instance (all roles: server, workers,
+PostgreSQL, driver), a steadier figure on a shared machine than inst/s. The machine is shared:
+compare the ratios of one sitting, not absolute figures (bench/README.md).
 """
 
 from __future__ import annotations
@@ -43,12 +44,16 @@ def _bench(mode: str, limits: bool, args: argparse.Namespace) -> dict[str, Any]:
     if out.returncode != 0:
         return {"ok": False, "problems": [out.stderr.strip()[-500:] or f"exit {out.returncode}"]}
     result = json.loads(out.stdout)["modes"][0]
-    return {"ok": bool(result.get("ok")), "instances_per_s": result.get("instances_per_s")}
+    return {
+        "ok": bool(result.get("ok")),
+        "instances_per_s": result.get("instances_per_s"),
+        "cpu_ms_per_instance": result.get("cpu_ms_per_instance"),
+    }
 
 
-def _median(runs: list[dict[str, Any]]) -> float | None:
-    values = [float(r["instances_per_s"]) for r in runs if r.get("ok") and r.get("instances_per_s")]
-    return round(statistics.median(values), 1) if values else None
+def _median(runs: list[dict[str, Any]], figure: str = "instances_per_s", digits: int = 1) -> float | None:
+    values = [float(r[figure]) for r in runs if r.get("ok") and r.get(figure)]
+    return round(statistics.median(values), digits) if values else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     for mode in modes:
         plain, limited = _median(runs[mode]["plain"]), _median(runs[mode]["limits"])
         ratio = round(limited / plain, 3) if plain and limited else None
-        table[mode] = {"plain": plain, "limits": limited, "ratio": ratio}
+        cpu_plain = _median(runs[mode]["plain"], "cpu_ms_per_instance", 2)
+        cpu_limited = _median(runs[mode]["limits"], "cpu_ms_per_instance", 2)
+        cpu_ratio = round(cpu_limited / cpu_plain, 3) if cpu_plain and cpu_limited else None
+        table[mode] = {
+            "plain": plain,
+            "limits": limited,
+            "ratio": ratio,
+            "cpu_ms_plain": cpu_plain,
+            "cpu_ms_limits": cpu_limited,
+            "cpu_ratio": cpu_ratio,
+        }
     store = "PostgreSQL" if args.database_url else "memory"
     if args.json:
         print(json.dumps({"settings": vars(args), "runs": runs, "medians": table}, indent=2))
@@ -81,9 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"medians of {args.rounds} alternating rounds, inst/s ({store}, {args.steps} steps x {args.instances}):"
         )
-        print(f"  {'mode':<12} {'plain':>10} {'limits':>10} {'ratio':>7}  (target >= {TARGET})")
+        print(
+            f"  {'mode':<12} {'plain':>10} {'limits':>10} {'ratio':>7}  (target >= {TARGET})"
+            f"   CPU ms/inst: {'plain':>6} {'limits':>7} {'ratio':>6}"
+        )
         for mode, row in table.items():
-            print(f"  {mode:<12} {row['plain']!s:>10} {row['limits']!s:>10} {row['ratio']!s:>7}")
+            print(
+                f"  {mode:<12} {row['plain']!s:>10} {row['limits']!s:>10} {row['ratio']!s:>7}"
+                f"                   {row['cpu_ms_plain']!s:>13} {row['cpu_ms_limits']!s:>7} {row['cpu_ratio']!s:>6}"
+            )
     failed = [m for m in modes if not all(r.get("ok") for v in runs[m].values() for r in v)]
     if failed:
         print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)

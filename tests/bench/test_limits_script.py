@@ -1,0 +1,30 @@
+"""bench/limits.py runs (small, on the in-memory store) and reports both figures per variant."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "limits.py"
+
+
+def test_reports_inst_per_s_and_cpu_per_instance_plain_and_limited() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--rounds", "1", "--instances", "20", "--steps", "2"]
+        + ["--workers", "1", "--concurrency", "4", "--modes", "LOCAL_ASYNC", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    runs = report["runs"]["LOCAL_ASYNC"]
+    assert [r["ok"] for r in runs["plain"] + runs["limits"]] == [True, True], runs
+    row = report["medians"]["LOCAL_ASYNC"]
+    for figure in ("plain", "limits", "cpu_ms_plain", "cpu_ms_limits"):
+        assert row[figure] > 0, row
+    assert row["ratio"] == round(row["limits"] / row["plain"], 3)
+    assert row["cpu_ratio"] == round(row["cpu_ms_limits"] / row["cpu_ms_plain"], 3)
