@@ -136,7 +136,7 @@ def main() -> int:
         help="own: each thread its own Client; shared: one Client whose starts batch themselves; "
         "both (the default): one after the other in each run",
     )
-    p.add_argument("--many", type=int, default=20000, help="contexts of the start_many run")
+    p.add_argument("--many", type=int, default=20000, help="contexts of the start_many run (0: none)")
     p.add_argument("--repeat", type=int, default=2, help="runs of each measurement")
     p.add_argument(
         "--py-spy",
@@ -187,6 +187,8 @@ def main() -> int:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(30)
+            if args.many <= 0:  # --many 0: the threads' runs only
+                continue
             cpu0 = proc_cpu(server.pid), own_cpu()
             m = many_run(target, args.many)
             cpu1 = proc_cpu(server.pid), own_cpu()
