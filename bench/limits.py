@@ -12,8 +12,12 @@ claims/s (on PostgreSQL taken in blocks of moments, wiggle/_storage/postgres/rat
 which each claim spends from). Neither binds; what is left is their cost. It prints every run, the
 medians side by side and the ratio limited / plain per mode (target: at least 0.90, i.e. at most
 10% fewer inst/s), and beside them the medians of CPU per instance (all roles: server, workers,
-PostgreSQL, driver), a steadier figure on a shared machine than inst/s. The machine is shared:
-compare the ratios of one sitting, not absolute figures (bench/README.md).
+PostgreSQL, driver), a steadier figure on a shared machine than inst/s. "paired" is the median
+of the rounds' own ratios (a round's two runs are next to each other in time). "in workers units"
+divides each run's CPU per instance by its workers' own: the workers run the same handlers for the
+same steps plain or limited, so their CPU follows the machine's speed of the moment (which moves
+by a fifth from one minute to the next here) and the quotient keeps what the limits add. The
+machine is shared: compare the ratios of one sitting, not absolute figures (bench/README.md).
 """
 
 from __future__ import annotations
@@ -44,16 +48,33 @@ def _bench(mode: str, limits: bool, args: argparse.Namespace) -> dict[str, Any]:
     if out.returncode != 0:
         return {"ok": False, "problems": [out.stderr.strip()[-500:] or f"exit {out.returncode}"]}
     result = json.loads(out.stdout)["modes"][0]
+    workers = (result.get("cpu_s") or {}).get("workers")
+    total = result.get("cpu_ms_per_instance")
     return {
         "ok": bool(result.get("ok")),
         "instances_per_s": result.get("instances_per_s"),
-        "cpu_ms_per_instance": result.get("cpu_ms_per_instance"),
+        "cpu_ms_per_instance": total,
+        # all roles' CPU in units of the workers' own (the same handlers and steps either way)
+        "cpu_per_worker_cpu": round(total / (workers * 1000 / result["instances"]), 3)
+        if total and workers
+        else None,
     }
 
 
 def _median(runs: list[dict[str, Any]], figure: str = "instances_per_s", digits: int = 1) -> float | None:
     values = [float(r[figure]) for r in runs if r.get("ok") and r.get(figure)]
     return round(statistics.median(values), digits) if values else None
+
+
+def _paired(plain: list[dict[str, Any]], limited: list[dict[str, Any]], figure: str) -> float | None:
+    """The median of each round's own ratio limited / plain (the two runs of a round are next to
+    each other in time: the machine's drift between rounds cancels)."""
+    ratios = [
+        float(b[figure]) / float(a[figure])
+        for a, b in zip(plain, limited, strict=True)
+        if a.get("ok") and b.get("ok") and a.get(figure) and b.get(figure)
+    ]
+    return round(statistics.median(ratios), 3) if ratios else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,13 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         cpu_plain = _median(runs[mode]["plain"], "cpu_ms_per_instance", 2)
         cpu_limited = _median(runs[mode]["limits"], "cpu_ms_per_instance", 2)
         cpu_ratio = round(cpu_limited / cpu_plain, 3) if cpu_plain and cpu_limited else None
+        pair = runs[mode]["plain"], runs[mode]["limits"]
         table[mode] = {
             "plain": plain,
             "limits": limited,
             "ratio": ratio,
+            "paired_ratio": _paired(*pair, "instances_per_s"),
             "cpu_ms_plain": cpu_plain,
             "cpu_ms_limits": cpu_limited,
             "cpu_ratio": cpu_ratio,
+            "paired_cpu_ratio": _paired(*pair, "cpu_ms_per_instance"),
+            "paired_cpu_in_workers_units": _paired(*pair, "cpu_per_worker_cpu"),
         }
     store = "PostgreSQL" if args.database_url else "memory"
     if args.json:
@@ -97,14 +122,19 @@ def main(argv: list[str] | None = None) -> int:
             f"medians of {args.rounds} alternating rounds, inst/s ({store}, {args.steps} steps x {args.instances}):"
         )
         print(
-            f"  {'mode':<12} {'plain':>10} {'limits':>10} {'ratio':>7}  (target >= {TARGET})"
-            f"   CPU ms/inst: {'plain':>6} {'limits':>7} {'ratio':>6}"
+            f"  {'mode':<12} {'plain':>8} {'limits':>8} {'ratio':>6} {'paired':>7}  |  CPU ms/inst "
+            f"{'plain':>6} {'limits':>7} {'ratio':>6} {'paired':>7} {'in workers units':>17}"
         )
         for mode, row in table.items():
             print(
-                f"  {mode:<12} {row['plain']!s:>10} {row['limits']!s:>10} {row['ratio']!s:>7}"
-                f"                   {row['cpu_ms_plain']!s:>13} {row['cpu_ms_limits']!s:>7} {row['cpu_ratio']!s:>6}"
+                f"  {mode:<12} {row['plain']!s:>8} {row['limits']!s:>8} {row['ratio']!s:>6} "
+                f"{row['paired_ratio']!s:>7}  |  {row['cpu_ms_plain']!s:>17} {row['cpu_ms_limits']!s:>7} "
+                f"{row['cpu_ratio']!s:>6} {row['paired_cpu_ratio']!s:>7} {row['paired_cpu_in_workers_units']!s:>17}"
             )
+        print(
+            f"  (target: inst/s ratio >= {TARGET}; paired: the median of the rounds' own ratios; CPU in workers "
+            "units: all roles' CPU over the workers' own, a control for the machine's speed of the moment)"
+        )
     failed = [m for m in modes if not all(r.get("ok") for v in runs[m].values() for r in v)]
     if failed:
         print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""bench/limits.py runs (small, on the in-memory store) and reports both figures per variant."""
+"""bench/limits.py runs (small, on the in-memory store) and reports its figures per variant and
+the ratios: medians, paired, CPU in the workers' units."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ SCRIPT = ROOT / "bench" / "limits.py"
 
 def test_reports_inst_per_s_and_cpu_per_instance_plain_and_limited() -> None:
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--rounds", "1", "--instances", "20", "--steps", "2"]
+        [sys.executable, str(SCRIPT), "--rounds", "1", "--instances", "300", "--steps", "3"]
         + ["--workers", "1", "--concurrency", "4", "--modes", "LOCAL_ASYNC", "--json"],
         capture_output=True,
         text=True,
@@ -28,3 +29,9 @@ def test_reports_inst_per_s_and_cpu_per_instance_plain_and_limited() -> None:
         assert row[figure] > 0, row
     assert row["ratio"] == round(row["limits"] / row["plain"], 3)
     assert row["cpu_ratio"] == round(row["cpu_ms_limits"] / row["cpu_ms_plain"], 3)
+    # one round: its own ratios are the paired medians
+    plain, limited = runs["plain"][0], runs["limits"][0]
+    assert row["paired_ratio"] == round(limited["instances_per_s"] / plain["instances_per_s"], 3)
+    assert row["paired_cpu_ratio"] == round(limited["cpu_ms_per_instance"] / plain["cpu_ms_per_instance"], 3)
+    units = limited["cpu_per_worker_cpu"] / plain["cpu_per_worker_cpu"]
+    assert row["paired_cpu_in_workers_units"] == round(units, 3)
