@@ -5,8 +5,8 @@ PostgreSQL uses a partial index only for a query that implies its condition (``s
 'RUNNING' AND limit_key <> ''``); a count by ``limit_key = t.limit_key`` or by a parameter under a
 generic plan does not imply ``limit_key <> ''``, and each count scanned all RUNNING tokens: with
 4,000 running, a claim of 16 keyed steps took 12 ms instead of 0.08 (statements.py ``key_held``,
-migration 0019, bench/README.md "Round thirteen"). Here 4,000 RUNNING tokens (half of them keyed)
-and 500 keyed READY ones, analyzed; each statement's plan (the generic one where the store
+migrations 0019 and 0020, bench/README.md "Round thirteen"). Here 4,000 RUNNING tokens (half of
+them keyed) and 500 keyed READY ones, analyzed; each statement's plan (the generic one where the store
 prepares it) must reach the counted tokens only through tokens_limit_held.
 """
 
@@ -93,8 +93,8 @@ async def test_the_queue_counts_read_tokens_limit_held(filled: str) -> None:
 
 
 async def test_the_key_room_check_reads_tokens_limit_held(filled: str) -> None:
-    """expect_key_room (migrations 0018, 0019), a PL/pgSQL function: its statement's plans are
-    shown by auto_explain (nested statements, sent to this client as LOG messages), past the
+    """take_key_room (migration 0020; expect_key_room's check, 0019), a PL/pgSQL function: its
+    statements' plans are shown by auto_explain (nested statements, sent to this client as LOG messages), past the
     five custom plans PL/pgSQL makes before it may settle on a generic one."""
     plans: list[str] = []
     with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
@@ -103,7 +103,7 @@ async def test_the_key_room_check_reads_tokens_limit_held(filled: str) -> None:
         for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_analyze = off"):
             conn.execute(f"SET auto_explain.{setting}")
         conn.execute("SET client_min_messages = log")
-        check = f'SELECT "{filled}".expect_key_room(%s::text[], %s::int[], %s::int[])'
+        check = f'SELECT "{filled}".take_key_room(7, %s::text[], %s::int[], %s::int[])'
         for i in range(8):
             keys = [f"k{2 * i + 1}", f"k{2 * i + 101}"]  # odd: none of them runs
             assert conn.execute(check, (keys, [1, 1], [1, 1])).fetchone() == (1,)

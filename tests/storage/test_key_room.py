@@ -1,6 +1,6 @@
 """A PostgreSQL claim of steps under concurrency-limit keys admits them in one round trip and
 confirms it under the keys' locks (wiggle/_storage/postgres/limits.py, "One round trip";
-migration 0018): the check refuses a key another claim filled since the read, and the claim then
+migrations 0018, 0020): the check refuses a key another claim filled since the read, and the claim then
 runs again counting under the locks, so the limit holds."""
 
 from __future__ import annotations
@@ -50,14 +50,38 @@ async def test_the_check_counts_a_keys_running_attempts_and_names_the_key(pg_sch
         ((_, key),) = _running(pg_schema)
         assert key and claimed.token.limit_key == key
         with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
-            check = f'SELECT "{pg_schema}".expect_key_room(%s::text[], %s::int[], %s::int[])'
-            assert conn.execute(check, ([key], [1], [2])).fetchone() == (1,)  # 1 running + 1 <= 2
-            assert conn.execute(check, (["no such key"], [1], [1])).fetchone() == (1,)
+            check = f'SELECT "{pg_schema}".take_key_room(%s, %s::text[], %s::int[], %s::int[])'
+            lock_class = store._limit_lock_class
+            assert conn.execute(check, (lock_class, [key], [1], [2])).fetchone() == (1,)  # 1 running + 1 <= 2
+            assert conn.execute(check, (lock_class, ["no such key"], [1], [1])).fetchone() == (1,)
             with pytest.raises(psycopg.Error) as err:
-                conn.execute(check, (["no such key", key], [1, 1], [1, 1]))
+                conn.execute(check, (lock_class, ["no such key", key], [1, 1], [1, 1]))
             assert err.value.sqlstate == KEY_ROOM_TAKEN
             said = str(err.value)
             assert f"concurrency-limit key {key} has 1 attempt(s) running: no room for 1 more" in said
+    finally:
+        await store.close()
+
+
+async def test_the_check_holds_each_keys_lock_until_its_transaction_ends(pg_schema: str) -> None:  # noqa: F811
+    """take_key_room takes the keys' advisory locks itself (the lock class and key hash every claim
+    locks a key by), and holds them to the end of the claim's transaction."""
+    store = PostgresStore(TEST_DATABASE_URL, pg_schema)
+    await store.open()
+    try:
+        lock_class = store._limit_lock_class
+        check = f'SELECT "{pg_schema}".take_key_room(%s, %s::text[], %s::int[], %s::int[])'
+        probe = "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))"
+        with (
+            psycopg.connect(TEST_DATABASE_URL) as claim,
+            psycopg.connect(TEST_DATABASE_URL, autocommit=True) as other,
+        ):
+            assert claim.execute(check, (lock_class, ["card:a", "card:b"], [1, 1], [1, 1])).fetchone() == (1,)
+            for key in ("card:a", "card:b"):
+                assert other.execute(probe, (lock_class, key)).fetchone() == (False,), key
+            assert other.execute(probe, (lock_class, "card:c")).fetchone() == (True,)
+            claim.rollback()
+            assert other.execute(probe, (lock_class, "card:a")).fetchone() == (True,)
     finally:
         await store.close()
 

@@ -19,11 +19,11 @@ A claim whose only limits to count under a lock are concurrency-limit keys (no r
 its rows, and its queues' rates spent from this server's blocks or absent) takes **one round
 trip** for all that instead: it admits on the RUNNING counts its candidate read returned (each
 row's last column, the same snapshot the read's limit filter used), and its writes' round trip
-then takes the keys' advisory locks and calls ``expect_key_room`` (migration 0018), a statement
-of its own whose snapshot follows the locks. If another claim of one of the keys committed in
-between and left less room than this claim took, the call raises SQLSTATE ``KEY_ROOM_TAKEN``, the
-transaction rolls back before COMMIT, and the claim runs again the way above (its counts read
-under the locks). Either way no key ever has more attempts RUNNING than its limit.
+then calls ``take_key_room`` (migration 0020), which takes the keys' advisory locks and checks
+their room in a statement whose snapshot follows the locks. If another claim of one of the keys
+committed in between and left less room than this claim took, the call raises SQLSTATE
+``KEY_ROOM_TAKEN``, the transaction rolls back before COMMIT, and the claim runs again the way
+above (its counts read under the locks). Either way no key ever has more attempts RUNNING than its limit.
 
 Rows are then admitted in the fair order (docs/flow-control.md#fair-claims-across-keys): each
 pick takes, of the rows left, the first in claim-rank order among those whose concurrency-limit
@@ -48,7 +48,7 @@ __all__ = ["Admission", "KEY_ROOM_TAKEN", "LIMITS_TTL_SECONDS"]
 
 #: How long a node uses the queue limits it read before reading them again.
 LIMITS_TTL_SECONDS = 1.0
-#: SQLSTATE of ``expect_key_room`` (migration 0018): a key had less room than the claim took.
+#: SQLSTATE of ``take_key_room`` (migration 0020): a key had less room than the claim took.
 KEY_ROOM_TAKEN = "WG002"
 
 
@@ -135,7 +135,7 @@ class Admission:
 
     async def _confirm(self, conn: Conn, q: Queries, lock_class: int) -> None:
         """Queue, in the claim's pipeline, the locks of the admitted rows' keys and the check that
-        each still has room for what this claim took (``expect_key_room``: SQLSTATE
+        each still has room for what this claim took (``take_key_room``, one statement: SQLSTATE
         ``KEY_ROOM_TAKEN`` if not). A key's room is its least limit among the rows taken."""
         taken: dict[str, int] = {}
         limit: dict[str, int] = {}
@@ -146,8 +146,9 @@ class Admission:
                 limit[key] = min(limit.get(key, token.limit_max), token.limit_max)
         if taken:
             keys = sorted(taken)
-            await conn.execute(q.lock_limit_keys, (lock_class, keys))
-            await conn.execute(q.expect_key_room, (keys, [taken[k] for k in keys], [limit[k] for k in keys]))
+            await conn.execute(
+                q.take_key_room, (lock_class, keys, [taken[k] for k in keys], [limit[k] for k in keys])
+            )
 
     def _keep(self, counts: Counts) -> None:
         """Admit rows in the fair order until ``want`` are taken (see the module docstring)."""

@@ -418,8 +418,8 @@ class Queries:
         self.purge_rate_keys = q(
             f"DELETE FROM {{s}}.rate_keys WHERE tat < COALESCE(%s::float8, {DB_NOW_MILLIS}) - 1000"
         )
-        # the one-round-trip admission's check, after the keys' locks (migration 0018; limits.py)
-        self.expect_key_room = q("SELECT {s}.expect_key_room(%s::text[], %s::int[], %s::int[])")
+        # the one-round-trip admission's check: the keys' locks, then their room (migration 0020; limits.py)
+        self.take_key_room = q("SELECT {s}.take_key_room(%s, %s::text[], %s::int[], %s::int[])")
         self.limit_held = q(f"SELECT k, {key_held('k')} FROM unnest(%s::text[]) AS u(k)")
 
     def _clock_duties(self, q: Callable[[str], str]) -> None:
