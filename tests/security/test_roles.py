@@ -180,6 +180,11 @@ async def test_worker_session_stream_is_scoped_per_message(secured: WiggleServer
     )
     reply = await one("pay-worker", poll_orders)
     assert reply.WhichOneof("body") == "error" and "not ['orders']" in reply.error.message
+    # A role without worker methods is refused when the stream opens, before any message is read
+    # (wiggle/_server/guard.py): the call sends none, since a message written while the server
+    # ends the call can fail on the client's side first (INTERNAL, "Failed execute_batch").
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await one("watcher", poll_orders)
+        async with pki.client(secured.target, "watcher") as client:
+            async for _ in client.stub.WorkerSession(iter([]), timeout=10):
+                raise AssertionError("a reply to a watcher's worker session")
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
