@@ -653,6 +653,40 @@ async def test_notifies_go_out_after_the_commit_in_one_transaction_for_all_poste
         assert sorted(await drain()) == sorted(f"{b.node_id}:instance-{n}" for n in range(50))
 
 
+async def test_a_node_spaces_its_notify_transactions_and_sends_what_came_meanwhile_together(
+    open_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At most one NOTIFY transaction a Cluster.NOTIFY_SPACING_SECONDS per node (docs/architecture.md,
+    "Scaling"): the first after a quiet spell goes out at once, what is posted while the next one
+    waits goes out with it."""
+    monkeypatch.setattr(Cluster, "NOTIFY_SPACING_SECONDS", 0.3)
+    await open_store()
+    b = await open_store()
+    assert b.cluster.peers == 1
+    loop = asyncio.get_running_loop()
+    async with _raw_listener(b.cluster.channel_finished) as drain:
+        sent = b.cluster.notifies_sent
+        finished = Changes()
+        finished.finished = True
+        began = loop.time()
+        b.cluster.post("first", finished)
+        for _ in range(200):  # the first goes at once
+            if b.cluster.notifies_sent == sent + 1:
+                break
+            await asyncio.sleep(0.005)
+        assert b.cluster.notifies_sent == sent + 1
+        for n in range(5):  # posted while the sender waits out the spacing
+            b.cluster.post(f"later-{n}", finished)
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(b.cluster._sender, 5.0)
+        assert loop.time() - began >= 0.3  # the second transaction waited for its turn
+        assert b.cluster.notifies_sent == sent + 2  # the five in one
+        payloads = await drain()
+        assert sorted(payloads) == sorted(
+            f"{b.node_id}:{name}" for name in ["first"] + [f"later-{n}" for n in range(5)]
+        )
+
+
 async def test_other_schemas_are_not_peers(open_store: Callable[..., Any]) -> None:
     a = await open_store()
     other = node(a.engine, TEST_DATABASE_URL, a.schema + "_x", pool_size=2)

@@ -54,6 +54,11 @@ class Cluster:
     """This node among the others on ``schema``: its listener, its peer count, its clock leadership."""
 
     PEER_CHECK_SECONDS = 2.0  # how often the listener recounts the other nodes on the schema
+    #: The least time between the starts of two NOTIFY transactions of this node. What is posted
+    #: meanwhile goes out in one transaction when it ends, so under load a node sends at most
+    #: 100 a second, however many commits it makes, and each other node's listener reads as many;
+    #: after a quiet spell the first goes out at once (docs/architecture.md, "Scaling").
+    NOTIFY_SPACING_SECONDS = 0.01
 
     def __init__(self, schema: str, notifier: Notifier, count_peers_sql: str) -> None:
         self.schema = schema
@@ -80,6 +85,7 @@ class Cluster:
         self._notify_sql = ""  # Cluster.open: the store's statement sending many NOTIFYs at once
         self._pending: dict[tuple[str, str], None] = {}  # posted, not yet sent (in order, once each)
         self._sender: asyncio.Task[None] | None = None
+        self._last_send = float("-inf")  # when the last NOTIFY transaction started (the loop's clock)
 
     async def open(self, db: Database, notify_sql: str) -> None:
         """Start listening (and say hello to the other nodes) over ``db``; ``notify_sql`` sends
@@ -199,9 +205,9 @@ class Cluster:
         """Send the NOTIFYs other nodes need for ``changes`` of ``instance_id``, just committed.
 
         They are sent by one task per node (``_send``), each time all that was posted meanwhile
-        in one transaction of its own, with ``synchronous_commit`` off for it: PostgreSQL takes
-        a database-wide lock for a transaction that notified, from its commit until the commit
-        is flushed, so NOTIFYs inside the data's transactions made every server's commits wait
+        in one transaction of its own (at most one a ``NOTIFY_SPACING_SECONDS``), with
+        ``synchronous_commit`` off for it: PostgreSQL takes a database-wide lock for a
+        transaction that notified, from its commit until the commit is flushed, so NOTIFYs inside the data's transactions made every server's commits wait
         for each other's WAL flushes (docs/architecture.md, "Scaling"), and a NOTIFY transaction
         waiting for its flush would hold that lock as long. Notifications are wake-ups, not
         state: one that is lost (a crash between the commit and the send) only makes the other
@@ -220,8 +226,14 @@ class Cluster:
             self._sender = asyncio.ensure_future(self._send())
 
     async def _send(self) -> None:
-        """Send what was posted, one transaction at a time, until nothing is left."""
+        """Send what was posted, one transaction at a time and at most one a
+        ``NOTIFY_SPACING_SECONDS``, until nothing is left."""
+        loop = asyncio.get_running_loop()
         while self._pending and self.db is not None:
+            wait = self._last_send + self.NOTIFY_SPACING_SECONDS - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)  # what is posted meanwhile joins this batch
+            self._last_send = loop.time()
             batch, self._pending = list(self._pending), {}
             params = ([c for c, _ in batch], [p for _, p in batch])
             self.notifies_sent += 1
