@@ -4,7 +4,7 @@ tokens_limit_held (migration 0014), never every RUNNING token.
 PostgreSQL uses a partial index only for a query that implies its condition (``status =
 'RUNNING' AND limit_key <> ''``); a count by ``limit_key = t.limit_key`` or by a parameter under a
 generic plan does not imply ``limit_key <> ''``, and each count scanned all RUNNING tokens: with
-4,000 running, a claim of 16 keyed steps took 12 ms instead of 0.08 (statements.py ``key_held``,
+4,000 running, a claim of 16 keyed steps took 12 ms instead of 0.08 (claim_terms.py ``key_held``,
 migrations 0019 and 0020, bench/README.md "Round thirteen"). Here 4,000 RUNNING tokens (half of
 them keyed) and 500 keyed READY ones, analyzed; each statement's plan (the generic one where the store
 prepares it) must reach the counted tokens only through tokens_limit_held.

@@ -207,9 +207,10 @@ class Cluster:
         They are sent by one task per node (``_send``), each time all that was posted meanwhile
         in one transaction of its own (at most one a ``NOTIFY_SPACING_SECONDS``), with
         ``synchronous_commit`` off for it: PostgreSQL takes a database-wide lock for a
-        transaction that notified, from its commit until the commit is flushed, so NOTIFYs inside the data's transactions made every server's commits wait
-        for each other's WAL flushes (docs/architecture.md, "Scaling"), and a NOTIFY transaction
-        waiting for its flush would hold that lock as long. Notifications are wake-ups, not
+        transaction that notified, from its commit until the commit is flushed, so NOTIFYs
+        inside the data's transactions made every server's commits wait for each other's WAL
+        flushes (docs/architecture.md, "Scaling"), and a NOTIFY transaction waiting for its flush
+        would hold that lock as long. Notifications are wake-ups, not
         state: one that is lost (a crash between the commit and the send) only makes the other
         nodes' pollers find the work at their next poll, as after a listener's reconnection.
         """

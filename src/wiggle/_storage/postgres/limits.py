@@ -23,7 +23,8 @@ then calls ``take_key_room`` (migration 0020), which takes the keys' advisory lo
 their room in a statement whose snapshot follows the locks. If another claim of one of the keys
 committed in between and left less room than this claim took, the call raises SQLSTATE
 ``KEY_ROOM_TAKEN``, the transaction rolls back before COMMIT, and the claim runs again the way
-above (its counts read under the locks). Either way no key ever has more attempts RUNNING than its limit.
+above (its counts read under the locks). Either way no key ever has more attempts RUNNING than
+its limit.
 
 Rows are then admitted in the fair order (docs/flow-control.md#fair-claims-across-keys): each
 pick takes, of the rows left, the first in claim-rank order among those whose concurrency-limit

@@ -13,9 +13,9 @@ from psycopg import sql
 
 from ...errors import WiggleError
 from ..ops import NodeInfo, QueueStat, Readiness
+from .claim_terms import DB_NOW_MILLIS, key_held
 from .db import Database, short
 from .migrations import lock_key, migration_files
-from .statements import DB_NOW_MILLIS, key_held
 
 __all__ = [
     "count_by_status",

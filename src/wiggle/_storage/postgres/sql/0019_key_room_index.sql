@@ -2,7 +2,7 @@
 -- "limit_key = p_keys[i]": under PL/pgSQL's generic plan that does not imply the partial index
 -- tokens_limit_held's condition (limit_key <> ''), so every count scanned all RUNNING tokens.
 -- The same check, one statement for all the keys, with the index's condition written out
--- (wiggle/_storage/postgres/statements.py key_held says the same of the claim's statements).
+-- (wiggle/_storage/postgres/claim_terms.py key_held says the same of the claim's statements).
 CREATE OR REPLACE FUNCTION expect_key_room(p_keys text[], p_taken integer[], p_max integer[]) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
