@@ -9,7 +9,8 @@ after another, each after the previous one's WAL flush, even when the rate is fa
 (with no ``max_running``, whose RUNNING count must be read under the lock) is taken in blocks
 instead: one short statement of its own advances the row by ``k`` consecutive moments of the
 rate, from its next one (which must be due, as for a claim), and this server's claims spend them
-without touching the row.
+without touching the row. A claim reserves its moments before it reads its rows (``reserve``: up to
+as many as it asks steps) and gives back what its rows did not use (``give_back``).
 
 A moment is spent no earlier than a claim at it could be (the rate's tolerance) and no later than
 ``LATE_SHARE`` of the period after it; one not spent by then is lost (the rate then admits less,
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..queue_limits import QueueLimit, _tolerance
@@ -35,7 +37,7 @@ from .statements import Queries
 
 log = logging.getLogger("wiggle.server")
 
-__all__ = ["BLOCK_MAX", "BLOCK_MIN", "LATE_SHARE", "RateBlocks", "block_size"]
+__all__ = ["BLOCK_MAX", "BLOCK_MIN", "LATE_SHARE", "RateBlocks", "Reservation", "block_size"]
 
 #: How late (a share of the rate's period) a moment of a block may still be spent. A smaller share
 #: keeps a fast rate closer to exact, but a block's life is about this long, and one taken every
@@ -96,6 +98,16 @@ class Block:
         return self.spent >= self.count
 
 
+@dataclass
+class Reservation:
+    """The moments of ``limit``'s rate a claim spent before reading its rows (``RateBlocks.reserve``):
+    ``count`` in all, as (block, first, end) runs of each block's moments ``[first, end)``."""
+
+    limit: QueueLimit
+    count: int = 0
+    pieces: list[tuple[Block, int, int]] = field(default_factory=list)
+
+
 class RateBlocks:
     """This server's blocks of the fast rates of its queues (see the module docstring).
 
@@ -103,7 +115,10 @@ class RateBlocks:
     block, for twice the time a moment may be late (so a block lasts about that long), from
     ``BLOCK_MIN`` up to ``block_size`` (5% of the rate). A moment a server does not spend is lost
     capacity of the rate; sized so, a server's blocks hold about twice what it spends, and a
-    server that claims little takes small blocks."""
+    server that claims little takes small blocks. A block taken for claims waiting for moments
+    holds at least what they ask together (``reserve``): a first block of ``BLOCK_MIN`` cut the
+    first claims of a drain short, and claims that then found their blocks spent by the ones
+    beside them took nothing (bench/README.md, "Round fourteen")."""
 
     def __init__(self, db: Database, queries: Queries) -> None:
         self.db = db
@@ -112,6 +127,7 @@ class RateBlocks:
         self._spent: dict[str, int] = {}  # queue -> moments spent since its last block was taken
         self._since: dict[str, int] = {}  # queue -> when its last block was taken (ms)
         self._taking: dict[str, asyncio.Future[None]] = {}
+        self._asking: dict[str, int] = {}  # queue -> moments the claims in ``reserve`` ask for
         # queue -> when to try again after its rate gave no block (its next moment was not due)
         self._retry_at: dict[str, float] = {}
         self._background: set[asyncio.Future[None]] = set()  # fill_soon's
@@ -133,6 +149,21 @@ class RateBlocks:
             self.blocks.pop(queue, None)
         return sum(block.due(now) for block in blocks)
 
+    def reserve_now(self, limit: QueueLimit, want: int, now: int) -> Reservation:
+        """Spend up to ``want`` moments of ``limit``'s blocks at ``now``, recording which."""
+        reservation = Reservation(limit)
+        if not self.due(limit.queue, limit, now):
+            return reservation
+        for block in self.blocks.get(limit.queue, ()):
+            took = block.spend(want - reservation.count, now)
+            if took:
+                reservation.pieces.append((block, block.spent - took, block.spent))
+                reservation.count += took
+            if reservation.count == want:
+                break
+        self._spent[limit.queue] = self._spent.get(limit.queue, 0) + reservation.count
+        return reservation
+
     def spend(self, queue: str, want: int, now: int) -> int:
         """Spend up to ``want`` moments of ``queue`` at ``now``, oldest block first; how many were."""
         took = 0
@@ -143,23 +174,67 @@ class RateBlocks:
         self._spent[queue] = self._spent.get(queue, 0) + took
         return took
 
-    def next_size(self, limit: QueueLimit, now: int) -> int:
+    async def reserve(
+        self, limits: list[QueueLimit], want: int, clock: Callable[[], int]
+    ) -> dict[str, Reservation]:
+        """Moments for a claim of up to ``want`` steps, spent before the claim reads its rows:
+        per queue of ``limits``, which (none to be had: the claim then takes that rate under its
+        row's lock). Blocks are taken first where the claim would be short (``fill``),
+        sized for every claim waiting here (``_asking``), and taken once more if the claims
+        ahead spent the block this claim waited for. What the claim does not use goes back
+        (``give_back``). ``clock``: the server's clock, read after each wait."""
+        for limit in limits:
+            self._asking[limit.queue] = self._asking.get(limit.queue, 0) + want
+        try:
+            for _ in range(3):
+                await self.fill(limits, want, clock())
+                if not self._short(limits, want, clock()):
+                    break
+            now = clock()
+            return {limit.queue: self.reserve_now(limit, want, now) for limit in limits}
+        finally:
+            for limit in limits:
+                self._asking[limit.queue] -= want
+                if not self._asking[limit.queue]:
+                    del self._asking[limit.queue]
+
+    def give_back(self, reservation: Reservation, count: int) -> None:
+        """Return ``count`` of the moments ``reservation`` holds, which its claim did not use: its
+        newest ones first, each only while no claim has spent a later moment of its block since
+        (they are then the block's next ones to spend, and each moment a claim uses stays the one
+        it reserved). Others are lost (the rate admits less, never more); returned ones may be
+        spent again until they are late (``Block.due`` loses them then)."""
+        for block, first, end in reversed(reservation.pieces):
+            if count <= 0 or block.spent != end:
+                break
+            back = min(count, end - first)
+            block.spent -= back
+            count -= back
+            queue = reservation.limit.queue
+            self._spent[queue] = max(0, self._spent.get(queue, 0) - back)
+
+    def next_size(self, limit: QueueLimit, now: int, want: int = 0) -> int:
         """The size of ``limit``'s queue's next block: what this server spent per millisecond
-        since its last block, for twice the lateness a moment is allowed (see the class docstring)."""
+        since its last block, for twice the lateness a moment is allowed (see the class docstring),
+        and at least ``want``, the claim asking for it."""
         late = limit.rate_period_millis * LATE_SHARE
         elapsed = max(1, now - self._since.get(limit.queue, now))
         size = math.ceil(2 * late * self._spent.get(limit.queue, 0) / elapsed)
-        return min(block_size(limit), max(BLOCK_MIN, size))
+        return min(block_size(limit), max(BLOCK_MIN, size, want))
 
     def wanted(self, limits: list[QueueLimit], want: int, now: int) -> list[QueueLimit]:
         """The rates of ``limits`` to take a block of before a claim of up to ``want`` at ``now``:
-        fewer moments due than ``want`` and than half their next block, none being taken, and no
-        refusal in the last ``LATE_SHARE`` of the period."""
+        fewer moments due than ``want`` and than half their next block (``_short``), and none
+        being taken."""
+        return [limit for limit in self._short(limits, want, now) if limit.queue not in self._taking]
+
+    def _short(self, limits: list[QueueLimit], want: int, now: int) -> list[QueueLimit]:
+        """The rates of ``limits`` with fewer moments due than ``want`` and than half their next
+        block, and no refusal in the last ``LATE_SHARE`` of the period."""
         return [
             limit
             for limit in limits
-            if self.due(limit.queue, limit, now) < min(want, self.next_size(limit, now) // 2 + 1)
-            and limit.queue not in self._taking
+            if self.due(limit.queue, limit, now) < min(want, self.next_size(limit, now, want) // 2 + 1)
             and self._retry_at.get(limit.queue, 0) <= now
         ]
 
@@ -201,7 +276,7 @@ class RateBlocks:
             for limit in short:
                 self._taking[limit.queue] = taking
             try:
-                await self._take(short, now)
+                await self._take(short, want, now)
             finally:
                 for limit in short:
                     del self._taking[limit.queue]
@@ -209,8 +284,14 @@ class RateBlocks:
         for wait in waits:
             await asyncio.shield(wait)
 
-    async def _take(self, limits: list[QueueLimit], now: int) -> None:
-        sizes = [self.next_size(limit, now) for limit in limits]
+    async def _take(self, limits: list[QueueLimit], want: int, now: int) -> None:
+        # at least what the claims waiting for this rate ask and its blocks do not hold
+        sizes = [
+            self.next_size(
+                limit, now, max(want, self._asking.get(limit.queue, 0) - self.due(limit.queue, limit, now))
+            )
+            for limit in limits
+        ]
         params = (
             now,
             [limit.queue for limit in limits],

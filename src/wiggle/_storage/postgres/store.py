@@ -50,7 +50,7 @@ from .definitions import Definitions
 from .group_commit import GroupCommit, Items
 from .limits import KEY_ROOM_TAKEN, LIMITS_TTL_SECONDS, Admission
 from .migrations import check_schema, lock_key, migrate
-from .rate_blocks import RateBlocks, block_size
+from .rate_blocks import RateBlocks, Reservation, block_size
 from .schedules import PostgresSchedules
 from .start_commit import StartCommit
 from .statements import Queries, StartQueries, list_conditions
@@ -328,10 +328,14 @@ class PostgresStore(Store):
         await self._refresh_limits()
         known = self.limited_queues
         fast = [known[queue] for queue in queues if queue in known and block_size(known[queue])]
-        if fast:  # moments of the fast rates, taken ahead of the claim (rate_blocks.py)
-            await self.rate_blocks.fill(fast, max_tasks, self.clock.now())
+        reserved: dict[str, Reservation] = {}  # moments of the fast rates for this claim
+        if fast:  # taken ahead of the claim, in blocks (rate_blocks.py)
+            spent = await self.rate_blocks.reserve(fast, max_tasks, self.clock.now)
+            reserved = {queue: moments for queue, moments in spent.items() if moments.count}
+        unused = {queue: moments.count for queue, moments in reserved.items()}  # what the claim did not use
 
         async def body(conn: Conn, one_trip: bool) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
+            unused.update((queue, moments.count) for queue, moments in reserved.items())  # (run again: all)
             async with transaction(conn) as pipeline:
                 now = self.clock.now()
                 rows, tokens = await claim_candidates(
@@ -340,7 +344,7 @@ class PostgresStore(Store):
                 if not rows:
                     return [], []
                 rows, tokens, admission = await self._admit_rows(
-                    conn, pipeline, queues, rows, tokens, max_tasks, now, one_trip
+                    conn, pipeline, queues, rows, tokens, max_tasks, now, one_trip, reserved, unused
                 )
                 out, states = await self._claim_transitions(conn, rows, tokens, transition, now)
                 if admission is not None:
@@ -363,6 +367,9 @@ class PostgresStore(Store):
         except _KeyRoomTaken:  # another claim of a key committed since the read: count under the locks
             self.key_room_retries += 1
             claimed, announced = await self.db.run("claim", functools.partial(body, one_trip=False))
+        for queue, n in unused.items():
+            if n:
+                self.rate_blocks.give_back(reserved[queue], n)
         if claimed:
             self.stats.transactions += 1
         for instance_id, changes in announced:
@@ -379,10 +386,14 @@ class PostgresStore(Store):
         max_tasks: int,
         now: int,
         one_trip: bool,
+        reserved: dict[str, Reservation],
+        unused: dict[str, int],
     ) -> tuple[list[Any], list[Token], Admission | None]:
         """The rows a claim takes of those it read, under their limits (limits.py): the rows, their
         tokens and the admission to settle (None: no limit applies). ``one_trip``: admit on the
-        read's counts where only keys limit the rows (the admission confirms them when settled)."""
+        read's counts where only keys limit the rows (the admission confirms them when settled).
+        ``reserved``: the moments of fast rates this claim spent (rate_blocks.py), per queue with
+        the limit they are of; ``unused`` is left with what the admission did not use of them."""
         # The limited queues as this node knows them now, after the rows were read, not before
         # the connection was had: a limit set through this node before a step was started always
         # applies to that step's claim (a claim that waited for its connection across a
@@ -392,13 +403,17 @@ class PostgresStore(Store):
         limited = {queue for queue in queues if queue in limits} if limits else set()
         if not limited and not any(token.limit_key or token.rate_key for token in tokens):
             return rows[:max_tasks], tokens[:max_tasks], None
-        budgets = self._spend_rate_blocks(limited, limits, tokens, max_tasks, now)
+        # A queue's reserved moments serve its rows if its limit is still the one they are of
+        # (else it is read under its row's lock); the admission counts them down, and what is
+        # left goes back after the claim (claim).
+        budgets = {queue: m.count for queue, m in reserved.items() if limits.get(queue) == m.limit}
         locked = limited - budgets.keys()
         admission = Admission(rows, tokens, locked & {token.queue for token in tokens}, max_tasks, budgets)
         if one_trip and Admission.keys_only(tokens, locked):
             admission.keep_on_read_counts(now, self._limit_lock_class)
         else:
             await admission.run(conn, pipeline, self.queries, self._limit_lock_class, now, self._rate_now())
+        unused.update(admission.budgets)
         return admission.rows, admission.tokens, admission
 
     async def _claim_transitions(
@@ -431,25 +446,6 @@ class PostgresStore(Store):
             self.rate_blocks.fill_soon(limit, now)  # for the next ones
             return False
         return not spend or self.rate_blocks.spend(queue, 1, now) == 1  # a moment of this node's blocks
-
-    def _spend_rate_blocks(
-        self, limited: set[str], limits: dict[str, QueueLimit], tokens: list[Token], want: int, now: int
-    ) -> dict[str, int]:
-        """Per limited queue whose rate comes in blocks (rate_blocks.py) and has moments due: the
-        moments this claim spends, as many as it has rows of the queue (up to ``want``). Spent
-        here, before the claim awaits anything, so that claims running at once on this server never
-        count the same moments; what the admission then leaves unused is lost (the rate admits
-        less, never more)."""
-        budgets: dict[str, int] = {}
-        blocks = self.rate_blocks
-        for queue in limited:
-            limit = limits[queue]
-            if not block_size(limit) or not blocks.due(queue, limit, now):
-                continue
-            rows = sum(1 for token in tokens if token.queue == queue)
-            if rows:
-                budgets[queue] = blocks.spend(queue, min(rows, want), now)
-        return budgets
 
     async def _limited(self, queues: list[str]) -> set[str]:
         """The queues among ``queues`` that have limits, as this node last read them (at most a
