@@ -16,6 +16,7 @@ import pytest
 from layers import postgres_nodes
 from pg import TEST_DATABASE_URL
 
+from wiggle import Limit
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._storage.postgres import PostgresStore
 from wiggle._storage.postgres.statements import Queries
@@ -113,3 +114,59 @@ async def test_an_analysis_that_fails_is_logged_and_harms_no_caller(caplog: obje
         assert stats.analyses == 0 and stats.rows >= 10  # tried again at the next doubling
         assert len(ids) == 12 and (await layer.get_instance(ids[-1])).instance.status == "RUNNING"
         assert "analyzing the tables failed" in caplog.text  # type: ignore[attr-defined]
+
+
+def _keyed() -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="keyed",
+        start_node="a",
+        nodes=(
+            Node(id="a", kind=NodeKind.TASK, next="end", limit=Limit(key="card", max=1)),
+            Node(id="end", kind=NodeKind.END),
+        ),
+    )
+
+
+async def _settled(store: PostgresStore) -> None:
+    for _ in range(500):
+        if store.statistics._task is None:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_keyed_claims_on_statistics_taken_while_none_ran_bring_an_analysis_of_tokens() -> None:
+    """Statistics taken while no keyed step ran (the instances were started, none claimed) plan a
+    key's count through tokens_leases, every RUNNING token; once a node has claimed as many keyed
+    steps as min_rows it analyzes tokens, and the count's plan reads tokens_limit_held. More keyed
+    claims within KEYED_SPACING_SECONDS analyze nothing more."""
+    async with postgres_nodes(1, _keyed()) as ((store,), (layer,)):
+        stats = store.statistics
+        await layer.start_many("keyed", "", [{"card": f"c{i}"} for i in range(1500)], "")
+        await _settled(store)
+        assert stats.analyses >= 1 and stats.keyed_rows == 0  # the instances' analyses: none ran
+        count = iter(range(1, 100))
+        numbered = re.sub(r"%s", lambda _: f"${next(count)}", Queries(store.schema).limit_held)
+        with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            conn.execute(f"PREPARE counted AS {numbered}")
+
+            def plan() -> str:
+                return "\n".join(row[0] for row in conn.execute("EXPLAIN EXECUTE counted('{c1,c2}')"))
+
+            assert "tokens_leases" in plan(), plan()  # the statistics say nothing runs: any index will do
+            before = stats.analyses
+            claimed = []
+            for _ in range(4):
+                claimed += await layer.claim("w", ["keyed"], 250)
+            assert len(claimed) == 1000
+            for _ in range(500):
+                if stats.analyses > before:
+                    break
+                await asyncio.sleep(0.01)
+            assert stats.analyses == before + 1
+            assert stats.keyed_rows >= stats.min_rows
+            assert "tokens_limit_held" in plan() and "tokens_leases" not in plan(), plan()
+            await _settled(store)
+            claimed = await layer.claim("w", ["keyed"], 250)
+            await asyncio.sleep(0.1)
+            assert len(claimed) == 250 and stats.analyses == before + 1  # within the spacing

@@ -372,6 +372,9 @@ class PostgresStore(Store):
                 self.rate_blocks.give_back(reserved[queue], n)
         if claimed:
             self.stats.transactions += 1
+            keyed = sum(1 for c in claimed if c.token.limit_key)
+            if keyed:  # the key counts' plans need statistics that saw keyed steps run (statistics.py)
+                self.statistics.claimed_keyed(keyed)
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
