@@ -5,7 +5,7 @@ attempts at once per value of its context key, cluster-wide. The engine only lab
 a token becomes READY at a limited step, ``assign`` gives it its ``limit_key`` (the limit's scope
 and the key's value) and ``limit_max``. A token counts against its key while it is RUNNING with
 that label; the stores' claims never take a token whose key already has ``limit_max`` RUNNING
-tokens (wiggle/_storage/memory.py, wiggle/_storage/postgres/store.py), and the hand-off skips
+tokens (wiggle/_storage/memory_ready.py, wiggle/_storage/postgres/store.py), and the hand-off skips
 limited tokens (wiggle/_server/delivery.py). Nothing else is kept: whatever ends a RUNNING
 attempt (its report, its failure, its lease's expiry, a cancel) ends what it held, so a crash
 cannot leak a slot. ``leave`` drops the label and wakes the pollers of the step's queue, whose

@@ -3,6 +3,10 @@
 Every transition the instance layer hands over runs synchronously between two awaits, so each
 mutation is atomic on the event loop: no two requests ever see or change an instance half-way, and a claim can never hand
 one token to two workers.
+
+Besides the dicts and heaps kept here, its parts with a job of their own: the bytes it holds, for
+its bound (memory_bytes.py), its workflow concurrency keys (memory_conc.py), and its ready
+queues with the limits a claim obeys (memory_ready.py).
 """
 
 from __future__ import annotations
@@ -13,14 +17,12 @@ import heapq
 import itertools
 
 from .._engine.engine import Claimed, LoadedDefinition
-from .._engine.start_options import claim_rank
 from .._engine.state import (
     FINISHED_INSTANCE_STATUSES,
     Changes,
     HistoryEntry,
     InstanceState,
     InstanceStatus,
-    Token,
     TokenStatus,
     task_id_of,
     token_instance_id,
@@ -43,27 +45,17 @@ from .base import (
 from .handoff import settle
 from .memory_bytes import ByteLedger
 from .memory_conc import ConcIndex
+from .memory_ready import ReadyQueues
 from .ops import NodeInfo, QueueStat, Readiness
-from .queue_limits import (
-    QueueLimit,
-    admit,
-    check_queue_limit,
-    describe,
-    next_admit_at,
-    rate_admit,
-    rate_next_at,
-)
+from .queue_limits import QueueLimit, check_queue_limit
 from .schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
 
-#: Per-key rate states kept before the purge drops those whose moment has passed (a key without
-#: one may go at once: dropping them changes nothing).
-RATE_KEYS_KEPT = 1024
-
 
 class MemoryStore(Store):
-    """Definitions, instances and history in dicts; READY tokens and timers in heaps.
+    """Definitions, instances and history in dicts; READY tokens in heaps (memory_ready.py),
+    timers in heaps.
 
     ``max_instances`` bounds the instances held at once and ``max_bytes`` the bytes of their
     contexts and history (memory_bytes.py; 0: no bound): at a bound, the instances that finished
@@ -88,18 +80,13 @@ class MemoryStore(Store):
         self._instances: dict[str, InstanceState] = {}
         self._ids: list[str] = []  # every instance id, ascending (ids are time-sortable: appended in order)
         self._history: dict[str, list[HistoryEntry]] = {}
-        # queue -> heap of (available_at, seq, token, priority): READY tokens not yet due (a
-        # backoff, a delayed start), moved to ``_due`` when they are (``_promote``)
-        self._ready: dict[str, list[tuple[int, int, str, int]]] = {}
-        # queue -> heap of (claim rank, seq, token, available_at): the READY tokens due without a
-        # concurrency limit, claimed in rank order (priority with aging,
-        # wiggle/_engine/start_options.py); a token due when it becomes READY (the common case)
-        # goes straight here (``_place``), a limited one to ``_keyed``
-        self._due: dict[str, list[tuple[int, int, str, int]]] = {}
         self._timers: list[tuple[int, int, str]] = []  # heap of (due, seq, token): sleeps, deadlines, leases
         self._deadlines: list[tuple[int, str]] = []  # heap of (deadline_at, instance): time limits
         self._deadline_of: dict[str, int] = {}  # the deadline each RUNNING instance has in the heap
         self._seq = itertools.count()
+        # the READY tokens per queue in claim order, and the limits a claim obeys: concurrency
+        # keys, per-key rates, queue limits (memory_ready.py); they share the store's ``_seq``
+        self.ready = ReadyQueues(self._instances, self.limited_queues, self._seq)
         self.schedules = MemorySchedules(self.insert)
         # idempotent starts: request id -> instance id, and back (purged with the instance)
         self._requests: dict[str, str] = {}
@@ -107,31 +94,6 @@ class MemoryStore(Store):
         self._deduplicated_requests: set[str] = set()  # request ids answered with another's instance
         # deduplication (docs/flow-control.md#deduplication): (workflow, key) -> the holder's id
         self._dedup: dict[tuple[str, str], str] = {}
-        # concurrency limits (wiggle/_engine/limits.py): RUNNING tokens per limit key, the key
-        # each such token holds; per queue and key the due READY tokens of the key (claim-rank
-        # heaps like ``_due``), and per queue the index of its keys with room, a heap of
-        # (RUNNING of the key, its best rank, seq, key) checked when it reaches the top
-        # (``_keyed_head``; the fair order of docs/flow-control.md#fair-claims-across-keys); a
-        # full key leaves the index and comes back when one of its attempts ends
-        self._held: dict[str, int] = {}
-        self._holding: dict[str, str] = {}
-        self._keyed: dict[str, dict[str, list[tuple[int, int, str, int]]]] = {}
-        self._key_index: dict[str, list[tuple[int, int, int, str]]] = {}
-        self._key_entry: dict[tuple[str, str], tuple[int, int, int, str]] = {}  # the live index item
-        self._key_queues: dict[str, set[str]] = {}  # limit key -> the queues with a heap of it
-        # per-key rate limits (docs/flow-control.md#per-key-rate-limits): each key's rate state
-        # (``tat``, queue_limits.rate_admit), the due READY tokens a claim found over their key's
-        # rate per (key, queue), and per queue the moments those keys may go again: a heap of
-        # (at, seq, key), its live item per (key, queue) in ``_rate_wake_at``
-        self._rate_tat: dict[str, float] = {}
-        self._rate_parked: dict[tuple[str, str], list[tuple[int, int, str, int]]] = {}
-        self._rate_wakes: dict[str, list[tuple[int, int, str]]] = {}
-        self._rate_wake_at: dict[tuple[str, str], int] = {}
-        # queue limits (wiggle/_storage/queue_limits.py): each limited queue's limits, its rate's
-        # state, and its RUNNING tokens a claim marked queue_held (token id -> queue)
-        self._tat: dict[str, float] = {}
-        self._queue_running: dict[str, int] = {}
-        self._queue_holding: dict[str, str] = {}
         # workflow-level concurrency keys: their live and waiting instances (memory_conc.py)
         self.conc = ConcIndex()
 
@@ -153,32 +115,14 @@ class MemoryStore(Store):
             self.ledger.written(state, changes)
         ready: dict[str, int] | None = None  # queue -> tokens that became READY: wake that many pollers
         now = 0
+        ready_queues = self.ready
         for token in changes.tokens.values():
-            if token.limit_key or self._holding:
-                self._track_limit(token)
-            if token.queue_held or self._queue_holding:
-                self._track_queue(token)
+            ready_queues.track(token)  # its limit key's and its queue's RUNNING counts (memory_ready.py)
             status = token.status
             if status == TokenStatus.READY:
-                available_at = token.available_at
                 if not now:
                     now = self.clock.now()
-                if available_at <= now:
-                    entry = (
-                        claim_rank(available_at, token.priority),
-                        next(self._seq),
-                        token.id,
-                        available_at,
-                    )
-                    if token.limit_key:
-                        self._place(token.queue, entry, token)
-                    else:
-                        heapq.heappush(self._due.setdefault(token.queue, []), entry)
-                else:
-                    heapq.heappush(
-                        self._ready.setdefault(token.queue, []),
-                        (available_at, next(self._seq), token.id, token.priority),
-                    )
+                ready_queues.push(token, now)  # where a claim looks for it
                 if ready is None:
                     ready = {token.queue: 1}
                 else:
@@ -213,84 +157,16 @@ class MemoryStore(Store):
                 self._finished.append(state.instance.id)
             self.notifier.instance_finished(state.instance.id)
 
-    def _track_limit(self, token: Token) -> None:
-        """Count ``token`` against its limit key while it is RUNNING there; when it stops, free
-        the slot and move the key's parked READY tokens that now fit back to their queue."""
-        held = self._holding.get(token.id, "")
-        now_key = token.limit_key if token.status == TokenStatus.RUNNING else ""
-        if held == now_key:
-            return
-        if now_key:
-            self._holding[token.id] = now_key
-            self._held[now_key] = self._held.get(now_key, 0) + 1
-        else:
-            del self._holding[token.id]
-        if held:
-            left = self._held[held] - 1
-            if left:
-                self._held[held] = left
-            else:
-                del self._held[held]
-            for queue in self._key_queues.get(held, ()):
-                self._index_key(queue, held)  # fewer running: earlier in the fair order, or back in it
-
-    def _track_queue(self, token: Token) -> None:
-        """Count ``token`` against its queue's max_running while it is RUNNING with queue_held."""
-        held = self._queue_holding.get(token.id, "")
-        now_queue = token.queue if token.queue_held and token.status == TokenStatus.RUNNING else ""
-        if held == now_queue:
-            return
-        if now_queue:
-            self._queue_holding[token.id] = now_queue
-            self._queue_running[now_queue] = self._queue_running.get(now_queue, 0) + 1
-        else:
-            del self._queue_holding[token.id]
-        if held:
-            self._queue_running[held] -= 1
-
-    def _queue_open(self, queue: str, now: int) -> bool:
-        """True if ``queue``'s limits let a claim take one more of its steps at ``now``."""
-        limit = self.limited_queues.get(queue)
-        if limit is None:
-            return True
-        if limit.max_running and self._queue_running.get(queue, 0) >= limit.max_running:
-            return False
-        return admit(limit, self._tat.get(queue, 0.0), now) is not None
-
-    def _claimed_on(self, queue: str, token: Token, now: int) -> None:
-        """A claim took ``token`` on ``queue`` (before its changes are applied): mark it for the
-        queue's max_running, count it against the rate."""
-        limit = self.limited_queues.get(queue)
-        token.queue_held = limit is not None and limit.max_running > 0
-        if limit is not None and limit.rate_max:
-            tat = admit(limit, self._tat.get(queue, 0.0), now)
-            assert tat is not None  # _queue_open said so, in this same step of the event loop
-            self._tat[queue] = tat
-
     async def set_queue_limit(self, limit: QueueLimit) -> None:
         check_queue_limit(limit)
-        if limit.limited:
-            known = self.limited_queues.get(limit.queue)
-            if known is None or (known.rate_max, known.rate_period_millis) != (
-                limit.rate_max,
-                limit.rate_period_millis,
-            ):
-                self._tat.pop(limit.queue, None)  # a new rate starts with a full bucket
-            self.limited_queues[limit.queue] = limit
-        else:
-            self.limited_queues.pop(limit.queue, None)
-            self._tat.pop(limit.queue, None)
+        self.ready.set_limit(limit)
         self.notifier.work_ready([limit.queue], {})  # pollers look again under the new limits
 
     async def queue_limits(self) -> list[QueueLimit]:
         return [self.limited_queues[q] for q in sorted(self.limited_queues)]
 
     async def rate_tats(self, keys: list[str]) -> dict[str, float]:
-        return {key: self._rate_tat[key] for key in keys if key in self._rate_tat}
-
-    def _over_limit(self, token: Token) -> bool:
-        """True if ``token``'s limit key has its most attempts RUNNING already."""
-        return self._held.get(token.limit_key, 0) >= token.limit_max
+        return self.ready.rate_tats(keys)
 
     # ------------------------------------------------------------------ definitions
 
@@ -528,218 +404,22 @@ class MemoryStore(Store):
     ) -> list[Claimed]:
         now = self.clock.now()
         out: list[Claimed] = []
+        ready = self.ready
         for queue in queues:
-            self._promote(queue, now)
+            ready.promote(queue, now)
         while len(out) < max_tasks:
-            best: tuple[tuple[int, int, int], bool] | None = None  # ((running of its key, rank, seq), keyed)
-            best_queue = ""
-            for queue in queues:
-                if self.limited_queues and queue in self.limited_queues and not self._queue_open(queue, now):
-                    continue
-                head = self._head(queue, now)
-                if head is not None and (best is None or head[0] < best[0]):
-                    best, best_queue = head, queue
-            if best is None:
+            taken = ready.take(queues, now)  # the best step of the queues (memory_ready.py)
+            if taken is None:
                 break
-            token = self._take(best_queue, best[1], now)
+            queue, token = taken
             state = self._instances[token_instance_id(token.id)]
             changes = Changes()
             claimed = transition(self._loaded(state), state, token, now, changes)
             if self.limited_queues:
-                self._claimed_on(best_queue, token, now)
+                ready.claimed_on(queue, token, now)
             self._apply(state, changes)
             out.append(claimed)
         return out
-
-    def _head(self, queue: str, now: int) -> tuple[tuple[int, int, int], bool] | None:
-        """The order (running of its key, rank, seq) of the step a claim on ``queue`` would take
-        next (docs/flow-control.md#fair-claims-across-keys), and whether it is under a
-        concurrency limit; None: nothing claimable now. Steps found over their key's rate are set
-        aside on the way (``_rate_park``)."""
-        self._wake_rates(queue, now)
-        free = self._due_head(queue, now)
-        keyed = self._keyed_head(queue, now)
-        if keyed is not None:
-            load, entry = keyed
-            if free is None or (load, entry[0], entry[1]) < (0, free[0], free[1]):
-                return (load, entry[0], entry[1]), True
-        return None if free is None else ((0, free[0], free[1]), False)
-
-    def _take(self, queue: str, keyed: bool, now: int) -> Token:
-        """Pop the step ``_head`` chose on ``queue`` and count it against its key's rate. Nothing
-        of ``queue`` changed since: ``_head`` of another queue changes only that queue's heaps,
-        so the chosen step is still the top of ``_due``, or of the heap of the key at the top of
-        the queue's index (``_keyed_head`` left that item valid)."""
-        if keyed:
-            heap = self._keyed[queue][self._key_index[queue][0][3]]
-        else:
-            heap = self._due[queue]
-        token_id = heapq.heappop(heap)[2]
-        token = self._instances[token_instance_id(token_id)].tokens[token_id]
-        if token.rate_key:
-            tat = self._rate_tat.get(token.rate_key, 0.0)
-            after = rate_admit(token.rate_max, token.rate_period_millis, tat, now)
-            assert after is not None  # _head found it admitted, in this same step of the event loop
-            self._rate_tat[token.rate_key] = after
-        return token
-
-    def _due_head(self, queue: str, now: int) -> tuple[int, int, str, int] | None:
-        """The best entry of ``queue``'s steps without a concurrency limit (stale ones dropped)."""
-        heap = self._due.get(queue)
-        while heap:
-            entry = heap[0]
-            token = self._live_ready(entry[3], entry[2], queue)
-            if token is None:
-                heapq.heappop(heap)
-            elif token.rate_key and self._over_rate(token, now):
-                self._rate_park(queue, heapq.heappop(heap), token, now)
-            else:
-                return entry
-        return None
-
-    def _keyed_head(self, queue: str, now: int) -> tuple[int, tuple[int, int, str, int]] | None:
-        """(running of its key, entry) of the best step of ``queue`` under a concurrency limit whose
-        key has room; index items that no longer say the truth are dropped or put right."""
-        index = self._key_index.get(queue)
-        while index:
-            item = index[0]
-            load, rank, _, key = item
-            if self._key_entry.get((queue, key)) is not item:
-                heapq.heappop(index)  # superseded
-                continue
-            heap = self._keyed[queue][key]
-            token = self._keyed_token(queue, key, heap, now)
-            held = self._held.get(key, 0)
-            if token is None or held >= token.limit_max:
-                heapq.heappop(index)  # empty, or full: an ending attempt (or a new step) indexes it again
-                del self._key_entry[(queue, key)]
-                if not heap:
-                    self._drop_key(queue, key)
-                continue
-            if (held, heap[0][0]) != (load, rank):
-                heapq.heappop(index)
-                self._index_key(queue, key)
-                continue
-            return held, heap[0]
-        return None
-
-    def _keyed_token(
-        self, queue: str, key: str, heap: list[tuple[int, int, str, int]], now: int
-    ) -> Token | None:
-        """The live token at the top of ``key``'s heap on ``queue``, stale entries dropped and
-        steps over their rate set aside."""
-        while heap:
-            entry = heap[0]
-            token = self._live_ready(entry[3], entry[2], queue)
-            if token is None or token.limit_key != key:
-                heapq.heappop(heap)
-            elif token.rate_key and self._over_rate(token, now):
-                self._rate_park(queue, heapq.heappop(heap), token, now)
-            else:
-                return token
-        return None
-
-    def _drop_key(self, queue: str, key: str) -> None:
-        del self._keyed[queue][key]
-        queues = self._key_queues[key]
-        queues.discard(queue)
-        if not queues:
-            del self._key_queues[key]
-
-    def _place(self, queue: str, entry: tuple[int, int, str, int], token: Token) -> None:
-        """Put a due READY token's entry where a claim looks for it: ``_due``, or its key's heap."""
-        key = token.limit_key
-        if not key:
-            heapq.heappush(self._due.setdefault(queue, []), entry)
-            return
-        heaps = self._keyed.setdefault(queue, {})
-        heap = heaps.get(key)
-        if heap is None:
-            heap = heaps[key] = []
-            self._key_queues.setdefault(key, set()).add(queue)
-        heapq.heappush(heap, entry)
-        if heap[0] is entry:
-            self._index_key(queue, key)  # a new best step for its key
-
-    def _index_key(self, queue: str, key: str) -> None:
-        """(Re)enter ``key`` in ``queue``'s index as it stands now (an older item is superseded)."""
-        heap = self._keyed.get(queue, {}).get(key)
-        if not heap:
-            return
-        item = (self._held.get(key, 0), heap[0][0], next(self._seq), key)
-        self._key_entry[(queue, key)] = item
-        heapq.heappush(self._key_index.setdefault(queue, []), item)
-
-    def _over_rate(self, token: Token, now: int) -> bool:
-        """True if ``token``'s rate key admits no claim at ``now``."""
-        tat = self._rate_tat.get(token.rate_key, 0.0)
-        return rate_admit(token.rate_max, token.rate_period_millis, tat, now) is None
-
-    def _rate_park(self, queue: str, entry: tuple[int, int, str, int], token: Token, now: int) -> None:
-        """Set aside a due step over its key's rate until the key's next moment."""
-        key = token.rate_key
-        heapq.heappush(self._rate_parked.setdefault((key, queue), []), entry)
-        tat = self._rate_tat.get(key, 0.0)
-        self._rate_wake(key, queue, rate_next_at(token.rate_max, token.rate_period_millis, tat, now))
-
-    def _rate_wake(self, key: str, queue: str, at: int) -> None:
-        """Look at ``key``'s set-aside steps on ``queue`` again at ``at`` (or earlier, if due sooner)."""
-        current = self._rate_wake_at.get((key, queue))
-        if current is not None and current <= at:
-            return
-        self._rate_wake_at[(key, queue)] = at
-        heapq.heappush(self._rate_wakes.setdefault(queue, []), (at, next(self._seq), key))
-
-    def _wake_rates(self, queue: str, now: int) -> None:
-        """Move back the set-aside steps of ``queue`` whose key's rate admits them now: as many as
-        the rate admits at ``now`` (one, unless the rate is finer than a millisecond), the next
-        wake at the moment after them; a backlog of a key costs a move per claim, not per step."""
-        wakes = self._rate_wakes.get(queue)
-        while wakes and wakes[0][0] <= now:
-            at, _, key = heapq.heappop(wakes)
-            if self._rate_wake_at.get((key, queue)) != at:
-                continue
-            del self._rate_wake_at[(key, queue)]
-            parked = self._rate_parked[(key, queue)]
-            tat = self._rate_tat.get(key, 0.0)
-            while parked:
-                entry = heapq.heappop(parked)
-                token = self._live_ready(entry[3], entry[2], queue)
-                if token is None or token.rate_key != key:
-                    continue
-                self._place(queue, entry, token)
-                tat = rate_admit(token.rate_max, token.rate_period_millis, tat, now) or tat
-                if parked and rate_admit(token.rate_max, token.rate_period_millis, tat, now) is None:
-                    later = rate_next_at(token.rate_max, token.rate_period_millis, tat, now)
-                    self._rate_wake(key, queue, max(later, now + 1))
-                    break
-            if not parked:
-                del self._rate_parked[(key, queue)]
-
-    def _promote(self, queue: str, now: int) -> None:
-        """Move the READY tokens of ``queue`` that are due to where a claim looks for them."""
-        heap = self._ready.get(queue)
-        if not heap:
-            return
-        while heap and heap[0][0] <= now:
-            available_at, seq, token_id, priority = heapq.heappop(heap)
-            token = self._live_ready(available_at, token_id, queue)
-            if token is not None:  # a stale entry is dropped
-                self._place(queue, (claim_rank(available_at, priority), seq, token_id, available_at), token)
-
-    def _live_ready(self, available_at: int, token_id: str, queue: str) -> Token | None:
-        state = self._instances.get(token_instance_id(token_id))
-        if state is None or state.instance.status in FINISHED_INSTANCE_STATUSES:
-            return None
-        token = state.tokens.get(token_id)
-        if (
-            token is None
-            or token.status != TokenStatus.READY
-            or token.available_at != available_at
-            or token.queue != queue
-        ):
-            return None
-        return token
 
     # ------------------------------------------------------------------ clock duties
 
@@ -784,40 +464,7 @@ class MemoryStore(Store):
         return min(candidates) if candidates else None
 
     async def next_ready_at(self, queues: list[str]) -> int | None:
-        best: int | None = None
-        now = self.clock.now()
-        for queue in queues:
-            earliest = self._next_ready_on(queue, now)
-            if earliest is None:
-                continue
-            limit = self.limited_queues.get(queue)
-            if limit is not None:
-                if limit.max_running and self._queue_running.get(queue, 0) >= limit.max_running:
-                    continue  # full: the end of one of its steps wakes the queue
-                earliest = max(earliest, next_admit_at(limit, self._tat.get(queue, 0.0), earliest))
-            if best is None or earliest < best:
-                best = earliest
-        return best
-
-    def _next_ready_on(self, queue: str, now: int) -> int | None:
-        """The earliest moment a claim could take a READY token of ``queue`` (None: none, or only
-        steps waiting for a slot of their key, which an ending attempt wakes): now if one is
-        claimable, else the first of a delayed step's time and a rate-waiting key's next moment."""
-        self._promote(queue, now)
-        if self._head(queue, now) is not None:
-            return now
-        best: int | None = None
-        heap = self._ready.get(queue)
-        while heap and self._live_ready(heap[0][0], heap[0][2], queue) is None:
-            heapq.heappop(heap)
-        if heap:
-            best = heap[0][0]
-        wakes = self._rate_wakes.get(queue)
-        while wakes and self._rate_wake_at.get((wakes[0][2], queue)) != wakes[0][0]:
-            heapq.heappop(wakes)
-        if wakes and (best is None or wakes[0][0] < best):
-            best = wakes[0][0]
-        return best
+        return self.ready.next_ready_at(queues, self.clock.now())
 
     async def orphaned_children(self, limit: int) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
@@ -838,9 +485,7 @@ class MemoryStore(Store):
             if s.instance.status in FINISHED_INSTANCE_STATUSES and s.instance.finished_at < older_than
         ][:limit]
         self._forget(doomed)
-        if len(self._rate_tat) > RATE_KEYS_KEPT:  # a key whose moment has passed says nothing
-            now = self.clock.now()
-            self._rate_tat = {key: tat for key, tat in self._rate_tat.items() if tat > now}
+        self.ready.purge_rates(self.clock.now)  # the rate states whose moment has passed
         return len(doomed)
 
     # ------------------------------------------------------------------ operating (issue #13)
@@ -854,35 +499,7 @@ class MemoryStore(Store):
         return counts
 
     async def queue_stats(self, now: int) -> list[QueueStat]:
-        stats: dict[str, QueueStat] = {}
-        for state in self._instances.values():
-            for token in state.tokens.values():
-                if token.status == TokenStatus.READY:
-                    stat = stats.setdefault(token.queue, QueueStat(queue=token.queue))
-                    if token.available_at > now:
-                        stat.delayed += 1
-                        continue
-                    stat.ready += 1
-                    if token.limit_key and self._over_limit(token):
-                        stat.limit_waiting += 1
-                    if token.rate_key and self._over_rate(token, now):
-                        tat = self._rate_tat.get(token.rate_key, 0.0)
-                        at = rate_next_at(token.rate_max, token.rate_period_millis, tat, now)
-                        stat.rate_waiting += 1
-                        stat.rate_waiting_until = min(stat.rate_waiting_until or at, at)
-                    if not stat.oldest_ready_at or token.available_at < stat.oldest_ready_at:
-                        stat.oldest_ready_at = token.available_at
-                elif token.status == TokenStatus.RUNNING:
-                    stat = stats.setdefault(token.queue, QueueStat(queue=token.queue))
-                    stat.running += 1
-                    if token.limit_key:
-                        stat.limit_held += 1
-                    if token.local_run_owner:
-                        stat.in_local_run += 1
-                    owner = token.lease_owner or token.local_run_owner
-                    stat.in_flight = {**stat.in_flight, owner: stat.in_flight.get(owner, 0) + 1}
-        limits = [(limit, self._tat.get(q, 0.0)) for q, limit in self.limited_queues.items()]
-        return describe(stats, limits, now)
+        return self.ready.stats(now)
 
     async def clock_leader(self) -> bool:
         return True  # one process: it always runs the clock duties
