@@ -1,5 +1,6 @@
 """Instance layers over a fresh store, for the tests that drive ``Instances`` directly.
 
+``one_step(name, limit)``: a workflow of one task step (``a``), under a concurrency limit if given;
 ``instance_layer("memory" | "postgres", *definitions)``: one layer with ``definitions``
 registered; ``postgres_nodes(n, *definitions)``: ``n`` layers (server nodes) sharing one fresh
 PostgreSQL schema, the definitions registered through the first. The schema is dropped afterwards.
@@ -12,11 +13,21 @@ from collections.abc import AsyncIterator
 
 from pg import TEST_DATABASE_URL, async_temp_schema
 
+from wiggle import Limit
 from wiggle._engine.engine import Engine
-from wiggle._model import WorkflowDefinition
+from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
 from wiggle._storage.memory import MemoryStore
 from wiggle._storage.postgres import PostgresStore
+
+
+def one_step(name: str = "one", limit: Limit | None = None) -> WorkflowDefinition:
+    """A workflow of one task step ``a`` and its end; ``limit``: the step's concurrency limit."""
+    return WorkflowDefinition(
+        name=name,
+        start_node="a",
+        nodes=(Node(id="a", kind=NodeKind.TASK, next="end", limit=limit), Node(id="end", kind=NodeKind.END)),
+    )
 
 
 @contextlib.asynccontextmanager

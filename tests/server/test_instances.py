@@ -13,24 +13,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any
 
 import pytest
+from layers import one_step
 from pg import TEST_DATABASE_URL
 
 from wiggle._engine.engine import Engine, EngineConfig, LoadedDefinition
 from wiggle._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus
-from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
 from wiggle._storage.memory import MemoryStore
 from wiggle._storage.postgres import PostgresStore
 
 Hook = Callable[[], Awaitable[None]]
-
-
-def _one_step() -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name="one",
-        start_node="a",
-        nodes=(Node(id="a", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
-    )
 
 
 class _HookedMemoryStore(MemoryStore):
@@ -77,7 +69,7 @@ async def _settle(task: asyncio.Future[Any], rounds: int = 100) -> None:
 async def test_work_announced_between_the_look_and_the_wait_wakes_the_poller() -> None:
     store = _HookedMemoryStore()
     layer = Instances(store, Engine())
-    await layer.register(_one_step())
+    await layer.register(one_step())
     queue = (await layer.start("one", "", {}, "")).tokens[0].queue
     (first,) = await layer.claim("w", [queue], 1)  # the queue is empty again
 
@@ -103,7 +95,7 @@ async def test_work_announced_between_the_look_and_the_wait_wakes_the_poller() -
 async def test_a_wake_up_taken_but_not_acted_on_is_passed_on() -> None:
     store = MemoryStore()
     layer = Instances(store, Engine())
-    await layer.register(_one_step())
+    await layer.register(one_step())
     queue = (await layer.start("one", "", {}, "")).tokens[0].queue
     notifier = store.notifier
     with notifier.watch_work([queue]) as first:
@@ -121,7 +113,7 @@ async def test_a_wake_up_taken_but_not_acted_on_is_passed_on() -> None:
 async def test_await_completion_registered_before_its_read() -> None:
     store = MemoryStore()
     layer = Instances(store, Engine())
-    await layer.register(_one_step())
+    await layer.register(one_step())
     view = await layer.start("one", "", {}, "")
     (claimed,) = await layer.claim("w", [view.tokens[0].queue], 1)
     real_get = store.get_instance
@@ -150,7 +142,7 @@ async def test_clock_dispatch_is_written_once_for_every_store() -> None:
     # A lease expiry goes through Instances.run_clock_duties -> Store.due_tokens -> Store.mutate.
     store = MemoryStore()
     layer = Instances(store, Engine(EngineConfig(lease_millis=1000)))
-    await layer.register(_one_step())
+    await layer.register(one_step())
     view = await layer.start("one", "", {}, "")
     (claimed,) = await layer.claim("w", [view.tokens[0].queue], 1)
     expiry = claimed.token.lease_expires_at
@@ -165,7 +157,7 @@ async def test_clock_dispatch_is_written_once_for_every_store() -> None:
 async def test_a_refused_mutation_writes_nothing() -> None:
     store = MemoryStore()
     layer = Instances(store, Engine())
-    await layer.register(_one_step())
+    await layer.register(one_step())
     view = await layer.start("one", "", {}, "")
     before = store.stats.transactions
 
@@ -204,7 +196,7 @@ async def pg_layers(pg_schema: str) -> AsyncIterator[Callable[[], Awaitable[Inst
 async def test_postgres_poller_woken_by_its_own_server(pg_layers: Any) -> None:
     layer = await pg_layers()
     store: _HookedPostgresStore = layer.store
-    await layer.register(_one_step())
+    await layer.register(one_step())
     queue = (await layer.start("one", "", {}, "")).tokens[0].queue
     await layer.claim("w", [queue], 1)
 
@@ -224,7 +216,7 @@ async def test_postgres_poller_woken_by_another_server(pg_layers: Any) -> None:
     here = await pg_layers()
     there = await pg_layers()  # opened second: it counts `here` as a peer and NOTIFYs it
     store: _HookedPostgresStore = here.store
-    await there.register(_one_step())
+    await there.register(one_step())
     queue = (await there.start("one", "", {}, "")).tokens[0].queue
     await there.claim("w", [queue], 1)
 

@@ -11,10 +11,10 @@ import re
 
 import psycopg
 import pytest
+from layers import one_step
 from pg import TEST_DATABASE_URL
 
 from wiggle._engine.engine import Engine
-from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
 from wiggle._storage.postgres import PostgresStore
 from wiggle._storage.postgres.migrations import migrate
@@ -49,20 +49,12 @@ async def test_a_generic_claim_plan_on_an_unanalyzed_schema_uses_the_primary_key
     assert "instances_status" not in plan, plan
 
 
-def _one_step() -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name="one",
-        start_node="a",
-        nodes=(Node(id="a", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
-    )
-
-
 async def test_a_ready_token_of_a_finished_instance_is_not_claimed(pg_schema: str) -> None:  # noqa: F811
     store = PostgresStore(TEST_DATABASE_URL, pg_schema)
     await store.open()
     try:
         layer = Instances(store, Engine())
-        await layer.register(_one_step())
+        await layer.register(one_step())
         stray = await layer.start("one", "", {}, "", "")
         good = await layer.start("one", "", {}, "", "")
         # An inconsistency the engine never makes (finishing cancels the active tokens), made by
@@ -88,7 +80,7 @@ async def test_a_claims_first_round_has_one_generic_plan_an_ordered_scan(pg_sche
     await store.open()
     try:
         layer = Instances(store, Engine())
-        await layer.register(_one_step())
+        await layer.register(one_step())
         first = await layer.start("one", "", {}, "", "")
         with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
             conn.execute(

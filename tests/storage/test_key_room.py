@@ -9,26 +9,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from layers import one_step
 from pg import TEST_DATABASE_URL
 
 from wiggle import Limit
 from wiggle._engine.engine import Engine
-from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
 from wiggle._storage.postgres import PostgresStore
 from wiggle._storage.postgres import store as store_module
 from wiggle._storage.postgres.limits import KEY_ROOM_TAKEN
-
-
-def _one_per_card() -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name="charge",
-        start_node="a",
-        nodes=(
-            Node(id="a", kind=NodeKind.TASK, next="end", limit=Limit(key="card", max=1)),
-            Node(id="end", kind=NodeKind.END),
-        ),
-    )
 
 
 def _running(schema: str) -> list[tuple[str, str]]:
@@ -44,7 +33,7 @@ async def test_the_check_counts_a_keys_running_attempts_and_names_the_key(pg_sch
     await store.open()
     try:
         layer = Instances(store, Engine())
-        await layer.register(_one_per_card())
+        await layer.register(one_step("charge", Limit(key="card", max=1)))
         await layer.start("charge", "", {"card": "x"}, "", "")
         (claimed,) = await layer.claim("w", ["charge"], 4)
         ((_, key),) = _running(pg_schema)
@@ -99,7 +88,7 @@ async def test_a_claim_whose_key_filled_since_its_read_runs_again_and_takes_noth
     await b.open()
     try:
         layer_a, layer_b = Instances(a, Engine()), Instances(b, Engine())
-        await layer_a.register(_one_per_card())
+        await layer_a.register(one_step("charge", Limit(key="card", max=1)))
         first = await layer_a.start("charge", "", {"card": "x"}, "", "")
         second = await layer_a.start("charge", "", {"card": "x"}, "", "")
         real = store_module.claim_candidates

@@ -12,28 +12,20 @@ from __future__ import annotations
 
 import asyncio
 
+from layers import one_step
 from pg import TEST_DATABASE_URL
 
 from wiggle._engine.engine import Engine
-from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
 from wiggle._storage.postgres import PostgresStore
 from wiggle._storage.queue_limits import QueueLimit
-
-
-def _one_step(name: str) -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name=name,
-        start_node="a",
-        nodes=(Node(id="a", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
-    )
 
 
 async def _store_with_steps(schema: str, queue: str, steps: int) -> tuple[PostgresStore, Instances]:
     store = PostgresStore(TEST_DATABASE_URL, schema)
     await store.open()
     layer = Instances(store, Engine())
-    await layer.register(_one_step(queue))
+    await layer.register(one_step(queue))
     await store.set_queue_limit(
         QueueLimit(queue=queue, max_running=0, rate_max=1_000_000, rate_period_millis=1000)
     )

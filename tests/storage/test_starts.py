@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from layers import instance_layer, postgres_nodes
+from layers import instance_layer, one_step, postgres_nodes
 
 from wiggle._engine.state import InstanceStatus, TokenStatus
 from wiggle._model import Node, NodeKind, WorkflowDefinition
@@ -21,17 +21,9 @@ from wiggle._storage.postgres import PostgresStore
 from wiggle.errors import InvalidArgument, WiggleError
 
 
-def _one_step() -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name="one",
-        start_node="a",
-        nodes=(Node(id="a", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
-    )
-
-
 @pytest.fixture(params=["memory", "postgres"])
 async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
-    async with instance_layer(request.param, _one_step()) as instances:
+    async with instance_layer(request.param, one_step()) as instances:
         yield instances
 
 
@@ -115,7 +107,7 @@ async def test_purged_instances_forget_their_request_ids(layer: Instances) -> No
 
 @pytest.fixture
 async def pg() -> AsyncIterator[tuple[PostgresStore, Instances]]:
-    async with postgres_nodes(1, _one_step()) as ((store,), (instances,)):
+    async with postgres_nodes(1, one_step()) as ((store,), (instances,)):
         yield store, instances
 
 
@@ -205,7 +197,7 @@ async def test_concurrent_latest_version_reads_share_one_statement(
 
 
 async def test_two_servers_starting_one_request_id_start_one_instance() -> None:
-    async with postgres_nodes(2, _one_step()) as (_, layers):
+    async with postgres_nodes(2, one_step()) as (_, layers):
         views = await asyncio.gather(
             *(layers[i % 2].start("one", "", {"i": i}, "", f"shared-{i % 3}") for i in range(30))
         )
@@ -248,7 +240,7 @@ async def test_starts_from_the_remembered_latest_version_read_nothing_first(
 
 @pytest.fixture
 async def two_nodes() -> AsyncIterator[tuple[list[PostgresStore], list[Instances]]]:
-    async with postgres_nodes(2, _one_step()) as nodes:
+    async with postgres_nodes(2, one_step()) as nodes:
         yield nodes
 
 

@@ -13,21 +13,12 @@ import re
 
 import psycopg
 import pytest
-from layers import postgres_nodes
+from layers import one_step, postgres_nodes
 from pg import TEST_DATABASE_URL
 
 from wiggle import Limit
-from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._storage.postgres import PostgresStore
 from wiggle._storage.postgres.statements import Queries
-
-
-def _one_step() -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name="one",
-        start_node="a",
-        nodes=(Node(id="a", kind=NodeKind.TASK, next="end"), Node(id="end", kind=NodeKind.END)),
-    )
 
 
 async def _analyses(store: PostgresStore, at_least: int) -> int:
@@ -47,7 +38,7 @@ def _last_analyze(schema: str) -> dict[str, object]:
 
 
 async def test_the_tables_are_analyzed_each_time_the_instances_double() -> None:
-    async with postgres_nodes(1, _one_step()) as ((store,), (layer,)):
+    async with postgres_nodes(1, one_step()) as ((store,), (layer,)):
         store.statistics.min_rows = 40
         assert store.statistics.analyses == 0
         await layer.start_many("one", "", [{"i": i} for i in range(30)], "")
@@ -79,7 +70,7 @@ async def test_the_tables_are_analyzed_each_time_the_instances_double() -> None:
     [("lock_instances", "instances"), ("update_instances", "instances"), ("update_tokens", "tokens")],
 )
 async def test_a_plan_made_on_the_empty_tables_is_replaced_once_they_grew(statement: str, table: str) -> None:
-    async with postgres_nodes(1, _one_step()) as ((store,), (layer,)):
+    async with postgres_nodes(1, one_step()) as ((store,), (layer,)):
         store.statistics.min_rows = 1000  # the plans turn to the primary key at about 800 rows
         text = getattr(Queries(store.schema), statement)
         text = getattr(text, "statement", text)  # a SetWrite's, or a plain statement
@@ -102,7 +93,7 @@ async def test_a_plan_made_on_the_empty_tables_is_replaced_once_they_grew(statem
 
 
 async def test_an_analysis_that_fails_is_logged_and_harms_no_caller(caplog: object) -> None:
-    async with postgres_nodes(1, _one_step()) as ((store,), (layer,)):
+    async with postgres_nodes(1, one_step()) as ((store,), (layer,)):
         stats = store.statistics
         stats.min_rows = 10
         stats._analyze = "ANALYZE no_such_table_here"  # a database error on the next analysis
@@ -114,17 +105,6 @@ async def test_an_analysis_that_fails_is_logged_and_harms_no_caller(caplog: obje
         assert stats.analyses == 0 and stats.rows >= 10  # tried again at the next doubling
         assert len(ids) == 12 and (await layer.get_instance(ids[-1])).instance.status == "RUNNING"
         assert "analyzing the tables failed" in caplog.text  # type: ignore[attr-defined]
-
-
-def _keyed() -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name="keyed",
-        start_node="a",
-        nodes=(
-            Node(id="a", kind=NodeKind.TASK, next="end", limit=Limit(key="card", max=1)),
-            Node(id="end", kind=NodeKind.END),
-        ),
-    )
 
 
 async def _settled(store: PostgresStore) -> None:
@@ -139,7 +119,7 @@ async def test_keyed_claims_on_statistics_taken_while_none_ran_bring_an_analysis
     key's count through tokens_leases, every RUNNING token; once a node has claimed as many keyed
     steps as min_rows it analyzes tokens, and the count's plan reads tokens_limit_held. More keyed
     claims within KEYED_SPACING_SECONDS analyze nothing more."""
-    async with postgres_nodes(1, _keyed()) as ((store,), (layer,)):
+    async with postgres_nodes(1, one_step("keyed", Limit(key="card", max=1))) as ((store,), (layer,)):
         stats = store.statistics
         await layer.start_many("keyed", "", [{"card": f"c{i}"} for i in range(1500)], "")
         await _settled(store)

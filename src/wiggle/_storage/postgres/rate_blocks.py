@@ -152,23 +152,22 @@ class RateBlocks:
     def reserve_now(self, limit: QueueLimit, want: int, now: int) -> Reservation:
         """Spend up to ``want`` moments of ``limit``'s blocks at ``now``, recording which."""
         reservation = Reservation(limit)
-        if not self.due(limit.queue, limit, now):
-            return reservation
-        for block in self.blocks.get(limit.queue, ()):
-            took = block.spend(want - reservation.count, now)
-            if took:
-                reservation.pieces.append((block, block.spent - took, block.spent))
-                reservation.count += took
-            if reservation.count == want:
-                break
-        self._spent[limit.queue] = self._spent.get(limit.queue, 0) + reservation.count
+        if self.due(limit.queue, limit, now):
+            reservation.count = self._spend(limit.queue, want, now, reservation.pieces)
         return reservation
 
     def spend(self, queue: str, want: int, now: int) -> int:
         """Spend up to ``want`` moments of ``queue`` at ``now``, oldest block first; how many were."""
+        return self._spend(queue, want, now, None)
+
+    def _spend(self, queue: str, want: int, now: int, pieces: list[tuple[Block, int, int]] | None) -> int:
+        """``spend``, adding to ``pieces`` (if given) the run of each block's moments it took."""
         took = 0
         for block in self.blocks.get(queue, ()):
-            took += block.spend(want - took, now)
+            n = block.spend(want - took, now)
+            if n and pieces is not None:
+                pieces.append((block, block.spent - n, block.spent))
+            took += n
             if took == want:
                 break
         self._spent[queue] = self._spent.get(queue, 0) + took

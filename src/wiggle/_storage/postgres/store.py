@@ -332,7 +332,7 @@ class PostgresStore(Store):
         if fast:  # taken ahead of the claim, in blocks (rate_blocks.py)
             spent = await self.rate_blocks.reserve(fast, max_tasks, self.clock.now)
             reserved = {queue: moments for queue, moments in spent.items() if moments.count}
-        unused = {queue: moments.count for queue, moments in reserved.items()}  # what the claim did not use
+        unused: dict[str, int] = {}  # what the claim did not use of them, given back after it
 
         async def body(conn: Conn, one_trip: bool) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             unused.update((queue, moments.count) for queue, moments in reserved.items())  # (run again: all)
@@ -344,8 +344,10 @@ class PostgresStore(Store):
                 if not rows:
                     return [], []
                 rows, tokens, admission = await self._admit_rows(
-                    conn, pipeline, queues, rows, tokens, max_tasks, now, one_trip, reserved, unused
+                    conn, pipeline, queues, rows, tokens, max_tasks, now, one_trip, reserved
                 )
+                if admission is not None:  # the moments it left (its budgets, counted down)
+                    unused.update(admission.budgets)
                 out, states = await self._claim_transitions(conn, rows, tokens, transition, now)
                 if admission is not None:
                     await admission.settle(conn, q)  # after the transitions: they reset queue_held
@@ -390,13 +392,12 @@ class PostgresStore(Store):
         now: int,
         one_trip: bool,
         reserved: dict[str, Reservation],
-        unused: dict[str, int],
     ) -> tuple[list[Any], list[Token], Admission | None]:
         """The rows a claim takes of those it read, under their limits (limits.py): the rows, their
         tokens and the admission to settle (None: no limit applies). ``one_trip``: admit on the
         read's counts where only keys limit the rows (the admission confirms them when settled).
         ``reserved``: the moments of fast rates this claim spent (rate_blocks.py), per queue with
-        the limit they are of; ``unused`` is left with what the admission did not use of them."""
+        the limit they are of; the admission's ``budgets`` are left with what it did not use."""
         # The limited queues as this node knows them now, after the rows were read, not before
         # the connection was had: a limit set through this node before a step was started always
         # applies to that step's claim (a claim that waited for its connection across a
@@ -416,7 +417,6 @@ class PostgresStore(Store):
             admission.keep_on_read_counts(now, self._limit_lock_class)
         else:
             await admission.run(conn, pipeline, self.queries, self._limit_lock_class, now, self._rate_now())
-        unused.update(admission.budgets)
         return admission.rows, admission.tokens, admission
 
     async def _claim_transitions(
