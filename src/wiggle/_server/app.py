@@ -138,7 +138,17 @@ class WiggleServer:
 
         Refuses (FailedPrecondition) a non-loopback bind without TLS and authentication unless
         ``config.insecure``; loads the TLS and identity files first, so a bad file stops the start.
+        A start that fails part-way (the HTTP port in use, say) stops what it had started: the
+        gRPC port it had opened no longer answers, and the store is closed.
         """
+        try:
+            return await self._start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.stop(grace=0)
+            raise
+
+    async def _start(self) -> int:
         security = self.security = build_security(self.config)
         await self.store.open()
         options = [
