@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 
 import psycopg
 import pytest
+from ports import free_port
 from psycopg import sql
 
 __all__ = [
@@ -109,9 +109,7 @@ class PrivatePostgres:
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         if self._as:
             shutil.chown(self.folder, "postgres", "postgres")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
+        self.port = free_port()
         if _standby_of:
             # A copy of the primary's data folder, streaming from it from then on: -R writes
             # primary_conninfo and standby.signal; -X stream copies the WAL written meanwhile.

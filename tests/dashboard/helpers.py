@@ -6,23 +6,18 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import ssl
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from ports import free_port
+
 from wiggle import ExecutionMode, RetryPolicy, Workflow
 from wiggle._server.app import WiggleServer
 from wiggle._server.config import ServerConfig
 from wiggle.testing import EmbeddedServer
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def validate(ctx: dict[str, Any]) -> dict[str, Any]:

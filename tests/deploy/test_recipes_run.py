@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from pg import TEST_DATABASE_URL
+from ports import free_port
 
 from wiggle import Client, InstanceStatus
 
@@ -24,12 +24,6 @@ from .recipe_files import EXAMPLE, SYSTEMD, WORKER_INSTANCE, compose_commands, d
 from .test_recipes import WIGGLE
 
 LISTENING = re.compile(r"wiggle server listening on ([\d.]+):(\d+)")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _clean(env: dict[str, str]) -> dict[str, str]:
@@ -67,7 +61,7 @@ def _target(proc: subprocess.Popen[bytes], log: Path) -> str:
 
 def _on_loopback(env: dict[str, str]) -> dict[str, str]:
     """A recipe's environment on this machine: bound to loopback, a free gRPC and HTTP port."""
-    return {**env, "WIGGLE_HOST": "127.0.0.1", "WIGGLE_PORT": "0", "WIGGLE_HTTP_PORT": str(_free_port())}
+    return {**env, "WIGGLE_HOST": "127.0.0.1", "WIGGLE_PORT": "0", "WIGGLE_HTTP_PORT": str(free_port())}
 
 
 def _run_orders(targets: list[str], count: int) -> None:

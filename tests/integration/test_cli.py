@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+from ports import free_port
+
 
 def test_demo_completes_every_instance() -> None:
     result = subprocess.run(
@@ -36,12 +38,9 @@ def test_unreachable_server_exits_5() -> None:
 def test_demo_with_the_dashboard_shows_the_retried_step_and_its_traceback() -> None:
     import json
     import signal
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "wiggle.cli", "demo", "--instances", "2", "--dashboard-port", str(port)],
         stdout=subprocess.PIPE,

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from upstream.servers import WIGGLE, ServerProcess, server_env
 
 from wiggle import Client, Workflow
@@ -46,9 +46,7 @@ class Setup:
         self.bad_jsonl = folder / "bad.jsonl"
         self.bad_jsonl.write_text('{"n": 1}\n[2]\n')
         self.missing = folder / "no-such-file.json"
-        with socket.socket() as sock:  # a local port nobody listens on
-            sock.bind(("127.0.0.1", 0))
-            self.closed = f"127.0.0.1:{sock.getsockname()[1]}"
+        self.closed = f"127.0.0.1:{free_port()}"  # a local port nobody listens on
 
 
 @pytest.fixture(scope="module")

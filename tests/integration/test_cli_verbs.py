@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from upstream.servers import WIGGLE, ServerProcess, server_env
 
 from wiggle import Workflow, cli
@@ -57,16 +58,8 @@ async def test_schedule_update_without_restating_the_workflow(capsys: pytest.Cap
         assert stored.workflow == REPORT.name and stored.interval_seconds == 60 and stored.overlap == "ALLOW"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_ready_asks_a_real_servers_readyz(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     server = ServerProcess(tmp_path / "server.log", server_env(WIGGLE_HTTP_PORT=str(port)))
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WIGGLE_")}
@@ -99,7 +92,7 @@ def test_ready_over_tls_with_a_token(tmp_path: Path) -> None:
     cert, key = ca.issue("localhost", server=True)
     auth = tmp_path / "identities.json"
     write_identities(auth)
-    port = _free_port()
+    port = free_port()
     server_vars = {
         "WIGGLE_HTTP_PORT": str(port),
         "WIGGLE_TLS_CERT": str(cert),

@@ -23,7 +23,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ import grpc
 import psycopg
 import pytest
 from pg import TEST_DATABASE_URL, PrivatePostgres, drop_schema, new_schema_name, temp_schema
+from ports import free_port
 from psycopg import sql
 
 from wiggle import AsyncClient
@@ -100,12 +100,6 @@ def clock_lock_ports(schema: str) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_env(schema: str, **settings: str) -> dict[str, str]:

@@ -5,25 +5,19 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from wiggle._server.app import WiggleServer
 from wiggle._server.config import ServerConfig
 
 from .certs import Authority
 from .conftest import Pki
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, pki: Pki, token: str = "") -> tuple[int, str]:
@@ -38,7 +32,7 @@ def _get(url: str, pki: Pki, token: str = "") -> tuple[int, str]:
 
 @pytest.mark.parametrize("open_metrics", [False, True])
 async def test_metrics_over_tls_with_roles(pki: Pki, open_metrics: bool) -> None:
-    port = _free_port()
+    port = free_port()
     config = ServerConfig(
         port=0,
         http_port=port,
@@ -84,7 +78,7 @@ async def test_metrics_with_client_certificates_and_reload(pki: Pki, tmp_path: P
     live_cert, live_key = tmp_path / "live.crt", tmp_path / "live.key"
     shutil.copy(pki.server_cert, live_cert)
     shutil.copy(pki.server_key, live_key)
-    port = _free_port()
+    port = free_port()
     config = ServerConfig(
         port=0,
         http_port=port,
@@ -152,7 +146,7 @@ async def test_dashboard_reads_need_a_role_and_actions_the_admin_role(pki: Pki) 
         return ctx
 
     flow = Workflow.define("guarded-dash").step(step).build()
-    port = _free_port()
+    port = free_port()
     config = ServerConfig(
         port=0,
         http_port=port,

@@ -9,7 +9,6 @@ import contextlib
 import json
 import logging
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import grpc
 import msgspec
 import pytest
 from pg import STORES, TEST_DATABASE_URL, async_temp_schema
+from ports import free_port
 
 from wiggle import Workflow
 from wiggle._rpc import wiggle_pb2 as pb
@@ -316,9 +316,7 @@ def _client(server: WiggleServer, credentials: Credentials) -> AsyncClient:
 
 
 async def test_sighup_to_a_server_process_ends_the_revoked_stream(pki: Pki) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "wiggle.cli", "server", "--port", str(port)]
         + ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]

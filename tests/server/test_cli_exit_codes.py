@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from wiggle import Workflow, cli
 from wiggle.errors import ErrorCode
@@ -40,9 +41,7 @@ async def test_exit_codes_from_a_server(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_unreachable_server_exits_5(capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     assert cli.main(["--target", f"127.0.0.1:{port}", "get", "wi-000000000000000000000000"]) == 5
     assert "UNAVAILABLE" in capsys.readouterr().err
 
@@ -98,9 +97,7 @@ async def test_the_documented_exit_codes(capsys: pytest.CaptureFixture[str], tmp
 
 
 def test_an_unreachable_server_says_where_it_looked(capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     assert cli.main(["--target", f"127.0.0.1:{port}", "get", "wi-000000000000000000000000"]) == 5
     line = _one_line(capsys.readouterr().err)
     assert f"wiggle server` running at 127.0.0.1:{port}" in line and "--target" in line

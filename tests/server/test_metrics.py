@@ -1,10 +1,10 @@
 """The Prometheus endpoint shows RPC counts and local-run handbacks."""
 
 import asyncio
-import socket
 import urllib.request
 
 import msgspec
+from ports import free_port
 
 from wiggle import ExecutionMode, Workflow
 from wiggle.testing import EmbeddedServer
@@ -24,14 +24,8 @@ def _get(url: str) -> str:
         return str(answer.read().decode())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_metrics_endpoint_reports_rpcs_and_handbacks() -> None:
-    port = _free_port()
+    port = free_port()
     bp = (
         Workflow.define("metrics-wf", Ctx)
         .execution(ExecutionMode.LOCAL_ASYNC)

@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import re
-import socket
 import time
 import urllib.request
 from datetime import timedelta
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 from pg import STORES, TEST_DATABASE_URL
+from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 import wiggle
@@ -97,12 +97,6 @@ def value(families: dict[str, Any], name: str, **labels: str) -> float:
         if sample.name in (name, name.removesuffix("_total") + "_total") and sample.labels == labels:
             return float(sample.value)
     raise AssertionError(f"no {name}{labels} in /metrics")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> str:
@@ -188,7 +182,7 @@ async def test_every_family_is_documented_and_every_documented_family_exported(
     tag = store
     f = flows(tag)
     _calls.clear()
-    port = _free_port()
+    port = free_port()
     settings: dict[str, Any] = {"http_port": port, "queue_lag_interval_millis": 100}
     if store == "postgres":
         settings |= {"database_url": TEST_DATABASE_URL, "database_schema": pg_schema}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import urllib.request
 
 import pytest
+from ports import free_port
 
 from wiggle import ExecutionMode, RetryPolicy, Workflow
 from wiggle.testing import EmbeddedServer
@@ -21,12 +21,6 @@ def picky(ctx: dict) -> dict:
     if ctx.get("bad"):
         raise RuntimeError("bad input")
     return ctx
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> str:
@@ -56,7 +50,7 @@ async def test_step_histograms_and_outcomes(mode: ExecutionMode) -> None:
         .step(bump, name="last")
         .build()
     )
-    port = _free_port()
+    port = free_port()
     async with EmbeddedServer(http_port=port) as server:
         await server.client.register(flow)
         ids = [(await server.client.start(flow, {"bad": i < 2})).instance_id for i in range(6)]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import urllib.request
 
 import pytest
+from ports import free_port
 
 from wiggle import ExecutionMode, Workflow
 from wiggle._server.config import from_mapping
@@ -53,12 +53,6 @@ def bump(ctx: dict) -> dict:
     return {**ctx, "n": ctx.get("n", 0) + 1}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as answer:
         return str(answer.read().decode())
@@ -76,7 +70,7 @@ async def test_a_queue_without_workers_lags_and_recovers(
         .build()
     )
     caplog.set_level(logging.INFO, logger="wiggle.lag")
-    port = _free_port()
+    port = free_port()
     settings = dict(queue_lag_warn_millis=300, queue_lag_clear_millis=100, queue_lag_interval_millis=50)
     async with EmbeddedServer(http_port=port, **settings) as server:
         monitor = server.server.lag

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import pytest
 from pg import TEST_DATABASE_URL
+from ports import free_port
 
 from wiggle._storage.postgres.migrations import migration_files
 from wiggle.testing import EmbeddedServer
@@ -81,12 +81,6 @@ def _via(url: str, port: int) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{port}"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def readyz(http: aiohttp.ClientSession, port: int) -> tuple[int, dict[str, Any]]:
     async with http.get(f"http://127.0.0.1:{port}/readyz", timeout=PROBE_TIMEOUT) as answer:
         return answer.status, await answer.json()
@@ -99,7 +93,7 @@ async def test_readyz_reports_the_real_schema_version_and_503_when_the_database_
     relay = Relay(target.hostname or "127.0.0.1", target.port or 5432)
     await relay.start()
     newest = migration_files()[-1][0]
-    http_port = _free_port()
+    http_port = free_port()
     try:
         server = EmbeddedServer(
             database_url=_via(TEST_DATABASE_URL, relay.port), database_schema=pg_schema, http_port=http_port
@@ -131,7 +125,7 @@ async def test_readyz_reports_the_real_schema_version_and_503_when_the_database_
 
 
 async def test_readyz_answers_503_when_the_pool_has_no_free_connection(pg_schema: str) -> None:  # noqa: F811
-    http_port = _free_port()
+    http_port = free_port()
     server = EmbeddedServer(
         database_url=TEST_DATABASE_URL, database_schema=pg_schema, http_port=http_port, pool_size=2
     )
@@ -151,7 +145,7 @@ async def test_readyz_answers_503_when_the_pool_has_no_free_connection(pg_schema
 
 
 async def test_readyz_on_the_memory_store_has_no_schema() -> None:
-    http_port = _free_port()
+    http_port = free_port()
     async with EmbeddedServer(http_port=http_port), aiohttp.ClientSession() as http:
         status, body = await readyz(http, http_port)
     assert (status, body) == (200, {"ready": True, "detail": "ready"})

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import urllib.request
 
 import pytest
+from ports import free_port
 
 from wiggle import ExecutionMode, RetryPolicy, WorkerOptions, Workflow
 from wiggle.testing import EmbeddedServer
@@ -21,12 +21,6 @@ def picky(ctx: dict) -> dict:
     if ctx.get("bad"):
         raise RuntimeError("bad input")
     return ctx
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> str:
@@ -48,7 +42,7 @@ async def test_worker_metrics_count_steps_reports_and_local_runs() -> None:
         .step(picky, retry=RetryPolicy.fixed(2, 0.01))
         .build()
     )
-    port = _free_port()
+    port = free_port()
     async with EmbeddedServer() as server:
         options = WorkerOptions(metrics_port=port, worker_id="wm-1", poll_wait_seconds=1.0)
         async with server.worker([flow], options):
