@@ -7,6 +7,7 @@ the test's own loop, so a blocking sleep would stall it). ``trace`` records what
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -56,6 +57,16 @@ _LONG_FIRST = (
     "dashboard/test_signin.py",
     "security/test_malformed_table.py",
 )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Drop the PostgreSQL schemas that killed or failed earlier runs left (tests/pg.py
+    drop_stale_schemas), once a run: in the controller, not in each xdist worker."""
+    if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" and not hasattr(session.config, "workerinput"):
+        from pg import drop_stale_schemas
+
+        with contextlib.suppress(RuntimeError):  # unreachable: the PostgreSQL tests fail on it themselves
+            drop_stale_schemas()
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -3,6 +3,8 @@
 Every test run (and every test) gets its own schema ``wiggle_test_<pid>_<random>`` in database
 ``test``, so two runs at once never see each other's rows, locks or notifications. PostgreSQL
 being unreachable is a failure, never a skip: a green suite must mean the Postgres store was tested.
+A run that was killed, or whose drop failed, leaves its schemas behind: ``drop_stale_schemas``
+(called when a run starts, tests/conftest.py) drops those whose process is gone.
 
 Override the server with WIGGLE_TEST_DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/test).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +32,7 @@ __all__ = [
     "new_schema_name",
     "create_schema",
     "drop_schema",
+    "drop_stale_schemas",
     "temp_schema",
     "async_temp_schema",
     "pg_schema",
@@ -69,6 +73,32 @@ def drop_schema(name: str, url: str = TEST_DATABASE_URL) -> None:
     """Drop a test schema and everything in it."""
     with _connect(url) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+#: A test run's schema: ``wiggle_test_`` (new_schema_name) or ``wiggle_conf_`` (the conformance
+#: harness, tests/conformance/conftest.py), the creating process's pid, a random part.
+RUN_SCHEMA = re.compile(r"^wiggle_(?:test|conf)_(\d+)_[0-9a-f]+$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def drop_stale_schemas(url: str = TEST_DATABASE_URL) -> list[str]:
+    """Drop the schemas of test runs whose process is no longer alive on this machine; the
+    names dropped. A run going on at the same time keeps its schemas (its processes are alive)."""
+    with _connect(url) as conn:
+        names = [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'wiggle%'")]
+        stale = [name for name in names if (m := RUN_SCHEMA.match(name)) and not _alive(int(m.group(1)))]
+        for name in stale:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    return stale
 
 
 @contextlib.contextmanager
