@@ -46,9 +46,10 @@ TEST_DATABASE_URL = os.environ.get("WIGGLE_TEST_DATABASE_URL", "postgresql://pos
 STORES = ["memory"] + (["postgres"] if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" else [])
 
 
-def new_schema_name() -> str:
-    """A schema name no other test run uses."""
-    return f"wiggle_test_{os.getpid()}_{os.urandom(4).hex()}"
+def new_schema_name(prefix: str = "wiggle_test") -> str:
+    """A schema name no other test run uses: ``prefix``, this process's pid, a random part (the
+    pid is how drop_stale_schemas tells a finished run's schemas)."""
+    return f"{prefix}_{os.getpid()}_{os.urandom(4).hex()}"
 
 
 def _connect(url: str = TEST_DATABASE_URL) -> psycopg.Connection:
@@ -72,10 +73,14 @@ def create_schema(name: str | None = None, url: str = TEST_DATABASE_URL) -> str:
 def drop_schema(name: str, url: str = TEST_DATABASE_URL) -> None:
     """Drop a test schema and everything in it."""
     with _connect(url) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        _drop(conn, name)
 
 
-#: A test run's schema: ``wiggle_test_`` (new_schema_name) or ``wiggle_conf_`` (the conformance
+def _drop(conn: psycopg.Connection, name: str) -> None:
+    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+#: A test run's schema (new_schema_name): ``wiggle_test_``, or ``wiggle_conf_`` (the conformance
 #: harness, tests/conformance/conftest.py), the creating process's pid, a random part.
 RUN_SCHEMA = re.compile(r"^wiggle_(?:test|conf)_(\d+)_[0-9a-f]+$")
 
@@ -97,7 +102,7 @@ def drop_stale_schemas(url: str = TEST_DATABASE_URL) -> list[str]:
         names = [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'wiggle%'")]
         stale = [name for name in names if (m := RUN_SCHEMA.match(name)) and not _alive(int(m.group(1)))]
         for name in stale:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+            _drop(conn, name)
     return stale
 
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import pytest
-from pg import STORES, drop_schema
+from pg import STORES, drop_schema, new_schema_name
 
 from wiggle import Blueprint, ExecutionMode, InstanceInfo, Worker, WorkerOptions, Workflow
 from wiggle.testing import EmbeddedServer, WorkflowEnvironment
@@ -32,7 +32,7 @@ MODES = [ExecutionMode.SERVER, ExecutionMode.LOCAL_SYNC, ExecutionMode.LOCAL_ASY
 @pytest.fixture(scope="session")
 def postgres_schema() -> Iterator[str]:
     """A schema unique to this test run; dropped when the session ends."""
-    schema = f"wiggle_conf_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    schema = new_schema_name("wiggle_conf")
     yield schema
     if "postgres" not in STORES:
         return
