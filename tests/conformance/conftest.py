@@ -94,6 +94,9 @@ class Harness:
         """Wait until the instance is finished; fail the test if it is still running."""
         info = await server.client.wait(instance_id, timeout=timeout)
         assert info.finished, f"instance still {info.status} after {timeout} s: {info}"
+        # What the wait was handed (on PostgreSQL, the view of the commit that finished it:
+        # wiggle/_storage/postgres/group_commit.py finished_view) is what a read returns.
+        assert info == await server.client.get(instance_id)
         return info
 
     @contextlib.asynccontextmanager

@@ -479,6 +479,64 @@ async def test_work_on_one_server_wakes_pollers_on_another(open_store: Callable[
     await asyncio.wait_for(finished, 2.0)
 
 
+async def _wait_reading(store: ServerNode, instance_id: str) -> tuple[asyncio.Future[Any], list[str]]:
+    """``store.wait_finished`` on ``instance_id`` as a task, once it has read the instance and
+    sleeps; and the list its store's later ``get_instance`` calls go into."""
+    reads: list[str] = []
+    plain = store.store.get_instance
+    waiting = asyncio.ensure_future(store.wait_finished(instance_id, 5.0))
+    await asyncio.sleep(0.1)  # its first read is done: it waits for the finish
+    assert not waiting.done()
+
+    async def counted(iid: str) -> Any:
+        reads.append(iid)
+        return await plain(iid)
+
+    store.store.get_instance = counted  # type: ignore[method-assign]
+    return waiting, reads
+
+
+@pytest.mark.parametrize("ending", ["COMPLETED", "FAILED", "CANCELLED"])
+async def test_a_waiter_takes_the_finished_instance_from_its_commit_without_reading_it(
+    store: ServerNode, ending: str
+) -> None:
+    # Client.wait's long poll (Instances.wait_finished): the group commit that finishes an
+    # instance hands this node's waiters the view it wrote (group_commit.py finished_view), which
+    # must be exactly what a read returns afterwards.
+    await store.register(linear(steps=2, retry=RetryPolicy.none()))
+    view = await store.start("linear", "", {"n": 0, TRICKY: [1.5, None]}, "order-9")
+    waiting, reads = await _wait_reading(store, view.instance.id)
+    (c,) = await store.claim("w", ["linear"], 1)
+    await store.complete(c.token.id, "w", {"n": 1, "x": {"y": [TRICKY]}}, None)
+    if ending == "CANCELLED":
+        await store.cancel(view.instance.id, "user asked")
+    else:
+        (c,) = await store.claim("w", ["linear"], 1)
+        if ending == "COMPLETED":
+            await store.complete(c.token.id, "w", {"n": 2}, None)
+        else:
+            await store.fail(c.token.id, "w", "bad input", False)
+    handed = await asyncio.wait_for(waiting, 2.0)
+    assert reads == []  # woken with the commit's view: no read of its own
+    read = await store.get_instance(view.instance.id)
+    assert read.instance.status == ending
+    assert handed == read
+
+
+async def test_a_waiter_on_another_server_reads_the_finished_instance(open_store: Callable[..., Any]) -> None:
+    a = await open_store()
+    b = await open_store()
+    await a.register(linear(steps=1))
+    view = await a.start("linear", "", {"n": 0}, "")
+    waiting, reads = await _wait_reading(b, view.instance.id)
+    (c,) = await a.claim("w", ["linear"], 1)
+    await a.complete(c.token.id, "w", {"n": 1}, None)
+    handed = await asyncio.wait_for(waiting, 3.0)  # woken by a's NOTIFY, which carries no view
+    assert reads == [view.instance.id]
+    assert handed == await a.get_instance(view.instance.id)
+    assert handed.instance.status == "COMPLETED"
+
+
 TRICKY = "he said \"hi\" \\ {a,b} NULL 'x' , é ✓\n\t"
 
 

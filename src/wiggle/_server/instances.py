@@ -297,13 +297,16 @@ class Instances:
         notifier = self.store.notifier
         while True:
             # Registered before the read: a finish announced in between still wakes this wait.
-            with notifier.watch_instance(instance_id) as finished:
+            with notifier.watch_instance(instance_id) as watch:
                 view = await self.store.get_instance(instance_id)
                 remaining = deadline - time.monotonic()
                 if view.instance.status in FINISHED_INSTANCE_STATUSES or remaining <= 0:
                     return view
                 # Bounded waits: a finish on another server node is seen within a second.
-                await wait_event(finished, min(remaining, 1.0))
+                await wait_event(watch.event, min(remaining, 1.0))
+                finished = watch.view
+                if finished is not None and finished.instance.status in FINISHED_INSTANCE_STATUSES:
+                    return finished  # as the finishing commit wrote it: no read needed
 
     async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
         """A page of instances, newest first, and the next page token."""

@@ -16,12 +16,27 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._engine.state import Changes, TokenStatus
 from .handoff import Handoff
 
-__all__ = ["Notifier", "WorkWaiter", "ready_counts"]
+if TYPE_CHECKING:
+    from .base import InstanceView
+
+__all__ = ["InstanceWatch", "Notifier", "WorkWaiter", "ready_counts"]
+
+
+class InstanceWatch:
+    """One wait for an instance to finish (``Notifier.watch_instance``): ``event`` is set when a
+    commit announces the finish, and ``view`` is what that commit left (an ``InstanceView``) when
+    the store had it at hand (the PostgreSQL store's group commit), else None: the waiter reads."""
+
+    __slots__ = ("event", "view")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.view: InstanceView | None = None
 
 
 class WorkWaiter:
@@ -112,7 +127,7 @@ class Notifier:
         # queue -> its waiters in arrival order (a dict used as an ordered set)
         self._queue_waiters: dict[str, dict[WorkWaiter, None]] = {}
         self._armed: set[WorkWaiter] = set()  # waiting pollers that take hand-offs (arm)
-        self._instance_waiters: dict[str, set[asyncio.Event]] = {}
+        self._instance_waiters: dict[str, set[InstanceWatch]] = {}
         self._any_waiters: set[asyncio.Event] = set()
         # Work stamps: every announcement gives the queues it names a new stamp; wake_all raises
         # the floor every queue's stamp is at least. A look for work that began at a queue's stamp
@@ -275,15 +290,17 @@ class Notifier:
         for waiters in list(self._queue_waiters.values()):
             for waiter in list(waiters):
                 self._wake(waiter, None)
-        for events in list(self._instance_waiters.values()):
-            for event in events:
-                event.set()
+        for watches in list(self._instance_waiters.values()):
+            for watch in watches:
+                watch.event.set()
         self.clock_changed()
 
-    def instance_finished(self, instance_id: str) -> None:
-        """Wake whoever awaits ``instance_id``."""
-        for event in self._instance_waiters.get(instance_id, ()):
-            event.set()
+    def instance_finished(self, instance_id: str, view: InstanceView | None = None) -> None:
+        """Wake whoever awaits ``instance_id``; ``view``, the finished instance as the announcing
+        commit wrote it (an ``InstanceView``), saves each of them a read (None: they read)."""
+        for watch in self._instance_waiters.get(instance_id, ()):
+            watch.view = view
+            watch.event.set()
 
     def watch_work(self, queues: Iterable[str]) -> WorkWaiter:
         """Register for work on ``queues`` now (``with notifier.watch_work(queues) as waiter``); look
@@ -347,23 +364,24 @@ class Notifier:
             self._any_waiters.discard(event)
 
     @contextmanager
-    def watch_instance(self, instance_id: str) -> Iterator[asyncio.Event]:
-        """Register for ``instance_id`` finishing now; read its status inside, then wait on the event."""
-        event = asyncio.Event()
-        self._instance_waiters.setdefault(instance_id, set()).add(event)
+    def watch_instance(self, instance_id: str) -> Iterator[InstanceWatch]:
+        """Register for ``instance_id`` finishing now; read its status inside, then wait on the
+        watch's event."""
+        watch = InstanceWatch()
+        self._instance_waiters.setdefault(instance_id, set()).add(watch)
         try:
-            yield event
+            yield watch
         finally:
             waiters = self._instance_waiters.get(instance_id)
             if waiters is not None:
-                waiters.discard(event)
+                waiters.discard(watch)
                 if not waiters:
                     del self._instance_waiters[instance_id]
 
     async def wait_instance(self, instance_id: str, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for ``instance_id`` to finish."""
-        with self.watch_instance(instance_id) as event:
-            await wait_event(event, timeout)
+        with self.watch_instance(instance_id) as watch:
+            await wait_event(watch.event, timeout)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> None:

@@ -15,15 +15,17 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..._engine.state import Changes, InstanceState, now_millis
+import msgspec
+
+from ..._engine.state import ACTIVE_TOKEN_STATUSES, Changes, InstanceState, now_millis
 from ...errors import NotFound, WiggleError
-from ..base import Action, R, WorkflowRecord
+from ..base import Action, InstanceView, R, WorkflowRecord
 from .codecs import instance_from, token_from, token_seq
 from .committers import Committers, fail
 from .db import Conn, Database, transaction
 from .statements import Queries
 
-__all__ = ["GroupCommit", "Items", "Persist"]
+__all__ = ["GroupCommit", "Items", "Persist", "finished_view"]
 
 # The changed instances of a transaction: (state, its changes, its context as loaded).
 Items = list[tuple[InstanceState, Changes, Any]]
@@ -49,12 +51,22 @@ def _one(job: _Job) -> int:
     return 1  # a group is counted in mutations
 
 
+def finished_view(state: InstanceState) -> InstanceView:
+    """What a read of the instance would return right after the commit that wrote ``state``: its
+    row and its active tokens in id order (codecs.py ``views``). Handed to the waiters of a
+    finished instance (notifier.py ``instance_finished``), which then need no read of their own."""
+    tokens = [t for t in state.tokens.values() if t.status in ACTIVE_TOKEN_STATUSES]
+    tokens.sort(key=token_seq)
+    return InstanceView(msgspec.structs.replace(state.instance), tokens)
+
+
 class GroupCommit:
     """The committer tasks and their queue (committers.py), over ``db``.
 
     ``load_definition`` reads a definition version on the transaction's connection; ``persist``
-    writes a group's changes (and its NOTIFYs); ``committed(wrote, announce)`` runs after each
-    commit, before the callers are answered.
+    writes a group's changes (and its NOTIFYs); ``committed(wrote, announce, finished)`` runs after
+    each commit, before the callers are answered (``finished``: the view of each instance the
+    group finished, ``finished_view``).
     """
 
     MAX_GROUP = 128  # mutations committed together at most
@@ -65,7 +77,7 @@ class GroupCommit:
         queries: Queries,
         load_definition: Callable[[Conn, str, str], Awaitable[WorkflowRecord]],
         persist: Persist,
-        committed: Callable[[bool, list[tuple[str, Changes]]], None],
+        committed: Callable[[bool, list[tuple[str, Changes]], dict[str, InstanceView]], None],
     ) -> None:
         self.db = db
         self.queries = queries
@@ -102,8 +114,8 @@ class GroupCommit:
         except BaseException as exc:  # Unavailable, or a bug: every job of the group learns it
             fail(batch, exc)
             return
-        wrote, announce, results = outcomes
-        self.committed(wrote, announce)
+        wrote, announce, finished, results = outcomes
+        self.committed(wrote, announce, finished)
         for job, outcome in zip(batch, results, strict=True):
             if job.future.done():
                 continue
@@ -114,7 +126,7 @@ class GroupCommit:
 
     async def _commit_group(
         self, conn: Conn, batch: list[_Job]
-    ) -> tuple[bool, list[tuple[str, Changes]], list[Any]]:
+    ) -> tuple[bool, list[tuple[str, Changes]], dict[str, InstanceView], list[Any]]:
         q = self.queries
         ids = sorted({job.instance_id for job in batch})
         results: list[Any] = []
@@ -158,4 +170,5 @@ class GroupCommit:
                     into.absorb(changes)
             items = [(states[iid], changes, originals[iid]) for iid, changes in merged.items()]
             wrote = await self.persist(conn, items, existing)
-        return wrote, list(merged.items()), results
+        finished = {iid: finished_view(states[iid]) for iid, changes in merged.items() if changes.finished}
+        return wrote, list(merged.items()), finished, results

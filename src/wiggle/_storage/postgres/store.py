@@ -177,10 +177,12 @@ class PostgresStore(Store):
         ``_announce``)."""
         return await self.writer.write(conn, items, existing)
 
-    def _announce(self, instance_id: str, changes: Changes) -> None:
+    def _announce(self, instance_id: str, changes: Changes, view: InstanceView | None = None) -> None:
         """Wake this node's waiters for what a commit changed and the other nodes' (NOTIFYs sent
         after the commit, cluster.py ``Cluster.post``), and hand this node's pollers the steps
-        leased to them in it (wiggle/_storage/handoff.py)."""
+        leased to them in it (wiggle/_storage/handoff.py). ``view``: the instance as the commit
+        left it, when it finished it (group_commit.py ``finished_view``): this node's waiters for
+        the finish take it instead of reading the instance again."""
         self.cluster.post(instance_id, changes)
         if changes.handoffs:
             settle(changes.handoffs)
@@ -189,15 +191,17 @@ class PostgresStore(Store):
         if changes.timers:
             self.notifier.clock_changed()
         if changes.finished:
-            self.notifier.instance_finished(instance_id)
+            self.notifier.instance_finished(instance_id, view)
         if changes.created:
             self.statistics.grew(1)  # committed: an analysis started now counts it
 
-    def _committed(self, wrote: bool, announce: list[tuple[str, Changes]]) -> None:
+    def _committed(
+        self, wrote: bool, announce: list[tuple[str, Changes]], finished: dict[str, InstanceView]
+    ) -> None:
         if wrote:
             self.stats.transactions += 1
         for instance_id, changes in announce:
-            self._announce(instance_id, changes)
+            self._announce(instance_id, changes, finished.get(instance_id))
 
     async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
         if not instance_id:
@@ -217,7 +221,7 @@ class PostgresStore(Store):
 
         changed = await self.db.run("admit", body)
         if changed:
-            self._committed(True, [(state.instance.id, changes) for state, changes in changed])
+            self._committed(True, [(state.instance.id, changes) for state, changes in changed], {})
         return changed
 
     async def waiting_keys(self, limit: int) -> list[tuple[str, str]]:
