@@ -61,7 +61,14 @@ _LONG_FIRST = (
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Drop the PostgreSQL schemas that killed or failed earlier runs left (tests/pg.py
-    drop_stale_schemas), once a run: in the controller, not in each xdist worker."""
+    drop_stale_schemas), once a run: in the controller, not in each xdist worker.
+
+    Every group commit of a server in this process that runs on the states it kept of its own
+    last writes also reads them, and fails unless they are equal (GroupCommit.verify_kept,
+    wiggle/_storage/postgres/state_cache.py): the whole suite checks the copies."""
+    from wiggle._storage.postgres.group_commit import GroupCommit
+
+    GroupCommit.verify_kept = True
     if os.environ.get("WIGGLE_TEST_POSTGRES") == "1" and not hasattr(session.config, "workerinput"):
         from pg import drop_stale_schemas
 

@@ -16,14 +16,19 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+import psycopg
 
 from ..._engine.state import ACTIVE_TOKEN_STATUSES, Changes, InstanceState, now_millis
 from ...errors import NotFound, WiggleError
 from ..base import Action, InstanceView, R, WorkflowRecord
-from .codecs import instance_from, token_from, token_seq
+from .codecs import N_INSTANCE, N_TOKEN, instance_from, token_from, token_seq
 from .committers import Committers, fail
 from .db import Conn, Database, transaction
+from .state_cache import STALE, StateCache
 from .statements import Queries
+
+# A group's states as this server last wrote them: (states, their xmins, their prints).
+Kept = tuple[dict[str, InstanceState], dict[str, dict[str, str]], list[str]]
 
 __all__ = ["GroupCommit", "Items", "Persist", "finished_view"]
 
@@ -70,6 +75,8 @@ class GroupCommit:
     """
 
     MAX_GROUP = 128  # mutations committed together at most
+    #: Tests: a group run on kept states also reads them and fails unless they are equal.
+    verify_kept = False
 
     def __init__(
         self,
@@ -89,6 +96,8 @@ class GroupCommit:
         # Committers: enough to overlap one group's commit with the next one's work.
         self.committers = max(1, min(4, db.pool_size - 2))
         self._committers = Committers[_Job](self.committers, self.MAX_GROUP, _one, self._run)
+        # What this server last wrote of each instance (state_cache.py); None: always read.
+        self.cache: StateCache | None = StateCache()
 
     async def submit(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
         """Queue ``action`` on ``instance_id``; its result and the state once committed."""
@@ -127,25 +136,36 @@ class GroupCommit:
     async def _commit_group(
         self, conn: Conn, batch: list[_Job]
     ) -> tuple[bool, list[tuple[str, Changes]], dict[str, InstanceView], list[Any]]:
-        q = self.queries
         ids = sorted({job.instance_id for job in batch})
+        cache = self.cache
+        if cache is not None:
+            kept = cache.take(ids)
+            if kept is not None:  # this server wrote them last: check, write and commit in one trip
+                try:
+                    return await self._apply(conn, batch, ids, kept)
+                except psycopg.Error as exc:
+                    if exc.sqlstate != STALE:
+                        raise
+                    cache.checked(True, ids)  # changed since: read them (the group is run again)
+        return await self._apply(conn, batch, ids, None)
+
+    async def _apply(
+        self, conn: Conn, batch: list[_Job], ids: list[str], kept: Kept | None
+    ) -> tuple[bool, list[tuple[str, Changes]], dict[str, InstanceView], list[Any]]:
+        """One transaction for ``batch``: on the instances as read under their locks, or (``kept``)
+        as this server last wrote them, checked by ``expect_unchanged`` (state_cache.py)."""
+        q = self.queries
         results: list[Any] = []
         wrote = False
+        xid = ""
         async with transaction(conn) as pipeline:
-            cur_i = await conn.execute(q.lock_instances, (ids,), binary=True)
-            if len(ids) == 1:
-                cur_t = await conn.execute(q.active_tokens_one, (ids[0],), binary=True)
+            if kept is None:
+                states, before, xid = await self._read(conn, pipeline, ids)
             else:
-                cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
-            await pipeline.sync()
-            states: dict[str, InstanceState] = {}
-            for row in await cur_i.fetchall():
-                instance = instance_from(row)
-                states[instance.id] = InstanceState(instance, {})
-            for token in sorted((token_from(r) for r in await cur_t.fetchall()), key=token_seq):
-                st = states.get(token.instance_id)
-                if st is not None:
-                    st.tokens[token.id] = token
+                states, before, prints = kept
+                check = await conn.execute(q.expect_unchanged, (ids, prints))
+                if self.verify_kept:
+                    await self._verify(conn, pipeline, ids, states, before)
             existing = {token_id for st in states.values() for token_id in st.tokens}
             originals = {iid: st.instance.context for iid, st in states.items()}
             merged: dict[str, Changes] = {}
@@ -170,5 +190,61 @@ class GroupCommit:
                     into.absorb(changes)
             items = [(states[iid], changes, originals[iid]) for iid, changes in merged.items()]
             wrote = await self.persist(conn, items, existing)
+        cache = self.cache
+        if cache is not None:
+            if kept is not None:
+                row = await check.fetchone()
+                xid = row[0] if row is not None else ""
+                cache.checked(False, ids)
+            for iid, changes in merged.items():
+                cache.keep(states[iid], changes, before[iid], xid)
+            if kept is None:  # an instance read and not written: what its actions did is not kept
+                cache.forget(iid for iid in states if iid not in merged)
         finished = {iid: finished_view(states[iid]) for iid, changes in merged.items() if changes.finished}
         return wrote, list(merged.items()), finished, results
+
+    async def _read(
+        self, conn: Conn, pipeline: Any, ids: list[str]
+    ) -> tuple[dict[str, InstanceState], dict[str, dict[str, str]], str]:
+        """The instances of ``ids`` locked and read with their active tokens; each one's xmins
+        ("" its row's, else by token id) and this transaction's id."""
+        q = self.queries
+        cur_i = await conn.execute(q.lock_instances, (ids,), binary=True)
+        if len(ids) == 1:
+            cur_t = await conn.execute(q.active_tokens_one, (ids[0],), binary=True)
+        else:
+            cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
+        await pipeline.sync()
+        states: dict[str, InstanceState] = {}
+        before: dict[str, dict[str, str]] = {}
+        xid = ""
+        for row in await cur_i.fetchall():
+            instance = instance_from(row)
+            states[instance.id] = InstanceState(instance, {})
+            before[instance.id] = {"": row[N_INSTANCE]}
+            xid = row[N_INSTANCE + 1]
+        rows = await cur_t.fetchall()
+        for row, token in sorted(((r, token_from(r)) for r in rows), key=lambda rt: token_seq(rt[1])):
+            st = states.get(token.instance_id)
+            if st is not None:
+                st.tokens[token.id] = token
+                before[token.instance_id][token.id] = row[N_TOKEN]
+        return states, before, xid
+
+    async def _verify(
+        self,
+        conn: Conn,
+        pipeline: Any,
+        ids: list[str],
+        states: dict[str, InstanceState],
+        before: dict[str, dict[str, str]],
+    ) -> None:
+        """Tests (``verify_kept``): the kept states must be what a read returns once the check
+        passed (a failed check raises STALE at the read's sync, as it would at the commit)."""
+        read, read_before, _ = await self._read(conn, pipeline, ids)
+        for iid in ids:
+            got, want = read.get(iid), states[iid]
+            if got is None or got.instance != want.instance or got.tokens != want.tokens:
+                raise AssertionError(f"kept state of {iid} differs from the database's: {want!r} != {got!r}")
+            if read_before[iid] != before[iid]:
+                raise AssertionError(f"kept xmins of {iid} differ: {before[iid]} != {read_before[iid]}")

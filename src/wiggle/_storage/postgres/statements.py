@@ -173,19 +173,24 @@ class Queries:
 
     def _rows(self, q: Callable[[str], str]) -> None:
         """Rows of one instance: lock, read, insert, update (one row each)."""
+        # After the columns: each row's xmin and this transaction's id (the lock gave it one),
+        # which the group commit's copies of what it wrote are checked by (state_cache.py).
         self.lock_instances = q(
-            f"SELECT {INSTANCE_COLS} FROM {{s}}.instances WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+            f"SELECT {INSTANCE_COLS}, xmin::text, pg_current_xact_id()::xid::text FROM {{s}}.instances "
+            "WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
         )
         self.active_tokens_many = q(
-            f"SELECT {TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = ANY(%s) AND status IN {ACTIVE}"
+            f"SELECT {TOKEN_COLS}, xmin::text FROM {{s}}.tokens WHERE instance_id = ANY(%s) AND status IN {ACTIVE}"
         )
         # The same for one instance (a group of one: every report of a quiet server). PostgreSQL
         # plans ``= ANY($1)`` for an array of unknown length, costs that plan above a plan made for
         # the one id, and so plans the prepared statement again at every execution (its
         # pg_prepared_statements row: custom plans only); ``= $1`` keeps one generic plan.
         self.active_tokens_one = q(
-            f"SELECT {TOKEN_COLS} FROM {{s}}.tokens WHERE instance_id = %s AND status IN {ACTIVE}"
+            f"SELECT {TOKEN_COLS}, xmin::text FROM {{s}}.tokens WHERE instance_id = %s AND status IN {ACTIVE}"
         )
+        # The check of a group whose instances this server wrote last (migration 0021).
+        self.expect_unchanged = q("SELECT {s}.expect_unchanged(%s::text[], %s::text[])")
         # An instance (or a page of them) with its active tokens, in one statement: one snapshot.
         with_tokens = (
             f"SELECT i.*, {prefixed(TOKEN_COLS, 't')} FROM (SELECT {INSTANCE_COLS} FROM {{s}}.instances "

@@ -221,6 +221,8 @@ class PostgresStore(Store):
 
         changed = await self.db.run("admit", body)
         if changed:
+            if self.group.cache is not None:  # written outside the group commit (state_cache.py)
+                self.group.cache.forget(state.instance.id for state, _ in changed)
             self._committed(True, [(state.instance.id, changes) for state, changes in changed], {})
         return changed
 
@@ -378,6 +380,8 @@ class PostgresStore(Store):
                 self.rate_blocks.give_back(reserved[queue], n)
         if claimed:
             self.stats.transactions += 1
+            if self.group.cache is not None:  # their tokens' xmins changed (state_cache.py)
+                self.group.cache.forget(c.instance.id for c in claimed)
             keyed = sum(1 for c in claimed if c.token.limit_key)
             if keyed:  # the key counts' plans need statistics that saw keyed steps run (statistics.py)
                 self.statistics.claimed_keyed(keyed)
