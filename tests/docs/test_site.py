@@ -256,3 +256,10 @@ def test_the_api_reference_covers_every_public_name() -> None:
         and name not in wiggle.errors.__all__ + ["RetryableError"]
     ]
     assert not missing, f"not in the API reference: {missing}"
+
+
+def test_the_upgrading_page_lists_every_migration() -> None:
+    # docs/upgrading.md "Schema migrations" names the packaged SQL files; it stopped at 0010 once
+    listed = re.findall(r"^- `(\d{4}_\w+\.sql)`$", (DOCS / "upgrading.md").read_text(), re.MULTILINE)
+    packaged = sorted(p.name for p in (ROOT / "src/wiggle/_storage/postgres/sql").glob("*.sql"))
+    assert listed == packaged
