@@ -102,3 +102,33 @@ async def test_a_corrupt_frame_ends_only_its_worker_stream(server: EmbeddedServe
         )
         # the server goes on: a well-formed call on the same channel is served
         await asyncio.wait_for(server.client.list(), 10)
+
+
+def test_the_services_are_registered_as_generic_handlers_only() -> None:
+    # grpc.aio's server waits, for every call it accepts, on one pending call per registered
+    # method (asyncio.wait over all of them): registering ours too costs each unary call time
+    # and CPU (decoding.py add_service). Every method is still served: the tests above call each.
+    from wiggle._server.decoding import add_service
+
+    class Recording:
+        def __init__(self) -> None:
+            self.generic: list[object] = []
+            self.registered: list[str] = []
+
+        def add_generic_rpc_handlers(self, handlers: object) -> None:
+            self.generic.append(handlers)
+
+        def add_registered_method_handlers(self, service: str, handlers: object) -> None:
+            self.registered.append(service)
+
+    class Servicer:
+        def __getattr__(self, name: str) -> object:
+            async def method(*args: object) -> None:
+                return None
+
+            return method
+
+    server = Recording()
+    for service in SERVICES:
+        add_service(server, service, Servicer())  # type: ignore[arg-type]
+    assert len(server.generic) == 2 and server.registered == []

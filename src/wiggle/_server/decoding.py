@@ -4,8 +4,8 @@ is refused with INVALID_ARGUMENT naming the method and the type, instead of grpc
 grpc runs a method's request deserializer before any handler code: the generated
 ``add_..._to_server`` functions pass ``Message.FromString``, and a ``DecodeError`` there (corrupt
 bytes, a message nested deeper than protobuf's recursion limit) reaches the caller as UNKNOWN with
-a Python class name in it. ``add_service`` registers the same methods (both as a generic handler
-and as registered methods, as the generated code does) with a deserializer that turns such bytes
+a Python class name in it. ``add_service`` registers the same methods (as a generic handler) with a
+deserializer that turns such bytes
 into an ``Undecodable`` value, and a behavior that answers it with INVALID_ARGUMENT — for each
 message of a request stream too — before the servicer sees it. Nothing else changes: the call is
 refused, nothing is read or written, and other calls go on.
@@ -147,5 +147,9 @@ def add_service(server: grpc.aio.Server, service: ServiceDescriptor, servicer: A
         else:
             handler = grpc.unary_unary_rpc_method_handler(_unary_request(method, inner), decode, encode)
         handlers[method.name] = handler
+    # As a generic handler only, not also as registered methods (which the generated
+    # add_..._to_server does): grpc.aio's server keeps one pending call per registered method and
+    # waits on all of them (asyncio.wait) for every call it accepts, so our ~50 methods cost each
+    # unary call about 30 us of the server's CPU and 0.05-0.15 ms of latency (bench/README.md,
+    # "Round sixteen"; grpc/grpc pull request 43461 is the fix upstream).
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
-    server.add_registered_method_handlers(service.full_name, handlers)
