@@ -220,3 +220,14 @@ def test_the_cache_is_bounded_and_drops_the_least_recently_used() -> None:
     changes.tokens["wi-big.1"] = big.tokens["wi-big.1"]
     cache.keep(big, changes, {}, "1")
     assert cache.take(["wi-big"]) is None
+    # and all the copies together: the least recently used go first
+    cache.MAX_BYTES = 2 * len(cache._entries["wi-4"].data) + 1  # room for two
+    five = _state("wi-5")
+    changes = Changes()
+    changes.instance_changed = True
+    changes.tokens["wi-5.1"] = five.tokens["wi-5.1"]
+    cache.keep(five, changes, {}, "1")
+    assert list(cache._entries) == ["wi-4", "wi-5"]  # wi-4 was taken last: wi-2 and wi-3 went
+    assert cache._bytes == sum(len(e.data) for e in cache._entries.values())
+    cache.forget(["wi-4", "wi-5"])
+    assert len(cache) == 0 and cache._bytes == 0

@@ -65,6 +65,7 @@ class StateCache:
     """Instances as this server last committed them, with their prints (LRU, bounded)."""
 
     MAX_ENTRIES = 4096
+    MAX_BYTES = 32 << 20  # of all copies together, about (the least recently used go first)
     MAX_BYTES_PER_ENTRY = 64 << 10  # a larger instance is read each time
     MAX_STALE_SHARE = 0.25  # of the recent checks that failed, above which copies are not used
     RETRY_EVERY = 16  # groups: while not used, one in this many tries a copy anyway
@@ -72,6 +73,7 @@ class StateCache:
 
     def __init__(self) -> None:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._bytes = 0  # of the copies held
         self._recent: list[bool] = []  # the last WINDOW checks: True where it failed
         self._skipped = 0
         self.hits = 0  # groups committed on kept copies (tests, the benchmark)
@@ -130,7 +132,7 @@ class StateCache:
         ):
             # Finished: nothing more is expected of it. A READY step: a claim comes next, which
             # changes the token (a SERVER-mode step not handed to a waiting poll).
-            self._entries.pop(iid, None)
+            self._drop(iid)
             return
         wrote_instance = changes is not None and (changes.created or changes.instance_changed)
         written = changes.tokens if changes is not None else {}
@@ -138,28 +140,35 @@ class StateCache:
         for tid in state.tokens:
             xmin = xid if tid in written else before.get(tid)
             if xmin is None:  # a token neither read nor written here: not to be trusted
-                self._entries.pop(iid, None)
+                self._drop(iid)
                 return
             token_xmins[tid] = xmin
         instance_xmin = xid if wrote_instance else before.get("")
         if instance_xmin is None:
-            self._entries.pop(iid, None)
+            self._drop(iid)
             return
         data = _ENCODER.encode((state.instance, list(state.tokens.values())))
         if len(data) > self.MAX_BYTES_PER_ENTRY:
-            self._entries.pop(iid, None)
+            self._drop(iid)
             return
         entries = self._entries
+        self._drop(iid)
         entries[iid] = _Entry(data, instance_xmin, token_xmins)
-        entries.move_to_end(iid)
-        while len(entries) > self.MAX_ENTRIES:
-            entries.popitem(last=False)
+        self._bytes += len(data)
+        while len(entries) > self.MAX_ENTRIES or self._bytes > self.MAX_BYTES:
+            _, oldest = entries.popitem(last=False)
+            self._bytes -= len(oldest.data)
+
+    def _drop(self, iid: str) -> None:
+        entry = self._entries.pop(iid, None)
+        if entry is not None:
+            self._bytes -= len(entry.data)
 
     def forget(self, ids: Iterable[str]) -> None:
         """Drop the copies of ``ids`` (this server changed them without the group commit)."""
-        entries = self._entries
         for iid in ids:
-            entries.pop(iid, None)
+            self._drop(iid)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._bytes = 0
