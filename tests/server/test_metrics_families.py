@@ -195,6 +195,23 @@ async def test_every_family_is_documented_and_every_documented_family_exported(
             return f'wiggle_instances_running{{workflow="{wait_flow}"}} 1.0' in body
 
         await until(sampled, "the sampler saw the one instance left waiting")
+
+        async def emptied() -> bool:
+            # The queue gauges are the lag monitor's last look (every 100 ms here), the instance
+            # counts the sampler's: a step of a last schedule tick that finished as the worker
+            # stopped can still be in the one and no longer in the other.
+            body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+            queue = f["ok"].name
+            return all(
+                f'{gauge}{{queue="{queue}"}} 0.0' in body
+                for gauge in (
+                    "wiggle_queue_ready_steps",
+                    "wiggle_queue_running_steps",
+                    "wiggle_queue_delayed_steps",
+                )
+            )
+
+        await until(emptied, "the lag monitor saw the emptied queue empty")
         body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
     exported = scrape_families(body)
 
