@@ -408,6 +408,26 @@ async def test_list_instances_newest_first_with_filters_and_pages(store: ServerN
     assert all(v.instance.created_at == created for v in window[0])
 
 
+async def test_a_time_window_finds_an_instance_whose_id_ran_ahead_of_its_created_at(
+    store: ServerNode,
+    pg_schema: str,  # noqa: F811
+) -> None:
+    # An id's millisecond never goes back (InstanceIds), so it can be later than created_at: the
+    # id bounds that let the primary key skip rows must not drop such an instance (statements.py).
+    await store.register(linear())
+    view = await store.start("linear", "", {}, "")
+    created = view.instance.created_at - 5  # as if its id had been minted 5 ms after created_at
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        conn.execute(
+            f'UPDATE "{pg_schema}".instances SET created_at = %s WHERE id = %s', (created, view.instance.id)
+        )
+    for after, before in ((created, created + 1), (0, created + 1), (created, 0)):
+        found, _ = await store.list_instances(InstanceQuery(created_after=after, created_before=before))
+        assert [v.instance.id for v in found] == [view.instance.id], (after, before)
+    found, _ = await store.list_instances(InstanceQuery(created_after=created + 1))
+    assert found == []
+
+
 # ---------------------------------------------------------------------- concurrency and clustering
 
 

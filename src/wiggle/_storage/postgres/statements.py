@@ -34,7 +34,7 @@ __all__ = [
     "like_pattern",
 ]
 
-ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's created_at is at most this much after its id's time
+ID_CLOCK_SLACK_MILLIS = 60_000  # an instance's id time and its created_at are at most this far apart
 
 
 def like_pattern(text: str) -> str:
@@ -74,14 +74,18 @@ def list_conditions(query: InstanceQuery, schema: str) -> tuple[list[str], list[
             raise ValueError(f"context field {field!r} is not a plain identifier")
         conds.append(f"{s}.context_text(context, {sql.Literal(field).as_string()}) = %s")
         params.append(value)
-    # Instance ids start with their creation millisecond (new_instance_id), taken just before
-    # created_at: id bounds let the primary key skip finished rows outside the time range.
+    # Instance ids start with a millisecond of their creation (new_instance_id): id bounds let the
+    # primary key skip finished rows outside the time range. That millisecond is not always
+    # created_at's: it never goes back, so after a start with a later "now" (or a clock that
+    # stepped back) an id runs ahead of its created_at. Both bounds leave that slack; the
+    # created_at conditions above are the exact ones (a created_before bound without it missed
+    # an instance whose id ran one millisecond ahead: fresh-clone CI of d32327d).
     if query.created_after:
         conds.append("id >= %s")
         params.append(f"wi-{max(query.created_after - ID_CLOCK_SLACK_MILLIS, 0):012x}")
     if query.created_before:
         conds.append("id < %s")
-        params.append(f"wi-{query.created_before:012x}")
+        params.append(f"wi-{query.created_before + ID_CLOCK_SLACK_MILLIS:012x}")
     return conds, params
 
 
