@@ -325,35 +325,14 @@ async def _psycopg_transaction(url: str, n: int) -> tuple[float, float]:
 # ---------------------------------------------------------------------------- driver
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(target: str) -> None:
-    from wiggle import Client
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with Client(target) as client:
-                client.list_workflows()
-                return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from starts import free_port, wait_ready  # bench/starts.py (this script's folder is on the path)
+
     from wiggle import Client
 
     os.environ["ANATOMY_MODE"] = args.mode
     os.environ["ANATOMY_STEPS"] = str(args.steps)
-    port = _free_port()
+    port = free_port()
     target = f"127.0.0.1:{port}"
     schema = f"anatomy_{os.getpid()}"
     tmp = tempfile.mkdtemp(prefix="wiggle-anatomy-")
@@ -364,7 +343,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     logs = open(f"{tmp}/log.txt", "w")
     procs = [subprocess.Popen(server_cmd, stdout=logs, stderr=logs)]
     try:
-        _wait_ready(target)
+        wait_ready(target)
         worker_cmd = [*me, "_worker", f"{tmp}/worker.json", "worker", "step_anatomy:FLOW", "--target", target]
         worker_cmd += ["--path", str(HERE)]
         procs.append(subprocess.Popen(worker_cmd, stdout=logs, stderr=logs))
@@ -412,7 +391,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "instance_p50_ms": _median(latencies[10:]),
         "parts_ms": anatomy(events, rpc),  # type: ignore[arg-type]
     }
-    echo_port = _free_port()
+    echo_port = free_port()
     echo = subprocess.Popen([*me, "_echo", str(echo_port)])
     try:
         time.sleep(1.0)

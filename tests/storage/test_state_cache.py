@@ -162,12 +162,18 @@ def _state(
     return InstanceState(instance, {token.id: token})
 
 
+def _wrote(state: InstanceState) -> Changes:
+    """The changes of a transaction that wrote ``state``'s row and its token."""
+    changes = Changes()
+    changes.instance_changed = True
+    changes.tokens.update(state.tokens)
+    return changes
+
+
 def test_copies_are_fresh_objects_with_the_prints_of_what_was_written() -> None:
     cache = StateCache()
     state = _state("wi-1")
-    changes = Changes()
-    changes.instance_changed = True
-    changes.tokens["wi-1.1"] = state.tokens["wi-1.1"]
+    changes = _wrote(state)
     cache.keep(state, changes, {"": "5"}, "9")
     taken = cache.take(["wi-1"])
     assert taken is not None
@@ -191,9 +197,7 @@ def test_copies_are_fresh_objects_with_the_prints_of_what_was_written() -> None:
 def test_copies_are_not_used_while_checks_keep_failing_and_are_tried_again() -> None:
     cache = StateCache()
     state = _state("wi-1")
-    changes = Changes()
-    changes.instance_changed = True
-    changes.tokens["wi-1.1"] = state.tokens["wi-1.1"]
+    changes = _wrote(state)
     for _ in range(8):
         cache.checked(True, [])
     cache.keep(state, changes, {}, "3")
@@ -209,24 +213,15 @@ def test_the_cache_is_bounded_and_drops_the_least_recently_used() -> None:
     cache.MAX_ENTRIES = 3
     for i in range(5):
         state = _state(f"wi-{i}")
-        changes = Changes()
-        changes.instance_changed = True
-        changes.tokens[f"wi-{i}.1"] = state.tokens[f"wi-{i}.1"]
-        cache.keep(state, changes, {}, "1")
+        cache.keep(state, _wrote(state), {}, "1")
     assert len(cache) == 3 and cache.take(["wi-0"]) is None and cache.take(["wi-4"]) is not None
     big = _state("wi-big", context={"x": "y" * (StateCache.MAX_BYTES_PER_ENTRY + 1)})
-    changes = Changes()
-    changes.instance_changed = True
-    changes.tokens["wi-big.1"] = big.tokens["wi-big.1"]
-    cache.keep(big, changes, {}, "1")
+    cache.keep(big, _wrote(big), {}, "1")
     assert cache.take(["wi-big"]) is None
     # and all the copies together: the least recently used go first
     cache.MAX_BYTES = 2 * len(cache._entries["wi-4"].data) + 1  # room for two
     five = _state("wi-5")
-    changes = Changes()
-    changes.instance_changed = True
-    changes.tokens["wi-5.1"] = five.tokens["wi-5.1"]
-    cache.keep(five, changes, {}, "1")
+    cache.keep(five, _wrote(five), {}, "1")
     assert list(cache._entries) == ["wi-4", "wi-5"]  # wi-4 was taken last: wi-2 and wi-3 went
     assert cache._bytes == sum(len(e.data) for e in cache._entries.values())
     cache.forget(["wi-4", "wi-5"])
