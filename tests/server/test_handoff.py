@@ -174,11 +174,34 @@ async def test_one_poll_takes_the_first_steps_of_several_starts(layer: Instances
     _, ids = await layer.start_many("two", "", [{"i": i} for i in range(3)], "")
     got_first = await asyncio.wait_for(first, 10.0)
     got_second = await asyncio.wait_for(second, 10.0)
-    # the oldest poll fills up to what it asked for, the next one takes the rest; nothing claimed
-    assert [c.token.instance_id for c in got_first] == ids[:2]
-    assert [c.token.instance_id for c in got_second] == ids[2:]
-    assert {c.token.lease_owner for c in got_first} == {"w1"} and got_second[0].token.lease_owner == "w2"
+    # the newest poll fills up to what it asked for, the one before takes the rest; nothing claimed
+    assert [c.token.instance_id for c in got_second] == ids[:2]
+    assert [c.token.instance_id for c in got_first] == ids[2:]
+    assert {c.token.lease_owner for c in got_second} == {"w2"} and got_first[0].token.lease_owner == "w1"
     assert claims[0] == 0 and layer.handed_off == 3
+
+
+async def test_a_report_hands_the_next_step_to_the_reporting_workers_poll(layer: Instances) -> None:
+    """The step a report makes READY goes to a waiting poll of the worker that reported, though
+    another worker's poll started waiting after it (without the preference, the newest poll)."""
+    await layer.start("two", "", {"n": 1}, "")
+    (first,) = await layer.claim("w1", [QUEUE], 1)
+    mine = await _waiting(layer, worker="w1")
+    other = await _waiting(layer, worker="w2")
+    await layer.complete(first.token.id, "w1", {"n": 2}, None)
+    (second,) = await asyncio.wait_for(mine, 10.0)
+    assert second.token.node_id == "b" and second.token.lease_owner == "w1"
+    assert not other.done()
+    other.cancel()
+    await asyncio.gather(other, return_exceptions=True)
+    # a report by a worker with no poll waiting hands it to the newest poll of another
+    old = await _waiting(layer, worker="w2")
+    new = await _waiting(layer, worker="w3")
+    await layer.start("two", "", {"n": 1}, "")
+    (third,) = await asyncio.wait_for(new, 10.0)
+    await layer.complete(third.token.id, "w3", {"n": 2}, None)
+    (fourth,) = await asyncio.wait_for(old, 10.0)
+    assert fourth.token.node_id == "b" and fourth.token.lease_owner == "w2"
 
 
 async def _slow_first_insert(store: Store, fail: bool) -> asyncio.Event:

@@ -183,11 +183,14 @@ class Delivery:
             del open_[queue]  # closed or full: no transition can add to it any more
         return bool(open_)
 
-    def hand_off(self, loaded: LoadedDefinition, state: InstanceState, changes: Changes, now: int) -> None:
+    def hand_off(
+        self, loaded: LoadedDefinition, state: InstanceState, changes: Changes, now: int, prefer: str = ""
+    ) -> None:
         """Lease the due READY steps of ``changes`` to pollers of this node waiting on their queues,
         inside the transition (so in its transaction): wiggle/_storage/handoff.py. A poller already
         reserved by another transition takes more steps while its reservation is open and has
-        room; else the oldest armed poller of the queue is reserved."""
+        room; else an armed poller of the queue is reserved: worker ``prefer``'s (the reporting
+        worker's) if it has one waiting, else the oldest (``Notifier.take_armed``)."""
         if state.instance.status != InstanceStatus.RUNNING:
             return
         notifier = self.store.notifier
@@ -211,7 +214,7 @@ class Delivery:
                 handoff = open_.get(queue)
                 if handoff is None or not handoff.accepting():
                     open_.pop(queue, None)
-                    waiter = notifier.take_armed(queue, self._orphaned)
+                    waiter = notifier.take_armed(queue, self._orphaned, prefer)
                     if waiter is None or waiter.handoff is None:
                         continue
                     handoff = waiter.handoff

@@ -92,10 +92,14 @@ class Instances:
         """The current time in ms, as transitions see it (the layer's clock, wiggle/_clock.py)."""
         return self.clock.now()
 
-    async def mutate(self, instance_id: str, missing: str, action: Action[R]) -> tuple[R, InstanceState]:
+    async def mutate(
+        self, instance_id: str, missing: str, action: Action[R], reporter: str = ""
+    ) -> tuple[R, InstanceState]:
         """``Store.mutate``, observed (latency, the transition's steps and outcome: /metrics), then
         the sub-workflow follow-ups of what it committed (a finished child wakes its parent; a
-        cancelled waiting token cancels its child)."""
+        cancelled waiting token cancels its child). ``reporter``: the worker whose report this
+        is; a step the transition makes READY goes to a poll of that worker's first if one waits
+        (``Delivery.hand_off``)."""
         timings = self.timings
         committed: Changes | None = None
         spawns = False
@@ -112,7 +116,7 @@ class Instances:
                 ran = loaded
                 spawns = spawns_children(loaded)
                 if changes.ready_queues and delivery.can_hand_off:
-                    delivery.hand_off(loaded, state, changes, now)
+                    delivery.hand_off(loaded, state, changes, now, reporter)
             return result, changes
 
         started = time.perf_counter()
@@ -436,7 +440,7 @@ class Instances:
             )
             return None, changes
 
-        _, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
+        _, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action, owner)
         return state.instance.status
 
     async def fail(
@@ -458,7 +462,7 @@ class Instances:
             attach_traceback(changes, None, message, traceback)
             return None, changes
 
-        _, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
+        _, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action, owner)
         return state.instance.status
 
     async def heartbeat(
@@ -502,7 +506,7 @@ class Instances:
                 attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
             return outcome, changes
 
-        outcome, _ = await self.mutate(token_instance_id(token_id), token_missing(token_id), action)
+        outcome, _ = await self.mutate(token_instance_id(token_id), token_missing(token_id), action, owner)
         return outcome
 
     # ------------------------------------------------------------------ clock duties

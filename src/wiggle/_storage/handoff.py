@@ -2,8 +2,9 @@
 
 Without it a step costs two transactions between workers: the commit that makes it READY (a
 report, a start) and then the claim of the poller that commit's announcement wakes. With it, the
-transition that makes the step READY leases it, in the same transaction, to the oldest poller of
-this node waiting on its queue (``Delivery.hand_off``, wiggle/_server/delivery.py): the step is stored RUNNING under that
+transition that makes the step READY leases it, in the same transaction, to a poller of this node
+waiting on its queue (the reporting worker's if one waits, else the newest: ``Notifier.take_armed``,
+wiggle/_storage/notifier.py; ``Delivery.hand_off``, wiggle/_server/delivery.py): the step is stored RUNNING under that
 worker's lease and the poller gets it once the commit is acknowledged. A step nobody is waiting
 for stays READY and is claimed as before.
 

@@ -212,17 +212,30 @@ class Notifier:
         """``waiter`` stopped waiting: no hand-off may be reserved for it any more."""
         self._armed.discard(waiter)
 
-    def take_armed(self, queue: str, on_orphan: Callable[[list[Any]], None]) -> WorkWaiter | None:
-        """Reserve the oldest armed poller waiting on ``queue`` for a hand-off: it leaves every
-        waiting list, its wait ends, and it then awaits ``waiter.handoff``. None if there is none."""
+    def take_armed(
+        self, queue: str, on_orphan: Callable[[list[Any]], None], prefer: str = ""
+    ) -> WorkWaiter | None:
+        """Reserve an armed poller waiting on ``queue`` for a hand-off: the newest of worker
+        ``prefer``'s if it has one (the worker whose report made the step READY: its process is
+        awake and reading its stream), else the newest of any worker's (the one that last came
+        back from work: on an idle system, the step stays on a warm process instead of going
+        round every worker's in turn; docs/semantics.md, "Hand-off"). It leaves every waiting
+        list, its wait ends, and it then awaits ``waiter.handoff``. None if there is none."""
         waiters = self._queue_waiters.get(queue)
-        if not waiters or not self._armed:
+        armed = self._armed
+        if not waiters or not armed:
             return None
-        for waiter in waiters:
-            if waiter in self._armed and not waiter.future.done():
-                break
+        first: WorkWaiter | None = None
+        for waiter in reversed(waiters):
+            if waiter in armed and not waiter.future.done():
+                if not prefer or waiter.worker_id == prefer:
+                    break
+                if first is None:
+                    first = waiter
         else:
-            return None
+            if first is None:
+                return None
+            waiter = first
         self._armed.discard(waiter)
         self._forget(waiter)
         loop = asyncio.get_running_loop()
