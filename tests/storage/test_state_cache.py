@@ -6,6 +6,7 @@ run again on a read, with the right outcome. The whole suite runs with GroupComm
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -83,6 +84,35 @@ async def test_a_local_run_reports_on_the_copy_its_server_kept(two: list[_Layer]
     done = await a.get_instance(view.instance.id)
     assert done.instance.context == {"n": 4} and done.instance.steps == 4
     assert [h.node_id for h in await a.history(view.instance.id)] == ["s0", "s1", "s2", "s3", "end"]
+
+
+async def test_a_start_handed_to_a_waiting_poll_is_kept_and_its_first_report_reads_nothing(
+    two: list[_Layer],
+) -> None:
+    a = two[0]
+    await a.register(_linear())
+    cache = _cache(a)
+    # nobody waits: the first step stays READY, a claim comes next, nothing is kept
+    first = await a.start("lin", "", {"n": 0}, "")
+    assert first.instance.id not in cache._entries
+    (c,) = await a.claim("w", ["lin"], 1)
+    await a.advance_run(c.token.id, "w", [ContextSet("s0", {"n": 1})], False, "")
+    assert (cache.hits, cache.stale) == (0, 0)  # read
+    # a poll waits: the start leases it the first step in its own transaction and keeps what it wrote
+    poll = asyncio.ensure_future(a.poll("w2", ["lin"], 1, 30.0))
+    for _ in range(200):
+        if a.store.notifier.armed:
+            break
+        await asyncio.sleep(0.005)
+    view = await a.start("lin", "", {"n": 0}, "")
+    assert view.instance.id in cache._entries
+    (handed,) = await asyncio.wait_for(poll, 10.0)
+    assert handed.token.instance_id == view.instance.id and a.handed_off == 1
+    outcome = await a.advance_run(handed.token.id, "w2", [ContextSet("s0", {"n": 1})], False, "")
+    assert outcome.token_status == "RUNNING"
+    assert (cache.hits, cache.stale) == (1, 0)  # on the start's copy, checked (and verified: conftest)
+    await a.advance_run(handed.token.id, "w2", [ContextSet("s1", {"n": 2})], False, "")
+    assert (cache.hits, cache.stale) == (2, 0)
 
 
 async def test_a_change_by_another_server_fails_the_check_and_the_read_decides(two: list[_Layer]) -> None:

@@ -77,8 +77,10 @@ def _rows(job: _Job) -> int:
 class StartCommit:
     """The start committers and their queue (committers.py), over ``db``.
 
-    ``persist`` writes new instances inside the transaction; ``committed(created)`` runs after each
-    commit with the instances it created, before the callers are answered.
+    ``persist`` writes new instances inside the transaction; ``committed(created, written, xid)``
+    runs after each commit with the instances it created, before the callers are answered:
+    ``written``, those whose rows this transaction (``xid``) wrote (not an earlier attempt's whose
+    acknowledgement was lost), as the store's state cache keeps them (state_cache.py).
     """
 
     MAX_ROWS = 1000  # instances committed together at most (a bigger job is committed alone)
@@ -88,7 +90,7 @@ class StartCommit:
         db: Database,
         queries: StartQueries,
         persist: PersistNew,
-        committed: Callable[[list[NewInstance]], None],
+        committed: Callable[[list[NewInstance], list[NewInstance], str], None],
         stale: Callable[[str, str], None] = lambda name, version: None,
         linger: float = 0.0,
     ) -> None:
@@ -142,11 +144,11 @@ class StartCommit:
     async def _commit(self, batch: list[_Job]) -> list[list[str]]:
         items = [item for job in batch for item in job.items]
         attempt = _Attempt()
-        created, answers = await self.db.run(
+        created, answers, written, xid = await self.db.run(
             "start", functools.partial(self._transaction, items=items, attempt=attempt)
         )
         self.groups += 1
-        self.committed(created)
+        self.committed(created, written, xid)
         out: list[list[str]] = []
         at = 0
         for job in batch:
@@ -156,7 +158,7 @@ class StartCommit:
 
     async def _transaction(
         self, conn: Conn, items: list[NewInstance], attempt: _Attempt
-    ) -> tuple[list[NewInstance], list[str]]:
+    ) -> tuple[list[NewInstance], list[str], list[NewInstance], str]:
         expected = _expected(items, frozenset())
         try:
             return await self._write(conn, items, attempt, expected)
@@ -171,8 +173,9 @@ class StartCommit:
 
     async def _write(
         self, conn: Conn, items: list[NewInstance], attempt: _Attempt, expected: list[tuple[str, str]]
-    ) -> tuple[list[NewInstance], list[str]]:
-        """One attempt at the group's transaction: (the items it creates, the answer of each)."""
+    ) -> tuple[list[NewInstance], list[str], list[NewInstance], str]:
+        """One attempt at the group's transaction: (the items it creates, the answer of each, the
+        items whose rows it wrote, its transaction id)."""
         attempt.number += 1
         async with transaction(conn) as pipeline:
             done: set[str] = set()
@@ -193,9 +196,12 @@ class StartCommit:
                     (list(plan.redirected), list(plan.redirected.values())),
                 )
             fresh = [item for item in plan.created if item.state.instance.id not in done]
+            xid_cur = None
             if fresh:
                 await self.persist(conn, fresh)
-        return plan.created, plan.answers
+                xid_cur = await conn.execute(self.queries.xid)
+        row = await xid_cur.fetchone() if xid_cur is not None else None
+        return plan.created, plan.answers, fresh, row[0] if row is not None else ""
 
     async def _confirm_latest(self, conn: Conn, pairs: list[tuple[str, str]]) -> None:
         for name, version in pairs:

@@ -25,6 +25,10 @@ server whose steps are claimed in between), a failed check costs a round trip; `
 stops using the copies while more than ``MAX_STALE_SHARE`` of its recent checks failed, and
 tries one again every ``RETRY_EVERY`` groups. This server's own claims forget the instances they
 claim (their tokens' ``xmin`` changes), so a busy single server does not pay for them.
+
+Starts are kept too (``PostgresStore._started``): the start's transaction returns its id
+(start_commit.py), the ``xmin`` of every row it wrote, so an instance whose first step was handed
+to a waiting poll in it (wiggle/_storage/handoff.py) reports that step without a read.
 """
 
 from __future__ import annotations

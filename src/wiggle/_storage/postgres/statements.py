@@ -473,6 +473,8 @@ class StartQueries:
         s = sql.Identifier(schema).as_string()
         self.expect_latest = f"SELECT {s}.expect_latest(%s, %s)"  # migration 0009
         self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
+        # the transaction's id: the xmin of every row it wrote (state_cache.py keeps new instances)
+        self.xid = "SELECT pg_current_xact_id()::xid::text"
         # A taken request id is skipped (DO NOTHING waits for a concurrent holder's commit first).
         self.claim_requests = (
             f"INSERT INTO {s}.start_requests (request_id, instance_id) "

@@ -292,9 +292,15 @@ class PostgresStore(Store):
     async def _persist_new(self, conn: Conn, items: list[NewInstance]) -> None:
         await self._persist(conn, [(item.state, item.changes, None) for item in items], frozenset())
 
-    def _started(self, created: list[NewInstance]) -> None:
+    def _started(self, created: list[NewInstance], written: list[NewInstance], xid: str) -> None:
         if created:
             self.stats.transactions += 1
+        cache = self.group.cache
+        if cache is not None and xid:
+            # as the start wrote them: an instance whose first step was handed to a waiting poll
+            # (or that waits for a timer) is kept, and its first report needs no read
+            for item in written:
+                cache.keep(item.state, item.changes, {}, xid)
         for item in created:
             self._announce(item.state.instance.id, item.changes)
 
