@@ -190,7 +190,7 @@ class Delivery:
         inside the transition (so in its transaction): wiggle/_storage/handoff.py. A poller already
         reserved by another transition takes more steps while its reservation is open and has
         room; else an armed poller of the queue is reserved: worker ``prefer``'s (the reporting
-        worker's) if it has one waiting, else the oldest (``Notifier.take_armed``)."""
+        worker's) if it has one waiting, else the newest (``Notifier.take_armed``)."""
         if state.instance.status != InstanceStatus.RUNNING:
             return
         notifier = self.store.notifier

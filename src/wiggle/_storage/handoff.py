@@ -3,10 +3,11 @@
 Without it a step costs two transactions between workers: the commit that makes it READY (a
 report, a start) and then the claim of the poller that commit's announcement wakes. With it, the
 transition that makes the step READY leases it, in the same transaction, to a poller of this node
-waiting on its queue (the reporting worker's if one waits, else the newest: ``Notifier.take_armed``,
-wiggle/_storage/notifier.py; ``Delivery.hand_off``, wiggle/_server/delivery.py): the step is stored RUNNING under that
-worker's lease and the poller gets it once the commit is acknowledged. A step nobody is waiting
-for stays READY and is claimed as before.
+waiting on its queue (the reporting worker's if one waits, else the newest:
+``Notifier.take_armed``, wiggle/_storage/notifier.py; ``Delivery.hand_off``,
+wiggle/_server/delivery.py): the step is stored RUNNING under that worker's lease and the poller
+gets it once the commit is acknowledged. A step nobody is waiting for stays READY and is claimed
+as before.
 
 The poller is taken out of the waiting lists when the first step is reserved for it, so no
 other announcement can take it. Until that reservation settles, further transitions (the other

@@ -225,17 +225,17 @@ class Notifier:
         armed = self._armed
         if not waiters or not armed:
             return None
-        first: WorkWaiter | None = None
+        newest: WorkWaiter | None = None  # of any worker
         for waiter in reversed(waiters):
             if waiter in armed and not waiter.future.done():
                 if not prefer or waiter.worker_id == prefer:
                     break
-                if first is None:
-                    first = waiter
+                if newest is None:
+                    newest = waiter
         else:
-            if first is None:
+            if newest is None:
                 return None
-            waiter = first
+            waiter = newest
         self._armed.discard(waiter)
         self._forget(waiter)
         loop = asyncio.get_running_loop()
