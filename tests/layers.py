@@ -4,12 +4,15 @@
 ``instance_layer("memory" | "postgres", *definitions)``: one layer with ``definitions``
 registered; ``postgres_nodes(n, *definitions)``: ``n`` layers (server nodes) sharing one fresh
 PostgreSQL schema, the definitions registered through the first. The schema is dropped afterwards.
+``waiting_poll(layer, worker, queues)``: a poll started and waiting (armed for hand-offs).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from pg import TEST_DATABASE_URL, async_temp_schema
 
@@ -58,3 +61,18 @@ async def instance_layer(kind: str, *definitions: WorkflowDefinition) -> AsyncIt
         return
     async with postgres_nodes(1, *definitions) as (_, (layer,)):
         yield layer
+
+
+async def waiting_poll(
+    layer: Instances, worker: str, queues: list[str], max_tasks: int = 4
+) -> asyncio.Task[Any]:
+    """A poll of ``queues`` by ``worker`` that is waiting (armed for hand-offs,
+    wiggle/_storage/handoff.py) when this returns."""
+    notifier = layer.store.notifier
+    before = len(notifier._armed)
+    poll = asyncio.ensure_future(layer.poll(worker, queues, max_tasks, 30.0))
+    for _ in range(200):
+        if len(notifier._armed) > before:
+            return poll
+        await asyncio.sleep(0.005)
+    raise AssertionError("the poll never started waiting")

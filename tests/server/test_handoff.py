@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from layers import instance_layer, postgres_nodes
+from layers import instance_layer, postgres_nodes, waiting_poll
 
 from wiggle._engine.state import TokenStatus
 from wiggle._model import Node, NodeKind, RetryPolicy, WorkflowDefinition
@@ -62,15 +62,7 @@ async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
 
 
 async def _waiting(layer: Instances, worker: str = "w", max_tasks: int = 4) -> asyncio.Task[Any]:
-    """A poll that is waiting (armed for hand-offs) when this returns."""
-    notifier = layer.store.notifier
-    before = len(notifier._armed)
-    poll = asyncio.ensure_future(layer.poll(worker, [QUEUE], max_tasks, 30.0))
-    for _ in range(200):
-        if len(notifier._armed) > before:
-            return poll
-        await asyncio.sleep(0.005)
-    raise AssertionError("the poll never started waiting")
+    return await waiting_poll(layer, worker, [QUEUE], max_tasks)
 
 
 async def _given_back(layer: Instances, *instance_ids: str) -> list[Any]:

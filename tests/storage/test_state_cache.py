@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import psycopg
 import pytest
+from layers import waiting_poll
 from pg import TEST_DATABASE_URL
 
 from wiggle._engine.engine import Engine
@@ -99,11 +100,7 @@ async def test_a_start_handed_to_a_waiting_poll_is_kept_and_its_first_report_rea
     await a.advance_run(c.token.id, "w", [ContextSet("s0", {"n": 1})], False, "")
     assert (cache.hits, cache.stale) == (0, 0)  # read
     # a poll waits: the start leases it the first step in its own transaction and keeps what it wrote
-    poll = asyncio.ensure_future(a.poll("w2", ["lin"], 1, 30.0))
-    for _ in range(200):
-        if a.store.notifier.armed:
-            break
-        await asyncio.sleep(0.005)
+    poll = await waiting_poll(a, "w2", ["lin"], 1)
     view = await a.start("lin", "", {"n": 0}, "")
     assert view.instance.id in cache._entries
     (handed,) = await asyncio.wait_for(poll, 10.0)

@@ -32,17 +32,59 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 from psycopg import AsyncPipeline as Pipeline
+from psycopg import sql
 
 from ...errors import Unavailable
 from ..base import NewInstance, StaleLatest
 from .committers import Committers, fail
 from .db import Conn, Database, transaction
-from .statements import StartQueries
 
-__all__ = ["StartCommit"]
+__all__ = ["StartCommit", "StartQueries"]
 
 # Write new instances (and their NOTIFYs) on a connection inside its transaction.
 PersistNew = Callable[[Conn, list[NewInstance]], Awaitable[None]]
+
+
+class StartQueries:
+    """The statements of the start transaction (``StartCommit``), rendered once with the schema quoted."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema).as_string()
+        self.expect_latest = f"SELECT {s}.expect_latest(%s, %s)"  # migration 0009
+        self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
+        # the transaction's id: the xmin of every row it wrote (state_cache.py keeps new instances)
+        self.xid = "SELECT pg_current_xact_id()::xid::text"
+        # A taken request id is skipped (DO NOTHING waits for a concurrent holder's commit first).
+        self.claim_requests = (
+            f"INSERT INTO {s}.start_requests (request_id, instance_id) "
+            "SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT (request_id) DO NOTHING "
+            "RETURNING request_id, instance_id"
+        )
+        self.request_owners = (
+            f"SELECT request_id, instance_id, deduplicated FROM {s}.start_requests WHERE request_id = ANY(%s)"
+        )
+        # A deduplicated start's request id names the key's holder (migration 0012).
+        self.redirect_requests = (
+            f"UPDATE {s}.start_requests r SET instance_id = v.instance_id, deduplicated = true "
+            "FROM unnest(%s::text[], %s::text[]) AS v(request_id, instance_id) WHERE r.request_id = v.request_id"
+        )
+        # Deduplication keys (migration 0012): a new key is inserted; a held one is taken over only
+        # when its holder is finished and past its window (the last parameter is now, in ms); a
+        # holder this statement cannot see yet (committed meanwhile) counts as holding it. Rows
+        # in key order: two groups lock in one order.
+        self.claim_keys = (
+            f"INSERT INTO {s}.start_dedup AS d (workflow, dedup_key, instance_id) "
+            "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) AS v(w, k, i) ORDER BY w, k "
+            "ON CONFLICT (workflow, dedup_key) DO UPDATE SET instance_id = EXCLUDED.instance_id "
+            f"WHERE EXISTS (SELECT 1 FROM {s}.instances h WHERE h.id = d.instance_id "
+            "AND h.status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND h.finished_at + h.dedup_window <= %s) "
+            "RETURNING workflow, dedup_key, instance_id"
+        )
+        self.key_holders = (
+            f"SELECT d.workflow, d.dedup_key, d.instance_id FROM {s}.start_dedup d "
+            "JOIN unnest(%s::text[], %s::text[]) AS v(w, k) ON d.workflow = v.w AND d.dedup_key = v.k"
+        )
+
 
 #: The SQLSTATE expect_latest raises (sql/0009_expect_latest.sql).
 STALE_LATEST = "WG001"

@@ -52,8 +52,8 @@ from .limits import KEY_ROOM_TAKEN, LIMITS_TTL_SECONDS, Admission
 from .migrations import check_schema, lock_key, migrate
 from .rate_blocks import RateBlocks, Reservation, block_size
 from .schedules import PostgresSchedules
-from .start_commit import StartCommit
-from .statements import Queries, StartQueries, list_conditions
+from .start_commit import StartCommit, StartQueries
+from .statements import Queries, list_conditions
 from .statistics import Statistics
 from .workflow_limits import ConcQueries, admission
 from .writes import ChangeWriter
