@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,6 +19,7 @@ from pg import STORES, TEST_DATABASE_URL, async_temp_schema
 
 from wiggle import AsyncClient, Client, Workflow
 from wiggle import _tracing as wiggle_tracing
+from wiggle._client import batching
 from wiggle._client.batching import AsyncStartBatcher, StartBatcher
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
@@ -318,3 +321,78 @@ def test_the_blocking_batcher_sends_what_queued_behind_a_call_in_flight() -> Non
     assert {k: v.instance_id for k, v in results.items() if k != "3"} == {
         n: f"wi-{n}" for n in ("0", "1", "2", "4", "5")
     }
+
+
+class _CountedWaits:
+    """A Condition's stand-in counting the sender's waits for more starts (``_arrived``)."""
+
+    def __init__(self, real: threading.Condition) -> None:
+        self.real = real
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return self.real.wait(timeout)
+
+    def notify(self) -> None:
+        self.real.notify()
+
+
+def _recording() -> tuple[StartBatcher, list[list[str]]]:
+    sent: list[list[str]] = []
+
+    def one(request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        sent.append([request.request_id])
+        return _info(request)
+
+    def many(request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        sent.append([s.request_id for s in request.starts])
+        reply = pb.StartInstancesResponse()
+        for start in request.starts:
+            reply.results.add().instance.CopyFrom(_info(start))
+        return reply
+
+    return StartBatcher(one, many), sent
+
+
+def test_callers_a_batch_just_answered_are_gathered_into_the_next_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Three callers were answered a moment ago; the first one back waits for the other two
+    # instead of sending alone (and making them wait for its round trip).
+    monkeypatch.setattr(batching, "GATHER_SECONDS", 30.0)  # never the deadline here
+    batcher, sent = _recording()
+    batcher._answered, batcher._answered_at = 3, time.monotonic()
+    arrived = batcher._arrived = _CountedWaits(batcher._arrived)  # type: ignore[assignment]
+    results: dict[str, Any] = {}
+
+    def start(n: int) -> None:
+        results[str(n)] = batcher.start(pb.StartInstanceRequest(workflow="a", request_id=str(n)))
+
+    first = threading.Thread(target=start, args=(0,))
+    first.start()
+    deadline = time.monotonic() + 30
+    while not arrived.waits:  # the first is back and waits for the others (not sent alone)
+        assert not sent and time.monotonic() < deadline, sent
+        threading.Event().wait(0.001)
+    assert sent == []
+    others = [threading.Thread(target=start, args=(n,)) for n in (1, 2)]
+    for thread in others:
+        thread.start()
+    for thread in (first, *others):
+        thread.join(30)
+    assert len(sent) == 1 and sorted(sent[0]) == ["0", "1", "2"]
+    assert {k: v.instance_id for k, v in results.items()} == {n: f"wi-{n}" for n in ("0", "1", "2")}
+    assert (batcher._answered, batcher._pending) == (3, deque())
+
+
+def test_a_lone_caller_and_a_late_one_are_never_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batching, "GATHER_SECONDS", 30.0)
+    batcher, sent = _recording()
+    arrived = batcher._arrived = _CountedWaits(batcher._arrived)  # type: ignore[assignment]
+    for n in range(3):  # one caller, one start after another: each batch was of one
+        batcher.start(pb.StartInstanceRequest(workflow="a", request_id=str(n)))
+    # a batch of three answered long ago: whoever comes now goes at once
+    batcher._answered, batcher._answered_at = 3, time.monotonic() - 60
+    batcher.start(pb.StartInstanceRequest(workflow="a", request_id="3"))
+    assert sent == [["0"], ["1"], ["2"], ["3"]] and arrived.waits == 0
