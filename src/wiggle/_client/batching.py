@@ -239,8 +239,6 @@ class StartBatcher:
         comes back after a while."""
         pending = self._pending
         expected = self._answered
-        if len(pending) >= expected:
-            return
         deadline = self._answered_at + GATHER_SECONDS
         while len(pending) < expected:
             left = deadline - time.monotonic()
