@@ -11,6 +11,7 @@ Override the server with WIGGLE_TEST_DATABASE_URL (default postgresql://postgres
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -20,6 +21,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
 
 import psycopg
 import pytest
@@ -301,3 +303,19 @@ def pg_schema() -> Iterator[str]:
     """A pytest fixture: the name of a fresh schema, dropped after the test (import it into a test module)."""
     with temp_schema() as name:
         yield name
+
+
+@contextlib.asynccontextmanager
+async def wanting(store: Any, kind: str, subjects: Sequence[str]) -> AsyncIterator[None]:
+    """While the block runs, the PostgreSQL store ``store``'s node waits for wake-ups of ``kind``
+    about ``subjects``, as a waiting poll (``"work"``, queues) or instance wait (``"finished"``,
+    ``[""]``) does, its rows in the wakeups table written before the block begins
+    (wiggle/_storage/postgres/wakeups.py): the other nodes send it those NOTIFYs."""
+    with store.waiting_for(kind, subjects):
+        for _ in range(500):
+            if {(kind, s) for s in subjects} <= store.cluster.wakeups.written():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"the wakeups rows of {kind} {list(subjects)} were not written")
+        yield

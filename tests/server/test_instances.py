@@ -227,6 +227,11 @@ async def test_postgres_poller_woken_by_another_server(pg_layers: Any) -> None:
         work_ready(queues, counts)
         heard.set()
 
+    # A poll of `here` waits once: from then on `there` sends it the NOTIFYs of this queue
+    # (wiggle/_storage/postgres/wakeups.py), for a while after that poll too.
+    assert await here.poll("w", [queue], 1, 0.3) == []
+    assert ("work", queue) in store.cluster.wakeups.written()
+    store.notifier.not_empty([queue])  # that poll found it empty: the next one would not look
     store.notifier.work_ready = spy  # type: ignore[method-assign]
     started: list[str] = []
 
@@ -236,6 +241,34 @@ async def test_postgres_poller_woken_by_another_server(pg_layers: Any) -> None:
 
     store.hook = start_there
     (claimed,) = await asyncio.wait_for(here.poll("w", [queue], 1, 60.0), 40.0)
+    assert claimed.token.instance_id == started[0]
+
+
+@pytest.mark.postgres
+async def test_postgres_poller_woken_by_another_server_before_it_wanted_its_notifies(
+    pg_layers: Any,
+) -> None:
+    """The other server commits in the gap of a poll whose node has not yet asked for its
+    NOTIFYs, so none is sent: the poll is woken when its node's row is written and finds the step
+    (wiggle/_storage/postgres/wakeups.py, "No lost wake-up"), long before its wait would end."""
+    here = await pg_layers()
+    there = await pg_layers()
+    store: _HookedPostgresStore = here.store
+    await there.register(one_step())
+    queue = (await there.start("one", "", {}, "")).tokens[0].queue
+    await there.claim("w", [queue], 1)
+    for _ in range(500):  # there knows here filters its NOTIFYs (here's peer count) and vice versa
+        if there.store.cluster.filtering and store.cluster.filtering and store.cluster.peers:
+            break
+        await asyncio.sleep(0.01)
+    started: list[str] = []
+
+    async def start_there() -> None:
+        started.append((await there.start("one", "", {}, "")).instance.id)
+
+    store.hook = start_there
+    assert ("work", queue) not in store.cluster.wakeups.written()
+    (claimed,) = await asyncio.wait_for(here.poll("w", [queue], 1, 60.0), 20.0)
     assert claimed.token.instance_id == started[0]
 
 

@@ -206,7 +206,7 @@ async def test_the_clock_lock_is_never_taken_on_a_standby(
     _, standby = pair
     db = Database(standby.url, "failover-test", 1, 5.0, 3)
     await db.open("failover-test")
-    cluster = Cluster("wiggle_clock", Notifier(), Queries("wiggle_clock").count_peers)
+    cluster = Cluster("wiggle_clock", Notifier(), Queries("wiggle_clock"))
     cluster.db = db
     try:
         assert await cluster.ensure_leader() is False

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL
+from pg import TEST_DATABASE_URL, wanting
 from psycopg import sql
 
 from wiggle._engine.engine import Engine, EngineConfig
@@ -685,17 +685,19 @@ async def test_servers_notify_each_other_only_while_a_peer_is_connected(
             await asyncio.sleep(0.01)
         assert a.cluster.peers == 1
         # a token made READY on a wakes a poller waiting on b, promptly
-        waiter = asyncio.ensure_future(b.notifier.wait_work(["linear"], 5.0))
-        await asyncio.sleep(0.05)
-        started = asyncio.get_running_loop().time()
-        view = await a.start("linear", "", {}, "")
-        assert await asyncio.wait_for(waiter, 2.0) is True
-        assert asyncio.get_running_loop().time() - started < 1.0
-        finished = asyncio.ensure_future(b.notifier.wait_instance(view.instance.id, 5.0))
-        await asyncio.sleep(0.05)
-        (c,) = await a.claim("w", ["linear"], 1)
-        await a.complete(c.token.id, "w", {}, None)
-        await asyncio.wait_for(finished, 2.0)
+        async with wanting(b, "work", ["linear"]):
+            waiter = asyncio.ensure_future(b.notifier.wait_work(["linear"], 5.0))
+            await asyncio.sleep(0.05)
+            started = asyncio.get_running_loop().time()
+            view = await a.start("linear", "", {}, "")
+            assert await asyncio.wait_for(waiter, 2.0) is True
+            assert asyncio.get_running_loop().time() - started < 1.0
+        async with wanting(b, "finished", [""]):
+            finished = asyncio.ensure_future(b.notifier.wait_instance(view.instance.id, 5.0))
+            await asyncio.sleep(0.05)
+            (c,) = await a.claim("w", ["linear"], 1)
+            await a.complete(c.token.id, "w", {}, None)
+            await asyncio.wait_for(finished, 2.0)
         assert a.cluster.notifies_sent >= 2
         assert f"{a.node_id}:linear" in await drain()
 
@@ -717,10 +719,10 @@ async def test_notifies_go_out_after_the_commit_in_one_transaction_for_all_poste
     """A NOTIFY inside a data transaction would make it wait on PostgreSQL's database-wide
     notification lock until its commit is flushed (docs/architecture.md, "Scaling"): the NOTIFYs
     of commits go out afterwards, everything posted while one send runs in the next one."""
-    await open_store()
+    a = await open_store()
     b = await open_store()
     assert b.cluster.peers == 1  # b counted the first when it opened
-    async with _raw_listener(b.cluster.channel_finished) as drain:
+    async with wanting(a, "finished", [""]), _raw_listener(b.cluster.channel_finished) as drain:
         sent = b.cluster.notifies_sent
         finished = Changes()
         finished.finished = True
@@ -738,11 +740,11 @@ async def test_a_node_spaces_its_notify_transactions_and_sends_what_came_meanwhi
     "Scaling"): the first after a quiet spell goes out at once, what is posted while the next one
     waits goes out with it."""
     monkeypatch.setattr(Cluster, "NOTIFY_SPACING_SECONDS", 0.3)
-    await open_store()
+    a = await open_store()
     b = await open_store()
     assert b.cluster.peers == 1
     loop = asyncio.get_running_loop()
-    async with _raw_listener(b.cluster.channel_finished) as drain:
+    async with wanting(a, "finished", [""]), _raw_listener(b.cluster.channel_finished) as drain:
         sent = b.cluster.notifies_sent
         finished = Changes()
         finished.finished = True

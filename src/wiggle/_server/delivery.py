@@ -132,7 +132,8 @@ class Delivery:
                     # commit that makes them READY (wiggle/_storage/handoff.py).
                     notifier.arm(waiter, worker_id, max_tasks, lease_millis)
                     try:
-                        woken = await notifier.wait(waiter, remaining)
+                        with self.store.waiting_for("work", queues):  # the others' NOTIFYs too
+                            woken = await notifier.wait(waiter, remaining)
                     finally:
                         notifier.disarm(waiter)
                     handoff = waiter.handoff

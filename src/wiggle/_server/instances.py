@@ -307,7 +307,8 @@ class Instances:
                 if view.instance.status in FINISHED_INSTANCE_STATUSES or remaining <= 0:
                     return view
                 # Bounded waits: a finish on another server node is seen within a second.
-                await wait_event(watch.event, min(remaining, 1.0))
+                with self.store.waiting_for("finished", ("",)):  # its NOTIFY wakes this one sooner
+                    await wait_event(watch.event, min(remaining, 1.0))
                 finished = watch.view
                 if finished is not None and finished.instance.status in FINISHED_INSTANCE_STATUSES:
                     return finished  # as the finishing commit wrote it: no read needed

@@ -10,8 +10,9 @@ its commit. Waiting (long-poll, await-completion, the clock) goes through ``Noti
 from __future__ import annotations
 
 import abc
+import contextlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import msgspec
@@ -191,6 +192,13 @@ class Store(abc.ABC):
         #: their steps go through claims only, never the hand-off (wiggle/_server/delivery.py),
         #: unless ``hand_off_admits`` says the limit allows it.
         self.limited_queues: dict[str, QueueLimit] = {}
+
+    def waiting_for(self, kind: str, subjects: Sequence[str]) -> contextlib.AbstractContextManager[None]:
+        """Around one wait of this node for a wake-up: ``kind`` ``"work"`` (a poll, ``subjects``
+        its queues) or ``"finished"`` (an instance, subject ``""``). Nothing here: every wake-up
+        of this store comes from its own commits. The PostgreSQL store tells the other servers
+        that this node wants their NOTIFYs of that kind (postgres/wakeups.py)."""
+        return contextlib.nullcontext()
 
     def hand_off_admits(self, queue: str, now: int, spend: bool = False) -> bool:
         """Whether a READY step of limited ``queue`` may be handed to a waiting poll at ``now``,

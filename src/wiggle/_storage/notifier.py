@@ -308,6 +308,12 @@ class Notifier:
                 watch.event.set()
         self.clock_changed()
 
+    def recheck_instances(self) -> None:
+        """Wake every waiter for an instance to finish: each reads its instance again."""
+        for watches in list(self._instance_waiters.values()):
+            for watch in watches:
+                watch.event.set()
+
     def instance_finished(self, instance_id: str, view: InstanceView | None = None) -> None:
         """Wake whoever awaits ``instance_id``; ``view``, the finished instance as the announcing
         commit wrote it (an ``InstanceView``), saves each of them a read (None: they read)."""

@@ -9,7 +9,9 @@ Several server processes on one database cooperate through PostgreSQL only:
   wake-ups. They go out after the commit they announce, in a transaction of their own
   (``Cluster.post``), never inside it: PostgreSQL serializes every committing transaction that
   has notified on one database-wide lock held until its commit is flushed, so a NOTIFY inside
-  the data's commit made the servers' commits wait for each other's WAL flushes;
+  the data's commit made the servers' commits wait for each other's WAL flushes. Of the work
+  and finish NOTIFYs, only those another node has someone waiting for are sent (wakeups.py):
+  under load nobody waits, and every listener of the database reads every NOTIFY;
 - the clock duties (timers, lease expiry, user-task deadlines) run on the one node holding a
   session-level advisory lock on a dedicated connection; when that node dies its session ends,
   the lock is released and another node takes over at its next tick. Advisory locks live in one
@@ -35,6 +37,8 @@ from ..._engine.state import Changes
 from ..notifier import Notifier
 from .db import Conn, Database, short, transaction
 from .migrations import lock_key
+from .statements import Queries
+from .wakeups import FINISHED, WORK, Wakeups
 
 __all__ = ["Cluster", "app_prefix"]
 
@@ -60,16 +64,22 @@ class Cluster:
     #: after a quiet spell the first goes out at once (docs/architecture.md, "Scaling").
     NOTIFY_SPACING_SECONDS = 0.01
 
-    def __init__(self, schema: str, notifier: Notifier, count_peers_sql: str) -> None:
+    def __init__(self, schema: str, notifier: Notifier, queries: Queries) -> None:
         self.schema = schema
         self.notifier = notifier
-        self.count_peers_sql = count_peers_sql
+        self.queries = queries
         self.node_id = os.urandom(6).hex()  # tags our own NOTIFYs, so the listener skips them
         # Every connection of this node is named application_name + role suffix: the peer count
         # of other nodes looks for these names.
         self.app_prefix = app_prefix(schema)
         self.application_name = f"{self.app_prefix}{self.node_id}"
         self.peers = 0  # other nodes on this schema, as last counted (NOTIFY only when > 0)
+        # Every other node says which wake-ups it wants (wakeups.py; none of an older version is
+        # connected): send only those. False from a hello, or a lost listener, to the next count.
+        self.filtering = False
+        # The (kind, subject) wake-ups some other node wants, as last counted or told
+        self.wanted: set[tuple[str, str]] = set()
+        self.wakeups = Wakeups(self.node_id, self._wake)
         self.notifies_sent = 0  # NOTIFY transactions sent (for tests and diagnostics)
         prefix = schema[:48]
         self.channel_work = f"{prefix}_work"
@@ -82,16 +92,15 @@ class Cluster:
         self._leader_conn: Conn | None = None
         self._leader_lock = asyncio.Lock()
         self._clock_key = lock_key("clock", schema)
-        self._notify_sql = ""  # Cluster.open: the store's statement sending many NOTIFYs at once
         self._pending: dict[tuple[str, str], None] = {}  # posted, not yet sent (in order, once each)
         self._sender: asyncio.Task[None] | None = None
         self._last_send = float("-inf")  # when the last NOTIFY transaction started (the loop's clock)
 
-    async def open(self, db: Database, notify_sql: str) -> None:
-        """Start listening (and say hello to the other nodes) over ``db``; ``notify_sql`` sends
-        NOTIFYs given as two arrays, channels and payloads (statements.py, ``Queries.notify``)."""
+    async def open(self, db: Database) -> None:
+        """Start listening (and say hello to the other nodes) over ``db``."""
         self.db = db
-        self._notify_sql = notify_sql
+        q = self.queries
+        await self.wakeups.open(db, q.want_wakeups, q.unwant_wakeups, q.drop_node_wakeups, self.channel_peers)
         conn = await db.retry_connect("listening", self.listen_connection)
         self._listener = asyncio.ensure_future(self.listen_forever(conn))
 
@@ -109,7 +118,19 @@ class Cluster:
             self._sender = None
         async with self._leader_lock:
             await self._drop_leadership()
+        await self.wakeups.close()
         self.db = None
+
+    def _wake(self, kind: str, subjects: list[str]) -> None:
+        """Wake this node's waiters of ``kind`` about ``subjects`` to look again (wakeups.py).
+        Not while no other node is connected: nobody else commits then, and a node that joins
+        wakes every waiter here when it is heard of (``_joined``)."""
+        if not self.peers:
+            return
+        if kind == WORK:
+            self.notifier.work_ready(subjects)  # as if work was announced: every waiter looks again
+        elif kind == FINISHED:
+            self.notifier.recheck_instances()
 
     # ------------------------------------------------------------------ cross-node wake-ups
 
@@ -140,18 +161,23 @@ class Cluster:
         """
         params = {"prefix": self.app_prefix + "%", "node": self.node_id}
         if hello:
-            cur = await conn.execute(
-                f"SELECT ({self.count_peers_sql}), pg_notify(%(channel)s, %(node)s)",
-                {**params, "channel": self.channel_peers},
-            )
-        else:
-            cur = await conn.execute(self.count_peers_sql, params)
+            await conn.execute("SELECT pg_notify(%s, %s)", (self.channel_peers, self.node_id))
+        cur = await conn.execute(self.queries.count_peers, params)
         row = await cur.fetchone()
-        peers = int(row[0]) if row else 0
+        peers, unfiltered, stale = (int(row[0]), int(row[1]), bool(row[2])) if row else (0, 0, False)
         if peers != self.peers:
             log.debug("schema %s: %d other node(s) connected", self.schema, peers)
         # Hellos that arrived meanwhile are dispatched after this (psycopg keeps them in order).
+        if peers > self.peers:
+            self._joined()
         self.peers = peers
+        self.filtering = not unfiltered
+        wanted = {_key(item) for item in row[3]} if row else set()
+        for kind, subject in wanted - self.wanted:  # not told by a message (lost, or before joining)
+            self._catch_up(kind, subject)
+        self.wanted = wanted
+        if stale and self.leader:  # rows of nodes that are gone (killed): nobody reads their NOTIFYs
+            await conn.execute(self.queries.drop_gone_wakeups, (self.app_prefix + "%",))
 
     async def listen_forever(self, conn: Conn | None) -> None:
         """Dispatch notifications forever, recounting peers; reconnect when the connection drops."""
@@ -160,6 +186,7 @@ class Cluster:
         while True:
             try:
                 if conn is None:
+                    await self.wakeups.rewrite()  # first: a row lost in a fail-over filters NOTIFYs
                     conn = await self.listen_connection()
                     log.info("notification listener reconnected")
                     self.notifier.wake_all()  # we may have missed notifications while disconnected
@@ -173,12 +200,14 @@ class Cluster:
                             if loop.time() >= until:
                                 break  # a steady stream must not postpone the count
                     await self.count_peers(conn)  # and a silent network failure shows up here
+                    await self.wakeups.withdraw()
             except asyncio.CancelledError:
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
                 raise
             except Exception as exc:
+                self.filtering = False  # what the others want is not heard now: send them everything
                 log.warning("notification listener lost its connection (%s); reconnecting", short(exc))
                 if conn is not None:
                     with contextlib.suppress(Exception):
@@ -195,11 +224,28 @@ class Cluster:
         if channel == self.channel_work:
             self.notifier.work_ready((value,))  # how many tokens is not known here: wake all
         elif channel == self.channel_finished:
-            self.notifier.instance_finished(value)
+            if value:
+                self.notifier.instance_finished(value)
+            else:  # a catch-up (``_catch_up``): every instance waiter reads again
+                self.notifier.recheck_instances()
         elif channel == self.channel_clock and self.leader:
             self.notifier.clock_changed()  # only the leader's clock loop has anything to re-plan
         elif channel == self.channel_peers:
+            if value.startswith("want:"):  # another node wrote a row of wanted wake-ups
+                kind, subject = _key(value[5:])
+                self.peers = max(self.peers, 1)
+                self.wanted.add((kind, subject))
+                self._catch_up(kind, subject)
+                return
             self.peers = max(self.peers, 1)  # a node joined: notify from now on (recounted soon)
+            self.filtering = False  # and all of it until the count says whether it filters too
+            self._joined()
+
+    def _joined(self) -> None:
+        """Another node joined: it may have committed work before this node's rows of wanted
+        wake-ups were written while it was alone (``_wake`` woke nobody then), so every waiter
+        here looks again."""
+        self.notifier.wake_all()
 
     def post(self, instance_id: str, changes: Changes) -> None:
         """Send the NOTIFYs other nodes need for ``changes`` of ``instance_id``, just committed.
@@ -217,13 +263,31 @@ class Cluster:
         if not self.peers:
             return  # nobody else listens: the store wakes this node's own waiters after the commit
         pending = self._pending
+        every = not self.filtering
+        wanted = self.wanted
         for queue in changes.ready_queues:
-            pending[(self.channel_work, f"{self.node_id}:{queue}")] = None
+            if every or (WORK, queue) in wanted:
+                pending[(self.channel_work, f"{self.node_id}:{queue}")] = None
         if changes.timers:
-            pending[(self.channel_clock, self.node_id)] = None
-        if changes.finished:
+            pending[(self.channel_clock, self.node_id)] = None  # always: the leader re-plans
+        if changes.finished and (every or (FINISHED, "") in wanted):
             pending[(self.channel_finished, f"{self.node_id}:{instance_id}")] = None
-        if pending and self.db is not None and (self._sender is None or self._sender.done()):
+        self._send_soon()
+
+    def _catch_up(self, kind: str, subject: str) -> None:
+        """Another node now wants wake-ups of ``kind`` about ``subject``: it may have begun to wait
+        before this node knew, and this node's commits since then told it nothing, so wake its
+        waiters of that kind once (they look again). wakeups.py, "No lost wake-up"."""
+        if not self.peers:
+            return
+        if kind == WORK:
+            self._pending[(self.channel_work, f"{self.node_id}:{subject}")] = None
+        elif kind == FINISHED:
+            self._pending[(self.channel_finished, f"{self.node_id}:")] = None
+        self._send_soon()
+
+    def _send_soon(self) -> None:
+        if self._pending and self.db is not None and (self._sender is None or self._sender.done()):
             self._sender = asyncio.ensure_future(self._send())
 
     async def _send(self) -> None:
@@ -248,7 +312,7 @@ class Cluster:
     async def _notify(self, conn: Conn, params: tuple[list[str], list[str]]) -> None:
         async with transaction(conn):
             await conn.execute("SET LOCAL synchronous_commit TO off")
-            await conn.execute(self._notify_sql, params)
+            await conn.execute(self.queries.notify, params)
 
     # ------------------------------------------------------------------ clock leadership
 
@@ -310,3 +374,9 @@ class Cluster:
                 log.warning("clock-duty leadership connection failed: %s", short(exc))
                 await self._drop_leadership()
                 return False
+
+
+def _key(item: str) -> tuple[str, str]:
+    """``"<kind>:<subject>"`` as (kind, subject); the subject (a queue name) may hold ':'."""
+    kind, _, subject = item.partition(":")
+    return kind, subject

@@ -286,6 +286,14 @@ class Database:
             with contextlib.suppress(Exception):
                 await pool.check()
 
+    async def execute(self, what: str, query: str, params: Any = None) -> None:
+        """One statement whose rows are not wanted (autocommit: a transaction of its own)."""
+
+        async def body(conn: Conn) -> None:
+            await conn.execute(query, params)
+
+        await self.run(what, body)
+
     async def fetch(self, what: str, query: str, params: Any = None, binary: bool = False) -> list[Any]:
         """The rows of one statement (autocommit: its own snapshot, one round trip)."""
 

@@ -268,14 +268,38 @@ class Queries:
         self.history = q(f"SELECT {HISTORY_COLS} FROM {{s}}.history WHERE instance_id = %s ORDER BY seq")
         self.instance_exists = q("SELECT 1 FROM {s}.instances WHERE id = %s")
         self.notify = q("SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)")
+        # A node's rows of wanted wake-ups (migration 0022, wakeups.py), each new one told to the
+        # other nodes in the same transaction ("<node>:want:<kind>:<subject>" on the peers channel).
+        self.want_wakeups = q(
+            "WITH added AS (INSERT INTO {s}.wakeups (node, kind, subject) SELECT %s, k, s "
+            "FROM unnest(%s::text[], %s::text[]) AS v(k, s) ON CONFLICT DO NOTHING RETURNING node, kind, subject) "
+            "SELECT pg_notify(%s, node || ':want:' || kind || ':' || subject) FROM added WHERE kind <> 'node'"
+        )
+        self.unwant_wakeups = q(
+            "DELETE FROM {s}.wakeups w USING unnest(%s::text[], %s::text[]) AS v(k, s) "
+            "WHERE w.node = %s AND w.kind = v.k AND w.subject = v.s"
+        )
+        self.drop_node_wakeups = q("DELETE FROM {s}.wakeups WHERE node = %s")
         # Other nodes on this schema: distinct node ids among the connections named with our
-        # prefix, ours excluded. (A Wiggle from before these names is not seen: during a rolling
-        # upgrade from one, its pollers get no wake-ups from upgraded nodes and find that work
-        # when their long poll ends instead.)
-        self.count_peers = (
-            "SELECT count(DISTINCT split_part(application_name, ':', 3)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name LIKE %(prefix)s "
-            "AND split_part(application_name, ':', 3) <> %(node)s"
+        # prefix, ours excluded; how many of them do not filter their NOTIFYs (no 'node' row in
+        # wakeups: an older version); whether wakeups holds rows of nodes no longer connected; and
+        # the wake-ups the others want ("<kind>:<subject>"). (A Wiggle from before these names is not seen: during a rolling upgrade
+        # from one, its pollers get no wake-ups from upgraded nodes and find that work when their
+        # long poll ends instead.)
+        self.count_peers = q(
+            "WITH live AS (SELECT DISTINCT split_part(application_name, ':', 3) AS node "
+            "FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name LIKE %(prefix)s) "
+            "SELECT (SELECT count(*) FROM live WHERE node <> %(node)s), "
+            "(SELECT count(*) FROM live l WHERE l.node <> %(node)s AND NOT EXISTS "
+            "(SELECT 1 FROM {s}.wakeups w WHERE w.kind = 'node' AND w.subject = '' AND w.node = l.node)), "
+            "EXISTS (SELECT 1 FROM {s}.wakeups w WHERE w.node NOT IN (SELECT node FROM live)), "
+            "ARRAY(SELECT DISTINCT w.kind || ':' || w.subject FROM {s}.wakeups w WHERE w.kind <> 'node' "
+            "AND w.node <> %(node)s AND w.node IN (SELECT node FROM live))"
+        )
+        self.drop_gone_wakeups = q(
+            "DELETE FROM {s}.wakeups WHERE node NOT IN (SELECT DISTINCT split_part(application_name, ':', 3) "
+            "FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE %s)"
         )
 
     def _claims(self, q: Callable[[str], str]) -> None:

@@ -14,8 +14,10 @@ leadership). Connections and retries are in db.py; no raw psycopg error leaves t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -98,7 +100,7 @@ class PostgresStore(Store):
         # when this node last read the queue limits (``limited_queues``; time.monotonic(); _limited)
         self._limits_read = float("-inf")
         self._limits_version = 0  # set_queue_limit calls of this node so far
-        self.cluster = Cluster(schema, self.notifier, self.queries.count_peers)
+        self.cluster = Cluster(schema, self.notifier, self.queries)
         self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
         self.clock_parallelism = max(1, self.db.pool_size // 2)
         self.definitions = Definitions(self.db, self.queries)
@@ -134,6 +136,9 @@ class PostgresStore(Store):
         """The application_name of this node's pooled connections (its other ones add a role)."""
         return self.cluster.application_name
 
+    def waiting_for(self, kind: str, subjects: Sequence[str]) -> contextlib.AbstractContextManager[None]:
+        return self.cluster.wakeups.waiting(kind, subjects)
+
     @property
     def is_clock_leader(self) -> bool:
         """True while this store holds the clock-duty advisory lock."""
@@ -157,7 +162,7 @@ class PostgresStore(Store):
         await self.db.open(f"wiggle-{self.node_id}")
         try:
             await self.statistics.open()
-            await self.cluster.open(self.db, self.queries.notify)
+            await self.cluster.open(self.db)
             await ensure_context_indexes(self.db, self.schema, self.context_search_fields)
         except BaseException:
             await self.close()
