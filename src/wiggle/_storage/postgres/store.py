@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +40,7 @@ from ..base import (
 )
 from ..handoff import settle
 from ..ops import NodeInfo, QueueStat, Readiness
-from ..queue_limits import QueueLimit, check_queue_limit, describe, next_admit_at
+from ..queue_limits import QueueLimit, describe
 from . import ops
 from .candidates import claim_candidates
 from .cluster import Cluster
@@ -50,9 +49,10 @@ from .context_indexes import ensure_context_indexes
 from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
-from .limits import KEY_ROOM_TAKEN, LIMITS_TTL_SECONDS, Admission
+from .limits import KEY_ROOM_TAKEN, Admission
 from .migrations import check_schema, lock_key, migrate
-from .rate_blocks import RateBlocks, Reservation, block_size
+from .queue_limit_state import QueueLimitState
+from .rate_blocks import Reservation, block_size
 from .schedules import PostgresSchedules
 from .start_commit import StartCommit, StartQueries
 from .statements import Queries, list_conditions
@@ -97,14 +97,13 @@ class PostgresStore(Store):
         # the class of the per-key advisory locks of workflow-level limits (workflow_limits.py)
         self._conc_lock_class = lock_key("workflow-limits", self.schema) & 0x7FFFFFFF
         self.conc_queries = ConcQueries(self.schema)
-        # when this node last read the queue limits (``limited_queues``; time.monotonic(); _limited)
-        self._limits_read = float("-inf")
-        self._limits_version = 0  # set_queue_limit calls of this node so far
         self.cluster = Cluster(schema, self.notifier, self.queries)
         self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
         self.clock_parallelism = max(1, self.db.pool_size // 2)
         self.definitions = Definitions(self.db, self.queries)
-        self.rate_blocks = RateBlocks(self.db, self.queries)  # fast queue rates' moments (rate_blocks.py)
+        # this node's copy of the queue limits (``limited_queues``) and its fast rates' blocks
+        self.limits = QueueLimitState(self.db, self.queries, self.limited_queues)
+        self.rate_blocks = self.limits.rate_blocks
         # claims admitted on their read's counts that a key's lock then refused (limits.py): run again
         self.key_room_retries = 0
         self.writer = ChangeWriter(self.queries)
@@ -342,7 +341,7 @@ class PostgresStore(Store):
         if not queues or max_tasks <= 0:
             return []
         q = self.queries
-        await self._refresh_limits()
+        await self.limits.refresh()
         known = self.limited_queues
         fast = [known[queue] for queue in queues if queue in known and block_size(known[queue])]
         reserved: dict[str, Reservation] = {}  # moments of the fast rates for this claim
@@ -461,69 +460,18 @@ class PostgresStore(Store):
         return out, states
 
     def hand_off_admits(self, queue: str, now: int, spend: bool = False) -> bool:
-        limit = self.limited_queues.get(queue)
-        if limit is None or not block_size(limit):
-            return False
-        if not self.rate_blocks.due(queue, limit, now):
-            self.rate_blocks.fill_soon(limit, now)  # for the next ones
-            return False
-        return not spend or self.rate_blocks.spend(queue, 1, now) == 1  # a moment of this node's blocks
-
-    async def _limited(self, queues: list[str]) -> set[str]:
-        """The queues among ``queues`` that have limits, as this node last read them (at most a
-        second ago: a limit set through another server applies here within a second)."""
-        await self._refresh_limits()
-        limits = self.limited_queues
-        return {queue for queue in queues if queue in limits} if limits else set()
-
-    async def _refresh_limits(self) -> None:
-        """Read the queue limits again if this node's copy (``limited_queues``) is older than
-        ``LIMITS_TTL_SECONDS``."""
-        if time.monotonic() - self._limits_read > LIMITS_TTL_SECONDS:
-            version = self._limits_version
-            read_at = time.monotonic()
-            rows = await self.db.fetch("queue_limits", self.queries.queue_limits)
-            if version == self._limits_version:  # else a set_queue_limit of this node came meanwhile: keep it
-                self.limited_queues = {
-                    r[0]: QueueLimit(queue=r[0], max_running=r[1], rate_max=r[2], rate_period_millis=r[3])
-                    for r in rows
-                }
-                self._limits_read = read_at
+        return self.limits.hand_off_admits(queue, now, spend)
 
     async def set_queue_limit(self, limit: QueueLimit) -> None:
-        check_queue_limit(limit)
-        args: tuple[str | int, ...] = (limit.queue,)
-        text = self.queries.delete_queue_limit
-        if limit.limited:
-            text = self.queries.put_queue_limit
-            args = (limit.queue, limit.max_running, limit.rate_max, limit.rate_period_millis)
-
-        async def body(conn: Conn) -> None:
-            await conn.execute(text, args)
-
-        await self.db.run("set_queue_limit", body)
-        self.rate_blocks.forget(limit.queue)
-        self._limits_version += 1  # a read of the table started before this commit is stale
-        if limit.limited:
-            self.limited_queues[limit.queue] = limit
-        else:
-            self.limited_queues.pop(limit.queue, None)
+        await self.limits.put(limit)
         self.stats.transactions += 1
         self.notifier.work_ready([limit.queue], {})  # this node's pollers look again
 
     async def queue_limits(self) -> list[QueueLimit]:
-        return [limit for limit, _ in await self._limit_rows()]
+        return [limit for limit, _ in await self.limits.rows()]
 
     async def rate_tats(self, keys: list[str]) -> dict[str, float]:
-        rows = await self.db.fetch("rate_tats", self.queries.rate_tats, (sorted(keys),)) if keys else []
-        return {key: float(tat) for key, tat in rows}
-
-    async def _limit_rows(self) -> list[tuple[QueueLimit, float]]:
-        rows = await self.db.fetch("queue_limits", self.queries.queue_limits)
-        return [
-            (QueueLimit(queue=r[0], max_running=r[1], rate_max=r[2], rate_period_millis=r[3]), float(r[4]))
-            for r in rows
-        ]
+        return await self.limits.rate_tats(keys)
 
     # ------------------------------------------------------------------ clock duties
 
@@ -554,34 +502,14 @@ class PostgresStore(Store):
         params = (list(queues), rate_now, list(queues), rate_now)
         rows = await self.db.fetch("next_ready_at", self.queries.next_ready, params)
         now = self.clock.now()
-        limited = await self._limited(queues)
+        limited = await self.limits.among(queues)
         if limited:
-            rows = await self._next_under_limits(rows, limited, now)
+            rows = await self.limits.next_under_limits(rows, limited, now)
         earliest = min((int(at) for _, at in rows), default=None)
         if earliest is None:
             return None
         # A due token that claim() skipped is locked by a transaction in flight: look again shortly.
         return earliest if earliest > now else now + 50
-
-    async def _next_under_limits(self, rows: list[Any], limited: set[str], now: int) -> list[tuple[str, int]]:
-        """``rows`` (queue, earliest READY) with the limited queues' waits: a full queue has
-        nothing to claim until one of its steps ends (which wakes it), a rate-limited one not
-        before its rate admits a claim."""
-        state = {
-            limit.queue: (limit, tat) for limit, tat in await self._limit_rows() if limit.queue in limited
-        }
-        held = dict(await self.db.fetch("next_ready_at", self.queries.queue_held, (sorted(state),)))
-        out: list[tuple[str, int]] = []
-        for queue, at in rows:
-            known = state.get(queue)
-            if known is None:
-                out.append((queue, int(at)))
-                continue
-            limit, tat = known
-            if limit.max_running and int(held.get(queue, 0)) >= limit.max_running:
-                continue
-            out.append((queue, max(int(at), next_admit_at(limit, tat, now))))
-        return out
 
     async def purge_finished(self, older_than: int, limit: int) -> int:
         if limit <= 0:
@@ -608,7 +536,7 @@ class PostgresStore(Store):
         stats = {
             stat.queue: stat for stat in await ops.queue_stats(self.db, self.schema, now, self._rate_now())
         }
-        return describe(stats, await self._limit_rows(), now)
+        return describe(stats, await self.limits.rows(), now)
 
     async def readiness(self) -> Readiness:
         if self.db.pool is None:
