@@ -20,7 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -319,3 +319,18 @@ async def wanting(store: Any, kind: str, subjects: Sequence[str]) -> AsyncIterat
         else:
             raise AssertionError(f"the wakeups rows of {kind} {list(subjects)} were not written")
         yield
+
+
+@contextlib.asynccontextmanager
+async def listening(*channels: str) -> AsyncIterator[Callable[[], Any]]:
+    """A plain LISTEN connection on ``channels`` (not a Wiggle node); yields 'drain its
+    notifications' (the payloads that came, waiting up to 0.3 s for each)."""
+    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        for channel in channels:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+        async def drain() -> list[str]:
+            async with contextlib.aclosing(conn.notifies(timeout=0.3)) as notes:
+                return [n.payload async for n in notes]
+
+        yield drain

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, wanting
+from pg import TEST_DATABASE_URL, listening, wanting
 from psycopg import sql
 
 from wiggle._engine.engine import Engine, EngineConfig
@@ -630,19 +630,6 @@ async def test_set_based_history_keeps_its_order(open_store: Callable[..., Any],
     ]
 
 
-@contextlib.asynccontextmanager
-async def _raw_listener(channel: str) -> AsyncIterator[Callable[[], Any]]:
-    """A plain LISTEN connection on ``channel`` (not a Wiggle node); yields 'drain its notifications'."""
-    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-
-        async def drain() -> list[str]:
-            async with contextlib.aclosing(conn.notifies(timeout=0.3)) as notes:
-                return [n.payload async for n in notes]
-
-        yield drain
-
-
 async def _work_round(store: ServerNode) -> str:
     """Start a one-step instance and run it to the end: READY, claimed, finished."""
     view = await store.start("linear", "", {}, "")
@@ -654,7 +641,7 @@ async def _work_round(store: ServerNode) -> str:
 async def test_a_lone_server_sends_no_notify(open_store: Callable[..., Any]) -> None:
     a = await open_store()
     await a.register(linear(steps=1))
-    async with _raw_listener(a.cluster.channel_work) as drain:
+    async with listening(a.cluster.channel_work) as drain:
         assert a.cluster.peers == 0  # the raw listener is no Wiggle node
         waiter = asyncio.ensure_future(a.notifier.wait_work(["linear"], 5.0))
         await asyncio.sleep(0.05)
@@ -673,7 +660,7 @@ async def test_servers_notify_each_other_only_while_a_peer_is_connected(
     monkeypatch.setattr(Cluster, "PEER_CHECK_SECONDS", 0.1)
     a = await open_store()
     await a.register(linear(steps=1))
-    async with _raw_listener(a.cluster.channel_work) as drain:
+    async with listening(a.cluster.channel_work) as drain:
         await _work_round(a)
         assert a.cluster.notifies_sent == 0 and await drain() == []
 
@@ -722,7 +709,7 @@ async def test_notifies_go_out_after_the_commit_in_one_transaction_for_all_poste
     a = await open_store()
     b = await open_store()
     assert b.cluster.peers == 1  # b counted the first when it opened
-    async with wanting(a, "finished", [""]), _raw_listener(b.cluster.channel_finished) as drain:
+    async with wanting(a, "finished", [""]), listening(b.cluster.channel_finished) as drain:
         sent = b.cluster.notifies_sent
         finished = Changes()
         finished.finished = True
@@ -744,7 +731,7 @@ async def test_a_node_spaces_its_notify_transactions_and_sends_what_came_meanwhi
     b = await open_store()
     assert b.cluster.peers == 1
     loop = asyncio.get_running_loop()
-    async with wanting(a, "finished", [""]), _raw_listener(b.cluster.channel_finished) as drain:
+    async with wanting(a, "finished", [""]), listening(b.cluster.channel_finished) as drain:
         sent = b.cluster.notifies_sent
         finished = Changes()
         finished.finished = True
