@@ -187,3 +187,41 @@ async def test_the_clock_leader_deletes_the_rows_of_nodes_that_are_gone(
             break
         await asyncio.sleep(0.05)
     assert await rows(a.store.schema) == {(a.store.node_id, "node", ""), (b.store.node_id, "node", "")}
+
+
+async def test_a_node_whose_rows_were_lost_writes_them_again_when_its_listener_reconnects(
+    nodes: tuple[Instances, Instances],
+) -> None:
+    """A fail-over to a standby that had not replayed b's rows loses them while b believes they
+    are there (a would then send b nothing). The outage breaks b's listener: reconnecting, b
+    forgets its rows and writes its own ``node`` row again (meanwhile a counts b as a node that
+    does not filter, and sends everything), and its next wait writes its row again."""
+    a, b = nodes
+    schema = a.store.schema
+    async with wanting(b.store, "work", ["linear"]):
+        pass
+    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("DELETE FROM {}.wakeups WHERE node = %s").format(sql.Identifier(schema)),
+            (b.store.node_id,),
+        )
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (f"{b.store.application_name}:listen",),
+        )
+    await until(lambda: b.store.cluster.wakeups.written() == {("node", "")}, "b forgets its rows")
+    for _ in range(500):
+        if (b.store.node_id, "node", "") in await rows(schema):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("b did not write its node row again")
+    await until(lambda: a.store.cluster.filtering and not a.store.cluster.wanted, "a counts b again")
+    async with listening(a.store.cluster.channel_work) as drain:
+        await work_round(a)
+        assert await drain() == []  # b waits for nothing
+        async with wanting(b.store, "work", ["linear"]):
+            await until(lambda: ("work", "linear") in a.store.cluster.wanted, "a hears of b's row")
+            assert await drain() == [f"{a.store.node_id}:linear"]  # the catch-up
+            await work_round(a)
+            assert await drain() == [f"{a.store.node_id}:linear"]
