@@ -74,13 +74,12 @@ class Wakeups:
         self._channel = ""
         self._unwant_sql = ""
         self._drop_sql = ""
-        self._written: set[Key] = set()  # rows committed (or being deleted: see withdraw)
+        self._written: set[Key] = set()  # rows committed and not being deleted (withdraw)
         self._writing: set[Key] = set()  # rows a background write is taking care of
         self._waiting: Counter[Key] = Counter()  # waiters waiting now, per row
         self._last: dict[Key, float] = {}  # when a waiter last stopped (or began) waiting
         self._lock = asyncio.Lock()  # one write or delete of rows at a time
         self._tasks: set[asyncio.Future[None]] = set()
-        self.writes = 0  # transactions that wrote rows (tests, the benchmark)
 
     async def open(self, db: Database, want_sql: str, unwant_sql: str, drop_sql: str, channel: str) -> None:
         """Use ``db`` and write this node's own row (kind ``node``); ``channel``: where a new row
@@ -152,7 +151,6 @@ class Wakeups:
                 self._want_sql,
                 (self.node_id, [k for k, _ in keys], [s for _, s in keys], self._channel),
             )
-            self.writes += 1
             self._written.update(keys)
 
     async def withdraw(self) -> None:
