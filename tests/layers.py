@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pg import TEST_DATABASE_URL, async_temp_schema
+from pg import TEST_DATABASE_URL, async_temp_schema, wanting
 
 from wiggle import Limit
 from wiggle._engine.engine import Engine
@@ -67,7 +67,15 @@ async def waiting_poll(
     layer: Instances, worker: str, queues: list[str], max_tasks: int = 4
 ) -> asyncio.Task[Any]:
     """A poll of ``queues`` by ``worker`` that is waiting (armed for hand-offs,
-    wiggle/_storage/handoff.py) when this returns."""
+    wiggle/_storage/handoff.py) when this returns.
+
+    On PostgreSQL the node's rows of wanted wake-ups for ``queues`` are written first
+    (wiggle/_storage/postgres/wakeups.py): written by the poll's own wait, their commit would wake
+    it once to look again (with other nodes connected), and a start in that moment would find no
+    poll waiting and leave its step to a claim."""
+    if hasattr(layer.store, "cluster"):
+        async with wanting(layer.store, "work", queues):
+            pass
     notifier = layer.store.notifier
     before = len(notifier._armed)
     poll = asyncio.ensure_future(layer.poll(worker, queues, max_tasks, 30.0))
