@@ -303,9 +303,7 @@ class Notifier:
         for waiters in list(self._queue_waiters.values()):
             for waiter in list(waiters):
                 self._wake(waiter, None)
-        for watches in list(self._instance_waiters.values()):
-            for watch in watches:
-                watch.event.set()
+        self.recheck_instances()
         self.clock_changed()
 
     def recheck_instances(self) -> None:

@@ -280,16 +280,19 @@ class Queries:
             "WHERE w.node = %s AND w.kind = v.k AND w.subject = v.s"
         )
         self.drop_node_wakeups = q("DELETE FROM {s}.wakeups WHERE node = %s")
-        # Other nodes on this schema: distinct node ids among the connections named with our
-        # prefix, ours excluded; how many of them do not filter their NOTIFYs (no 'node' row in
-        # wakeups: an older version); whether wakeups holds rows of nodes no longer connected; and
-        # the wake-ups the others want ("<kind>:<subject>"). (A Wiggle from before these names is not seen: during a rolling upgrade
-        # from one, its pollers get no wake-ups from upgraded nodes and find that work when their
-        # long poll ends instead.)
+        # The node ids of this schema's live nodes: those of the connections named with its
+        # application_name prefix (cluster.py app_prefix), the prefix a LIKE pattern.
+        live = (
+            "SELECT DISTINCT split_part(application_name, ':', 3) AS node FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE {prefix}"
+        )
+        # Other nodes on this schema, ours excluded; how many of them do not filter their NOTIFYs
+        # (no 'node' row in wakeups: an older version); whether wakeups holds rows of nodes no
+        # longer connected; and the wake-ups the others want ("<kind>:<subject>"). (A Wiggle from
+        # before these names is not seen: during a rolling upgrade from one, its pollers get no
+        # wake-ups from upgraded nodes and find that work when their long poll ends instead.)
         self.count_peers = q(
-            "WITH live AS (SELECT DISTINCT split_part(application_name, ':', 3) AS node "
-            "FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name LIKE %(prefix)s) "
+            f"WITH live AS ({live.format(prefix='%(prefix)s')}) "
             "SELECT (SELECT count(*) FROM live WHERE node <> %(node)s), "
             "(SELECT count(*) FROM live l WHERE l.node <> %(node)s AND NOT EXISTS "
             "(SELECT 1 FROM {s}.wakeups w WHERE w.kind = 'node' AND w.subject = '' AND w.node = l.node)), "
@@ -298,8 +301,7 @@ class Queries:
             "AND w.node <> %(node)s AND w.node IN (SELECT node FROM live))"
         )
         self.drop_gone_wakeups = q(
-            "DELETE FROM {s}.wakeups WHERE node NOT IN (SELECT DISTINCT split_part(application_name, ':', 3) "
-            "FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE %s)"
+            f"DELETE FROM {{s}}.wakeups WHERE node NOT IN ({live.format(prefix='%s')})"
         )
 
     def _claims(self, q: Callable[[str], str]) -> None:
