@@ -13,8 +13,10 @@ LOCAL_SYNC, ``CompleteTask`` in SERVER mode) is followed by its request id throu
     worker call -> worker serializes -> server parses -> server's handler starts -> it ends
     -> server serializes the reply -> worker parses it -> the worker's call returns
 
-and, inside the handler, the store's group commit: its connection held, the read's round trip
-(``pipeline.sync``) and the commit's (the pipeline's exit). Printed: the median of each part over
+and, inside the handler, the store's group commit: its connection held and, for a group read
+under its locks, the read's round trip (``pipeline.sync``) and the commit's (the pipeline's exit);
+for a group on the states this server kept (wiggle/_storage/postgres/state_cache.py), the one
+statement that checks, writes and commits (``ChangeWriter.write_checked``). Printed: the median of each part over
 the run's reports (the first tenth left out as warm-up), the median report round trip as the
 worker saw it, and two yardsticks measured by the same script: a bare gRPC stream echo between
 two processes and a pipelined psycopg transaction of a report's shape (BEGIN, a locking read, a
@@ -72,7 +74,7 @@ def hook_server() -> None:
     import psycopg
 
     from wiggle._server import decoding, session
-    from wiggle._storage.postgres import group_commit
+    from wiggle._storage.postgres import group_commit, writes
 
     tolerant = decoding._tolerant
 
@@ -111,6 +113,7 @@ def hook_server() -> None:
     timed(group_commit.GroupCommit, "_commit_group", "group")
     timed(psycopg.AsyncPipeline, "sync", "read_trip")
     timed(psycopg.AsyncPipeline, "__aexit__", "commit_trip")
+    timed(writes.ChangeWriter, "write_checked", "checked_trip")
 
 
 def hook_worker() -> None:
@@ -224,6 +227,7 @@ def anatomy(events: list[tuple[float, str, int]], rpc: str, warmup: float = 0.1)
         ("  group commit (connection held)", "group"),
         ("    BEGIN + read round trip", "read_trip"),
         ("    writes + COMMIT round trip", "commit_trip"),
+        ("    check + writes, one statement", "checked_trip"),
     ):
         spans = _inside(
             marks, what, [(m["s_handler0"], m["s_handler1"]) for m in reports if "s_handler1" in m]

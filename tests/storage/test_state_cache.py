@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import psycopg
@@ -24,7 +25,7 @@ from wiggle._server.instances import Instances
 from wiggle._storage.postgres import PostgresStore
 from wiggle._storage.postgres.state_cache import STALE, StateCache, print_of
 from wiggle._storage.postgres.statements import ACTIVE
-from wiggle.errors import AlreadyFinished
+from wiggle.errors import AlreadyFinished, WiggleError
 
 pytestmark = pytest.mark.postgres
 
@@ -146,6 +147,55 @@ async def test_any_write_to_a_token_fails_the_check(two: list[_Layer], pg_schema
     await a.heartbeat(c.token.id, "w")
     assert _cache(a).hits == 1
     assert (await a.get_instance(view.instance.id)).tokens[0].lease_expires_at >= expires
+
+
+async def test_a_kept_group_is_one_statement_and_its_commit_is_checked_first(
+    two: list[_Layer],
+    pg_schema: str,  # noqa: F811
+) -> None:
+    """A group on kept states is the check and the writes in one statement, its own transaction:
+    the rows it writes carry the transaction id the check returned (the next report's print), and
+    a write made to fail after the check (an operator's trigger) leaves nothing written."""
+    a = two[0]
+    await a.register(_linear())
+    view = await a.start("lin", "", {"n": 0}, "")
+    (c,) = await a.claim("w", ["lin"], 1)
+    await a.advance_run(c.token.id, "w", [ContextSet("s0", {"n": 1})], False, "")  # read, then kept
+    pipelines = 0
+    opened = psycopg.AsyncConnection.pipeline
+
+    def counted(self: psycopg.AsyncConnection[Any]) -> Any:
+        nonlocal pipelines
+        pipelines += 1
+        return opened(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.AsyncConnection, "pipeline", counted)
+        patch.setattr(a.store.group, "verify_kept", False)  # (its read is a transaction: conftest.py)
+        await a.advance_run(c.token.id, "w", [ContextSet("s1", {"n": 2})], False, "")
+    assert pipelines == 0 and _cache(a).hits == 1  # no transaction block: one statement
+    s = f'"{pg_schema}"'
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'refused by a test trigger'; END $$"
+        )
+        conn.execute(f"CREATE TRIGGER refuse AFTER INSERT ON {s}.history EXECUTE FUNCTION {s}.refuse()")
+        with pytest.raises(WiggleError, match="refused by a test trigger"):
+            await a.advance_run(c.token.id, "w", [ContextSet("s2", {"n": 3})], False, "")
+        assert (_cache(a).hits, _cache(a).stale) == (1, 0)  # the check passed; the statement failed whole
+        done = await a.get_instance(view.instance.id)
+        assert done.instance.context == {"n": 2} and done.instance.steps == 2
+        conn.execute(f"DROP TRIGGER refuse ON {s}.history")
+        # the copy is still what the database holds (nothing was written): both run on it
+        await a.advance_run(c.token.id, "w", [ContextSet("s2", {"n": 3})], False, "")
+        assert (_cache(a).hits, _cache(a).stale) == (2, 0)
+        assert (await a.get_instance(view.instance.id)).instance.context == {"n": 3}
+        row = conn.execute(
+            f"SELECT xmin::text FROM {s}.instances WHERE id = %s", (view.instance.id,)
+        ).fetchone()
+        kept = _cache(a)._entries[view.instance.id]
+        assert row is not None and kept.instance_xmin == row[0], (row, kept.instance_xmin)
 
 
 async def test_the_check_names_the_changed_instance(two: list[_Layer], pg_schema: str) -> None:  # noqa: F811

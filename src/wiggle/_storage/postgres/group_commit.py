@@ -23,19 +23,24 @@ from ...errors import NotFound, WiggleError
 from ..base import Action, InstanceView, R, WorkflowRecord
 from .codecs import N_INSTANCE, N_TOKEN, instance_from, token_from, token_seq
 from .committers import Committers, fail
-from .db import Conn, Database, transaction
+from .db import CommitUnknown, Conn, Database, short, transaction
 from .state_cache import STALE, StateCache
 from .statements import Queries
 
 # A group's states as this server last wrote them: (states, their xmins, their prints).
 Kept = tuple[dict[str, InstanceState], dict[str, dict[str, str]], list[str]]
 
-__all__ = ["GroupCommit", "Items", "Persist", "finished_view"]
+__all__ = ["GroupCommit", "Items", "Persist", "WriteChecked", "finished_view"]
 
 # The changed instances of a transaction: (state, its changes, its context as loaded).
 Items = list[tuple[InstanceState, Changes, Any]]
 # Write ``items`` on a connection inside its transaction, given the ids of the tokens that exist.
 Persist = Callable[[Conn, Items, "set[str] | frozenset[str]"], Awaitable[bool]]
+# Check kept states (their ids and prints), write ``items`` and commit, in one statement on an
+# autocommit connection: this transaction's id, and whether there was anything to write.
+WriteChecked = Callable[
+    [Conn, Items, "set[str] | frozenset[str]", list[str], list[str]], Awaitable[tuple[str, bool]]
+]
 
 
 class _Job:
@@ -69,7 +74,8 @@ class GroupCommit:
     """The committer tasks and their queue (committers.py), over ``db``.
 
     ``load_definition`` reads a definition version on the transaction's connection; ``persist``
-    writes a group's changes (and its NOTIFYs); ``committed(wrote, announce, finished)`` runs after
+    writes a group's changes inside the transaction, ``write_checked`` those of a group on kept
+    states in the statement that checks them (writes.py); ``committed(wrote, announce, finished)`` runs after
     each commit, before the callers are answered (``finished``: the view of each instance the
     group finished, ``finished_view``).
     """
@@ -84,12 +90,14 @@ class GroupCommit:
         queries: Queries,
         load_definition: Callable[[Conn, str, str], Awaitable[WorkflowRecord]],
         persist: Persist,
+        write_checked: WriteChecked,
         committed: Callable[[bool, list[tuple[str, Changes]], dict[str, InstanceView]], None],
     ) -> None:
         self.db = db
         self.queries = queries
         self.load_definition = load_definition
         self.persist = persist
+        self.write_checked = write_checked
         self.committed = committed
         # Where an action's ``now`` comes from: the store's clock (wiggle/_clock.py) once it sets it.
         self.now: Callable[[], int] = now_millis
@@ -154,54 +162,87 @@ class GroupCommit:
     ) -> tuple[bool, list[tuple[str, Changes]], dict[str, InstanceView], list[Any]]:
         """One transaction for ``batch``: on the instances as read under their locks, or (``kept``)
         as this server last wrote them, checked by ``expect_unchanged`` (state_cache.py)."""
-        q = self.queries
-        results: list[Any] = []
-        wrote = False
-        xid = ""
+        if kept is not None:
+            return await self._apply_kept(conn, batch, ids, kept)
         async with transaction(conn) as pipeline:
-            if kept is None:
-                states, before, xid = await self._read(conn, pipeline, ids)
-            else:
-                states, before, prints = kept
-                check = await conn.execute(q.expect_unchanged, (ids, prints))
-                if self.verify_kept:
-                    await self._verify(conn, pipeline, ids, states, before)
-            existing = {token_id for st in states.values() for token_id in st.tokens}
-            originals = {iid: st.instance.context for iid, st in states.items()}
-            merged: dict[str, Changes] = {}
-            for job in batch:
-                state = states.get(job.instance_id)
-                if state is None:
-                    results.append(NotFound(job.missing))
-                    continue
-                record = await self.load_definition(conn, state.instance.workflow, state.instance.version)
-                try:
-                    result, changes = job.action(record.loaded, state, self.now())
-                except WiggleError as exc:
-                    results.append(exc)  # validated before any change: nothing to undo
-                    continue
-                results.append((result, state))
-                if changes is None:
-                    continue
-                into = merged.get(job.instance_id)
-                if into is None:
-                    merged[job.instance_id] = changes
-                else:
-                    into.absorb(changes)
-            items = [(states[iid], changes, originals[iid]) for iid, changes in merged.items()]
+            states, before, xid = await self._read(conn, pipeline, ids)
+            existing = {t for st in states.values() for t in st.tokens}  # before the actions
+            results, merged = await self._act(conn, batch, states)
+            items = [(states[iid], changes, originals) for iid, changes, originals in merged]
             wrote = await self.persist(conn, items, existing)
         cache = self.cache
         if cache is not None:
-            if kept is not None:
-                row = await check.fetchone()
-                xid = row[0] if row is not None else ""
-                cache.checked(False, ids)
-            for iid, changes in merged.items():
+            for iid, changes, _ in merged:
                 cache.keep(states[iid], changes, before[iid], xid)
-            if kept is None:  # an instance read and not written: what its actions did is not kept
-                cache.forget(iid for iid in states if iid not in merged)
-        finished = {iid: finished_view(states[iid]) for iid, changes in merged.items() if changes.finished}
-        return wrote, list(merged.items()), finished, results
+            written = {iid for iid, _, _ in merged}
+            # an instance read and not written: what its actions did is not kept
+            cache.forget(iid for iid in states if iid not in written)
+        return self._outcome(wrote, states, merged, results)
+
+    async def _apply_kept(
+        self, conn: Conn, batch: list[_Job], ids: list[str], kept: Kept
+    ) -> tuple[bool, list[tuple[str, Changes]], dict[str, InstanceView], list[Any]]:
+        """The group on the states this server kept: its actions run on them, then the check, the
+        writes and the commit are one statement (writes.py ``write_checked``: one round trip, no
+        transaction block). A stale print raises STALE and nothing is written."""
+        states, before, prints = kept
+        if self.verify_kept:
+            await self._verify(conn, ids, states, before)
+        existing = {t for st in states.values() for t in st.tokens}  # before the actions
+        results, merged = await self._act(conn, batch, states)
+        items = [(states[iid], changes, originals) for iid, changes, originals in merged]
+        try:
+            xid, wrote = await self.write_checked(conn, items, existing, ids, prints)
+        except psycopg.OperationalError as exc:
+            if conn.broken:  # the statement is its own commit: it may have gone through
+                raise CommitUnknown(f"connection lost during a commit: {short(exc)}") from exc
+            raise
+        cache = self.cache
+        if cache is not None:
+            cache.checked(False, ids)
+            for iid, changes, _ in merged:
+                cache.keep(states[iid], changes, before[iid], xid)
+        return self._outcome(wrote, states, merged, results)
+
+    async def _act(
+        self, conn: Conn, batch: list[_Job], states: dict[str, InstanceState]
+    ) -> tuple[list[Any], list[tuple[str, Changes, Any]]]:
+        """Run the group's actions in arrival order on ``states``: each job's result (or the error
+        the engine refused it with) and, per instance changed, its merged changes and its
+        context as loaded."""
+        originals = {iid: st.instance.context for iid, st in states.items()}
+        results: list[Any] = []
+        merged: dict[str, Changes] = {}
+        for job in batch:
+            state = states.get(job.instance_id)
+            if state is None:
+                results.append(NotFound(job.missing))
+                continue
+            record = await self.load_definition(conn, state.instance.workflow, state.instance.version)
+            try:
+                result, changes = job.action(record.loaded, state, self.now())
+            except WiggleError as exc:
+                results.append(exc)  # validated before any change: nothing to undo
+                continue
+            results.append((result, state))
+            if changes is None:
+                continue
+            into = merged.get(job.instance_id)
+            if into is None:
+                merged[job.instance_id] = changes
+            else:
+                into.absorb(changes)
+        return results, [(iid, changes, originals[iid]) for iid, changes in merged.items()]
+
+    @staticmethod
+    def _outcome(
+        wrote: bool,
+        states: dict[str, InstanceState],
+        merged: list[tuple[str, Changes, Any]],
+        results: list[Any],
+    ) -> tuple[bool, list[tuple[str, Changes]], dict[str, InstanceView], list[Any]]:
+        finished = {iid: finished_view(states[iid]) for iid, changes, _ in merged if changes.finished}
+        return wrote, [(iid, changes) for iid, changes, _ in merged], finished, results
 
     async def _read(
         self, conn: Conn, pipeline: Any, ids: list[str]
@@ -234,17 +275,19 @@ class GroupCommit:
     async def _verify(
         self,
         conn: Conn,
-        pipeline: Any,
         ids: list[str],
         states: dict[str, InstanceState],
         before: dict[str, dict[str, str]],
     ) -> None:
-        """Tests (``verify_kept``): the kept states must be what a read returns once the check
-        passed (a failed check raises STALE at the read's sync, as it would at the commit)."""
-        read, read_before, _ = await self._read(conn, pipeline, ids)
+        """Tests (``verify_kept``): before the group's statement, read the instances (in a
+        transaction of their own); each one whose xmins are the kept ones (no transaction changed
+        it since this server wrote it, so the statement's check will pass) must be equal to the
+        kept state. One that changed since is left to the check, which fails it."""
+        async with transaction(conn) as pipeline:
+            read, read_before, _ = await self._read(conn, pipeline, ids)
         for iid in ids:
             got, want = read.get(iid), states[iid]
-            if got is None or got.instance != want.instance or got.tokens != want.tokens:
+            if got is None or read_before[iid] != before[iid]:
+                continue
+            if got.instance != want.instance or got.tokens != want.tokens:
                 raise AssertionError(f"kept state of {iid} differs from the database's: {want!r} != {got!r}")
-            if read_before[iid] != before[iid]:
-                raise AssertionError(f"kept xmins of {iid} differ: {before[iid]} != {read_before[iid]}")

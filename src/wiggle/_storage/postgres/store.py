@@ -108,7 +108,12 @@ class PostgresStore(Store):
         self.key_room_retries = 0
         self.writer = ChangeWriter(self.queries)
         self.group = GroupCommit(
-            self.db, self.queries, self.definitions.loaded_record, self._persist, self._committed
+            self.db,
+            self.queries,
+            self.definitions.loaded_record,
+            self._persist,
+            self.writer.write_checked,
+            self._committed,
         )
         self.schedules = PostgresSchedules(self.db, self.schema, self._persist, self._announce)
         self.starts = StartCommit(

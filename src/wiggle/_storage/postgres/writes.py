@@ -53,12 +53,16 @@ class ChangeWriter:
         # most 9 choices per kind (0-7 rows, set-based), a few dozen met in practice
         self._texts: dict[tuple[int | None, ...], str] = {}
 
-    def statement(self, kinds: tuple[list[Any], ...]) -> tuple[str, list[Any]]:
+    def statement(
+        self, kinds: tuple[list[Any], ...], check: list[Any] | None = None
+    ) -> tuple[str, list[Any]]:
         """The one statement writing ``kinds`` (the rows of each of ``Queries.row_writes``, in its
-        order) and its parameters; "" when there is no row."""
+        order) and its parameters; "" when there is no row and no check. ``check``: the
+        parameters of ``expect_unchanged`` (the ids, the prints), run first in the same statement
+        (``write_checked``), whose result the statement returns."""
         min_rows = self.set_write_min_rows
-        shape: list[int | None] = []
-        params: list[Any] = []
+        shape: list[int | None] = [] if check is None else [-1]
+        params: list[Any] = [] if check is None else list(check)
         for write, rows in zip(self.queries.row_writes, kinds, strict=True):
             if rows and len(rows) >= min_rows:
                 shape.append(None)
@@ -74,10 +78,17 @@ class ChangeWriter:
         return text, params
 
     def _render(self, shape: tuple[int | None, ...]) -> str:
+        checked = bool(shape) and shape[0] == -1
         parts: list[str] = []
-        for write, n in zip(self.queries.row_writes, shape, strict=True):
+        for write, n in zip(self.queries.row_writes, shape[1:] if checked else shape, strict=True):
             parts.extend([write.many.statement] if n is None else write.rows(n))
-        if len(parts) <= 1:
+        if checked:
+            # The check is the statement's query and the writes its data-modifying CTEs, which
+            # PostgreSQL runs to completion after the query (write_checked): the check's locks
+            # and comparison come before any row is written.
+            ctes = "".join(f", w{i} AS ({part})" for i, part in enumerate(parts))
+            text = f"WITH c AS ({self.queries.expect_unchanged}){ctes} SELECT * FROM c"
+        elif len(parts) <= 1:
             text = "".join(parts)
         else:
             ctes = ", ".join(f"w{i} AS ({part})" for i, part in enumerate(parts[:-1]))
@@ -98,6 +109,42 @@ class ChangeWriter:
         statement for every row of every kind. ``existing`` names the tokens already in the table; an
         instance's original context (as loaded) tells whether its context needs writing. False
         if there was nothing to write."""
+        kinds = self.rows(items, existing)
+        text, params = self.statement(kinds)
+        if text:
+            await AsyncRawCursor(conn).execute(text, params)
+        return any(kinds)
+
+    async def write_checked(
+        self,
+        conn: Conn,
+        items: list[tuple[InstanceState, Changes, Any]],
+        existing: set[str] | frozenset[str],
+        ids: list[str],
+        prints: list[str],
+    ) -> tuple[str, bool]:
+        """Check, write and commit in one statement on an autocommit connection (no transaction
+        block: the statement is its transaction): ``expect_unchanged(ids, prints)`` as the query,
+        every row of ``items`` as a data-modifying CTE of it. PostgreSQL runs a statement's
+        data-modifying CTEs that its query does not read after the query has finished (they are
+        run to completion at the end of the statement), so the check has taken its locks and
+        compared the prints before any row is written; a stale print raises, and nothing of the
+        statement is written. Were a write ever run first, the check would see that write's own
+        xmin on the instance and raise all the same (the group then runs on a read): a wrong
+        order could cost a read, never a lost change. The check's result (this transaction's id)
+        and whether there was anything to write."""
+        kinds = self.rows(items, existing)
+        text, params = self.statement(kinds, [ids, prints])
+        cur = AsyncRawCursor(conn)
+        await cur.execute(text, params)
+        row = await cur.fetchone()
+        return (row[0] if row is not None else ""), any(kinds)
+
+    @staticmethod
+    def rows(
+        items: list[tuple[InstanceState, Changes, Any]], existing: set[str] | frozenset[str]
+    ) -> tuple[list[Any], ...]:
+        """The rows of each kind (``Queries.row_writes``' order) that ``items`` write."""
         new_instances: list[Any] = []
         keep_context: list[Any] = []
         with_context: list[Any] = []
@@ -123,11 +170,4 @@ class ChangeWriter:
                 else:
                     token_inserts.append(token_row(t))
             history.extend(msgspec.structs.astuple(h) for h in changes.history)
-        text, params = self.statement(
-            (new_instances, keep_context, with_context, token_updates, token_inserts, history)
-        )
-        if text:
-            await AsyncRawCursor(conn).execute(text, params)
-        return bool(
-            new_instances or keep_context or with_context or token_updates or token_inserts or history
-        )
+        return (new_instances, keep_context, with_context, token_updates, token_inserts, history)
