@@ -25,7 +25,7 @@ from wiggle._server.instances import Instances
 from wiggle._storage.postgres import PostgresStore
 from wiggle._storage.postgres.state_cache import STALE, StateCache, print_of
 from wiggle._storage.postgres.statements import ACTIVE
-from wiggle.errors import AlreadyFinished, WiggleError
+from wiggle.errors import AlreadyFinished, Unavailable, WiggleError
 
 pytestmark = pytest.mark.postgres
 
@@ -196,6 +196,48 @@ async def test_a_kept_group_is_one_statement_and_its_commit_is_checked_first(
         ).fetchone()
         kept = _cache(a)._entries[view.instance.id]
         assert row is not None and kept.instance_xmin == row[0], (row, kept.instance_xmin)
+
+
+async def test_a_kept_group_whose_connection_breaks_is_a_commit_of_unknown_outcome(
+    two: list[_Layer],
+    pg_schema: str,  # noqa: F811
+) -> None:
+    """The one statement of a kept group is its own commit: a connection lost while it runs may
+    have committed it, so the group is not run again and its callers get UNAVAILABLE saying so
+    (db.py CommitUnknown); the worker's repeated report then goes through."""
+    a = two[0]
+    await a.register(_linear())
+    view = await a.start("lin", "", {"n": 0}, "")
+    (c,) = await a.claim("w", ["lin"], 1)
+    await a.advance_run(c.token.id, "w", [ContextSet("s0", {"n": 1})], False, "")  # read, then kept
+    s = f'"{pg_schema}"'
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as admin:
+        admin.execute(
+            f"CREATE FUNCTION {s}.nap() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$"
+        )
+        admin.execute(f"CREATE TRIGGER nap AFTER INSERT ON {s}.history EXECUTE FUNCTION {s}.nap()")
+        report = asyncio.ensure_future(
+            a.advance_run(c.token.id, "w", [ContextSet("s1", {"n": 2})], False, "")
+        )
+        for _ in range(500):
+            rows = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event = 'PgSleep'",
+                (a.store.application_name,),
+            ).fetchall()
+            if rows:
+                admin.execute("SELECT pg_terminate_backend(%s)", (rows[0][0],))
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the kept group's statement was never seen in the trigger")
+        with pytest.raises(Unavailable, match="may or may not have been applied"):
+            await report
+        admin.execute(f"DROP TRIGGER nap ON {s}.history")
+    assert (await a.get_instance(view.instance.id)).instance.context == {"n": 1}  # it was not
+    outcome = await a.advance_run(c.token.id, "w", [ContextSet("s1", {"n": 2})], False, "")
+    assert outcome.token_status == "RUNNING"
+    assert (await a.get_instance(view.instance.id)).instance.context == {"n": 2}
 
 
 async def test_the_check_names_the_changed_instance(two: list[_Layer], pg_schema: str) -> None:  # noqa: F811
