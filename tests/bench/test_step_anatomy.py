@@ -84,16 +84,9 @@ def test_the_script_follows_every_report_on_each_store(store: str) -> None:
     assert 0 < parts["server: handler"] < parts["report round trip (worker's call)"]
     if store == "postgres":
         # a group commit of a kept instance is one statement, no read (state_cache.py); an
-        # instance's first report reads it and commits as a transaction
+        # instance's first report reads it (the counts are of the spans that began inside a
+        # report's handler: another transaction of the server's may be counted too)
         assert parts["check + writes, one statement per report"] >= 0.5
-        assert parts.get("writes + COMMIT round trip per report", 0) == parts.get(
-            "BEGIN + read round trip per report", 0
-        )
-        assert (
-            parts["check + writes, one statement per report"]
-            + parts.get("writes + COMMIT round trip per report", 0)
-            == 1.0
-        )
         assert parts.get("BEGIN + read round trip per report", 0) <= 0.5
         assert figures["psycopg_transaction_client_cpu_ms"] > 0
     assert figures["grpc_stream_echo_ms"] > 0

@@ -18,9 +18,12 @@ transaction ends:
 A claim whose only limits to count under a lock are concurrency-limit keys (no rate key among
 its rows, and its queues' rates spent from this server's blocks or absent) takes **one round
 trip** for all that instead: it admits on the RUNNING counts its candidate read returned (each
-row's last column, the same snapshot the read's limit filter used), and its writes' round trip
-then calls ``take_key_room`` (migration 0020), which takes the keys' advisory locks and checks
-their room in a statement whose snapshot follows the locks. If another claim of one of the keys
+row's last column, the same snapshot the read's limit filter used), and its write statement
+calls ``take_key_room`` (migration 0020) first, as its query, before its data-modifying CTEs write
+anything (writes.py ``ChangeWriter.statement``). The function takes the keys' advisory locks and
+checks their room in a statement whose snapshot follows the locks (a PL/pgSQL function is
+VOLATILE: each of its statements takes a new snapshot), so the count sees every claim committed
+before the locks, and none of this claim's own writes. If another claim of one of the keys
 committed in between and left less room than this claim took, the call raises SQLSTATE
 ``KEY_ROOM_TAKEN``, the transaction rolls back before COMMIT, and the claim runs again the way
 above (its counts read under the locks). Either way no key ever has more attempts RUNNING than
@@ -134,10 +137,11 @@ class Admission:
         self._keep(counts)
         self._confirm_class = lock_class
 
-    async def _confirm(self, conn: Conn, q: Queries, lock_class: int) -> None:
-        """Queue, in the claim's pipeline, the locks of the admitted rows' keys and the check that
-        each still has room for what this claim took (``take_key_room``, one statement: SQLSTATE
-        ``KEY_ROOM_TAKEN`` if not). A key's room is its least limit among the rows taken."""
+    def _confirmation(self, q: Queries, lock_class: int) -> tuple[str, list[Any]] | None:
+        """The locks of the admitted rows' keys and the check that each still has room for what
+        this claim took (``take_key_room``, one SELECT: SQLSTATE ``KEY_ROOM_TAKEN`` if not), to
+        run first in the claim's write statement (writes.py ``ChangeWriter.statement``); None if
+        no admitted row has a key. A key's room is its least limit among the rows taken."""
         taken: dict[str, int] = {}
         limit: dict[str, int] = {}
         for token in self.tokens:
@@ -145,11 +149,10 @@ class Admission:
             if key:
                 taken[key] = taken.get(key, 0) + 1
                 limit[key] = min(limit.get(key, token.limit_max), token.limit_max)
-        if taken:
-            keys = sorted(taken)
-            await conn.execute(
-                q.take_key_room, (lock_class, keys, [taken[k] for k in keys], [limit[k] for k in keys])
-            )
+        if not taken:
+            return None
+        keys = sorted(taken)
+        return q.take_key_room, [lock_class, keys, [taken[k] for k in keys], [limit[k] for k in keys]]
 
     def _keep(self, counts: Counts) -> None:
         """Admit rows in the fair order until ``want`` are taken (see the module docstring)."""
@@ -217,12 +220,12 @@ class Admission:
             counts.key_held[key] = counts.key_held.get(key, 0) + 1
         return True
 
-    async def settle(self, conn: Conn, q: Queries) -> None:
-        """After the claim's transitions: confirm an admission made on the read's counts, mark
-        the tokens of queues with a max_running, and write the rates' state (in the claim's
-        transaction)."""
-        if self._confirm_class is not None:
-            await self._confirm(conn, q, self._confirm_class)
+    async def settle(self, conn: Conn, q: Queries) -> tuple[str, list[Any]] | None:
+        """After the claim's transitions: mark the tokens of queues with a max_running and write
+        the rates' state (in the claim's transaction). Returned: the check confirming an
+        admission made on the read's counts, which the claim runs first in its write statement
+        (None: nothing to confirm)."""
+        confirm = None if self._confirm_class is None else self._confirmation(q, self._confirm_class)
         for token in self.tokens:
             if token.queue in self.held_queues:
                 token.queue_held = True
@@ -232,6 +235,7 @@ class Admission:
         if self.rate_tats:
             names = sorted(self.rate_tats)
             await conn.execute(q.set_rate_tats, (names, [self.rate_tats[n] for n in names]))
+        return confirm
 
 
 class Counts:

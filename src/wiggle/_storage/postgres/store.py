@@ -370,11 +370,13 @@ class PostgresStore(Store):
                 if admission is not None:  # the moments it left (its budgets, counted down)
                     unused.update(admission.budgets)
                 out, states = await self._claim_transitions(conn, rows, tokens, transition, now)
-                if admission is not None:
-                    await admission.settle(conn, q)  # after the transitions: they reset queue_held
+                check = None
+                if admission is not None:  # after the transitions: they reset queue_held
+                    check = await admission.settle(conn, q)
                 existing = {t for state, _ in states.values() for t in state.tokens}
                 items = [(state, changes, state.instance.context) for state, changes in states.values()]
-                await self._persist(conn, items, existing)
+                # the keys' room confirmed in the writes' statement, before its writes (limits.py)
+                await self.writer.write(conn, items, existing, check)
             return out, [(state.instance.id, changes) for state, changes in states.values()]
 
         async def in_one_trip(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:

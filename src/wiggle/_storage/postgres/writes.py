@@ -51,18 +51,18 @@ class ChangeWriter:
         self.set_write_min_rows = self.SET_WRITE_MIN_ROWS
         # the statement of each shape (rows of each kind, None for set-based), rendered once; at
         # most 9 choices per kind (0-7 rows, set-based), a few dozen met in practice
-        self._texts: dict[tuple[int | None, ...], str] = {}
+        self._texts: dict[tuple[int | str | None, ...], str] = {}
 
     def statement(
-        self, kinds: tuple[list[Any], ...], check: list[Any] | None = None
+        self, kinds: tuple[list[Any], ...], check: tuple[str, list[Any]] | None = None
     ) -> tuple[str, list[Any]]:
         """The one statement writing ``kinds`` (the rows of each of ``Queries.row_writes``, in its
-        order) and its parameters; "" when there is no row and no check. ``check``: the
-        parameters of ``expect_unchanged`` (the ids, the prints), run first in the same statement
-        (``write_checked``), whose result the statement returns."""
+        order) and its parameters; "" when there is no row and no check. ``check``: a one-column
+        SELECT and its parameters, run before the writes in the same statement (its query, the
+        writes its data-modifying CTEs: ``write_checked``), whose row the statement returns."""
         min_rows = self.set_write_min_rows
-        shape: list[int | None] = [] if check is None else [-1]
-        params: list[Any] = [] if check is None else list(check)
+        shape: list[int | str | None] = [] if check is None else [check[0]]
+        params: list[Any] = [] if check is None else list(check[1])
         for write, rows in zip(self.queries.row_writes, kinds, strict=True):
             if rows and len(rows) >= min_rows:
                 shape.append(None)
@@ -77,17 +77,18 @@ class ChangeWriter:
             text = self._texts[key] = self._render(key)
         return text, params
 
-    def _render(self, shape: tuple[int | None, ...]) -> str:
-        checked = bool(shape) and shape[0] == -1
+    def _render(self, shape: tuple[int | str | None, ...]) -> str:
+        check = shape[0] if shape and isinstance(shape[0], str) else None
         parts: list[str] = []
-        for write, n in zip(self.queries.row_writes, shape[1:] if checked else shape, strict=True):
+        for write, n in zip(self.queries.row_writes, shape[1:] if check else shape, strict=True):
+            assert not isinstance(n, str)
             parts.extend([write.many.statement] if n is None else write.rows(n))
-        if checked:
+        if check:
             # The check is the statement's query and the writes its data-modifying CTEs, which
             # PostgreSQL runs to completion after the query (write_checked): the check's locks
             # and comparison come before any row is written.
             ctes = "".join(f", w{i} AS ({part})" for i, part in enumerate(parts))
-            text = f"WITH c AS ({self.queries.expect_unchanged}){ctes} SELECT * FROM c"
+            text = f"WITH c AS ({check}){ctes} SELECT * FROM c"
         elif len(parts) <= 1:
             text = "".join(parts)
         else:
@@ -104,13 +105,15 @@ class ChangeWriter:
         conn: Conn,
         items: list[tuple[InstanceState, Changes, Any]],
         existing: set[str] | frozenset[str],
+        check: tuple[str, list[Any]] | None = None,
     ) -> bool:
         """Queue the statement persisting the changes of several instances (pipeline mode): one
         statement for every row of every kind. ``existing`` names the tokens already in the table; an
-        instance's original context (as loaded) tells whether its context needs writing. False
-        if there was nothing to write."""
+        instance's original context (as loaded) tells whether its context needs writing.
+        ``check``: a SELECT run first in the same statement (``statement``), whose error fails
+        the transaction before anything is written. False if there was nothing to write."""
         kinds = self.rows(items, existing)
-        text, params = self.statement(kinds)
+        text, params = self.statement(kinds, check)
         if text:
             await AsyncRawCursor(conn).execute(text, params)
         return any(kinds)
@@ -134,7 +137,7 @@ class ChangeWriter:
         order could cost a read, never a lost change. The check's result (this transaction's id)
         and whether there was anything to write."""
         kinds = self.rows(items, existing)
-        text, params = self.statement(kinds, [ids, prints])
+        text, params = self.statement(kinds, (self.queries.expect_unchanged, [ids, prints]))
         cur = AsyncRawCursor(conn)
         await cur.execute(text, params)
         row = await cur.fetchone()
