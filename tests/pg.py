@@ -334,3 +334,20 @@ async def listening(*channels: str) -> AsyncIterator[Callable[[], Any]]:
                 return [n.payload async for n in notes]
 
         yield drain
+
+
+async def terminate_sleeping(application_name: str, what: str) -> None:
+    """Terminate the backend of ``application_name``'s connections that sits in ``pg_sleep`` (a
+    test's trigger holding a statement or a COMMIT there), as a lost connection would end it;
+    AssertionError naming ``what`` if none is seen within 5 s."""
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as admin:
+        for _ in range(500):
+            rows = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event = 'PgSleep'",
+                (application_name,),
+            ).fetchall()
+            if rows:
+                admin.execute("SELECT pg_terminate_backend(%s)", (rows[0][0],))
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError(f"{what} was never seen waiting")

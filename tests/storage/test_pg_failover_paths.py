@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, PrivatePostgres
+from pg import TEST_DATABASE_URL, PrivatePostgres, terminate_sleeping
 from psycopg import sql
 
 from wiggle._storage.notifier import Notifier
@@ -123,18 +123,7 @@ async def _break_commit(db: Database, retry: bool) -> tuple[int, BaseException |
             await conn.execute(_in(db, "INSERT INTO {s}.t VALUES (1)"))
 
     task = asyncio.ensure_future(db.run("insert", body, retry_unknown_commit=retry))
-    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as admin:
-        for _ in range(200):
-            rows = admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event = 'PgSleep'",
-                (db.application_name,),
-            ).fetchall()
-            if rows:
-                admin.execute("SELECT pg_terminate_backend(%s)", (rows[0][0],))
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the COMMIT was never seen waiting")
+    await terminate_sleeping(db.application_name, "the COMMIT")
     try:
         await task
     except Exception as exc:

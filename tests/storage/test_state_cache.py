@@ -7,7 +7,8 @@ run again on a read, with the right outcome. The whole suite runs with GroupComm
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,14 @@ import msgspec
 import psycopg
 import pytest
 from layers import waiting_poll
-from pg import TEST_DATABASE_URL
+from pg import TEST_DATABASE_URL, terminate_sleeping
 
-from wiggle._engine.engine import Engine
+from wiggle._engine.engine import Claimed, Engine
 from wiggle._engine.records import ContextSet
 from wiggle._engine.state import Changes, Instance, InstanceState, InstanceStatus, Token, TokenStatus
 from wiggle._model import ExecutionMode, Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
+from wiggle._storage.base import InstanceView
 from wiggle._storage.postgres import PostgresStore
 from wiggle._storage.postgres.state_cache import STALE, StateCache, print_of
 from wiggle._storage.postgres.statements import ACTIVE
@@ -60,6 +62,35 @@ async def two(pg_schema: str) -> AsyncIterator[list[_Layer]]:  # noqa: F811
     yield layers
     for layer in layers:
         await layer.store.close()
+
+
+@contextlib.contextmanager
+def _history_trigger(schema: str, body: str) -> Iterator[None]:
+    """While the block runs, every INSERT into ``schema``'s history runs ``body`` (PL/pgSQL) in
+    its statement, as an operator's trigger would."""
+    s = f'"{schema}"'
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE FUNCTION {s}.on_history() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER on_history AFTER INSERT ON {s}.history EXECUTE FUNCTION {s}.on_history()"
+        )
+        try:
+            yield
+        finally:
+            conn.execute(f"DROP TRIGGER on_history ON {s}.history")
+            conn.execute(f"DROP FUNCTION {s}.on_history()")
+
+
+async def _kept(layer: _Layer) -> tuple[InstanceView, Claimed]:
+    """An instance of ``_linear()`` claimed and its first step reported: what it wrote is kept."""
+    await layer.register(_linear())
+    view = await layer.start("lin", "", {"n": 0}, "")
+    (claimed,) = await layer.claim("w", ["lin"], 1)
+    await layer.advance_run(claimed.token.id, "w", [ContextSet("s0", {"n": 1})], False, "")
+    assert view.instance.id in _cache(layer)._entries
+    return view, claimed
 
 
 def _cache(layer: _Layer) -> StateCache:
@@ -157,10 +188,7 @@ async def test_a_kept_group_is_one_statement_and_its_commit_is_checked_first(
     the rows it writes carry the transaction id the check returned (the next report's print), and
     a write made to fail after the check (an operator's trigger) leaves nothing written."""
     a = two[0]
-    await a.register(_linear())
-    view = await a.start("lin", "", {"n": 0}, "")
-    (c,) = await a.claim("w", ["lin"], 1)
-    await a.advance_run(c.token.id, "w", [ContextSet("s0", {"n": 1})], False, "")  # read, then kept
+    view, c = await _kept(a)
     pipelines = 0
     opened = psycopg.AsyncConnection.pipeline
 
@@ -174,28 +202,22 @@ async def test_a_kept_group_is_one_statement_and_its_commit_is_checked_first(
         patch.setattr(a.store.group, "verify_kept", False)  # (its read is a transaction: conftest.py)
         await a.advance_run(c.token.id, "w", [ContextSet("s1", {"n": 2})], False, "")
     assert pipelines == 0 and _cache(a).hits == 1  # no transaction block: one statement
-    s = f'"{pg_schema}"'
-    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
-        conn.execute(
-            f"CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN RAISE EXCEPTION 'refused by a test trigger'; END $$"
-        )
-        conn.execute(f"CREATE TRIGGER refuse AFTER INSERT ON {s}.history EXECUTE FUNCTION {s}.refuse()")
+    with _history_trigger(pg_schema, "RAISE EXCEPTION 'refused by a test trigger';"):
         with pytest.raises(WiggleError, match="refused by a test trigger"):
             await a.advance_run(c.token.id, "w", [ContextSet("s2", {"n": 3})], False, "")
-        assert (_cache(a).hits, _cache(a).stale) == (1, 0)  # the check passed; the statement failed whole
-        done = await a.get_instance(view.instance.id)
-        assert done.instance.context == {"n": 2} and done.instance.steps == 2
-        conn.execute(f"DROP TRIGGER refuse ON {s}.history")
-        # the copy is still what the database holds (nothing was written): both run on it
-        await a.advance_run(c.token.id, "w", [ContextSet("s2", {"n": 3})], False, "")
-        assert (_cache(a).hits, _cache(a).stale) == (2, 0)
-        assert (await a.get_instance(view.instance.id)).instance.context == {"n": 3}
+    assert (_cache(a).hits, _cache(a).stale) == (1, 0)  # the check passed; the statement failed whole
+    done = await a.get_instance(view.instance.id)
+    assert done.instance.context == {"n": 2} and done.instance.steps == 2
+    # the copy is still what the database holds (nothing was written): the report runs on it
+    await a.advance_run(c.token.id, "w", [ContextSet("s2", {"n": 3})], False, "")
+    assert (_cache(a).hits, _cache(a).stale) == (2, 0)
+    assert (await a.get_instance(view.instance.id)).instance.context == {"n": 3}
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as conn:
         row = conn.execute(
-            f"SELECT xmin::text FROM {s}.instances WHERE id = %s", (view.instance.id,)
+            f'SELECT xmin::text FROM "{pg_schema}".instances WHERE id = %s', (view.instance.id,)
         ).fetchone()
-        kept = _cache(a)._entries[view.instance.id]
-        assert row is not None and kept.instance_xmin == row[0], (row, kept.instance_xmin)
+    kept = _cache(a)._entries[view.instance.id]
+    assert row is not None and kept.instance_xmin == row[0], (row, kept.instance_xmin)
 
 
 async def test_a_kept_group_whose_connection_breaks_is_a_commit_of_unknown_outcome(
@@ -206,34 +228,14 @@ async def test_a_kept_group_whose_connection_breaks_is_a_commit_of_unknown_outco
     have committed it, so the group is not run again and its callers get UNAVAILABLE saying so
     (db.py CommitUnknown); the worker's repeated report then goes through."""
     a = two[0]
-    await a.register(_linear())
-    view = await a.start("lin", "", {"n": 0}, "")
-    (c,) = await a.claim("w", ["lin"], 1)
-    await a.advance_run(c.token.id, "w", [ContextSet("s0", {"n": 1})], False, "")  # read, then kept
-    s = f'"{pg_schema}"'
-    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as admin:
-        admin.execute(
-            f"CREATE FUNCTION {s}.nap() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$"
-        )
-        admin.execute(f"CREATE TRIGGER nap AFTER INSERT ON {s}.history EXECUTE FUNCTION {s}.nap()")
+    view, c = await _kept(a)
+    with _history_trigger(pg_schema, "PERFORM pg_sleep(30); RETURN NULL;"):
         report = asyncio.ensure_future(
             a.advance_run(c.token.id, "w", [ContextSet("s1", {"n": 2})], False, "")
         )
-        for _ in range(500):
-            rows = admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event = 'PgSleep'",
-                (a.store.application_name,),
-            ).fetchall()
-            if rows:
-                admin.execute("SELECT pg_terminate_backend(%s)", (rows[0][0],))
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the kept group's statement was never seen in the trigger")
+        await terminate_sleeping(a.store.application_name, "the kept group's statement")
         with pytest.raises(Unavailable, match="may or may not have been applied"):
             await report
-        admin.execute(f"DROP TRIGGER nap ON {s}.history")
     assert (await a.get_instance(view.instance.id)).instance.context == {"n": 1}  # it was not
     outcome = await a.advance_run(c.token.id, "w", [ContextSet("s1", {"n": 2})], False, "")
     assert outcome.token_status == "RUNNING"
