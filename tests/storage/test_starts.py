@@ -10,8 +10,10 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import psycopg
 import pytest
 from layers import instance_layer, one_step, postgres_nodes
+from pg import TEST_DATABASE_URL, terminate_sleeping
 
 from wiggle._engine.state import InstanceStatus, TokenStatus
 from wiggle._model import Node, NodeKind, WorkflowDefinition
@@ -149,6 +151,52 @@ async def test_a_commit_whose_answer_was_lost_is_not_applied_twice(
     assert await _all_ids(layer) == sorted([keyed.instance.id, plain.instance.id, *many])
     again = await layer.start("one", "", {}, "", "lost-ack")
     assert again.instance.id == keyed.instance.id
+
+
+async def test_a_start_without_request_id_or_key_is_one_statement(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    """Nothing to read first: the version check, the rows and the commit are one statement, no
+    transaction block (start_commit.py ``_write_one``); a request id needs its claim's read."""
+    _, layer = pg
+    pipelines = 0
+    opened = psycopg.AsyncConnection.pipeline
+
+    def counted(self: psycopg.AsyncConnection[Any]) -> Any:
+        nonlocal pipelines
+        pipelines += 1
+        return opened(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.AsyncConnection, "pipeline", counted)
+        plain = await layer.start("one", "", {"k": 1}, "", "")
+        assert pipelines == 0
+        await layer.start("one", "", {"k": 2}, "", "with-id")
+        assert pipelines == 1
+    got = await layer.get_instance(plain.instance.id)
+    assert got.instance.context == {"k": 1} and got.tokens[0].status == TokenStatus.READY
+
+
+async def test_a_one_statement_start_cut_off_is_recognised_on_its_retry(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    """The one statement is its own commit: a connection lost while it runs is a commit of
+    unknown outcome, and the retry finds what committed (none here: the statement was cut off)
+    and starts the instance once."""
+    store, layer = pg
+    s = f'"{store.schema}"'
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as admin:
+        admin.execute(f"CREATE SEQUENCE {s}.naps")
+        admin.execute(  # sleeps in the first INSERT only (a sequence is not rolled back)
+            f"CREATE FUNCTION {s}.nap() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF nextval('{s}.naps') = 1 THEN PERFORM pg_sleep(30); END IF; RETURN NULL; END $$"
+        )
+        admin.execute(f"CREATE TRIGGER nap AFTER INSERT ON {s}.instances EXECUTE FUNCTION {s}.nap()")
+        start = asyncio.ensure_future(layer.start("one", "", {"k": 1}, "", ""))
+        await terminate_sleeping(store.application_name, "the start's statement")
+        view = await start
+        admin.execute(f"DROP TRIGGER nap ON {s}.instances")
+    assert await _all_ids(layer) == [view.instance.id]
 
 
 async def test_a_failing_start_fails_alone_and_its_group_is_retried(

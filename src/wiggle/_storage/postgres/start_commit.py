@@ -22,6 +22,11 @@ in the same transaction by ``expect_latest(name, version)`` (migration 0009), qu
 inserts: when a newer version was registered meanwhile the statement fails, nothing commits,
 and the caller gets StaleLatest (retried job by job like any failed group, so only the stale
 starts fail) and starts again from a fresh read.
+
+A group with no request id and no key has nothing to read before it writes: its first attempt is
+one statement on the autocommit connection, its own transaction, the ``expect_latest`` checks and
+the transaction's id as its query and the rows as its data-modifying CTEs (writes.py
+``write_one``), instead of BEGIN, the checks, the writes, the id and COMMIT pipelined.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 from psycopg import AsyncPipeline as Pipeline
@@ -37,12 +43,15 @@ from psycopg import sql
 from ...errors import Unavailable
 from ..base import NewInstance, StaleLatest
 from .committers import Committers, fail
-from .db import Conn, Database, transaction
+from .db import CommitUnknown, Conn, Database, short, transaction
 
 __all__ = ["StartCommit", "StartQueries"]
 
 # Write new instances (and their NOTIFYs) on a connection inside its transaction.
 PersistNew = Callable[[Conn, list[NewInstance]], Awaitable[None]]
+# Write new instances after a check (a SELECT of one row, its parameters) in one statement, its
+# own transaction, on an autocommit connection: the check's row (writes.py ``write_one``).
+PersistChecked = Callable[[Conn, list[NewInstance], tuple[str, list[Any]]], Awaitable[Any]]
 
 
 class StartQueries:
@@ -51,6 +60,7 @@ class StartQueries:
     def __init__(self, schema: str) -> None:
         s = sql.Identifier(schema).as_string()
         self.expect_latest = f"SELECT {s}.expect_latest(%s, %s)"  # migration 0009
+        self._expect_latest_call = f"{s}.expect_latest(%s, %s)"
         self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
         # the transaction's id: the xmin of every row it wrote (state_cache.py keeps new instances)
         self.xid = "SELECT pg_current_xact_id()::xid::text"
@@ -80,10 +90,19 @@ class StartQueries:
             "AND h.status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND h.finished_at + h.dedup_window <= %s) "
             "RETURNING workflow, dedup_key, instance_id"
         )
+        # (the one-statement start: see ``one_statement_check``)
         self.key_holders = (
             f"SELECT d.workflow, d.dedup_key, d.instance_id FROM {s}.start_dedup d "
             "JOIN unnest(%s::text[], %s::text[]) AS v(w, k) ON d.workflow = v.w AND d.dedup_key = v.k"
         )
+
+    def one_statement_check(self, pairs: list[tuple[str, str]]) -> tuple[str, list[Any]]:
+        """The check of a start written in one statement (``StartCommit._write_one``): each pair's
+        ``expect_latest``, then the transaction's id, as one row."""
+        calls = [self._expect_latest_call] * len(pairs)
+        return f"SELECT {', '.join([*calls, 'pg_current_xact_id()::xid::text'])}", [
+            value for pair in pairs for value in pair
+        ]
 
 
 #: The SQLSTATE expect_latest raises (sql/0009_expect_latest.sql).
@@ -132,6 +151,7 @@ class StartCommit:
         db: Database,
         queries: StartQueries,
         persist: PersistNew,
+        persist_checked: PersistChecked,
         committed: Callable[[list[NewInstance], list[NewInstance], str], None],
         stale: Callable[[str, str], None] = lambda name, version: None,
         linger: float = 0.0,
@@ -139,6 +159,7 @@ class StartCommit:
         self.db = db
         self.queries = queries
         self.persist = persist
+        self.persist_checked = persist_checked
         self.committed = committed
         self.stale = stale  # called with (name, version) when expect_latest found a newer version
         # Two committers overlap one group's commit with the next one's work; more would only
@@ -219,6 +240,8 @@ class StartCommit:
         """One attempt at the group's transaction: (the items it creates, the answer of each, the
         items whose rows it wrote, its transaction id)."""
         attempt.number += 1
+        if attempt.number == 1 and not any(i.request_id or i.state.instance.dedup_key for i in items):
+            return await self._write_one(conn, items, expected)
         async with transaction(conn) as pipeline:
             done: set[str] = set()
             if attempt.number == 1:
@@ -244,6 +267,23 @@ class StartCommit:
                 xid_cur = await conn.execute(self.queries.xid)
         row = await xid_cur.fetchone() if xid_cur is not None else None
         return plan.created, plan.answers, fresh, row[0] if row is not None else ""
+
+    async def _write_one(
+        self, conn: Conn, items: list[NewInstance], expected: list[tuple[str, str]]
+    ) -> tuple[list[NewInstance], list[str], list[NewInstance], str]:
+        """A first attempt whose starts carry no request id and no deduplication key: nothing to
+        read first, so the versions' check, the rows and the commit are one statement on the
+        autocommit connection, its own transaction (writes.py ``write_one``). A connection lost
+        during it may have committed it: the attempt after it recognises its instances
+        (``_stored``)."""
+        plan = _resolve(items, {}, {})
+        try:
+            row = await self.persist_checked(conn, plan.created, self.queries.one_statement_check(expected))
+        except psycopg.OperationalError as exc:
+            if conn.broken:
+                raise CommitUnknown(f"connection lost during a start's commit: {short(exc)}") from exc
+            raise
+        return plan.created, plan.answers, plan.created, row[-1]
 
     async def _confirm_latest(self, conn: Conn, pairs: list[tuple[str, str]]) -> None:
         for name, version in pairs:

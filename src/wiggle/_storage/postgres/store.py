@@ -120,6 +120,7 @@ class PostgresStore(Store):
             self.db,
             StartQueries(self.schema),
             self._persist_new,
+            self._persist_new_checked,
             self._started,
             self.definitions.forget_latest,
             # how long a start committer waits for more starts when callers overlap
@@ -300,6 +301,13 @@ class PostgresStore(Store):
 
     async def _persist_new(self, conn: Conn, items: list[NewInstance]) -> None:
         await self._persist(conn, [(item.state, item.changes, None) for item in items], frozenset())
+
+    async def _persist_new_checked(
+        self, conn: Conn, items: list[NewInstance], check: tuple[str, list[Any]]
+    ) -> Any:
+        items_ = [(item.state, item.changes, None) for item in items]
+        row, _ = await self.writer.write_one(conn, items_, frozenset(), check)
+        return row
 
     def _started(self, created: list[NewInstance], written: list[NewInstance], xid: str) -> None:
         if created:

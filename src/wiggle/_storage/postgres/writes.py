@@ -136,12 +136,29 @@ class ChangeWriter:
         xmin on the instance and raise all the same (the group then runs on a read): a wrong
         order could cost a read, never a lost change. The check's result (this transaction's id)
         and whether there was anything to write."""
+        row, wrote = await self.write_one(
+            conn, items, existing, (self.queries.expect_unchanged, [ids, prints])
+        )
+        return row[0], wrote
+
+    async def write_one(
+        self,
+        conn: Conn,
+        items: list[tuple[InstanceState, Changes, Any]],
+        existing: set[str] | frozenset[str],
+        check: tuple[str, list[Any]],
+    ) -> tuple[Any, bool]:
+        """``check`` (a SELECT of one row, and its parameters) and the writes of ``items`` as one
+        statement on an autocommit connection, its own transaction (``write_checked``): the
+        check's row, and whether there was anything to write."""
         kinds = self.rows(items, existing)
-        text, params = self.statement(kinds, (self.queries.expect_unchanged, [ids, prints]))
+        text, params = self.statement(kinds, check)
         cur = AsyncRawCursor(conn)
         await cur.execute(text, params)
         row = await cur.fetchone()
-        return (row[0] if row is not None else ""), any(kinds)
+        if row is None:  # a SELECT without FROM returns its row: never expected
+            raise RuntimeError("the check of a write statement returned no row")
+        return row, any(kinds)
 
     @staticmethod
     def rows(
