@@ -351,3 +351,20 @@ async def terminate_sleeping(application_name: str, what: str) -> None:
                 return
             await asyncio.sleep(0.01)
     raise AssertionError(f"{what} was never seen waiting")
+
+
+@contextlib.contextmanager
+def pipelines_opened() -> Iterator[list[int]]:
+    """While the block runs, count the psycopg pipelines opened in this process (a transaction of
+    the store's is one: wiggle/_storage/postgres/db.py ``transaction``); yields a one-item list
+    holding the count."""
+    count = [0]
+    opened = psycopg.AsyncConnection.pipeline
+
+    def counted(self: psycopg.AsyncConnection[Any]) -> Any:
+        count[0] += 1
+        return opened(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.AsyncConnection, "pipeline", counted)
+        yield count

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from layers import instance_layer, one_step, postgres_nodes
-from pg import TEST_DATABASE_URL, terminate_sleeping
+from pg import TEST_DATABASE_URL, pipelines_opened, terminate_sleeping
 
 from wiggle._engine.state import InstanceStatus, TokenStatus
 from wiggle._model import Node, NodeKind, WorkflowDefinition
@@ -159,20 +159,11 @@ async def test_a_start_without_request_id_or_key_is_one_statement(
     """Nothing to read first: the version check, the rows and the commit are one statement, no
     transaction block (start_commit.py ``_write_one``); a request id needs its claim's read."""
     _, layer = pg
-    pipelines = 0
-    opened = psycopg.AsyncConnection.pipeline
-
-    def counted(self: psycopg.AsyncConnection[Any]) -> Any:
-        nonlocal pipelines
-        pipelines += 1
-        return opened(self)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(psycopg.AsyncConnection, "pipeline", counted)
+    with pipelines_opened() as pipelines:
         plain = await layer.start("one", "", {"k": 1}, "", "")
-        assert pipelines == 0
+        assert pipelines == [0]
         await layer.start("one", "", {"k": 2}, "", "with-id")
-        assert pipelines == 1
+        assert pipelines == [1]
     got = await layer.get_instance(plain.instance.id)
     assert got.instance.context == {"k": 1} and got.tokens[0].status == TokenStatus.READY
 

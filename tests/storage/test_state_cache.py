@@ -10,13 +10,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import psycopg
 import pytest
 from layers import waiting_poll
-from pg import TEST_DATABASE_URL, terminate_sleeping
+from pg import TEST_DATABASE_URL, pipelines_opened, terminate_sleeping
 
 from wiggle._engine.engine import Claimed, Engine
 from wiggle._engine.records import ContextSet
@@ -189,19 +188,10 @@ async def test_a_kept_group_is_one_statement_and_its_commit_is_checked_first(
     a write made to fail after the check (an operator's trigger) leaves nothing written."""
     a = two[0]
     view, c = await _kept(a)
-    pipelines = 0
-    opened = psycopg.AsyncConnection.pipeline
-
-    def counted(self: psycopg.AsyncConnection[Any]) -> Any:
-        nonlocal pipelines
-        pipelines += 1
-        return opened(self)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(psycopg.AsyncConnection, "pipeline", counted)
+    with pipelines_opened() as pipelines, pytest.MonkeyPatch.context() as patch:
         patch.setattr(a.store.group, "verify_kept", False)  # (its read is a transaction: conftest.py)
         await a.advance_run(c.token.id, "w", [ContextSet("s1", {"n": 2})], False, "")
-    assert pipelines == 0 and _cache(a).hits == 1  # no transaction block: one statement
+    assert pipelines == [0] and _cache(a).hits == 1  # no transaction block: one statement
     with _history_trigger(pg_schema, "RAISE EXCEPTION 'refused by a test trigger';"):
         with pytest.raises(WiggleError, match="refused by a test trigger"):
             await a.advance_run(c.token.id, "w", [ContextSet("s2", {"n": 3})], False, "")
