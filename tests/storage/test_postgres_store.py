@@ -823,21 +823,24 @@ async def test_lost_connections_are_retried_transparently(store: ServerNode) -> 
     (c,) = await store.claim("w", ["linear"], 1)
     assert await store.complete(c.token.id, "w", {}, None) == "RUNNING"
 
-    # the listener reconnects too
+    # the listener reconnects too. The waits say they want the queue's work NOTIFYs, as a
+    # waiting poll does (wakeups.py): a node that knows nobody wants them sends none, and
+    # ``other`` learns so within its first peer count, maybe before the listener is back.
     await _terminate(f"{store.application_name}:listen")
     other = node(store.engine, TEST_DATABASE_URL, store.schema, pool_size=2)
-    await other.open()
-    try:
-        for _ in range(100):
-            waiter = asyncio.ensure_future(store.notifier.wait_work(["linear"], 0.2))
-            await asyncio.sleep(0.01)
-            await other.start("linear", "", {}, "")
-            if await waiter:
-                break
-        else:
-            pytest.fail("the listener never reconnected")
-    finally:
-        await other.close()
+    async with wanting(store, "work", ["linear"]):
+        await other.open()
+        try:
+            for _ in range(100):
+                waiter = asyncio.ensure_future(store.notifier.wait_work(["linear"], 0.2))
+                await asyncio.sleep(0.01)
+                await other.start("linear", "", {}, "")
+                if await waiter:
+                    break
+            else:
+                pytest.fail("the listener never reconnected")
+        finally:
+            await other.close()
 
 
 # ---------------------------------------------------------------------- housekeeping
