@@ -23,7 +23,7 @@ from ...errors import NotFound, WiggleError
 from ..base import Action, InstanceView, R, WorkflowRecord
 from .codecs import N_INSTANCE, N_TOKEN, instance_from, token_from, token_seq
 from .committers import Committers, fail
-from .db import CommitUnknown, Conn, Database, short, transaction
+from .db import Conn, Database, transaction
 from .state_cache import STALE, StateCache
 from .statements import Queries
 
@@ -191,12 +191,8 @@ class GroupCommit:
         existing = {t for st in states.values() for t in st.tokens}  # before the actions
         results, merged = await self._act(conn, batch, states)
         items = [(states[iid], changes, originals) for iid, changes, originals in merged]
-        try:
-            xid, wrote = await self.write_checked(conn, items, existing, ids, prints)
-        except psycopg.OperationalError as exc:
-            if conn.broken:  # the statement is its own commit: it may have gone through
-                raise CommitUnknown(f"connection lost during a commit: {short(exc)}") from exc
-            raise
+        # its own commit: a connection lost during it raises CommitUnknown (writes.py write_one)
+        xid, wrote = await self.write_checked(conn, items, existing, ids, prints)
         cache = self.cache
         if cache is not None:
             cache.checked(False, ids)

@@ -43,7 +43,7 @@ from psycopg import sql
 from ...errors import Unavailable
 from ..base import NewInstance, StaleLatest
 from .committers import Committers, fail
-from .db import CommitUnknown, Conn, Database, short, transaction
+from .db import Conn, Database, transaction
 
 __all__ = ["StartCommit", "StartQueries"]
 
@@ -277,12 +277,8 @@ class StartCommit:
         during it may have committed it: the attempt after it recognises its instances
         (``_stored``)."""
         plan = _resolve(items, {}, {})
-        try:
-            row = await self.persist_checked(conn, plan.created, self.queries.one_statement_check(expected))
-        except psycopg.OperationalError as exc:
-            if conn.broken:
-                raise CommitUnknown(f"connection lost during a start's commit: {short(exc)}") from exc
-            raise
+        # a connection lost during it raises CommitUnknown (writes.py write_one)
+        row = await self.persist_checked(conn, plan.created, self.queries.one_statement_check(expected))
         return plan.created, plan.answers, plan.created, row[-1]
 
     async def _confirm_latest(self, conn: Conn, pairs: list[tuple[str, str]]) -> None:

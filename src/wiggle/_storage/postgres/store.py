@@ -182,10 +182,16 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------------ persisting
 
-    async def _persist(self, conn: Conn, items: Items, existing: set[str] | frozenset[str]) -> bool:
+    async def _persist(
+        self,
+        conn: Conn,
+        items: Items,
+        existing: set[str] | frozenset[str],
+        check: tuple[str, list[Any]] | None = None,
+    ) -> bool:
         """Write ``items`` inside the caller's transaction (their NOTIFYs follow the commit:
-        ``_announce``)."""
-        return await self.writer.write(conn, items, existing)
+        ``_announce``); ``check``: a SELECT run first in the same statement (writes.py)."""
+        return await self.writer.write(conn, items, existing, check)
 
     def _announce(self, instance_id: str, changes: Changes, view: InstanceView | None = None) -> None:
         """Wake this node's waiters for what a commit changed and the other nodes' (NOTIFYs sent
@@ -299,14 +305,19 @@ class PostgresStore(Store):
     async def insert_many(self, items: list[NewInstance]) -> list[str]:
         return await self.starts.submit(items)
 
+    @staticmethod
+    def _new_items(items: list[NewInstance]) -> Items:
+        return [(item.state, item.changes, None) for item in items]
+
     async def _persist_new(self, conn: Conn, items: list[NewInstance]) -> None:
-        await self._persist(conn, [(item.state, item.changes, None) for item in items], frozenset())
+        await self._persist(conn, self._new_items(items), frozenset())
 
     async def _persist_new_checked(
         self, conn: Conn, items: list[NewInstance], check: tuple[str, list[Any]]
     ) -> Any:
-        items_ = [(item.state, item.changes, None) for item in items]
-        row, _ = await self.writer.write_one(conn, items_, frozenset(), check)
+        row, _ = await self.writer.write_one(
+            conn, self._new_items(items), frozenset(), check, "a start's commit"
+        )
         return row
 
     def _started(self, created: list[NewInstance], written: list[NewInstance], xid: str) -> None:
@@ -384,7 +395,7 @@ class PostgresStore(Store):
                 existing = {t for state, _ in states.values() for t in state.tokens}
                 items = [(state, changes, state.instance.context) for state, changes in states.values()]
                 # the keys' room confirmed in the writes' statement, before its writes (limits.py)
-                await self.writer.write(conn, items, existing, check)
+                await self._persist(conn, items, existing, check)
             return out, [(state.instance.id, changes) for state, changes in states.values()]
 
         async def in_one_trip(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 import msgspec
+import psycopg
 from psycopg import AsyncRawCursor
 
 from ..._engine.state import Changes, InstanceState
@@ -29,7 +30,7 @@ from .codecs import (
     token_row,
     token_update,
 )
-from .db import Conn
+from .db import CommitUnknown, Conn, short
 from .statements import Queries
 
 __all__ = ["ChangeWriter"]
@@ -147,15 +148,23 @@ class ChangeWriter:
         items: list[tuple[InstanceState, Changes, Any]],
         existing: set[str] | frozenset[str],
         check: tuple[str, list[Any]],
+        what: str = "a commit",
     ) -> tuple[Any, bool]:
         """``check`` (a SELECT of one row, and its parameters) and the writes of ``items`` as one
         statement on an autocommit connection, its own transaction (``write_checked``): the
-        check's row, and whether there was anything to write."""
+        check's row, and whether there was anything to write. The statement is its own commit, so
+        a connection lost during it raises ``CommitUnknown`` (db.py; ``what`` names the commit in
+        its message): it may have gone through, and is not run again."""
         kinds = self.rows(items, existing)
         text, params = self.statement(kinds, check)
         cur = AsyncRawCursor(conn)
-        await cur.execute(text, params)
-        row = await cur.fetchone()
+        try:
+            await cur.execute(text, params)
+            row = await cur.fetchone()
+        except psycopg.OperationalError as exc:
+            if conn.broken:
+                raise CommitUnknown(f"connection lost during {what}: {short(exc)}") from exc
+            raise
         if row is None:  # a SELECT without FROM returns its row: never expected
             raise RuntimeError("the check of a write statement returned no row")
         return row, any(kinds)
