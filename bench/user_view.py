@@ -10,12 +10,19 @@ committing per step and per instance, with the same workload, threads and proces
 rotates from round to round, so no run always follows the same other. Every run verifies every
 instance's final context; a failed run is reported and left out of the medians.
 
-It prints every run (inst/s, CPU ms per instance, the other processes' CPU and the load average
-seen), then the medians and the ratios issue #28 states its targets in:
+It prints every run (inst/s, CPU ms per instance, the cores its processes kept busy, the other
+processes' CPU and the load average seen), then the medians and the ratios issue #28 states its
+targets in:
 
 - SERVER / hand-written per step, LOCAL_SYNC / hand-written per step (both commit every step)
 - LOCAL_ASYNC / hand-written per instance (both commit once per run)
 - start latency p50 / p99 of ``Client.start`` per Wiggle mode while the workers run
+
+Beside each inst/s ratio it prints the ratio the two runs' CPU per instance alone would give
+(the loop's CPU per instance over Wiggle's): where both runs keep every core of the machine busy
+("cores" near the CPU count), their throughputs can differ by no more than that, whatever the
+latency of their steps; the inst/s ratio can then reach its target only by using less CPU per
+instance.
 
 Absolute figures on a shared machine move by 2x from day to day; the ratios of one sitting are
 what to compare (bench/README.md). ``--json`` prints the whole document on stdout instead.
@@ -127,17 +134,38 @@ def median(runs: list[dict[str, Any]], *path: str) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
 
+def cores(run: dict[str, Any]) -> float | None:
+    """The cores a run's processes kept busy on average over its window (all roles' CPU per
+    instance times instances per second)."""
+    if not run.get("ok") or run.get("cpu_ms_per_instance") is None:
+        return None
+    return round(float(run["cpu_ms_per_instance"]) * float(run["instances_per_s"]) / 1000.0, 2)
+
+
 def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Medians per kind, the ratios of RATIOS, the Wiggle modes' start latencies."""
+    """Medians per kind, the ratios of RATIOS (of inst/s, and of CPU per instance inverted), the
+    Wiggle modes' start latencies."""
     medians = {k: median(v, "instances_per_s") for k, v in runs.items()}
     cpu = {k: median(v, "cpu_ms_per_instance") for k, v in runs.items()}
+    busy = {k: median([{**r, "cores": cores(r)} for r in v], "cores") for k, v in runs.items()}
+    pairs = [(mode, per) for mode, per, _ in RATIOS if mode in medians and per in medians]
     ratios = {
         f"{mode}/{per}": (round(medians[mode] / medians[per], 2) if medians[mode] and medians[per] else None)
-        for mode, per, _ in RATIOS
-        if mode in medians and per in medians
+        for mode, per in pairs
+    }
+    cpu_ratios = {
+        f"{mode}/{per}": (round(cpu[per] / cpu[mode], 2) if cpu[mode] and cpu[per] else None)
+        for mode, per in pairs
     }
     starts = {m: {q: median(runs[m], "start_ms", q) for q in ("p50", "p99")} for m in MODES if m in runs}
-    return {"medians": medians, "cpu_ms_per_instance": cpu, "ratios": ratios, "start_ms": starts}
+    return {
+        "medians": medians,
+        "cpu_ms_per_instance": cpu,
+        "cores": busy,
+        "ratios": ratios,
+        "cpu_ratios": cpu_ratios,
+        "start_ms": starts,
+    }
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -147,8 +175,8 @@ def render(doc: dict[str, Any]) -> str:
         f"user view (issue #28): {s['steps']} steps x {s['instances']} instances, {s['workers']} worker processes x "
         f"{s['concurrency']}, {s['submit_threads']} submitting threads, {s['rounds']} alternating round(s)",
         "",
-        f"{'round':>5}  {'run':<34} {'inst/s':>8} {'CPU ms/inst':>11} {'pg xact/inst':>12} {'other CPU s':>11} "
-        f"{'load':>10} {'probe ms':>8}",
+        f"{'round':>5}  {'run':<34} {'inst/s':>8} {'CPU ms/inst':>11} {'cores':>5} {'pg xact/inst':>12} "
+        f"{'other CPU s':>11} {'load':>10} {'probe ms':>8}",
     ]
     for n, kind, r in doc["sequence"]:
         if not r["ok"]:
@@ -156,19 +184,26 @@ def render(doc: dict[str, Any]) -> str:
             continue
         lines.append(
             f"{n:>5}  {label(kind):<34} {r['instances_per_s']:>8.1f} {r['cpu_ms_per_instance']:>11.2f} "
-            f"{_fmt(r.get('pg_xact_per_instance')):>12} {_fmt(r.get('other_cpu_s')):>11} "
+            f"{_fmt(cores(r)):>5} {_fmt(r.get('pg_xact_per_instance')):>12} {_fmt(r.get('other_cpu_s')):>11} "
             f"{r['load_before']:>4.1f}-{r['load_after']:<5.1f} {_fmt(r.get('probe_ms'), '.1f'):>8}"
         )
     sm = doc["summary"]
-    lines += ["", f"medians of {s['rounds']} round(s):", f"  {'run':<34} {'inst/s':>8} {'CPU ms/inst':>11}"]
+    lines += [
+        "",
+        f"medians of {s['rounds']} round(s) (machine: {os.cpu_count()} CPUs):",
+        f"  {'run':<34} {'inst/s':>8} {'CPU ms/inst':>11} {'cores':>5}",
+    ]
     for kind in KINDS:
         lines.append(
-            f"  {label(kind):<34} {_fmt(sm['medians'].get(kind), '.1f'):>8} {_fmt(sm['cpu_ms_per_instance'].get(kind)):>11}"
+            f"  {label(kind):<34} {_fmt(sm['medians'].get(kind), '.1f'):>8} "
+            f"{_fmt(sm['cpu_ms_per_instance'].get(kind)):>11} {_fmt(sm['cores'].get(kind)):>5}"
         )
     lines.append("")
     for mode, per, target in RATIOS:
+        key = f"{mode}/{per}"
         lines.append(
-            f"  {mode} / hand-written per {per}: {_fmt(sm['ratios'].get(f'{mode}/{per}'))} (target >= {target})"
+            f"  {mode} / hand-written per {per}: {_fmt(sm['ratios'].get(key))} (target >= {target}); "
+            f"CPU per instance alone would give {_fmt(sm['cpu_ratios'].get(key))}"
         )
     for mode in MODES:
         st = sm["start_ms"].get(mode, {})

@@ -74,6 +74,25 @@ def test_summary_takes_medians_of_verified_runs_only() -> None:
     assert sm["start_ms"]["SERVER"] == {"p50": 2, "p99": 9}
 
 
+def test_summary_sets_the_cpu_ratio_and_the_cores_beside_the_throughput_ratio() -> None:
+    uv = _module("user_view")
+
+    def run(rate: float, cpu_ms: float) -> dict[str, Any]:
+        return {"ok": True, "instances_per_s": rate, "cpu_ms_per_instance": cpu_ms, "start_ms": {}}
+
+    runs = {k: [run(100, 10.0)] for k in uv.KINDS}
+    runs["LOCAL_ASYNC"] = [run(800, 2.5), run(600, 3.0), run(700, 2.0)]
+    runs["instance"] = [run(1000, 1.5), {"ok": False, "problems": ["x"]}]
+    sm = uv.summary(runs)
+    assert uv.cores(runs["LOCAL_ASYNC"][0]) == 2.0  # 2.5 ms an instance at 800 a second
+    assert uv.cores({"ok": False}) is None
+    assert sm["cores"]["LOCAL_ASYNC"] == 1.8 and sm["cores"]["instance"] == 1.5  # 2.0, 1.8, 1.4
+    assert sm["ratios"]["LOCAL_ASYNC/instance"] == 0.7
+    # the loop's CPU per instance (1.5) over Wiggle's median (2.5)
+    assert sm["cpu_ratios"]["LOCAL_ASYNC/instance"] == 0.6
+    assert sm["cpu_ratios"]["SERVER/step"] == 1.0
+
+
 @pytest.mark.postgres
 @pytest.mark.timeout(200)
 @needs_postgres
@@ -115,3 +134,4 @@ def test_user_view_alternates_and_prints_the_table() -> None:
         assert ratio in out, out
     assert "LOCAL_ASYNC / hand-written per instance" in out
     assert "n/a" not in out.split("medians of")[1].split("synchronous_commit")[0], out
+    assert out.count("CPU per instance alone would give") == 3, out
