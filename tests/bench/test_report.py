@@ -218,3 +218,32 @@ def test_probe_times_the_fixed_loop() -> None:
 
     assert probe._loop(5) == 10
     assert probe.probe_ms(repeats=1) > 0
+
+
+def test_render_the_groups_committed_on_kept_copies() -> None:
+    # the store probe's counts on PostgreSQL (wiggle/_bench/worker.py StoreProbe): the groups run
+    # on kept copies and the checks that failed, per instance, in the contention table
+    m = mode("SERVER", 20.0, pg=True)
+    m["store_per_instance"] = {"claims": 2.0, "kept_groups": 1.8, "kept_stale": 0.05}
+    text = render(document([m], store="postgresql 15"))
+    assert "groups on kept copies                   1.800" in text, text
+    assert "  their checks that failed              0.050" in text, text
+
+
+def test_the_store_probe_counts_the_kept_copies_where_the_store_keeps_them() -> None:
+    from types import SimpleNamespace
+
+    from wiggle._bench.worker import StoreProbe
+
+    async def claim(*args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+    async def next_ready_at(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    cache = SimpleNamespace(hits=7, stale=2)
+    pg_like = SimpleNamespace(claim=claim, next_ready_at=next_ready_at, group=SimpleNamespace(cache=cache))
+    snapshot = StoreProbe(pg_like).snapshot()
+    assert (snapshot["kept_groups"], snapshot["kept_stale"]) == (7, 2)
+    memory_like = SimpleNamespace(claim=claim, next_ready_at=next_ready_at)
+    assert "kept_groups" not in StoreProbe(memory_like).snapshot()

@@ -79,6 +79,8 @@ _CONTENTION_ROWS = (
     ("next-ready reads", "store_per_instance", "next_ready_reads"),
     ("NOTIFYs sent", "store_per_instance", "notifies"),
     ("work NOTIFYs heard", "store_per_instance", "work_heard"),
+    ("groups on kept copies", "store_per_instance", "kept_groups"),
+    ("  their checks that failed", "store_per_instance", "kept_stale"),
     ("pg rows fetched", "pg_per_instance", "tup_fetched"),
     ("pg rows returned", "pg_per_instance", "tup_returned"),
     ("pg rows updated", "pg_per_instance", "tup_updated"),

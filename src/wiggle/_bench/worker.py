@@ -159,6 +159,7 @@ class StoreProbe:
 
     def __init__(self, store: Any) -> None:
         self.counts = {"claims": 0, "empty_claims": 0, "claimed": 0, "next_ready_reads": 0, "work_heard": 0}
+        self.store = store
         self.cluster = getattr(store, "cluster", None)
         claim, next_ready_at = store.claim, store.next_ready_at
         counts = self.counts
@@ -188,9 +189,15 @@ class StoreProbe:
             self.cluster.dispatch = counted_dispatch
 
     def snapshot(self) -> dict[str, int]:
-        """The counts so far, with ``notifies`` (NOTIFY statements this server sent)."""
+        """The counts so far, with ``notifies`` (NOTIFY statements this server sent) and, on
+        PostgreSQL, the group commits run on kept copies and the kept copies' checks that failed
+        (wiggle/_storage/postgres/state_cache.py)."""
         notifies = getattr(self.cluster, "notifies_sent", 0) if self.cluster is not None else 0
-        return {**self.counts, "notifies": int(notifies)}
+        out = {**self.counts, "notifies": int(notifies)}
+        cache = getattr(getattr(self.store, "group", None), "cache", None)
+        if cache is not None:
+            out["kept_groups"], out["kept_stale"] = int(cache.hits), int(cache.stale)
+        return out
 
 
 async def run_server(args: argparse.Namespace) -> int:
