@@ -16,7 +16,7 @@ from wiggle import Limit
 from wiggle._engine.engine import Engine
 from wiggle._server.instances import Instances
 from wiggle._storage.postgres import PostgresStore
-from wiggle._storage.postgres import store as store_module
+from wiggle._storage.postgres import claims as claims_module
 from wiggle._storage.postgres.limits import KEY_ROOM_TAKEN
 
 
@@ -91,7 +91,7 @@ async def test_a_claim_whose_key_filled_since_its_read_runs_again_and_takes_noth
         await layer_a.register(one_step("charge", Limit(key="card", max=1)))
         first = await layer_a.start("charge", "", {"card": "x"}, "", "")
         second = await layer_a.start("charge", "", {"card": "x"}, "", "")
-        real = store_module.claim_candidates
+        real = claims_module.claim_candidates
         b_claimed: list[Any] = []
 
         async def read_then_let_b_in(*args: Any, **kwargs: Any) -> Any:
@@ -101,9 +101,9 @@ async def test_a_claim_whose_key_filled_since_its_read_runs_again_and_takes_noth
                 b_claimed.extend(await layer_b.claim("w-b", ["charge"], 1))
             return found
 
-        monkeypatch.setattr(store_module, "claim_candidates", read_then_let_b_in)
+        monkeypatch.setattr(claims_module, "claim_candidates", read_then_let_b_in)
         got = await layer_a.claim("w-a", ["charge"], 1)
-        monkeypatch.setattr(store_module, "claim_candidates", real)
+        monkeypatch.setattr(claims_module, "claim_candidates", real)
         assert [c.token.instance_id for c in b_claimed[1:]] == [second.instance.id]
         assert got == []
         assert a.key_room_retries == 1 and b.key_room_retries == 0

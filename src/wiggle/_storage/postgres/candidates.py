@@ -1,4 +1,4 @@
-"""The READY rows a PostgreSQL claim may take: the claim statements' rounds (store.py ``claim``).
+"""The READY rows a PostgreSQL claim may take: the claim statements' rounds (claims.py ``ClaimTransaction``).
 
 A claim's first round runs under the statement's generic plan, planned once per connection
 (docs/postgres-plans.md#one-plan-per-claim); the further rounds look past the concurrency-limit

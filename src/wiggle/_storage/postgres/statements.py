@@ -306,7 +306,7 @@ class Queries:
 
     def _claims(self, q: Callable[[str], str]) -> None:
         """Claims: the ready steps of one queue or several, oldest claim rank first."""
-        # No condition on the instance's status here (the store checks it, PostgresStore.claim):
+        # No condition on the instance's status here (the claim checks it, claims.py ``_claim_transitions``):
         # with one, a plan made before the tables have statistics (a new schema, until autovacuum
         # analyzes them) joins through instances_status, scanning every RUNNING instance for each
         # READY token, and a prepared statement keeps that plan; without one, the instance can
@@ -355,7 +355,7 @@ class Queries:
 
     def _limits(self, q: Callable[[str], str]) -> None:
         """A claim's limits (limits.py Admission): key locks, queue limits, per-key rates."""
-        # Concurrency limits (store.py, PostgresStore._admit): the keys of the limited tokens a
+        # Concurrency limits (claims.py, limits.py Admission): the keys of the limited tokens a
         # claim found, each locked for the rest of its transaction (two-int advisory locks, apart
         # from the clock's and the migrations' one-bigint ones; in hash order, so two claims lock
         # in one order), then their RUNNING counts read after the locks, committed claims of other

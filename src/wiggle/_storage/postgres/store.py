@@ -24,7 +24,7 @@ from psycopg import errors as pg_errors
 
 from ..._clock import WallClock
 from ..._engine.engine import Claimed, LoadedDefinition
-from ..._engine.state import Changes, HistoryEntry, InstanceState, InstanceStatus, Token
+from ..._engine.state import Changes, HistoryEntry, InstanceState
 from ...errors import NotFound
 from ..base import (
     Action,
@@ -42,14 +42,14 @@ from ..handoff import settle
 from ..ops import NodeInfo, QueueStat, Readiness
 from ..queue_limits import QueueLimit, describe
 from . import ops
-from .candidates import claim_candidates
+from .claims import ClaimTransaction, KeyRoomTaken
 from .cluster import Cluster
-from .codecs import N_TOKEN, instance_from, views
+from .codecs import views
 from .context_indexes import ensure_context_indexes
 from .db import Conn, Database, transaction
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
-from .limits import KEY_ROOM_TAKEN, Admission
+from .limits import KEY_ROOM_TAKEN
 from .migrations import check_schema, lock_key, migrate
 from .queue_limit_state import QueueLimitState
 from .rate_blocks import Reservation, block_size
@@ -61,10 +61,6 @@ from .workflow_limits import ConcQueries, admission
 from .writes import ChangeWriter
 
 __all__ = ["PostgresStore"]
-
-
-class _KeyRoomTaken(Exception):
-    """A claim admitted on its read's counts found a key with less room under the lock (limits.py)."""
 
 
 class PostgresStore(Store):
@@ -129,6 +125,16 @@ class PostgresStore(Store):
         )
         self.group.now = self._now
         self.starts.now = self._now
+        # a claim's transaction (claims.py), on this store's definitions, writes, limits and clocks
+        self.claims = ClaimTransaction(
+            self.queries,
+            self.definitions.loaded_record,
+            self._persist,
+            self.limited_queues,
+            self._limit_lock_class,
+            self._now,
+            self._rate_now,
+        )
         self.statistics = Statistics(self.db, self.schema)  # ANALYZE as the tables grow (statistics.py)
 
     @property
@@ -364,7 +370,6 @@ class PostgresStore(Store):
     ) -> list[Claimed]:
         if not queues or max_tasks <= 0:
             return []
-        q = self.queries
         await self.limits.refresh()
         known = self.limited_queues
         fast = [known[queue] for queue in queues if queue in known and block_size(known[queue])]
@@ -373,42 +378,26 @@ class PostgresStore(Store):
             spent = await self.rate_blocks.reserve(fast, max_tasks, self.clock.now)
             reserved = {queue: moments for queue, moments in spent.items() if moments.count}
         unused: dict[str, int] = {}  # what the claim did not use of them, given back after it
-
-        async def body(conn: Conn, one_trip: bool) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
-            unused.update((queue, moments.count) for queue, moments in reserved.items())  # (run again: all)
-            async with transaction(conn) as pipeline:
-                now = self.clock.now()
-                rows, tokens = await claim_candidates(
-                    conn, pipeline, self.queries, queues, max_tasks, now, self._rate_now()
-                )
-                if not rows:
-                    return [], []
-                rows, tokens, admission = await self._admit_rows(
-                    conn, pipeline, queues, rows, tokens, max_tasks, now, one_trip, reserved
-                )
-                if admission is not None:  # the moments it left (its budgets, counted down)
-                    unused.update(admission.budgets)
-                out, states = await self._claim_transitions(conn, rows, tokens, transition, now)
-                check = None
-                if admission is not None:  # after the transitions: they reset queue_held
-                    check = await admission.settle(conn, q)
-                existing = {t for state, _ in states.values() for t in state.tokens}
-                items = [(state, changes, state.instance.context) for state, changes in states.values()]
-                # the keys' room confirmed in the writes' statement, before its writes (limits.py)
-                await self._persist(conn, items, existing, check)
-            return out, [(state.instance.id, changes) for state, changes in states.values()]
+        body = functools.partial(
+            self.claims.run,
+            queues=queues,
+            max_tasks=max_tasks,
+            transition=transition,
+            reserved=reserved,
+            unused=unused,
+        )
 
         async def in_one_trip(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             try:
-                return await body(conn, True)
+                return await body(conn, one_trip=True)
             except psycopg.Error as exc:
                 if exc.sqlstate != KEY_ROOM_TAKEN:
                     raise
-                raise _KeyRoomTaken() from exc
+                raise KeyRoomTaken() from exc
 
         try:
             claimed, announced = await self.db.run("claim", in_one_trip)
-        except _KeyRoomTaken:  # another claim of a key committed since the read: count under the locks
+        except KeyRoomTaken:  # another claim of a key committed since the read: count under the locks
             self.key_room_retries += 1
             claimed, announced = await self.db.run("claim", functools.partial(body, one_trip=False))
         for queue, n in unused.items():
@@ -424,66 +413,6 @@ class PostgresStore(Store):
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
-
-    async def _admit_rows(
-        self,
-        conn: Conn,
-        pipeline: Any,
-        queues: list[str],
-        rows: list[Any],
-        tokens: list[Token],
-        max_tasks: int,
-        now: int,
-        one_trip: bool,
-        reserved: dict[str, Reservation],
-    ) -> tuple[list[Any], list[Token], Admission | None]:
-        """The rows a claim takes of those it read, under their limits (limits.py): the rows, their
-        tokens and the admission to settle (None: no limit applies). ``one_trip``: admit on the
-        read's counts where only keys limit the rows (the admission confirms them when settled).
-        ``reserved``: the moments of fast rates this claim spent (rate_blocks.py), per queue with
-        the limit they are of; the admission's ``budgets`` are left with what it did not use."""
-        # The limited queues as this node knows them now, after the rows were read, not before
-        # the connection was had: a limit set through this node before a step was started always
-        # applies to that step's claim (a claim that waited for its connection across a
-        # set_queue_limit and the start that followed it took the step unlimited: two claims at
-        # one moment under a rate).
-        limits = self.limited_queues
-        limited = {queue for queue in queues if queue in limits} if limits else set()
-        if not limited and not any(token.limit_key or token.rate_key for token in tokens):
-            return rows[:max_tasks], tokens[:max_tasks], None
-        # A queue's reserved moments serve its rows if its limit is still the one they are of
-        # (else it is read under its row's lock); the admission counts them down, and what is
-        # left goes back after the claim (claim).
-        budgets = {queue: m.count for queue, m in reserved.items() if limits.get(queue) == m.limit}
-        locked = limited - budgets.keys()
-        admission = Admission(rows, tokens, locked & {token.queue for token in tokens}, max_tasks, budgets)
-        if one_trip and Admission.keys_only(tokens, locked):
-            admission.keep_on_read_counts(now, self._limit_lock_class)
-        else:
-            await admission.run(conn, pipeline, self.queries, self._limit_lock_class, now, self._rate_now())
-        return admission.rows, admission.tokens, admission
-
-    async def _claim_transitions(
-        self, conn: Conn, rows: list[Any], tokens: list[Token], transition: ClaimTransition, now: int
-    ) -> tuple[list[Claimed], dict[str, tuple[InstanceState, Changes]]]:
-        """The claim's transition of each row taken, and the instances' states and changes."""
-        out: list[Claimed] = []
-        states: dict[str, tuple[InstanceState, Changes]] = {}
-        for row, token in zip(rows, tokens, strict=True):
-            entry = states.get(token.instance_id)
-            if entry is None:
-                instance = instance_from(row, N_TOKEN)
-                if instance.status != InstanceStatus.RUNNING:
-                    continue  # never expected (a finished instance has no READY token)
-                entry = (InstanceState(instance, {}), Changes())
-                states[token.instance_id] = entry
-            state, changes = entry
-            state.tokens[token.id] = token
-            record = await self.definitions.loaded_record(
-                conn, state.instance.workflow, state.instance.version
-            )
-            out.append(transition(record.loaded, state, token, now, changes))
-        return out, states
 
     def hand_off_admits(self, queue: str, now: int, spend: bool = False) -> bool:
         return self.limits.hand_off_admits(queue, now, spend)
