@@ -163,6 +163,25 @@ def child_finished(
     tok = waiting(state, token_id, child.id)
     if tok is None or child.status not in FINISHED_INSTANCE_STATUSES:  # (SCHEDULED: waits for a slot)
         return None
+    recorded = None
+    if tok.started_at == 0:
+        # The child ran to its end before this instance recorded its start: the clock duty starts
+        # the child and records the start on the parent in two transactions (wiggle/_server/
+        # subflows.py), and a child whose steps are handed straight to a waiting worker can finish
+        # in between. Its start is recorded now, first, so that each attempt's history holds the
+        # child's start and its outcome (the record that comes later finds the token moved on).
+        tok.started_at = child.created_at or now
+        recorded = _entry(state, tok, HistoryOutcome.CHILD_STARTED, tok.started_at, tok.started_at)
+    changes = _finished(engine, loaded, state, tok, child, now)
+    if recorded is not None:
+        changes.history.insert(0, recorded)
+    return changes
+
+
+def _finished(
+    engine: Engine, loaded: LoadedDefinition, state: InstanceState, tok: Token, child: Instance, now: int
+) -> Changes:
+    """``child_finished`` once the child's start is recorded."""
     node = loaded.nodes[tok.node_id]
     if child.status == InstanceStatus.COMPLETED:
         base = context_of(state, tok)
