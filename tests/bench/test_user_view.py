@@ -133,5 +133,8 @@ def test_user_view_alternates_and_prints_the_table() -> None:
     for ratio in ("SERVER / hand-written per step", "LOCAL_SYNC / hand-written per step"):
         assert ratio in out, out
     assert "LOCAL_ASYNC / hand-written per instance" in out
-    assert "n/a" not in out.split("medians of")[1].split("synchronous_commit")[0], out
+    # every run verified: no median and no inst/s ratio is missing (the CPU ratio may be: a run
+    # this small can take less CPU than one clock tick, 10 ms, in one of its roles)
+    for line in out.split("medians of")[1].split("synchronous_commit")[0].splitlines():
+        assert "n/a" not in line.split("; CPU per instance")[0], out
     assert out.count("CPU per instance alone would give") == 3, out
