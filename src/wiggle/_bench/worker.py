@@ -159,8 +159,9 @@ class StoreProbe:
 
     def __init__(self, store: Any) -> None:
         self.counts = {"claims": 0, "empty_claims": 0, "claimed": 0, "next_ready_reads": 0, "work_heard": 0}
-        self.store = store
         self.cluster = getattr(store, "cluster", None)
+        # on PostgreSQL, the group commit's copies of what the server last wrote (state_cache.py)
+        self.cache = getattr(getattr(store, "group", None), "cache", None)
         claim, next_ready_at = store.claim, store.next_ready_at
         counts = self.counts
 
@@ -194,9 +195,8 @@ class StoreProbe:
         (wiggle/_storage/postgres/state_cache.py)."""
         notifies = getattr(self.cluster, "notifies_sent", 0) if self.cluster is not None else 0
         out = {**self.counts, "notifies": int(notifies)}
-        cache = getattr(getattr(self.store, "group", None), "cache", None)
-        if cache is not None:
-            out["kept_groups"], out["kept_stale"] = int(cache.hits), int(cache.stale)
+        if self.cache is not None:
+            out["kept_groups"], out["kept_stale"] = int(self.cache.hits), int(self.cache.stale)
         return out
 
 
