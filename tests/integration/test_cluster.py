@@ -353,8 +353,8 @@ async def close_all(clients: Iterable[AsyncClient]) -> None:
 def history_of(schema: str, ids: Iterable[str]) -> list[tuple[Any, ...]]:
     return query(
         schema,
-        "SELECT instance_id, node_id, attempt, outcome, worker_id, started_at, ended_at, error FROM {s}.history "
-        "WHERE instance_id = ANY(%s) ORDER BY seq",
+        "SELECT instance_id, node_id, attempt, outcome, worker_id, started_at, ended_at, error FROM {s}.history_entries "
+        "WHERE instance_id = ANY(%s) ORDER BY seq, pos",
         (list(ids),),
     )
 
@@ -553,7 +553,9 @@ async def test_kill_clock_leader_while_timers_pending(tmp_path: Path) -> None:
                 cluster.schema,
                 "SELECT count(*) FROM {s}.tokens WHERE status = 'WAITING' AND node_id = 'park'",
             )[0][0]
-            slept = query(cluster.schema, "SELECT count(*) FROM {s}.history WHERE outcome = 'SLEPT'")[0][0]
+            (slept,) = query(
+                cluster.schema, "SELECT count(*) FROM {s}.history_entries WHERE outcome = 'SLEPT'"
+            )[0]
             assert (waiting, slept) == (n_instances, 0), "the timers must still be pending at the kill"
             cluster.kill(leader.proc)
             killed_at_ms = int(time.time() * 1000)

@@ -290,8 +290,8 @@ def check_histories(url: str, ids: set[str], runs: list[dict[str, Any]], acks: s
     ran_task = {r["t"]: (r["i"], r["n"], r["a"]) for r in runs}
     rows = query(
         url,
-        "SELECT instance_id, node_id, attempt, outcome, error FROM {s}.history "
-        "WHERE instance_id = ANY(%s) ORDER BY seq",
+        "SELECT instance_id, node_id, attempt, outcome, error FROM {s}.history_entries "
+        "WHERE instance_id = ANY(%s) ORDER BY seq, pos",
         (sorted(ids),),
     )
     entries: dict[str, list[tuple[str, int, str, str]]] = defaultdict(list)

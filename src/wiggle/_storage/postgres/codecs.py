@@ -17,6 +17,7 @@ from ..base import InstanceView
 
 __all__ = [
     "HISTORY_COLS",
+    "HISTORY_WRITE_FIELDS",
     "INSTANCE_COLS",
     "INSTANCE_FIELDS",
     "INSTANCE_UPDATED",
@@ -30,6 +31,8 @@ __all__ = [
     "array_literals",
     "encode",
     "encode_instance_json",
+    "history_from",
+    "history_rows",
     "instance_from",
     "instance_row",
     "token_from",
@@ -54,6 +57,9 @@ INSTANCE_FIELDS: tuple[str, ...] = Instance.__struct_fields__
 TOKEN_COLS = ", ".join(TOKEN_FIELDS)
 INSTANCE_COLS = ", ".join(INSTANCE_FIELDS)
 HISTORY_COLS = ", ".join(HistoryEntry.__struct_fields__)
+# A history row is an entry's columns and ``more``: the other entries its transaction wrote for
+# the same instance, packed (migration 0023; ``history_rows``).
+HISTORY_WRITE_FIELDS: tuple[str, ...] = (*HistoryEntry.__struct_fields__, "more")
 N_TOKEN = len(TOKEN_FIELDS)
 N_INSTANCE = len(INSTANCE_FIELDS)
 T_CONTEXT = TOKEN_FIELDS.index("context")
@@ -147,6 +153,7 @@ SQL_TYPES: dict[str, str] = {
     "rate_key": "text",
     "rate_max": "integer",
     "rate_period_millis": "bigint",
+    "more": "bytea",
 }
 _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields__} - set(SQL_TYPES)
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"
@@ -195,6 +202,63 @@ def array_literals(fields: list[str] | tuple[str, ...]) -> Callable[[list[Any]],
         return [encode(column) for encode, column in zip(encoders, zip(*rows, strict=True), strict=True)]
 
     return columns
+
+
+def _packed(entry: HistoryEntry, token_id: str, worker_id: str) -> list[Any]:
+    """An entry in a history row's ``more``: its fields after instance_id, trailing "" left out,
+    and its token and worker null where they are the row's (most are: one run, one worker)."""
+    values = list(msgspec.structs.astuple(entry))
+    end = len(values)
+    while end > 9 and values[end - 1] == "":
+        end -= 1
+    if values[1] == token_id:
+        values[1] = None
+    if values[5] == worker_id:
+        values[5] = None
+    return values[1:end]
+
+
+def history_rows(entries: list[HistoryEntry], rows: list[Any]) -> None:
+    """Appends to ``rows`` the history rows of one transaction's ``entries``: one row per run of
+    consecutive entries of one instance, the first entry in the row's columns and the others, in
+    order, packed into ``more`` (a JSON array of arrays; migration 0023). A LOCAL_ASYNC run of 20
+    steps is one row of about 1.2 kB, not 20 rows and 40 index entries (bench/README.md, "Round
+    twenty-two")."""
+    n = len(entries)
+    if n == 1:
+        rows.append((*msgspec.structs.astuple(entries[0]), None))
+        return
+    i = 0
+    while i < n:
+        first = entries[i]
+        j = i + 1
+        while j < n and entries[j].instance_id == first.instance_id:
+            j += 1
+        more = None
+        if j > i + 1:
+            token_id, worker_id = first.token_id, first.worker_id
+            more = encode([_packed(e, token_id, worker_id) for e in entries[i + 1 : j]])
+        rows.append((*msgspec.structs.astuple(first), more))
+        i = j
+
+
+_decode_more = msgspec.json.Decoder(list[list[Any]]).decode
+
+
+def history_from(rows: list[Any]) -> list[HistoryEntry]:
+    """The entries of an instance's history rows (``HISTORY_COLS`` and ``more``, in seq order)."""
+    out: list[HistoryEntry] = []
+    for row in rows:
+        first = HistoryEntry(*row[:-1])
+        out.append(first)
+        if row[-1] is not None:
+            for values in _decode_more(row[-1]):
+                if values[0] is None:
+                    values[0] = first.token_id
+                if values[4] is None:
+                    values[4] = first.worker_id
+                out.append(HistoryEntry(first.instance_id, *values))
+    return out
 
 
 def instance_from(row: Any, o: int = 0) -> Instance:

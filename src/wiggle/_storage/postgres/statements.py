@@ -7,11 +7,12 @@ from typing import Any
 
 from psycopg import sql
 
-from ..._engine.state import ACTIVE_TOKEN_STATUSES, HistoryEntry
+from ..._engine.state import ACTIVE_TOKEN_STATUSES
 from ..base import CONTEXT_FIELD_PATTERN, InstanceQuery
 from .claim_terms import DB_NOW_MILLIS, KEY_RUNNING, RANK, RATE_OPEN, UNDER_LIMIT, key_held
 from .codecs import (
     HISTORY_COLS,
+    HISTORY_WRITE_FIELDS,
     INSTANCE_COLS,
     INSTANCE_FIELDS,
     INSTANCE_UPDATED,
@@ -213,9 +214,9 @@ class Queries:
         )
         token_set = ", ".join(f"{TOKEN_FIELDS[i]} = %s" for i in TOKEN_UPDATED)
         self.update_token = q(f"UPDATE {{s}}.tokens SET {token_set} WHERE id = %s")
-        n_history = len(HistoryEntry.__struct_fields__)
+        n_history = len(HISTORY_WRITE_FIELDS)
         self.insert_history = q(
-            f"INSERT INTO {{s}}.history ({HISTORY_COLS}) VALUES ({', '.join(['%s'] * n_history)})"
+            f"INSERT INTO {{s}}.history ({', '.join(HISTORY_WRITE_FIELDS)}) VALUES ({', '.join(['%s'] * n_history)})"
         )
 
     def _set_writes(self, q: Callable[[str], str]) -> None:
@@ -251,7 +252,7 @@ class Queries:
         self.update_tokens = set_from("tokens", [*(TOKEN_FIELDS[i] for i in TOKEN_UPDATED), "id"])
         self.insert_instances = insert_from("instances", INSTANCE_FIELDS)
         self.insert_tokens = insert_from("tokens", TOKEN_FIELDS)
-        self.insert_histories = insert_from("history", HistoryEntry.__struct_fields__)
+        self.insert_histories = insert_from("history", HISTORY_WRITE_FIELDS)
         # A transaction's writes of every kind, in one statement (writes.py): one RowWrite per
         # kind of row, in the order the parts go into the statement (and take their parameters).
         self.row_writes = (
@@ -265,7 +266,10 @@ class Queries:
 
     def _reads(self, q: Callable[[str], str]) -> None:
         """History, existence, notifications, peers."""
-        self.history = q(f"SELECT {HISTORY_COLS} FROM {{s}}.history WHERE instance_id = %s ORDER BY seq")
+        # an entry's columns and the entries packed with it (migration 0023, codecs.history_from)
+        self.history = q(
+            f"SELECT {HISTORY_COLS}, more FROM {{s}}.history WHERE instance_id = %s ORDER BY seq"
+        )
         self.instance_exists = q("SELECT 1 FROM {s}.instances WHERE id = %s")
         self.notify = q("SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)")
         # A node's rows of wanted wake-ups (migration 0022, wakeups.py), each new one told to the

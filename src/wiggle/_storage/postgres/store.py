@@ -44,7 +44,7 @@ from ..queue_limits import QueueLimit, describe
 from . import ops
 from .claims import ClaimTransaction, KeyRoomTaken
 from .cluster import Cluster
-from .codecs import views
+from .codecs import history_from, views
 from .context_indexes import ensure_context_indexes
 from .db import Conn, Database, transaction
 from .definitions import Definitions
@@ -363,7 +363,7 @@ class PostgresStore(Store):
         rows = await self.db.fetch("history", self.queries.history, (instance_id,))
         if not rows and not await self.db.fetch("history", self.queries.instance_exists, (instance_id,)):
             raise NotFound(f"instance {instance_id} does not exist")
-        return [HistoryEntry(*r) for r in rows]
+        return history_from(rows)
 
     async def claim(
         self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition

@@ -26,6 +26,7 @@ from .codecs import (
     INSTANCE_UPDATED,
     encode,
     encode_instance_json,
+    history_rows,
     instance_row,
     token_row,
     token_update,
@@ -198,5 +199,6 @@ class ChangeWriter:
                     token_updates.append(token_update(t))
                 else:
                     token_inserts.append(token_row(t))
-            history.extend(msgspec.structs.astuple(h) for h in changes.history)
+            if changes.history:
+                history_rows(changes.history, history)
         return (new_instances, keep_context, with_context, token_updates, token_inserts, history)
