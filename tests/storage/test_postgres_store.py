@@ -848,14 +848,33 @@ async def test_lost_connections_are_retried_transparently(store: ServerNode) -> 
 
 async def test_purge_finished(store: ServerNode) -> None:
     await store.register(linear(steps=1))
+    await store.register(forked())
     finished = []
-    for _ in range(3):
+    for _ in range(2):
         view = await store.start("linear", "", {}, "")
         (c,) = await store.claim("w", ["linear"], 1)
         await store.complete(c.token.id, "w", {}, None)
         finished.append(view.instance.id)
+    # an instance of several tokens (the fork's two branches, and the one after the join)
+    view = await store.start("forked", "", {}, "")
+    for c in await store.claim("w", ["forked"], 10):
+        await store.complete(c.token.id, "w", {}, None)
+    finished.append(view.instance.id)
     running = (await store.start("linear", "", {}, "")).instance.id
     cutoff = now_millis() + 1
+
+    async def count(table: str, ids: list[str]) -> int:
+        async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL) as conn:
+            cur = await conn.execute(
+                sql.SQL("SELECT count(*) FROM {}.{} WHERE instance_id = ANY(%s)").format(
+                    sql.Identifier(store.schema), sql.Identifier(table)
+                ),
+                (ids,),
+            )
+            (n,) = await cur.fetchone()  # type: ignore[misc]
+            return int(n)
+
+    assert await count("tokens", finished[-1:]) >= 2
     assert await store.purge_finished(0, 10) == 0  # nothing finished before the epoch
     assert await store.purge_finished(cutoff, 2) == 2
     assert await store.purge_finished(cutoff, 2) == 1
@@ -864,16 +883,9 @@ async def test_purge_finished(store: ServerNode) -> None:
         with pytest.raises(NotFound):
             await store.history(instance_id)
     assert (await store.get_instance(running)).instance.status == "RUNNING"
-    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL) as conn:
-        s = sql.Identifier(store.schema)
-        for table in ("tokens", "history"):
-            cur = await conn.execute(
-                sql.SQL("SELECT count(*) FROM {}.{} WHERE instance_id = ANY(%s)").format(
-                    s, sql.Identifier(table)
-                ),
-                (finished,),
-            )
-            assert (await cur.fetchone()) == (0,)
+    # every row of the purged instances is gone (tokens by their ids: migration 0024), and only them
+    assert await count("tokens", finished) == 0 and await count("history", finished) == 0
+    assert await count("tokens", [running]) == 1
 
 
 async def test_migrations_are_idempotent_and_a_newer_schema_is_refused(pg_schema: str) -> None:  # noqa: F811

@@ -461,10 +461,13 @@ class Queries:
             "LIMIT %s"
         )
         self.purge = q(
-            "WITH doomed AS (SELECT id FROM {s}.instances "
+            "WITH doomed AS (SELECT id, token_seq FROM {s}.instances "
             "WHERE status <> 'RUNNING' AND status <> 'SCHEDULED' AND finished_at < %s "
             "ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED), "
-            "gone_tokens AS (DELETE FROM {s}.tokens WHERE instance_id IN (SELECT id FROM doomed)), "
+            # an instance's tokens are '<id>.1' up to '<id>.<token_seq>' (wiggle/_engine/tokens.py
+            # new_token), found by the primary key (migration 0024 dropped the index by instance_id)
+            "gone_tokens AS (DELETE FROM {s}.tokens WHERE id = ANY(ARRAY("
+            "SELECT d.id || '.' || n FROM doomed d, generate_series(1, d.token_seq) AS n))), "
             "gone_history AS (DELETE FROM {s}.history WHERE instance_id IN (SELECT id FROM doomed)) "
             "DELETE FROM {s}.instances WHERE id IN (SELECT id FROM doomed) RETURNING id"
         )

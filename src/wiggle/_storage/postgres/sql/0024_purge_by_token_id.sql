@@ -1,0 +1,11 @@
+-- Drop the index of every token by instance (tokens_instance, migration 0001). Every read of an
+-- instance's tokens asks for its active ones and uses tokens_active (migration 0002); the one
+-- statement that wanted all of them, the retention purge, reaches them through the primary key
+-- instead: a token's id is its instance's id, a dot and its number in the instance's token_seq
+-- (wiggle/_engine/tokens.py ``new_token``), so an instance's tokens are '<instance>.1' up to
+-- '<instance>.<token_seq>', each found in tokens_pkey (wiggle/_storage/postgres/statements.py,
+-- ``purge``).
+-- A token's status, lease or due time changes at nearly every step, so no token update is a HOT
+-- update and each one added an entry to this index as well: SERVER mode's PostgreSQL CPU per
+-- instance fell by about a sixth without it (bench/README.md, "Round twenty-two").
+DROP INDEX IF EXISTS tokens_instance;
