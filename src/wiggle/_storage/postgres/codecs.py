@@ -204,17 +204,23 @@ def array_literals(fields: list[str] | tuple[str, ...]) -> Callable[[list[Any]],
     return columns
 
 
+_H_FIELDS = HistoryEntry.__struct_fields__
+_H_TOKEN, _H_WORKER = _H_FIELDS.index("token_id"), _H_FIELDS.index("worker_id")
+_H_REQUIRED = _H_FIELDS.index("error")  # the fields before it have no default
+assert _H_FIELDS[0] == "instance_id"  # a packed entry is the fields after it
+
+
 def _packed(entry: HistoryEntry, token_id: str, worker_id: str) -> list[Any]:
     """An entry in a history row's ``more``: its fields after instance_id, trailing "" left out,
     and its token and worker null where they are the row's (most are: one run, one worker)."""
     values = list(msgspec.structs.astuple(entry))
     end = len(values)
-    while end > 9 and values[end - 1] == "":
+    while end > _H_REQUIRED and values[end - 1] == "":
         end -= 1
-    if values[1] == token_id:
-        values[1] = None
-    if values[5] == worker_id:
-        values[5] = None
+    if values[_H_TOKEN] == token_id:
+        values[_H_TOKEN] = None
+    if values[_H_WORKER] == worker_id:
+        values[_H_WORKER] = None
     return values[1:end]
 
 
@@ -252,11 +258,11 @@ def history_from(rows: list[Any]) -> list[HistoryEntry]:
         first = HistoryEntry(*row[:-1])
         out.append(first)
         if row[-1] is not None:
-            for values in _decode_more(row[-1]):
-                if values[0] is None:
-                    values[0] = first.token_id
-                if values[4] is None:
-                    values[4] = first.worker_id
+            for values in _decode_more(row[-1]):  # the fields after instance_id
+                if values[_H_TOKEN - 1] is None:
+                    values[_H_TOKEN - 1] = first.token_id
+                if values[_H_WORKER - 1] is None:
+                    values[_H_WORKER - 1] = first.worker_id
                 out.append(HistoryEntry(first.instance_id, *values))
     return out
 

@@ -1,9 +1,10 @@
--- A transaction's history entries of one instance in one row (wiggle/_storage/postgres/writes.py,
--- ``pack_history``): the row's columns hold the first entry, ``more`` the others, in order, as a
--- JSON array of arrays (each entry's fields after instance_id, in the columns' order; trailing
--- empty strings left out; token_id and worker_id null where they are the row's). A LOCAL_ASYNC run of 20 steps wrote 20 rows, each with two index
--- entries, and those rows were a third of PostgreSQL's work per instance (bench/README.md,
--- "Round twenty-two"). ``more`` is NULL on a row of one entry and on every row written before.
+-- A transaction's history entries of one instance in one row (wiggle/_storage/postgres/codecs.py,
+-- ``history_rows`` and ``history_from``): the row's columns hold the first entry, ``more`` the
+-- others, in order, as a JSON array of arrays (each entry's fields after instance_id, in the
+-- columns' order; trailing empty strings left out; token_id and worker_id null where they are
+-- the row's). A LOCAL_ASYNC run of 20 steps wrote 20 rows, each with two index entries, and
+-- those rows were a third of PostgreSQL's work per instance (bench/README.md, "Round
+-- twenty-two"). ``more`` is NULL on a row of one entry and on every row written before.
 ALTER TABLE history ADD COLUMN IF NOT EXISTS more bytea;
 
 -- Every entry, one row each, for reading the history in SQL: ORDER BY seq, pos is its order.

@@ -6,6 +6,6 @@
 -- '<instance>.<token_seq>', each found in tokens_pkey (wiggle/_storage/postgres/statements.py,
 -- ``purge``).
 -- A token's status, lease or due time changes at nearly every step, so no token update is a HOT
--- update and each one added an entry to this index as well: SERVER mode's PostgreSQL CPU per
--- instance fell by about a sixth without it (bench/README.md, "Round twenty-two").
+-- update and each one added an entry to this index as well: SERVER mode's CPU per instance fell
+-- by about 6% without it (bench/README.md, "Round twenty-two").
 DROP INDEX IF EXISTS tokens_instance;
