@@ -13,10 +13,10 @@ from wiggle._storage.postgres.codecs import (
     I_JOINS,
     I_SIGNAL_IDS,
     I_SIGNALS,
-    _text_array,
     encode_instance_json,
     instance_from,
     instance_row,
+    text_array,
 )
 
 
@@ -30,13 +30,13 @@ def _escaped(column: tuple[str, ...]) -> str:
 @given(st.lists(st.text(alphabet=st.sampled_from('ab",\\{} '), max_size=6), max_size=6))
 def test_text_array_matches_escaping_every_element(values: list[str]) -> None:
     column = tuple(values)
-    assert _text_array(column) == _escaped(column)
+    assert text_array(column) == _escaped(column)
 
 
 def test_text_array_escapes_quotes_and_backslashes() -> None:
-    assert _text_array(("a", "b")) == '{"a","b"}'
-    assert _text_array(('","',)) == '{"\\",\\""}'
-    assert _text_array(("x\\y", "")) == '{"x\\\\y",""}'
+    assert text_array(("a", "b")) == '{"a","b"}'
+    assert text_array(('","',)) == '{"\\",\\""}'
+    assert text_array(("x\\y", "")) == '{"x\\\\y",""}'
 
 
 def _instance(**fields: object) -> Instance:

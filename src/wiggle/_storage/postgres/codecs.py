@@ -159,7 +159,9 @@ _missing_types = {*TOKEN_FIELDS, *INSTANCE_FIELDS, *HistoryEntry.__struct_fields
 assert not _missing_types, f"no SQL type for column(s) {sorted(_missing_types)}"
 
 
-def _text_array(column: tuple[Any, ...]) -> str:
+def text_array(column: tuple[Any, ...] | list[str]) -> str:
+    """A text[] literal of ``column``'s strings: passed as one text parameter, it costs psycopg one
+    string where a list costs it a dumper lookup per element (writes.py ``write_checked``)."""
     if not column:
         return "{}"
     # every element quoted (empty strings, commas, braces, "NULL"); inside quotes only \ and " are special
@@ -182,7 +184,7 @@ def _bytea_array(column: tuple[Any, ...]) -> str:
 
 
 _ARRAY_LITERAL: dict[str, Callable[[tuple[Any, ...]], str]] = {
-    "text": _text_array,
+    "text": text_array,
     "integer": _int_array,
     "bigint": _int_array,
     "bytea": _bytea_array,
