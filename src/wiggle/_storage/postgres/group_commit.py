@@ -21,7 +21,7 @@ import psycopg
 from ..._engine.state import ACTIVE_TOKEN_STATUSES, Changes, InstanceState, now_millis
 from ...errors import NotFound, WiggleError
 from ..base import Action, InstanceView, R, WorkflowRecord
-from .codecs import N_INSTANCE, N_TOKEN, instance_from, token_from, token_seq
+from .codecs import N_INSTANCE, N_TOKEN, instance_from, text_array, token_from, token_seq
 from .committers import Committers, fail
 from .db import Conn, Database, transaction
 from .state_cache import STALE, StateCache
@@ -246,11 +246,13 @@ class GroupCommit:
         """The instances of ``ids`` locked and read with their active tokens; each one's xmins
         ("" its row's, else by token id) and this transaction's id."""
         q = self.queries
-        cur_i = await conn.execute(q.lock_instances, (ids,), binary=True)
+        # the ids as one text[] literal (codecs.py text_array): psycopg adapts a list element by element
+        id_array = text_array(ids)
+        cur_i = await conn.execute(q.lock_instances, (id_array,), binary=True)
         if len(ids) == 1:
             cur_t = await conn.execute(q.active_tokens_one, (ids[0],), binary=True)
         else:
-            cur_t = await conn.execute(q.active_tokens_many, (ids,), binary=True)
+            cur_t = await conn.execute(q.active_tokens_many, (id_array,), binary=True)
         await pipeline.sync()
         states: dict[str, InstanceState] = {}
         before: dict[str, dict[str, str]] = {}

@@ -181,10 +181,10 @@ class Queries:
         # which the group commit's copies of what it wrote are checked by (state_cache.py).
         self.lock_instances = q(
             f"SELECT {INSTANCE_COLS}, xmin::text, pg_current_xact_id()::xid::text FROM {{s}}.instances "
-            "WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+            "WHERE id = ANY(%s::text[]) ORDER BY id FOR UPDATE"
         )
         self.active_tokens_many = q(
-            f"SELECT {TOKEN_COLS}, xmin::text FROM {{s}}.tokens WHERE instance_id = ANY(%s) AND status IN {ACTIVE}"
+            f"SELECT {TOKEN_COLS}, xmin::text FROM {{s}}.tokens WHERE instance_id = ANY(%s::text[]) AND status IN {ACTIVE}"
         )
         # The same for one instance (a group of one: every report of a quiet server). PostgreSQL
         # plans ``= ANY($1)`` for an array of unknown length, costs that plan above a plan made for
