@@ -26,7 +26,7 @@ from psycopg import sql
 
 from ..._engine.state import Changes, InstanceState, InstanceStatus
 from ..base import ADMIT_BATCH, AdmitAction, WorkflowRecord
-from .codecs import instance_from, token_from, token_seq
+from .codecs import instance_from, text_array, token_from, token_seq
 from .db import Conn, transaction
 from .group_commit import Items
 from .statements import Queries
@@ -86,8 +86,9 @@ async def admission(
         if not wait_ids:
             return []
         ids = sorted({*live_ids, *wait_ids})
-        cur_i = await conn.execute(queries.lock_instances, (ids,), binary=True)
-        cur_t = await conn.execute(queries.active_tokens_many, (ids,), binary=True)
+        id_array = text_array(ids)  # as the group commit's read passes them (group_commit.py _read)
+        cur_i = await conn.execute(queries.lock_instances, (id_array,), binary=True)
+        cur_t = await conn.execute(queries.active_tokens_many, (id_array,), binary=True)
         await pipeline.sync()
         states = {inst.id: InstanceState(inst, {}) for inst in map(instance_from, await cur_i.fetchall())}
         for token in sorted((token_from(r) for r in await cur_t.fetchall()), key=token_seq):
