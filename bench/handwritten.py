@@ -144,7 +144,10 @@ class Submitter:
         self.lock = threading.Lock()
         self.latencies: list[float] = []
         self.errors: list[str] = []
-        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(min(threads, total))]
+        # connected before the timed window and closed after it, so that their backends' CPU is
+        # in both of its snapshots (a backend gone by the second one would not be counted at all)
+        self.conns = [connect(url, autocommit=True) for _ in range(min(threads, total))]
+        self.threads = [threading.Thread(target=self.run, args=(conn,), daemon=True) for conn in self.conns]
 
     def take(self) -> int | None:
         with self.lock:
@@ -153,16 +156,19 @@ class Submitter:
             self.next += 1
             return self.next - 1
 
-    def run(self) -> None:
+    def run(self, conn: psycopg.Connection[Any]) -> None:
         insert = sql.SQL("INSERT INTO {} (id, step, ctx) VALUES (%s, 0, %s)").format(TABLE)
         try:
-            with connect(self.url, autocommit=True) as conn:
-                while (n := self.take()) is not None:
-                    began = time.perf_counter()
-                    conn.execute(insert, (n, Jsonb(initial_context(n))))
-                    self.latencies.append((time.perf_counter() - began) * 1000)
+            while (n := self.take()) is not None:
+                began = time.perf_counter()
+                conn.execute(insert, (n, Jsonb(initial_context(n))))
+                self.latencies.append((time.perf_counter() - began) * 1000)
         except Exception as exc:
             self.errors.append(str(exc))
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
 
 
 def cpu_snapshot(pg: Postgres, workers: list[Any]) -> dict[str, Any]:
@@ -220,6 +226,7 @@ def drain(args: argparse.Namespace, pg: Postgres) -> dict[str, Any]:
         )
         for _ in range(args.workers)
     ]
+    submitter: Submitter | None = None
     try:
         for w in workers:
             w.start()
@@ -251,12 +258,15 @@ def drain(args: argparse.Namespace, pg: Postgres) -> dict[str, Any]:
                 sql.SQL("SELECT extract(epoch FROM max(finished_at)) FROM {}").format(TABLE)
             ).fetchone()
     finally:
+        if submitter is not None:
+            submitter.close()
         stop.set()
         go.set()
         for w in workers:
             w.join(10)
             if w.is_alive():
                 w.kill()
+    assert submitter is not None  # every path that did not make it returned above
     if submitter.errors:
         return {"problems": [f"a start failed: {submitter.errors[0]}"]}
     return {

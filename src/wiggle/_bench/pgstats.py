@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from .processes import proc_cpu
+from .processes import thread_cpu
 
 __all__ = ["COUNTERS", "Postgres", "WaitSampler"]
 
@@ -118,7 +118,7 @@ class Postgres:
         backends: dict[int, float] = {}
         background: dict[int, float] = {}
         for pid, datname, backend_type in rows:
-            cpu = proc_cpu(int(pid))
+            cpu = thread_cpu(int(pid))  # a backend is one thread: to the nanosecond
             if cpu is None:
                 continue
             if backend_type == "client backend":

@@ -28,6 +28,7 @@ __all__ = [
     "Children",
     "machine_busy",
     "proc_cpu",
+    "thread_cpu",
     "self_cpu",
 ]
 
@@ -46,6 +47,25 @@ def proc_cpu(pid: int) -> float | None:
         return None
     fields = data[data.rindex(b")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def thread_cpu(pid: int) -> float | None:
+    """CPU seconds of the single-threaded process ``pid`` to the nanosecond (the scheduler's
+    ``sum_exec_runtime``, the first field of ``/proc/PID/schedstat``), or None if it is gone.
+
+    For PostgreSQL's backends (pgstats.py): ``proc_cpu`` counts in clock ticks (10 ms) and each
+    process's figure is rounded down, so a run over 64 fresh backends that each use a few
+    milliseconds read 0 s before and after, and their whole CPU fell into "other" (bench/README.md,
+    "Round twenty-four"). A multi-threaded process needs ``proc_cpu``: this counts its first
+    thread only. Where schedstat is missing (a kernel without it), ``proc_cpu``."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return proc_cpu(pid)
+    except OSError:
+        return None
+    return int(data.split()[0]) / 1e9
 
 
 def machine_busy() -> tuple[float, float] | None:
