@@ -24,6 +24,11 @@ Beside each inst/s ratio it prints the ratio the two runs' CPU per instance alon
 latency of their steps; the inst/s ratio can then reach its target only by using less CPU per
 instance.
 
+Before the first round and after the last it times a commit alone (``commit_probe``: a one-row
+UPDATE committed by itself, 200 times in a row on an idle database, p50): the per-step loop pays
+one about 22 times an instance and is the run most sensitive to it, so a machine whose disk
+flushes faster moves the yardstick (bench/README.md, "Round twenty-four").
+
 Absolute figures on a shared machine move by 2x from day to day; the ratios of one sitting are
 what to compare (bench/README.md). ``--json`` prints the whole document on stdout instead.
 """
@@ -36,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +111,28 @@ def _loop(per: str, args: argparse.Namespace) -> dict[str, Any]:
         "probe_ms": result.get("probe_ms_before"),
         "synchronous_commit": result.get("synchronous_commit"),
     }
+
+
+def commit_probe(url: str, count: int = 200) -> float:
+    """The p50 in ms of ``count`` one-row UPDATEs, each committed alone (autocommit), in a table
+    of its own in the database's default schema (created and dropped here)."""
+    import psycopg
+    from psycopg import sql
+
+    table = sql.Identifier(f"wiggle_commit_probe_{os.getpid()}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v int)").format(table))
+        try:
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 0)").format(table))
+            update = sql.SQL("UPDATE {} SET v = v + 1 WHERE id = 1").format(table)
+            took = []
+            for _ in range(count):
+                began = time.perf_counter()
+                conn.execute(update)
+                took.append((time.perf_counter() - began) * 1000)
+        finally:
+            conn.execute(sql.SQL("DROP TABLE {}").format(table))
+    return round(statistics.median(took), 3)
 
 
 def run_one(kind: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -215,6 +243,12 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(
             f"  synchronous_commit (the database's, both sides): {', '.join(sorted(map(str, sync)))}"
         )
+    probes = doc.get("commit_probe_ms")
+    if probes:
+        lines.append(
+            f"  commit probe (a one-row UPDATE committed alone, p50 of 200): {probes[0]:.3f} ms before, "
+            f"{probes[-1]:.3f} ms after"
+        )
     return "\n".join(lines)
 
 
@@ -246,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
     sequence: list[tuple[int, str, dict[str, Any]]] = []
+    probes = [commit_probe(args.database_url)]
     for n in range(1, args.rounds + 1):
         for kind in order(n):
             result = run_one(kind, args)
@@ -253,7 +288,14 @@ def main(argv: list[str] | None = None) -> int:
             sequence.append((n, kind, result))
             shown = f"{result['instances_per_s']} inst/s" if result["ok"] else f"FAILED {result['problems']}"
             print(f"round {n} {label(kind)}: {shown}", file=sys.stderr, flush=True)
-    doc = {"settings": vars(args), "runs": runs, "sequence": sequence, "summary": summary(runs)}
+    probes.append(commit_probe(args.database_url))
+    doc = {
+        "settings": vars(args),
+        "runs": runs,
+        "sequence": sequence,
+        "summary": summary(runs),
+        "commit_probe_ms": probes,
+    }
     if args.json:
         print(render(doc), file=sys.stderr)
         print(json.dumps(doc, indent=2))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,6 @@ def test_user_view_alternates_and_prints_the_table() -> None:
     for line in out.split("medians of")[1].split("synchronous_commit")[0].splitlines():
         assert "n/a" not in line.split("; CPU per instance")[0], out
     assert out.count("CPU per instance alone would give") == 3, out
+    probe = re.search(r"commit probe \(.*\): ([0-9.]+) ms before, ([0-9.]+) ms after", out)
+    assert probe is not None, out
+    assert all(0 < float(ms) < 1000 for ms in probe.groups()), probe.group(0)
