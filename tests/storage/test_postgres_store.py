@@ -686,7 +686,7 @@ async def test_servers_notify_each_other_only_while_a_peer_is_connected(
             await a.complete(c.token.id, "w", {}, None)
             await asyncio.wait_for(finished, 2.0)
         assert a.cluster.notifies_sent >= 2
-        assert f"{a.node_id}:linear" in await drain()
+        assert f"{a.node_id}:linear" in await drain(1)
 
         await b.close()  # the last peer leaves: a notices at its next count and stops notifying
         for _ in range(200):
@@ -717,7 +717,7 @@ async def test_notifies_go_out_after_the_commit_in_one_transaction_for_all_poste
             b.cluster.post(f"instance-{n}", finished)
         await asyncio.wait_for(b.cluster._sender, 5.0)
         assert b.cluster.notifies_sent == sent + 1
-        assert sorted(await drain()) == sorted(f"{b.node_id}:instance-{n}" for n in range(50))
+        assert sorted(await drain(50)) == sorted(f"{b.node_id}:instance-{n}" for n in range(50))
 
 
 async def test_a_node_spaces_its_notify_transactions_and_sends_what_came_meanwhile_together(
@@ -748,7 +748,7 @@ async def test_a_node_spaces_its_notify_transactions_and_sends_what_came_meanwhi
         await asyncio.wait_for(b.cluster._sender, 5.0)
         assert loop.time() - began >= 0.3  # the second transaction waited for its turn
         assert b.cluster.notifies_sent == sent + 2  # the five in one
-        payloads = await drain()
+        payloads = await drain(6)
         assert sorted(payloads) == sorted(
             f"{b.node_id}:{name}" for name in ["first"] + [f"later-{n}" for n in range(5)]
         )
