@@ -138,7 +138,6 @@ class Submitter:
     """``threads`` threads inserting instances 0..total-1 (a shared counter), one connection each."""
 
     def __init__(self, url: str, total: int, threads: int) -> None:
-        self.url = url
         self.total = total
         self.next = 0
         self.lock = threading.Lock()

@@ -30,7 +30,7 @@ from .statements import Queries
 # A group's states as this server last wrote them: (states, their xmins, their prints).
 Kept = tuple[dict[str, InstanceState], dict[str, dict[str, str]], list[str]]
 
-__all__ = ["GroupCommit", "Items", "Persist", "WriteChecked", "finished_view"]
+__all__ = ["GroupCommit", "Items", "Persist", "WriteChecked", "finished_view", "send_locked_read"]
 
 # The changed instances of a transaction: (state, its changes, its context as loaded).
 Items = list[tuple[InstanceState, Changes, Any]]
@@ -68,6 +68,21 @@ def finished_view(state: InstanceState) -> InstanceView:
     tokens = [t for t in state.tokens.values() if t.status in ACTIVE_TOKEN_STATUSES]
     tokens.sort(key=token_seq)
     return InstanceView(msgspec.structs.replace(state.instance), tokens)
+
+
+async def send_locked_read(conn: Conn, queries: Queries, ids: list[str]) -> tuple[Any, Any]:
+    """Send, in the caller's pipeline, the lock and read of the instances ``ids`` and the read of
+    their active tokens; the two cursors, to fetch after the pipeline's sync. The group commit's
+    read (``GroupCommit._read``) and a workflow limit's admission (workflow_limits.py) both read
+    so. The ids go as one text[] literal (codecs.py text_array): psycopg adapts a list element by
+    element."""
+    id_array = text_array(ids)
+    cur_i = await conn.execute(queries.lock_instances, (id_array,), binary=True)
+    if len(ids) == 1:
+        cur_t = await conn.execute(queries.active_tokens_one, (ids[0],), binary=True)
+    else:
+        cur_t = await conn.execute(queries.active_tokens_many, (id_array,), binary=True)
+    return cur_i, cur_t
 
 
 class GroupCommit:
@@ -245,14 +260,7 @@ class GroupCommit:
     ) -> tuple[dict[str, InstanceState], dict[str, dict[str, str]], str]:
         """The instances of ``ids`` locked and read with their active tokens; each one's xmins
         ("" its row's, else by token id) and this transaction's id."""
-        q = self.queries
-        # the ids as one text[] literal (codecs.py text_array): psycopg adapts a list element by element
-        id_array = text_array(ids)
-        cur_i = await conn.execute(q.lock_instances, (id_array,), binary=True)
-        if len(ids) == 1:
-            cur_t = await conn.execute(q.active_tokens_one, (ids[0],), binary=True)
-        else:
-            cur_t = await conn.execute(q.active_tokens_many, (id_array,), binary=True)
+        cur_i, cur_t = await send_locked_read(conn, self.queries, ids)
         await pipeline.sync()
         states: dict[str, InstanceState] = {}
         before: dict[str, dict[str, str]] = {}

@@ -26,9 +26,9 @@ from psycopg import sql
 
 from ..._engine.state import Changes, InstanceState, InstanceStatus
 from ..base import ADMIT_BATCH, AdmitAction, WorkflowRecord
-from .codecs import instance_from, text_array, token_from, token_seq
+from .codecs import instance_from, token_from, token_seq
 from .db import Conn, transaction
-from .group_commit import Items
+from .group_commit import Items, send_locked_read
 from .statements import Queries
 
 __all__ = ["ConcQueries", "admission"]
@@ -86,9 +86,7 @@ async def admission(
         if not wait_ids:
             return []
         ids = sorted({*live_ids, *wait_ids})
-        id_array = text_array(ids)  # as the group commit's read passes them (group_commit.py _read)
-        cur_i = await conn.execute(queries.lock_instances, (id_array,), binary=True)
-        cur_t = await conn.execute(queries.active_tokens_many, (id_array,), binary=True)
+        cur_i, cur_t = await send_locked_read(conn, queries, ids)
         await pipeline.sync()
         states = {inst.id: InstanceState(inst, {}) for inst in map(instance_from, await cur_i.fetchall())}
         for token in sorted((token_from(r) for r in await cur_t.fetchall()), key=token_seq):
