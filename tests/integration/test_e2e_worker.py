@@ -449,24 +449,36 @@ async def test_cancel_while_a_step_runs_refuses_the_late_completion(mode: Execut
 
 
 @pytest.mark.parametrize(
-    "mode, batch, expected_reports, expected_tx",
+    "mode, batch, chain, expected_reports, expected_tx",
     [
         # per instance, after the first: (reports of the expected kind, committed transactions);
         # a step handed to the waiting poll by the commit that made it READY needs no claim
         # (docs/semantics.md, "Hand-off"): each hand-off is one transaction less
-        (ExecutionMode.SERVER, 64, 6, 1 + 6 + 6),  # start, N claims, N CompleteTask
-        (ExecutionMode.LOCAL_SYNC, 64, 6, 1 + 1 + 6),  # start, 1 claim, N AdvanceRun
-        (ExecutionMode.LOCAL_ASYNC, 4, math.ceil(6 / 4), 1 + 1 + 2),  # start, 1 claim, ceil(N/batch)
-        (ExecutionMode.LOCAL_ASYNC, 64, 1, 1 + 1 + 1),
+        # start, 1 claim, N CompleteTask, each but the last bringing the next step (chained steps)
+        (ExecutionMode.SERVER, 64, 16, 6, 1 + 1 + 6),
+        (ExecutionMode.SERVER, 64, 2, 6, 1 + 2 + 6),  # a claim, 2 chained, a claim, 2 chained
+        (ExecutionMode.SERVER, 64, 0, 6, 1 + 6 + 6),  # start, N claims, N CompleteTask
+        (ExecutionMode.LOCAL_SYNC, 64, 16, 6, 1 + 1 + 6),  # start, 1 claim, N AdvanceRun
+        (ExecutionMode.LOCAL_ASYNC, 4, 16, math.ceil(6 / 4), 1 + 1 + 2),  # start, 1 claim, ceil(N/batch)
+        (ExecutionMode.LOCAL_ASYNC, 64, 16, 1, 1 + 1 + 1),
     ],
-    ids=["SERVER", "LOCAL_SYNC", "LOCAL_ASYNC-batch4", "LOCAL_ASYNC-batch64"],
+    ids=[
+        "SERVER",
+        "SERVER-chain2",
+        "SERVER-chain0",
+        "LOCAL_SYNC",
+        "LOCAL_ASYNC-batch4",
+        "LOCAL_ASYNC-batch64",
+    ],
 )
 async def test_rpc_and_commit_counts_per_mode(
-    mode: ExecutionMode, batch: int, expected_reports: int, expected_tx: int
+    mode: ExecutionMode, batch: int, chain: int, expected_reports: int, expected_tx: int
 ) -> None:
     n = 6
     bp = linear("budget", mode, n)
-    options = WorkerOptions(transport="unary", local_batch_size=batch, concurrency=1, poll_wait_seconds=5)
+    options = WorkerOptions(
+        transport="unary", local_batch_size=batch, concurrency=1, poll_wait_seconds=5, chain_steps=chain
+    )
     report = "CompleteTask" if mode is ExecutionMode.SERVER else "AdvanceRun"
     other = "AdvanceRun" if mode is ExecutionMode.SERVER else "CompleteTask"
     async with EmbeddedServer() as server:

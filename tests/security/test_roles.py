@@ -141,6 +141,12 @@ async def test_worker_token_scoped_to_its_queues_and_leases(secured: WiggleServe
         )
         with pytest.raises(PermissionDenied, match="is not a lease of worker credential 'any-worker'"):
             await other._call(other.stub.CompleteTask, forged)
+        # its own report may ask for a next step only on its own queues (chained steps)
+        wider = pb.CompleteTaskRequest(
+            task_id=task.task_id, lease_owner=task.lease_owner, context_json=b"{}", next_queues=["orders"]
+        )
+        with pytest.raises(PermissionDenied, match=r"not \['orders'\] \(CompleteTask next_queues\)"):
+            await pay._call(pay.stub.CompleteTask, wider)
         # claiming to be pay-worker in the worker id changes nothing: the prefix is the credential's
         spoof = await other._call(
             other.stub.PollTasks, pb.PollTasksRequest(worker_id="pay-worker/w1", queues=["payments"])

@@ -95,6 +95,16 @@ _FLAGS: tuple[tuple[str, str | None, dict[str, object]], ...] = (
         "WIGGLE_LOCAL_BATCH_SIZE",
         dict(type=positive, default=64, help="LOCAL_ASYNC flush size"),
     ),
+    (
+        "--chain-steps",
+        "WIGGLE_WORKER_CHAIN_STEPS",
+        dict(
+            type=int,
+            default=16,
+            help="SERVER mode: steps a worker slot takes with its reports before it polls again "
+            "(WorkerOptions.chain_steps; 0: every step is polled for)",
+        ),
+    ),
     ("--transport", "WIGGLE_BENCH_TRANSPORT", dict(choices=("stream", "unary"), default="stream")),
     (
         "--handler",

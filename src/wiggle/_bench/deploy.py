@@ -93,6 +93,7 @@ class ModeProcesses:
         worker_args = ["worker", "--mode", self.mode, "--steps", str(args.steps)]
         worker_args += ["--concurrency", str(args.concurrency), "--batch-size", str(args.batch_size)]
         worker_args += ["--transport", args.transport, "--handler", args.handler]
+        worker_args += ["--chain-steps", str(args.chain_steps)]
         if args.limits:
             worker_args.append("--limits")
         if args.fault:
@@ -172,13 +173,15 @@ def _summed_cpu(children: list[Child]) -> float | None:
 
 def merge_stats(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Several servers' "stats" events as one: counters added up (``rpc_calls``, ``rpc_errors``,
-    ``transactions``, ``handed_off``, the store probe's ``store``); one event is returned as it is."""
+    ``transactions``, ``handed_off``, ``chained``, the store probe's ``store``); one event is
+    returned as it is."""
     if len(events) == 1:
         return events[0]
     merged: dict[str, Any] = {
         "metrics": {"rpc_calls": {}, "rpc_errors": {}},
         "transactions": 0,
         "handed_off": 0,
+        "chained": 0,
         "store": {},
     }
     for event in events:
@@ -187,6 +190,7 @@ def merge_stats(events: list[dict[str, Any]]) -> dict[str, Any]:
         _add(merged["store"], event.get("store", {}))
         merged["transactions"] += event.get("transactions", 0)
         merged["handed_off"] += event.get("handed_off", 0)
+        merged["chained"] += event.get("chained", 0)
     return merged
 
 

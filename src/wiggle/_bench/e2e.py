@@ -41,6 +41,7 @@ Settings (flag, environment variable, default):
     --servers      WIGGLE_BENCH_SERVERS       1    (server processes on one PostgreSQL schema for the drain)
     --concurrency  WIGGLE_BENCH_CONCURRENCY   16
     --batch-size   WIGGLE_LOCAL_BATCH_SIZE    64   (LOCAL_ASYNC flush size)
+    --chain-steps  WIGGLE_WORKER_CHAIN_STEPS  16   (SERVER mode: steps a slot takes with its reports before polling)
     --transport    WIGGLE_BENCH_TRANSPORT     stream (or unary)
     --handler      WIGGLE_BENCH_HANDLER       sync (plain functions, run in the worker's thread pool) or async
     --database-url WIGGLE_DATABASE_URL        unset: the in-memory store
@@ -115,7 +116,7 @@ def _child_env(args: argparse.Namespace) -> dict[str, str]:
 def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The report's skeleton: the settings and the machine; each mode's result is appended."""
     settings = (
-        "modes steps instances servers workers concurrency batch_size transport handler submit"
+        "modes steps instances servers workers concurrency batch_size chain_steps transport handler submit"
         " submit_threads submit_client latency limits"
     )
     return {

@@ -83,6 +83,7 @@ def drain_figures(
     rpc, errors = _rpc_deltas(before, after)
     tx = after.stats["transactions"] - before.stats["transactions"]
     handed = after.stats.get("handed_off", 0) - before.stats.get("handed_off", 0)
+    chained = after.stats.get("chained", 0) - before.stats.get("chained", 0)
     cpu = _cpu_deltas(before, after)
     total_cpu = cpu.pop("_total") or 0.0
     executed = sum(s.get("steps", 0) for s in worker_stats)
@@ -113,6 +114,8 @@ def drain_figures(
         "store_tx_per_instance": round(tx / n, 3),
         # steps leased to a waiting poller by the commit that made them READY (no claim)
         "handed_off_per_instance": round(handed / n, 3),
+        # steps leased to the reporting worker in its report's commit (no poll, no claim)
+        "chained_per_instance": round(chained / n, 3),
         "pg_xact_commit": xact,
         "pg_xact_per_instance": None if xact is None else round(xact / n, 3),
         "pg_per_instance": None

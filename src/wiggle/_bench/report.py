@@ -69,6 +69,9 @@ def _rpc_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
         f"{'steps handed off/inst':<24}"
         + "".join(f" {m.get('handed_off_per_instance', 0):>{w}.2f}" for m in ok)
     )
+    lines.append(
+        f"{'steps chained/inst':<24}" + "".join(f" {m.get('chained_per_instance', 0):>{w}.2f}" for m in ok)
+    )
     return lines
 
 

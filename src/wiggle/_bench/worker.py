@@ -235,6 +235,7 @@ async def run_server(args: argparse.Namespace) -> int:
                     metrics=server.metrics.snapshot(),
                     transactions=server.store.stats.transactions,
                     handed_off=server.instances.handed_off,
+                    chained=server.instances.chained,
                     store=probe.snapshot(),
                     time=time.time(),
                 )
@@ -276,6 +277,7 @@ async def run_worker(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             local_batch_size=args.batch_size,
             transport=args.transport,
+            chain_steps=args.chain_steps,
             register=False,
             worker_id=f"bench-w{args.index}-{os.getpid()}",
         )
@@ -319,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--transport", choices=("stream", "unary"), default="stream")
+    p.add_argument("--chain-steps", type=int, default=16)
     p.add_argument("--handler", choices=("sync", "async"), default="sync")
     p.add_argument("--fault", choices=FAULTS, default="")
     p.add_argument("--index", type=int, default=0)

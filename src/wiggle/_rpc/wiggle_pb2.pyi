@@ -426,16 +426,18 @@ class PollTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[TaskActivation, _Mapping]]] = ...) -> None: ...
 
 class CompleteTaskRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "context_json", "predicate_value")
+    __slots__ = ("task_id", "lease_owner", "context_json", "predicate_value", "next_queues")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_JSON_FIELD_NUMBER: _ClassVar[int]
     PREDICATE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_QUEUES_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     context_json: bytes
     predicate_value: bool
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ...) -> None: ...
+    next_queues: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ..., next_queues: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FailTaskRequest(_message.Message):
     __slots__ = ("task_id", "lease_owner", "message", "retryable", "release", "traceback")
@@ -462,12 +464,14 @@ class HeartbeatTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ...) -> None: ...
 
 class ReportResult(_message.Message):
-    __slots__ = ("instance_status", "lease_expires_at")
+    __slots__ = ("instance_status", "lease_expires_at", "next_task")
     INSTANCE_STATUS_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TASK_FIELD_NUMBER: _ClassVar[int]
     instance_status: str
     lease_expires_at: int
-    def __init__(self, instance_status: _Optional[str] = ..., lease_expires_at: _Optional[int] = ...) -> None: ...
+    next_task: TaskActivation
+    def __init__(self, instance_status: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., next_task: _Optional[_Union[TaskActivation, _Mapping]] = ...) -> None: ...
 
 class StepFailure(_message.Message):
     __slots__ = ("message", "retryable")

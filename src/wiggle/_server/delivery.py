@@ -4,7 +4,9 @@
 here: ``claim`` leases due READY steps now; ``poll`` claims or waits for work; ``hand_off`` runs
 inside a transition (a report, a start) and leases the steps it made READY to polls of this node
 already waiting on their queues, so they need no claim of their own (docs/semantics.md,
-"Hand-off"; the reservation's lifecycle is wiggle/_storage/handoff.py).
+"Hand-off"; the reservation's lifecycle is wiggle/_storage/handoff.py); ``chain`` runs inside a
+report's transition and leases the next step to the reporting worker itself, returned with the
+report's answer (docs/semantics.md, "Chained steps").
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Delivery:
         self.timings = timings
         self.give_back = give_back
         self.handed_off = 0  # steps leased to a waiting poller inside the commit that made them READY
+        self.chained = 0  # steps leased to the reporting worker inside its report's commit (chain)
         self._releases: set[asyncio.Task[None]] = set()  # hand-offs being given back (_orphaned)
         # Per queue, the reservation of a poller that further transitions may add steps to
         # (Handoff.accepting): a start group's starts, reports committed together, share one poll.
@@ -239,6 +242,36 @@ class Delivery:
         for queue in handed:  # nothing left to announce on a queue whose steps were all handed
             if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
                 changes.ready_queues.discard(queue)
+
+    def chain(
+        self,
+        loaded: LoadedDefinition,
+        state: InstanceState,
+        changes: Changes,
+        now: int,
+        owner: str,
+        queues: frozenset[str],
+    ) -> Claimed | None:
+        """Lease to ``owner``, inside a report's transition, the first step that report made READY
+        and due on one of ``queues`` (the reporting worker's), as a claim would: the report's
+        answer carries it (docs/semantics.md, "Chained steps"). None if there is none, or only
+        under a limit (a queue's limit or a step's key: only a claim counts those)."""
+        if state.instance.status != InstanceStatus.RUNNING or not changes.ready_queues:
+            return None
+        limited = self.store.limited_queues
+        for token in changes.tokens.values():
+            if token.status != TokenStatus.READY or token.available_at > now:
+                continue
+            queue = token.queue
+            if queue not in queues or queue in limited or token.limit_key or token.rate_key:
+                continue
+            self.timings.claimed(loaded, token, now)
+            claimed = self.engine.claim(loaded, state, token, owner, now, changes)
+            self.chained += 1
+            if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
+                changes.ready_queues.discard(queue)  # nothing left there to announce
+            return claimed
+        return None
 
     def _orphaned(self, claims: list[Claimed]) -> None:
         """Steps committed as handed to a poller that had gone: give them back (a release)."""

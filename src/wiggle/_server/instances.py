@@ -411,6 +411,11 @@ class Instances:
         """Steps leased to a waiting poll by the commit that made them READY (no claim)."""
         return self.delivery.handed_off
 
+    @property
+    def chained(self) -> int:
+        """Steps leased to the reporting worker in its report's commit (``Delivery.chain``)."""
+        return self.delivery.chained
+
     async def complete(
         self,
         token_id: str,
@@ -425,10 +430,28 @@ class Instances:
         ``diff`` (keys set, keys removed) instead of ``context``: applied to the token's context
         as the store holds it under the instance lock, inside the transaction (Engine.complete).
         """
+        status, _ = await self.complete_chained(token_id, owner, context, predicate_value, diff=diff)
+        return status
+
+    async def complete_chained(
+        self,
+        token_id: str,
+        owner: str,
+        context: dict[str, Any] | None,
+        predicate_value: bool | None,
+        *,
+        diff: tuple[dict[str, Any], list[str]] | None = None,
+        next_queues: frozenset[str] = frozenset(),
+    ) -> tuple[str, Claimed | None]:
+        """``complete``, and the next step leased to ``owner`` in the same commit when
+        ``next_queues`` (the worker's) names its queue (``Delivery.chain``): (status, that step)."""
         if context is not None and diff is not None:
             raise InvalidArgument("a step result is a context or a diff, not both")
+        delivery = self.delivery
 
-        def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
+        def action(
+            loaded: LoadedDefinition, state: InstanceState, now: int
+        ) -> tuple[Claimed | None, Changes]:
             changes = self.engine.complete(
                 loaded,
                 state,
@@ -439,10 +462,14 @@ class Instances:
                 predicate_value=predicate_value,
                 diff=diff,
             )
-            return None, changes
+            if not next_queues:
+                return None, changes
+            return delivery.chain(loaded, state, changes, now, owner, next_queues), changes
 
-        _, state = await self.mutate(token_instance_id(token_id), token_missing(token_id), action, owner)
-        return state.instance.status
+        chained, state = await self.mutate(
+            token_instance_id(token_id), token_missing(token_id), action, owner
+        )
+        return state.instance.status, chained
 
     async def fail(
         self,

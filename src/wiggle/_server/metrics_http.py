@@ -70,6 +70,11 @@ class WiggleCollector(Collector):
         )
         handed.add_metric([], self.server.instances.handed_off)
         yield handed
+        chained = CounterMetricFamily(
+            "wiggle_steps_chained", "steps leased to the reporting worker in its report's commit"
+        )
+        chained.add_metric([], self.server.instances.chained)
+        yield chained
         yield from queue_gauges(self.server)
         yield from timing_metrics(self.server)
         yield from pager_families(self.server)

@@ -35,6 +35,16 @@ def check_task_id(task_id: str) -> None:
     )
 
 
+def chain_queues(queues: Iterable[str]) -> list[str]:
+    """Check a report's ``next_queues`` (CompleteTask asking for its next step): valid queue
+    names; the queues as a list. InvalidArgument otherwise."""
+    names = list(queues)
+    for q in names:
+        if name_ok(q) is None:
+            validate_name(q, "next_queues")
+    return names
+
+
 class ServiceLimits(msgspec.Struct, frozen=True, kw_only=True):
     """The bounds the service enforces on requests."""
 

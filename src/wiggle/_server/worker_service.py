@@ -18,7 +18,7 @@ from .._wire.payload import check_depth, decode_object, too_deep
 from ..errors import InvalidArgument
 from .instances import Instances
 from .pollers import Pollers
-from .service_limits import ServiceLimits, check_task_id, poll_queues, wait_seconds
+from .service_limits import ServiceLimits, chain_queues, check_task_id, poll_queues, wait_seconds
 
 if TYPE_CHECKING:
     from .service import Metrics
@@ -60,8 +60,16 @@ class WorkerHandlers:
             ctx = decode_object(request.context_json, "context_json", None)
         elif which == "predicate_value":
             value = request.predicate_value
-        status = await self.instances.complete(request.task_id, request.lease_owner, ctx, value)
-        return pb.ReportResult(instance_status=status)
+        next_queues = frozenset(chain_queues(request.next_queues)) if request.next_queues else frozenset()
+        status, chained = await self.instances.complete_chained(
+            request.task_id, request.lease_owner, ctx, value, next_queues=next_queues
+        )
+        if chained is None:
+            return pb.ReportResult(instance_status=status)
+        self.pollers.claimed((chained.token.queue,))
+        return pb.ReportResult(
+            instance_status=status, next_task=convert.activation_to_pb(chained, self.instances.config)
+        )
 
     async def fail_task(self, request: pb.FailTaskRequest) -> pb.ReportResult:
         """A step failed; retried by its policy unless not ``retryable``."""

@@ -46,6 +46,11 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
         lease_margin: A local run hands back when less than this share of its lease is left.
         use_local_modes: False: ignore the execution mode and report every step with
             `CompleteTask` (SERVER style).
+        chain_steps: A slot that reports a SERVER-mode step with `CompleteTask` asks for its
+            instance's next step in the same call, and takes it from the answer (leased in the
+            report's own commit), up to this many steps in a row before it asks the queue again
+            with a poll, where priorities rank the waiting steps (0: never; every step is polled
+            for).
         transport: `"stream"` multiplexes every call over one `WorkerSession` stream (the fast
             path); `"unary"` makes one RPC per call.
         register: Register the blueprints when the worker starts (a worker identity without
@@ -72,6 +77,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     flush_interval: float = msgspec.field(default_factory=_default_flush_interval)
     lease_margin: float = 0.25  # hand back when less than this share of the lease is left
     use_local_modes: bool = True
+    chain_steps: int = 16  # steps a slot takes with its reports before it polls again; 0: never
     transport: str = "stream"
     register: bool = True  # register the blueprints on start
     threads: int = 0  # thread pool for sync handlers; 0: concurrency
@@ -89,6 +95,8 @@ def check_options(options: WorkerOptions) -> None:
             f"local_batch_size must be >= 1, got {options.local_batch_size} "
             "(check WIGGLE_LOCAL_BATCH_SIZE if you did not pass it)"
         )
+    if options.chain_steps < 0:
+        raise ValueError(f"chain_steps must be >= 0 (0: every step is polled for), got {options.chain_steps}")
     if options.transport not in TRANSPORTS:
         raise ValueError(f"transport must be 'stream' or 'unary', got {options.transport!r}")
     if options.sync_handlers not in SYNC_HANDLER_MODES:

@@ -7,7 +7,7 @@ that learns the server has no AdvanceRun (it reports the one step it ran this wa
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import msgspec
@@ -39,8 +39,11 @@ async def run_server_step(
     heartbeats: Heartbeats,
     loaded: LoadedBlueprint,
     act: pb.TaskActivation,
-) -> None:
-    """Run the activation's step, heartbeating while it runs, and report its outcome."""
+    next_queues: Sequence[str] = (),
+) -> pb.TaskActivation | None:
+    """Run the activation's step, heartbeating while it runs, and report its outcome. With
+    ``next_queues`` (the worker's) a CompleteTask asks for the instance's next step: the
+    activation the server leased with the report, if any (docs/semantics.md#chained-steps)."""
     context = decode_context(act)
     heartbeats.watch(act)
     try:
@@ -50,34 +53,50 @@ async def run_server_step(
             outcome = await caller.run(loaded, act, act.node_id, context, act.attempt)
     finally:
         heartbeats.unwatch(act)
-    await report_outcome(reporter, act, loaded.blueprint.handlers[act.node_id][0], outcome)
+    return await report_outcome(
+        reporter, act, loaded.blueprint.handlers[act.node_id][0], outcome, next_queues
+    )
 
 
 def report_outcome(
-    reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome
-) -> Coroutine[Any, Any, None]:
-    """CompleteTask with the outcome, or FailTask if it is a Failure (in a span when tracing)."""
+    reporter: Reporter,
+    act: pb.TaskActivation,
+    kind: str,
+    outcome: Outcome,
+    next_queues: Sequence[str] = (),
+) -> Coroutine[Any, Any, pb.TaskActivation | None]:
+    """CompleteTask with the outcome, or FailTask if it is a Failure (in a span when tracing);
+    the next step the server leased with a CompleteTask that asked for one (``next_queues``)."""
     if tracing.active():
-        return _traced_report(reporter, act, kind, outcome)
-    return _report(reporter, act, kind, outcome)
+        return _traced_report(reporter, act, kind, outcome, next_queues)
+    return _report(reporter, act, kind, outcome, next_queues)
 
 
-async def _traced_report(reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome) -> None:
+async def _traced_report(
+    reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome, next_queues: Sequence[str]
+) -> pb.TaskActivation | None:
     name = "FailTask" if isinstance(outcome, Failure) else "CompleteTask"
     with tracing.span(f"wiggle.report {name}", tracing.CLIENT, act.traceparent):
-        await _report(reporter, act, kind, outcome)
+        return await _report(reporter, act, kind, outcome, next_queues)
 
 
-async def _report(reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome) -> None:
+async def _report(
+    reporter: Reporter, act: pb.TaskActivation, kind: str, outcome: Outcome, next_queues: Sequence[str]
+) -> pb.TaskActivation | None:
     if isinstance(outcome, Failure):
         await report_failure(reporter, act, outcome)
-        return
-    request = pb.CompleteTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner)
+        return None
+    request = pb.CompleteTaskRequest(
+        task_id=act.task_id, lease_owner=act.lease_owner, next_queues=next_queues
+    )
     if kind == HandlerKind.PREDICATE:
         request.predicate_value = bool(outcome)
     elif outcome is not None:
         request.context_json = _encode(outcome)
-    await reporter.complete(request)
+    result = await reporter.complete(request)
+    if result is None or not result.HasField("next_task"):
+        return None
+    return result.next_task
 
 
 async def report_failure(reporter: Reporter, act: pb.TaskActivation, failure: Failure) -> None:

@@ -20,6 +20,7 @@ class WorkerStats:
         self.handbacks: Counter[str] = Counter()
         self.local_run_lengths: list[int] = []
         self.released = 0  # steps given back: no handler for the node (docs/semantics.md#mixed-fleets)
+        self.chained = 0  # steps taken from a report's answer, not polled for (WorkerOptions.chain_steps)
         # for the worker's optional /metrics (wiggle/_worker/metrics.py)
         self.in_flight = 0  # steps or local runs executing now (slots in use)
         self.completed = 0  # handler runs that returned (plain ints: counted on every step)

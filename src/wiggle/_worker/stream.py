@@ -176,8 +176,11 @@ class StreamTransport:
         future = self._pending.pop(message.request_id, None)
         body = message.WhichOneof("body")
         if future is None or future.done():
-            if body == "tasks" and message.tasks.tasks and self.on_orphan_tasks is not None:
-                self.on_orphan_tasks(list(message.tasks.tasks))  # claimed after we stopped waiting
+            if self.on_orphan_tasks is not None:  # claimed after we stopped waiting: give back
+                if body == "tasks" and message.tasks.tasks:
+                    self.on_orphan_tasks(list(message.tasks.tasks))
+                elif body == "report" and message.report.HasField("next_task"):
+                    self.on_orphan_tasks([message.report.next_task])  # a report's next step
             return
         if body == "error":
             code = _CODES.get(message.error.code, grpc.StatusCode.UNKNOWN)

@@ -82,6 +82,7 @@ class Worker:
         if not queues:
             raise ValueError("the worker serves no queues")
         self.queues: frozenset[str] = frozenset(queues)
+        self._chain_queues = sorted(self.queues)  # a report asking for its next step names them
         self.worker_id = (
             self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         )
@@ -232,14 +233,34 @@ class Worker:
         return None, False
 
     async def _execute(self, act: pb.TaskActivation) -> None:
-        self.stats.in_flight += 1
+        """Run ``act`` in its slot, then each next step its report took in the same call
+        (docs/semantics.md#chained-steps), up to ``chain_steps`` in a row; then the slot is free
+        for the poller again."""
+        stats = self.stats
+        stats.in_flight += 1
         try:
-            await self._execute_one(act)
+            chain = self.options.chain_steps
+            taken = 0
+            following: pb.TaskActivation | None = act
+            while following is not None:
+                ask = taken < chain and not self._closing
+                following = await self._execute_one(following, self._chain_queues if ask else ())
+                if following is None:
+                    break
+                if self._closing and self._poller is not None:  # asked before close() began
+                    self._poller.hand_back_orphans([following])
+                    break
+                taken += 1
+                stats.chained += 1
         finally:
-            self.stats.in_flight -= 1
+            stats.in_flight -= 1
 
-    def _execute_one(self, act: pb.TaskActivation) -> Coroutine[Any, Any, None]:
-        """The coroutine that runs ``act``: released, a local run, or one SERVER-style step."""
+    def _execute_one(
+        self, act: pb.TaskActivation, next_queues: Sequence[str] = ()
+    ) -> Coroutine[Any, Any, pb.TaskActivation | None]:
+        """The coroutine that runs ``act``: released, a local run, or one SERVER-style step (whose
+        CompleteTask asks for the next step when ``next_queues`` names the worker's queues); it
+        returns the next step its report took, if any."""
         assert self._reporter is not None and self._heartbeats is not None and self._run_env is not None
         if act.lease_millis:
             self._heartbeats.lease_millis = act.lease_millis
@@ -266,4 +287,4 @@ class Worker:
         )
         if local:
             return LocalRun(self._run_env, loaded, act).run()
-        return run_server_step(self._caller, self._reporter, self._heartbeats, loaded, act)
+        return run_server_step(self._caller, self._reporter, self._heartbeats, loaded, act, next_queues)

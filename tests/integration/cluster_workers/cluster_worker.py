@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster_flows  # noqa: E402
 
 from wiggle import Worker, WorkerOptions  # noqa: E402
+from wiggle._rpc import wiggle_pb2 as pb  # noqa: E402
 
 _activation: contextvars.ContextVar[Any] = contextvars.ContextVar("activation")
 
@@ -41,9 +42,10 @@ def _instrument() -> None:
     run_server_step = worker_module.run_server_step
     complete, fail = Reporter.complete, Reporter.fail
 
-    async def traced_run_server_step(*args: Any) -> None:
-        _activation.set(args[-1])  # the activation is the last argument
-        await run_server_step(*args)
+    async def traced_run_server_step(*args: Any) -> Any:
+        # the activation is the argument of that type (the queues that ask for a chained step follow)
+        _activation.set(next(a for a in args if isinstance(a, pb.TaskActivation)))
+        return await run_server_step(*args)
 
     def acknowledged(method: str, result: Any) -> None:
         act = _activation.get(None)

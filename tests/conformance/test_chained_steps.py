@@ -1,0 +1,217 @@
+"""Chained steps (docs/semantics.md#chained-steps): a CompleteTask that names the worker's queues
+(``next_queues``) gets its instance's next step, leased to it in the report's own commit.
+
+Over the real gRPC server on every store: what a chained step is (a claim like any other: lease,
+attempt, context, fence), what is never chained (another queue, a limited queue, a step with a
+key, the second branch of a fork), that a refused report chains nothing, and, with the Python
+worker, that a slot takes at most ``chain_steps`` steps in a row and leaves a clean history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from wiggle import ExecutionMode, Limit, RetryPolicy
+from wiggle._rpc import wiggle_pb2 as pb
+
+from .conftest import STORES, Harness
+from .test_fencing import WORKER, Raw, _step, raw
+
+
+@pytest.fixture(params=STORES)
+def server_harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
+    return Harness(request.param, ExecutionMode.SERVER, postgres_schema)
+
+
+def _complete(act: pb.TaskActivation, queues: list[str], ctx: bytes = b"") -> pb.CompleteTaskRequest:
+    request = pb.CompleteTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner, next_queues=queues)
+    if ctx:
+        request.context_json = ctx
+    return request
+
+
+async def _nothing_to_claim(r: Raw, queue: str) -> None:
+    response = await r.stub.PollTasks(
+        pb.PollTasksRequest(worker_id="other", queues=[queue], max_tasks=5, wait_millis=0)
+    )
+    assert list(response.tasks) == []
+
+
+async def test_a_report_naming_its_queue_gets_the_next_step_leased_in_its_commit(
+    server_harness: Harness,
+) -> None:
+    bp = server_harness.define("chain").step(_step("s1")).step(_step("s2")).step(_step("s3")).build()
+    async with raw(server_harness) as r:
+        await r.register(bp)
+        iid = await r.start(bp)
+        act = await r.poll(bp)
+        seen = [act.node_id]
+        while True:
+            result = await r.stub.CompleteTask(_complete(act, [bp.name]))
+            if not result.HasField("next_task"):
+                break
+            following = result.next_task
+            # a claim like any other: this worker's lease, a new fence, the context so far
+            assert following.instance_id == iid and following.lease_owner == WORKER
+            assert following.attempt == 1 and following.queue == bp.name
+            assert following.execution_mode == "SERVER" and following.lease_expires_at > 0
+            assert following.task_id != act.task_id
+            assert following.context_json  # the step before it ran
+            await _nothing_to_claim(r, bp.name)  # leased: no one else can take it
+            seen.append(following.node_id)
+            act = following
+        assert result.instance_status == "COMPLETED"
+        assert seen == ["s1", "s2", "s3"]
+        status, context, tokens, history = await r.state(iid)
+        assert status == "COMPLETED" and tokens == []
+        assert history == [("s1", "COMPLETED", 1), ("s2", "COMPLETED", 1), ("s3", "COMPLETED", 1)]
+        assert r.server.server.instances.chained == 2
+
+
+async def test_a_report_that_does_not_ask_leaves_the_next_step_to_a_claim(server_harness: Harness) -> None:
+    bp = server_harness.define("nochain").step(_step("s1")).step(_step("s2")).build()
+    async with raw(server_harness) as r:
+        await r.register(bp)
+        # not asked; asked for a queue the next step is not on
+        for queues in ([], ["some-other-queue"]):
+            iid = await r.start(bp)
+            act = await r.poll(bp)
+            assert (act.instance_id, act.node_id) == (iid, "s1")
+            result = await r.stub.CompleteTask(_complete(act, queues))
+            assert not result.HasField("next_task")
+            act = await r.poll(bp)  # READY: claimed
+            assert (act.instance_id, act.node_id) == (iid, "s2")
+            result = await r.stub.CompleteTask(_complete(act, queues))
+            assert result.instance_status == "COMPLETED"
+        assert r.server.server.instances.chained == 0
+
+
+async def test_a_step_under_a_limit_is_never_chained(server_harness: Harness) -> None:
+    limited = server_harness.define("limited").step(_step("s1")).step(_step("s2")).build()
+    keyed = (
+        server_harness.define("keyed")
+        .step(_step("s1"))
+        .step(_step("s2"), concurrency=Limit(key="k", max=1))
+        .build()
+    )
+    async with raw(server_harness) as r:
+        await r.register(limited)
+        await r.register(keyed)
+        await r.server.client.set_queue_limit(limited.name, max_running=5)
+        for bp in (limited, keyed):
+            await r.stub.StartInstance(pb.StartInstanceRequest(workflow=bp.name, context_json=b'{"k": "x"}'))
+            act = await r.poll(bp)
+            result = await r.stub.CompleteTask(_complete(act, [bp.name]))
+            assert not result.HasField("next_task"), bp.name
+            act = await r.poll(bp)  # claimed, where the limit is counted
+            assert act.node_id == "s2"
+        assert r.server.server.instances.chained == 0
+
+
+async def test_a_fork_chains_one_branch_and_leaves_the_other_to_a_claim(server_harness: Harness) -> None:
+    bp = (
+        server_harness.define("forked")
+        .step(_step("s0"))
+        .fork(lambda b: b.step(_step("left")), lambda b: b.step(_step("right")))
+        .join()
+        .build()
+    )
+    async with raw(server_harness) as r:
+        await r.register(bp)
+        iid = await r.start(bp)
+        act = await r.poll(bp)
+        result = await r.stub.CompleteTask(_complete(act, [bp.name]))
+        chained = result.next_task
+        other = await r.poll(bp)
+        assert {chained.node_id, other.node_id} == {"left", "right"}
+        assert chained.task_id.rpartition("@")[0] != other.task_id.rpartition("@")[0]
+        await _nothing_to_claim(r, bp.name)
+        for act in (chained, other):
+            await r.stub.CompleteTask(_complete(act, []))
+        assert (await r.state(iid))[0] == "COMPLETED"
+
+
+async def test_a_refused_report_chains_nothing_and_changes_nothing(server_harness: Harness) -> None:
+    bp = server_harness.define("refused").step(_step("s1")).step(_step("s2")).build()
+    async with raw(server_harness) as r:
+        await r.register(bp)
+        iid = await r.start(bp)
+        act = await r.poll(bp)
+        before = await r.state(iid)
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await r.stub.CompleteTask(_complete(act, [" spaced"]))
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "next_queues" in (bad.value.details() or "")
+        assert await r.state(iid) == before  # s1 still leased, nothing applied
+        result = await r.stub.CompleteTask(_complete(act, [bp.name]))
+        chained = result.next_task
+        assert chained.node_id == "s2"
+        # the same report again (its answer lost): refused, and the chained step stays leased
+        after = await r.state(iid)
+        await r.refused("CompleteTask", _complete(act, [bp.name]))
+        assert await r.state(iid) == after
+        result = await r.stub.CompleteTask(_complete(chained, [bp.name]))
+        assert result.instance_status == "COMPLETED" and not result.HasField("next_task")
+
+
+@pytest.mark.parametrize("chain_steps", [0, 2, 16])
+async def test_a_worker_chains_at_most_chain_steps_in_a_row_and_leaves_a_clean_history(
+    server_harness: Harness, chain_steps: int
+) -> None:
+    steps = 7
+    wf = server_harness.define("worker-chain")
+    for i in range(steps):
+        wf = wf.step(_step(f"s{i}"))
+    bp = wf.build()
+    options = Harness.options(concurrency=4, chain_steps=chain_steps)
+    async with server_harness.running([bp], options) as (server, worker):
+        ids = [(await server.client.start(bp, {})).instance_id for _ in range(6)]
+        for iid in ids:
+            info = await Harness.finish(server, iid)
+            assert info.status == "COMPLETED"
+            assert info.context == {f"s{i}": 1 for i in range(steps)}
+            history = await server.client.history(iid)
+            runs = [(e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK"]
+            assert runs == [(f"s{i}", "COMPLETED", 1) for i in range(steps)]  # no expiry, no retry
+        # per instance: the first step is polled for, then up to chain_steps follow from reports,
+        # then a poll again (each poll's step begins a new chain)
+        per_instance = steps - 1 - (steps - 1) // (chain_steps + 1) if chain_steps else 0
+        assert worker.stats.chained == per_instance * len(ids)
+        assert server.server.instances.chained == worker.stats.chained
+        assert worker.stats.calls["PollTasks"] >= len(ids) * (steps - per_instance) / 4
+
+
+async def test_a_retry_is_not_chained_and_the_chain_goes_on_after_it(server_harness: Harness) -> None:
+    """A failed step's retry waits out its backoff: it is claimed, never chained; the report of
+    the retried step's success chains the step after it."""
+    calls: list[str] = []
+
+    def flaky(ctx: dict[str, Any]) -> dict[str, Any]:
+        calls.append("flaky")
+        if len(calls) == 1:
+            raise RuntimeError("first call fails")
+        return {**ctx, "flaky": True}
+
+    bp = (
+        server_harness.define("retry-chain")
+        .step(_step("s1"))
+        .step(flaky, retry=RetryPolicy(max_attempts=2, initial_backoff_millis=10))
+        .step(_step("s3"))
+        .build()
+    )
+    async with server_harness.running([bp], Harness.options(concurrency=1)) as (server, worker):
+        iid = (await server.client.start(bp, {})).instance_id
+        info = await Harness.finish(server, iid)
+        assert info.status == "COMPLETED"
+        history = await server.client.history(iid)
+        runs = [(e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK"]
+        assert runs == [
+            ("s1", "COMPLETED", 1),
+            ("flaky", "RETRY", 1),
+            ("flaky", "COMPLETED", 2),
+            ("s3", "COMPLETED", 1),
+        ]
+        assert worker.stats.chained == 2  # s1 -> flaky attempt 1; flaky attempt 2 -> s3
