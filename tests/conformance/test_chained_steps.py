@@ -215,3 +215,32 @@ async def test_a_retry_is_not_chained_and_the_chain_goes_on_after_it(server_harn
             ("s3", "COMPLETED", 1),
         ]
         assert worker.stats.chained == 2  # s1 -> flaky attempt 1; flaky attempt 2 -> s3
+
+
+async def test_a_step_chained_while_the_worker_begins_to_close_is_given_back(server_harness: Harness) -> None:
+    """The report asked before ``close()`` began and its answer came after: the slot does not run
+    the step it brought but gives it back at once (READY again, no attempt spent), so it is
+    claimed again and runs as attempt 1 well within its 60 s lease — not after the lease ran out."""
+    bp = server_harness.define("closing").step(_step("s1")).step(_step("s2")).build()
+    async with server_harness.server(lease_millis=60_000) as server:
+        async with server.worker([bp], Harness.options(concurrency=1)) as worker:
+            reporter = worker._reporter
+            assert reporter is not None
+            complete = reporter.complete
+            closing: list[bool] = []
+
+            async def complete_then_close(request: pb.CompleteTaskRequest) -> Any:
+                result = await complete(request)
+                if request.next_queues and not closing:  # the first report that asked
+                    closing.append(True)
+                    worker._closing = True  # as close() does first, while the answer was on its way
+                return result
+
+            reporter.complete = complete_then_close  # type: ignore[method-assign]
+            iid = (await server.client.start(bp, {})).instance_id
+            info = await Harness.finish(server, iid, timeout=15.0)
+        assert info.status == "COMPLETED" and closing == [True]
+        history = await server.client.history(iid)
+        runs = [(e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK"]
+        assert runs == [("s1", "COMPLETED", 1), ("s2", "COMPLETED", 1)]  # given back, not expired
+        assert worker.stats.chained == 0 and worker.stats.completed == 2
