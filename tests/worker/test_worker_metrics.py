@@ -60,6 +60,22 @@ async def test_worker_metrics_count_steps_reports_and_local_runs() -> None:
     assert value(body, 'wiggle_worker_slots_in_use{worker_id="wm-1"}') >= 0
 
 
+async def test_worker_metrics_count_chained_steps() -> None:
+    """SERVER mode: each report but an instance's last brings the next step (chained steps)."""
+    flow = Workflow.define("worker-metrics-chain").step(bump).step(bump, name="again").step(picky).build()
+    port = free_port()
+    async with EmbeddedServer() as server:
+        options = WorkerOptions(metrics_port=port, worker_id="wm-2", poll_wait_seconds=1.0)
+        async with server.worker([flow], options):
+            ids = [(await server.client.start(flow, {})).instance_id for _ in range(4)]
+            for instance_id in ids:
+                await server.client.wait(instance_id, timeout=30)
+            body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+    assert value(body, "wiggle_worker_steps_chained_total") == 8
+    assert value(body, 'wiggle_worker_steps_total{outcome="completed"}') == 12
+    assert value(body, 'wiggle_worker_rpc_calls_total{method="CompleteTask"}') == 12
+
+
 def test_a_bad_metrics_port_is_refused() -> None:
     from wiggle._worker.options import check_options
 

@@ -70,6 +70,11 @@ class _Collector:
         for outcome in ("completed", "failed"):
             steps.add_metric([outcome], stats.outcomes.get(outcome, 0))
         yield steps
+        chained = CounterMetricFamily(
+            "wiggle_worker_steps_chained", "steps taken from a report's answer, not polled for"
+        )
+        chained.add_metric([], stats.chained)
+        yield chained
         for name, text, hist, label in (
             ("wiggle_worker_handler_seconds", "handler duration", stats.handler_seconds, "workflow"),
             ("wiggle_worker_report_seconds", "report latency (answered)", stats.report_seconds, "rpc"),
