@@ -15,6 +15,8 @@ import grpc
 import pytest
 
 from wiggle import ExecutionMode, Limit, RetryPolicy
+from wiggle._engine.records import TaskDone
+from wiggle._fast import encode_batch
 from wiggle._rpc import wiggle_pb2 as pb
 
 from .conftest import STORES, Harness
@@ -244,3 +246,91 @@ async def test_a_step_chained_while_the_worker_begins_to_close_is_given_back(ser
         runs = [(e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK"]
         assert runs == [("s1", "COMPLETED", 1), ("s2", "COMPLETED", 1)]  # given back, not expired
         assert worker.stats.chained == 0 and worker.stats.completed == 2
+
+
+# ---------------------------------------------------------------------------- local runs' handbacks
+
+
+@pytest.fixture(
+    params=[(s, m) for s in STORES for m in (ExecutionMode.LOCAL_SYNC, ExecutionMode.LOCAL_ASYNC)],
+    ids=lambda p: f"{p[0]}-{p[1].value}",
+)
+def local_harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
+    store, mode = request.param
+    return Harness(store, mode, postgres_schema)
+
+
+async def test_a_final_advance_run_at_a_queue_change_gets_the_next_step(local_harness: Harness) -> None:
+    """A local run hands back where the next step is on another queue; its final AdvanceRun names
+    the worker's queues and gets that step, leased in the handback's commit, in the answer."""
+    other = f"{local_harness.define('q').name}-other"
+    bp = local_harness.define("handback").step(_step("s1")).step(_step("s2"), queue=other).build()
+    async with raw(local_harness) as r:
+        await r.register(bp)
+        iid = await r.start(bp)
+        act = await r.poll(bp)
+        assert act.node_id == "s1" and act.execution_mode == local_harness.mode.value
+        batch = encode_batch([TaskDone("s1", {"s1": 1}, [])])
+        request = pb.AdvanceRunRequest(
+            task_id=act.task_id, lease_owner=WORKER, steps_batch=batch, next_queues=[bp.name, other]
+        )
+        before = await r.state(iid)
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await r.stub.AdvanceRun(request)  # not final: nothing to hand back, nothing applied
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "next_queues" in (bad.value.details() or "") and "final" in (bad.value.details() or "")
+        assert await r.state(iid) == before
+        request.final = True
+        request.handback_reason = "OTHER_QUEUE"
+        result = await r.stub.AdvanceRun(request)
+        following = result.next_task
+        assert (following.node_id, following.queue, following.lease_owner) == ("s2", other, WORKER)
+        assert following.attempt == 1 and following.execution_mode == local_harness.mode.value
+        await _nothing_to_claim(r, other)
+        done = await r.stub.AdvanceRun(
+            pb.AdvanceRunRequest(
+                task_id=following.task_id,
+                lease_owner=WORKER,
+                steps_batch=encode_batch([TaskDone("s2", {"s2": 1}, [])]),
+                final=True,
+                handback_reason="TERMINAL",
+                next_queues=[bp.name, other],
+            )
+        )
+        assert done.instance_status == "COMPLETED" and not done.HasField("next_task")
+        status, _, tokens, history = await r.state(iid)
+        assert status == "COMPLETED" and tokens == []
+        assert history == [("s1", "COMPLETED", 1), ("s2", "COMPLETED", 1)]
+
+
+async def test_a_worker_takes_the_step_after_a_fork_a_join_or_a_queue_change_from_the_handback(
+    local_harness: Harness,
+) -> None:
+    """One worker, one slot: each instance's run hands back at the fork (one branch comes back
+    with the answer), at each branch's join (the last one's brings the step after the join) and
+    where the queue changes (the step on the other queue comes back): three steps an instance
+    reach the worker without a poll, and the history is one clean attempt a step."""
+    other = f"{local_harness.define('q').name}-other"
+    bp = (
+        local_harness.define("handbacks")
+        .step(_step("s0"))
+        .fork(lambda b: b.step(_step("left")), lambda b: b.step(_step("right")))
+        .join()
+        .step(_step("s1"))
+        .step(_step("s2"), queue=other)
+        .build()
+    )
+    async with local_harness.running([bp], Harness.options(concurrency=1)) as (server, worker):
+        ids = [(await server.client.start(bp, {})).instance_id for _ in range(3)]
+        for iid in ids:
+            info = await Harness.finish(server, iid)
+            assert info.status == "COMPLETED"
+            assert {k: info.context[k] for k in ("s0", "left", "right", "s1", "s2")} == dict.fromkeys(
+                ("s0", "left", "right", "s1", "s2"), 1
+            )
+            history = await server.client.history(iid)
+            runs = sorted((e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK")
+            assert runs == sorted((n, "COMPLETED", 1) for n in ("s0", "left", "right", "s1", "s2"))
+        # per instance: a branch at the fork, s1 at the last join, s2 at the queue change
+        assert worker.stats.chained == 3 * len(ids)
+        assert server.server.instances.chained == worker.stats.chained

@@ -110,10 +110,10 @@ async def test_replies_errors_and_orphans() -> None:
 
 
 async def test_a_next_step_answered_to_an_abandoned_report_is_handed_on() -> None:
-    """A CompleteTask that asked for its next step (next_queues) and stopped waiting: the step the
-    server leased with the report arrives in the late answer, and goes to ``on_orphan_tasks`` (the
-    worker hands it back) instead of waiting out its lease. A late answer with no step hands
-    nothing on."""
+    """A CompleteTask (or a final AdvanceRun) that asked for its next step (next_queues) and
+    stopped waiting: the step the server leased with it arrives in the late answer, and goes to
+    ``on_orphan_tasks`` (the worker hands it back) instead of waiting out its lease. A late answer
+    with no step hands nothing on."""
     stub = FakeStub(lambda message: None)  # nothing is answered in time
     transport = StreamTransport(stub)  # type: ignore[arg-type]
     orphans: list[list[pb.TaskActivation]] = []
@@ -124,9 +124,13 @@ async def test_a_next_step_answered_to_an_abandoned_report_is_handed_on() -> Non
             with pytest.raises(StreamError) as timed_out:
                 await transport.complete(request, 0.05)
             assert timed_out.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        handback = pb.AdvanceRunRequest(task_id="c@1", lease_owner="w", final=True, next_queues=["q"])
+        with pytest.raises(StreamError):
+            await transport.advance(handback, 0.05)
         [call] = stub.calls
         first, second = (m for m in call.seen if m.WhichOneof("body") == "complete")
         assert list(first.complete.next_queues) == ["q"]
+        [advance] = (m for m in call.seen if m.WhichOneof("body") == "advance")
         replies = [
             pb.ServerMessage(request_id=first.request_id, report=pb.ReportResult(instance_status="RUNNING")),
             pb.ServerMessage(
@@ -135,13 +139,19 @@ async def test_a_next_step_answered_to_an_abandoned_report_is_handed_on() -> Non
                     instance_status="RUNNING", next_task=pb.TaskActivation(task_id="b-next@1")
                 ),
             ),
+            pb.ServerMessage(
+                request_id=advance.request_id,
+                advanced=pb.AdvanceRunResult(
+                    instance_status="RUNNING", next_task=pb.TaskActivation(task_id="c-next@1")
+                ),
+            ),
         ]
         call.replies.put_nowait(pb.ServerBatch(messages=replies))
         for _ in range(100):
-            if orphans:
+            if len(orphans) == 2:
                 break
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
-        assert [[a.task_id for a in batch] for batch in orphans] == [["b-next@1"]]
+        assert [[a.task_id for a in batch] for batch in orphans] == [["b-next@1"], ["c-next@1"]]
     finally:
         await transport.close()

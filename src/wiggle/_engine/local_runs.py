@@ -57,6 +57,9 @@ class AdvanceOutcome(msgspec.Struct):
     token_id: str  # the task id the run goes on under (its claim), or the parked token's id
     token_status: TokenStatus | str  # "" when the instance had already finished
     applied_steps: int
+    # A final batch that asked for it: the step its handback made READY next, leased to the same
+    # worker in the same commit (the server's Delivery.chain; docs/semantics.md#chained-steps).
+    chained: Any = None
 
 
 class StepFailure(msgspec.Struct, frozen=True):

@@ -494,7 +494,7 @@ class StepResult(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ..., failure: _Optional[_Union[StepFailure, _Mapping]] = ...) -> None: ...
 
 class AdvanceRunRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason", "run_offset", "failure_traceback")
+    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason", "run_offset", "failure_traceback", "next_queues")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -503,6 +503,7 @@ class AdvanceRunRequest(_message.Message):
     HANDBACK_REASON_FIELD_NUMBER: _ClassVar[int]
     RUN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FAILURE_TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    NEXT_QUEUES_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     steps: _containers.RepeatedCompositeFieldContainer[StepResult]
@@ -511,21 +512,24 @@ class AdvanceRunRequest(_message.Message):
     handback_reason: str
     run_offset: int
     failure_traceback: str
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ..., run_offset: _Optional[int] = ..., failure_traceback: _Optional[str] = ...) -> None: ...
+    next_queues: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ..., run_offset: _Optional[int] = ..., failure_traceback: _Optional[str] = ..., next_queues: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AdvanceRunResult(_message.Message):
-    __slots__ = ("instance_status", "lease_expires_at", "parked_task_id", "token_status", "applied_steps")
+    __slots__ = ("instance_status", "lease_expires_at", "parked_task_id", "token_status", "applied_steps", "next_task")
     INSTANCE_STATUS_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     PARKED_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_STATUS_FIELD_NUMBER: _ClassVar[int]
     APPLIED_STEPS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TASK_FIELD_NUMBER: _ClassVar[int]
     instance_status: str
     lease_expires_at: int
     parked_task_id: str
     token_status: str
     applied_steps: int
-    def __init__(self, instance_status: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., parked_task_id: _Optional[str] = ..., token_status: _Optional[str] = ..., applied_steps: _Optional[int] = ...) -> None: ...
+    next_task: TaskActivation
+    def __init__(self, instance_status: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., parked_task_id: _Optional[str] = ..., token_status: _Optional[str] = ..., applied_steps: _Optional[int] = ..., next_task: _Optional[_Union[TaskActivation, _Mapping]] = ...) -> None: ...
 
 class RpcError(_message.Message):
     __slots__ = ("code", "message")

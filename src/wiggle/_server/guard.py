@@ -210,10 +210,11 @@ class RequestGuard:
                 f"lease_owner {owner[:80]!r} is not a lease of worker credential {identity.name!r}; "
                 "report only the tasks this worker claimed"
             )
-        # a report asking for its next step (CompleteTask next_queues) takes it as a poll would
+        # a report asking for its next step (next_queues: CompleteTask, AdvanceRun) takes it as a
+        # poll would
         denied = [q for q in getattr(request, "next_queues", ()) if not identity.may_serve(q)]
         if denied:
             raise PermissionDenied(
                 f"worker credential {identity.name!r} may serve queues {sorted(identity.queues)}; "
-                f"not {denied} (CompleteTask next_queues)"
+                f"not {denied} (next_queues)"
             )

@@ -516,13 +516,17 @@ class Instances:
         failure_traceback: str = "",
         *,
         run_offset: int | None = None,
+        next_queues: frozenset[str] = frozenset(),
     ) -> AdvanceOutcome:
         """AdvanceRun: apply a local run's steps (see Engine.advance_run).
 
         ``failure_traceback`` belongs to the batch's failed last step (if any) and goes on its
-        history entry.
+        history entry. With ``next_queues`` (the worker's; a final batch only) the step the
+        handback makes READY next is leased to ``owner`` in the same commit (``Delivery.chain``)
+        and returned as the outcome's ``chained``.
         """
         failed = failed_step(steps)
+        delivery = self.delivery
 
         def action(
             loaded: LoadedDefinition, state: InstanceState, now: int
@@ -532,6 +536,8 @@ class Instances:
             )
             if failed is not None:
                 attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
+            if final and next_queues:
+                outcome.chained = delivery.chain(loaded, state, changes, now, owner, next_queues)
             return outcome, changes
 
         outcome, _ = await self.mutate(token_instance_id(token_id), token_missing(token_id), action, owner)

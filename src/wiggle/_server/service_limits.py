@@ -36,8 +36,8 @@ def check_task_id(task_id: str) -> None:
 
 
 def chain_queues(queues: Iterable[str]) -> list[str]:
-    """Check a report's ``next_queues`` (CompleteTask asking for its next step): valid queue
-    names; the queues as a list. InvalidArgument otherwise."""
+    """Check a report's ``next_queues`` (a CompleteTask or a final AdvanceRun asking for its
+    instance's next step): valid queue names; the queues as a list. InvalidArgument otherwise."""
     names = list(queues)
     for q in names:
         if name_ok(q) is None:

@@ -106,6 +106,14 @@ class WorkerHandlers:
                 raise too_deep("steps_batch") from None
         else:
             steps = [convert.step_record_from_pb(s) for s in request.steps]
+        next_queues: frozenset[str] = frozenset()
+        if request.next_queues:
+            if not request.final:
+                raise InvalidArgument(
+                    "AdvanceRun names next_queues but is not final: only a handback can bring the "
+                    "next step; send next_queues with final=true"
+                )
+            next_queues = frozenset(chain_queues(request.next_queues))
         outcome = await self.instances.advance_run(
             request.task_id,
             request.lease_owner,
@@ -114,13 +122,18 @@ class WorkerHandlers:
             request.handback_reason,
             request.failure_traceback,
             run_offset=request.run_offset if request.HasField("run_offset") else None,
+            next_queues=next_queues,
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
             self.metrics.observe_run(outcome.applied_steps, request.handback_reason)
-        return pb.AdvanceRunResult(
+        result = pb.AdvanceRunResult(
             instance_status=outcome.instance_status,
             lease_expires_at=outcome.lease_expires_at,
             parked_task_id=outcome.token_id,
             token_status=outcome.token_status,
             applied_steps=outcome.applied_steps,
         )
+        if outcome.chained is not None:
+            self.pollers.claimed((outcome.chained.token.queue,))
+            result.next_task.CopyFrom(convert.activation_to_pb(outcome.chained, self.instances.config))
+        return result

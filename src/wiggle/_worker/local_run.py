@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -101,11 +101,27 @@ class _Abandon(Exception):
     """The server refused a report: the instance finished or the lease was lost."""
 
 
-class LocalRun:
-    """One claimed token driven locally; ``await LocalRun(env, loaded, act).run()``."""
+#: Handbacks after which the step made READY next may come back with the answer (chained steps).
+_CHAINED_HANDBACKS = frozenset((Handback.FORK, Handback.JOIN, Handback.OTHER_QUEUE))
 
-    def __init__(self, env: LocalRunEnv, loaded: LoadedBlueprint, act: pb.TaskActivation) -> None:
+
+class LocalRun:
+    """One claimed token driven locally; ``await LocalRun(env, loaded, act).run()``.
+
+    ``next_queues`` (the worker's queues, or empty): a handback at a fork, a join or a queue change
+    asks for the step it makes READY next (docs/semantics.md#chained-steps); ``run()`` returns it.
+    """
+
+    def __init__(
+        self,
+        env: LocalRunEnv,
+        loaded: LoadedBlueprint,
+        act: pb.TaskActivation,
+        next_queues: Sequence[str] = (),
+    ) -> None:
         self.env = env
+        self.next_queues = next_queues
+        self.next_task: pb.TaskActivation | None = None  # the step a handback brought
         self.loaded = loaded
         self.act = act
         self.sync = act.execution_mode == ExecutionMode.LOCAL_SYNC.value
@@ -238,8 +254,9 @@ class LocalRun:
         outcome = await self.env.caller.run(self.loaded, self.act, node_id, self.context, self.attempt)
         return self.after(kind, outcome)
 
-    async def run(self) -> None:
-        """Drive the run to its handback (or until the server stops it)."""
+    async def run(self) -> pb.TaskActivation | None:
+        """Drive the run to its handback (or until the server stops it); the next step the
+        handback brought, if it asked for one (``next_queues``)."""
         env = self.env
         env.heartbeats.watch(self.act, self.lease)
         try:
@@ -255,11 +272,11 @@ class LocalRun:
                     continue  # the next handler is async (or went back to the pool): go round
                 if step.decision is Decision.HANDBACK:
                     await self.flush(True, step.reason)
-                    return
+                    return self.next_task
                 if step.decision is Decision.FLUSH and not await self.flush(False, None):
-                    return
+                    return None
         except _Abandon:
-            return
+            return None
         finally:
             env.heartbeats.unwatch(self.act)
             if not self.fell_back:
@@ -279,6 +296,8 @@ class LocalRun:
             request.final = True
         if reason is not None:
             request.handback_reason = reason.value
+            if self.next_queues and reason in _CHAINED_HANDBACKS:
+                request.next_queues.extend(self.next_queues)
         if self.failure_traceback:
             request.failure_traceback = self.failure_traceback
         self.batch = []
@@ -301,6 +320,8 @@ class LocalRun:
         self.env.advance.supported = True
         self.first = None
         self.reported += sent
+        if final and result.HasField("next_task"):
+            self.next_task = result.next_task
         if result.applied_steps < sent and not final:
             log.warning(
                 "AdvanceRun on %s applied %d of %d steps (the server handed the run back)",

@@ -181,6 +181,8 @@ class StreamTransport:
                     self.on_orphan_tasks(list(message.tasks.tasks))
                 elif body == "report" and message.report.HasField("next_task"):
                     self.on_orphan_tasks([message.report.next_task])  # a report's next step
+                elif body == "advanced" and message.advanced.HasField("next_task"):
+                    self.on_orphan_tasks([message.advanced.next_task])  # a handback's next step
             return
         if body == "error":
             code = _CODES.get(message.error.code, grpc.StatusCode.UNKNOWN)

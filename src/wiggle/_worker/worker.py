@@ -258,9 +258,10 @@ class Worker:
     def _execute_one(
         self, act: pb.TaskActivation, next_queues: Sequence[str] = ()
     ) -> Coroutine[Any, Any, pb.TaskActivation | None]:
-        """The coroutine that runs ``act``: released, a local run, or one SERVER-style step (whose
-        CompleteTask asks for the next step when ``next_queues`` names the worker's queues); it
-        returns the next step its report took, if any."""
+        """The coroutine that runs ``act``: released, a local run, or one SERVER-style step. With
+        ``next_queues`` (the worker's queues) its CompleteTask, or its local run's handback at a
+        fork, a join or a queue change, asks for the instance's next step; it returns the step
+        that came with the answer, if any."""
         assert self._reporter is not None and self._heartbeats is not None and self._run_env is not None
         if act.lease_millis:
             self._heartbeats.lease_millis = act.lease_millis
@@ -286,5 +287,5 @@ class Worker:
             and self._advance.supported is not False
         )
         if local:
-            return LocalRun(self._run_env, loaded, act).run()
+            return LocalRun(self._run_env, loaded, act, next_queues).run()
         return run_server_step(self._caller, self._reporter, self._heartbeats, loaded, act, next_queues)
