@@ -114,3 +114,19 @@ def harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
     """One (store, execution mode) combination."""
     store, mode = request.param
     return Harness(store, mode, postgres_schema)
+
+
+@pytest.fixture(params=STORES)
+def server_harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
+    """SERVER mode on each store (the tests of reports, fences and chained steps)."""
+    return Harness(request.param, ExecutionMode.SERVER, postgres_schema)
+
+
+@pytest.fixture(
+    params=[(s, m) for s in STORES for m in (ExecutionMode.LOCAL_SYNC, ExecutionMode.LOCAL_ASYNC)],
+    ids=lambda p: f"{p[0]}-{p[1].value}",
+)
+def local_harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
+    """LOCAL_SYNC and LOCAL_ASYNC on each store."""
+    store, mode = request.param
+    return Harness(store, mode, postgres_schema)

@@ -5,6 +5,7 @@ Over the real gRPC server on every store: what a chained step is (a claim like a
 attempt, context, fence), what is never chained (another queue, a limited queue, a step with a
 key, the second branch of a fork), that a refused report chains nothing, and, with the Python
 worker, that a slot takes at most ``chain_steps`` steps in a row and leaves a clean history.
+Then the same for a local run's final AdvanceRun at a fork, a join or a queue change.
 """
 
 from __future__ import annotations
@@ -14,18 +15,13 @@ from typing import Any
 import grpc
 import pytest
 
-from wiggle import ExecutionMode, Limit, RetryPolicy
+from wiggle import Limit, RetryPolicy
 from wiggle._engine.records import TaskDone
 from wiggle._fast import encode_batch
 from wiggle._rpc import wiggle_pb2 as pb
 
-from .conftest import STORES, Harness
+from .conftest import Harness
 from .test_fencing import WORKER, Raw, _step, raw
-
-
-@pytest.fixture(params=STORES)
-def server_harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
-    return Harness(request.param, ExecutionMode.SERVER, postgres_schema)
 
 
 def _complete(act: pb.TaskActivation, queues: list[str], ctx: bytes = b"") -> pb.CompleteTaskRequest:
@@ -249,15 +245,6 @@ async def test_a_step_chained_while_the_worker_begins_to_close_is_given_back(ser
 
 
 # ---------------------------------------------------------------------------- local runs' handbacks
-
-
-@pytest.fixture(
-    params=[(s, m) for s in STORES for m in (ExecutionMode.LOCAL_SYNC, ExecutionMode.LOCAL_ASYNC)],
-    ids=lambda p: f"{p[0]}-{p[1].value}",
-)
-def local_harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
-    store, mode = request.param
-    return Harness(store, mode, postgres_schema)
 
 
 async def test_a_final_advance_run_at_a_queue_change_gets_the_next_step(local_harness: Harness) -> None:

@@ -19,14 +19,13 @@ import grpc
 import msgspec
 import pytest
 
-from wiggle import ExecutionMode
 from wiggle._engine.records import TaskDone
 from wiggle._fast import encode_batch
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle.testing import EmbeddedServer
 
-from .conftest import STORES, Harness
+from .conftest import Harness
 
 WORKER = "worker-1"
 Flow = Any
@@ -83,20 +82,6 @@ async def raw(harness: Harness) -> AsyncIterator[Raw]:
     async with harness.server() as server:
         async with grpc.aio.insecure_channel(server.target) as channel:
             yield Raw(server, pb_grpc.WiggleControlPlaneStub(channel))
-
-
-@pytest.fixture(params=STORES)
-def server_harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
-    return Harness(request.param, ExecutionMode.SERVER, postgres_schema)
-
-
-@pytest.fixture(
-    params=[(s, m) for s in STORES for m in (ExecutionMode.LOCAL_SYNC, ExecutionMode.LOCAL_ASYNC)],
-    ids=lambda p: f"{p[0]}-{p[1].value}",
-)
-def local_harness(request: pytest.FixtureRequest, postgres_schema: str) -> Harness:
-    store, mode = request.param
-    return Harness(store, mode, postgres_schema)
 
 
 async def _second_claim(r: Raw, bp: Flow) -> tuple[str, pb.TaskActivation, pb.TaskActivation]:
