@@ -32,6 +32,24 @@ MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in
 GiveBack = Callable[[str, str], Awaitable[object]]
 
 
+def _leasable(token: Token, now: int) -> bool:
+    """A token a transition may lease in its own commit (a hand-off, a chained step): READY and
+    due, under no step key (only a claim counts those)."""
+    return (
+        token.status == TokenStatus.READY
+        and token.available_at <= now
+        and not token.limit_key
+        and not token.rate_key
+    )
+
+
+def _unannounce(changes: Changes, queue: str) -> None:
+    """A transition leased steps of ``queue`` itself: if none is left READY there, nobody needs
+    to be told of work on it."""
+    if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
+        changes.ready_queues.discard(queue)
+
+
 def release(shares: list[Share]) -> None:
     """The transition carrying ``shares`` will not commit: the steps they reserved are void."""
     for share in shares:
@@ -205,11 +223,9 @@ class Delivery:
         handed: set[str] = set()
         limited = self.store.limited_queues
         for token in list(changes.tokens.values()):
-            if token.status != TokenStatus.READY or token.available_at > now:
+            if not _leasable(token, now):
                 continue
             queue = token.queue
-            if token.limit_key or token.rate_key:  # under a step's limit: only a claim counts it
-                continue
             under_limit = queue in limited
             if under_limit and not self.store.hand_off_admits(queue, now):
                 continue
@@ -239,9 +255,8 @@ class Delivery:
                 del shares[queue]
                 if open_.get(queue) is handoff:
                     del open_[queue]
-        for queue in handed:  # nothing left to announce on a queue whose steps were all handed
-            if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
-                changes.ready_queues.discard(queue)
+        for queue in handed:
+            _unannounce(changes, queue)
 
     def chain(
         self,
@@ -260,16 +275,13 @@ class Delivery:
             return None
         limited = self.store.limited_queues
         for token in changes.tokens.values():
-            if token.status != TokenStatus.READY or token.available_at > now:
-                continue
             queue = token.queue
-            if queue not in queues or queue in limited or token.limit_key or token.rate_key:
+            if queue not in queues or queue in limited or not _leasable(token, now):
                 continue
             self.timings.claimed(loaded, token, now)
             claimed = self.engine.claim(loaded, state, token, owner, now, changes)
             self.chained += 1
-            if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
-                changes.ready_queues.discard(queue)  # nothing left there to announce
+            _unannounce(changes, queue)
             return claimed
         return None
 

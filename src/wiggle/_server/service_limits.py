@@ -35,10 +35,11 @@ def check_task_id(task_id: str) -> None:
     )
 
 
-def chain_queues(queues: Iterable[str]) -> list[str]:
+def chain_queues(queues: Iterable[str]) -> frozenset[str]:
     """Check a report's ``next_queues`` (a CompleteTask or a final AdvanceRun asking for its
-    instance's next step): valid queue names; the queues as a list. InvalidArgument otherwise."""
-    names = list(queues)
+    instance's next step): valid queue names; the queues as a set (empty: nothing asked).
+    InvalidArgument otherwise."""
+    names = frozenset(queues)
     for q in names:
         if name_ok(q) is None:
             validate_name(q, "next_queues")

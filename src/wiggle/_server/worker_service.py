@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _fast
+from .._engine.engine import Claimed
 from .._engine.records import StepRecord
 from .._engine.state import TokenStatus
 from .._rpc import wiggle_pb2 as pb
@@ -60,16 +61,13 @@ class WorkerHandlers:
             ctx = decode_object(request.context_json, "context_json", None)
         elif which == "predicate_value":
             value = request.predicate_value
-        next_queues = frozenset(chain_queues(request.next_queues)) if request.next_queues else frozenset()
         status, chained = await self.instances.complete_chained(
-            request.task_id, request.lease_owner, ctx, value, next_queues=next_queues
+            request.task_id, request.lease_owner, ctx, value, next_queues=chain_queues(request.next_queues)
         )
-        if chained is None:
-            return pb.ReportResult(instance_status=status)
-        self.pollers.claimed((chained.token.queue,))
-        return pb.ReportResult(
-            instance_status=status, next_task=convert.activation_to_pb(chained, self.instances.config)
-        )
+        response = pb.ReportResult(instance_status=status)
+        if chained is not None:
+            self._chained_into(chained, response.next_task)
+        return response
 
     async def fail_task(self, request: pb.FailTaskRequest) -> pb.ReportResult:
         """A step failed; retried by its policy unless not ``retryable``."""
@@ -106,14 +104,11 @@ class WorkerHandlers:
                 raise too_deep("steps_batch") from None
         else:
             steps = [convert.step_record_from_pb(s) for s in request.steps]
-        next_queues: frozenset[str] = frozenset()
-        if request.next_queues:
-            if not request.final:
-                raise InvalidArgument(
-                    "AdvanceRun names next_queues but is not final: only a handback can bring the "
-                    "next step; send next_queues with final=true"
-                )
-            next_queues = frozenset(chain_queues(request.next_queues))
+        if request.next_queues and not request.final:
+            raise InvalidArgument(
+                "AdvanceRun names next_queues but is not final: only a handback can bring the "
+                "next step; send next_queues with final=true"
+            )
         outcome = await self.instances.advance_run(
             request.task_id,
             request.lease_owner,
@@ -122,7 +117,7 @@ class WorkerHandlers:
             request.handback_reason,
             request.failure_traceback,
             run_offset=request.run_offset if request.HasField("run_offset") else None,
-            next_queues=next_queues,
+            next_queues=chain_queues(request.next_queues),
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
             self.metrics.observe_run(outcome.applied_steps, request.handback_reason)
@@ -134,6 +129,11 @@ class WorkerHandlers:
             applied_steps=outcome.applied_steps,
         )
         if outcome.chained is not None:
-            self.pollers.claimed((outcome.chained.token.queue,))
-            result.next_task.CopyFrom(convert.activation_to_pb(outcome.chained, self.instances.config))
+            self._chained_into(outcome.chained, result.next_task)
         return result
+
+    def _chained_into(self, chained: Claimed, into: pb.TaskActivation) -> None:
+        """A report's answer carries the step leased with it (docs/semantics.md#chained-steps):
+        counted as its queue's claim, written into the answer's ``next_task``."""
+        self.pollers.claimed((chained.token.queue,))
+        into.CopyFrom(convert.activation_to_pb(chained, self.instances.config))
