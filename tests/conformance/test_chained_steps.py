@@ -10,6 +10,7 @@ Then the same for a local run's final AdvanceRun at a fork, a join or a queue ch
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -145,14 +146,66 @@ async def test_a_refused_report_chains_nothing_and_changes_nothing(server_harnes
         assert "next_queues" in (bad.value.details() or "")
         assert await r.state(iid) == before  # s1 still leased, nothing applied
         result = await r.stub.CompleteTask(_complete(act, [bp.name]))
-        chained = result.next_task
+        assert result.next_task.node_id == "s2"
+        assert await r.state(iid) != before
+
+
+async def test_a_resent_report_gets_the_step_it_chained_again_and_changes_nothing(
+    server_harness: Harness,
+) -> None:
+    """The report's answer was lost and the worker sends it again: the report is settled, so
+    nothing is applied twice, and the answer is the first one's — the same chained step, same
+    claim — so the step does not sit leased to a worker that never got it until its lease runs
+    out. Only the same report of the same worker gets it, and only while that claim stands."""
+    bp = server_harness.define("resent").step(_step("s1")).step(_step("s2")).step(_step("s3")).build()
+    async with raw(server_harness) as r:
+        await r.register(bp)
+        iid = await r.start(bp)
+        act = await r.poll(bp)
+        first = await r.stub.CompleteTask(_complete(act, [bp.name], b'{"s1": 1}'))
+        chained = first.next_task
         assert chained.node_id == "s2"
-        # the same report again (its answer lost): refused, and the chained step stays leased
         after = await r.state(iid)
-        await r.refused("CompleteTask", _complete(act, [bp.name]))
+        again = await r.stub.CompleteTask(_complete(act, [bp.name], b'{"s1": 1}'))
+        assert again.next_task == chained  # the same claim, fence, lease, attempt and context
+        assert again.instance_status == "RUNNING"
+        assert await r.state(iid) == after  # nothing applied, nothing leased again
+        assert r.server.server.instances.chained == 1
+        # not the same report: without next_queues, or from another worker, it is refused as before
+        details = await r.refused("CompleteTask", _complete(act, []))
+        assert "already settled" in details
+        other = pb.CompleteTaskRequest(task_id=act.task_id, lease_owner="someone-else", next_queues=[bp.name])
+        await r.refused("CompleteTask", other)
         assert await r.state(iid) == after
-        result = await r.stub.CompleteTask(_complete(chained, [bp.name]))
-        assert result.instance_status == "COMPLETED" and not result.HasField("next_task")
+        # once the chained step is reported, its claim no longer stands: the old report is refused
+        third = await r.stub.CompleteTask(_complete(chained, [bp.name]))
+        assert third.next_task.node_id == "s3"
+        await r.refused("CompleteTask", _complete(act, [bp.name]))
+        done = await r.stub.CompleteTask(_complete(third.next_task, [bp.name]))
+        assert done.instance_status == "COMPLETED" and not done.HasField("next_task")
+        await r.refused("CompleteTask", _complete(third.next_task, [bp.name]))  # finished: nothing to chain
+        status, _, tokens, history = await r.state(iid)
+        assert status == "COMPLETED" and tokens == []
+        assert history == [("s1", "COMPLETED", 1), ("s2", "COMPLETED", 1), ("s3", "COMPLETED", 1)]
+
+
+async def test_a_resent_report_does_not_get_a_step_the_worker_claimed_by_a_poll(
+    server_harness: Harness,
+) -> None:
+    """The next step was claimed by a poll of the same worker (the report did not ask): a resend
+    that now asks is refused, so the step is never given to two slots at once."""
+    bp = server_harness.define("polled").step(_step("s1")).step(_step("s2")).build()
+    async with raw(server_harness) as r:
+        await r.register(bp)
+        iid = await r.start(bp)
+        act = await r.poll(bp)
+        first = await r.stub.CompleteTask(_complete(act, []))
+        assert not first.HasField("next_task")
+        second = await r.poll(bp)
+        assert second.node_id == "s2" and second.task_id.rpartition("@")[0] == act.task_id.rpartition("@")[0]
+        before = await r.state(iid)
+        await r.refused("CompleteTask", _complete(act, [bp.name]))
+        assert await r.state(iid) == before
 
 
 @pytest.mark.parametrize("chain_steps", [0, 2, 16])
@@ -244,6 +297,93 @@ async def test_a_step_chained_while_the_worker_begins_to_close_is_given_back(ser
         assert worker.stats.chained == 0 and worker.stats.completed == 2
 
 
+class _AnswerLost(grpc.RpcError):
+    """What a worker sees when a report's answer is lost on the way (the server applied it)."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "the answer was lost (test)"
+
+
+async def test_a_worker_whose_report_answer_is_lost_gets_the_chained_step_from_its_resend(
+    server_harness: Harness,
+) -> None:
+    """The server applies a report that chained s2, and its answer never reaches the worker,
+    which sends the report again: the resend brings s2, so it runs at once as attempt 1 — not
+    after its 60 s lease runs out — and the history is one clean attempt a step."""
+    bp = server_harness.define("lost").step(_step("s1")).step(_step("s2")).step(_step("s3")).build()
+    async with server_harness.server(lease_millis=60_000) as server:
+        async with server.worker([bp], Harness.options(concurrency=1)) as worker:
+            reporter = worker._reporter
+            assert reporter is not None
+            transport = reporter.transport
+            complete = transport.complete
+            lost: list[str] = []
+
+            async def complete_answer_lost(request: pb.CompleteTaskRequest, timeout: float) -> Any:
+                result = await complete(request, timeout)
+                if not lost and result.HasField("next_task"):
+                    lost.append(result.next_task.node_id)
+                    raise _AnswerLost()
+                return result
+
+            transport.complete = complete_answer_lost  # type: ignore[method-assign]
+            iid = (await server.client.start(bp, {})).instance_id
+            info = await Harness.finish(server, iid, timeout=15.0)
+        assert info.status == "COMPLETED" and lost == ["s2"]
+        assert {k: info.context[k] for k in ("s1", "s2", "s3")} == {"s1": 1, "s2": 1, "s3": 1}
+        history = await server.client.history(iid)
+        runs = [(e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK"]
+        assert runs == [("s1", "COMPLETED", 1), ("s2", "COMPLETED", 1), ("s3", "COMPLETED", 1)]
+        assert [(e.kind, e.outcome) for e in history if e.kind != "TASK"] == [("END", "END")]  # no expiry
+        assert server.server.instances.chained == 2 and worker.stats.chained == 2
+
+
+async def test_a_step_handed_back_by_a_late_answer_is_not_run_when_the_resend_brings_it(
+    server_harness: Harness,
+) -> None:
+    """The stream transport gives back a step that a late answer brought (the worker had stopped
+    waiting and resent the report); the resend's answer then brings the same step again. The
+    slot must not run it — the give-back releases it — so it runs once, claimed again, and no
+    run of it overlaps another."""
+    runs: list[str] = []
+
+    async def slow(ctx: dict[str, Any]) -> dict[str, Any]:
+        runs.append("s2")
+        await asyncio.sleep(0.3)  # long enough for the give-back to land while it would run
+        return {**ctx, "s2": 1}
+
+    slow.__name__ = "s2"
+    bp = server_harness.define("late").step(_step("s1")).step(slow).build()
+    async with server_harness.server(lease_millis=60_000) as server:
+        async with server.worker([bp], Harness.options(concurrency=1)) as worker:
+            reporter = worker._reporter
+            poller = worker._poller
+            assert reporter is not None and poller is not None
+            complete = reporter.complete
+            late: list[str] = []
+
+            async def complete_after_a_late_answer(request: pb.CompleteTaskRequest) -> Any:
+                result = await complete(request)
+                if not late and result is not None and result.HasField("next_task"):
+                    late.append(result.next_task.node_id)
+                    poller.hand_back_orphans([result.next_task])  # as the late first answer did
+                return result
+
+            reporter.complete = complete_after_a_late_answer  # type: ignore[method-assign]
+            iid = (await server.client.start(bp, {})).instance_id
+            info = await Harness.finish(server, iid, timeout=15.0)
+        assert info.status == "COMPLETED" and late == ["s2"] and runs == ["s2"]
+        history = await server.client.history(iid)
+        assert [(e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK"] == [
+            ("s1", "COMPLETED", 1),
+            ("s2", "COMPLETED", 1),
+        ]
+        assert worker.stats.chained == 0
+
+
 # ---------------------------------------------------------------------------- local runs' handbacks
 
 
@@ -274,6 +414,13 @@ async def test_a_final_advance_run_at_a_queue_change_gets_the_next_step(local_ha
         assert (following.node_id, following.queue, following.lease_owner) == ("s2", other, WORKER)
         assert following.attempt == 1 and following.execution_mode == local_harness.mode.value
         await _nothing_to_claim(r, other)
+        # the same final batch again (its answer lost): the same step again, nothing applied twice
+        after = await r.state(iid)
+        again = await r.stub.AdvanceRun(request)
+        assert again.next_task == following and again.instance_status == "RUNNING"
+        assert await r.state(iid) == after
+        del request.next_queues[:]
+        await r.refused("AdvanceRun", request)  # nothing asked: refused as before
         done = await r.stub.AdvanceRun(
             pb.AdvanceRunRequest(
                 task_id=following.task_id,

@@ -252,7 +252,19 @@ class Engine:
             owner if mode is not ExecutionMode.SERVER and token.kind != NodeKind.JOIN else ""
         )
         token.local_run_steps = 0
+        token.chained_from = ""  # Delivery.chain marks the claims it makes
         changes.tokens[token.id] = token
+        return self._claimed(loaded, state, token, mode, lease)
+
+    def held_claim(self, loaded: LoadedDefinition, state: InstanceState, token: Token) -> Claimed:
+        """What ``claim`` returned for ``token``, a claim that stands (a chained step whose first
+        answer was lost, given again: wiggle/_server/delivery.py ``chained_again``); no change."""
+        lease = step_lease(loaded.nodes[token.node_id], self.lease_length(None))
+        return self._claimed(loaded, state, token, self.resolve_mode(loaded), lease)
+
+    def _claimed(
+        self, loaded: LoadedDefinition, state: InstanceState, token: Token, mode: ExecutionMode, lease: int
+    ) -> Claimed:
         return Claimed(
             token=token,
             instance=state.instance,

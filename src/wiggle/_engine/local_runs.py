@@ -27,6 +27,7 @@ from .state import (
     InstanceStatus,
     Token,
     TokenStatus,
+    split_task_id,
     task_id_of,
 )
 from .tokens import (
@@ -44,7 +45,15 @@ from .tokens import (
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["AdvanceOutcome", "PlannedStep", "RunPlan", "advance_run", "plan_run", "apply_run"]
+__all__ = [
+    "AdvanceOutcome",
+    "PlannedStep",
+    "RunPlan",
+    "advance_run",
+    "plan_run",
+    "apply_run",
+    "resent_handback",
+]
 
 _WORKER_KINDS = (NodeKind.TASK, NodeKind.PREDICATE)
 
@@ -120,6 +129,16 @@ def advance_run(
         )
         return outcome, Changes()
     return apply_run(engine, loaded, state, plan, owner, final, now, handback_reason)
+
+
+def resent_handback(state: InstanceState, task_id: str, applied: int, chained: Any) -> AdvanceOutcome:
+    """The answer to a final batch resent after its answer was lost, when the step its handback
+    chained still stands (the server's ``Delivery.chained_again``): ``chained`` again, the token
+    as it is now; nothing is applied twice."""
+    token_id, _ = split_task_id(task_id)
+    token = state.tokens.get(token_id)
+    status: TokenStatus | str = token.status if token is not None else ""
+    return AdvanceOutcome(state.instance.status, 0, token_id, status, applied, chained=chained)
 
 
 def plan_run(

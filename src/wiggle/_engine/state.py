@@ -247,6 +247,11 @@ class Token(msgspec.Struct):
     # Set by a store's claim on a queue with a concurrency limit (wiggle/_storage/queue_limits.py):
     # while RUNNING, the token counts against its queue's max_running. Meaningless once not RUNNING.
     queue_held: bool = False
+    # Set by a report's transition that leased this claim to the reporting worker (a chained step,
+    # the server's Delivery.chain; migration 0025): "<the report's task id> <this claim's task id>".
+    # A resend of that report, its answer lost, is answered with this step again while the claim
+    # stands untouched (docs/semantics.md#chained-steps). "": claimed by a poll.
+    chained_from: str = ""
 
 
 class HistoryEntry(msgspec.Struct, gc=False):

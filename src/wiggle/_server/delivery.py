@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from .._engine.engine import Claimed, Engine, LoadedDefinition
-from .._engine.state import Changes, InstanceState, InstanceStatus, Token, TokenStatus
+from .._engine.state import Changes, InstanceState, InstanceStatus, Token, TokenStatus, task_id_of
 from .._storage.base import NewInstance, Store
 from .._storage.handoff import Handoff, Share
 from .timings import Timings
@@ -266,11 +266,13 @@ class Delivery:
         now: int,
         owner: str,
         queues: frozenset[str],
+        origin: str,
     ) -> Claimed | None:
         """Lease to ``owner``, inside a report's transition, the first step that report made READY
         and due on one of ``queues`` (the reporting worker's), as a claim would: the report's
         answer carries it (docs/semantics.md, "Chained steps"). None if there is none, or only
-        under a limit (a queue's limit or a step's key: only a claim counts those)."""
+        under a limit (a queue's limit or a step's key: only a claim counts those). ``origin``:
+        the report's task id, marked on the step (``chained_again`` finds it by it)."""
         if state.instance.status != InstanceStatus.RUNNING or not changes.ready_queues:
             return None
         limited = self.store.limited_queues
@@ -280,9 +282,30 @@ class Delivery:
                 continue
             self.timings.claimed(loaded, token, now)
             claimed = self.engine.claim(loaded, state, token, owner, now, changes)
+            token.chained_from = f"{origin} {claimed.task_id}"
             self.chained += 1
             _unannounce(changes, queue)
             return claimed
+        return None
+
+    def chained_again(
+        self, loaded: LoadedDefinition, state: InstanceState, origin: str, owner: str
+    ) -> Claimed | None:
+        """The step the report ``origin`` (a task id) chained to ``owner``, if that claim still
+        stands untouched: leased to ``owner`` under the same claim, no step of it reported. A
+        report resent after its answer was lost is answered with it again, and changes nothing
+        (docs/semantics.md, "Chained steps"); None otherwise (the resend is refused as before)."""
+        for token in state.tokens.values():
+            marked = token.chained_from
+            if not marked or not marked.startswith(origin):
+                continue
+            if (
+                marked == f"{origin} {task_id_of(token)}"
+                and token.status == TokenStatus.RUNNING
+                and token.lease_owner == owner
+                and token.local_run_steps == 0
+            ):
+                return self.engine.held_claim(loaded, state, token)
         return None
 
     def _orphaned(self, claims: list[Claimed]) -> None:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from .._clock import WALL_CLOCK, Clock
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, EngineConfig, LoadedDefinition
+from .._engine.local_runs import resent_handback
 from .._engine.records import StepRecord
 from .._engine.start_options import NO_OPTIONS, StartOptions
 from .._engine.state import (
@@ -41,7 +42,7 @@ from .._storage.base import (
     WorkflowRecord,
 )
 from .._storage.notifier import wait_event
-from ..errors import InvalidArgument
+from ..errors import FailedPrecondition, InvalidArgument
 from .clock_duties import CLOCK_BATCH, PURGE_EVERY_SECONDS, ClockDuties, token_missing
 from .delivery import MAX_WAIT_SECONDS, Delivery, release
 from .failures import attach_traceback, failed_step
@@ -451,20 +452,26 @@ class Instances:
 
         def action(
             loaded: LoadedDefinition, state: InstanceState, now: int
-        ) -> tuple[Claimed | None, Changes]:
-            changes = self.engine.complete(
-                loaded,
-                state,
-                token_id,
-                owner,
-                now,
-                context=context,
-                predicate_value=predicate_value,
-                diff=diff,
-            )
+        ) -> tuple[Claimed | None, Changes | None]:
+            try:
+                changes = self.engine.complete(
+                    loaded,
+                    state,
+                    token_id,
+                    owner,
+                    now,
+                    context=context,
+                    predicate_value=predicate_value,
+                    diff=diff,
+                )
+            except FailedPrecondition:
+                again = delivery.chained_again(loaded, state, token_id, owner) if next_queues else None
+                if again is None:
+                    raise
+                return again, None  # a resend whose first answer was lost: that answer again
             if not next_queues:
                 return None, changes
-            return delivery.chain(loaded, state, changes, now, owner, next_queues), changes
+            return delivery.chain(loaded, state, changes, now, owner, next_queues, token_id), changes
 
         chained, state = await self.mutate(
             token_instance_id(token_id), token_missing(token_id), action, owner
@@ -530,14 +537,22 @@ class Instances:
 
         def action(
             loaded: LoadedDefinition, state: InstanceState, now: int
-        ) -> tuple[AdvanceOutcome, Changes]:
-            outcome, changes = self.engine.advance_run(
-                loaded, state, token_id, owner, steps, final, now, reason, run_offset
-            )
+        ) -> tuple[AdvanceOutcome, Changes | None]:
+            chains = final and bool(next_queues)
+            try:
+                outcome, changes = self.engine.advance_run(
+                    loaded, state, token_id, owner, steps, final, now, reason, run_offset
+                )
+            except FailedPrecondition:
+                again = delivery.chained_again(loaded, state, token_id, owner) if chains else None
+                if again is None:
+                    raise
+                # a final batch resent after its answer was lost: that answer again, nothing applied
+                return resent_handback(state, token_id, len(steps), again), None
             if failed is not None:
                 attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
-            if final and next_queues:
-                outcome.chained = delivery.chain(loaded, state, changes, now, owner, next_queues)
+            if chains:
+                outcome.chained = delivery.chain(loaded, state, changes, now, owner, next_queues, token_id)
             return outcome, changes
 
         outcome, _ = await self.mutate(token_instance_id(token_id), token_missing(token_id), action, owner)

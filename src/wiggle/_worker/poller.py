@@ -23,6 +23,8 @@ __all__ = ["Poller"]
 
 log = logging.getLogger("wiggle.worker")
 
+_GIVEN_BACK_KEPT = 256  # handed-back task ids remembered (Poller.given_back): far more than in flight
+
 Execute = Callable[[pb.TaskActivation], Awaitable[None]]
 
 
@@ -49,6 +51,8 @@ class Poller:
         self.running = False
         self.tasks: set[asyncio.Task[None]] = set()
         self._orphans: set[asyncio.Task[None]] = set()
+        # the task ids of the last steps handed back (given_back): bounded, oldest dropped first
+        self._given_back: dict[str, None] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._loop: asyncio.Task[None] | None = None
 
@@ -74,7 +78,11 @@ class Poller:
 
     def hand_back_orphans(self, activations: list[pb.TaskActivation]) -> None:
         """A poll we abandoned claimed these anyway: hand them back at once, attempt unspent."""
+        given_back = self._given_back
         for act in activations:
+            given_back[act.task_id] = None
+            if len(given_back) > _GIVEN_BACK_KEPT:
+                del given_back[next(iter(given_back))]
             request = pb.AdvanceRunRequest(
                 task_id=act.task_id,
                 lease_owner=act.lease_owner,
@@ -84,6 +92,12 @@ class Poller:
             task = asyncio.ensure_future(self._hand_back(request))
             self._orphans.add(task)
             task.add_done_callback(self._orphans.discard)
+
+    def given_back(self, task_id: str) -> bool:
+        """True if the step of ``task_id`` was handed back here (hand_back_orphans): an answer
+        that brings it again — a resent report's, answered with the step its first send chained
+        (docs/semantics.md#chained-steps) — must not run it, for the handback releases it."""
+        return task_id in self._given_back
 
     async def _hand_back(self, request: pb.AdvanceRunRequest) -> None:
         with contextlib.suppress(AdvanceUnsupported):  # an old server: the lease expires instead

@@ -247,8 +247,11 @@ class Worker:
                 following = await self._execute_one(following, self._chain_queues if ask else ())
                 if following is None:
                     break
-                if self._closing and self._poller is not None:  # asked before close() began
-                    self._poller.hand_back_orphans([following])
+                poller = self._poller
+                if poller is not None and poller.given_back(following.task_id):
+                    break  # the late first answer of a resent report brought it: released already
+                if self._closing and poller is not None:  # asked before close() began
+                    poller.hand_back_orphans([following])
                     break
                 taken += 1
                 stats.chained += 1

@@ -146,6 +146,7 @@ SQL_TYPES: dict[str, str] = {
     "limit_key": "text",
     "limit_max": "integer",
     "queue_held": "boolean",
+    "chained_from": "text",
     "conc_key": "text",
     "conc_max": "integer",
     "conc_since": "bigint",
