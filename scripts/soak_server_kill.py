@@ -136,6 +136,9 @@ def main() -> int:
             server = start_server()
             next_kill = time.monotonic() + args.every
         missing: list[str] = []
+        last_kill = time.monotonic()
+        finished = last_kill
+        redelivered = 0
         statuses: dict[str, int] = {}
         deadline = time.monotonic() + 240
         with Client(target) as client:
@@ -145,6 +148,13 @@ def main() -> int:
                 lost = [f"s{i}" for i in range(STEPS) if not info.context.get(f"s{i}")]
                 if lost:
                     missing.append(f"{iid} {info.status} lacks {lost}")
+            finished = time.monotonic()
+            # attempts that did not complete: a lease that ran out (a step whose worker never got
+            # it, or whose report was given up) is one, the step's next attempt the other
+            for iid in ids:
+                for entry in client.history(iid):
+                    if entry.kind == "TASK" and entry.outcome != "COMPLETED":
+                        redelivered += 1
     finally:
         for w in workers:
             w.terminate()
@@ -156,7 +166,8 @@ def main() -> int:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     print(
         f"mode={args.mode} instances={len(ids)} kills={kills} statuses={statuses} "
-        f"instances_with_a_step_lacking_its_effect={len(missing)}"
+        f"instances_with_a_step_lacking_its_effect={len(missing)} "
+        f"attempts_not_completed={redelivered} drained_after_last_kill={finished - last_kill:.1f}s"
     )
     for line in missing[:20]:
         print("  ", line)
