@@ -235,6 +235,38 @@ async def test_a_worker_chains_at_most_chain_steps_in_a_row_and_leaves_a_clean_h
         assert worker.stats.calls["PollTasks"] >= len(ids) * (steps - per_instance) / 4
 
 
+@pytest.mark.parametrize("chain_seconds", [0.01, 0.0])
+async def test_a_chain_of_slow_steps_goes_back_to_the_queue_after_chain_seconds(
+    server_harness: Harness, chain_seconds: float
+) -> None:
+    """Each step takes 50 ms. With ``chain_seconds=0.01`` a chain has outlived its bound by the
+    time its second step begins, so that step's report does not ask: a poll, a chained step, a
+    poll... — two steps of five chained. ``0`` is no time bound: four of five."""
+
+    def slow(name: str) -> Any:
+        async def handler(ctx: dict[str, Any]) -> dict[str, Any]:
+            await asyncio.sleep(0.05)
+            return {**ctx, name: 1}
+
+        handler.__name__ = name
+        return handler
+
+    wf = server_harness.define("slow-chain")
+    for i in range(5):
+        wf = wf.step(slow(f"s{i}"))
+    bp = wf.build()
+    options = Harness.options(concurrency=1, chain_steps=16, chain_seconds=chain_seconds)
+    async with server_harness.running([bp], options) as (server, worker):
+        iid = (await server.client.start(bp, {})).instance_id
+        info = await Harness.finish(server, iid)
+        assert info.status == "COMPLETED" and info.context == {f"s{i}": 1 for i in range(5)}
+        history = await server.client.history(iid)
+        assert [(e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK"] == [
+            (f"s{i}", "COMPLETED", 1) for i in range(5)
+        ]
+        assert worker.stats.chained == (2 if chain_seconds else 4)
+
+
 async def test_a_retry_is_not_chained_and_the_chain_goes_on_after_it(server_harness: Harness) -> None:
     """A failed step's retry waits out its backoff: it is claimed, never chained; the report of
     the retried step's success chains the step after it."""

@@ -31,6 +31,8 @@ BP = Workflow.define("opts").step(step).build()
         ({"threads": -1}, "threads must be >= 0"),
         ({"poll_wait_seconds": -1.0}, "poll_wait_seconds must be >= 0"),
         ({"heartbeat_seconds": -1.0}, "heartbeat_seconds must be >= 0"),
+        ({"chain_steps": -1}, r"chain_steps must be >= 0 \(0: every step is polled for\), got -1"),
+        ({"chain_seconds": -0.5}, r"chain_seconds must be >= 0 \(0: no time bound\), got -0.5"),
         ({"flush_interval": -0.5}, "flush_interval must be >= 0"),
         ({"lease_margin": 1.0}, r"lease_margin must be in \[0, 1\), got 1.0"),
         ({"inline_threshold_ms": -1.0}, "inline_threshold_ms must be >= 0"),

@@ -51,6 +51,10 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             report's own commit), up to this many steps in a row before it asks the queue again
             with a poll, where priorities rank the waiting steps (0: never; every step is polled
             for).
+        chain_seconds: Nor does a slot ask once this many seconds have passed since it took
+            the chain's first step from a poll: a chain of slow steps goes back to the queue
+            after about this long (plus the step then running), not only after `chain_steps`
+            steps (0: no time bound).
         transport: `"stream"` multiplexes every call over one `WorkerSession` stream (the fast
             path); `"unary"` makes one RPC per call.
         register: Register the blueprints when the worker starts (a worker identity without
@@ -78,6 +82,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     lease_margin: float = 0.25  # hand back when less than this share of the lease is left
     use_local_modes: bool = True
     chain_steps: int = 16  # steps a slot takes with its reports before it polls again; 0: never
+    chain_seconds: float = 1.0  # ... nor once a chain has run this long; 0: no time bound
     transport: str = "stream"
     register: bool = True  # register the blueprints on start
     threads: int = 0  # thread pool for sync handlers; 0: concurrency
@@ -97,6 +102,8 @@ def check_options(options: WorkerOptions) -> None:
         )
     if options.chain_steps < 0:
         raise ValueError(f"chain_steps must be >= 0 (0: every step is polled for), got {options.chain_steps}")
+    if options.chain_seconds < 0:
+        raise ValueError(f"chain_seconds must be >= 0 (0: no time bound), got {options.chain_seconds}")
     if options.transport not in TRANSPORTS:
         raise ValueError(f"transport must be 'stream' or 'unary', got {options.transport!r}")
     if options.sync_handlers not in SYNC_HANDLER_MODES:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
+import time
 from collections.abc import Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -234,16 +236,18 @@ class Worker:
 
     async def _execute(self, act: pb.TaskActivation) -> None:
         """Run ``act`` in its slot, then each next step its report took in the same call
-        (docs/semantics.md#chained-steps), up to ``chain_steps`` in a row; then the slot is free
-        for the poller again."""
+        (docs/semantics.md#chained-steps), up to ``chain_steps`` in a row and while the chain
+        has run less than ``chain_seconds``; then the slot is free for the poller again."""
         stats = self.stats
         stats.in_flight += 1
         try:
-            chain = self.options.chain_steps
+            options = self.options
+            chain = options.chain_steps
+            until = time.monotonic() + options.chain_seconds if options.chain_seconds else math.inf
             taken = 0
             following: pb.TaskActivation | None = act
             while following is not None:
-                ask = taken < chain and not self._closing
+                ask = taken < chain and not self._closing and (taken == 0 or time.monotonic() < until)
                 following = await self._execute_one(following, self._chain_queues if ask else ())
                 if following is None:
                     break
