@@ -170,7 +170,7 @@ async def test_a_resent_report_gets_the_step_it_chained_again_and_changes_nothin
         assert again.next_task == chained  # the same claim, fence, lease, attempt and context
         assert again.instance_status == "RUNNING"
         assert await r.state(iid) == after  # nothing applied, nothing leased again
-        assert r.server.server.instances.chained == 1
+        assert r.server.server.instances.chained == 1 and r.server.server.instances.chained_again == 1
         # not the same report: without next_queues, or from another worker, it is refused as before
         details = await r.refused("CompleteTask", _complete(act, []))
         assert "already settled" in details
@@ -371,6 +371,7 @@ async def test_a_worker_whose_report_answer_is_lost_gets_the_chained_step_from_i
         assert runs == [("s1", "COMPLETED", 1), ("s2", "COMPLETED", 1), ("s3", "COMPLETED", 1)]
         assert [(e.kind, e.outcome) for e in history if e.kind != "TASK"] == [("END", "END")]  # no expiry
         assert server.server.instances.chained == 2 and worker.stats.chained == 2
+        assert server.server.instances.chained_again == 1
 
 
 async def test_a_step_handed_back_by_a_late_answer_is_not_run_when_the_resend_brings_it(

@@ -45,3 +45,4 @@ async def test_metrics_endpoint_reports_rpcs_and_handbacks() -> None:
     assert 'wiggle_local_run_handbacks_total{reason="TERMINAL"} 1.0' in body
     assert "wiggle_local_run_steps_bucket" in body
     assert f"wiggle_steps_handed_off_total {float(handed)}" in body
+    assert "wiggle_steps_chained_again_total 0.0" in body  # no answer was lost

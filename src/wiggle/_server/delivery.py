@@ -66,6 +66,7 @@ class Delivery:
         self.give_back = give_back
         self.handed_off = 0  # steps leased to a waiting poller inside the commit that made them READY
         self.chained = 0  # steps leased to the reporting worker inside its report's commit (chain)
+        self.given_again = 0  # chained steps given again to a resent report (chained_again)
         self._releases: set[asyncio.Task[None]] = set()  # hand-offs being given back (_orphaned)
         # Per queue, the reservation of a poller that further transitions may add steps to
         # (Handoff.accepting): a start group's starts, reports committed together, share one poll.
@@ -305,6 +306,7 @@ class Delivery:
                 and token.lease_owner == owner
                 and token.local_run_steps == 0
             ):
+                self.given_again += 1
                 return self.engine.held_claim(loaded, state, token)
         return None
 

@@ -417,6 +417,11 @@ class Instances:
         """Steps leased to the reporting worker in its report's commit (``Delivery.chain``)."""
         return self.delivery.chained
 
+    @property
+    def chained_again(self) -> int:
+        """Chained steps given again to a report resent after its answer was lost."""
+        return self.delivery.given_again
+
     async def complete(
         self,
         token_id: str,

@@ -75,6 +75,12 @@ class WiggleCollector(Collector):
         )
         chained.add_metric([], self.server.instances.chained)
         yield chained
+        again = CounterMetricFamily(
+            "wiggle_steps_chained_again",
+            "chained steps given again to a report resent after its answer was lost",
+        )
+        again.add_metric([], self.server.instances.chained_again)
+        yield again
         yield from queue_gauges(self.server)
         yield from timing_metrics(self.server)
         yield from pager_families(self.server)
