@@ -73,6 +73,17 @@ async def rows(schema: str) -> set[tuple[str, str, str]]:
         return {tuple(row) for row in await cur.fetchall()}  # type: ignore[misc]
 
 
+async def rows_become(schema: str, expected: set[tuple[str, str, str]]) -> None:
+    """Until the wakeups table holds ``expected`` (a row's DELETE commits a moment after its node
+    stops counting it); AssertionError with what it holds if not within 5 s."""
+    for _ in range(500):
+        held = await rows(schema)
+        if held == expected:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within 5 s: the wakeups rows are {sorted(held)}, not {sorted(expected)}")
+
+
 async def test_a_node_sends_only_the_notifies_another_node_waits_for(
     nodes: tuple[Instances, Instances],
 ) -> None:
@@ -147,9 +158,10 @@ async def test_rows_go_once_nobody_waits_and_come_back_with_the_next_wait(
     assert await rows(a.store.schema) == {(a.store.node_id, "node", ""), (b.store.node_id, "node", "")}
     assert await b.poll("w", ["linear"], 1, 0.3) == []  # waits, and writes its row
     assert (b.store.node_id, "work", "linear") in await rows(a.store.schema)
-    # nobody waits any more: deleted KEEP_SECONDS later, at a count
+    # nobody waits any more: deleted KEEP_SECONDS later, at a count (the node forgets the row as
+    # its DELETE begins, so the table is what to wait for)
     await until(lambda: not b.store.cluster.wakeups.written() - {("node", "")}, "b withdraws its row")
-    assert await rows(a.store.schema) == {(a.store.node_id, "node", ""), (b.store.node_id, "node", "")}
+    await rows_become(a.store.schema, {(a.store.node_id, "node", ""), (b.store.node_id, "node", "")})
     await until(lambda: not a.store.cluster.wanted, "a counts b's rows")
     async with listening(a.store.cluster.channel_work) as drain:
         await work_round(a)
@@ -236,3 +248,66 @@ async def test_a_node_whose_rows_were_lost_writes_them_again_when_its_listener_r
             assert await drain(1) == [f"{a.store.node_id}:linear"]  # the catch-up
             await work_round(a)
             assert await drain(1) == [f"{a.store.node_id}:linear"]
+
+
+class _OneRead:
+    """A listener connection whose one read brings two notifications at once (one packet), as
+    psycopg's ``notifies()`` yields them: closed in the middle of the batch, the rest is lost."""
+
+    def __init__(self, payloads: list[str]) -> None:
+        self.payloads = payloads
+
+    def notifies(self, timeout: float | None = None) -> AsyncIterator[psycopg.Notify]:
+        async def read() -> AsyncIterator[psycopg.Notify]:
+            batch, self.payloads = self.payloads, []
+            for payload in batch:
+                yield psycopg.Notify("s_work", payload, 1)
+
+        return read()
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_the_listener_dispatches_every_notification_of_a_read_when_its_count_is_due() -> None:
+    """The listener's peer count falls due while it dispatches a read of two NOTIFYs: both are
+    dispatched before the count (it once left the read after the first, and psycopg dropped the
+    second: a lost wake-up, seen as a poll that waited out its wait)."""
+    cluster = Cluster("s", None, None)  # type: ignore[arg-type]
+    cluster.PEER_CHECK_SECONDS = 0.0  # the count is due at once, during the first dispatch
+    seen: list[str] = []
+    cluster.dispatch = lambda channel, payload: seen.append(payload)  # type: ignore[method-assign]
+
+    async def count_peers(conn: object, hello: bool = False) -> None:
+        raise asyncio.CancelledError  # the count: where this test stops the listener
+
+    cluster.count_peers = count_peers  # type: ignore[method-assign]
+    with pytest.raises(asyncio.CancelledError):
+        await cluster.listen_forever(_OneRead(["other:orders", "other:invoices"]))  # type: ignore[arg-type]
+    assert seen == ["other:orders", "other:invoices"]
+
+
+async def test_a_steady_stream_of_notifications_does_not_postpone_the_peer_count(
+    nodes: tuple[Instances, Instances], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOTIFYs every 10 ms for a second, faster than the listener's count (every 0.1 s here):
+    it still counts its peers (psycopg's ``notifies()`` ends at its deadline after the read in
+    hand), and so still learns who joined, left or wants what."""
+    _, b = nodes
+    cluster = b.store.cluster
+    counted = 0
+    count_peers = cluster.count_peers
+
+    async def counting(conn: object, hello: bool = False) -> None:
+        nonlocal counted
+        counted += 1
+        await count_peers(conn, hello)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cluster, "count_peers", counting)
+    loop = asyncio.get_running_loop()
+    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
+        began = loop.time()
+        while loop.time() - began < 1.0:
+            await conn.execute("SELECT pg_notify(%s, %s)", (cluster.channel_work, "elsewhere:no-queue"))
+            await asyncio.sleep(0.01)
+    assert counted >= 3, f"the listener counted its peers {counted} times in a second of NOTIFYs"

@@ -182,7 +182,6 @@ class Cluster:
     async def listen_forever(self, conn: Conn | None) -> None:
         """Dispatch notifications forever, recounting peers; reconnect when the connection drops."""
         delay = 0.1
-        loop = asyncio.get_running_loop()
         while True:
             try:
                 if conn is None:
@@ -192,13 +191,14 @@ class Cluster:
                     self.notifier.wake_all()  # we may have missed notifications while disconnected
                     delay = 0.1
                 while True:
-                    interval = self.PEER_CHECK_SECONDS
-                    until = loop.time() + interval
-                    async with contextlib.aclosing(conn.notifies(timeout=interval)) as notes:
+                    # notifies() ends by itself once the interval is over, after the batch it read
+                    # (one packet's notifications), so a steady stream does not postpone the count.
+                    # It must not be left in the middle of a batch: psycopg drops what it read and
+                    # did not yield yet, and a NOTIFY dropped is a wake-up lost (a poll of this
+                    # node waits out its wait for work another node committed).
+                    async with contextlib.aclosing(conn.notifies(timeout=self.PEER_CHECK_SECONDS)) as notes:
                         async for note in notes:
                             self.dispatch(note.channel, note.payload)
-                            if loop.time() >= until:
-                                break  # a steady stream must not postpone the count
                     await self.count_peers(conn)  # and a silent network failure shows up here
                     await self.wakeups.withdraw()
             except asyncio.CancelledError:
