@@ -258,7 +258,7 @@ class Engine:
 
     def held_claim(self, loaded: LoadedDefinition, state: InstanceState, token: Token) -> Claimed:
         """What ``claim`` returned for ``token``, a claim that stands (a chained step whose first
-        answer was lost, given again: wiggle/_server/delivery.py ``chained_again``); no change."""
+        answer was lost, given again: wiggle/_server/delivery.py ``chained_by``); no change."""
         lease = step_lease(loaded.nodes[token.node_id], self.lease_length(None))
         return self._claimed(loaded, state, token, self.resolve_mode(loaded), lease)
 

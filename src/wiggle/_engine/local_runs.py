@@ -133,7 +133,7 @@ def advance_run(
 
 def resent_handback(state: InstanceState, task_id: str, applied: int, chained: Any) -> AdvanceOutcome:
     """The answer to a final batch resent after its answer was lost, when the step its handback
-    chained still stands (the server's ``Delivery.chained_again``): ``chained`` again, the token
+    chained still stands (the server's ``Delivery.chained_by``): ``chained`` again, the token
     as it is now; nothing is applied twice."""
     token_id, _ = split_task_id(task_id)
     token = state.tokens.get(token_id)

@@ -66,7 +66,7 @@ class Delivery:
         self.give_back = give_back
         self.handed_off = 0  # steps leased to a waiting poller inside the commit that made them READY
         self.chained = 0  # steps leased to the reporting worker inside its report's commit (chain)
-        self.given_again = 0  # chained steps given again to a resent report (chained_again)
+        self.chained_again = 0  # chained steps given again to a resent report (chained_by)
         self._releases: set[asyncio.Task[None]] = set()  # hand-offs being given back (_orphaned)
         # Per queue, the reservation of a poller that further transitions may add steps to
         # (Handoff.accepting): a start group's starts, reports committed together, share one poll.
@@ -273,7 +273,7 @@ class Delivery:
         and due on one of ``queues`` (the reporting worker's), as a claim would: the report's
         answer carries it (docs/semantics.md, "Chained steps"). None if there is none, or only
         under a limit (a queue's limit or a step's key: only a claim counts those). ``origin``:
-        the report's task id, marked on the step (``chained_again`` finds it by it)."""
+        the report's task id, marked on the step (``chained_by`` finds it by it)."""
         if state.instance.status != InstanceStatus.RUNNING or not changes.ready_queues:
             return None
         limited = self.store.limited_queues
@@ -289,7 +289,7 @@ class Delivery:
             return claimed
         return None
 
-    def chained_again(
+    def chained_by(
         self, loaded: LoadedDefinition, state: InstanceState, origin: str, owner: str
     ) -> Claimed | None:
         """The step the report ``origin`` (a task id) chained to ``owner``, if that claim still
@@ -297,16 +297,13 @@ class Delivery:
         report resent after its answer was lost is answered with it again, and changes nothing
         (docs/semantics.md, "Chained steps"); None otherwise (the resend is refused as before)."""
         for token in state.tokens.values():
-            marked = token.chained_from
-            if not marked or not marked.startswith(origin):
-                continue
             if (
-                marked == f"{origin} {task_id_of(token)}"
-                and token.status == TokenStatus.RUNNING
+                token.status == TokenStatus.RUNNING
                 and token.lease_owner == owner
                 and token.local_run_steps == 0
+                and token.chained_from == f"{origin} {task_id_of(token)}"
             ):
-                self.given_again += 1
+                self.chained_again += 1
                 return self.engine.held_claim(loaded, state, token)
         return None
 

@@ -420,7 +420,7 @@ class Instances:
     @property
     def chained_again(self) -> int:
         """Chained steps given again to a report resent after its answer was lost."""
-        return self.delivery.given_again
+        return self.delivery.chained_again
 
     async def complete(
         self,
@@ -470,7 +470,7 @@ class Instances:
                     diff=diff,
                 )
             except FailedPrecondition:
-                again = delivery.chained_again(loaded, state, token_id, owner) if next_queues else None
+                again = delivery.chained_by(loaded, state, token_id, owner) if next_queues else None
                 if again is None:
                     raise
                 return again, None  # a resend whose first answer was lost: that answer again
@@ -549,7 +549,7 @@ class Instances:
                     loaded, state, token_id, owner, steps, final, now, reason, run_offset
                 )
             except FailedPrecondition:
-                again = delivery.chained_again(loaded, state, token_id, owner) if chains else None
+                again = delivery.chained_by(loaded, state, token_id, owner) if chains else None
                 if again is None:
                     raise
                 # a final batch resent after its answer was lost: that answer again, nothing applied
