@@ -18,6 +18,10 @@ targets in:
 - LOCAL_ASYNC / hand-written per instance (both commit once per run)
 - start latency p50 / p99 of ``Client.start`` per Wiggle mode while the workers run
 
+With ``--front`` Wiggle runs on two servers on the one database, the submitting client's calls on
+the first and the workers on the second (``wiggle bench --servers 2 --front``): a start then
+waits behind no report (docs/deployment.md, "Starts apart from steps"). The loops are unchanged.
+
 Beside each inst/s ratio it prints the ratio the two runs' CPU per instance alone would give
 (the loop's CPU per instance over Wiggle's): where both runs keep every core of the machine busy
 ("cores" near the CPU count), their throughputs can differ by no more than that, whatever the
@@ -69,9 +73,16 @@ def _sizes(args: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
-def _wiggle(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+def wiggle_command(mode: str, args: argparse.Namespace) -> list[str]:
+    """The ``wiggle bench`` command of one Wiggle run."""
     cmd = [sys.executable, "-m", "wiggle.cli", "bench", "--modes", mode, "--submit", "during", *_sizes(args)]
-    out = subprocess.run([*cmd, "--json", "--no-progress"], capture_output=True, text=True, check=False)
+    if args.front:
+        cmd += ["--servers", "2", "--front"]
+    return [*cmd, "--json", "--no-progress"]
+
+
+def _wiggle(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    out = subprocess.run(wiggle_command(mode, args), capture_output=True, text=True, check=False)
     if not out.stdout.strip().startswith("{"):
         return {"ok": False, "problems": [out.stderr.strip()[-800:] or f"exit {out.returncode}"]}
     doc = json.loads(out.stdout)
@@ -202,6 +213,11 @@ def render(doc: dict[str, Any]) -> str:
     lines = [
         f"user view (issue #28): {s['steps']} steps x {s['instances']} instances, {s['workers']} worker processes x "
         f"{s['concurrency']}, {s['submit_threads']} submitting threads, {s['rounds']} alternating round(s)",
+        *(
+            ["Wiggle on 2 servers: the submitting client on the first, the workers on the second (--front)"]
+            if s.get("front")
+            else []
+        ),
         "",
         f"{'round':>5}  {'run':<34} {'inst/s':>8} {'CPU ms/inst':>11} {'cores':>5} {'pg xact/inst':>12} "
         f"{'other CPU s':>11} {'load':>10} {'probe ms':>8}",
@@ -268,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--database-url",
         default=os.environ.get("WIGGLE_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test",
+    )
+    p.add_argument(
+        "--front",
+        action="store_true",
+        help="Wiggle on two servers (one database): the submitting client on the first, the workers on "
+        "the second (wiggle bench --servers 2 --front; docs/deployment.md#starts-apart-from-steps)",
     )
     p.add_argument("--json", action="store_true", help="the whole document on stdout (the table on stderr)")
     return p

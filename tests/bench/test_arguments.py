@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from wiggle._bench.arguments import MODES, parse_args
+from wiggle._bench.deploy import ModeProcesses
 from wiggle._bench.e2e import main
+from wiggle._bench.processes import Children
 
 CLEAN = (
     "WIGGLE_EXECUTION_MODE",
@@ -38,7 +42,7 @@ def test_defaults() -> None:
     assert args.database_url == "" and args.impl is None and args.timeout == 600
     assert not args.json and not args.keep and args.fault == ""
     assert args.submit == ["before"] and args.submit_threads == 8
-    assert args.latency is None and args.servers == 1
+    assert args.latency is None and args.servers == 1 and not args.front
 
 
 def test_latency_mode_defaults_to_five_steps_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,6 +108,7 @@ def test_bad_flags_exit_2_and_say_why(argv: list[str], says: str, capsys: pytest
         (["--latency", "5", "--submit", "during"], "--submit does not apply"),
         (["--servers", "2"], "--servers > 1 needs PostgreSQL"),
         (["--servers", "2", "--latency", "5", "--database-url", "postgresql://x"], "not to --latency"),
+        (["--front", "--database-url", "postgresql://x"], "--front needs --servers 2 or more"),
     ],
 )
 def test_inconsistent_settings_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,3 +119,20 @@ def test_inconsistent_settings_exit_2(argv: list[str], says: str, capsys: pytest
 def test_help_exits_0_and_a_leading_separator_is_dropped(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--", "--help"]) == 0
     assert "--instances" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--servers", "2"], ["a", "b", "a", "b"]),  # worker i on server i mod N
+        (["--servers", "2", "--front"], ["b", "b", "b", "b"]),  # the first server keeps the clients
+        (["--servers", "3", "--front"], ["b", "c", "b", "c"]),
+    ],
+)
+def test_workers_go_to_the_servers_the_front_leaves_them(
+    argv: list[str], expected: list[str], tmp_path: Path
+) -> None:
+    args = parse_args([*argv, "--database-url", "postgresql://x"])
+    procs = ModeProcesses(args, "SERVER", "t", Children(tmp_path, {}), None, "")
+    procs.targets = ["a", "b", "c"][: args.servers]
+    assert [procs.worker_target(i) for i in range(4)] == expected

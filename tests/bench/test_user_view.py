@@ -94,6 +94,18 @@ def test_summary_sets_the_cpu_ratio_and_the_cores_beside_the_throughput_ratio() 
     assert sm["cpu_ratios"]["SERVER/step"] == 1.0
 
 
+def test_front_runs_wiggle_on_two_servers_and_says_so() -> None:
+    uv = _module("user_view")
+    plain = uv.build_parser().parse_args([])
+    front = uv.build_parser().parse_args(["--front"])
+    assert "--servers" not in uv.wiggle_command("SERVER", plain)
+    cmd = uv.wiggle_command("SERVER", front)
+    assert cmd[cmd.index("--servers") + 1] == "2" and "--front" in cmd
+    doc = {"settings": {**vars(front), "rounds": 0}, "sequence": [], "summary": uv.summary({})}
+    assert "the submitting client on the first, the workers on the second" in uv.render(doc)
+    assert "--front" not in uv.render({**doc, "settings": {**vars(plain), "rounds": 0}})
+
+
 @pytest.mark.postgres
 @pytest.mark.timeout(200)
 @needs_postgres

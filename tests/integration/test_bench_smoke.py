@@ -288,6 +288,33 @@ def test_submit_during_on_postgres(tmp_path: Path) -> None:
     assert schema.endswith("_local_sync_during"), schema
 
 
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(
+    os.environ.get("WIGGLE_TEST_POSTGRES") != "1", reason="set WIGGLE_TEST_POSTGRES=1 to run on PostgreSQL"
+)
+def test_a_front_server_takes_the_starts_and_the_others_the_steps(tmp_path: Path) -> None:
+    args = [str(E2E), "--steps", "3", "--instances", "30", "--workers", "2", "--concurrency", "2"]
+    args += ["--modes", "SERVER", "--submit", "during", "--servers", "3", "--front"]
+    args += ["--no-progress", "--json", "--database-url", PG_URL]
+    code, doc, output = _run(args, tmp_path)
+    assert code == 0, output
+    assert doc is not None and doc["ok"] and doc["settings"]["front"], output
+    (m,) = doc["modes"]
+    _check_starts(m, 30, 8, shared=True)
+    front, *backs = m["calls_by_server"]
+    assert len(backs) == 2, m["calls_by_server"]
+    # the first server: the client's starts and the driver's reads, not one worker call
+    assert front.get("StartInstance", 0) + front.get("StartInstances", 0) > 0, front
+    worker_calls = {"PollTasks", "CompleteTask", "AdvanceRun", "RegisterWorkflow", "WorkerSession"}
+    assert not worker_calls & set(front), front
+    # worker 0 on the second server, worker 1 on the third: each polls and reports, starts nothing
+    for calls in backs:
+        assert calls.get("PollTasks", 0) > 0 and calls.get("CompleteTask", 0) > 0, calls
+        assert not {"StartInstance", "StartInstances"} & set(calls), calls
+    assert sum(c.get("CompleteTask", 0) for c in backs) >= 30 * 3
+
+
 def _check_latency(m: dict[str, Any], instances: int) -> None:
     assert m["ok"], m.get("problems")
     assert m["kind"] == "latency" and m["instances"] == instances and m["steps"] == 5 and m["warmup"] == 1

@@ -89,6 +89,16 @@ _FLAGS: tuple[tuple[str, str | None, dict[str, object]], ...] = (
             "worker i connects to server i mod N, the driver and the submitting client to the first",
         ),
     ),
+    (
+        "--front",
+        None,
+        dict(
+            action="store_true",
+            help="with --servers N >= 2: the first server takes the driver's and the submitting "
+            "client's calls only, the workers connect to the other N-1 (worker i to server 1 + i mod "
+            "(N-1)): starts apart from steps (docs/deployment.md#starts-apart-from-steps)",
+        ),
+    ),
     ("--concurrency", "WIGGLE_BENCH_CONCURRENCY", dict(type=positive, default=16, help="per worker")),
     (
         "--batch-size",
@@ -219,6 +229,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise SystemExit("e2e: --servers > 1 needs PostgreSQL (--database-url): servers share a database")
     if args.servers > 1 and args.latency:
         raise SystemExit("e2e: --servers applies to the drain, not to --latency")
+    if args.front and args.servers < 2:
+        raise SystemExit(
+            "e2e: --front needs --servers 2 or more: one server for the clients, the rest for the workers"
+        )
     if args.database_url and not args.database_url.startswith(("postgresql://", "postgres://")):
         raise SystemExit("e2e: --database-url must be a postgresql:// URL")
     return args

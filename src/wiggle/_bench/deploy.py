@@ -2,7 +2,8 @@
 
 Shared by the timed drain (drain.py) and the latency mode (latency.py): start the server (or, with
 ``--servers N`` on PostgreSQL, N servers on the same schema, each on its own port) and wait until
-they listen, start the workers (worker i connects to server i mod N) and wait until they have
+they listen, start the workers (worker i connects to server i mod N; with ``--front``, to one of the servers after
+the first, which the driver's clients have to themselves) and wait until they have
 registered the workflow (they pull only after ``go()``), read the servers' counters (added up),
 stop the workers gracefully for their own.
 """
@@ -48,6 +49,7 @@ class ModeProcesses:
         self.servers: list[Child] = []
         self.workers: list[Child] = []
         self.targets: list[str] = []  # the current servers' addresses
+        self.calls_by_server: list[dict[str, int]] = []  # each server's RPC calls, as stats() last read
         self.deadline = time.monotonic() + float(args.timeout)
 
     def remaining(self, what: str) -> float:
@@ -101,7 +103,7 @@ class ModeProcesses:
         self.workers = [
             await self.children.spawn(
                 f"{self.label}-worker{i}",
-                [*worker_args, "--target", self.targets[i % len(self.targets)], "--index", str(i)],
+                [*worker_args, "--target", self.worker_target(i), "--index", str(i)],
             )
             for i in range(args.workers)
         ]
@@ -114,6 +116,14 @@ class ModeProcesses:
         if any(r.get("version") != version for r in readies):
             raise BenchError("a worker built a different workflow version than the driver")
         return sorted({str(r.get("impl")) for r in readies})
+
+    def worker_target(self, i: int) -> str:
+        """Worker ``i``'s server: server i mod N, or with ``--front`` one of the servers after the
+        first (which then serves the driver's and the submitting client's calls alone)."""
+        targets = self.targets
+        if self.args.front and len(targets) > 1:
+            return targets[1 + i % (len(targets) - 1)]
+        return targets[i % len(targets)]
 
     def go(self) -> None:
         """Let every worker start pulling."""
@@ -140,6 +150,7 @@ class ModeProcesses:
         events = await asyncio.gather(
             *(s.expect("stats", 30.0, "reading its counters") for s in self.servers)
         )
+        self.calls_by_server = [dict(e["metrics"].get("rpc_calls", {})) for e in events]
         return merge_stats(events)
 
     def cpu(self) -> dict[str, float | None]:

@@ -158,6 +158,7 @@ class DrainRun:
             )
         )
         self.result["servers"] = len(procs.targets)
+        self.result["calls_by_server"] = procs.calls_by_server  # since each server started
         if waits is not None:
             self.result["pg_waits"] = waits.result()
         clients = (

@@ -39,6 +39,7 @@ Settings (flag, environment variable, default):
     --instances    WIGGLE_BENCH_INSTANCES     1000
     --workers      WIGGLE_BENCH_WORKERS       4
     --servers      WIGGLE_BENCH_SERVERS       1    (server processes on one PostgreSQL schema for the drain)
+    --front        -                          with --servers N >= 2: clients on the first server, workers on the rest
     --concurrency  WIGGLE_BENCH_CONCURRENCY   16
     --batch-size   WIGGLE_LOCAL_BATCH_SIZE    64   (LOCAL_ASYNC flush size)
     --chain-steps  WIGGLE_WORKER_CHAIN_STEPS  16   (SERVER mode: steps a slot takes with its reports before polling)
@@ -116,7 +117,7 @@ def _child_env(args: argparse.Namespace) -> dict[str, str]:
 def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The report's skeleton: the settings and the machine; each mode's result is appended."""
     settings = (
-        "modes steps instances servers workers concurrency batch_size chain_steps transport handler submit"
+        "modes steps instances servers front workers concurrency batch_size chain_steps transport handler submit"
         " submit_threads submit_client latency limits"
     )
     return {

@@ -217,6 +217,8 @@ def render(doc: dict[str, Any]) -> str:
         return render_latency(doc)
     env = doc["environment"]
     servers = f"{s['servers']} server processes, " if s.get("servers", 1) > 1 else ""
+    if s.get("front"):
+        servers = f"{s['servers']} server processes (the first for the clients alone), "
     lines = [
         f"wiggle e2e benchmark: {s['steps']} steps x {s['instances']} instances, {servers}{s['workers']} workers x "
         f"{s['concurrency']} concurrency, transport {s['transport']}, {s['handler']} handlers, batch {s['batch_size']}",
