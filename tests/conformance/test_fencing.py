@@ -10,6 +10,7 @@ and changes nothing. Chaining across queues (docs/semantics.md#chaining-across-q
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -265,3 +266,45 @@ async def test_one_worker_serving_every_queue_never_waits_out_a_lease(harness: H
                 (f"s{i}", "COMPLETED", 1) for i in range(len(queues) * 2)
             ], history
             assert not any("lease expired" in h.error for h in history)
+
+
+async def test_a_step_claimed_for_a_poll_whose_call_ended_is_given_back(server_harness: Harness) -> None:
+    # A unary PollTasks whose deadline passes while its claim commits: the worker never hears of
+    # the step; the server gives it back at once instead of leaving it leased until its lease ends.
+    bp = server_harness.define("ended").step(_step("s1")).build()
+    async with raw(server_harness) as r:
+        await r.register(bp)
+        iid = await r.start(bp)  # nobody waits: s1 stays READY
+        store = r.server.server.instances.store
+        real_claim = store.claim
+
+        async def slow_answer(*args: Any, **kwargs: Any) -> Any:
+            claimed = await real_claim(*args, **kwargs)
+            await asyncio.sleep(0.5)  # committed; the answer leaves after the caller's deadline
+            return claimed
+
+        store.claim = slow_answer
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await r.stub.PollTasks(
+                pb.PollTasksRequest(worker_id="gone", queues=[bp.name], max_tasks=1, wait_millis=0),
+                timeout=0.2,
+            )
+        assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        store.claim = real_claim
+        # the lease is the server's default (30 s): only a give-back lets another worker have it now
+        response = await r.stub.PollTasks(
+            pb.PollTasksRequest(worker_id=WORKER, queues=[bp.name], max_tasks=1, wait_millis=3000)
+        )
+        (act,) = response.tasks
+        assert act.instance_id == iid and act.node_id == "s1" and act.attempt == 1
+        done = await r.stub.CompleteTask(
+            pb.CompleteTaskRequest(
+                task_id=act.task_id, lease_owner=act.lease_owner, context_json=b'{"s1": 1}'
+            )
+        )
+        assert done.instance_status == "COMPLETED"
+        history = await r.server.client.history(iid)
+        assert [(e.node_id, e.outcome, e.attempt) for e in history if e.kind == "TASK"] == [
+            ("s1", "COMPLETED", 1)
+        ]
+        assert [(e.kind, e.outcome) for e in history if e.kind != "TASK"] == [("END", "END")]  # no expiry

@@ -285,6 +285,32 @@ async def test_a_share_committed_after_the_poll_ended_is_given_back() -> None:
         assert got == ids
 
 
+async def test_a_step_claimed_for_a_poll_cancelled_meanwhile_is_given_back(layer: Instances) -> None:
+    # The poll's call ends (the worker's deadline passed, it closed) while its claim is being
+    # committed: the claim still finishes, and what it leased goes back with no lease expiry.
+    view = await layer.start("two", "", {}, "")  # nobody waits: the step stays READY
+    store = layer.store
+    real_claim = store.claim
+    committed = asyncio.Event()
+
+    async def slow_answer(*args: Any, **kwargs: Any) -> Any:
+        claimed = await real_claim(*args, **kwargs)
+        committed.set()
+        await asyncio.sleep(0.05)  # the commit's answer on its way when the poll is cancelled
+        return claimed
+
+    store.claim = slow_answer  # type: ignore[method-assign]
+    poll = asyncio.ensure_future(layer.poll("gone", [QUEUE], 4, 5.0))
+    await asyncio.wait_for(committed.wait(), 5.0)
+    poll.cancel()
+    await asyncio.gather(poll, return_exceptions=True)
+    store.claim = real_claim  # type: ignore[method-assign]
+    (token,) = await _given_back(layer, view.instance.id)
+    (claimed,) = await layer.poll("other", [QUEUE], 4, 5.0)
+    assert claimed.token.id == token.id and claimed.token.lease_owner == "other"
+    assert claimed.token.attempt == 1  # given back, not expired: no attempt spent
+
+
 async def test_a_poll_after_a_short_claim_does_not_claim_again(layer: Instances) -> None:
     await layer.start("two", "", {}, "")
     claims = _counting(layer.store)

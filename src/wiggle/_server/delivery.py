@@ -68,6 +68,7 @@ class Delivery:
         self.chained = 0  # steps leased to the reporting worker inside its report's commit (chain)
         self.chained_again = 0  # chained steps given again to a resent report (chained_by)
         self._releases: set[asyncio.Task[None]] = set()  # hand-offs being given back (_orphaned)
+        self._claims_left: set[asyncio.Future[list[Claimed]]] = set()  # of polls cancelled meanwhile
         # Per queue, the reservation of a poller that further transitions may add steps to
         # (Handoff.accepting): a start group's starts, reports committed together, share one poll.
         self._open: dict[str, Handoff] = {}
@@ -129,7 +130,7 @@ class Delivery:
                     next_ready = notifier.known_empty(queues, clock.now())
                     if next_ready is None:
                         stamps = notifier.stamps(queues)
-                        claimed = await self.claim(worker_id, queues, max_tasks, lease_millis=lease_millis)
+                        claimed = await self._claim_to_the_end(worker_id, queues, max_tasks, lease_millis)
                         if 0 < len(claimed) < max_tasks:
                             notifier.note_empty(queues, stamps, unknown)
                         if claimed:
@@ -307,8 +308,36 @@ class Delivery:
                 return self.engine.held_claim(loaded, state, token)
         return None
 
+    async def _claim_to_the_end(
+        self, worker_id: str, queues: list[str], max_tasks: int, lease_millis: int | None
+    ) -> list[Claimed]:
+        """``claim`` for a poll, carried to its end if the poll is cancelled meanwhile (its call
+        ended: the worker's deadline, its shutdown, a broken stream): a claim cancelled in the
+        middle may still commit, leasing steps nobody will hear of until their leases expire, so
+        it runs on, and what it leased is given back (``_orphaned``)."""
+        claim = asyncio.ensure_future(self.claim(worker_id, queues, max_tasks, lease_millis=lease_millis))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            self._claims_left.add(claim)
+            claim.add_done_callback(self._claim_left)
+            raise
+
+    def _claim_left(self, claim: asyncio.Future[list[Claimed]]) -> None:
+        """A claim whose poll was cancelled has ended: give back what it leased."""
+        self._claims_left.discard(claim)
+        if claim.cancelled():
+            return
+        exc = claim.exception()
+        if exc is not None:
+            log.debug("claim of a cancelled poll failed: %s", exc)
+        elif claimed := claim.result():
+            log.info("%d step(s) claimed for a poll that had ended given back", len(claimed))
+            self._orphaned(claimed)
+
     def _orphaned(self, claims: list[Claimed]) -> None:
-        """Steps committed as handed to a poller that had gone: give them back (a release)."""
+        """Steps committed as handed to a poller that had gone, or claimed for one: give them
+        back (a release)."""
 
         async def give_back() -> None:
             for claimed in claims:
