@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from google.protobuf.message import Message
 
+from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
 from .._wire.status import to_wire_number
 from ..errors import InvalidArgument
@@ -33,6 +35,8 @@ BODIES: dict[str, tuple[str, str]] = {
 }
 
 Dispatch = Callable[[str, Message], Awaitable[Message]]
+
+log = logging.getLogger("wiggle.server")
 
 
 async def _answer(
@@ -131,3 +135,51 @@ async def serve_session(
             # still committing its claim would hold one back until its lease expired.
             with contextlib.suppress(BaseException):
                 await asyncio.wait(list(pending), timeout=1.0)
+        _hand_back_unsent(replies, dispatch)
+
+
+#: Hand-backs of steps whose answers the stream could not carry, while they run (_hand_back_unsent).
+_HANDING_BACK: set[asyncio.Task[None]] = set()
+
+
+def _steps_in(reply: pb.ServerMessage) -> list[pb.TaskActivation]:
+    """The steps a reply leases to its worker: a poll's, or the next step a report brings."""
+    body = reply.WhichOneof("body")
+    if body == "tasks":
+        return list(reply.tasks.tasks)
+    if body == "report" and reply.report.HasField("next_task"):
+        return [reply.report.next_task]
+    if body == "advanced" and reply.advanced.HasField("next_task"):
+        return [reply.advanced.next_task]
+    return []
+
+
+def _hand_back_unsent(replies: asyncio.Queue[pb.ServerMessage | None], dispatch: Dispatch) -> None:
+    """The stream has ended with replies never sent: the steps they lease go back at once (a
+    final AdvanceRun handback, as the worker's own for a step it will not run), instead of
+    staying leased to a worker that never heard of them until their leases expire."""
+    steps: list[pb.TaskActivation] = []
+    while not replies.empty():
+        reply = replies.get_nowait()
+        if reply is not None:
+            steps.extend(_steps_in(reply))
+    if not steps:
+        return
+    log.info("%d step(s) answered on a stream that had ended handed back", len(steps))
+
+    async def hand_back(act: pb.TaskActivation) -> None:
+        request = pb.AdvanceRunRequest(
+            task_id=act.task_id,
+            lease_owner=act.lease_owner,
+            final=True,
+            handback_reason=Handback.SHUTDOWN.value,
+        )
+        try:
+            await dispatch("AdvanceRun", request)
+        except Exception as exc:  # moved on meanwhile (reported, expired, cancelled): nothing to give back
+            log.debug("step %s not handed back: %s", act.task_id, exc)
+
+    for act in steps:
+        task = asyncio.ensure_future(hand_back(act))
+        _HANDING_BACK.add(task)
+        task.add_done_callback(_HANDING_BACK.discard)

@@ -1,0 +1,101 @@
+"""A WorkerSession stream that ends with replies it never sent (wiggle/_server/session.py).
+
+Replies go out as their requests finish; when the stream ends (the worker died, its connection
+broke, it closed) the replies still queued never reach it. A poll's reply, or a report's that
+brings the next step, leases steps to that worker: they are handed back at once (a final
+AdvanceRun with a SHUTDOWN handback, what a worker sends for a step it will not run) instead of
+waiting for their leases to expire. A reply that went out is never handed back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from google.protobuf.message import Message
+
+from wiggle._model import Handback
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._server.session import serve_session
+
+
+class FakeServer:
+    """The dispatch table: answers a heartbeat at once, a poll and a report when released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.calls: list[tuple[str, Message]] = []
+
+    async def dispatch(self, method: str, request: Message) -> Message:
+        self.calls.append((method, request))
+        if method == "HeartbeatTask":
+            return pb.ReportResult(instance_status="RUNNING")
+        if method == "AdvanceRun":
+            return pb.AdvanceRunResult()
+        await self.release.wait()
+        if method == "PollTasks":
+            return pb.PollTasksResponse(tasks=[pb.TaskActivation(task_id="t1.1@1", lease_owner="w")])
+        result = pb.ReportResult(instance_status="RUNNING")
+        result.next_task.task_id = "t2.1@2"
+        result.next_task.lease_owner = "w"
+        return result
+
+    def handed_back(self) -> list[tuple[str, str, bool, str]]:
+        return [
+            (r.task_id, r.lease_owner, r.final, r.handback_reason)
+            for m, r in self.calls
+            if m == "AdvanceRun" and isinstance(r, pb.AdvanceRunRequest)
+        ]
+
+
+async def _requests(*messages: pb.WorkerMessage) -> AsyncIterator[pb.WorkerBatch]:
+    yield pb.WorkerBatch(messages=list(messages))
+    await asyncio.Event().wait()  # the worker says nothing more; the stream stays open
+
+
+def _messages() -> list[pb.WorkerMessage]:
+    return [
+        pb.WorkerMessage(request_id=1, heartbeat=pb.HeartbeatTaskRequest(task_id="t0.1@1", lease_owner="w")),
+        pb.WorkerMessage(request_id=2, poll=pb.PollTasksRequest(worker_id="w", queues=["q"], max_tasks=1)),
+        pb.WorkerMessage(request_id=3, complete=pb.CompleteTaskRequest(task_id="t2.1@1", lease_owner="w")),
+    ]
+
+
+async def _settled() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_steps_in_replies_the_ended_stream_never_sent_are_handed_back() -> None:
+    server = FakeServer()
+    session = serve_session(_requests(*_messages()), server.dispatch)
+    first = await anext(session)  # the heartbeat's reply went out
+    assert [m.request_id for m in first.messages] == [1]
+    server.release.set()  # the poll and the report finish: their replies wait to be sent...
+    await _settled()
+    await session.aclose()  # ...and the stream ends first
+    await _settled()
+    shutdown = Handback.SHUTDOWN.value
+    assert sorted(server.handed_back()) == [("t1.1@1", "w", True, shutdown), ("t2.1@2", "w", True, shutdown)]
+
+
+async def test_a_reply_that_went_out_is_not_handed_back() -> None:
+    server = FakeServer()
+    server.release.set()
+    session = serve_session(_requests(*_messages()), server.dispatch)
+    sent: list[int] = []
+    while len(sent) < 3:
+        sent += [m.request_id for m in (await anext(session)).messages]
+    await session.aclose()
+    await _settled()
+    assert sorted(sent) == [1, 2, 3] and server.handed_back() == []
+
+
+async def test_a_reply_without_steps_is_dropped_with_the_stream() -> None:
+    server = FakeServer()
+    heartbeat, _, _ = _messages()
+    session = serve_session(_requests(heartbeat, heartbeat), server.dispatch)
+    await anext(session)
+    await session.aclose()
+    await _settled()
+    assert server.handed_back() == []
