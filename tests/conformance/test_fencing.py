@@ -311,39 +311,39 @@ async def test_a_step_claimed_for_a_poll_whose_call_ended_is_given_back(server_h
         assert [(e.kind, e.outcome) for e in history if e.kind != "TASK"] == [("END", "END")]  # no expiry
 
 
-async def test_steps_whose_answers_an_ended_stream_never_sent_are_handed_back(
+async def test_a_polled_step_an_ended_stream_never_sent_is_handed_back_and_a_chained_one_kept(
     server_harness: Harness,
 ) -> None:
     # What wiggle/_server/session.py does with the replies still queued when a WorkerSession
-    # stream ends (tests/server/test_session_unsent.py provokes that): here, that the server takes
-    # the hand-back for a polled step and for a step a report chained, attempt unspent.
+    # stream ends (tests/server/test_session_unsent.py provokes that): the server takes the
+    # hand-back of a polled step, attempt unspent; a step a report chained stays leased, for the
+    # worker's resend of that report gets it again (docs/semantics.md#chained-steps).
     bp = server_harness.define("unsent").step(_step("s1")).step(_step("s2")).build()
     async with raw(server_harness) as r:
         await r.register(bp)
         first, second = await r.start(bp), await r.start(bp)
-        polled = await r.poll(bp)  # the first instance's s1
+        polled = await r.poll(bp)
         other = await r.poll(bp)
-        report = await r.stub.CompleteTask(
-            pb.CompleteTaskRequest(
-                task_id=other.task_id,
-                lease_owner=other.lease_owner,
-                context_json=b'{"s1": 1}',
-                next_queues=[bp.name],
-            )
+        report_request = pb.CompleteTaskRequest(
+            task_id=other.task_id,
+            lease_owner=other.lease_owner,
+            context_json=b'{"s1": 1}',
+            next_queues=[bp.name],
         )
+        report = await r.stub.CompleteTask(report_request)
         assert report.next_task.node_id == "s2"  # chained: leased to WORKER in the report's commit
         replies: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue()
         replies.put_nowait(pb.ServerMessage(request_id=1, tasks=pb.PollTasksResponse(tasks=[polled])))
         replies.put_nowait(pb.ServerMessage(request_id=2, report=report))
         replies.put_nowait(None)
         session._hand_back_unsent(replies, r.server.server.service.dispatch)
-        again = [await r.poll(bp), await r.poll(bp)]
-        assert sorted((a.instance_id, a.node_id, a.attempt) for a in again) == sorted(
-            [(polled.instance_id, "s1", 1), (other.instance_id, "s2", 1)]
-        )
-        assert {polled.instance_id, other.instance_id} == {first, second}
-        while again:  # run the rest: the first instance's s2 is still to come
-            for act in again:
+        again = await r.poll(bp)  # the polled step, READY again
+        assert (again.instance_id, again.node_id, again.attempt) == (polled.instance_id, "s1", 1)
+        resent = await r.stub.CompleteTask(report_request)  # the report's answer was lost: resent
+        assert resent.next_task.task_id == report.next_task.task_id  # its chained step, still held
+        todo = [again, resent.next_task]
+        while todo:  # run the rest: the first instance's s2 is still to come
+            for act in todo:
                 await r.stub.CompleteTask(
                     pb.CompleteTaskRequest(
                         task_id=act.task_id, lease_owner=act.lease_owner, context_json=b"{}"
@@ -352,8 +352,11 @@ async def test_steps_whose_answers_an_ended_stream_never_sent_are_handed_back(
             response = await r.stub.PollTasks(
                 pb.PollTasksRequest(worker_id=WORKER, queues=[bp.name], max_tasks=2, wait_millis=300)
             )
-            again = list(response.tasks)
+            todo = list(response.tasks)
+        assert {polled.instance_id, other.instance_id} == {first, second}
         for iid in (first, second):
             history = await r.server.client.history(iid)
-            assert all(e.attempt == 1 for e in history if e.kind == "TASK"), history
-            assert [(e.kind, e.outcome) for e in history if e.kind != "TASK"][-1] == ("END", "END")
+            assert [(e.node_id, e.attempt) for e in history if e.kind == "TASK"] == [("s1", 1), ("s2", 1)], (
+                history
+            )
+            assert [(e.kind, e.outcome) for e in history if e.kind != "TASK"] == [("END", "END")]  # no expiry

@@ -143,20 +143,18 @@ _HANDING_BACK: set[asyncio.Task[None]] = set()
 
 
 def _steps_in(reply: pb.ServerMessage) -> list[pb.TaskActivation]:
-    """The steps a reply leases to its worker: a poll's, or the next step a report brings."""
-    body = reply.WhichOneof("body")
-    if body == "tasks":
+    """The steps an unsent reply leases that nobody can ask for again: a poll's. The next step a
+    report brings is not among them: the worker resends a report whose answer it lost, and the
+    resend is answered with that same step (docs/semantics.md#chained-steps); handing it back
+    too could let it run twice."""
+    if reply.WhichOneof("body") == "tasks":
         return list(reply.tasks.tasks)
-    if body == "report" and reply.report.HasField("next_task"):
-        return [reply.report.next_task]
-    if body == "advanced" and reply.advanced.HasField("next_task"):
-        return [reply.advanced.next_task]
     return []
 
 
 def _hand_back_unsent(replies: asyncio.Queue[pb.ServerMessage | None], dispatch: Dispatch) -> None:
-    """The stream has ended with replies never sent: the steps they lease go back at once (a
-    final AdvanceRun handback, as the worker's own for a step it will not run), instead of
+    """The stream has ended with replies never sent: the steps their polls leased go back at once
+    (a final AdvanceRun handback, as the worker's own for a step it will not run), instead of
     staying leased to a worker that never heard of them until their leases expire."""
     steps: list[pb.TaskActivation] = []
     while not replies.empty():
