@@ -26,6 +26,9 @@ SMALL = [
     "--json",
 ]
 PG_URL = os.environ.get("WIGGLE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+needs_postgres = pytest.mark.skipif(
+    os.environ.get("WIGGLE_TEST_POSTGRES") != "1", reason="set WIGGLE_TEST_POSTGRES=1 to run on PostgreSQL"
+)
 
 
 def _run(args: list[str], tmp: Path, timeout: float = 240) -> tuple[int, dict[str, Any] | None, str]:
@@ -159,9 +162,7 @@ def test_bad_arguments_exit_2(tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.timeout(400)
-@pytest.mark.skipif(
-    os.environ.get("WIGGLE_TEST_POSTGRES") != "1", reason="set WIGGLE_TEST_POSTGRES=1 to run on PostgreSQL"
-)
+@needs_postgres
 def test_small_benchmark_on_postgres(tmp_path: Path) -> None:
     code, doc, output = _run(
         [str(E2E), *SMALL, "--modes", "SERVER,LOCAL_SYNC,LOCAL_ASYNC", "--database-url", PG_URL], tmp_path
@@ -256,9 +257,7 @@ def test_submit_during_starts_the_instances_inside_the_window(tmp_path: Path) ->
 
 @pytest.mark.postgres
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(
-    os.environ.get("WIGGLE_TEST_POSTGRES") != "1", reason="set WIGGLE_TEST_POSTGRES=1 to run on PostgreSQL"
-)
+@needs_postgres
 def test_submit_during_on_postgres(tmp_path: Path) -> None:
     args = [str(E2E), "--steps", "2", "--instances", "10", "--workers", "1", "--concurrency", "4"]
     args += [
@@ -290,9 +289,7 @@ def test_submit_during_on_postgres(tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(
-    os.environ.get("WIGGLE_TEST_POSTGRES") != "1", reason="set WIGGLE_TEST_POSTGRES=1 to run on PostgreSQL"
-)
+@needs_postgres
 def test_a_front_server_takes_the_starts_and_the_others_the_steps(tmp_path: Path) -> None:
     args = [str(E2E), "--steps", "3", "--instances", "30", "--workers", "2", "--concurrency", "2"]
     args += ["--modes", "SERVER", "--submit", "during", "--servers", "3", "--front"]
@@ -355,9 +352,7 @@ def test_latency_mode_verifies_the_results(tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(
-    os.environ.get("WIGGLE_TEST_POSTGRES") != "1", reason="set WIGGLE_TEST_POSTGRES=1 to run on PostgreSQL"
-)
+@needs_postgres
 def test_latency_mode_on_postgres(tmp_path: Path) -> None:
     # SERVER is left out: until the lost wake-up of issue #16 is fixed, an instance there may wait
     # out a whole 10 s long poll, which would make this smoke test slow (never wrong).

@@ -145,3 +145,30 @@ async def test_a_virtual_clock_leaves_the_ids_of_wall_clock_servers_alone() -> N
     assert int(done.instance_id[3:15], 16) == done.created_at  # the id carries the virtual time
     wall = new_instance_id()  # the wall clock's ids do not jump 400 days ahead with it
     assert int(wall[3:15], 16) < env.now_millis() - 399 * 86_400_000
+
+
+async def test_a_virtual_clock_s_children_and_schedule_ticks_leave_wall_clock_ids_alone() -> None:
+    # A sub-workflow's child and a schedule's tick get their ids in the engine and the schedule
+    # duty, not in a start: they took the process-wide ids, and 400 virtual days dragged the ids
+    # of every wall-clock server in the process ahead with them (their list queries by creation
+    # time then missed their own instances: tests/storage/test_postgres_store.py failed after a
+    # test kit's schedules had run in the same process).
+    from wiggle._engine.state import new_instance_id, now_millis
+
+    tag = uuid.uuid4().hex[:6]
+    child = Workflow.define(f"ids-child-{tag}").step(_ship).build()
+    parent = (
+        Workflow.define(f"ids-parent-{tag}")
+        .sleep("nap", timedelta(days=400))
+        .sub_workflow("sub", child)
+        .build()
+    )
+    async with WorkflowEnvironment([child, parent]) as env:
+        done = await env.run(parent, {})
+        schedule = await env.create_schedule(f"ids-{tag}", child, {}, every=timedelta(days=1))
+        await env.sleep(timedelta(milliseconds=schedule.next_tick_at - env.now_millis()))
+        page, _ = await env.client.list(workflow=child.name)
+    assert done.status == "COMPLETED" and len(page) == 2  # the parent's child and the tick's instance
+    assert all(int(i.instance_id[3:15], 16) >= i.created_at for i in page)  # virtual-time ids
+    wall = new_instance_id()
+    assert abs(int(wall[3:15], 16) - now_millis()) < 60_000, "wall-clock ids ran ahead with the virtual clock"

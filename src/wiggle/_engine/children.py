@@ -29,7 +29,6 @@ from .state import (
     InstanceStatus,
     Token,
     TokenStatus,
-    new_instance_id,
 )
 from .tokens import context_of, end_instance, finish_token, move, set_context
 
@@ -103,7 +102,7 @@ def park(
     tok.local_run_owner = ""
     tok.local_run_steps = 0
     tok.started_at = 0  # set when the child's start is recorded
-    tok.child_id = new_instance_id(now)
+    tok.child_id = engine.new_instance_id(now)
     changes.tokens[tok.id] = tok
     changes.timers = True
 
@@ -267,7 +266,7 @@ def _failed(
         tok.attempt += 1
         tok.last_error = message
         tok.started_at = 0
-        tok.child_id = new_instance_id(now)
+        tok.child_id = engine.new_instance_id(now)
         changes.tokens[tok.id] = tok
         changes.timers = True
         return changes

@@ -36,10 +36,12 @@ from .state import (
     Changes,
     HistoryOutcome,
     Instance,
+    InstanceIds,
     InstanceState,
     InstanceStatus,
     Token,
     TokenStatus,
+    new_instance_id,
     task_id_of,
 )
 from .tokens import (
@@ -84,6 +86,9 @@ class Engine:
     def __init__(self, config: EngineConfig | None = None, rng: random.Random | None = None) -> None:
         self.config = config or EngineConfig()
         self.rng = rng or random.Random()
+        # ids of the instances it makes (children of sub-workflows, schedule ticks): those of the
+        # layer's clock, which the instance layer sets (wiggle/_server/instances.py)
+        self.new_instance_id: InstanceIds = new_instance_id
 
     # ------------------------------------------------------------------ helpers
 

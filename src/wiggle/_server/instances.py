@@ -70,8 +70,10 @@ class Instances:
         self.engine: Engine = engine if engine is not None else Engine()
         if clock is not None:
             store.clock = clock  # one clock for the layer and its store (wiggle/_clock.py)
-        # instance ids follow this layer's clock (state.py, InstanceIds)
-        self.new_instance_id = new_instance_id if clock is None or clock is WALL_CLOCK else InstanceIds()
+        # instance ids follow this layer's clock (state.py, InstanceIds), the engine's too (children
+        # of sub-workflows, schedule ticks): a virtual clock's never drag the wall clock's ahead
+        ids = new_instance_id if store.clock is WALL_CLOCK else InstanceIds()
+        self.new_instance_id = self.engine.new_instance_id = ids
         self.subflows = SubWorkflows(self)
         self.duties = ClockDuties(self)  # timers, leases, deadlines, purge (clock_duties.py)
         self.limits = WorkflowLimits(self)  # workflow-level concurrency admissions (workflow_limits.py)

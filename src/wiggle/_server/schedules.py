@@ -29,7 +29,7 @@ from .._engine.schedules import (
     plan_ticks,
 )
 from .._engine.start_options import StartOptions
-from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceState, new_instance_id
+from .._engine.state import FINISHED_INSTANCE_STATUSES, InstanceState
 from .._storage.base import Store
 from .._storage.schedules import ScheduledStart
 from ..errors import InvalidArgument, NotFound, Unavailable, WiggleError
@@ -107,7 +107,11 @@ class Schedules:
         now = self.store.clock.now()
         try:
             self.engine.start(
-                loaded, new_instance_id(now), _copy(_encode(spec.context)), correlation_of(spec.id), now
+                loaded,
+                self.engine.new_instance_id(now),
+                _copy(_encode(spec.context)),
+                correlation_of(spec.id),
+                now,
             )
         except InvalidArgument as exc:
             raise InvalidArgument(
@@ -231,13 +235,13 @@ class Schedules:
         """The engine's start of one tick's instance, recorded on ``schedule`` (not yet stored).
 
         Started at the wall-clock time, whatever moment the duty was asked to plan for: instance
-        ids begin with their creation millisecond (wiggle/_engine/state.py new_instance_id). With
+        ids begin with their creation millisecond (the engine's ``new_instance_id``: its layer's clock's). With
         tracing on, the instance's trace starts at a ``wiggle.schedule.tick`` span (a trigger's:
         ``wiggle.schedule.trigger``, under the caller's trace), which its steps join.
         """
         record = await self.store.get_workflow(schedule.workflow, schedule.version)
         now = self.store.clock.now()
-        instance_id = new_instance_id(now)
+        instance_id = self.engine.new_instance_id(now)
         name = "wiggle.schedule.trigger" if manual else "wiggle.schedule.tick"
         attributes = {
             "wiggle.schedule_id": schedule.id,
