@@ -316,7 +316,7 @@ async def test_a_polled_step_an_ended_stream_never_sent_is_handed_back_and_a_cha
 ) -> None:
     # What wiggle/_server/session.py does with the replies still queued when a WorkerSession
     # stream ends (tests/server/test_session_unsent.py provokes that): the server takes the
-    # hand-back of a polled step, attempt unspent; a step a report chained stays leased, for the
+    # give-back of a polled step, attempt unspent; a step a report chained stays leased, for the
     # worker's resend of that report gets it again (docs/semantics.md#chained-steps).
     bp = server_harness.define("unsent").step(_step("s1")).step(_step("s2")).build()
     async with raw(server_harness) as r:
@@ -336,7 +336,7 @@ async def test_a_polled_step_an_ended_stream_never_sent_is_handed_back_and_a_cha
         replies.put_nowait(pb.ServerMessage(request_id=1, tasks=pb.PollTasksResponse(tasks=[polled])))
         replies.put_nowait(pb.ServerMessage(request_id=2, report=report))
         replies.put_nowait(None)
-        session._hand_back_unsent(replies, r.server.server.service.dispatch)
+        session._give_back_unsent(replies, r.server.server.instances.delivery.give_back_steps)
         again = await r.poll(bp)  # the polled step, READY again
         assert (again.instance_id, again.node_id, again.attempt) == (polled.instance_id, "s1", 1)
         resent = await r.stub.CompleteTask(report_request)  # the report's answer was lost: resent

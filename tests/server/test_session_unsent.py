@@ -2,8 +2,8 @@
 
 Replies go out as their requests finish; when the stream ends (the worker died, its connection
 broke, it closed) the replies still queued never reach it. A poll's reply leases steps to that
-worker: they are handed back at once (a final AdvanceRun with a SHUTDOWN handback, what a worker
-sends for a step it will not run) instead of waiting for their leases to expire. The next step a
+worker: they are given back at once (``Delivery.give_back_steps``: a release, as a worker's)
+instead of waiting for their leases to expire. The next step a
 report's reply brings stays leased: a worker resends a report whose answer it lost and gets that
 step again (docs/semantics.md#chained-steps). A reply that went out is never handed back.
 """
@@ -15,24 +15,21 @@ from collections.abc import AsyncIterator
 
 from google.protobuf.message import Message
 
-from wiggle._model import Handback
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._server.session import serve_session
 
 
 class FakeServer:
-    """The dispatch table: answers a heartbeat at once, a poll and a report when released."""
+    """The dispatch table: answers a heartbeat at once, a poll and a report when released; and
+    the give-back the session calls with the steps it could not send."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
-        self.calls: list[tuple[str, Message]] = []
+        self.given_back: list[tuple[str, str]] = []
 
     async def dispatch(self, method: str, request: Message) -> Message:
-        self.calls.append((method, request))
         if method == "HeartbeatTask":
             return pb.ReportResult(instance_status="RUNNING")
-        if method == "AdvanceRun":
-            return pb.AdvanceRunResult()
         await self.release.wait()
         if method == "PollTasks":
             return pb.PollTasksResponse(tasks=[pb.TaskActivation(task_id="t1.1@1", lease_owner="w")])
@@ -41,12 +38,8 @@ class FakeServer:
         result.next_task.lease_owner = "w"
         return result
 
-    def handed_back(self) -> list[tuple[str, str, bool, str]]:
-        return [
-            (r.task_id, r.lease_owner, r.final, r.handback_reason)
-            for m, r in self.calls
-            if m == "AdvanceRun" and isinstance(r, pb.AdvanceRunRequest)
-        ]
+    def give_back(self, steps: list[tuple[str, str]]) -> None:
+        self.given_back.extend(steps)
 
 
 async def _requests(*messages: pb.WorkerMessage) -> AsyncIterator[pb.WorkerBatch]:
@@ -69,7 +62,7 @@ async def _settled() -> None:
 
 async def test_steps_polled_for_in_replies_the_ended_stream_never_sent_are_handed_back() -> None:
     server = FakeServer()
-    session = serve_session(_requests(*_messages()), server.dispatch)
+    session = serve_session(_requests(*_messages()), server.dispatch, server.give_back)
     first = await anext(session)  # the heartbeat's reply went out
     assert [m.request_id for m in first.messages] == [1]
     server.release.set()  # the poll and the report finish: their replies wait to be sent...
@@ -77,26 +70,26 @@ async def test_steps_polled_for_in_replies_the_ended_stream_never_sent_are_hande
     await session.aclose()  # ...and the stream ends first
     await _settled()
     # the poll's step; not the step the report chained (t2.1@2), which its resend gets again
-    assert server.handed_back() == [("t1.1@1", "w", True, Handback.SHUTDOWN.value)]
+    assert server.given_back == [("t1.1@1", "w")]
 
 
 async def test_a_reply_that_went_out_is_not_handed_back() -> None:
     server = FakeServer()
     server.release.set()
-    session = serve_session(_requests(*_messages()), server.dispatch)
+    session = serve_session(_requests(*_messages()), server.dispatch, server.give_back)
     sent: list[int] = []
     while len(sent) < 3:
         sent += [m.request_id for m in (await anext(session)).messages]
     await session.aclose()
     await _settled()
-    assert sorted(sent) == [1, 2, 3] and server.handed_back() == []
+    assert sorted(sent) == [1, 2, 3] and server.given_back == []
 
 
 async def test_a_reply_without_steps_is_dropped_with_the_stream() -> None:
     server = FakeServer()
     heartbeat, _, _ = _messages()
-    session = serve_session(_requests(heartbeat, heartbeat), server.dispatch)
+    session = serve_session(_requests(heartbeat, heartbeat), server.dispatch, server.give_back)
     await anext(session)
     await session.aclose()
     await _settled()
-    assert server.handed_back() == []
+    assert server.given_back == []

@@ -337,15 +337,21 @@ class Delivery:
 
     def _orphaned(self, claims: list[Claimed]) -> None:
         """Steps committed as handed to a poller that had gone, or claimed for one: give them
-        back (a release)."""
+        back (``give_back_steps``)."""
+        self.give_back_steps([(claimed.task_id, claimed.token.lease_owner) for claimed in claims])
+
+    def give_back_steps(self, steps: list[tuple[str, str]]) -> None:
+        """Give back, as a worker's release would (READY again, no attempt spent), the steps of
+        ``steps`` (task id, lease owner) leased for an answer that will not reach its worker: a
+        hand-off or a claim for a poll that had ended, a poll answer a worker's stream ended before
+        it was sent (wiggle/_server/session.py). In a task of its own."""
 
         async def give_back() -> None:
-            for claimed in claims:
-                token = claimed.token
+            for task_id, owner in steps:
                 try:
-                    await self.give_back(claimed.task_id, token.lease_owner)
+                    await self.give_back(task_id, owner)
                 except Exception as exc:  # moved on meanwhile (cancelled...): nothing to give back
-                    log.debug("hand-off of %s not given back: %s", token.id, exc)
+                    log.debug("step %s not given back: %s", task_id, exc)
 
         task = asyncio.ensure_future(give_back())
         self._releases.add(task)

@@ -80,15 +80,13 @@ class Instances:
         self.timings = Timings()  # histograms and outcomes for /metrics (wiggle/_server/timings.py)
         self.schedules = Schedules(store, self.engine, self.timings)  # schedules and their clock duty
         self.schedules.admit = self.limits.after
-        # claims, polls, and hand-offs to waiting polls (delivery.py); a step handed to a poll
+        # claims, polls, and hand-offs to waiting polls (delivery.py); a step leased for a poll
         # that had ended is given back as a worker's release would be
         self.delivery = Delivery(
             store,
             self.engine,
             self.timings,
-            lambda token_id, owner: self.fail(
-                token_id, owner, "handed to a poll that had ended", True, release=True
-            ),
+            lambda token_id, owner: self.fail(token_id, owner, "its poll had ended", True, release=True),
         )
 
     def now(self) -> int:

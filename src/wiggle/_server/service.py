@@ -96,7 +96,9 @@ class ControlPlane(InstanceHandlers, WorkerHandlers, RoutedService):
         table as the unary call it stands for (session.py)."""
         self.metrics.sessions_open += 1
         try:
-            async with contextlib.aclosing(serve_session(request_iterator, self.dispatch)) as batches:
+            async with contextlib.aclosing(
+                serve_session(request_iterator, self.dispatch, self.instances.delivery.give_back_steps)
+            ) as batches:
                 async for batch in batches:
                     yield batch
         finally:

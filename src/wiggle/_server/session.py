@@ -16,7 +16,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from google.protobuf.message import Message
 
-from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
 from .._wire.status import to_wire_number
 from ..errors import InvalidArgument
@@ -35,6 +34,8 @@ BODIES: dict[str, tuple[str, str]] = {
 }
 
 Dispatch = Callable[[str, Message], Awaitable[Message]]
+#: Gives steps (task id, lease owner) back as a worker's release would (Delivery.give_back_steps).
+GiveBack = Callable[[list[tuple[str, str]]], None]
 
 log = logging.getLogger("wiggle.server")
 
@@ -70,9 +71,10 @@ async def _answer(
 
 
 async def serve_session(
-    request_iterator: AsyncIterator[pb.WorkerBatch], dispatch: Dispatch
+    request_iterator: AsyncIterator[pb.WorkerBatch], dispatch: Dispatch, give_back: GiveBack
 ) -> AsyncGenerator[pb.ServerBatch, None]:
-    """Serve one worker's stream: answer each message through ``dispatch``; honour cancels."""
+    """Serve one worker's stream: answer each message through ``dispatch``; honour cancels. The
+    steps of poll answers the stream ended before sending go to ``give_back``."""
     replies: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue()
     pending: dict[asyncio.Task[None], int] = {}  # the tasks answering, and their request ids
     by_id: dict[int, asyncio.Task[None]] = {}
@@ -135,49 +137,28 @@ async def serve_session(
             # still committing its claim would hold one back until its lease expired.
             with contextlib.suppress(BaseException):
                 await asyncio.wait(list(pending), timeout=1.0)
-        _hand_back_unsent(replies, dispatch)
+        _give_back_unsent(replies, give_back)
 
 
-#: Hand-backs of steps whose answers the stream could not carry, while they run (_hand_back_unsent).
-_HANDING_BACK: set[asyncio.Task[None]] = set()
-
-
-def _steps_in(reply: pb.ServerMessage) -> list[pb.TaskActivation]:
-    """The steps an unsent reply leases that nobody can ask for again: a poll's. The next step a
-    report brings is not among them: the worker resends a report whose answer it lost, and the
-    resend is answered with that same step (docs/semantics.md#chained-steps); handing it back
-    too could let it run twice."""
+def _steps_in(reply: pb.ServerMessage) -> list[tuple[str, str]]:
+    """The steps (task id, lease owner) an unsent reply leases that nobody can ask for again: a
+    poll's. The next step a report brings is not among them: the worker resends a report whose
+    answer it lost, and the resend is answered with that same step
+    (docs/semantics.md#chained-steps); giving it back too could let it run twice."""
     if reply.WhichOneof("body") == "tasks":
-        return list(reply.tasks.tasks)
+        return [(act.task_id, act.lease_owner) for act in reply.tasks.tasks]
     return []
 
 
-def _hand_back_unsent(replies: asyncio.Queue[pb.ServerMessage | None], dispatch: Dispatch) -> None:
+def _give_back_unsent(replies: asyncio.Queue[pb.ServerMessage | None], give_back: GiveBack) -> None:
     """The stream has ended with replies never sent: the steps their polls leased go back at once
-    (a final AdvanceRun handback, as the worker's own for a step it will not run), instead of
-    staying leased to a worker that never heard of them until their leases expire."""
-    steps: list[pb.TaskActivation] = []
+    (``Delivery.give_back_steps``) instead of staying leased to a worker that never heard of them
+    until their leases expire."""
+    steps: list[tuple[str, str]] = []
     while not replies.empty():
         reply = replies.get_nowait()
         if reply is not None:
             steps.extend(_steps_in(reply))
-    if not steps:
-        return
-    log.info("%d step(s) answered on a stream that had ended handed back", len(steps))
-
-    async def hand_back(act: pb.TaskActivation) -> None:
-        request = pb.AdvanceRunRequest(
-            task_id=act.task_id,
-            lease_owner=act.lease_owner,
-            final=True,
-            handback_reason=Handback.SHUTDOWN.value,
-        )
-        try:
-            await dispatch("AdvanceRun", request)
-        except Exception as exc:  # moved on meanwhile (reported, expired, cancelled): nothing to give back
-            log.debug("step %s not handed back: %s", act.task_id, exc)
-
-    for act in steps:
-        task = asyncio.ensure_future(hand_back(act))
-        _HANDING_BACK.add(task)
-        task.add_done_callback(_HANDING_BACK.discard)
+    if steps:
+        log.info("%d step(s) answered on a stream that had ended given back", len(steps))
+        give_back(steps)
