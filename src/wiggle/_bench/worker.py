@@ -203,6 +203,7 @@ class StoreProbe:
 async def run_server(args: argparse.Namespace) -> int:
     from wiggle import _fast
     from wiggle._server.app import WiggleServer
+    from wiggle._server.collector import tune_collector
     from wiggle._server.config import from_mapping
 
     values: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "http_port": 0, "processes": 1}
@@ -213,6 +214,7 @@ async def run_server(args: argparse.Namespace) -> int:
     commands = _commands(asyncio.get_running_loop())
     server = WiggleServer(config)
     port = await server.start()
+    tune_collector(config.gc_threshold)  # as wiggle server's process does (app.py serve)
     probe = StoreProbe(server.store)
     _emit(
         "ready",

@@ -19,6 +19,7 @@ from .._storage.base import Store
 from .._storage.memory import MemoryStore
 from .._upstream.service import UpstreamControlPlane
 from ..errors import FailedPrecondition
+from .collector import tune_collector
 from .config import ServerConfig, context_fields
 from .decoding import add_service
 from .exposure import Security, build_security
@@ -254,6 +255,7 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     """Run a server until SIGINT/SIGTERM, then stop gracefully."""
     server = WiggleServer(config)
     await server.start()
+    tune_collector(config.gc_threshold)  # this process is the server's own (collector.py)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

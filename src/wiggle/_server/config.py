@@ -122,6 +122,15 @@ class ServerConfig(msgspec.Struct, kw_only=True):
             old=("WIGGLE_REUSEPORT",),
         ),
     ] = False
+    gc_threshold: Annotated[
+        int,
+        Setting(
+            "wiggle server's process: allocations between young garbage collections, its start-up "
+            "objects frozen out of them (0: Python's collector as it is; docs/performance.md#the-garbage-collector)",
+            0,
+            10_000_000,
+        ),
+    ] = 20_000
     # securing a deployment (docs/semantics.md#security)
     tls_cert: Annotated[str, Setting("PEM server certificate: TLS on the gRPC and HTTP ports")] = ""
     tls_key: Annotated[str, Setting("PEM private key of --tls-cert")] = ""
