@@ -39,6 +39,8 @@ from typing import Any
 
 from wiggle import ExecutionMode, Limit, PermanentError, Workflow
 from wiggle._env import env_str
+from wiggle._server import process
+from wiggle._server.config import ServerConfig, from_mapping
 from wiggle.workflow import Blueprint
 
 __all__ = ["blueprint", "expected_context", "initial_context", "workflow_name", "main"]
@@ -200,21 +202,24 @@ class StoreProbe:
         return out
 
 
-async def run_server(args: argparse.Namespace) -> int:
-    from wiggle import _fast
-    from wiggle._server.app import WiggleServer
-    from wiggle._server.collector import tune_collector
-    from wiggle._server.config import from_mapping
-
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The benchmark server's settings: a free loopback port, the run's database and schema, and
+    the rest from WIGGLE_* variables as ``wiggle server`` takes them."""
     values: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "http_port": 0, "processes": 1}
     values["database_url"] = args.database_url or ""
     if args.schema:
         values["database_schema"] = args.schema
-    config = from_mapping(values)
+    return from_mapping(values)
+
+
+async def run_server(args: argparse.Namespace, config: ServerConfig) -> int:
+    from wiggle import _fast
+    from wiggle._server.app import WiggleServer
+
     commands = _commands(asyncio.get_running_loop())
     server = WiggleServer(config)
     port = await server.start()
-    tune_collector(config.gc_threshold)  # as wiggle server's process does (app.py serve)
+    process.tune_collector(config.gc_threshold)  # as wiggle server's process does (app.py serve)
     probe = StoreProbe(server.store)
     _emit(
         "ready",
@@ -331,9 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _die_with_parent()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    role = run_server if args.role == "server" else run_worker
     try:
-        return asyncio.run(role(args))
+        if args.role == "server":  # on the event loop wiggle server's process would run (process.py)
+            config = server_config(args)
+            return process.run(run_server(args, config), config.event_loop)
+        return asyncio.run(run_worker(args))
     except KeyboardInterrupt:
         return 130
 

@@ -24,6 +24,7 @@ __all__ = ["cmd_server", "cmd_migrate", "cmd_demo"]
 def cmd_server(args: argparse.Namespace) -> int:
     from .._server.app import serve
     from .._server.config import SETTINGS, from_mapping
+    from .._server.process import run
 
     values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
     config = from_mapping(values)
@@ -32,7 +33,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         if not config.database_url:
             raise InvalidArgument("--processes > 1 needs a PostgreSQL database (--database-url)")
         return _run_processes(config.processes)
-    asyncio.run(serve(config, ready=_announce))
+    run(serve(config, ready=_announce), config.event_loop)  # uvloop where installed (process.py)
     return 0
 
 

@@ -19,7 +19,6 @@ from .._storage.base import Store
 from .._storage.memory import MemoryStore
 from .._upstream.service import UpstreamControlPlane
 from ..errors import FailedPrecondition
-from .collector import tune_collector
 from .config import ServerConfig, context_fields
 from .decoding import add_service
 from .exposure import Security, build_security
@@ -29,6 +28,7 @@ from .http_security import HttpSecurity
 from .instances import Instances
 from .lag import QueueLagMonitor
 from .metrics_sampler import MetricsSampler
+from .process import describe, tune_collector
 from .revocation import CallTracker, OpenCalls, Revoker
 from .service import ControlPlane, Metrics
 
@@ -255,7 +255,6 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     """Run a server until SIGINT/SIGTERM, then stop gracefully."""
     server = WiggleServer(config)
     await server.start()
-    tune_collector(config.gc_threshold)  # this process is the server's own (collector.py)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -263,6 +262,8 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
             loop.add_signal_handler(sig, stop.set)
     with contextlib.suppress(NotImplementedError, AttributeError):  # no SIGHUP on Windows
         loop.add_signal_handler(signal.SIGHUP, server.reload)
+    tune_collector(config.gc_threshold)  # this process is the server's own (process.py)
+    log.info("process: %s", describe())
     if ready is not None:  # after the handlers: a SIGTERM right after "listening" stops gracefully
         ready(server)
     await stop.wait()

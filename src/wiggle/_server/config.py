@@ -14,6 +14,7 @@ import msgspec
 from .._env import env_str, environment
 from .._model import ExecutionMode
 from ..errors import InvalidArgument
+from .process import check_event_loop
 
 __all__ = [
     "ServerConfig",
@@ -122,11 +123,18 @@ class ServerConfig(msgspec.Struct, kw_only=True):
             old=("WIGGLE_REUSEPORT",),
         ),
     ] = False
+    event_loop: Annotated[
+        str,
+        Setting(
+            "wiggle server's process: auto (uvloop where installed, else asyncio's), asyncio or uvloop "
+            "(docs/performance.md#the-server-process)"
+        ),
+    ] = "auto"
     gc_threshold: Annotated[
         int,
         Setting(
             "wiggle server's process: allocations between young garbage collections, its start-up "
-            "objects frozen out of them (0: Python's collector as it is; docs/performance.md#the-garbage-collector)",
+            "objects frozen out of them (0: Python's collector as it is; docs/performance.md#the-server-process)",
             0,
             10_000_000,
         ),
@@ -301,6 +309,7 @@ def check_config(config: ServerConfig) -> ServerConfig:
             flag = "--" + field.replace("_", "-")
             raise InvalidArgument(f"{flag} ({names[field]}) must be between {low} and {high}, got {value}")
     check_http_settings(config)
+    check_event_loop(config.event_loop)
     from .._storage.base import CONTEXT_FIELD_PATTERN  # late: the settings import no store
 
     for field in context_fields(config):
