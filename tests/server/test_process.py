@@ -1,7 +1,7 @@
 """What ``wiggle server`` sets up in its own process (wiggle/_server/process.py): the event loop it
-runs on (WIGGLE_EVENT_LOOP: uvloop where installed) and its garbage collector (WIGGLE_GC_THRESHOLD:
-start-up objects frozen, young collections every 20,000 net allocations; 0 leaves Python's as it
-is)."""
+runs on (WIGGLE_EVENT_LOOP, wiggle/_loop.py: uvloop where installed) and its garbage collector
+(WIGGLE_GC_THRESHOLD: start-up objects frozen, young collections every 20,000 net allocations; 0
+leaves Python's as it is)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from wiggle import _loop
 from wiggle._server import process
 from wiggle._server.config import from_mapping
 from wiggle.errors import InvalidArgument
@@ -74,25 +75,26 @@ async def _loop_kind() -> str:
 
 
 def test_run_picks_uvloop_where_installed_and_asyncio_s_loop_when_asked() -> None:
-    assert process.run(_loop_kind(), "auto") == "uvloop"
-    assert process.run(_loop_kind(), "uvloop") == "uvloop"
-    assert process.run(_loop_kind(), "asyncio") == "asyncio"
+    assert _loop.run(_loop_kind(), "auto") == "uvloop"
+    assert _loop.run(_loop_kind(), "uvloop") == "uvloop"
+    assert _loop.run(_loop_kind(), "asyncio") == "asyncio"
 
 
 def test_without_uvloop_auto_runs_asyncio_s_loop_and_uvloop_is_refused_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
-    assert process.run(_loop_kind(), "auto") == "asyncio"
+    assert _loop.run(_loop_kind(), "auto") == "asyncio"
     ran: list[bool] = []
 
     async def main() -> None:
         ran.append(True)
 
     with pytest.raises(
-        InvalidArgument, match=r"uvloop is not installed: pip install 'wiggle-workflows\[postgres\]'"
+        InvalidArgument,
+        match=r"WIGGLE_EVENT_LOOP=uvloop, but uvloop is not installed: pip install 'wiggle-workflows\[uvloop\]'",
     ):
-        process.run(main(), "uvloop")
+        _loop.run(main(), "uvloop")
     assert ran == []
 
 

@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from wiggle import ExecutionMode, Limit, PermanentError, Workflow
+from wiggle import ExecutionMode, Limit, PermanentError, Workflow, _loop
 from wiggle._env import env_str
 from wiggle._server import process
 from wiggle._server.config import ServerConfig, from_mapping
@@ -339,8 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.role == "server":  # on the event loop wiggle server's process would run (process.py)
             config = server_config(args)
-            return process.run(run_server(args, config), config.event_loop)
-        return asyncio.run(run_worker(args))
+            return _loop.run(run_server(args, config), config.event_loop)
+        # as Worker.run() would (WorkerOptions.event_loop's default, WIGGLE_WORKER_EVENT_LOOP)
+        return _loop.run(run_worker(args), env_str("WIGGLE_WORKER_EVENT_LOOP", "auto"))
     except KeyboardInterrupt:
         return 130
 

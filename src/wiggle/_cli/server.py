@@ -22,9 +22,9 @@ __all__ = ["cmd_server", "cmd_migrate", "cmd_demo"]
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    from .._loop import run
     from .._server.app import serve
     from .._server.config import SETTINGS, from_mapping
-    from .._server.process import run
 
     values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
     config = from_mapping(values)

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import msgspec
 
 from .._env import env_str, environment
+from .._loop import check_event_loop
 from .._model import ExecutionMode
 from ..errors import InvalidArgument
-from .process import check_event_loop
 
 __all__ = [
     "ServerConfig",

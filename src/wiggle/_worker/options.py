@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import msgspec
 
 from .._env import setting_int
+from .._loop import EVENT_LOOPS
 
 __all__ = ["WorkerOptions", "SYNC_HANDLER_MODES", "TRANSPORTS", "check_options"]
 
@@ -70,6 +71,10 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
         inline_threshold_ms: What counts as quick for `sync_handlers="auto"`.
         metrics_port: Serve the worker's Prometheus `/metrics` on this port (0: the
             `WIGGLE_WORKER_METRICS_PORT` variable, unset: off; needs the metrics extra).
+        event_loop: The event loop `Worker.run()` (so `wiggle worker`) runs on: `"auto"`,
+            uvloop where it is installed (`pip install 'wiggle-workflows[uvloop]'`), else
+            asyncio's; `"asyncio"`; `"uvloop"` (refused when it is not installed). A worker
+            awaited with `run_async()` runs on its caller's loop.
     """
 
     concurrency: int = 16
@@ -89,6 +94,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     sync_handlers: str = "auto"  # "auto" | "thread" | "inline" (see the class docstring)
     inline_threshold_ms: float = 0.5
     metrics_port: int = 0  # > 0: serve Prometheus /metrics here (else WIGGLE_WORKER_METRICS_PORT)
+    event_loop: str = "auto"  # Worker.run()'s loop: "auto" (uvloop where installed) | "asyncio" | "uvloop"
 
 
 def check_options(options: WorkerOptions) -> None:
@@ -106,6 +112,8 @@ def check_options(options: WorkerOptions) -> None:
         raise ValueError(f"chain_seconds must be >= 0 (0: no time bound), got {options.chain_seconds}")
     if options.transport not in TRANSPORTS:
         raise ValueError(f"transport must be 'stream' or 'unary', got {options.transport!r}")
+    if options.event_loop not in EVENT_LOOPS:
+        raise ValueError(f"event_loop must be 'auto', 'asyncio' or 'uvloop', got {options.event_loop!r}")
     if options.sync_handlers not in SYNC_HANDLER_MODES:
         raise ValueError(f"sync_handlers must be 'auto', 'thread' or 'inline', got {options.sync_handlers!r}")
     if options.threads < 0:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .._logging import configure_logging
+from .._loop import run
 from .._model import ExecutionMode, NodeKind
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
@@ -194,13 +195,15 @@ class Worker:
             await self.close()
 
     def run(self) -> None:
-        """Blocking form of run_async.
+        """Blocking form of run_async, on the loop ``options.event_loop`` names (uvloop where it
+        is installed, by default).
 
         A process whose root logger has no handler gets Wiggle's (WIGGLE_LOG_LEVEL,
         WIGGLE_LOG_FORMAT); a program that set up logging itself keeps its setup.
         """
         configure_logging(only_if_unconfigured=True)
-        asyncio.run(self.run_async())
+        # uvloop where installed (WorkerOptions.event_loop, wiggle/_loop.py)
+        run(self.run_async(), self.options.event_loop, "event_loop")
 
     async def __aenter__(self) -> Worker:
         await self.start()
