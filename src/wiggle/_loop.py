@@ -51,7 +51,7 @@ def run(main: Coroutine[Any, Any, T], event_loop: str, setting: str = "WIGGLE_EV
             if event_loop == "uvloop":
                 main.close()
                 raise InvalidArgument(
-                    f"{setting}=uvloop, but uvloop is not installed: "
+                    f"{setting} is uvloop, but uvloop is not installed: "
                     "pip install 'wiggle-workflows[uvloop]' (or pip install uvloop)"
                 ) from None
         else:

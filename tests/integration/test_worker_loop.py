@@ -18,6 +18,7 @@ import pytest
 from upstream.servers import WIGGLE, ServerProcess, server_env
 
 from wiggle import Client, Worker, WorkerOptions, Workflow, cli
+from wiggle.errors import InvalidArgument
 from wiggle.testing import EmbeddedServer
 
 FLOWS = textwrap.dedent(
@@ -121,3 +122,17 @@ def test_an_unknown_loop_is_refused_by_name(
     assert len(err.strip().splitlines()) == 1 and "INVALID_ARGUMENT" in err and "event_loop must be" in err, (
         err
     )
+
+
+def test_a_worker_asked_for_uvloop_without_it_is_refused_naming_the_option_and_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
+    flow = Workflow.define("worker-loop-missing").step(_which_loop).build()
+    worker = Worker("127.0.0.1:1", [flow], WorkerOptions(event_loop="uvloop"))
+    with pytest.raises(
+        InvalidArgument,
+        match=r"WorkerOptions.event_loop \(WIGGLE_WORKER_EVENT_LOOP\) is uvloop, but uvloop is not installed: "
+        r"pip install 'wiggle-workflows\[uvloop\]'",
+    ):
+        worker.run()

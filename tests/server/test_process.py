@@ -92,7 +92,7 @@ def test_without_uvloop_auto_runs_asyncio_s_loop_and_uvloop_is_refused_naming_th
 
     with pytest.raises(
         InvalidArgument,
-        match=r"WIGGLE_EVENT_LOOP=uvloop, but uvloop is not installed: pip install 'wiggle-workflows\[uvloop\]'",
+        match=r"WIGGLE_EVENT_LOOP is uvloop, but uvloop is not installed: pip install 'wiggle-workflows\[uvloop\]'",
     ):
         _loop.run(main(), "uvloop")
     assert ran == []

@@ -203,7 +203,7 @@ class Worker:
         """
         configure_logging(only_if_unconfigured=True)
         # uvloop where installed (WorkerOptions.event_loop, wiggle/_loop.py)
-        run(self.run_async(), self.options.event_loop, "event_loop")
+        run(self.run_async(), self.options.event_loop, "WorkerOptions.event_loop (WIGGLE_WORKER_EVENT_LOOP)")
 
     async def __aenter__(self) -> Worker:
         await self.start()
