@@ -340,8 +340,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.role == "server":  # on the event loop wiggle server's process would run (process.py)
             config = server_config(args)
             return _loop.run(run_server(args, config), config.event_loop)
-        # as Worker.run() would (WorkerOptions.event_loop's default, WIGGLE_WORKER_EVENT_LOOP)
-        return _loop.run(run_worker(args), env_str("WIGGLE_WORKER_EVENT_LOOP", "auto"))
+        # as Worker.run() would (WorkerOptions.event_loop's default, WIGGLE_WORKER_EVENT_LOOP);
+        # a bad value is refused naming that variable
+        variable = "WIGGLE_WORKER_EVENT_LOOP"
+        return _loop.run(run_worker(args), env_str(variable, "auto"), variable)
     except KeyboardInterrupt:
         return 130
 
