@@ -24,95 +24,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-from typing import Any
 
-MODES = ("SERVER", "LOCAL_SYNC", "LOCAL_ASYNC")
+from wiggle._bench.pairs import add_arguments, alternate, median, paired
+
 TARGET = 0.90
-
-
-def _bench(mode: str, limits: bool, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [
-        sys.executable, "-m", "wiggle.cli", "bench", "--modes", mode, "--steps", str(args.steps),
-        "--instances", str(args.instances), "--workers", str(args.workers),
-        "--concurrency", str(args.concurrency), "--json", "--no-progress",
-    ]  # fmt: skip
-    if args.database_url:
-        cmd += ["--database-url", args.database_url]
-    if limits:
-        cmd.append("--limits")
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        return {"ok": False, "problems": [out.stderr.strip()[-500:] or f"exit {out.returncode}"]}
-    result = json.loads(out.stdout)["modes"][0]
-    workers = (result.get("cpu_s") or {}).get("workers")
-    total = result.get("cpu_ms_per_instance")
-    return {
-        "ok": bool(result.get("ok")),
-        "instances_per_s": result.get("instances_per_s"),
-        "cpu_ms_per_instance": total,
-        # all roles' CPU in units of the workers' own (the same handlers and steps either way)
-        "cpu_per_worker_cpu": round(total / (workers * 1000 / result["instances"]), 3)
-        if total and workers
-        else None,
-    }
-
-
-def _median(runs: list[dict[str, Any]], figure: str = "instances_per_s", digits: int = 1) -> float | None:
-    values = [float(r[figure]) for r in runs if r.get("ok") and r.get(figure)]
-    return round(statistics.median(values), digits) if values else None
-
-
-def _paired(plain: list[dict[str, Any]], limited: list[dict[str, Any]], figure: str) -> float | None:
-    """The median of each round's own ratio limited / plain (the two runs of a round are next to
-    each other in time: the machine's drift between rounds cancels)."""
-    ratios = [
-        float(b[figure]) / float(a[figure])
-        for a, b in zip(plain, limited, strict=True)
-        if a.get("ok") and b.get("ok") and a.get(figure) and b.get(figure)
-    ]
-    return round(statistics.median(ratios), 3) if ratios else None
+VARIANTS = {"plain": [], "limits": ["--limits"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--instances", type=int, default=1000)
-    p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--database-url", default=os.environ.get("WIGGLE_DATABASE_URL", ""))
-    p.add_argument("--json", action="store_true")
+    add_arguments(p)
     args = p.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {"plain": [], "limits": []} for m in modes}
-    for n in range(1, args.rounds + 1):
-        for mode in modes:
-            for variant in ("plain", "limits") if n % 2 else ("limits", "plain"):
-                runs[mode][variant].append(_bench(mode, variant == "limits", args))
-                print(f"round {n} {mode} {variant}: {runs[mode][variant][-1]}", file=sys.stderr, flush=True)
+    runs = alternate(modes, VARIANTS, args)
     table: dict[str, dict[str, float | None]] = {}
     for mode in modes:
-        plain, limited = _median(runs[mode]["plain"]), _median(runs[mode]["limits"])
+        plain, limited = median(runs[mode]["plain"]), median(runs[mode]["limits"])
         ratio = round(limited / plain, 3) if plain and limited else None
-        cpu_plain = _median(runs[mode]["plain"], "cpu_ms_per_instance", 2)
-        cpu_limited = _median(runs[mode]["limits"], "cpu_ms_per_instance", 2)
+        cpu_plain = median(runs[mode]["plain"], "cpu_ms_per_instance", 2)
+        cpu_limited = median(runs[mode]["limits"], "cpu_ms_per_instance", 2)
         cpu_ratio = round(cpu_limited / cpu_plain, 3) if cpu_plain and cpu_limited else None
         pair = runs[mode]["plain"], runs[mode]["limits"]
         table[mode] = {
             "plain": plain,
             "limits": limited,
             "ratio": ratio,
-            "paired_ratio": _paired(*pair, "instances_per_s"),
+            "paired_ratio": paired(*pair, "instances_per_s"),
             "cpu_ms_plain": cpu_plain,
             "cpu_ms_limits": cpu_limited,
             "cpu_ratio": cpu_ratio,
-            "paired_cpu_ratio": _paired(*pair, "cpu_ms_per_instance"),
-            "paired_cpu_in_workers_units": _paired(*pair, "cpu_per_worker_cpu"),
+            "paired_cpu_ratio": paired(*pair, "cpu_ms_per_instance"),
+            "paired_cpu_in_workers_units": paired(*pair, "cpu_per_worker_cpu"),
         }
     store = "PostgreSQL" if args.database_url else "memory"
     if args.json:
