@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from .._env import env_str
 
 __all__ = [
     "MODES",
@@ -44,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser, rounds: int = 3) -> None:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--database-url", default=os.environ.get("WIGGLE_DATABASE_URL", ""))
+    p.add_argument("--database-url", default=env_str("WIGGLE_DATABASE_URL"))
     p.add_argument("--json", action="store_true", help="the whole document on stdout")
 
 
