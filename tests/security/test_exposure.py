@@ -66,7 +66,7 @@ def test_switches_from_env_and_flags() -> None:
     assert from_mapping({}, env={"WIGGLE_INSECURE": "1"}).insecure is True
     assert from_mapping({"insecure": True}, env={}).insecure is True
     assert from_mapping({}, env={"WIGGLE_OPEN_METRICS": "no"}).open_metrics is False
-    with pytest.raises(ValueError, match="insecure must be true or false"):
+    with pytest.raises(ValueError, match=r"--insecure \(WIGGLE_INSECURE\) must be true or false"):
         from_mapping({}, env={"WIGGLE_INSECURE": "maybe"})
     args = cli.build_parser().parse_args(["server", "--insecure", "--open-metrics"])
     assert args.insecure is True and args.open_metrics is True

@@ -113,7 +113,7 @@ async def test_a_closed_pipe_is_not_a_traceback() -> None:
             "--max-payload-bytes (WIGGLE_MAX_PAYLOAD_BYTES) must be between 1024",
         ),
         (["server", "--port", "70000"], "--port (WIGGLE_PORT) must be between 0 and 65535, got 70000"),
-        (["server", "--pool-size", "zero"], "pool_size must be an integer, got 'zero'"),
+        (["server", "--pool-size", "zero"], "--pool-size (WIGGLE_POOL_SIZE) must be an integer, got 'zero'"),
         (["server", "--processes", "2"], "--processes > 1 needs a PostgreSQL database"),
         (["migrate"], "migrate needs --database-url"),
         (["list", "--page-size", "x"], "invalid int value: 'x'"),

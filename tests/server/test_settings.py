@@ -30,6 +30,30 @@ def test_every_numeric_bound_is_enforced_with_the_flag_and_variable_named() -> N
             from_mapping({field: int(low) - 1}, env={})
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "WIGGLE_GROUP_COMMITS",
+            "two",
+            "--group-commits (WIGGLE_GROUP_COMMITS) must be an integer, got 'two'",
+        ),
+        ("WIGGLE_REUSE_PORT", "maybe", "--reuse-port (WIGGLE_REUSE_PORT) must be true or false, got 'maybe'"),
+        (
+            "WIGGLE_RELOAD_SECONDS",
+            "soon",
+            "--reload-seconds (WIGGLE_RELOAD_SECONDS) must be a number, got 'soon'",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_with_the_flag_and_variable_named(
+    variable: str, value: str, message: str
+) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        from_mapping({}, env={variable: value})
+    assert str(refused.value) == message
+
+
 def test_every_setting_is_a_flag_of_wiggle_server() -> None:
     parser = cli.build_parser()
     for field, _, _ in SETTINGS:

@@ -73,6 +73,7 @@ def make_store(config: ServerConfig) -> Store:
         schema=config.database_schema,
         pool_size=config.pool_size,
         context_search_fields=context_fields(config),
+        group_commits=config.group_commits,
     )
 
 

@@ -108,6 +108,15 @@ class ServerConfig(msgspec.Struct, kw_only=True):
         ),
     ] = 0
     pool_size: Annotated[int, Setting("PostgreSQL connections per server process", 1, 1000)] = 10
+    group_commits: Annotated[
+        int,
+        Setting(
+            "PostgreSQL: groups of reports committed at once per server process, at most pool_size - 2 "
+            "(docs/performance.md#group-commits)",
+            1,
+            16,
+        ),
+    ] = 1
     context_search_fields: Annotated[
         str,
         Setting(
@@ -246,6 +255,7 @@ _FALSE = ("", "0", "false", "no", "off")
 
 def _convert(field: str, raw: str) -> object:
     default = getattr(ServerConfig(), field)
+    named = _named(field)
     if isinstance(default, ExecutionMode):
         try:
             return ExecutionMode(raw.strip().upper())
@@ -258,18 +268,23 @@ def _convert(field: str, raw: str) -> object:
             return True
         if raw.strip().lower() in _FALSE:
             return False
-        raise InvalidArgument(f"{field} must be true or false, got {raw!r}")
+        raise InvalidArgument(f"{named} must be true or false, got {raw!r}")
     if isinstance(default, float):
         try:
             return float(raw)
         except ValueError:
-            raise InvalidArgument(f"{field} must be a number, got {raw!r}") from None
+            raise InvalidArgument(f"{named} must be a number, got {raw!r}") from None
     if isinstance(default, int):
         try:
             return int(raw)
         except ValueError:
-            raise InvalidArgument(f"{field} must be an integer, got {raw!r}") from None
+            raise InvalidArgument(f"{named} must be an integer, got {raw!r}") from None
     return raw
+
+
+def _named(field: str) -> str:
+    """A setting as a person sets it: its flag and its variable (``--pool-size (WIGGLE_POOL_SIZE)``)."""
+    return f"--{field.replace('_', '-')} ({env_name(field)})"
 
 
 def server_variable(field: str, env: Mapping[str, str] | None = None) -> str:
@@ -302,12 +317,10 @@ def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = N
 
 def check_config(config: ServerConfig) -> ServerConfig:
     """``config`` if every numeric setting is within BOUNDS; else InvalidArgument naming it."""
-    names = {field: var for field, var, _ in SETTINGS}
     for field, (low, high) in BOUNDS.items():
         value = getattr(config, field)
         if not low <= value <= high:
-            flag = "--" + field.replace("_", "-")
-            raise InvalidArgument(f"{flag} ({names[field]}) must be between {low} and {high}, got {value}")
+            raise InvalidArgument(f"{_named(field)} must be between {low} and {high}, got {value}")
     check_http_settings(config)
     check_event_loop(config.event_loop)
     from .._storage.base import CONTEXT_FIELD_PATTERN  # late: the settings import no store

@@ -1,8 +1,10 @@
 """Group commit: concurrent mutations share one transaction, each answered after its commit.
 
-Concurrent mutations queue up and a few committer tasks each take every queued mutation into one
-transaction (instances locked in id order, so two committers never deadlock), apply them in
-arrival order, write the union of their changes and commit once. A mutation the engine refuses
+Concurrent mutations queue up and a committer task takes every queued mutation into one
+transaction (instances locked in id order, so two committers never deadlock), applies them in
+arrival order, writes the union of their changes and commits once. One group is committed at a
+time by default (``group_commits``): what arrives meanwhile is the next group, so groups grow with
+the load and a busy server commits fewer, larger transactions (docs/performance.md#group-commits). A mutation the engine refuses
 (a WiggleError raised before any change) fails alone; a failed transaction fails every mutation
 of its group, none half-applied. A group whose connection broke after its COMMIT was sent is not
 run again (its outcome is unknown): its callers get UNAVAILABLE (db.py, CommitUnknown).
@@ -107,6 +109,7 @@ class GroupCommit:
         persist: Persist,
         write_checked: WriteChecked,
         committed: Callable[[bool, list[tuple[str, Changes]], dict[str, InstanceView]], None],
+        group_commits: int = 1,
     ) -> None:
         self.db = db
         self.queries = queries
@@ -116,8 +119,12 @@ class GroupCommit:
         self.committed = committed
         # Where an action's ``now`` comes from: the store's clock (wiggle/_clock.py) once it sets it.
         self.now: Callable[[], int] = now_millis
-        # Committers: enough to overlap one group's commit with the next one's work.
-        self.committers = max(1, min(4, db.pool_size - 2))
+        # Groups in flight at once (the server's group_commits setting), each on a connection of its
+        # own, leaving two of the pool to the claims and the starts. More than one lets a report
+        # that arrives during a commit start its own transaction at once, in a smaller group:
+        # more transactions for the same reports, which measured slower and dearer under load
+        # (bench/README.md, "Round twenty-nine").
+        self.committers = max(1, min(group_commits, db.pool_size - 2))
         self._committers = Committers[_Job](self.committers, self.MAX_GROUP, _one, self._run)
         # What this server last wrote of each instance (state_cache.py); None: always read.
         self.cache: StateCache | None = StateCache()

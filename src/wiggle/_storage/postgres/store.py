@@ -82,6 +82,7 @@ class PostgresStore(Store):
         max_attempts: int = 3,
         start_linger: float = 0.002,
         context_search_fields: tuple[str, ...] = (),
+        group_commits: int = 1,
     ) -> None:
         super().__init__()
         self.url = url
@@ -110,6 +111,7 @@ class PostgresStore(Store):
             self._persist,
             self.writer.write_checked,
             self._committed,
+            group_commits,
         )
         self.schedules = PostgresSchedules(self.db, self.schema, self._persist, self._announce)
         self.starts = StartCommit(
