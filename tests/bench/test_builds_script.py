@@ -89,7 +89,9 @@ def test_failed_runs_are_left_out_of_medians_and_pairs() -> None:
 def test_two_variants_alternate_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
     order: list[tuple[str, tuple[str, ...]]] = []
 
-    def fake_run(mode: str, extra: list[str], args: argparse.Namespace) -> dict[str, object]:
+    def fake_run(
+        mode: str, extra: list[str], args: argparse.Namespace, env: dict[str, str] | None = None
+    ) -> dict[str, object]:
         order.append((mode, tuple(extra)))
         return {"ok": True, "instances_per_s": 1.0}
 

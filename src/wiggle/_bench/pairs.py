@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._env import env_str
+from .._env import child_environment, env_str
 
 __all__ = [
     "MODES",
@@ -49,10 +49,14 @@ def add_arguments(p: argparse.ArgumentParser, rounds: int = 3) -> None:
     p.add_argument("--json", action="store_true", help="the whole document on stdout")
 
 
-def bench_run(mode: str, extra: Sequence[str], args: argparse.Namespace) -> Run:
-    """One ``wiggle bench`` run of ``mode`` with ``extra`` arguments: its inst/s, CPU per instance
-    (all roles), that CPU in units of the workers' own, and the hot paths the server and the
-    workers reported they ran (``environment``). ``ok`` is False, with ``problems``, when the run
+def bench_run(
+    mode: str, extra: Sequence[str], args: argparse.Namespace, env: Mapping[str, str] | None = None
+) -> Run:
+    """One ``wiggle bench`` run of ``mode`` with ``extra`` arguments and ``env`` set in its
+    environment (so in its server's and workers'): its inst/s, CPU per instance (all roles), that
+    CPU in units of the workers' own, PostgreSQL transactions per instance, the starts' p50 when
+    they ran during the drain, the hot paths the server and the workers reported they ran
+    (``environment``) and the run's settings. ``ok`` is False, with ``problems``, when the run
     failed or did not verify every instance."""
     cmd = [
         sys.executable, "-m", "wiggle.cli", "bench", "--modes", mode, "--steps", str(args.steps),
@@ -61,7 +65,9 @@ def bench_run(mode: str, extra: Sequence[str], args: argparse.Namespace) -> Run:
     ]  # fmt: skip
     if args.database_url:
         cmd += ["--database-url", args.database_url]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, env=child_environment(**dict(env or {}))
+    )
     if out.returncode != 0:
         return {"ok": False, "problems": [out.stderr.strip()[-500:] or f"exit {out.returncode}"]}
     document = json.loads(out.stdout)
@@ -78,8 +84,13 @@ def bench_run(mode: str, extra: Sequence[str], args: argparse.Namespace) -> Run:
         "cpu_per_worker_cpu": round(total / (workers * 1000 / result["instances"]), 3)
         if total and workers
         else None,
+        "pg_xact_per_instance": result.get("pg_xact_per_instance"),
+        "start_p50_ms": ((result.get("starts") or {}).get("latency_ms") or {}).get("p50")
+        if result.get("submit") == "during"
+        else None,
         "server_impl": environment.get("server_impl"),
         "worker_impl": environment.get("worker_impl"),
+        "settings": document.get("settings") or {},
     }
 
 
@@ -88,11 +99,13 @@ def alternate(
     variants: Mapping[str, Sequence[str]],
     args: argparse.Namespace,
     check: Callable[[str, Run], Run] | None = None,
+    envs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, dict[str, list[Run]]]:
     """``args.rounds`` rounds of every mode under each of the two ``variants`` (name -> extra
-    arguments of ``wiggle bench``), in the given order in odd rounds and reversed in even ones.
-    ``check(variant, run)`` may mark a run not ok (a run that did not run what it was asked to).
-    Each run is logged on stderr as it ends."""
+    arguments of ``wiggle bench``; ``envs``: name -> variables set for that variant's runs), in
+    the given order in odd rounds and reversed in even ones. ``check(variant, run)`` may mark a
+    run not ok (a run that did not run what it was asked to). Each run is logged on stderr as it
+    ends."""
     names = list(variants)
     if len(names) != 2:
         raise ValueError(f"two variants are compared, got {names}")
@@ -100,7 +113,7 @@ def alternate(
     for n in range(1, args.rounds + 1):
         for mode in modes:
             for variant in names if n % 2 else names[::-1]:
-                run = bench_run(mode, variants[variant], args)
+                run = bench_run(mode, variants[variant], args, (envs or {}).get(variant))
                 if check is not None and run.get("ok"):
                     run = check(variant, run)
                 runs[mode][variant].append(run)
