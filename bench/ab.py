@@ -24,7 +24,7 @@ import shlex
 import sys
 from typing import Any
 
-from wiggle._bench.pairs import Run, add_arguments, alternate, count_lower, median, paired
+from wiggle._bench.pairs import Run, add_arguments, alternate, count_lower, exit_status, median, paired
 
 VARIABLE = re.compile(r"^(WIGGLE_[A-Z0-9_]+)=(.*)$")
 FIGURES = (  # (key, heading, digits)
@@ -103,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"    {heading:<13} {f['first']!s:>9} -> {f['second']!s:<9} ratio {f['ratio']!s:<6} paired {f['paired']}"
                 )
-    failed = [m for m in modes if not all(r.get("ok") for v in runs[m].values() for r in v)]
-    if failed:
-        print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    return exit_status(runs)
 
 
 if __name__ == "__main__":

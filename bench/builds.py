@@ -23,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-from wiggle._bench.pairs import Run, add_arguments, alternate, count_lower, median, paired
+from wiggle._bench.pairs import Run, add_arguments, alternate, count_lower, exit_status, median, paired
 
 VARIANTS = {"pure": ["--impl", "python"], "compiled": ["--impl", "cython"]}
 IMPLS = {"pure": "python", "compiled": "cython"}
@@ -94,10 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             "  (inst/s: higher is better; CPU: lower is better; paired: the median of the rounds' own "
             "ratios, a round's two runs being next to each other in time)"
         )
-    failed = [m for m in modes if not all(r.get("ok") for v in runs[m].values() for r in v)]
-    if failed:
-        print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    return exit_status(runs)
 
 
 if __name__ == "__main__":

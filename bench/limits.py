@@ -26,7 +26,7 @@ import argparse
 import json
 import sys
 
-from wiggle._bench.pairs import add_arguments, alternate, median, paired
+from wiggle._bench.pairs import add_arguments, alternate, exit_status, median, paired
 
 TARGET = 0.90
 VARIANTS = {"plain": [], "limits": ["--limits"]}
@@ -78,10 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  (target: inst/s ratio >= {TARGET}; paired: the median of the rounds' own ratios; CPU in workers "
             "units: all roles' CPU over the workers' own, a control for the machine's speed of the moment)"
         )
-    failed = [m for m in modes if not all(r.get("ok") for v in runs[m].values() for r in v)]
-    if failed:
-        print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    return exit_status(runs)
 
 
 if __name__ == "__main__":

@@ -8,29 +8,20 @@ The variant syntax is checked alone, and a wrong number of variants is refused.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_scripts import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "ab.py"
 
 
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_ab", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_variant_is_its_variables_and_its_bench_arguments() -> None:
-    ab = _module()
+    ab = load("ab")
     assert ab.parse_variant("four=WIGGLE_GROUP_COMMITS=4") == ("four", [], {"WIGGLE_GROUP_COMMITS": "4"})
     assert ab.parse_variant("plain=") == ("plain", [], {})
     assert ab.parse_variant('x=--chain-steps 0 WIGGLE_POOL_SIZE=12 "--impl" python') == (

@@ -10,27 +10,18 @@ the medians and the pairs.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_scripts import load
 
 from wiggle._bench import pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "builds.py"
-
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_builds", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_runs_both_builds_and_reports_their_ratios() -> None:
@@ -60,7 +51,7 @@ def test_runs_both_builds_and_reports_their_ratios() -> None:
 
 
 def test_a_run_of_another_build_is_refused_naming_what_ran() -> None:
-    builds = _module()
+    builds = load("builds")
     run = {"ok": True, "instances_per_s": 100.0, "server_impl": "cython", "worker_impl": ["cython", "python"]}
     refused = builds.ran_as_asked("compiled", run)
     assert refused["ok"] is False
@@ -102,3 +93,13 @@ def test_two_variants_alternate_their_order(monkeypatch: pytest.MonkeyPatch) -> 
     assert [len(runs["SERVER"][v]) for v in ("a", "b")] == [2, 2]
     with pytest.raises(ValueError, match="two variants"):
         pairs.alternate(["SERVER"], {"a": []}, args)
+
+
+def test_the_exit_status_names_the_modes_with_a_failed_run(capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = {"ok": True}, {"ok": False, "problems": ["exit 1"]}
+    assert pairs.exit_status({"SERVER": {"a": [good], "b": [good]}}) == 0
+    assert (
+        pairs.exit_status({"SERVER": {"a": [good], "b": [good]}, "LOCAL_SYNC": {"a": [bad], "b": [good]}})
+        == 1
+    )
+    assert capsys.readouterr().err == "runs that failed: LOCAL_SYNC\n"

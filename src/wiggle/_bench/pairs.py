@@ -28,6 +28,7 @@ __all__ = [
     "alternate",
     "bench_run",
     "count_lower",
+    "exit_status",
     "median",
     "paired",
 ]
@@ -151,3 +152,14 @@ def count_lower(first: Sequence[Run], second: Sequence[Run], figure: str) -> tup
         if _usable(a, figure) and _usable(b, figure)
     ]
     return sum(1 for a, b in pairs if b < a), len(pairs)
+
+
+def exit_status(runs: Mapping[str, Mapping[str, Sequence[Run]]]) -> int:
+    """A pairs script's exit status: 1, naming the modes on stderr, if any run of ``alternate``'s
+    ``runs`` failed (or did not run what it was asked to); else 0."""
+    failed = [
+        mode for mode, variants in runs.items() if not all(r.get("ok") for v in variants.values() for r in v)
+    ]
+    if failed:
+        print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
