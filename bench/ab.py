@@ -24,7 +24,7 @@ import shlex
 import sys
 from typing import Any
 
-from wiggle._bench.pairs import Run, add_arguments, alternate, count_lower, exit_status, median, paired
+from wiggle._bench.pairs import Run, add_arguments, alternate, compare, count_lower, exit_status
 
 VARIABLE = re.compile(r"^(WIGGLE_[A-Z0-9_]+)=(.*)$")
 FIGURES = (  # (key, heading, digits)
@@ -57,13 +57,7 @@ def summary(first: list[Run], second: list[Run]) -> dict[str, Any]:
     """One mode's figures: each variant's medians, second / first (medians and paired), rounds won."""
     row: dict[str, Any] = {}
     for key, _, digits in FIGURES:
-        a, b = median(first, key, digits), median(second, key, digits)
-        row[key] = {
-            "first": a,
-            "second": b,
-            "ratio": round(b / a, 3) if a and b else None,
-            "paired": paired(first, second, key),
-        }
+        row[key] = compare(first, second, key, digits)
     faster, rounds = count_lower(second, first, "instances_per_s")  # the first's rate the lower
     cheaper, _ = count_lower(first, second, "cpu_ms_per_instance")
     row.update(rounds=rounds, second_faster=faster, second_cheaper=cheaper)

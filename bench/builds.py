@@ -23,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-from wiggle._bench.pairs import Run, add_arguments, alternate, count_lower, exit_status, median, paired
+from wiggle._bench.pairs import Run, add_arguments, alternate, compare, count_lower, exit_status
 
 VARIANTS = {"pure": ["--impl", "python"], "compiled": ["--impl", "cython"]}
 IMPLS = {"pure": "python", "compiled": "cython"}
@@ -43,19 +43,19 @@ def ran_as_asked(variant: str, run: Run) -> Run:
 def summary(runs: dict[str, list[Run]]) -> dict[str, Any]:
     """One mode's figures: medians per build, compiled / pure, paired ratios, rounds won."""
     pure, compiled = runs["pure"], runs["compiled"]
-    rate = median(pure), median(compiled)
-    cpu = median(pure, "cpu_ms_per_instance", 2), median(compiled, "cpu_ms_per_instance", 2)
+    rate = compare(pure, compiled, "instances_per_s")
+    cpu = compare(pure, compiled, "cpu_ms_per_instance", 2)
     faster, rounds = count_lower(compiled, pure, "instances_per_s")  # pure's rate the lower
     cheaper, _ = count_lower(pure, compiled, "cpu_ms_per_instance")  # compiled's CPU the lower
     return {
-        "pure": rate[0],
-        "compiled": rate[1],
-        "ratio": round(rate[1] / rate[0], 3) if rate[0] and rate[1] else None,
-        "paired_ratio": paired(pure, compiled, "instances_per_s"),
-        "cpu_ms_pure": cpu[0],
-        "cpu_ms_compiled": cpu[1],
-        "cpu_ratio": round(cpu[1] / cpu[0], 3) if cpu[0] and cpu[1] else None,
-        "paired_cpu_ratio": paired(pure, compiled, "cpu_ms_per_instance"),
+        "pure": rate["first"],
+        "compiled": rate["second"],
+        "ratio": rate["ratio"],
+        "paired_ratio": rate["paired"],
+        "cpu_ms_pure": cpu["first"],
+        "cpu_ms_compiled": cpu["second"],
+        "cpu_ratio": cpu["ratio"],
+        "paired_cpu_ratio": cpu["paired"],
         "rounds": rounds,
         "compiled_faster": faster,
         "compiled_cheaper": cheaper,

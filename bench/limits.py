@@ -26,7 +26,7 @@ import argparse
 import json
 import sys
 
-from wiggle._bench.pairs import add_arguments, alternate, exit_status, median, paired
+from wiggle._bench.pairs import add_arguments, alternate, compare, exit_status, paired
 
 TARGET = 0.90
 VARIANTS = {"plain": [], "limits": ["--limits"]}
@@ -40,21 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     runs = alternate(modes, VARIANTS, args)
     table: dict[str, dict[str, float | None]] = {}
     for mode in modes:
-        plain, limited = median(runs[mode]["plain"]), median(runs[mode]["limits"])
-        ratio = round(limited / plain, 3) if plain and limited else None
-        cpu_plain = median(runs[mode]["plain"], "cpu_ms_per_instance", 2)
-        cpu_limited = median(runs[mode]["limits"], "cpu_ms_per_instance", 2)
-        cpu_ratio = round(cpu_limited / cpu_plain, 3) if cpu_plain and cpu_limited else None
         pair = runs[mode]["plain"], runs[mode]["limits"]
+        rate, cpu = compare(*pair, "instances_per_s"), compare(*pair, "cpu_ms_per_instance", 2)
         table[mode] = {
-            "plain": plain,
-            "limits": limited,
-            "ratio": ratio,
-            "paired_ratio": paired(*pair, "instances_per_s"),
-            "cpu_ms_plain": cpu_plain,
-            "cpu_ms_limits": cpu_limited,
-            "cpu_ratio": cpu_ratio,
-            "paired_cpu_ratio": paired(*pair, "cpu_ms_per_instance"),
+            "plain": rate["first"],
+            "limits": rate["second"],
+            "ratio": rate["ratio"],
+            "paired_ratio": rate["paired"],
+            "cpu_ms_plain": cpu["first"],
+            "cpu_ms_limits": cpu["second"],
+            "cpu_ratio": cpu["ratio"],
+            "paired_cpu_ratio": cpu["paired"],
             "paired_cpu_in_workers_units": paired(*pair, "cpu_per_worker_cpu"),
         }
     store = "PostgreSQL" if args.database_url else "memory"

@@ -27,6 +27,7 @@ __all__ = [
     "add_arguments",
     "alternate",
     "bench_run",
+    "compare",
     "count_lower",
     "exit_status",
     "median",
@@ -163,3 +164,15 @@ def exit_status(runs: Mapping[str, Mapping[str, Sequence[Run]]]) -> int:
     if failed:
         print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def compare(first: Sequence[Run], second: Sequence[Run], figure: str, digits: int = 1) -> dict[str, Any]:
+    """``figure`` of two variants' runs: each one's median, second / first of the medians
+    (``ratio``) and the median of the rounds' own ratios (``paired``)."""
+    a, b = median(first, figure, digits), median(second, figure, digits)
+    return {
+        "first": a,
+        "second": b,
+        "ratio": round(b / a, 3) if a and b else None,
+        "paired": paired(first, second, figure),
+    }

@@ -163,7 +163,7 @@ SERVER_EXAMPLE = """examples:
 
 def add_parsers(sub: Any) -> None:
     """Add ``server``, ``migrate`` and ``demo`` to the ``wiggle`` parser's subparsers ``sub``."""
-    from .._server.config import OLD_FLAGS, SETTINGS, ServerConfig
+    from .._server.config import OLD_FLAGS, SETTINGS, ServerConfig, flag_name
 
     p = sub.add_parser(
         "server",
@@ -173,7 +173,7 @@ def add_parsers(sub: Any) -> None:
     )
     defaults = ServerConfig()
     for field, var, text in SETTINGS:
-        flag = "--" + field.replace("_", "-")
+        flag = flag_name(field)
         default = getattr(defaults, field)
         if isinstance(default, bool):  # a switch: --insecure, --open-metrics
             p.add_argument(flag, dest=field, action="store_true", default=None, help=f"{text} [{var}]")
@@ -186,7 +186,7 @@ def add_parsers(sub: Any) -> None:
         # an enum setting (--execution-mode) names its values in its help; from_mapping checks them
         p.add_argument(flag, dest=field, default=None, help=f"{text} [{var}{shown}]")
     for old, field in OLD_FLAGS.items():  # older names, kept working: they warn
-        new = "--" + field.replace("_", "-")
+        new = flag_name(field)
         p.add_argument(old, dest=field, default=None, action=_deprecated(old, new), help=f"deprecated: {new}")
     p.set_defaults(func=cmd_server)
 

@@ -25,6 +25,7 @@ __all__ = [
     "OLD_FLAGS",
     "check_config",
     "env_name",
+    "flag_name",
     "server_variable",
 ]
 
@@ -231,6 +232,11 @@ def env_name(field: str) -> str:
     return "WIGGLE_" + field.upper()
 
 
+def flag_name(field: str) -> str:
+    """The ``wiggle server`` flag of a setting: -- + its field's name, dashed."""
+    return "--" + field.replace("_", "-")
+
+
 #: (field, env var, help) for every setting, in the order the README documents them.
 SETTINGS: list[tuple[str, str, str]] = [(field, env_name(field), s.help) for field, s in DECLARED.items()]
 
@@ -255,7 +261,6 @@ _FALSE = ("", "0", "false", "no", "off")
 
 def _convert(field: str, raw: str) -> object:
     default = getattr(ServerConfig(), field)
-    named = _named(field)
     if isinstance(default, ExecutionMode):
         try:
             return ExecutionMode(raw.strip().upper())
@@ -268,23 +273,23 @@ def _convert(field: str, raw: str) -> object:
             return True
         if raw.strip().lower() in _FALSE:
             return False
-        raise InvalidArgument(f"{named} must be true or false, got {raw!r}")
+        raise InvalidArgument(f"{_named(field)} must be true or false, got {raw!r}")
     if isinstance(default, float):
         try:
             return float(raw)
         except ValueError:
-            raise InvalidArgument(f"{named} must be a number, got {raw!r}") from None
+            raise InvalidArgument(f"{_named(field)} must be a number, got {raw!r}") from None
     if isinstance(default, int):
         try:
             return int(raw)
         except ValueError:
-            raise InvalidArgument(f"{named} must be an integer, got {raw!r}") from None
+            raise InvalidArgument(f"{_named(field)} must be an integer, got {raw!r}") from None
     return raw
 
 
 def _named(field: str) -> str:
     """A setting as a person sets it: its flag and its variable (``--pool-size (WIGGLE_POOL_SIZE)``)."""
-    return f"--{field.replace('_', '-')} ({env_name(field)})"
+    return f"{flag_name(field)} ({env_name(field)})"
 
 
 def server_variable(field: str, env: Mapping[str, str] | None = None) -> str:
