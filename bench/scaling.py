@@ -11,6 +11,14 @@ database's transactions and rows fetched per instance, the servers' claims, empt
 NOTIFYs per instance, and the mean number of PostgreSQL backends waiting on a lock; then each
 role's CPU per instance against N = 1 (issue #28's target: within 10%).
 
+With ``--per-server-rate R`` every run starts its instances while the workers run, paced at
+``N x R`` a second in all and spread over the servers as a load balancer would (``wiggle bench
+--submit during --submit-rate --submit-to all``), for ``--seconds`` of starts: each server
+carries the same load whatever N, as it would where cores grow with N. Without
+it (the default) the instances are started first and drained as fast as the machine goes, so at
+larger N each server carries a smaller share of the same total load, commits smaller groups, and
+its costs per instance grow for that reason alone.
+
 On a 2-core machine more server processes cannot add throughput (everything shares the two
 cores); what this measures is whether they add work per instance: lock waits, duplicate or empty
 claims, NOTIFYs and the wake-ups they cause. From the per-role costs it projects the throughput of
@@ -52,10 +60,17 @@ COUNTS = (
 
 def one_run(mode: str, servers: int, args: argparse.Namespace) -> dict[str, Any]:
     """One ``wiggle bench --servers`` run: its figures, or ``ok`` False with ``problems``."""
+    instances = args.instances
+    paced: list[str] = []
+    if args.per_server_rate:
+        rate = servers * args.per_server_rate
+        instances = max(round(rate * args.seconds), 1)
+        paced = ["--submit", "during", "--submit-rate", f"{rate:g}", "--submit-to", "all"]
     cmd = [
         sys.executable, "-m", "wiggle.cli", "bench", "--modes", mode, "--servers", str(servers),
-        "--steps", str(args.steps), "--instances", str(args.instances), "--workers", str(args.workers),
+        "--steps", str(args.steps), "--instances", str(instances), "--workers", str(args.workers),
         "--concurrency", str(args.concurrency), "--database-url", args.database_url, "--json", "--no-progress",
+        *paced,
     ]  # fmt: skip
     load = os.getloadavg()[0]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -70,6 +85,7 @@ def one_run(mode: str, servers: int, args: argparse.Namespace) -> dict[str, Any]
     waits = m.get("pg_waits", {}).get("mean_waiting", {})
     return {
         "ok": True,
+        "instances": n,
         "instances_per_s": m["instances_per_s"],
         "cpu_ms": cpu,
         "counts": {label: (m.get(where) or {}).get(key) for label, where, key in COUNTS},
@@ -77,6 +93,7 @@ def one_run(mode: str, servers: int, args: argparse.Namespace) -> dict[str, Any]
         "waits": waits,
         "other_cpu_s": m["cpu_s"].get("other"),
         "load_before": round(load, 2),
+        "start_p50_ms": ((m.get("starts") or {}).get("latency_ms") or {}).get("p50"),
         "probe_ms": doc["environment"].get("probe_ms_before"),
     }
 
@@ -115,8 +132,13 @@ def projection(cpu_ms: dict[str, float], server_cores: int, pg_cores: int) -> di
 
 def render(doc: dict[str, Any]) -> str:
     s = doc["settings"]
+    load = (
+        f"started during the run at N x {s['per_server_rate']:g}/s for {s['seconds']:g} s"
+        if s.get("per_server_rate")
+        else f"{s['instances']} instances pre-submitted"
+    )
     lines = [
-        f"scaling across server processes (issue #28): {s['steps']} steps x {s['instances']} instances, "
+        f"scaling across server processes (issue #28): {s['steps']} steps, {load}, "
         f"{s['workers']} worker processes x {s['concurrency']}, {s['rounds']} round(s), N alternating; "
         f"{os.cpu_count()} CPU(s) here",
     ]
@@ -166,6 +188,7 @@ def render(doc: dict[str, Any]) -> str:
     for mode, n, r in doc["sequence"]:
         shown = (
             f"{r['instances_per_s']:.1f} inst/s, load {r['load_before']}, other {r['other_cpu_s']}"
+            + (f", start p50 {r['start_p50_ms']} ms" if r.get("start_p50_ms") is not None else "")
             if r["ok"]
             else f"FAILED {r['problems']}"
         )
@@ -186,6 +209,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instances", type=int, default=1000)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument(
+        "--per-server-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="start the instances during the run at N x R a second (equal load per server); 0: "
+        "pre-submit them and drain as fast as the machine goes (default)",
+    )
+    p.add_argument(
+        "--seconds", type=float, default=10.0, help="with --per-server-rate: seconds of starts a run"
+    )
     p.add_argument("--server-cores", type=int, default=16, help="cores for the servers in the projection")
     p.add_argument("--pg-cores", type=int, default=16, help="PostgreSQL's cores in the projection")
     p.add_argument(
@@ -202,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         counts = [int(x) for x in args.servers.split(",") if x.strip()]
     except ValueError:
         counts = []
+    if args.per_server_rate < 0 or args.seconds <= 0:
+        print("scaling: --per-server-rate must be >= 0 and --seconds > 0", file=sys.stderr)
+        return 2
     if not counts or min(counts) < 1 or args.rounds < 1:
         print("scaling: --servers must list counts >= 1 (e.g. 1,2,4) and --rounds be >= 1", file=sys.stderr)
         return 2

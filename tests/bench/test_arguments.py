@@ -25,6 +25,8 @@ CLEAN = (
     "WIGGLE_BENCH_SUBMIT",
     "WIGGLE_BENCH_SUBMIT_THREADS",
     "WIGGLE_BENCH_SERVERS",
+    "WIGGLE_BENCH_SUBMIT_RATE",
+    "WIGGLE_BENCH_SUBMIT_TO",
 )
 
 
@@ -43,6 +45,20 @@ def test_defaults() -> None:
     assert not args.json and not args.keep and args.fault == ""
     assert args.submit == ["before"] and args.submit_threads == 8
     assert args.latency is None and args.servers == 1 and not args.front
+    assert args.submit_rate == 0.0 and args.submit_to == "first"
+
+
+def test_paced_and_spread_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = parse_args(["--submit", "during", "--submit-rate", "2.5", "--submit-to", "all"])
+    assert args.submit_rate == 2.5 and args.submit_to == "all"
+    assert parse_args(["--submit", "before,during", "--submit-rate", "9"]).submit_rate == 9.0
+    monkeypatch.setenv("WIGGLE_BENCH_SUBMIT_RATE", "120")
+    monkeypatch.setenv("WIGGLE_BENCH_SUBMIT_TO", "all")
+    args = parse_args(["--submit", "during"])
+    assert args.submit_rate == 120.0 and args.submit_to == "all"
+    monkeypatch.setenv("WIGGLE_BENCH_SUBMIT_RATE", "-1")
+    with pytest.raises(SystemExit, match="WIGGLE_BENCH_SUBMIT_RATE must be a finite number >= 0, got -1.0"):
+        parse_args(["--submit", "during"])
 
 
 def test_latency_mode_defaults_to_five_steps_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,6 +109,10 @@ def test_a_malformed_environment_variable_names_itself(monkeypatch: pytest.Monke
         (["--submit", ""], "no submit mode given"),
         (["--submit-threads", "0"], "must be >= 1"),
         (["--latency", "0"], "must be >= 1"),
+        (["--submit-rate", "fast"], "'fast' is not a number"),
+        (["--submit-rate", "-3"], "must be a finite number >= 0"),
+        (["--submit-rate", "inf"], "must be a finite number >= 0"),
+        (["--submit-to", "some"], "invalid choice"),
     ],
 )
 def test_bad_flags_exit_2_and_say_why(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,6 +129,11 @@ def test_bad_flags_exit_2_and_say_why(argv: list[str], says: str, capsys: pytest
         (["--servers", "2"], "--servers > 1 needs PostgreSQL"),
         (["--servers", "2", "--latency", "5", "--database-url", "postgresql://x"], "not to --latency"),
         (["--front", "--database-url", "postgresql://x"], "--front needs --servers 2 or more"),
+        (["--submit-rate", "50"], "--submit-rate paces the starts of --submit during"),
+        (
+            ["--servers", "3", "--front", "--submit-to", "all", "--database-url", "postgresql://x"],
+            "--front keeps the starts on the first server",
+        ),
     ],
 )
 def test_inconsistent_settings_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -193,10 +193,12 @@ def test_small_benchmark_on_postgres(tmp_path: Path) -> None:
             assert row is not None and row[0] == 0, env["schemas"]
 
 
-def _check_starts(m: dict[str, Any], instances: int, threads: int, shared: bool = True) -> None:
+def _check_starts(
+    m: dict[str, Any], instances: int, threads: int, shared: bool = True, more: str = ""
+) -> None:
     st = m["starts"]
     assert st["count"] == instances
-    during = f"{threads} threads" + (", 1 client" if shared else "")
+    during = f"{threads} threads" + (", 1 client" if shared else "") + more
     assert st["clients"] == (during if m["submit"] == "during" else "64 async calls")
     assert st["per_s"] > 0 and st["span_s"] > 0
     lat = st["latency_ms"]
@@ -285,6 +287,42 @@ def test_submit_during_on_postgres(tmp_path: Path) -> None:
     )  # the starts commit inside the window
     (schema,) = doc["environment"]["schemas"]
     assert schema.endswith("_local_sync_during"), schema
+
+
+@pytest.mark.timeout(200)
+def test_paced_starts_keep_their_due_times(tmp_path: Path) -> None:
+    # --submit-rate 40: instance n is due n/40 s into the window, so 16 starts span at least
+    # 15/40 = 0.375 s however fast the machine (a lower bound: pacing, not speed, sets it)
+    args = [str(E2E), "--steps", "2", "--instances", "16", "--workers", "1", "--concurrency", "4"]
+    args += ["--modes", "LOCAL_SYNC", "--submit", "during", "--submit-rate", "40", "--submit-threads", "4"]
+    args += ["--no-progress", "--json"]
+    code, doc, output = _run(args, tmp_path)
+    assert code == 0, output
+    assert doc is not None and doc["ok"] and doc["settings"]["submit_rate"] == 40.0, output
+    (m,) = doc["modes"]
+    _check_starts(m, 16, 4, more=", 40/s")
+    st = m["starts"]
+    assert st["span_s"] >= 15 / 40, st
+    assert st["per_s"] <= 16 / (15 / 40), st  # never faster than the pace
+    assert 0 <= st["behind_ms"]["p50"] <= st["behind_ms"]["max"], st
+    assert "paced starts issued behind their due time" in output
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+@needs_postgres
+def test_starts_spread_over_the_servers_as_a_load_balancer_would(tmp_path: Path) -> None:
+    args = [str(E2E), "--steps", "3", "--instances", "24", "--workers", "2", "--concurrency", "2"]
+    args += ["--modes", "SERVER", "--submit", "during", "--servers", "3", "--submit-to", "all"]
+    args += ["--no-progress", "--json", "--database-url", PG_URL]
+    code, doc, output = _run(args, tmp_path)
+    assert code == 0, output
+    assert doc is not None and doc["ok"] and doc["settings"]["submit_to"] == "all", output
+    (m,) = doc["modes"]
+    _check_starts(m, 24, 8, more=", to 3 servers")
+    # instance n on server n mod 3: each server's starts are 8 instances, in one call or several
+    for calls in m["calls_by_server"]:
+        assert calls.get("StartInstance", 0) + calls.get("StartInstances", 0) >= 1, m["calls_by_server"]
 
 
 @pytest.mark.postgres

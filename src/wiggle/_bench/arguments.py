@@ -7,6 +7,7 @@ does not know the flags), so a new flag needs no change outside this package.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 
 from .._cli.parser import OneLineErrors
@@ -32,6 +33,19 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def rate(text: str) -> float:
+    """A rate a second: a finite number >= 0 (0: no pacing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number >= 0 (0: as fast as the threads go), got {text!r}"
+        )
     return value
 
 
@@ -150,6 +164,29 @@ _FLAGS: tuple[tuple[str, str | None, dict[str, object]], ...] = (
         dict(type=positive, default=8, help="client threads calling Client.start under --submit during"),
     ),
     (
+        "--submit-rate",
+        "WIGGLE_BENCH_SUBMIT_RATE",
+        dict(
+            type=rate,
+            default=0.0,
+            metavar="R",
+            help="under --submit during: start the instances at R a second in all, instance n due at "
+            "n/R seconds into the window (an open loop: a slow start does not delay the next one's "
+            "due time); 0, as fast as the threads go (default)",
+        ),
+    ),
+    (
+        "--submit-to",
+        "WIGGLE_BENCH_SUBMIT_TO",
+        dict(
+            choices=("first", "all"),
+            default="first",
+            help="with --servers N under --submit during: first: every start on the first server "
+            "(default); all: instance n started on server n mod N, as a load balancer in front of "
+            "the servers would spread them",
+        ),
+    ),
+    (
         "--submit-client",
         "WIGGLE_BENCH_SUBMIT_CLIENT",
         dict(
@@ -223,12 +260,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.steps = _env_int("WIGGLE_BENCH_STEPS", 5 if args.latency else 20)
     if args.latency and args.submit != ["before"]:
         raise SystemExit("e2e: --latency runs one instance at a time; --submit does not apply to it")
+    if not math.isfinite(args.submit_rate) or args.submit_rate < 0:  # from WIGGLE_BENCH_SUBMIT_RATE
+        raise SystemExit(
+            f"e2e: WIGGLE_BENCH_SUBMIT_RATE must be a finite number >= 0, got {args.submit_rate}"
+        )
+    if args.submit_rate and "during" not in args.submit:
+        raise SystemExit("e2e: --submit-rate paces the starts of --submit during; add --submit during")
     if args.timeout <= 0:
         raise SystemExit("e2e: --timeout must be > 0")
     if args.servers > 1 and not args.database_url:
         raise SystemExit("e2e: --servers > 1 needs PostgreSQL (--database-url): servers share a database")
     if args.servers > 1 and args.latency:
         raise SystemExit("e2e: --servers applies to the drain, not to --latency")
+    if args.submit_to == "all" and args.front:
+        raise SystemExit("e2e: --front keeps the starts on the first server; --submit-to all spreads them")
     if args.front and args.servers < 2:
         raise SystemExit(
             "e2e: --front needs --servers 2 or more: one server for the clients, the rest for the workers"

@@ -164,9 +164,18 @@ class DrainRun:
         clients = (
             f"{SUBMIT_CONCURRENCY} async calls"
             if self.submit == "before"
-            else f"{args.submit_threads} threads" + (", 1 client" if args.submit_client == "shared" else "")
+            else f"{args.submit_threads} threads"
+            + (", 1 client" if args.submit_client == "shared" else "")
+            + (f", {args.submit_rate:g}/s" if args.submit_rate else "")
+            + (
+                f", to {len(self.procs.targets)} servers"
+                if args.submit_to == "all" and len(self.procs.targets) > 1
+                else ""
+            )
         )
-        self.result["starts"] = start_figures(self.starts.latencies, self.starts.span, clients)
+        self.result["starts"] = start_figures(
+            self.starts.latencies, self.starts.span, clients, self.starts.behind
+        )
         self.result["ok"] = True
         return self.result
 
@@ -176,12 +185,13 @@ class DrainRun:
             return None
         args = self.args
         submitter = ThreadSubmitter(
-            target,
+            self.procs.targets if args.submit_to == "all" else target,
             self.name,
             args.instances,
             args.submit_threads,
             workload.initial_context,
             shared=args.submit_client == "shared",
+            rate=args.submit_rate,
         )
         self.starts = submitter.log
         return submitter

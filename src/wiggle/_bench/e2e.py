@@ -118,7 +118,7 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The report's skeleton: the settings and the machine; each mode's result is appended."""
     settings = (
         "modes steps instances servers front workers concurrency batch_size chain_steps transport handler submit"
-        " submit_threads submit_client latency limits"
+        " submit_threads submit_client submit_rate submit_to latency limits"
     )
     return {
         "settings": {

@@ -180,11 +180,15 @@ def _summed(worker_stats: Sequence[dict[str, Any]], key: str) -> dict[str, int]:
     return out
 
 
-def start_figures(latencies: Sequence[float], span: float, clients: str) -> dict[str, Any]:
+def start_figures(
+    latencies: Sequence[float], span: float, clients: str, behind: Sequence[float] = ()
+) -> dict[str, Any]:
     """Starts/s over ``span`` (first start issued -> last returned, seconds) and the per-call
-    latency percentiles in milliseconds of ``latencies`` (seconds); ``clients`` says who called."""
+    latency percentiles in milliseconds of ``latencies`` (seconds); ``clients`` says who called.
+    Paced starts (``behind``: seconds each was issued after its due time) add ``behind_ms``, its
+    p50 and max: a pace the threads could not keep shows there."""
     ms = [x * 1000 for x in latencies]
-    return {
+    figures = {
         "count": len(ms),
         "clients": clients,
         "span_s": round(span, 3),
@@ -196,6 +200,10 @@ def start_figures(latencies: Sequence[float], span: float, clients: str) -> dict
             "max": round(max(ms), 2) if ms else float("nan"),
         },
     }
+    if behind:
+        late = [x * 1000 for x in behind]
+        figures["behind_ms"] = {"p50": round(percentile(late, 50), 2), "max": round(max(late), 2)}
+    return figures
 
 
 def step_gaps(history: Sequence[HistoryEntry]) -> list[tuple[int, str, str]]:

@@ -126,13 +126,21 @@ def _starts_table(ok: list[dict[str, Any]], labels: list[str]) -> list[str]:
     if not rows:
         return []
     w = max(12, *(len(x) for _, x in rows))
-    head = f"{'starts':<{w}} {'by':>20} {'starts/s':>9} {'span s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    by = max(20, *(len(st["clients"]) for st, _ in rows))
+    head = f"{'starts':<{w}} {'by':>{by}} {'starts/s':>9} {'span s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"
     lines = ["", head, "-" * len(head)]
     for st, label in rows:
         lat = st["latency_ms"]
         lines.append(
-            f"{label:<{w}} {st['clients']:>20} {_fmt(st['per_s'], '.1f'):>9} {st['span_s']:>8.2f} "
+            f"{label:<{w}} {st['clients']:>{by}} {_fmt(st['per_s'], '.1f'):>9} {st['span_s']:>8.2f} "
             f"{lat['p50']:>8.1f} {lat['p90']:>8.1f} {lat['p99']:>8.1f} {lat['max']:>8.1f}"
+        )
+    paced = [(st["behind_ms"], label) for st, label in rows if st.get("behind_ms")]
+    for late, label in paced:
+        lines.append(
+            f"{label}: paced starts issued behind their due time by p50 {late['p50']:.1f} ms, at most "
+            f"{late['max']:.1f} ms"
+            + (" (most were late: the threads could not keep the pace)" if late["p50"] > 1.0 else "")
         )
     return lines
 

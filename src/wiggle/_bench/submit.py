@@ -7,13 +7,19 @@ would (issue #28), so their concurrent starts batch themselves (wiggle/_client/b
 ``--submit-client per-thread`` gives each thread its own client (its own channel), as independent
 processes would. The threads share one counter, so instance ``n`` is started exactly once, by
 whichever thread takes it.
+
+``--submit-rate R`` paces them as an open loop: instance ``n`` is due ``n / R`` seconds after the
+submission began, whatever the earlier starts took, so a slow start delays no later due time
+(the starts a closed loop of threads would leave out while it waits are made all the same); the
+log keeps how far behind its due time each start was issued.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from wiggle import Client
 
@@ -32,6 +38,7 @@ class StartLog:
         self.latencies: list[float] = []  # seconds per successful start, in completion order
         self.first: float | None = None  # time.monotonic() when the first start was issued
         self.last: float | None = None  # time.monotonic() when the last start returned
+        self.behind: list[float] = []  # paced: seconds each start was issued after its due time
 
     def began(self) -> float:
         """Note a start being issued; returns its perf_counter() origin."""
@@ -54,9 +61,12 @@ class StartLog:
 
 
 class ThreadSubmitter:
-    """``threads`` OS threads starting ``total`` instances of ``workflow`` on ``target``.
+    """``threads`` OS threads starting ``total`` instances of ``workflow`` on ``target``: one
+    server's address, or several (instance ``n`` started on the ``n mod len``-th, as a load balancer
+    in front of several servers would spread them).
 
-    ``context(n)`` is instance ``n``'s initial context. ``start()`` opens the shared client (unless
+    ``context(n)`` is instance ``n``'s initial context; ``rate`` (a second, in all; 0: unpaced) makes
+    instance ``n`` due ``n / rate`` seconds after ``start()``. ``start()`` opens the shared client (unless
     ``shared`` is False) and returns at once; ``done``, ``error`` and ``log`` say how far it got; ``stop()`` makes the
     threads quit after their current call (on a failure elsewhere); ``join()`` waits for them and
     closes the client once they are all done.
@@ -64,14 +74,17 @@ class ThreadSubmitter:
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         workflow: str,
         total: int,
         threads: int,
         context: Callable[[int], dict[str, object]],
         shared: bool = True,
+        rate: float = 0.0,
     ) -> None:
-        self.target = target
+        self.targets = [target] if isinstance(target, str) else list(target)
+        self.rate = rate
+        self._origin = 0.0  # time.monotonic() at start(): instance n is due at _origin + n / rate
         self.workflow = workflow
         self.total = total
         self.context = context
@@ -81,7 +94,7 @@ class ThreadSubmitter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.shared = shared  # one client for every thread (else each thread opens its own)
-        self._client: Client | None = None
+        self._clients: list[Client] = []  # shared: one per target, for every thread
         self._threads = [
             threading.Thread(target=self._run, name=f"bench-submit-{i}", daemon=True)
             for i in range(min(threads, total))
@@ -90,7 +103,8 @@ class ThreadSubmitter:
     def start(self) -> None:
         """Open the client the threads share (if shared) and start every thread."""
         if self.shared:
-            self._client = Client(self.target)
+            self._clients = [Client(t) for t in self.targets]
+        self._origin = time.monotonic()
         for thread in self._threads:
             thread.start()
 
@@ -104,20 +118,32 @@ class ThreadSubmitter:
 
     def _run(self) -> None:
         try:
-            if self._client is not None:
-                self._starts(self._client)
+            if self._clients:
+                self._starts(self._clients)
             else:
-                with Client(self.target) as client:
-                    self._starts(client)
+                with contextlib.ExitStack() as stack:
+                    self._starts([stack.enter_context(Client(t)) for t in self.targets])
         except BaseException as exc:  # reported by the driver; the other threads stop too
             self.error = self.error or exc
             self._stop.set()
 
-    def _starts(self, client: Client) -> None:
+    def _starts(self, clients: list[Client]) -> None:
         while (n := self._take()) is not None:
+            if self.rate and not self._wait_due(n):
+                return
             origin = self.log.began()
-            info = client.start(self.workflow, self.context(n))
+            info = clients[n % len(clients)].start(self.workflow, self.context(n))
             self.log.ended(info.instance_id, n, origin)
+
+    def _wait_due(self, n: int) -> bool:
+        """Wait until instance ``n`` is due (paced) and note how late it is issued; False if
+        stopped meanwhile."""
+        due = self._origin + n / self.rate
+        wait = due - time.monotonic()
+        if wait > 0 and self._stop.wait(wait):
+            return False
+        self.log.behind.append(max(time.monotonic() - due, 0.0))
+        return True
 
     @property
     def done(self) -> bool:
@@ -138,6 +164,7 @@ class ThreadSubmitter:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(deadline - time.monotonic(), 0.0))
-        if self._client is not None and self.done:
-            self._client.close()
-            self._client = None
+        if self._clients and self.done:
+            for client in self._clients:
+                client.close()
+            self._clients = []
