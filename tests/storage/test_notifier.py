@@ -118,6 +118,36 @@ async def test_a_woken_waiter_that_is_cancelled_passes_its_wake_up_on() -> None:
     assert not n._queue_waiters
 
 
+async def test_work_ready_names_the_queues_with_steps_no_waiter_here_was_woken_for() -> None:
+    n = Notifier()
+    tasks = await _waiters(n, [["a"], ["a"], ["b"]])
+    # two steps on a, two waiters: covered; two on b, one waiter: one step for other nodes; c: none
+    assert n.work_ready(["a", "b", "c"], {"a": 2, "b": 2, "c": 1}) == ["b", "c"]
+    await _settle()
+    assert _woken(tasks) == [0, 1, 2]
+    tasks = await _waiters(n, [["a"]])
+    assert n.work_ready(["a"]) == ["a"]  # uncounted (another node's news): never covered
+    await _settle()
+    assert _woken(tasks) == [0]
+
+
+async def test_a_wake_up_passed_on_with_nobody_left_here_goes_to_the_other_nodes() -> None:
+    n = Notifier()
+    told: list[str] = []
+    n.spill = told.append
+    tasks = await _waiters(n, [["q"]] * 2)
+    assert n.work_ready(["q"], {"q": 1}) == []
+    tasks[0].cancel()  # took the wake-up, left without acting: the second waiter gets it
+    await _settle()
+    assert _woken(tasks) == [0, 1] and tasks[1].result() is True and told == []
+    tasks = await _waiters(n, [["q"]])
+    assert n.work_ready(["q"], {"q": 1}) == []
+    tasks[0].cancel()  # and now nobody else waits here: the other nodes are told
+    await _settle()
+    assert told == ["q"]
+    assert not n._queue_waiters
+
+
 async def test_timeouts_leave_nothing_behind_and_later_waiters_still_wake() -> None:
     n = Notifier()
     assert await n.wait_work(["q"], 0) is False

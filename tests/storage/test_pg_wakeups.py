@@ -116,6 +116,33 @@ async def test_a_node_sends_only_the_notifies_another_node_waits_for(
             assert await drain() == []
 
 
+async def test_a_step_a_poll_of_its_own_node_was_woken_for_is_not_told_to_the_others(
+    nodes: tuple[Instances, Instances],
+) -> None:
+    """b waits for steps of "linear"; a poll of a is in the middle of its look (registered, not
+    yet waiting, so no hand-off can reach it) when a starts an instance: that poll is woken and
+    claims the step, and a tells b nothing, whose poll would only have claimed in vain. Had the
+    woken poll left without looking, its wake-up would have gone to b after all."""
+    a, b = nodes
+    notifier = a.store.notifier
+    async with listening(a.store.cluster.channel_work) as drain, wanting(b.store, "work", ["linear"]):
+        await until(lambda: ("work", "linear") in a.store.cluster.wanted, "a hears of b's row")
+        assert await drain(1) == [f"{a.store.node_id}:linear"]  # a's catch-up
+        with notifier.watch_work(["linear"]) as waiter:
+            view = await a.start("linear", "", {}, "")
+            assert waiter.woken and waiter.woken_for == "linear"
+            assert await notifier.wait(waiter, 1.0)  # the poll acts on it: it looks again
+            (claimed,) = await a.claim("w", ["linear"], 1)
+            assert claimed.token.instance_id == view.instance.id
+        await sent(a, "a sends what it posted")
+        assert await drain() == []
+        with notifier.watch_work(["linear"]) as waiter:
+            await a.start("linear", "", {}, "")
+            assert waiter.woken
+        # left without acting on it (a poll cancelled by its worker): b is told
+        assert await drain(1) == [f"{a.store.node_id}:linear"]
+
+
 @pytest.mark.parametrize("woken_by", ["its own node", "the other node's catch-up"])
 async def test_a_row_written_after_the_work_was_committed_still_wakes_the_poll(
     nodes: tuple[Instances, Instances], monkeypatch: pytest.MonkeyPatch, woken_by: str

@@ -171,7 +171,7 @@ class Delivery:
             # Cancelled after being woken, before looking: pass the wake-up on, or the work it
             # announced could sit unclaimed until some other poller's timeout.
             if woken_for is not None:
-                notifier.work_ready((woken_for,), {woken_for: 1})
+                notifier.pass_on(woken_for)
             raise
 
     # ------------------------------------------------------------------ hand-offs

@@ -103,6 +103,10 @@ def ready_counts(changes: Changes) -> dict[str, int]:
     return counts
 
 
+def _nobody_else(queue: str) -> None:
+    """No other node to tell (the in-memory store)."""
+
+
 def _time_out(future: asyncio.Future[bool]) -> None:
     if not future.done():
         future.set_result(False)
@@ -138,6 +142,8 @@ class Notifier:
         # queue -> (its stamp when the look began, the earliest delayed READY token or None,
         # NEXT_UNKNOWN if not looked up yet, time.monotonic() of the look)
         self._empty: dict[str, tuple[int, int | None, float]] = {}
+        # Tells the other nodes of a step on a queue (pass_on); the PostgreSQL store sets it.
+        self.spill: Callable[[str], None] = _nobody_else
 
     # ------------------------------------------------------------------ queues known empty
 
@@ -248,29 +254,46 @@ class Notifier:
 
     # ------------------------------------------------------------------ wake-ups
 
-    def work_ready(self, queues: Iterable[str], counts: Mapping[str, int] | None = None) -> None:
+    def work_ready(self, queues: Iterable[str], counts: Mapping[str, int] | None = None) -> list[str]:
         """Wake pollers of ``queues``: ``counts[queue]`` of them, oldest first, or all if the count is unknown.
 
         ``counts`` is how many tokens each queue just gained; a queue it does not name (or no
         ``counts`` at all, as for a notification from another node) wakes every waiter.
+
+        Returns the queues of which some new steps have no poller here woken for them: a woken
+        poller looks again and claims at least one step (a poll registers before it looks, so
+        even one in the middle of its look does), so only those steps need another node's
+        pollers (postgres/store.py ``_announce``). Every queue is returned when uncounted.
         """
         self._counter += 1
         stamp = self._counter
         stamps = self._stamps
+        uncovered: list[str] = []
         for queue in queues:
             stamps[queue] = stamp
-            waiters = self._queue_waiters.get(queue)
-            if not waiters:
-                continue
             n = None if counts is None else counts.get(queue)
-            if n is None:
-                for waiter in list(waiters):
-                    self._wake(waiter, None)
+            waiters = self._queue_waiters.get(queue)
+            if n is None or not waiters:
+                uncovered.append(queue)
+                if waiters:
+                    for waiter in list(waiters):
+                        self._wake(waiter, None)
                 continue
             while n > 0 and waiters:
                 waiter = next(iter(waiters))  # the oldest: a woken waiter leaves every queue
                 if self._wake(waiter, queue):
                     n -= 1
+            if n > 0:
+                uncovered.append(queue)
+        return uncovered
+
+    def pass_on(self, queue: str) -> None:
+        """A counted wake-up of ``queue`` that its poller took and did not act on (it left first,
+        or was cancelled): wake the next poller of it here, or, if none waits here, tell the
+        other nodes (``spill``: the PostgreSQL store's cluster NOTIFY), whose pollers were not
+        told of the step because this node's poller was to take it."""
+        if self.work_ready((queue,), {queue: 1}):
+            self.spill(queue)
 
     def _wake(self, waiter: WorkWaiter, queue: str | None) -> bool:
         """Wake ``waiter`` (for a counted wake-up of ``queue``); False if it had already stopped waiting."""
@@ -343,7 +366,7 @@ class Notifier:
         if not waiter.future.done():
             waiter.future.cancel()
         if waiter.woken_for is not None and not waiter.taken:
-            self.work_ready((waiter.woken_for,), {waiter.woken_for: 1})
+            self.pass_on(waiter.woken_for)
 
     async def wait(self, waiter: WorkWaiter, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds on a registered ``waiter``; True if woken (maybe already)."""

@@ -29,6 +29,7 @@ import functools
 import hashlib
 import logging
 import os
+from collections.abc import Iterable
 
 import psycopg
 from psycopg import sql
@@ -247,8 +248,13 @@ class Cluster:
         here looks again."""
         self.notifier.wake_all()
 
-    def post(self, instance_id: str, changes: Changes) -> None:
+    def post(self, instance_id: str, changes: Changes, work: Iterable[str] | None = None) -> None:
         """Send the NOTIFYs other nodes need for ``changes`` of ``instance_id``, just committed.
+
+        ``work``: the queues of ``changes.ready_queues`` that need other nodes' pollers (None:
+        all of them). Steps that a poller of this node was woken for (``Notifier.work_ready``'s
+        answer) need none: that poller claims them, and telling every other node made each of
+        their waiting pollers claim too, all but one in vain (bench/README.md, "Round thirty").
 
         They are sent by one task per node (``_send``), each time all that was posted meanwhile
         in one transaction of its own (at most one a ``NOTIFY_SPACING_SECONDS``), with
@@ -265,7 +271,7 @@ class Cluster:
         pending = self._pending
         every = not self.filtering
         wanted = self.wanted
-        for queue in changes.ready_queues:
+        for queue in changes.ready_queues if work is None else work:
             if every or (WORK, queue) in wanted:
                 pending[(self.channel_work, f"{self.node_id}:{queue}")] = None
         if changes.timers:
@@ -273,6 +279,13 @@ class Cluster:
         if changes.finished and (every or (FINISHED, "") in wanted):
             pending[(self.channel_finished, f"{self.node_id}:{instance_id}")] = None
         self._send_soon()
+
+    def post_work(self, queue: str) -> None:
+        """Tell the other nodes that wait for steps of ``queue`` (if any) that it has one: a
+        wake-up this node's poller took and left unused (``Notifier.pass_on``)."""
+        if self.peers and (not self.filtering or (WORK, queue) in self.wanted):
+            self._pending[(self.channel_work, f"{self.node_id}:{queue}")] = None
+            self._send_soon()
 
     def _catch_up(self, kind: str, subject: str) -> None:
         """Another node now wants wake-ups of ``kind`` about ``subject``: it may have begun to wait

@@ -95,6 +95,7 @@ class PostgresStore(Store):
         self._conc_lock_class = lock_key("workflow-limits", self.schema) & 0x7FFFFFFF
         self.conc_queries = ConcQueries(self.schema)
         self.cluster = Cluster(schema, self.notifier, self.queries)
+        self.notifier.spill = self.cluster.post_work  # a wake-up left unused goes to the others
         self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
         self.clock_parallelism = max(1, self.db.pool_size // 2)
         self.definitions = Definitions(self.db, self.queries)
@@ -207,11 +208,14 @@ class PostgresStore(Store):
         leased to them in it (wiggle/_storage/handoff.py). ``view``: the instance as the commit
         left it, when it finished it (group_commit.py ``finished_view``): this node's waiters for
         the finish take it instead of reading the instance again."""
-        self.cluster.post(instance_id, changes)
+        work = (
+            self.notifier.work_ready(changes.ready_queues, ready_counts(changes))
+            if changes.ready_queues
+            else ()
+        )
+        self.cluster.post(instance_id, changes, work)
         if changes.handoffs:
             settle(changes.handoffs)
-        if changes.ready_queues:
-            self.notifier.work_ready(changes.ready_queues, ready_counts(changes))
         if changes.timers:
             self.notifier.clock_changed()
         if changes.finished:
