@@ -45,6 +45,15 @@ def _run(args: list[str], tmp: Path, timeout: float = 240) -> tuple[int, dict[st
     return result.returncode, doc, result.stdout + result.stderr
 
 
+def _run_one(args: list[str], tmp: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Run a one-mode benchmark that must succeed: its mode's result, the document, the output."""
+    code, doc, output = _run(args, tmp)
+    assert code == 0, output
+    assert doc is not None and doc["ok"], output
+    (m,) = doc["modes"]
+    return m, doc, output
+
+
 def _by_mode(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["mode"]: m for m in doc["modes"]}
 
@@ -274,10 +283,7 @@ def test_submit_during_on_postgres(tmp_path: Path) -> None:
         "--database-url",
         PG_URL,
     ]
-    code, doc, output = _run(args, tmp_path)
-    assert code == 0, output
-    assert doc is not None and doc["ok"], output
-    (m,) = doc["modes"]
+    m, doc, _ = _run_one(args, tmp_path)
     assert m["submit"] == "during" and doc["settings"]["submit_client"] == "per-thread"
     _check_starts(m, 10, 8, shared=False)
     # each thread's own client: one start per call, never coalesced
@@ -296,10 +302,8 @@ def test_paced_starts_keep_their_due_times(tmp_path: Path) -> None:
     args = [str(E2E), "--steps", "2", "--instances", "16", "--workers", "1", "--concurrency", "4"]
     args += ["--modes", "LOCAL_SYNC", "--submit", "during", "--submit-rate", "40", "--submit-threads", "4"]
     args += ["--no-progress", "--json"]
-    code, doc, output = _run(args, tmp_path)
-    assert code == 0, output
-    assert doc is not None and doc["ok"] and doc["settings"]["submit_rate"] == 40.0, output
-    (m,) = doc["modes"]
+    m, doc, output = _run_one(args, tmp_path)
+    assert doc["settings"]["submit_rate"] == 40.0
     _check_starts(m, 16, 4, more=", 40/s")
     st = m["starts"]
     assert st["span_s"] >= 15 / 40, st
@@ -315,10 +319,8 @@ def test_starts_spread_over_the_servers_as_a_load_balancer_would(tmp_path: Path)
     args = [str(E2E), "--steps", "3", "--instances", "24", "--workers", "2", "--concurrency", "2"]
     args += ["--modes", "SERVER", "--submit", "during", "--servers", "3", "--submit-to", "all"]
     args += ["--no-progress", "--json", "--database-url", PG_URL]
-    code, doc, output = _run(args, tmp_path)
-    assert code == 0, output
-    assert doc is not None and doc["ok"] and doc["settings"]["submit_to"] == "all", output
-    (m,) = doc["modes"]
+    m, doc, _ = _run_one(args, tmp_path)
+    assert doc["settings"]["submit_to"] == "all"
     _check_starts(m, 24, 8, more=", to 3 servers")
     # instance n on server n mod 3: each server's starts are 8 instances, in one call or several
     for calls in m["calls_by_server"]:
@@ -332,10 +334,8 @@ def test_a_front_server_takes_the_starts_and_the_others_the_steps(tmp_path: Path
     args = [str(E2E), "--steps", "3", "--instances", "30", "--workers", "2", "--concurrency", "2"]
     args += ["--modes", "SERVER", "--submit", "during", "--servers", "3", "--front"]
     args += ["--no-progress", "--json", "--database-url", PG_URL]
-    code, doc, output = _run(args, tmp_path)
-    assert code == 0, output
-    assert doc is not None and doc["ok"] and doc["settings"]["front"], output
-    (m,) = doc["modes"]
+    m, doc, _ = _run_one(args, tmp_path)
+    assert doc["settings"]["front"]
     _check_starts(m, 30, 8, shared=True)
     front, *backs = m["calls_by_server"]
     assert len(backs) == 2, m["calls_by_server"]
