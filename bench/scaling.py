@@ -183,6 +183,12 @@ def render(doc: dict[str, Any]) -> str:
                 f"at N={s['servers'][-1]}'s costs): servers {p['servers_inst_per_s']:,} inst/s, PostgreSQL "
                 f"{p['postgres_inst_per_s']:,} inst/s -> first to saturate: {p['first_to_saturate']}; "
                 f"workers would need about {p['worker_cores_needed']} cores"
+                + (
+                    f" (costs at {s['per_server_rate']:g} inst/s a server, where groups are smaller than "
+                    "at saturation: a lower bound)"
+                    if s.get("per_server_rate")
+                    else ""
+                )
             )
     lines += ["", "runs (mode, N, inst/s, load average before, other processes' CPU s):"]
     for mode, n, r in doc["sequence"]:

@@ -60,3 +60,6 @@ def test_paced_runs_give_every_server_the_same_load() -> None:
         assert cpu["server"] > 0 and cpu["postgres"] > 0 and cpu["workers"] > 0, cpu
     assert "started during the run at N x 20/s for 1 s" in result.stderr
     assert "N=2 against N=1, CPU per instance: server" in result.stderr
+    assert "(costs at 20 inst/s a server, where groups are smaller than at saturation: a lower bound)" in (
+        result.stderr
+    )
