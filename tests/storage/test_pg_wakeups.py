@@ -143,6 +143,26 @@ async def test_a_step_a_poll_of_its_own_node_was_woken_for_is_not_told_to_the_ot
         assert await drain(1) == [f"{a.store.node_id}:linear"]
 
 
+async def test_a_step_given_back_is_told_to_the_others_though_a_poll_here_was_woken(
+    nodes: tuple[Instances, Instances],
+) -> None:
+    """A step given back (a worker that cannot run it, or a retry's backoff) is READY again but
+    not due yet: the poll of this node that is woken for it may be the very one that gave it
+    back, so the other nodes are told whatever the local wake-up."""
+    a, b = nodes
+    notifier = a.store.notifier
+    async with listening(a.store.cluster.channel_work) as drain, wanting(b.store, "work", ["linear"]):
+        await until(lambda: ("work", "linear") in a.store.cluster.wanted, "a hears of b's row")
+        assert await drain(1) == [f"{a.store.node_id}:linear"]  # a's catch-up
+        await a.start("linear", "", {}, "")
+        assert await drain(1) == [f"{a.store.node_id}:linear"]  # nobody of a looked: b is told
+        (claimed,) = await a.claim("w", ["linear"], 1)
+        with notifier.watch_work(["linear"]) as waiter:
+            await a.fail(claimed.token.id, "w", "no handler for it here", True, release=True)
+            assert waiter.woken and await notifier.wait(waiter, 1.0)
+            assert await drain(1) == [f"{a.store.node_id}:linear"]
+
+
 @pytest.mark.parametrize("woken_by", ["its own node", "the other node's catch-up"])
 async def test_a_row_written_after_the_work_was_committed_still_wakes_the_poll(
     nodes: tuple[Instances, Instances], monkeypatch: pytest.MonkeyPatch, woken_by: str

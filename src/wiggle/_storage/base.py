@@ -22,7 +22,7 @@ from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import Changes, HistoryEntry, Instance, InstanceState, Token
 from .._model import validate_name
 from ..errors import InvalidArgument, WiggleError
-from .notifier import Notifier, ready_counts
+from .notifier import Notifier, not_yet_due, ready_counts
 from .ops import NodeInfo, QueueStat, Readiness
 from .queue_limits import QueueLimit
 from .schedules import ScheduleStore
@@ -38,6 +38,7 @@ __all__ = [
     "ClaimTransition",
     "AdmitAction",
     "ADMIT_BATCH",
+    "not_yet_due",
     "ready_counts",
     "NewInstance",
     "StaleLatest",

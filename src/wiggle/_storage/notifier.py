@@ -24,7 +24,7 @@ from .handoff import Handoff
 if TYPE_CHECKING:
     from .base import InstanceView
 
-__all__ = ["InstanceWatch", "Notifier", "WorkWaiter", "ready_counts"]
+__all__ = ["InstanceWatch", "Notifier", "WorkWaiter", "not_yet_due", "ready_counts"]
 
 
 class InstanceWatch:
@@ -101,6 +101,21 @@ def ready_counts(changes: Changes) -> dict[str, int]:
         if n == 0:
             counts[queue] = 1  # named but not found (merged away): one wake-up is harmless
     return counts
+
+
+def not_yet_due(changes: Changes, now: int) -> list[str]:
+    """The queues of ``changes.ready_queues`` with a READY token not due before ``now`` (a retry's
+    backoff, a step given back for another worker): a poller of this node woken for such a step
+    finds nothing to claim yet, and may not be the one to take it (a worker that gave it back), so
+    the other nodes are told of it whatever the local wake-up (postgres/store.py ``_announce``)."""
+    queues = changes.ready_queues
+    return list(
+        dict.fromkeys(
+            t.queue
+            for t in changes.tokens.values()
+            if t.status == TokenStatus.READY and t.available_at > now and t.queue in queues
+        )
+    )
 
 
 def _nobody_else(queue: str) -> None:

@@ -36,6 +36,7 @@ from ..base import (
     R,
     Store,
     WorkflowRecord,
+    not_yet_due,
     ready_counts,
 )
 from ..handoff import settle
@@ -208,11 +209,10 @@ class PostgresStore(Store):
         leased to them in it (wiggle/_storage/handoff.py). ``view``: the instance as the commit
         left it, when it finished it (group_commit.py ``finished_view``): this node's waiters for
         the finish take it instead of reading the instance again."""
-        work = (
-            self.notifier.work_ready(changes.ready_queues, ready_counts(changes))
-            if changes.ready_queues
-            else ()
-        )
+        work: list[str] = []
+        if changes.ready_queues:
+            work = self.notifier.work_ready(changes.ready_queues, ready_counts(changes))
+            work += [q for q in not_yet_due(changes, self._now()) if q not in work]
         self.cluster.post(instance_id, changes, work)
         if changes.handoffs:
             settle(changes.handoffs)
