@@ -18,13 +18,21 @@ bench/builds.py are two such comparisons with their own checks.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import sys
 from typing import Any
 
-from wiggle._bench.pairs import Run, add_arguments, alternate, compare, count_lower, exit_status
+from wiggle._bench.pairs import (
+    Run,
+    add_arguments,
+    alternate,
+    compare,
+    count_lower,
+    dump_json,
+    exit_status,
+    store_name,
+)
 
 VARIABLE = re.compile(r"^(WIGGLE_[A-Z0-9_]+)=(.*)$")
 FIGURES = (  # (key, heading, digits)
@@ -77,13 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     variants = {a: [*a_args, "--submit", args.submit], b: [*b_args, "--submit", args.submit]}
     runs = alternate(modes, variants, args, envs={a: a_env, b: b_env})
     table = {mode: summary(runs[mode][a], runs[mode][b]) for mode in modes}
-    store = "PostgreSQL" if args.database_url else "memory"
     if args.json:
-        document = {"settings": {**vars(args), "variant": [[a, a_args, a_env], [b, b_args, b_env]]}}
-        print(json.dumps({**document, "runs": runs, "medians": table}, indent=2))
+        dump_json(args, runs, table, {**vars(args), "variant": [[a, a_args, a_env], [b, b_args, b_env]]})
     else:
         print(
-            f"medians of {args.rounds} alternating rounds ({store}, {args.steps} steps x {args.instances}, "
+            f"medians of {args.rounds} alternating rounds ({store_name(args)}, {args.steps} steps x {args.instances}, "
             f"submit {args.submit}); {a} -> {b} (ratio {b} / {a}, paired: the median of the rounds' own ratios):"
         )
         for mode, row in table.items():

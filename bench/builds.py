@@ -19,11 +19,19 @@ The twins' own speeds are bench/micro_*.py's; this says whether they pay where u
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from wiggle._bench.pairs import Run, add_arguments, alternate, compare, count_lower, exit_status
+from wiggle._bench.pairs import (
+    Run,
+    add_arguments,
+    alternate,
+    compare,
+    count_lower,
+    dump_json,
+    exit_status,
+    store_name,
+)
 
 VARIANTS = {"pure": ["--impl", "python"], "compiled": ["--impl", "cython"]}
 IMPLS = {"pure": "python", "compiled": "cython"}
@@ -71,12 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     variants = {name: [*extra, "--submit", args.submit] for name, extra in VARIANTS.items()}
     runs = alternate(modes, variants, args, check=ran_as_asked)
     table = {mode: summary(runs[mode]) for mode in modes}
-    store = "PostgreSQL" if args.database_url else "memory"
     if args.json:
-        print(json.dumps({"settings": vars(args), "runs": runs, "medians": table}, indent=2))
+        dump_json(args, runs, table)
     else:
         print(
-            f"medians of {args.rounds} alternating rounds ({store}, {args.steps} steps x "
+            f"medians of {args.rounds} alternating rounds ({store_name(args)}, {args.steps} steps x "
             f"{args.instances}, submit {args.submit}); compiled / pure:"
         )
         print(

@@ -23,10 +23,9 @@ machine is shared: compare the ratios of one sitting, not absolute figures (benc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from wiggle._bench.pairs import add_arguments, alternate, compare, exit_status, paired
+from wiggle._bench.pairs import add_arguments, alternate, compare, dump_json, exit_status, paired, store_name
 
 TARGET = 0.90
 VARIANTS = {"plain": [], "limits": ["--limits"]}
@@ -53,12 +52,11 @@ def main(argv: list[str] | None = None) -> int:
             "paired_cpu_ratio": cpu["paired"],
             "paired_cpu_in_workers_units": paired(*pair, "cpu_per_worker_cpu"),
         }
-    store = "PostgreSQL" if args.database_url else "memory"
     if args.json:
-        print(json.dumps({"settings": vars(args), "runs": runs, "medians": table}, indent=2))
+        dump_json(args, runs, table)
     else:
         print(
-            f"medians of {args.rounds} alternating rounds, inst/s ({store}, {args.steps} steps x {args.instances}):"
+            f"medians of {args.rounds} alternating rounds, inst/s ({store_name(args)}, {args.steps} steps x {args.instances}):"
         )
         print(
             f"  {'mode':<12} {'plain':>8} {'limits':>8} {'ratio':>6} {'paired':>7}  |  CPU ms/inst "

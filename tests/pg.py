@@ -306,6 +306,25 @@ def pg_schema() -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
+async def opened_stores(make: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+    """A factory of opened stores: each call makes one with ``make(**kwargs)`` and opens it; every
+    one made is closed when the block ends (a fixture's several servers on one schema)."""
+    stores: list[Any] = []
+
+    async def factory(**kwargs: Any) -> Any:
+        store = make(**kwargs)
+        await store.open()
+        stores.append(store)
+        return store
+
+    try:
+        yield factory
+    finally:
+        for store in stores:
+            await store.close()
+
+
+@contextlib.asynccontextmanager
 async def wanting(store: Any, kind: str, subjects: Sequence[str]) -> AsyncIterator[None]:
     """While the block runs, the PostgreSQL store ``store``'s node waits for wake-ups of ``kind``
     about ``subjects``, as a waiting poll (``"work"``, queues) or instance wait (``"finished"``,

@@ -10,30 +10,15 @@ the medians and the pairs.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from bench_scripts import load
+from bench_scripts import load, run_small_pairs
 
 from wiggle._bench import pairs
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "builds.py"
-
 
 def test_runs_both_builds_and_reports_their_ratios() -> None:
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--rounds", "1", "--instances", "200", "--steps", "3"]
-        + ["--workers", "1", "--concurrency", "4", "--modes", "LOCAL_ASYNC", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = run_small_pairs("builds", 200)
     runs = report["runs"]["LOCAL_ASYNC"]
     assert [r["ok"] for r in runs["pure"] + runs["compiled"]] == [True, True], runs
     assert runs["pure"][0]["server_impl"] == "python" and runs["pure"][0]["worker_impl"] == ["python"]

@@ -3,25 +3,11 @@ the ratios: medians, paired, CPU in the workers' units."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "limits.py"
+from bench_scripts import run_small_pairs
 
 
 def test_reports_inst_per_s_and_cpu_per_instance_plain_and_limited() -> None:
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--rounds", "1", "--instances", "300", "--steps", "3"]
-        + ["--workers", "1", "--concurrency", "4", "--modes", "LOCAL_ASYNC", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = run_small_pairs("limits", 300)
     runs = report["runs"]["LOCAL_ASYNC"]
     assert [r["ok"] for r in runs["plain"] + runs["limits"]] == [True, True], runs
     row = report["medians"]["LOCAL_ASYNC"]

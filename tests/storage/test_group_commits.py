@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from pg import TEST_DATABASE_URL
+from pg import TEST_DATABASE_URL, opened_stores
 
 from wiggle._engine.engine import Engine, EngineConfig, LoadedDefinition
 from wiggle._engine.state import Changes, InstanceState, new_instance_id, now_millis
@@ -35,17 +35,10 @@ FLOW = WorkflowDefinition(
 
 @pytest.fixture
 async def open_store(pg_schema: str) -> AsyncIterator[Callable[..., Any]]:
-    stores: list[PostgresStore] = []
-
-    async def factory(**kwargs: Any) -> PostgresStore:
-        store = PostgresStore(TEST_DATABASE_URL, pg_schema, **kwargs)
-        await store.open()
-        stores.append(store)
-        return store
-
-    yield factory
-    for store in stores:
-        await store.close()
+    async with opened_stores(
+        lambda **kwargs: PostgresStore(TEST_DATABASE_URL, pg_schema, **kwargs)
+    ) as factory:
+        yield factory
 
 
 class Watched:

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import psycopg
 import pytest
-from pg import TEST_DATABASE_URL, listening, wanting
+from pg import TEST_DATABASE_URL, listening, opened_stores, wanting
 from psycopg import sql
 
 from wiggle._engine.engine import Engine, EngineConfig
@@ -94,23 +94,14 @@ def node(engine: Engine, url: str, schema: str, **kwargs: Any) -> ServerNode:
 @pytest.fixture
 async def open_store(pg_schema: str) -> AsyncIterator[Callable[..., Any]]:  # noqa: F811
     """Open PostgresStores on this test's schema (several = several servers); all closed at the end."""
-    stores: list[ServerNode] = []
 
-    async def factory(lease_millis: int = LEASE, **kwargs: Any) -> ServerNode:
+    def make(lease_millis: int = LEASE, **kwargs: Any) -> ServerNode:
         kwargs.setdefault("pool_size", 4)
-        store = node(
-            Engine(EngineConfig(lease_millis=lease_millis)),
-            kwargs.pop("url", TEST_DATABASE_URL),
-            pg_schema,
-            **kwargs,
-        )
-        await store.open()
-        stores.append(store)
-        return store
+        url = kwargs.pop("url", TEST_DATABASE_URL)
+        return node(Engine(EngineConfig(lease_millis=lease_millis)), url, pg_schema, **kwargs)
 
-    yield factory
-    for store in stores:
-        await store.close()
+    async with opened_stores(make) as factory:
+        yield factory
 
 
 @pytest.fixture

@@ -29,9 +29,11 @@ __all__ = [
     "bench_run",
     "compare",
     "count_lower",
+    "dump_json",
     "exit_status",
     "median",
     "paired",
+    "store_name",
 ]
 
 MODES = ("SERVER", "LOCAL_SYNC", "LOCAL_ASYNC")
@@ -164,6 +166,24 @@ def exit_status(runs: Mapping[str, Mapping[str, Sequence[Run]]]) -> int:
     if failed:
         print(f"runs that failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def store_name(args: argparse.Namespace) -> str:
+    """Where the runs kept their state, for a script's heading."""
+    return "PostgreSQL" if args.database_url else "memory"
+
+
+def dump_json(
+    args: argparse.Namespace, runs: Any, table: Any, settings: Mapping[str, Any] | None = None
+) -> None:
+    """A pairs script's ``--json`` document on stdout: its settings (``vars(args)`` unless given),
+    every run, and the table of medians."""
+    document = {
+        "settings": dict(settings) if settings is not None else vars(args),
+        "runs": runs,
+        "medians": table,
+    }
+    print(json.dumps(document, indent=2))
 
 
 def compare(first: Sequence[Run], second: Sequence[Run], figure: str, digits: int = 1) -> dict[str, Any]:

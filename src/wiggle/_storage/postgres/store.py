@@ -212,7 +212,8 @@ class PostgresStore(Store):
         work: list[str] = []
         if changes.ready_queues:
             work = self.notifier.work_ready(changes.ready_queues, ready_counts(changes))
-            work += [q for q in not_yet_due(changes, self._now()) if q not in work]
+            if self.cluster.peers:  # (alone, nobody is told anything: Cluster.post)
+                work += [q for q in not_yet_due(changes, self._now()) if q not in work]
         self.cluster.post(instance_id, changes, work)
         if changes.handoffs:
             settle(changes.handoffs)
