@@ -324,17 +324,20 @@ def test_the_blocking_batcher_sends_what_queued_behind_a_call_in_flight() -> Non
 
 
 class _CountedWaits:
-    """A Condition's stand-in counting the sender's waits for more starts (``_arrived``)."""
+    """A Condition's stand-in counting the sender's waits for more starts (``_arrived``) and
+    the callers' wake-ups of it."""
 
     def __init__(self, real: threading.Condition) -> None:
         self.real = real
         self.waits = 0
+        self.notified = 0
 
     def wait(self, timeout: float | None = None) -> bool:
         self.waits += 1
         return self.real.wait(timeout)
 
     def notify(self) -> None:
+        self.notified += 1
         self.real.notify()
 
 
@@ -384,6 +387,35 @@ def test_callers_a_batch_just_answered_are_gathered_into_the_next_one(
     assert len(sent) == 1 and sorted(sent[0]) == ["0", "1", "2"]
     assert {k: v.instance_id for k, v in results.items()} == {n: f"wi-{n}" for n in ("0", "1", "2")}
     assert (batcher._answered, batcher._pending) == (3, deque())
+
+
+def test_a_gathering_sender_is_woken_once_by_the_last_caller_it_waits_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Four callers were answered a moment ago. The first back gathers; the second and third
+    # queue without waking it (each wake-up would cost the sender a GIL hand-off for nothing:
+    # bench/README.md, "Round thirty-one"); the fourth, the last it waits for, wakes it once.
+    monkeypatch.setattr(batching, "GATHER_SECONDS", 30.0)
+    batcher, sent = _recording()
+    batcher._answered, batcher._answered_at = 4, time.monotonic()
+    arrived = batcher._arrived = _CountedWaits(batcher._arrived)  # type: ignore[assignment]
+
+    def start(n: int) -> None:
+        batcher.start(pb.StartInstanceRequest(workflow="a", request_id=str(n)))
+
+    threads = [threading.Thread(target=start, args=(n,)) for n in range(4)]
+    deadline = time.monotonic() + 30
+    for n, thread in enumerate(threads[:3]):
+        thread.start()
+        while len(batcher._pending) < n + 1 or not arrived.waits:  # queued; the first gathers
+            assert time.monotonic() < deadline
+            threading.Event().wait(0.001)
+        assert (arrived.notified, arrived.waits, sent) == (0, 1, [])
+    threads[3].start()
+    for thread in threads:
+        thread.join(30)
+    assert len(sent) == 1 and sorted(sent[0]) == ["0", "1", "2", "3"]
+    assert (arrived.notified, arrived.waits) == (1, 1)
 
 
 def test_a_lone_caller_and_a_late_one_are_never_held(monkeypatch: pytest.MonkeyPatch) -> None:

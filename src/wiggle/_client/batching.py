@@ -210,7 +210,8 @@ class StartBatcher:
         cond = self._cond
         with cond:
             self._pending.append(waiting)
-            self._arrived.notify()
+            if len(self._pending) >= self._answered:  # all a gathering sender waits for (_gather)
+                self._arrived.notify()
         while True:
             with cond:
                 while not waiting.done and self._sending:
@@ -236,7 +237,9 @@ class StartBatcher:
         flight and sends alone, and everyone else waits for that lone start's round trip before
         their batch goes: two trips per start under a steady load (bench/README.md, "Round
         eighteen"). A lone caller is never held (its last batch was of one), nor a caller that
-        comes back after a while."""
+        comes back after a while. Callers queueing meanwhile wake it only once, when their count
+        is complete (``start``): a wake-up per caller cost a GIL hand-off each ("Round
+        thirty-one")."""
         pending = self._pending
         expected = self._answered
         deadline = self._answered_at + GATHER_SECONDS

@@ -42,13 +42,25 @@ T = TypeVar("T", bound=msgspec.Struct)
 def _copied(cls: type[T], sources: tuple[Any, ...], **given: Any) -> T:
     """A ``cls`` whose fields are ``given`` or, for the rest, copied from the first reply message
     in ``sources`` that has a field of the same name: the client's types name their fields as the
-    proto does (a field with no counterpart is an AttributeError, which every reply's test meets)."""
-    values = dict(given)
-    for name in cls.__struct_fields__:
-        if name not in values:
-            source = next((s for s in sources if hasattr(s, name)), sources[0])
-            values[name] = getattr(source, name)
-    return cls(**values)
+    proto does (a field with no counterpart is an AttributeError, which every reply's test meets).
+
+    Which source each field comes from depends only on the types involved, so it is worked out
+    once per call shape (``_PLANS``) instead of by ``hasattr`` on every reply."""
+    key = (cls, *map(type, sources), *given)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = tuple(
+            (name, next((i for i, s in enumerate(sources) if hasattr(s, name)), 0))
+            for name in cls.__struct_fields__
+            if name not in given
+        )
+    for name, at in plan:
+        given[name] = getattr(sources[at], name)
+    return cls(**given)
+
+
+#: (the type built, the sources' types, the given fields' names) -> (field, source index) to copy.
+_PLANS: dict[tuple[Any, ...], tuple[tuple[str, int], ...]] = {}
 
 
 def token_from_pb(msg: pb.TokenInfo) -> TokenInfo:
