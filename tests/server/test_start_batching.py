@@ -418,6 +418,39 @@ def test_a_gathering_sender_is_woken_once_by_the_last_caller_it_waits_for(
     assert (arrived.notified, arrived.waits) == (1, 1)
 
 
+def test_threads_queued_behind_more_than_one_batch_each_get_their_own_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Batches of at most two: most callers' starts wait behind one or more batches, and a sender's
+    # own start may not be in the batch it sends; the sender's turn passes to the oldest start
+    # still queued until none is left, and every caller gets the answer to its own start.
+    real_take = batching.take
+    monkeypatch.setattr(batching, "take", lambda pending: real_take(pending, 2))
+    batcher, sent = _recording()
+    results: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def caller(n: int) -> None:
+        try:
+            for k in range(5):
+                rid = f"{n}-{k}"
+                results[rid] = batcher.start(
+                    pb.StartInstanceRequest(workflow="a", request_id=rid)
+                ).instance_id
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert results == {f"{n}-{k}": f"wi-{n}-{k}" for n in range(12) for k in range(5)}
+    assert sorted(r for batch in sent for r in batch) == sorted(results) and max(map(len, sent)) <= 2
+    assert (batcher._sending, batcher._pending) == (False, deque())
+
+
 def test_a_lone_caller_and_a_late_one_are_never_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(batching, "GATHER_SECONDS", 30.0)
     batcher, sent = _recording()

@@ -13,7 +13,8 @@ as before (docs/semantics.md#idempotent-starts).
 caller cancelled while it waits leaves the others' batch alone); ``StartBatcher`` serves the
 threads of one blocking client (the thread that finds nothing in flight sends for everyone queued,
 having first waited, at most ``GATHER_SECONDS``, for the callers the last batch answered just
-now to queue their next starts: ``StartBatcher._gather``).
+now to queue their next starts: ``StartBatcher._gather``; the others sleep each on a lock of its
+own until their answer comes or the sender's turn is handed to them).
 A server that predates coalesced starts refuses the batch call as a whole: the batcher then sends
 that batch's starts one by one and stops coalescing (a rolling upgrade, clients first).
 """
@@ -122,6 +123,22 @@ class _AsyncWaiting(_Waiting):
             self.future.set_result(outcome)
 
 
+class _Blocked(_Waiting):
+    """A blocking caller's start: ``wake`` (held from the start) is released when it is answered
+    or handed the sender's turn, so each caller sleeps on a lock of its own (``StartBatcher``)."""
+
+    __slots__ = ("wake",)
+
+    def __init__(self, request: pb.StartInstanceRequest) -> None:
+        super().__init__(request)
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+    def answer(self, outcome: Outcome | BaseException) -> None:
+        super().answer(outcome)
+        self.wake.release()
+
+
 SendOne = Callable[[pb.StartInstanceRequest], Awaitable[pb.InstanceInfo]]
 SendMany = Callable[[pb.StartInstancesRequest], Awaitable[pb.StartInstancesResponse]]
 
@@ -184,7 +201,12 @@ class AsyncStartBatcher:
 
 
 class StartBatcher:
-    """Coalesces the concurrent starts of one blocking ``Client`` (see the module docstring)."""
+    """Coalesces the concurrent starts of one blocking ``Client`` (see the module docstring).
+
+    One caller at a time sends (``_sending``); the others sleep each on its own lock
+    (``_Blocked.wake``) until their answer comes or, when the sender is done and their start
+    is still queued, the sender's turn is handed to the oldest of them: an answer wakes exactly
+    the callers it answers, with no lock they all queue for."""
 
     def __init__(
         self,
@@ -194,10 +216,9 @@ class StartBatcher:
         self._send_one = send_one
         self._send_many = send_many
         self._pending: deque[_Waiting] = deque()
-        self._sending = False  # a thread has a call in flight for the batcher
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)  # a batch was answered, or the sender is done
-        self._arrived = threading.Condition(lock)  # a start was queued
+        self._sending = False  # a thread has a call in flight for the batcher, or is about to
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # a start was queued (``_gather``)
         self._answered = 0  # how many starts the last batch answered
         self._answered_at = float("-inf")  # when (time.monotonic())
         self.coalesce = True  # False once a server refused a coalesced call as unknown
@@ -206,27 +227,36 @@ class StartBatcher:
         """Send ``request`` alone or with the starts that queue meanwhile; its own answer."""
         if not self.coalesce:
             return self._send_one(request)
-        waiting = _Waiting(request)
-        cond = self._cond
-        with cond:
+        waiting = _Blocked(request)
+        with self._lock:
             self._pending.append(waiting)
             if len(self._pending) >= self._answered:  # all a gathering sender waits for (_gather)
                 self._arrived.notify()
+            turn = not self._sending  # nobody sends: this caller does
+            self._sending = True
         while True:
-            with cond:
-                while not waiting.done and self._sending:
-                    cond.wait()
+            if not turn:
+                waiting.wake.acquire()  # answered, or handed the sender's turn
                 if waiting.done:
                     return waiting.result()
-                self._sending = True  # this thread sends for everyone queued
+            with self._lock:
                 self._gather()
                 batch = take(self._pending)
             try:
                 self._send(batch)
             finally:
-                with cond:
-                    self._sending = False
-                    cond.notify_all()
+                self._pass_turn()
+            if waiting.done:
+                return waiting.result()
+            turn = False  # more than one batch was queued ahead of it: wait for its own
+
+    def _pass_turn(self) -> None:
+        """The sender is done: hand the turn to the oldest start still queued, if any."""
+        with self._lock:
+            if self._pending:
+                self._pending[0].wake.release()  # type: ignore[attr-defined]
+            else:
+                self._sending = False
 
     def _gather(self) -> None:
         """Under the lock, before a batch is taken: if the last batch was answered just now and
@@ -266,11 +296,11 @@ class StartBatcher:
             for waiting in batch:
                 waiting.answer(exc)
             raise
-        with self._cond:
-            for waiting, outcome in zip(batch, answers, strict=True):
-                waiting.answer(outcome)
+        with self._lock:
             self._answered = len(batch)
             self._answered_at = time.monotonic()
+        for waiting, outcome in zip(batch, answers, strict=True):
+            waiting.answer(outcome)
 
     def _call_one(self, request: pb.StartInstanceRequest) -> Outcome | BaseException:
         try:
