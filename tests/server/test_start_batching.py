@@ -461,3 +461,110 @@ def test_a_lone_caller_and_a_late_one_are_never_held(monkeypatch: pytest.MonkeyP
     batcher._answered, batcher._answered_at = 3, time.monotonic() - 60
     batcher.start(pb.StartInstanceRequest(workflow="a", request_id="3"))
     assert sent == [["0"], ["1"], ["2"], ["3"]] and arrived.waits == 0
+
+
+class _InterruptedWait:
+    """A caller's wake-up lock whose first blocking wait is interrupted (KeyboardInterrupt), at
+    once or just as the sender's turn is handed to it."""
+
+    def __init__(self, when_handed: bool) -> None:
+        self.real = threading.Lock()
+        self.when_handed = when_handed
+        self.fired = False
+
+    def acquire(self, blocking: bool = True) -> bool:
+        if blocking and not self.fired:
+            self.fired = True
+            while self.when_handed and self.real.locked():
+                threading.Event().wait(0.001)
+            raise KeyboardInterrupt
+        return self.real.acquire(blocking)
+
+    def release(self) -> None:
+        self.real.release()
+
+
+def _interrupting(monkeypatch: pytest.MonkeyPatch, request_id: str, when_handed: bool) -> None:
+    """Starts with ``request_id`` wait on an ``_InterruptedWait``."""
+
+    class Interrupted(batching._Blocked):
+        def __init__(self, request: pb.StartInstanceRequest) -> None:
+            super().__init__(request)
+            if request.request_id == request_id:
+                wake = _InterruptedWait(when_handed)
+                wake.real.acquire()
+                self.wake = wake  # type: ignore[assignment]
+
+    monkeypatch.setattr(batching, "_Blocked", Interrupted)
+
+
+@pytest.mark.parametrize("when_handed", [False, True], ids=["while-queued", "as-its-turn-comes"])
+def test_a_caller_interrupted_while_it_waits_leaves_its_start_unsent_and_the_others_going(
+    monkeypatch: pytest.MonkeyPatch, when_handed: bool
+) -> None:
+    # "s" is in flight; "b" queues and is interrupted (Ctrl-C in the main thread) while it waits,
+    # or just as the sender's turn is handed to it; "c" queues behind. "b"'s start is never sent,
+    # and the turn goes on to "c" (nobody is left waiting for a turn that went to "b").
+    _interrupting(monkeypatch, "b", when_handed)
+    go_on = threading.Event()
+    in_flight = threading.Event()
+    sent: list[list[str]] = []
+
+    def one(request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        sent.append([request.request_id])
+        if request.request_id == "s":
+            in_flight.set()
+            assert go_on.wait(10)
+        return _info(request)
+
+    def many(request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:  # pragma: no cover
+        raise AssertionError(f"one start at a time here, got {[s.request_id for s in request.starts]}")
+
+    batcher = StartBatcher(one, many)
+    outcomes: dict[str, Any] = {}
+
+    def start(rid: str) -> None:
+        try:
+            outcomes[rid] = batcher.start(pb.StartInstanceRequest(workflow="a", request_id=rid)).instance_id
+        except KeyboardInterrupt as exc:
+            outcomes[rid] = exc
+
+    first = threading.Thread(target=start, args=("s",))
+    first.start()
+    assert in_flight.wait(10)
+    b = threading.Thread(target=start, args=("b",))
+    b.start()
+    if not when_handed:
+        b.join(10)
+        assert isinstance(outcomes["b"], KeyboardInterrupt) and list(batcher._pending) == []
+    c = threading.Thread(target=start, args=("c",))
+    c.start()
+    deadline = time.monotonic() + 10
+    while len(batcher._pending) < (2 if when_handed else 1):
+        assert time.monotonic() < deadline
+        threading.Event().wait(0.001)
+    go_on.set()
+    for thread in (first, b, c):
+        thread.join(10)
+    assert isinstance(outcomes.pop("b"), KeyboardInterrupt)
+    assert outcomes == {"s": "wi-s", "c": "wi-c"} and sent == [["s"], ["c"]]
+    assert (batcher._sending, batcher._pending) == (False, deque())
+
+
+def test_a_sender_interrupted_before_its_call_passes_the_turn_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    batcher, sent = _recording()
+    real_gather = batcher._gather
+    calls = [0]
+
+    def gather() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise KeyboardInterrupt
+        real_gather()
+
+    monkeypatch.setattr(batcher, "_gather", gather)
+    with pytest.raises(KeyboardInterrupt):
+        batcher.start(pb.StartInstanceRequest(workflow="a", request_id="gone"))
+    assert (batcher._sending, batcher._pending) == (False, deque())
+    assert batcher.start(pb.StartInstanceRequest(workflow="a", request_id="next")).instance_id == "wi-next"
+    assert sent == [["next"]]

@@ -236,14 +236,27 @@ class StartBatcher:
             self._sending = True
         while True:
             if not turn:
-                waiting.wake.acquire()  # answered, or handed the sender's turn
+                try:
+                    waiting.wake.acquire()  # answered, or handed the sender's turn
+                except BaseException:  # KeyboardInterrupt in the main thread while it waits
+                    self._leave(waiting)
+                    raise
                 if waiting.done:
                     return waiting.result()
-            with self._lock:
-                self._gather()
-                batch = take(self._pending)
+            batch: list[_Waiting] = []
             try:
+                with self._lock:
+                    self._gather()
+                    batch = take(self._pending)
                 self._send(batch)
+            except BaseException as exc:  # interrupted before its call went: nothing of it is sent
+                for other in batch:
+                    if not other.done:
+                        other.answer(exc)
+                with self._lock:
+                    if waiting in self._pending:
+                        self._pending.remove(waiting)
+                raise
             finally:
                 self._pass_turn()
             if waiting.done:
@@ -253,10 +266,23 @@ class StartBatcher:
     def _pass_turn(self) -> None:
         """The sender is done: hand the turn to the oldest start still queued, if any."""
         with self._lock:
-            if self._pending:
-                self._pending[0].wake.release()  # type: ignore[attr-defined]
-            else:
-                self._sending = False
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """Under the lock: wake the oldest queued start to send, or note that nobody sends."""
+        if self._pending:
+            self._pending[0].wake.release()  # type: ignore[attr-defined]
+        else:
+            self._sending = False
+
+    def _leave(self, waiting: _Blocked) -> None:
+        """A caller stopped waiting (interrupted): its start, if still queued, is never sent, and
+        if the sender's turn had just been handed to it, the turn goes on to the next one."""
+        with self._lock:
+            if waiting in self._pending:
+                self._pending.remove(waiting)
+                if waiting.wake.acquire(blocking=False):  # released: it had been handed the turn
+                    self._hand_on()
 
     def _gather(self) -> None:
         """Under the lock, before a batch is taken: if the last batch was answered just now and
