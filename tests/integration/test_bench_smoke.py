@@ -297,8 +297,10 @@ def test_submit_during_on_postgres(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(200)
 def test_paced_starts_keep_their_due_times(tmp_path: Path) -> None:
-    # --submit-rate 40: instance n is due n/40 s into the window, so 16 starts span at least
-    # 15/40 = 0.375 s however fast the machine (a lower bound: pacing, not speed, sets it)
+    # --submit-rate 40: instance n is due n/40 s into the window, so the last of 16 starts is
+    # issued at least 15/40 = 0.375 s in however fast the machine (pacing, not speed, sets it).
+    # The span runs from the first start issued, itself up to the worst "behind" after its due
+    # time (a thread slow to begin on a busy machine), so that much comes off the lower bound.
     args = [str(E2E), "--steps", "2", "--instances", "16", "--workers", "1", "--concurrency", "4"]
     args += ["--modes", "LOCAL_SYNC", "--submit", "during", "--submit-rate", "40", "--submit-threads", "4"]
     args += ["--no-progress", "--json"]
@@ -306,9 +308,10 @@ def test_paced_starts_keep_their_due_times(tmp_path: Path) -> None:
     assert doc["settings"]["submit_rate"] == 40.0
     _check_starts(m, 16, 4, more=", 40/s")
     st = m["starts"]
-    assert st["span_s"] >= 15 / 40, st
-    assert st["per_s"] <= 16 / (15 / 40), st  # never faster than the pace
     assert 0 <= st["behind_ms"]["p50"] <= st["behind_ms"]["max"], st
+    least = 15 / 40 - st["behind_ms"]["max"] / 1000
+    assert st["span_s"] >= least - 0.0015, st  # (span_s is rounded to the millisecond)
+    assert least <= 0 or st["per_s"] <= 16 / (least - 0.0015), st  # never faster than the pace
     assert "paced starts issued behind their due time" in output
 
 
