@@ -253,9 +253,7 @@ class StartBatcher:
                 for other in batch:
                     if not other.done:
                         other.answer(exc)
-                with self._lock:
-                    if waiting in self._pending:
-                        self._pending.remove(waiting)
+                self._leave(waiting)  # its own start, if still queued, is not sent either
                 raise
             finally:
                 self._pass_turn()
@@ -276,8 +274,9 @@ class StartBatcher:
             self._sending = False
 
     def _leave(self, waiting: _Blocked) -> None:
-        """A caller stopped waiting (interrupted): its start, if still queued, is never sent, and
-        if the sender's turn had just been handed to it, the turn goes on to the next one."""
+        """A caller stopped (interrupted, waiting or about to send): its start, if still queued,
+        is never sent, and if the sender's turn had just been handed to it and not taken, the turn
+        goes on to the next one (a caller holding the turn keeps its lock held: nothing to hand)."""
         with self._lock:
             if waiting in self._pending:
                 self._pending.remove(waiting)
