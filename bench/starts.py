@@ -12,6 +12,9 @@ a one-step workflow and measures, with no worker running (only the starts are ti
   over the span and start latency p50/p99;
 - ``start_many``: one ``Client.start_many`` call of ``--many`` contexts (chunks of 1,000).
 
+``--request-ids`` gives every start of the threads a request id of its own (as a client that
+retries its starts safely does: docs/failover.md), so what an idempotent start costs shows.
+
 Both run in one invocation, so their ratio is measured under the same machine load.
 """
 
@@ -71,8 +74,11 @@ def wait_ready(target: str, timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
-def threads_run(target: str, total: int, threads: int, shared: Client | None = None) -> dict[str, float]:
-    """``total`` starts from ``threads`` threads, each with its own client or all with ``shared``."""
+def threads_run(
+    target: str, total: int, threads: int, shared: Client | None = None, request_ids: str = ""
+) -> dict[str, float]:
+    """``total`` starts from ``threads`` threads, each with its own client or all with ``shared``;
+    with ``request_ids`` (a prefix unique to the run), start i has request id "<prefix>-<i>"."""
     lock = threading.Lock()
     taken = [0]
     latencies: list[float] = []
@@ -84,8 +90,9 @@ def threads_run(target: str, total: int, threads: int, shared: Client | None = N
                 if taken[0] >= total:
                     return
                 taken[0] += 1
+                n = taken[0]
             t0 = time.perf_counter()
-            client.start(FLOW.name, {"n": 1})
+            client.start(FLOW.name, {"n": 1}, request_id=f"{request_ids}-{n}" if request_ids else "")
             latencies.append(time.perf_counter() - t0)
 
     def run() -> None:
@@ -138,6 +145,7 @@ def main() -> int:
     )
     p.add_argument("--many", type=int, default=20000, help="contexts of the start_many run (0: none)")
     p.add_argument("--repeat", type=int, default=2, help="runs of each measurement")
+    p.add_argument("--request-ids", action="store_true", help="every start of the threads with a request id")
     p.add_argument(
         "--py-spy",
         metavar="OUT",
@@ -170,17 +178,19 @@ def main() -> int:
                 )
                 time.sleep(1.0)
             for clients in args.clients.split(","):
+                ids = f"{schema}-{run}-{clients}" if args.request_ids else ""
                 cpu0 = proc_cpu(server.pid), own_cpu()
                 if clients == "shared":
                     with Client(target) as client:
-                        t = threads_run(target, args.instances, args.threads, client)
+                        t = threads_run(target, args.instances, args.threads, client, ids)
                 else:
-                    t = threads_run(target, args.instances, args.threads)
+                    t = threads_run(target, args.instances, args.threads, request_ids=ids)
                 cpu1 = proc_cpu(server.pid), own_cpu()
                 t["server_cpu_ms"] = (cpu1[0] - cpu0[0]) / args.instances * 1000
                 t["client_cpu_ms"] = (cpu1[1] - cpu0[1]) / args.instances * 1000
                 print(
-                    f"run {run + 1}: start x{args.threads} threads ({clients} clients): "
+                    f"run {run + 1}: start x{args.threads} threads ({clients} clients"
+                    f"{', request ids' if ids else ''}): "
                     f"{t['starts_per_s']:,.0f} starts/s (p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms; "
                     f"CPU ms/start: server {t['server_cpu_ms']:.2f}, clients {t['client_cpu_ms']:.2f})"
                 )

@@ -153,19 +153,62 @@ async def test_a_commit_whose_answer_was_lost_is_not_applied_twice(
     assert again.instance.id == keyed.instance.id
 
 
-async def test_a_start_without_request_id_or_key_is_one_statement(
+async def test_a_start_without_a_key_is_one_statement_unless_its_request_id_is_taken(
     pg: tuple[PostgresStore, Instances],
 ) -> None:
-    """Nothing to read first: the version check, the rows and the commit are one statement, no
-    transaction block (start_commit.py ``_write_one``); a request id needs its claim's read."""
-    _, layer = pg
+    """Nothing to read first: the version check, the request id's claim, the rows and the commit
+    are one statement, no transaction block (start_commit.py ``_write_one``); a request id found
+    taken writes nothing there and is answered the long way (a transaction with the claim's read)."""
+    store, layer = pg
     with pipelines_opened() as pipelines:
         plain = await layer.start("one", "", {"k": 1}, "", "")
         assert pipelines == [0]
-        await layer.start("one", "", {"k": 2}, "", "with-id")
+        keyed = await layer.start("one", "", {"k": 2}, "", "with-id")
+        assert pipelines == [0]
+        again = await layer.start("one", "", {"k": 3}, "", "with-id")
         assert pipelines == [1]
-    got = await layer.get_instance(plain.instance.id)
-    assert got.instance.context == {"k": 1} and got.tokens[0].status == TokenStatus.READY
+    assert again.instance.id == keyed.instance.id and again.instance.context == {"k": 2}
+    for view, ctx in ((plain, {"k": 1}), (keyed, {"k": 2})):
+        got = await layer.get_instance(view.instance.id)
+        assert got.instance.context == ctx and got.tokens[0].status == TokenStatus.READY
+    assert await _all_ids(layer) == sorted([plain.instance.id, keyed.instance.id])
+    with psycopg.connect(TEST_DATABASE_URL) as admin:
+        rows = admin.execute(
+            f'SELECT request_id, instance_id FROM "{store.schema}".start_requests'
+        ).fetchall()
+    assert rows == [("with-id", keyed.instance.id)]
+
+
+async def test_a_taken_request_id_in_a_group_writes_none_of_its_one_statement(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    """One group holding new request ids, a taken one and a request id repeated inside it: the one
+    statement raises in its claim and writes nothing, the long way then starts each new id once
+    and answers the taken and the repeated ones with their holders."""
+    store, layer = pg
+    first = await layer.start("one", "", {"k": 0}, "", "taken")
+    record = await store.get_workflow("one")
+    engine = layer.engine
+
+    def item(instance_id: str, request_id: str) -> NewInstance:
+        state, changes = engine.start(record.loaded, instance_id, {"id": instance_id}, "", 1)
+        return NewInstance(state, changes, request_id)
+
+    ids = [f"wi-000000000001aaaa0000000{i}" for i in range(1, 5)]
+    before = store.starts.groups
+    with pipelines_opened() as pipelines:
+        answers = await store.insert_many(
+            [item(ids[0], "new-a"), item(ids[1], "taken"), item(ids[2], "new-b"), item(ids[3], "new-a")]
+        )
+    assert pipelines == [1]  # the long way, once: the failed statement left nothing to recognise
+    assert store.starts.groups - before == 1
+    assert answers == [ids[0], first.instance.id, ids[2], ids[0]]
+    assert await _all_ids(layer) == sorted([first.instance.id, ids[0], ids[2]])
+    with psycopg.connect(TEST_DATABASE_URL) as admin:
+        rows = admin.execute(
+            f'SELECT request_id, instance_id FROM "{store.schema}".start_requests ORDER BY request_id'
+        ).fetchall()
+    assert rows == [("new-a", ids[0]), ("new-b", ids[2]), ("taken", first.instance.id)]
 
 
 async def test_a_one_statement_start_cut_off_is_recognised_on_its_retry(

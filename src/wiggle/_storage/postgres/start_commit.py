@@ -23,10 +23,15 @@ inserts: when a newer version was registered meanwhile the statement fails, noth
 and the caller gets StaleLatest (retried job by job like any failed group, so only the stale
 starts fail) and starts again from a fresh read.
 
-A group with no request id and no key has nothing to read before it writes: its first attempt is
-one statement on the autocommit connection, its own transaction, the ``expect_latest`` checks and
-the transaction's id as its query and the rows as its data-modifying CTEs (writes.py
-``write_one``), instead of BEGIN, the checks, the writes, the id and COMMIT pipelined.
+A group with no deduplication key has nothing to read before it writes, unless one of its request
+ids is taken: its first attempt is one statement on the autocommit connection, its own
+transaction, the ``expect_latest`` checks, the request ids' claim (``claim_requests``, migration
+0026) and the transaction's id as its query and the rows as its data-modifying CTEs (writes.py
+``write_one``), instead of BEGIN, the checks, the claim's read, the writes, the id and COMMIT
+pipelined in two round trips. A request id found taken raises in the claim (SQLSTATE WG004),
+nothing of the statement is written, and the group goes the long way (the claim read, then the
+rows) in the same attempt: a repeated request id costs one statement more than before, a new one
+a round trip less.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from psycopg import sql
 
 from ...errors import Unavailable
 from ..base import NewInstance, StaleLatest
+from .codecs import text_array
 from .committers import Committers, fail
 from .db import Conn, Database, transaction
 
@@ -61,6 +67,7 @@ class StartQueries:
         s = sql.Identifier(schema).as_string()
         self.expect_latest = f"SELECT {s}.expect_latest(%s, %s)"  # migration 0009
         self._expect_latest_call = f"{s}.expect_latest(%s, %s)"
+        self._claim_requests_call = f"{s}.claim_requests(%s::text[], %s::text[])"  # migration 0026
         self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
         # the transaction's id: the xmin of every row it wrote (state_cache.py keeps new instances)
         self.xid = "SELECT pg_current_xact_id()::xid::text"
@@ -96,17 +103,25 @@ class StartQueries:
             "JOIN unnest(%s::text[], %s::text[]) AS v(w, k) ON d.workflow = v.w AND d.dedup_key = v.k"
         )
 
-    def one_statement_check(self, pairs: list[tuple[str, str]]) -> tuple[str, list[Any]]:
+    def one_statement_check(
+        self, pairs: list[tuple[str, str]], requests: dict[str, str] | None = None
+    ) -> tuple[str, list[Any]]:
         """The check of a start written in one statement (``StartCommit._write_one``): each pair's
-        ``expect_latest``, then the transaction's id, as one row."""
+        ``expect_latest``, the claim of ``requests`` (request id -> instance id) if any, then the
+        transaction's id, as one row."""
         calls = [self._expect_latest_call] * len(pairs)
-        return f"SELECT {', '.join([*calls, 'pg_current_xact_id()::xid::text'])}", [
-            value for pair in pairs for value in pair
-        ]
+        params: list[Any] = [value for pair in pairs for value in pair]
+        if requests:
+            keyed = sorted(requests)  # one order for every group: concurrent claims lock in it
+            calls.append(self._claim_requests_call)
+            params += [text_array(keyed), text_array([requests[r] for r in keyed])]
+        return f"SELECT {', '.join([*calls, 'pg_current_xact_id()::xid::text'])}", params
 
 
 #: The SQLSTATE expect_latest raises (sql/0009_expect_latest.sql).
 STALE_LATEST = "WG001"
+#: The SQLSTATE claim_requests raises when a request id is taken (sql/0026_claim_requests.sql).
+REQUEST_TAKEN = "WG004"
 
 
 def _expected(items: list[NewInstance], done: set[str] | frozenset[str]) -> list[tuple[str, str]]:
@@ -240,8 +255,13 @@ class StartCommit:
         """One attempt at the group's transaction: (the items it creates, the answer of each, the
         items whose rows it wrote, its transaction id)."""
         attempt.number += 1
-        if attempt.number == 1 and not any(i.request_id or i.state.instance.dedup_key for i in items):
-            return await self._write_one(conn, items, expected)
+        if attempt.number == 1 and not any(i.state.instance.dedup_key for i in items):
+            try:
+                return await self._write_one(conn, items, expected)
+            except psycopg.Error as exc:
+                if exc.sqlstate != REQUEST_TAKEN:
+                    raise
+                # A request id is taken: nothing was written. Claim with a read, below.
         async with transaction(conn) as pipeline:
             done: set[str] = set()
             if attempt.number == 1:
@@ -271,14 +291,19 @@ class StartCommit:
     async def _write_one(
         self, conn: Conn, items: list[NewInstance], expected: list[tuple[str, str]]
     ) -> tuple[list[NewInstance], list[str], list[NewInstance], str]:
-        """A first attempt whose starts carry no request id and no deduplication key: nothing to
-        read first, so the versions' check, the rows and the commit are one statement on the
-        autocommit connection, its own transaction (writes.py ``write_one``). A connection lost
-        during it may have committed it: the attempt after it recognises its instances
-        (``_stored``)."""
-        plan = _resolve(items, {}, {})
+        """A first attempt whose starts carry no deduplication key: the versions' check, the claim
+        of the request ids (each by the first item naming it), the rows and the commit are one
+        statement on the autocommit connection, its own transaction (writes.py ``write_one``).
+        A taken request id raises REQUEST_TAKEN (nothing written). A connection lost during it
+        may have committed it: the attempt after it recognises its instances (``_stored``)."""
+        first: dict[str, str] = {}
+        for item in items:
+            if item.request_id and item.request_id not in first:
+                first[item.request_id] = item.state.instance.id
+        plan = _resolve(items, {r: (i, False) for r, i in first.items()}, {})
+        check = self.queries.one_statement_check(expected, first)
         # a connection lost during it raises CommitUnknown (writes.py write_one)
-        row = await self.persist_checked(conn, plan.created, self.queries.one_statement_check(expected))
+        row = await self.persist_checked(conn, plan.created, check)
         return plan.created, plan.answers, plan.created, row[-1]
 
     async def _confirm_latest(self, conn: Conn, pairs: list[tuple[str, str]]) -> None:
