@@ -21,6 +21,12 @@ the run's reports (the first tenth left out as warm-up), the median report round
 worker saw it, and two yardsticks measured by the same script: a bare gRPC stream echo between
 two processes and a pipelined psycopg transaction of a report's shape (BEGIN, a locking read, a
 read, an UPDATE, COMMIT), with its client's CPU. The hooks cost a few microseconds a report.
+
+Then the instance's own timeline (``timeline``), the median over the instances of each stretch
+from ``Client.start`` to ``Client.wait``'s answer: the start call (to the server's start handler,
+the handler, its answer back), the step's way to the worker (the poll's answer carrying it), the
+reports and the worker's time between them, and the way from the last report's commit to the
+waiting client. ``--request-ids`` gives every start a request id of its own.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import argparse
 import asyncio
 import bisect
 import functools
+import itertools
 import json
 import os
 import signal
@@ -114,6 +121,9 @@ def hook_server() -> None:
     timed(psycopg.AsyncPipeline, "sync", "read_trip")
     timed(psycopg.AsyncPipeline, "__aexit__", "commit_trip")
     timed(writes.ChangeWriter, "write_checked", "checked_trip")
+    from wiggle._server import instance_service
+
+    timed(instance_service.InstanceHandlers, "start_instance", "s_start")
 
 
 def hook_worker() -> None:
@@ -135,6 +145,8 @@ def hook_worker() -> None:
             batch = pb.ServerBatch.FromString(data)
             for m in batch.messages:
                 mark("w_parse", m.request_id)
+                if m.WhichOneof("body") == "tasks" and len(m.tasks.tasks):
+                    mark("w_task")  # a poll's answer carrying steps (timeline)
             return batch
 
         self.WorkerSession = channel.stream_stream(
@@ -235,6 +247,63 @@ def anatomy(events: list[tuple[float, str, int]], rpc: str, warmup: float = 0.1)
         if spans:
             out[label] = _median(spans)
             out[label.strip() + " per report"] = len(spans) / len(reports)
+    return out
+
+
+TIMELINE = (
+    ("start call (client)", "c_start0", "c_start1"),
+    ("  client -> server's start handler", "c_start0", "s_start0"),
+    ("  server's start handler", "s_start0", "s_start1"),
+    ("  handler -> client has the answer", "s_start1", "c_start1"),
+    ("start called -> worker has the step", "c_start0", "w_task"),
+    ("worker has the step -> first report sent", "w_task", "first0"),
+    ("reports' round trips, summed", None, None),
+    ("worker between reports, summed", None, None),
+    ("last report answered -> result at the client", "last1", "c_wait1"),
+)
+
+
+def timeline(events: list[tuple[float, str, int]], rpc: str, warmup: int = 10) -> dict[str, float]:
+    """Medians (ms) over the instances of each stretch of an instance's life (``TIMELINE``): the
+    driver's marks (c_start0 / c_start1 / c_wait1) bound an instance; inside them, the server's
+    start handler, the first step reaching the worker, and the worker's ``rpc`` calls. The first
+    ``warmup`` instances are left out."""
+    instances: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for t, what, _ in sorted(events):
+        if what == "c_start0":
+            current = {"c_start0": t, "reports": []}
+        elif current is None:
+            continue
+        elif what == "c_wait1":
+            current["c_wait1"] = t
+            instances.append(current)
+            current = None
+        elif what == "w_call0:" + rpc:
+            current["reports"].append([t, t])
+        elif what == "w_call1:" + rpc and current["reports"]:
+            current["reports"][-1][1] = t
+        else:
+            current.setdefault(what, t)  # the first of each mark inside the instance
+    instances = [i for i in instances[warmup:] if i["reports"]]
+    out: dict[str, float] = {"instances": float(len(instances))}
+    if not instances:
+        return out
+    out["start called -> result (Client.wait)"] = _median([i["c_wait1"] - i["c_start0"] for i in instances])
+    for i in instances:
+        i["first0"] = i["reports"][0][0]
+        i["last1"] = i["reports"][-1][1]
+    for label, start, end in TIMELINE:
+        if start is None:
+            if label.startswith("reports"):
+                spans = [sum(b - a for a, b in i["reports"]) for i in instances]
+            else:
+                spans = [sum(n[0] - p[1] for p, n in itertools.pairwise(i["reports"])) for i in instances]
+        else:
+            spans = [i[end] - i[start] for i in instances if start in i and end in i]
+        if spans:
+            out[label] = _median(spans)
+    out["reports per instance"] = statistics.median(len(i["reports"]) for i in instances)
     return out
 
 
@@ -361,8 +430,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.1)
             for i in range(args.instances + 10):
                 t = time.perf_counter()
-                instance = client.start(FLOW_, {"n": 0}, request_id=f"anatomy-{i}")
+                mark("c_start0")
+                instance = client.start(
+                    FLOW_, {"n": 0}, request_id=f"anatomy-{i}" if args.request_ids else ""
+                )
+                mark("c_start1")
                 info = client.wait(instance.instance_id, timeout=30)
+                mark("c_wait1")
                 if info.status != "COMPLETED" or info.context != {"n": args.steps}:
                     raise SystemExit(f"instance {info.instance_id} ended {info.status} with {info.context}")
                 latencies.append(time.perf_counter() - t)
@@ -375,6 +449,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(0.05)
         time.sleep(0.3)  # (written whole before the next check reads them)
         events = [tuple(e) for r in ("server", "worker") for e in json.load(open(f"{tmp}/{r}.json"))]
+        events += EVENTS  # the driver's own marks (this process: the start and wait calls)
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -394,6 +469,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "store": "postgresql" if args.database_url else "memory",
         "instance_p50_ms": _median(latencies[10:]),
         "parts_ms": anatomy(events, rpc),  # type: ignore[arg-type]
+        "timeline_ms": timeline(events, rpc),  # type: ignore[arg-type]
+        "request_ids": args.request_ids,
     }
     echo_port = free_port()
     echo = subprocess.Popen([*me, "_echo", str(echo_port)])
@@ -424,6 +501,15 @@ def report(result: dict[str, Any]) -> str:
             lines.append(f"{'      (' + label + ')':45} {value:.2f}")
         else:
             lines.append(f"{label:45} {value:.3f}")
+    timeline_ms = result.get("timeline_ms", {})
+    if timeline_ms.get("instances"):
+        ids = ", each start with a request id" if result.get("request_ids") else ""
+        lines += ["", f"{'the instance (median of ' + str(int(timeline_ms['instances'])) + ids + ')':45} ms"]
+        for label, value in timeline_ms.items():
+            if label == "reports per instance":
+                lines.append(f"{'  (reports per instance)':45} {value:.0f}")
+            elif label != "instances":
+                lines.append(f"{label:45} {value:.3f}")
     lines.append("")
     lines.append(f"{'yardstick: bare gRPC stream echo':45} {result['grpc_stream_echo_ms']:.3f}")
     if "psycopg_transaction_ms" in result:
@@ -447,6 +533,7 @@ def main() -> int:
     p.add_argument("--mode", default="LOCAL_SYNC", choices=["SERVER", "LOCAL_SYNC"])
     p.add_argument("--instances", type=int, default=300)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--request-ids", action="store_true", help="every start with a request id of its own")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     result = measure(args)
