@@ -13,7 +13,8 @@ a one-step workflow and measures, with no worker running (only the starts are ti
 - ``start_many``: one ``Client.start_many`` call of ``--many`` contexts (chunks of 1,000).
 
 ``--request-ids`` gives every start of the threads a request id of its own (as a client that
-retries its starts safely does: docs/failover.md), so what an idempotent start costs shows.
+retries its starts safely does: docs/failover.md), so what an idempotent start costs shows;
+``--dedup-keys`` a deduplication key of its own (docs/flow-control.md#deduplication).
 
 Both run in one invocation, so their ratio is measured under the same machine load.
 """
@@ -75,10 +76,16 @@ def wait_ready(target: str, timeout: float = 60.0) -> None:
 
 
 def threads_run(
-    target: str, total: int, threads: int, shared: Client | None = None, request_ids: str = ""
+    target: str,
+    total: int,
+    threads: int,
+    shared: Client | None = None,
+    request_ids: str = "",
+    dedup_keys: str = "",
 ) -> dict[str, float]:
     """``total`` starts from ``threads`` threads, each with its own client or all with ``shared``;
-    with ``request_ids`` (a prefix unique to the run), start i has request id "<prefix>-<i>"."""
+    with ``request_ids`` (a prefix unique to the run), start i has request id "<prefix>-<i>", with
+    ``dedup_keys`` deduplication key "<prefix>-<i>"."""
     lock = threading.Lock()
     taken = [0]
     latencies: list[float] = []
@@ -92,7 +99,12 @@ def threads_run(
                 taken[0] += 1
                 n = taken[0]
             t0 = time.perf_counter()
-            client.start(FLOW.name, {"n": 1}, request_id=f"{request_ids}-{n}" if request_ids else "")
+            client.start(
+                FLOW.name,
+                {"n": 1},
+                request_id=f"{request_ids}-{n}" if request_ids else "",
+                dedup_key=f"{dedup_keys}-{n}" if dedup_keys else "",
+            )
             latencies.append(time.perf_counter() - t0)
 
     def run() -> None:
@@ -147,6 +159,9 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=2, help="runs of each measurement")
     p.add_argument("--request-ids", action="store_true", help="every start of the threads with a request id")
     p.add_argument(
+        "--dedup-keys", action="store_true", help="every start of the threads with a deduplication key"
+    )
+    p.add_argument(
         "--py-spy",
         metavar="OUT",
         default="",
@@ -179,18 +194,19 @@ def main() -> int:
                 time.sleep(1.0)
             for clients in args.clients.split(","):
                 ids = f"{schema}-{run}-{clients}" if args.request_ids else ""
+                keys = f"{schema}-{run}-{clients}" if args.dedup_keys else ""
                 cpu0 = proc_cpu(server.pid), own_cpu()
                 if clients == "shared":
                     with Client(target) as client:
-                        t = threads_run(target, args.instances, args.threads, client, ids)
+                        t = threads_run(target, args.instances, args.threads, client, ids, keys)
                 else:
-                    t = threads_run(target, args.instances, args.threads, request_ids=ids)
+                    t = threads_run(target, args.instances, args.threads, request_ids=ids, dedup_keys=keys)
                 cpu1 = proc_cpu(server.pid), own_cpu()
                 t["server_cpu_ms"] = (cpu1[0] - cpu0[0]) / args.instances * 1000
                 t["client_cpu_ms"] = (cpu1[1] - cpu0[1]) / args.instances * 1000
                 print(
                     f"run {run + 1}: start x{args.threads} threads ({clients} clients"
-                    f"{', request ids' if ids else ''}): "
+                    f"{', request ids' if ids else ''}{', dedup keys' if keys else ''}): "
                     f"{t['starts_per_s']:,.0f} starts/s (p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms; "
                     f"CPU ms/start: server {t['server_cpu_ms']:.2f}, clients {t['client_cpu_ms']:.2f})"
                 )

@@ -15,6 +15,7 @@ import pytest
 from layers import instance_layer, one_step, postgres_nodes
 from pg import TEST_DATABASE_URL, pipelines_opened, terminate_sleeping
 
+from wiggle._engine.start_options import StartOptions
 from wiggle._engine.state import InstanceStatus, TokenStatus
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
@@ -209,6 +210,40 @@ async def test_a_taken_request_id_in_a_group_writes_none_of_its_one_statement(
             f'SELECT request_id, instance_id FROM "{store.schema}".start_requests ORDER BY request_id'
         ).fetchall()
     assert rows == [("new-a", ids[0]), ("new-b", ids[2]), ("taken", first.instance.id)]
+
+
+async def test_a_start_with_a_key_is_one_statement_unless_the_key_is_held(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    """A deduplication key is claimed in the one statement too (``claim_keys``, migration 0027);
+    a key held by a live instance writes nothing there, and the long way answers with the holder,
+    deduplicated, pointing the start's request id at it."""
+    store, layer = pg
+    keyed = StartOptions(dedup_key="order-42")
+    with pipelines_opened() as pipelines:
+        first, dup = await layer.start_with("one", "", {"k": 1}, "", "", options=keyed)
+        assert pipelines == [0] and not dup
+        other, dup = await layer.start_with(
+            "one", "", {"k": 2}, "", "rid-2", options=StartOptions(dedup_key="order-43")
+        )
+        assert pipelines == [0] and not dup
+        again, dup = await layer.start_with("one", "", {"k": 3}, "", "rid-3", options=keyed)
+        assert pipelines == [1] and dup
+    assert again.instance.id == first.instance.id and again.instance.context == {"k": 1}
+    assert await _all_ids(layer) == sorted([first.instance.id, other.instance.id])
+    with psycopg.connect(TEST_DATABASE_URL) as admin:
+        s = f'"{store.schema}"'
+        keys = admin.execute(
+            f"SELECT dedup_key, instance_id FROM {s}.start_dedup ORDER BY dedup_key"
+        ).fetchall()
+        requests = admin.execute(
+            f"SELECT request_id, instance_id, deduplicated FROM {s}.start_requests ORDER BY request_id"
+        ).fetchall()
+    assert keys == [("order-42", first.instance.id), ("order-43", other.instance.id)]
+    assert requests == [("rid-2", other.instance.id, False), ("rid-3", first.instance.id, True)]
+    # the repeated request id answers as its first start did (deduplicated), the long way
+    repeat, dup = await layer.start_with("one", "", {"k": 4}, "", "rid-3", options=keyed)
+    assert repeat.instance.id == first.instance.id and dup
 
 
 async def test_a_one_statement_start_cut_off_is_recognised_on_its_retry(

@@ -23,15 +23,16 @@ inserts: when a newer version was registered meanwhile the statement fails, noth
 and the caller gets StaleLatest (retried job by job like any failed group, so only the stale
 starts fail) and starts again from a fresh read.
 
-A group with no deduplication key has nothing to read before it writes, unless one of its request
-ids is taken: its first attempt is one statement on the autocommit connection, its own
+A group has nothing to read before it writes unless one of its request ids is taken or one of its
+deduplication keys held: its first attempt is one statement on the autocommit connection, its own
 transaction, the ``expect_latest`` checks, the request ids' claim (``claim_requests``, migration
-0026) and the transaction's id as its query and the rows as its data-modifying CTEs (writes.py
-``write_one``), instead of BEGIN, the checks, the claim's read, the writes, the id and COMMIT
-pipelined in two round trips. A request id found taken raises in the claim (SQLSTATE WG004),
-nothing of the statement is written, and the group goes the long way (the claim read, then the
-rows) in the same attempt: a repeated request id costs one statement more than before, a new one
-a round trip less.
+0026), the keys' claim (``claim_keys``, migration 0027) and the transaction's id as its query and
+the rows as its data-modifying CTEs (writes.py ``write_one``), instead of BEGIN, the checks, the
+claims' reads, the writes, the id and COMMIT pipelined in two or three round trips. A request id
+found taken raises in its claim (SQLSTATE WG004), a key found held in its (WG005); nothing of the
+statement is written, and the group goes the long way (the claims' reads, then the rows) in the
+same attempt: a repeated request id or a deduplicated start costs one statement more than
+before, a new one a round trip or two less.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class StartQueries:
         self.expect_latest = f"SELECT {s}.expect_latest(%s, %s)"  # migration 0009
         self._expect_latest_call = f"{s}.expect_latest(%s, %s)"
         self._claim_requests_call = f"{s}.claim_requests(%s::text[], %s::text[])"  # migration 0026
+        self._claim_keys_call = f"{s}.claim_keys(%s::text[], %s::text[], %s::text[], %s)"  # 0027
         self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
         # the transaction's id: the xmin of every row it wrote (state_cache.py keeps new instances)
         self.xid = "SELECT pg_current_xact_id()::xid::text"
@@ -104,17 +106,32 @@ class StartQueries:
         )
 
     def one_statement_check(
-        self, pairs: list[tuple[str, str]], requests: dict[str, str] | None = None
+        self,
+        pairs: list[tuple[str, str]],
+        requests: dict[str, str] | None = None,
+        keys: dict[tuple[str, str], str] | None = None,
+        now: int = 0,
     ) -> tuple[str, list[Any]]:
         """The check of a start written in one statement (``StartCommit._write_one``): each pair's
-        ``expect_latest``, the claim of ``requests`` (request id -> instance id) if any, then the
-        transaction's id, as one row."""
+        ``expect_latest``, the claim of ``requests`` (request id -> instance id) if any, the claim
+        of ``keys`` ((workflow, key) -> instance id; ``now`` in ms for the holders' windows) if
+        any, then the transaction's id, as one row. A target list is evaluated in its order, so
+        request ids are claimed before keys, as on the long way (``StartCommit._write``)."""
         calls = [self._expect_latest_call] * len(pairs)
         params: list[Any] = [value for pair in pairs for value in pair]
         if requests:
             keyed = sorted(requests)  # one order for every group: concurrent claims lock in it
             calls.append(self._claim_requests_call)
             params += [text_array(keyed), text_array([requests[r] for r in keyed])]
+        if keys:
+            held = sorted(keys)
+            calls.append(self._claim_keys_call)
+            params += [
+                text_array([w for w, _ in held]),
+                text_array([k for _, k in held]),
+                text_array([keys[k] for k in held]),
+                now,
+            ]
         return f"SELECT {', '.join([*calls, 'pg_current_xact_id()::xid::text'])}", params
 
 
@@ -122,6 +139,8 @@ class StartQueries:
 STALE_LATEST = "WG001"
 #: The SQLSTATE claim_requests raises when a request id is taken (sql/0026_claim_requests.sql).
 REQUEST_TAKEN = "WG004"
+#: The SQLSTATE claim_keys raises when a deduplication key is held (sql/0027_claim_keys.sql).
+KEY_HELD = "WG005"
 
 
 def _expected(items: list[NewInstance], done: set[str] | frozenset[str]) -> list[tuple[str, str]]:
@@ -255,13 +274,13 @@ class StartCommit:
         """One attempt at the group's transaction: (the items it creates, the answer of each, the
         items whose rows it wrote, its transaction id)."""
         attempt.number += 1
-        if attempt.number == 1 and not any(i.state.instance.dedup_key for i in items):
+        if attempt.number == 1:
             try:
                 return await self._write_one(conn, items, expected)
             except psycopg.Error as exc:
-                if exc.sqlstate != REQUEST_TAKEN:
+                if exc.sqlstate not in (REQUEST_TAKEN, KEY_HELD):
                     raise
-                # A request id is taken: nothing was written. Claim with a read, below.
+                # A request id is taken or a key held: nothing was written. Claim with reads, below.
         async with transaction(conn) as pipeline:
             done: set[str] = set()
             if attempt.number == 1:
@@ -291,17 +310,20 @@ class StartCommit:
     async def _write_one(
         self, conn: Conn, items: list[NewInstance], expected: list[tuple[str, str]]
     ) -> tuple[list[NewInstance], list[str], list[NewInstance], str]:
-        """A first attempt whose starts carry no deduplication key: the versions' check, the claim
-        of the request ids (each by the first item naming it), the rows and the commit are one
-        statement on the autocommit connection, its own transaction (writes.py ``write_one``).
-        A taken request id raises REQUEST_TAKEN (nothing written). A connection lost during it
-        may have committed it: the attempt after it recognises its instances (``_stored``)."""
+        """A first attempt: the versions' check, the claims of the request ids (each by the first
+        item naming it) and of the deduplication keys (each by the first item holding it that its
+        request id does not answer), the rows and the commit are one statement on the autocommit
+        connection, its own transaction (writes.py ``write_one``). A taken request id raises
+        REQUEST_TAKEN, a held key KEY_HELD (nothing written). A connection lost during it may
+        have committed it: the attempt after it recognises its instances (``_stored``)."""
         first: dict[str, str] = {}
         for item in items:
             if item.request_id and item.request_id not in first:
                 first[item.request_id] = item.state.instance.id
-        plan = _resolve(items, {r: (i, False) for r, i in first.items()}, {})
-        check = self.queries.one_statement_check(expected, first)
+        requests = {r: (i, False) for r, i in first.items()}
+        keys = _key_candidates(items, requests)
+        plan = _resolve(items, requests, keys)
+        check = self.queries.one_statement_check(expected, first, keys, self.now())
         # a connection lost during it raises CommitUnknown (writes.py write_one)
         row = await self.persist_checked(conn, plan.created, check)
         return plan.created, plan.answers, plan.created, row[-1]
