@@ -246,6 +246,33 @@ async def test_a_start_with_a_key_is_one_statement_unless_the_key_is_held(
     assert repeat.instance.id == first.instance.id and dup
 
 
+async def test_a_key_repeated_inside_a_group_points_the_later_request_id_at_its_holder(
+    pg: tuple[PostgresStore, Instances],
+) -> None:
+    """Two starts of one group with one key, each with a request id: the first holds the key, the
+    second is answered with it, deduplicated, and its request id names the first's instance (the
+    long way's redirect: the one statement claims no request id for an instance it does not write)."""
+    store, layer = pg
+    record = await store.get_workflow("one")
+    engine = layer.engine
+    keyed = StartOptions(dedup_key="same")
+
+    def item(instance_id: str, request_id: str) -> NewInstance:
+        state, changes = engine.start(record.loaded, instance_id, {}, "", 1, options=keyed)
+        return NewInstance(state, changes, request_id)
+
+    a, b = "wi-000000000001aaaa00000001", "wi-000000000001aaaa00000002"
+    items = [item(a, "rid-a"), item(b, "rid-b")]
+    assert await store.insert_many(items) == [a, a]
+    assert [i.deduplicated for i in items] == [False, True]
+    assert await _all_ids(layer) == [a]
+    with psycopg.connect(TEST_DATABASE_URL) as admin:
+        rows = admin.execute(
+            f'SELECT request_id, instance_id, deduplicated FROM "{store.schema}".start_requests ORDER BY 1'
+        ).fetchall()
+    assert rows == [("rid-a", a, False), ("rid-b", a, True)]
+
+
 async def test_a_one_statement_start_cut_off_is_recognised_on_its_retry(
     pg: tuple[PostgresStore, Instances],
 ) -> None:

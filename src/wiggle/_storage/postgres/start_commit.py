@@ -276,11 +276,14 @@ class StartCommit:
         attempt.number += 1
         if attempt.number == 1:
             try:
-                return await self._write_one(conn, items, expected)
+                written = await self._write_one(conn, items, expected)
             except psycopg.Error as exc:
                 if exc.sqlstate not in (REQUEST_TAKEN, KEY_HELD):
                     raise
-                # A request id is taken or a key held: nothing was written. Claim with reads, below.
+                written = None  # a request id is taken or a key held: nothing was written
+            if written is not None:
+                return written
+            # Claim with reads, below.
         async with transaction(conn) as pipeline:
             done: set[str] = set()
             if attempt.number == 1:
@@ -309,13 +312,16 @@ class StartCommit:
 
     async def _write_one(
         self, conn: Conn, items: list[NewInstance], expected: list[tuple[str, str]]
-    ) -> tuple[list[NewInstance], list[str], list[NewInstance], str]:
+    ) -> tuple[list[NewInstance], list[str], list[NewInstance], str] | None:
         """A first attempt: the versions' check, the claims of the request ids (each by the first
         item naming it) and of the deduplication keys (each by the first item holding it that its
         request id does not answer), the rows and the commit are one statement on the autocommit
         connection, its own transaction (writes.py ``write_one``). A taken request id raises
         REQUEST_TAKEN, a held key KEY_HELD (nothing written). A connection lost during it may
-        have committed it: the attempt after it recognises its instances (``_stored``)."""
+        have committed it: the attempt after it recognises its instances (``_stored``). None, with
+        nothing sent, for a group in which a later start repeats an earlier one's key with a
+        request id of its own: that id must name the key's holder (``redirect_requests``), which
+        the long way does."""
         first: dict[str, str] = {}
         for item in items:
             if item.request_id and item.request_id not in first:
@@ -323,6 +329,8 @@ class StartCommit:
         requests = {r: (i, False) for r, i in first.items()}
         keys = _key_candidates(items, requests)
         plan = _resolve(items, requests, keys)
+        if plan.redirected:
+            return None
         check = self.queries.one_statement_check(expected, first, keys, self.now())
         # a connection lost during it raises CommitUnknown (writes.py write_one)
         row = await self.persist_checked(conn, plan.created, check)
