@@ -69,7 +69,7 @@ class StartQueries:
         self.expect_latest = f"SELECT {s}.expect_latest(%s, %s)"  # migration 0009
         self._expect_latest_call = f"{s}.expect_latest(%s, %s)"
         self._claim_requests_call = f"{s}.claim_requests(%s::text[], %s::text[])"  # migration 0026
-        self._claim_keys_call = f"{s}.claim_keys(%s::text[], %s::text[], %s::text[], %s)"  # 0027
+        self._claim_keys_call = f"{s}.claim_keys(%s::text[], %s::text[], %s::text[], %s::bigint)"  # 0027
         self.existing_instances = f"SELECT id FROM {s}.instances WHERE id = ANY(%s)"
         # the transaction's id: the xmin of every row it wrote (state_cache.py keeps new instances)
         self.xid = "SELECT pg_current_xact_id()::xid::text"
