@@ -257,8 +257,8 @@ TIMELINE = (
     ("  handler -> client has the answer", "s_start1", "c_start1"),
     ("start called -> worker has the step", "c_start0", "w_task"),
     ("worker has the step -> first report sent", "w_task", "first0"),
-    ("reports' round trips, summed", None, None),
-    ("worker between reports, summed", None, None),
+    ("reports' round trips, summed", "reports", None),  # (sums over the reports: timeline)
+    ("worker between reports, summed", "between", None),
     ("last report answered -> result at the client", "last1", "c_wait1"),
 )
 
@@ -294,8 +294,8 @@ def timeline(events: list[tuple[float, str, int]], rpc: str, warmup: int = 10) -
         i["first0"] = i["reports"][0][0]
         i["last1"] = i["reports"][-1][1]
     for label, start, end in TIMELINE:
-        if start is None:
-            if label.startswith("reports"):
+        if end is None:
+            if start == "reports":
                 spans = [sum(b - a for a, b in i["reports"]) for i in instances]
             else:
                 spans = [sum(n[0] - p[1] for p, n in itertools.pairwise(i["reports"])) for i in instances]

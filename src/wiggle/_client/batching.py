@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from .._rpc import wiggle_pb2 as pb
 from .._wire.status import error_for, from_wire_number
@@ -63,9 +64,12 @@ def old_server(exc: BaseException) -> bool:
     return isinstance(exc, WiggleError) and exc.code in OLD_SERVER
 
 
-def take(pending: deque[_Waiting], limit: int = MAX_STARTS) -> list[_Waiting]:
+W = TypeVar("W", bound="_Waiting")
+
+
+def take(pending: deque[W], limit: int = MAX_STARTS) -> list[W]:
     """The next batch from ``pending`` (oldest first), skipping starts nobody awaits any more."""
-    batch: list[_Waiting] = []
+    batch: list[W] = []
     size = 0
     while pending and len(batch) < limit:
         waiting = pending[0]
@@ -215,7 +219,7 @@ class StartBatcher:
     ) -> None:
         self._send_one = send_one
         self._send_many = send_many
-        self._pending: deque[_Waiting] = deque()
+        self._pending: deque[_Blocked] = deque()
         self._sending = False  # a thread has a call in flight for the batcher, or is about to
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)  # a start was queued (``_gather``)
@@ -243,7 +247,7 @@ class StartBatcher:
                     raise
                 if waiting.done:
                     return waiting.result()
-            batch: list[_Waiting] = []
+            batch: list[_Blocked] = []
             try:
                 with self._lock:
                     self._gather()
@@ -269,7 +273,7 @@ class StartBatcher:
     def _hand_on(self) -> None:
         """Under the lock: wake the oldest queued start to send, or note that nobody sends."""
         if self._pending:
-            self._pending[0].wake.release()  # type: ignore[attr-defined]
+            self._pending[0].wake.release()
         else:
             self._sending = False
 
@@ -304,7 +308,7 @@ class StartBatcher:
                 return
             self._arrived.wait(left)
 
-    def _send(self, batch: list[_Waiting]) -> None:
+    def _send(self, batch: list[_Blocked]) -> None:
         try:
             if len(batch) == 1:
                 answers: Sequence[Outcome | BaseException] = [self._call_one(batch[0].request)]

@@ -322,10 +322,7 @@ class StartCommit:
         nothing sent, for a group in which a later start repeats an earlier one's key with a
         request id of its own: that id must name the key's holder (``redirect_requests``), which
         the long way does."""
-        first: dict[str, str] = {}
-        for item in items:
-            if item.request_id and item.request_id not in first:
-                first[item.request_id] = item.state.instance.id
+        first = _first_requests(items)
         requests = {r: (i, False) for r, i in first.items()}
         keys = _key_candidates(items, requests)
         plan = _resolve(items, requests, keys)
@@ -352,10 +349,7 @@ class StartCommit:
         """Claim the request ids of ``items``: request id -> (the instance that holds it, whether
         that answer was a deduplication). The first item of each id claims it; sorted, so two
         groups lock in one order."""
-        first: dict[str, str] = {}
-        for item in items:
-            if item.request_id and item.request_id not in first:
-                first[item.request_id] = item.state.instance.id
+        first = _first_requests(items)
         if not first:
             return {}
         q = self.queries
@@ -398,6 +392,15 @@ class _Attempt:
 
     def __init__(self) -> None:
         self.number = 0
+
+
+def _first_requests(items: list[NewInstance]) -> dict[str, str]:
+    """request id -> the instance of the first item naming it: the one that claims it."""
+    first: dict[str, str] = {}
+    for item in items:
+        if item.request_id and item.request_id not in first:
+            first[item.request_id] = item.state.instance.id
+    return first
 
 
 def _key_candidates(
