@@ -91,8 +91,9 @@ def hook_server() -> None:
         def hooked(data: bytes) -> Any:
             t = time.perf_counter()
             message = decode(data)
-            for m in getattr(message, "messages", ()):
-                EVENTS.append((t, "s_parse", m.request_id))
+            if type(message).__name__ == "WorkerBatch":  # (a client's ClientBatch has ids of its own)
+                for m in message.messages:
+                    EVENTS.append((t, "s_parse", m.request_id))
             return message
 
         return hooked
@@ -102,8 +103,9 @@ def hook_server() -> None:
 
     def handler(behavior: Any, request_deserializer: Any = None, response_serializer: Any = None) -> Any:
         def serialize(message: Any) -> bytes:
-            for m in message.messages:
-                mark("s_serialize", m.request_id)
+            if type(message).__name__ == "ServerBatch":
+                for m in message.messages:
+                    mark("s_serialize", m.request_id)
             return response_serializer(message)  # type: ignore[no-any-return]
 
         return stream_handler(behavior, request_deserializer, serialize)
@@ -111,9 +113,11 @@ def hook_server() -> None:
     grpc.stream_stream_rpc_method_handler = handler
     answer = session._answer
 
-    async def answering(dispatch: Any, message: Any, body: Any, replies: Any) -> None:
+    async def answering(dispatch: Any, message: Any, body: Any, replies: Any, protocol: Any) -> None:
+        if protocol is not session.WORKER:  # a client's start: timed by s_start below
+            return await answer(dispatch, message, body, replies, protocol)
         mark("s_handler0", message.request_id)
-        await answer(dispatch, message, body, replies)
+        await answer(dispatch, message, body, replies, protocol)
         mark("s_handler1", message.request_id)
 
     session._answer = answering

@@ -31,6 +31,7 @@ REWRITES: list[tuple[str, str]] = [
     (r"\bawait ", ""),
     (r"\bAsyncClient\b", "Client"),
     (r"\bAsyncStartBatcher\b", "StartBatcher"),  # wiggle/_client/batching.py
+    (r"\bAsyncStartStream\b", "StartStream"),  # wiggle/_client/start_stream.py
     (r"\bgrpc\.aio\.Channel\b", "grpc.Channel"),
     (r"\bgrpc\.aio\.insecure_channel\b", "grpc.insecure_channel"),
     (r"\bgrpc\.aio\.secure_channel\b", "grpc.secure_channel"),

@@ -286,8 +286,8 @@ def test_submit_during_on_postgres(tmp_path: Path) -> None:
     m, doc, _ = _run_one(args, tmp_path)
     assert m["submit"] == "during" and doc["settings"]["submit_client"] == "per-thread"
     _check_starts(m, 10, 8, shared=False)
-    # each thread's own client: one start per call, never coalesced
-    assert m["rpc_total"].get("StartInstance") == 10 and "StartInstances" not in m["rpc_total"]
+    # each thread's own client: one start per call (a message of that client's stream), never coalesced
+    assert m["rpc_total"].get("StartInstances") == 10 and "StartInstance" not in m["rpc_total"]
     assert (
         m["pg_xact_commit"] is not None and m["pg_xact_commit"] >= 10
     )  # the starts commit inside the window

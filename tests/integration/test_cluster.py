@@ -7,6 +7,8 @@ database and schema, worker processes spread across them, and crashes of every p
 - kill -9 of the clock leader while timers are pending: another node takes the duty over;
 - kill -9 of a server mid-load, then a restart on its port: nothing acknowledged is lost and its
   worker reconnects by itself;
+- kill -9 of a server under clients' idle start streams, then a restart on its port: their next
+  starts go through;
 - a PostgreSQL restart mid-load: calls fail UNAVAILABLE meanwhile (CLI exit 5), then all completes;
 - ``wiggle server`` creates a fresh schema, ``wiggle migrate`` is idempotent, and
   ``wiggle server --processes 2`` serves one port from two processes.
@@ -38,7 +40,7 @@ from pg import TEST_DATABASE_URL, PrivatePostgres, drop_schema, new_schema_name,
 from ports import free_port
 from psycopg import sql
 
-from wiggle import AsyncClient
+from wiggle import AsyncClient, Client
 from wiggle._server.config import SETTINGS
 from wiggle._storage.postgres import migration_files
 from wiggle._storage.postgres.migrations import lock_key
@@ -632,6 +634,34 @@ async def test_kill_server_mid_load_and_restart(tmp_path: Path) -> None:
             print(f"all finished {recovered:.1f} s after the kill; {stats}")
         finally:
             await close_all(clients)
+
+
+@pytest.mark.timeout(120)
+async def test_clients_start_again_on_a_server_killed_and_restarted(tmp_path: Path) -> None:
+    # A client's starts ride one ClientSession stream (wiggle/_client/start_stream.py), open and
+    # idle here when the server is killed -9. Once it is back on its port, the next start of a
+    # blocking and of an asyncio client goes on a new stream, with no error.
+    with cluster_in(tmp_path) as cluster:
+        (server,) = await cluster.start_servers(["a"])
+        aclient = AsyncClient(server.target)
+        bclient = Client(server.target)
+        try:
+            await aclient.register(cluster_flows.probe_flow())
+            ids = [
+                (await aclient.start(cluster_flows.PROBE, {"n": 1})).instance_id,
+                (await asyncio.to_thread(bclient.start, cluster_flows.PROBE, {"n": 2})).instance_id,
+            ]
+            assert aclient._stream._call is not None and bclient._stream._call is not None
+            cluster.kill(server.proc)
+            await asyncio.sleep(0.5)
+            await cluster.ready(cluster.spawn_server("a", port=server.port))
+            ids.append((await aclient.start(cluster_flows.PROBE, {"n": 3})).instance_id)
+            ids.append((await asyncio.to_thread(bclient.start, cluster_flows.PROBE, {"n": 4})).instance_id)
+            contexts = [(await aclient.get(instance_id)).context for instance_id in ids]
+            assert contexts == [{"n": 1}, {"n": 2}, {"n": 3}, {"n": 4}]
+        finally:
+            bclient.close()
+            await aclient.close()
 
 
 @pytest.mark.timeout(150)

@@ -263,7 +263,7 @@ async def test_every_family_is_documented_and_every_documented_family_exported(
     assert value(exported, finished, workflow=f["doomed"].name, status="FAILED") == 1
     assert value(exported, "wiggle_instances_running", workflow=f["wait"].name) == 1
     assert value(exported, "wiggle_instances_running", workflow=f["ok"].name) == 0
-    assert value(exported, "wiggle_rpc_duration_seconds_count", method="StartInstance") == len(ids)
+    assert value(exported, "wiggle_rpc_duration_seconds_count", method="StartInstances") == len(ids)
     assert value(exported, "wiggle_rpc_errors_total", method="GetInstance") == 1
     (info,) = exported["wiggle_build_info"][2]
     assert info.value == 1 and info.labels["version"] == wiggle.__version__, info

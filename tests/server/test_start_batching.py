@@ -84,13 +84,14 @@ async def test_concurrent_tasks_share_one_call_and_each_gets_its_own_instance(
         assert done.context == {"n": 14}
 
 
-async def test_a_lone_start_is_sent_at_once_as_one_start_instance(server: EmbeddedServer) -> None:
+async def test_a_lone_start_is_sent_at_once_as_a_call_of_one_start(server: EmbeddedServer) -> None:
     async with AsyncClient(server.target) as client:
         first = await client.start(FLOW, {"n": 1})
-        assert calls(server) == (1, 0)
+        assert calls(server) == (0, 1)  # a message of the client's stream (start_stream.py)
         for n in range(2, 5):  # one after another: never overlapping, never coalesced
             await client.start(FLOW, {"n": n})
-        assert calls(server) == (4, 0)
+        assert calls(server) == (0, 4)
+        assert server.server.metrics.client_sessions_open == 1  # all on one stream
         assert (await client.get(first.instance_id)).context == {"n": 1}
 
 
@@ -202,7 +203,7 @@ async def test_threads_of_one_blocking_client_share_one_call(
         threads = [threading.Thread(target=start, args=(n,)) for n in range(8)]
         threads[0].start()
         await eventually(
-            lambda: calls(server) == (1, 0), timeout=60, what="the first start reached the server"
+            lambda: calls(server) == (0, 1), timeout=60, what="the first start reached the server"
         )
         for thread in threads[1:]:
             thread.start()
@@ -211,7 +212,7 @@ async def test_threads_of_one_blocking_client_share_one_call(
         await eventually(lambda: len(results) == 8, timeout=60, what="every thread answered")
         for thread in threads:
             await asyncio.to_thread(thread.join, 10)
-    assert calls(server) == (1, 1)  # the lone first start, then the seven queued behind it
+    assert calls(server) == (0, 2)  # the lone first start, then the seven queued behind it
     assert isinstance(results[3], NotFound)
     ok = [results[n] for n in range(8) if n != 3]
     assert sorted(info.context["n"] for info in ok) == [0, 1, 2, 4, 5, 6, 7]

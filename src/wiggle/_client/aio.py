@@ -31,7 +31,8 @@ from .._wire.replies import (
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
-from .batching import AsyncStartBatcher
+from .batching import AsyncStartBatcher, only_start
+from .start_stream import AsyncStartStream
 from .targets import join_targets
 from .types import HistoryEntry, InstanceInfo, QueueInfo, ScheduleInfo, SignalResult, WorkflowInfo
 
@@ -64,8 +65,10 @@ class AsyncClient:
         else:
             self._channel = grpc.aio.insecure_channel(self.target, options=options)
         self.stub = pb_grpc.WiggleControlPlaneStub(self._channel)
-        # concurrent starts of this client share one call (batching.py)
-        self._starts = AsyncStartBatcher(self._start_one, self._start_coalesced)
+        # concurrent starts of this client share one call (batching.py), sent as messages of one
+        # stream (start_stream.py) where the server has it
+        self._stream = AsyncStartStream(self.stub)
+        self._starts = AsyncStartBatcher(self._start_alone, self._start_coalesced)
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -74,6 +77,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Close the channel."""
+        await self._stream.close()
         await self._channel.close()
 
     async def __aenter__(self) -> AsyncClient:
@@ -148,7 +152,19 @@ class AsyncClient:
         reply: pb.InstanceInfo = await self._call(self.stub.StartInstance, request)
         return reply
 
+    async def _start_alone(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        # a start the batcher sends by itself: on the stream as a batch of one, else StartInstance
+        if self._stream.usable:
+            reply = await self._stream.call(pb.StartInstancesRequest(starts=[request]), core.CALL_TIMEOUT)
+            if reply is not None:
+                return only_start(reply)
+        return await self._start_one(request)
+
     async def _start_coalesced(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        if self._stream.usable:
+            streamed = await self._stream.call(request, core.CALL_TIMEOUT)
+            if streamed is not None:
+                return streamed
         reply: pb.StartInstancesResponse = await self._call(self.stub.StartInstances, request)
         return reply
 

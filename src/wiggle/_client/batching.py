@@ -32,7 +32,7 @@ from .._rpc import wiggle_pb2 as pb
 from .._wire.status import error_for, from_wire_number
 from ..errors import ErrorCode, WiggleError
 
-__all__ = ["AsyncStartBatcher", "StartBatcher", "MAX_STARTS", "MAX_BYTES"]
+__all__ = ["AsyncStartBatcher", "StartBatcher", "MAX_STARTS", "MAX_BYTES", "only_start"]
 
 MAX_STARTS = 1000  # starts in one coalesced call at most (the server takes up to 10,000)
 MAX_BYTES = 4 << 20  # and about this many bytes of contexts (a bigger start goes alone)
@@ -57,6 +57,14 @@ def outcomes(reply: pb.StartInstancesResponse, count: int) -> list[Outcome]:
         else:
             out.append(result.instance)
     return out
+
+
+def only_start(reply: pb.StartInstancesResponse) -> pb.InstanceInfo:
+    """The instance of a coalesced call of one start, or the error it failed with."""
+    outcome = outcomes(reply, 1)[0]
+    if isinstance(outcome, WiggleError):
+        raise outcome
+    return outcome
 
 
 def old_server(exc: BaseException) -> bool:

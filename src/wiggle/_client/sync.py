@@ -30,7 +30,8 @@ from .._wire.replies import (
 from .._wire.status import error_from_rpc
 from ..workflow import Blueprint
 from . import core
-from .batching import StartBatcher
+from .batching import StartBatcher, only_start
+from .start_stream import StartStream
 from .targets import join_targets
 from .types import HistoryEntry, InstanceInfo, QueueInfo, ScheduleInfo, SignalResult, WorkflowInfo
 
@@ -63,8 +64,10 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(self.target, options=options)
         self.stub = pb_grpc.WiggleControlPlaneStub(self._channel)
-        # concurrent starts of this client share one call (batching.py)
-        self._starts = StartBatcher(self._start_one, self._start_coalesced)
+        # concurrent starts of this client share one call (batching.py), sent as messages of one
+        # stream (start_stream.py) where the server has it
+        self._stream = StartStream(self.stub)
+        self._starts = StartBatcher(self._start_alone, self._start_coalesced)
 
     @property
     def channel(self) -> grpc.Channel:
@@ -73,6 +76,7 @@ class Client:
 
     def close(self) -> None:
         """Close the channel."""
+        self._stream.close()
         self._channel.close()
 
     def __enter__(self) -> Client:
@@ -147,7 +151,19 @@ class Client:
         reply: pb.InstanceInfo = self._call(self.stub.StartInstance, request)
         return reply
 
+    def _start_alone(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        # a start the batcher sends by itself: on the stream as a batch of one, else StartInstance
+        if self._stream.usable:
+            reply = self._stream.call(pb.StartInstancesRequest(starts=[request]), core.CALL_TIMEOUT)
+            if reply is not None:
+                return only_start(reply)
+        return self._start_one(request)
+
     def _start_coalesced(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        if self._stream.usable:
+            streamed = self._stream.call(request, core.CALL_TIMEOUT)
+            if streamed is not None:
+                return streamed
         reply: pb.StartInstancesResponse = self._call(self.stub.StartInstances, request)
         return reply
 

@@ -589,6 +589,36 @@ class ServerBatch(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[ServerMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[ServerMessage, _Mapping]]] = ...) -> None: ...
 
+class ClientMessage(_message.Message):
+    __slots__ = ("request_id", "start")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    start: StartInstancesRequest
+    def __init__(self, request_id: _Optional[int] = ..., start: _Optional[_Union[StartInstancesRequest, _Mapping]] = ...) -> None: ...
+
+class ClientReply(_message.Message):
+    __slots__ = ("request_id", "started", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    started: StartInstancesResponse
+    error: RpcError
+    def __init__(self, request_id: _Optional[int] = ..., started: _Optional[_Union[StartInstancesResponse, _Mapping]] = ..., error: _Optional[_Union[RpcError, _Mapping]] = ...) -> None: ...
+
+class ClientBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ClientMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ClientMessage, _Mapping]]] = ...) -> None: ...
+
+class ClientReplyBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ClientReply]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ClientReply, _Mapping]]] = ...) -> None: ...
+
 class ScheduleSpec(_message.Message):
     __slots__ = ("id", "workflow", "version", "interval_millis", "cron", "timezone", "context_json", "overlap", "catchup", "catchup_limit", "paused", "priority")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -134,6 +134,11 @@ class WiggleControlPlaneStub:
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.SerializeToString,
                 response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.FromString,
                 _registered_method=True)
+        self.ClientSession = channel.stream_stream(
+                '/wiggle.v1.WiggleControlPlane/ClientSession',
+                request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ClientBatch.SerializeToString,
+                response_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ClientReplyBatch.FromString,
+                _registered_method=True)
         self.CreateSchedule = channel.unary_unary(
                 '/wiggle.v1.WiggleControlPlane/CreateSchedule',
                 request_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ScheduleSpec.SerializeToString,
@@ -316,6 +321,15 @@ class WiggleControlPlaneServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClientSession(self, request_iterator, context):
+        """The Python client's fast path for starts: StartInstances calls as messages of one
+        long-lived stream (docs/performance.md#a-stream-for-starts), each checked and counted as the
+        call it stands for. A stream the server ends cleanly (OK) has answered every message it read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateSchedule(self, request, context):
         """Schedules (docs/semantics.md#schedules): instances started on an interval or a cron expression.
         """
@@ -469,6 +483,11 @@ def add_WiggleControlPlaneServicer_to_server(servicer, server):
                     servicer.WorkerSession,
                     request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.FromString,
                     response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.SerializeToString,
+            ),
+            'ClientSession': grpc.stream_stream_rpc_method_handler(
+                    servicer.ClientSession,
+                    request_deserializer=wiggle_dot___rpc_dot_wiggle__pb2.ClientBatch.FromString,
+                    response_serializer=wiggle_dot___rpc_dot_wiggle__pb2.ClientReplyBatch.SerializeToString,
             ),
             'CreateSchedule': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSchedule,
@@ -1051,6 +1070,33 @@ class WiggleControlPlane:
             '/wiggle.v1.WiggleControlPlane/WorkerSession',
             wiggle_dot___rpc_dot_wiggle__pb2.WorkerBatch.SerializeToString,
             wiggle_dot___rpc_dot_wiggle__pb2.ServerBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClientSession(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/wiggle.v1.WiggleControlPlane/ClientSession',
+            wiggle_dot___rpc_dot_wiggle__pb2.ClientBatch.SerializeToString,
+            wiggle_dot___rpc_dot_wiggle__pb2.ClientReplyBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -223,6 +223,7 @@ class WiggleServer:
         """Stop accepting calls, let in-flight ones finish for up to ``grace`` seconds, close the store."""
         self._stopping.set()
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.service.closing.set()  # clients' start streams answer what they read and end
         if self._server is not None:
             await self._server.stop(grace)
         for task in self._tasks:

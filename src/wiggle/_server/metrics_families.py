@@ -136,7 +136,7 @@ def worker_queues(server: Any) -> dict[str, int]:
 
 
 def worker_families(server: Any) -> Iterator[Any]:
-    """Workers connected (seen polling), WorkerSession streams open."""
+    """Workers connected (seen polling), WorkerSession and ClientSession streams open."""
     pollers = server.service.pollers
     since = pollers.now() - WORKER_SEEN_SECONDS * 1000
     connected = GaugeMetricFamily(
@@ -147,6 +147,11 @@ def worker_families(server: Any) -> Iterator[Any]:
     sessions = GaugeMetricFamily("wiggle_worker_sessions_open", "WorkerSession streams open on this node")
     sessions.add_metric([], server.metrics.sessions_open)
     yield sessions
+    clients = GaugeMetricFamily(
+        "wiggle_client_sessions_open", "ClientSession streams (clients' starts) open on this node"
+    )
+    clients.add_metric([], server.metrics.client_sessions_open)
+    yield clients
 
 
 def pool_families(store: Any) -> Iterator[Any]:

@@ -124,6 +124,9 @@ ROUTES: tuple[Rpc, ...] = (
     Rpc(OURS + "HeartbeatTask", "heartbeat_task", WORKERS, scope=Scope.LEASE),
     Rpc(OURS + "AdvanceRun", "advance_run", WORKERS, scope=Scope.LEASE),
     Rpc(OURS + "WorkerSession", "worker_session", WORKERS, Kind.STREAM),  # each message as its RPC
+    # any caller may open it; each message is checked as its RPC (a viewer's start is refused
+    # as a StartInstances call, naming it)
+    Rpc(OURS + "ClientSession", "client_session", _ANY, Kind.STREAM),
     # ours: schedules (reads for client and viewer, every change admin only)
     Rpc(OURS + "CreateSchedule", "schedule_handlers.create", ADMIN_ONLY),
     Rpc(OURS + "UpdateSchedule", "schedule_handlers.update", ADMIN_ONLY),

@@ -11,6 +11,7 @@ worker_service.py (worker calls) and schedule_service.py (schedules).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import Counter
@@ -27,7 +28,7 @@ from .pollers import Pollers
 from .routes import Route, RoutedService
 from .schedule_service import ScheduleHandlers
 from .service_limits import ServiceLimits
-from .session import serve_session
+from .session import CLIENT, serve_session
 from .worker_service import WorkerHandlers
 
 __all__ = ["ControlPlane", "Metrics", "ServiceLimits", "Route"]
@@ -47,6 +48,7 @@ class Metrics:
         self.rpc_errors: Counter[str] = Counter()
         self.rpc_seconds = Histogram(self.RPC_BUCKETS)  # (method,): timed by routes.py's dispatcher
         self.sessions_open = 0  # WorkerSession streams open on this node
+        self.client_sessions_open = 0  # ClientSession streams open on this node
         self.handbacks: Counter[str] = Counter()
         self.local_run_steps: Counter[int] = Counter()  # bucket upper bound -> count
         self.local_steps_total = 0
@@ -87,6 +89,8 @@ class ControlPlane(InstanceHandlers, WorkerHandlers, RoutedService):
         self.schedule_handlers = ScheduleHandlers(instances.schedules, self.limits.max_payload_bytes)
         #: run on every request before its handler (access control: wiggle/_server/guard.py)
         self.guard = None
+        #: set when the server stops: each ClientSession answers what it read and ends (session.py)
+        self.closing = asyncio.Event()
         self.bind_routes()
 
     async def worker_session(
@@ -103,3 +107,22 @@ class ControlPlane(InstanceHandlers, WorkerHandlers, RoutedService):
                     yield batch
         finally:
             self.metrics.sessions_open -= 1
+
+    async def client_session(
+        self, request_iterator: AsyncIterator[pb.ClientBatch], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ClientReplyBatch]:
+        """ClientSession: a client's starts on one stream, each through the dispatch table as the
+        StartInstances call it stands for (session.py); ends on its own when the server stops."""
+        self.metrics.client_sessions_open += 1
+        try:
+            async with contextlib.aclosing(
+                serve_session(request_iterator, self.dispatch, _no_steps, CLIENT, self.closing)
+            ) as batches:
+                async for batch in batches:
+                    yield batch
+        finally:
+            self.metrics.client_sessions_open -= 1
+
+
+def _no_steps(steps: list[tuple[str, str]]) -> None:
+    """A ClientSession's replies lease no steps: nothing to give back."""

@@ -1,10 +1,17 @@
-"""The WorkerSession stream: many worker requests multiplexed on one bidirectional stream.
+"""The session streams: many requests multiplexed on one bidirectional stream.
 
-Each WorkerMessage names its body ("poll", "complete", ...); ``BODIES`` maps it to the method of
-the dispatch table (wiggle/_server/service.py) and to the ServerMessage field of the reply.
-Requests run concurrently; replies go out as each finishes, batched when several are ready.
+Two streams are served here, each described by a ``Protocol``: WorkerSession (a worker's polls
+and reports: ``WORKER``) and ClientSession (a client's starts: ``CLIENT``). Each message names
+its body ("poll", "complete", "start", ...); the protocol's ``bodies`` map it to the method of
+the dispatch table (wiggle/_server/service.py) and to the field of the reply. Requests run
+concurrently; replies go out as each finishes, batched when several are ready.
 A stream whose credential is revoked is ended by wiggle/_server/revocation.py; the worker ids it
 polled under are noted on its ``OpenCall`` so that the steps it holds can be handed back.
+
+A ClientSession ends on its own when the server stops (``closing``): it stops reading, answers
+every message it has read, and ends the call with OK, so that a client whose message found the
+stream ended knows it was never read and sends it again on a new stream
+(wiggle/_client/start_stream.py) instead of holding the server's stop for its whole grace.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, NamedTuple
 
 from google.protobuf.message import Message
 
@@ -22,7 +30,7 @@ from ..errors import InvalidArgument
 from .faults import status_of
 from .revocation import OPEN_CALL
 
-__all__ = ["BODIES", "Dispatch", "serve_session"]
+__all__ = ["BODIES", "CLIENT", "WORKER", "Dispatch", "Protocol", "serve_session"]
 
 #: WorkerMessage body -> (method in the dispatch table, ServerMessage field of its reply).
 BODIES: dict[str, tuple[str, str]] = {
@@ -33,6 +41,22 @@ BODIES: dict[str, tuple[str, str]] = {
     "advance": ("AdvanceRun", "advanced"),
 }
 
+#: ClientMessage body -> (method, ClientReply field).
+CLIENT_BODIES: dict[str, tuple[str, str]] = {"start": ("StartInstances", "started")}
+
+
+class Protocol(NamedTuple):
+    """What one session stream carries."""
+
+    name: str  # the RPC, for error messages and counters: "WorkerSession"
+    bodies: dict[str, tuple[str, str]]  # message body -> (method, reply field)
+    reply: Any  # the reply message class: ServerMessage, ClientReply
+    frame: Any  # a frame of replies: ServerBatch, ClientReplyBatch
+
+
+WORKER = Protocol("WorkerSession", BODIES, pb.ServerMessage, pb.ServerBatch)
+CLIENT = Protocol("ClientSession", CLIENT_BODIES, pb.ClientReply, pb.ClientReplyBatch)
+
 Dispatch = Callable[[str, Message], Awaitable[Message]]
 #: Gives steps (task id, lease owner) back as a worker's release would (Delivery.give_back_steps).
 GiveBack = Callable[[list[tuple[str, str]]], None]
@@ -42,17 +66,18 @@ log = logging.getLogger("wiggle.server")
 
 async def _answer(
     dispatch: Dispatch,
-    message: pb.WorkerMessage,
+    message: Any,
     body: str | None,
-    replies: asyncio.Queue[pb.ServerMessage | None],
+    replies: asyncio.Queue[Any],
+    protocol: Protocol,
 ) -> None:
     """Answer one message whose body is ``body`` (a task of its own), putting the reply on ``replies``."""
     rid = message.request_id
-    method = "WorkerSession"
+    method = protocol.name
     try:
-        route = BODIES.get(body) if body is not None else None
+        route = protocol.bodies.get(body) if body is not None else None
         if body is None or route is None:
-            raise InvalidArgument("WorkerMessage has no body")
+            raise InvalidArgument(f"{type(message).__name__} has no body")
         method, field = route
         request = getattr(message, body)
         result = await dispatch(method, request)
@@ -60,22 +85,27 @@ async def _answer(
             call = OPEN_CALL.get()
             if call is not None:  # the worker id as the guard left it (prefixed with the credential's name)
                 call.owners.add(request.worker_id)
-        reply = pb.ServerMessage(request_id=rid)
+        reply = protocol.reply(request_id=rid)
         getattr(reply, field).CopyFrom(result)  # faster than passing it to the constructor
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         code, text = status_of(exc, method)
-        reply = pb.ServerMessage(request_id=rid, error=pb.RpcError(code=to_wire_number(code), message=text))
+        reply = protocol.reply(request_id=rid, error=pb.RpcError(code=to_wire_number(code), message=text))
     replies.put_nowait(reply)
 
 
 async def serve_session(
-    request_iterator: AsyncIterator[pb.WorkerBatch], dispatch: Dispatch, give_back: GiveBack
-) -> AsyncGenerator[pb.ServerBatch, None]:
-    """Serve one worker's stream: answer each message through ``dispatch``; honour cancels. The
-    steps of poll answers the stream ended before sending go to ``give_back``."""
-    replies: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue()
+    request_iterator: AsyncIterator[Any],
+    dispatch: Dispatch,
+    give_back: GiveBack,
+    protocol: Protocol = WORKER,
+    closing: asyncio.Event | None = None,
+) -> AsyncGenerator[Any, None]:
+    """Serve one stream of ``protocol``: answer each message through ``dispatch``; honour cancels.
+    The steps of poll answers the stream ended before sending go to ``give_back``. Once
+    ``closing`` is set, stop reading, answer what was read and end (the module docstring)."""
+    replies: asyncio.Queue[Any] = asyncio.Queue()
     pending: dict[asyncio.Task[None], int] = {}  # the tasks answering, and their request ids
     by_id: dict[int, asyncio.Task[None]] = {}
 
@@ -84,7 +114,10 @@ async def serve_session(
         if rid is not None and by_id.get(rid) is task:
             del by_id[rid]
 
+    reading = True  # the reader is still reading (``closing`` may stop it only then)
+
     async def read() -> None:
+        nonlocal reading
         broken = False
         try:
             async for frame in request_iterator:
@@ -95,7 +128,7 @@ async def serve_session(
                         if doomed is not None:
                             doomed.cancel()
                         continue
-                    task = asyncio.ensure_future(_answer(dispatch, message, body, replies))
+                    task = asyncio.ensure_future(_answer(dispatch, message, body, replies, protocol))
                     rid = message.request_id
                     pending[task] = rid
                     by_id[rid] = task
@@ -105,6 +138,7 @@ async def serve_session(
             # the call INVALID_ARGUMENT once this generator returns): stop answering now.
             broken = True
         finally:
+            reading = False
             if pending:
                 if broken:
                     for task in list(pending):
@@ -113,6 +147,15 @@ async def serve_session(
             replies.put_nowait(None)
 
     reader = asyncio.ensure_future(read())
+    stopper: asyncio.Future[Any] | None = None
+    if closing is not None:
+        stopper = asyncio.ensure_future(closing.wait())
+
+        def stop_reading(_: object) -> None:
+            if reading:  # the reader then answers what it read and ends the replies
+                reader.cancel()
+
+        stopper.add_done_callback(stop_reading)
     try:
         done = False
         while not done:
@@ -126,8 +169,10 @@ async def serve_session(
                     done = True
                     break
                 frame.append(more)
-            yield pb.ServerBatch(messages=frame)
+            yield protocol.frame(messages=frame)
     finally:
+        if stopper is not None:
+            stopper.cancel()
         reader.cancel()
         for task in list(pending):
             task.cancel()
@@ -150,7 +195,7 @@ def _steps_in(reply: pb.ServerMessage) -> list[tuple[str, str]]:
     return []
 
 
-def _give_back_unsent(replies: asyncio.Queue[pb.ServerMessage | None], give_back: GiveBack) -> None:
+def _give_back_unsent(replies: asyncio.Queue[Any], give_back: GiveBack) -> None:
     """The stream has ended with replies never sent: the steps their polls leased go back at once
     (``Delivery.give_back_steps``) instead of staying leased to a worker that never heard of them
     until their leases expire."""

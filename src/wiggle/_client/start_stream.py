@@ -1,0 +1,265 @@
+"""A client's starts on one long-lived ClientSession stream instead of a unary call each.
+
+A unary call crosses gRPC's machinery several times before the server's handler runs (the call's
+arrival, its metadata, its message); a message on a stream that is already open crosses it once,
+as the workers' reports do on their WorkerSession. The start batcher (wiggle/_client/batching.py)
+sends one batch at a time, so a stream carries one ``StartInstancesRequest`` at a time: the reply
+that comes next is its answer, and anything unusual (a timeout, a cancelled caller, a reply that
+names another request) ends the stream, to be opened again by the next start.
+
+- The first start opens the stream. A server that does not know ClientSession (older than this
+  client) answers UNIMPLEMENTED: ``call`` returns None and the client goes back to unary calls.
+- A stream the server ended cleanly (it stops: wiggle/_server/session.py) has answered every
+  message it read, so a message that found it ended was never read: it is sent once more on a new
+  stream. Any other end fails the start with the stream's status, as the unary call would have
+  (a start without a request id that failed with UNAVAILABLE may or may not have happened;
+  docs/semantics.md#idempotent-starts).
+- Each call has a deadline (``CALL_TIMEOUT``, as a unary call): past it the stream is cancelled
+  and the start fails with DEADLINE_EXCEEDED. The blocking client's reader is the calling thread
+  itself, so a watchdog thread cancels a stream whose reply is late (``_Watchdog``).
+
+``AsyncStartStream`` serves an ``AsyncClient``; ``StartStream`` (the same shape, blocking) a
+``Client`` (scripts/gen_sync_client.py maps one name to the other).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from .._rpc import wiggle_pb2 as pb
+from .._wire.status import error_for, error_from_rpc, from_wire_number
+from ..errors import ErrorCode, WiggleError
+
+__all__ = ["AsyncStartStream", "StartStream"]
+
+
+def _message(rid: int, request: pb.StartInstancesRequest) -> pb.ClientBatch:
+    message = pb.ClientMessage(request_id=rid)
+    message.start.CopyFrom(request)  # faster than passing it to the constructor
+    return pb.ClientBatch(messages=[message])
+
+
+class _Crossed(WiggleError):
+    """The frame that came next does not answer the request in flight (the stream is dropped)."""
+
+
+def _answer(frame: pb.ClientReplyBatch, rid: int) -> pb.StartInstancesResponse:
+    """The reply to request ``rid`` from the frame that came next, or the error it carries."""
+    if len(frame.messages) != 1 or frame.messages[0].request_id != rid:
+        got = [m.request_id for m in frame.messages]
+        raise _Crossed(f"ClientSession answered requests {got} while request {rid} was waiting")
+    reply = frame.messages[0]
+    if reply.WhichOneof("body") == "error":
+        raise error_for(from_wire_number(reply.error.code), reply.error.message)
+    return reply.started
+
+
+def _timed_out(timeout: float) -> WiggleError:
+    return error_for(ErrorCode.DEADLINE_EXCEEDED, f"StartInstances got no answer within {timeout:g} s")
+
+
+def _ended() -> WiggleError:
+    return error_for(ErrorCode.UNAVAILABLE, "ClientSession ended twice before answering a start")
+
+
+class AsyncStartStream:
+    """The starts of one ``AsyncClient`` on one ClientSession stream (the module docstring)."""
+
+    def __init__(self, stub: Any) -> None:
+        self._stub = stub
+        self._call: Any = None  # grpc.aio.StreamStreamCall while open
+        self._lock = asyncio.Lock()  # one request at a time on the stream
+        self._next_id = 0
+        self.usable = True  # False once the server answered that it does not know the stream
+
+    async def call(
+        self, request: pb.StartInstancesRequest, timeout: float
+    ) -> pb.StartInstancesResponse | None:
+        """``request``'s answer over the stream; None if the server has no ClientSession."""
+        async with self._lock:
+            for _ in range(2):  # a second time only if the stream had ended cleanly, unread
+                if not self.usable:
+                    return None
+                call = self._call
+                if call is None or call.done():
+                    call = self._call = self._stub.ClientSession()
+                self._next_id += 1
+                rid = self._next_id
+                try:
+                    await call.write(_message(rid, request))
+                    frame = await asyncio.wait_for(call.read(), timeout)
+                except asyncio.InvalidStateError:  # it had ended with OK: the message was not sent
+                    self._drop(call)
+                    continue
+                except asyncio.TimeoutError:
+                    self._drop(call)
+                    raise _timed_out(timeout) from None
+                except grpc.RpcError as exc:
+                    self._drop(call)
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        self.usable = False
+                        return None
+                    raise error_from_rpc(exc) from None
+                except BaseException:  # the caller was cancelled: the reply would come to the next
+                    self._drop(call)
+                    raise
+                if frame is grpc.aio.EOF:  # ended cleanly before reading it: send it again
+                    self._drop(call)
+                    continue
+                try:
+                    return _answer(frame, rid)
+                except _Crossed:  # a reply to another request: start afresh
+                    self._drop(call)
+                    raise
+            raise _ended()
+
+    def _drop(self, call: Any) -> None:
+        call.cancel()
+        if self._call is call:
+            self._call = None
+
+    async def close(self) -> None:
+        """End the stream (the client is closing)."""
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
+
+
+class _Watchdog:
+    """Cancels the blocking stream's call when a reply is later than its deadline.
+
+    A thread that sleeps until the deadline of the request in flight; arming it for the next
+    request only moves the deadline (no wake-up) unless the thread sleeps with nothing armed."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._call: Any = None
+        self._idle = False  # the thread waits with nothing armed (arming must wake it)
+        self._closed = False
+        self.fired = False  # the armed call was cancelled for lateness
+        self._thread: threading.Thread | None = None
+
+    def arm(self, call: Any, timeout: float) -> None:
+        with self._cond:
+            self._deadline = time.monotonic() + timeout
+            self._call = call
+            self.fired = False
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="wiggle-start-deadline", daemon=True)
+                self._thread.start()
+            elif self._idle:
+                self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._deadline = None
+            self._call = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closed:
+                deadline = self._deadline
+                if deadline is None:
+                    self._idle = True
+                    self._cond.wait()
+                    self._idle = False
+                    continue
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self.fired = True
+                call, self._call, self._deadline = self._call, None, None
+                if call is not None:
+                    call.cancel()
+
+
+def _requests(outgoing: queue.SimpleQueue[pb.ClientBatch | None]) -> Iterator[pb.ClientBatch]:
+    """The request side of a blocking stream (gRPC's thread reads it); None ends it."""
+    while True:
+        frame = outgoing.get()
+        if frame is None:
+            return
+        yield frame
+
+
+class StartStream:
+    """The starts of one blocking ``Client`` on one ClientSession stream (the module docstring)."""
+
+    def __init__(self, stub: Any) -> None:
+        self._stub = stub
+        self._call: Any = None  # the stream's reply iterator (a grpc.Call) while open
+        self._outgoing: queue.SimpleQueue[pb.ClientBatch | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # one request at a time on the stream
+        self._next_id = 0
+        self._watchdog = _Watchdog()
+        self.usable = True  # False once the server answered that it does not know the stream
+
+    def call(self, request: pb.StartInstancesRequest, timeout: float) -> pb.StartInstancesResponse | None:
+        """``request``'s answer over the stream; None if the server has no ClientSession."""
+        with self._lock:
+            for _ in range(2):  # a second time only if the stream had ended cleanly, unread
+                if not self.usable:
+                    return None
+                call = self._call
+                if call is None or call.done():
+                    self._drop(call)
+                    self._outgoing = queue.SimpleQueue()
+                    call = self._call = self._stub.ClientSession(_requests(self._outgoing))
+                self._next_id += 1
+                rid = self._next_id
+                watchdog = self._watchdog
+                watchdog.arm(call, timeout)
+                try:
+                    self._outgoing.put(_message(rid, request))
+                    frame = next(call)
+                except StopIteration:  # ended cleanly before reading it: send it again
+                    self._drop(call)
+                    continue
+                except grpc.RpcError as exc:
+                    self._drop(call)
+                    if watchdog.fired:
+                        raise _timed_out(timeout) from None
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        self.usable = False
+                        return None
+                    raise error_from_rpc(exc) from None
+                except BaseException:  # interrupted: the reply would come to the next request
+                    self._drop(call)
+                    raise
+                finally:
+                    watchdog.disarm()
+                if watchdog.fired:  # answered as it was cancelled: the answer stands, the stream not
+                    self._drop(call)
+                try:
+                    return _answer(frame, rid)
+                except _Crossed:  # a reply to another request: start afresh
+                    self._drop(call)
+                    raise
+            raise _ended()
+
+    def _drop(self, call: Any) -> None:
+        if call is None:
+            return
+        self._outgoing.put(None)  # ends the request side (gRPC's thread reading it)
+        call.cancel()
+        if self._call is call:
+            self._call = None
+
+    def close(self) -> None:
+        """End the stream and its watchdog (the client is closing)."""
+        self._drop(self._call)
+        self._watchdog.close()

@@ -1,0 +1,248 @@
+"""A client's starts on one ClientSession stream (wiggle/_client/start_stream.py), against a real
+loopback server: one stream for all of a client's starts, an older server without the stream
+(unary calls instead), a server that stops (the stream ends by itself and the next start opens
+another), a start past its deadline, and a malformed message."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import msgspec
+import pytest
+from ports import free_port
+
+from wiggle import AsyncClient, Client, Workflow
+from wiggle import _tracing as wiggle_tracing
+from wiggle._client import core
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
+from wiggle._server.config import ServerConfig
+from wiggle.errors import ErrorCode, NotFound, WiggleError
+from wiggle.testing import EmbeddedServer
+
+
+def double(ctx: dict[str, Any]) -> dict[str, Any]:
+    return {**ctx, "n": ctx["n"] * 2}
+
+
+FLOW = Workflow.define("streamed").step(double).build()
+
+
+@pytest.fixture(autouse=True)
+def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start under an active trace is a unary call of its own (it carries the trace context):
+    these tests run as a process without a TracerProvider does."""
+    monkeypatch.setattr(wiggle_tracing, "active", lambda: False)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[EmbeddedServer]:
+    async with EmbeddedServer() as server:
+        await server.client.register(FLOW)
+        yield server
+
+
+def starts_seen(server: EmbeddedServer) -> tuple[int, int]:
+    seen = server.server.metrics.rpc_calls
+    return seen["StartInstance"], seen["StartInstances"]
+
+
+async def test_every_start_of_a_client_goes_on_one_stream(
+    server: EmbeddedServer, eventually: Callable[..., Any]
+) -> None:
+    metrics = server.server.metrics
+    async with AsyncClient(server.target) as client:
+        for n in range(3):  # one after another
+            await client.start(FLOW, {"n": n})
+        infos = await asyncio.gather(*(client.start(FLOW, {"n": n}) for n in range(3, 13)))
+        assert metrics.client_sessions_open == 1
+        assert len({info.instance_id for info in infos}) == 10
+        with pytest.raises(NotFound, match="missing"):  # a start's own error, the stream goes on
+            await client.start("missing", {})
+        await client.start(FLOW, {"n": 13})
+        assert metrics.client_sessions_open == 1
+    await eventually(lambda: metrics.client_sessions_open == 0, timeout=30, what="the stream ended")
+
+    def blocking() -> list[str]:
+        with Client(server.target) as client:
+            ids = [client.start(FLOW, {"n": n}).instance_id for n in range(3)]
+            threads = [
+                threading.Thread(target=lambda n=n: ids.append(client.start(FLOW, {"n": n}).instance_id))
+                for n in range(8)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            assert metrics.client_sessions_open == 1
+            return ids
+
+    ids = await asyncio.to_thread(blocking)
+    assert len(set(ids)) == 11
+    await eventually(lambda: metrics.client_sessions_open == 0, timeout=30, what="the stream ended")
+    assert starts_seen(server)[0] == 0  # no unary StartInstance: every start went on a stream
+
+
+async def _old_server() -> tuple[grpc.aio.Server, str, list[str]]:
+    """A server that knows StartInstance and StartInstances but not ClientSession (older than
+    the client): what it was called with is listed."""
+    seen: list[str] = []
+
+    def instance(request: pb.StartInstanceRequest, n: int) -> pb.InstanceInfo:
+        return pb.InstanceInfo(instance_id=f"old-{n}", workflow=request.workflow, status="RUNNING")
+
+    async def start_instance(request: pb.StartInstanceRequest, context: Any) -> pb.InstanceInfo:
+        seen.append("StartInstance")
+        return instance(request, len(seen))
+
+    async def start_instances(request: pb.StartInstancesRequest, context: Any) -> pb.StartInstancesResponse:
+        seen.append("StartInstances")
+        results = [
+            pb.StartResult(instance=instance(s, len(seen) * 100 + i)) for i, s in enumerate(request.starts)
+        ]
+        return pb.StartInstancesResponse(results=results)
+
+    handlers = grpc.method_handlers_generic_handler(
+        "wiggle.v1.WiggleControlPlane",
+        {
+            "StartInstance": grpc.unary_unary_rpc_method_handler(
+                start_instance, pb.StartInstanceRequest.FromString, pb.InstanceInfo.SerializeToString
+            ),
+            "StartInstances": grpc.unary_unary_rpc_method_handler(
+                start_instances,
+                pb.StartInstancesRequest.FromString,
+                pb.StartInstancesResponse.SerializeToString,
+            ),
+        },
+    )
+    old = grpc.aio.server()
+    old.add_generic_rpc_handlers((handlers,))
+    port = old.add_insecure_port("127.0.0.1:0")
+    await old.start()
+    return old, f"127.0.0.1:{port}", seen
+
+
+async def test_a_server_without_the_stream_gets_unary_starts() -> None:
+    old, target, seen = await _old_server()
+    try:
+        async with AsyncClient(target) as client:
+            first = await client.start("any", {"n": 1})
+            assert first.instance_id == "old-1"
+            assert not client._stream.usable  # asked once, then never again
+            infos = await asyncio.gather(*(client.start("any", {"n": n}) for n in range(5)))
+            assert len({info.instance_id for info in infos}) == 5
+        assert seen[0] == "StartInstance" and "StartInstances" in seen
+
+        def blocking() -> str:
+            with Client(target) as client:
+                info = client.start("any", {"n": 1})
+                assert not client._stream.usable
+                return info.instance_id
+
+        before = len(seen)
+        assert (await asyncio.to_thread(blocking)).startswith("old-")
+        assert seen[before:] == ["StartInstance"]
+    finally:
+        await old.stop(None)
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_a_server_that_stops_ends_the_stream_and_the_next_start_opens_another(blocking: bool) -> None:
+    # The stream ends by itself when the server stops, so the stop does not wait out its grace
+    # (60 s here: the test's 30 s bound would fail first), and a start sent after it reaches the
+    # next server on the same address without an error.
+    port = free_port()
+    first = await EmbeddedServer(ServerConfig(port=port)).start()
+    await first.client.register(FLOW)
+    target = f"127.0.0.1:{port}"
+    sync_client = Client(target) if blocking else None
+    async_client = AsyncClient(target)
+
+    async def start(n: int) -> str:
+        if sync_client is not None:
+            return (await asyncio.to_thread(sync_client.start, FLOW, {"n": n})).instance_id
+        return (await async_client.start(FLOW, {"n": n})).instance_id
+
+    try:
+        await start(1)
+        assert first.server.metrics.client_sessions_open == 1
+        await first.client.close()
+        await asyncio.wait_for(first.server.stop(grace=60), 30)
+        second = await EmbeddedServer(ServerConfig(port=port)).start()
+        try:
+            await second.client.register(FLOW)
+            instance_id = await start(2)
+            assert (await second.client.get(instance_id)).context == {"n": 2}
+            assert second.server.metrics.client_sessions_open == 1
+        finally:
+            await second.stop()
+    finally:
+        if sync_client is not None:
+            sync_client.close()
+        await async_client.close()
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_a_start_past_its_deadline_fails_and_the_next_one_opens_a_new_stream(
+    server: EmbeddedServer, blocking: bool, monkeypatch: pytest.MonkeyPatch, eventually: Callable[..., Any]
+) -> None:
+    instances = server.server.instances
+    original = instances.start_with
+    release = asyncio.Event()
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        if not release.is_set():
+            await release.wait()
+        return await original(*args, **kwargs)
+
+    instances.start_with = held  # type: ignore[method-assign]
+    monkeypatch.setattr(core, "CALL_TIMEOUT", 0.5)
+    with contextlib.ExitStack() as stack:
+        if blocking:
+            client = stack.enter_context(Client(server.target))
+
+            async def start(n: int) -> str:
+                return (await asyncio.to_thread(client.start, FLOW, {"n": n})).instance_id
+
+        else:
+            aclient = AsyncClient(server.target)
+            stack.callback(lambda: asyncio.ensure_future(aclient.close()))
+
+            async def start(n: int) -> str:
+                return (await aclient.start(FLOW, {"n": n})).instance_id
+
+        with pytest.raises(WiggleError, match=r"no answer within 0\.5 s") as err:
+            await start(1)
+        assert err.value.code is ErrorCode.DEADLINE_EXCEEDED
+        await eventually(
+            lambda: server.server.metrics.client_sessions_open == 0, timeout=30, what="the late stream ended"
+        )
+        release.set()
+        monkeypatch.setattr(core, "CALL_TIMEOUT", 30.0)
+        instance_id = await start(2)
+        assert (await server.client.get(instance_id)).context == {"n": 2}
+        assert server.server.metrics.client_sessions_open == 1
+
+
+async def test_a_message_without_a_body_is_refused_and_the_stream_goes_on(server: EmbeddedServer) -> None:
+    start = pb.StartInstanceRequest(workflow=FLOW.name, context_json=msgspec.json.encode({"n": 1}))
+    messages = [
+        pb.ClientMessage(request_id=1),
+        pb.ClientMessage(request_id=2, start=pb.StartInstancesRequest(starts=[start])),
+    ]
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = pb_grpc.WiggleControlPlaneStub(channel)
+        replies = {}
+        async for frame in stub.ClientSession(iter([pb.ClientBatch(messages=messages)]), timeout=10):
+            for reply in frame.messages:
+                replies[reply.request_id] = reply
+    assert replies[1].WhichOneof("body") == "error"
+    assert replies[1].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert replies[1].error.message == "ClientMessage has no body"
+    (result,) = replies[2].started.results
+    assert (await server.client.get(result.instance.instance_id)).context == {"n": 1}
