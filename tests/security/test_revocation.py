@@ -28,7 +28,7 @@ from wiggle._security.tokens import IdentityTable, hash_token
 from wiggle._server.app import WiggleServer
 from wiggle._server.config import ServerConfig
 from wiggle.client import AsyncClient
-from wiggle.errors import FailedPrecondition
+from wiggle.errors import FailedPrecondition, Unauthenticated
 from wiggle.worker import Worker, WorkerOptions
 
 from .conftest import IDENTITIES, Pki, write_identities
@@ -211,6 +211,33 @@ async def test_a_changed_identity_is_revoked_an_unchanged_one_is_not(server: Wig
     write_identities(pki.auth_file, [OLD])
     server.reload()
     assert seen == [frozenset({"old-worker"})]  # unregistered: not called again
+
+
+STARTER = {"name": "starter", "roles": ["client"], "token_sha256": hash_token("tok-starter")}
+
+
+async def test_reload_ends_a_removed_clients_start_stream(server: WiggleServer, pki: Pki) -> None:
+    # A client's starts ride one ClientSession stream (wiggle/_client/start_stream.py): removing
+    # its identity ends that stream at the reload like any other call, and its next start is
+    # refused as a new call with the token would be.
+    write_identities(pki.auth_file, [OLD, NEW, STARTER])
+    server.reload()
+    assert server.revoker is not None
+    await server.revoker.idle()
+    async with pki.client(server.target, "ops") as admin:
+        await admin.register(HOLD)
+    async with pki.client(server.target, "starter") as client:
+        await client.start(HOLD, Ctx())
+        stream = client._stream._call
+        assert stream is not None and not stream.done()
+        write_identities(pki.auth_file, [OLD, NEW])
+        server.reload()
+        await server.revoker.idle()
+        await _wait_for(stream.done, "the start stream to end")
+        assert await stream.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "the credential of 'starter' was revoked" in await stream.details()
+        with pytest.raises(Unauthenticated, match="not known to this server"):
+            await client.start(HOLD, Ctx())
 
 
 def _doc(*entries: dict[str, object]) -> str:
