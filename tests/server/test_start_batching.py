@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import msgspec
 import pytest
+from held_starts import hold_starts
 from pg import STORES, TEST_DATABASE_URL, async_temp_schema
 
 from wiggle import AsyncClient, Client, Workflow
@@ -181,16 +182,7 @@ async def test_threads_of_one_blocking_client_share_one_call(
     server: EmbeddedServer, eventually: Callable[..., Any]
 ) -> None:
     # The server holds the first start until the other threads have queued theirs behind it.
-    instances = server.server.instances
-    original = instances.start_with
-    release = asyncio.Event()
-
-    async def held(*args: Any, **kwargs: Any) -> Any:
-        if not release.is_set():
-            await release.wait()
-        return await original(*args, **kwargs)
-
-    instances.start_with = held  # type: ignore[method-assign]
+    release = hold_starts(server.server.instances)
     results: dict[int, Any] = {}
     with Client(server.target) as client:
 

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import msgspec
 import pytest
+from held_starts import hold_starts
 from ports import free_port
 
 from wiggle import AsyncClient, Client, Workflow
@@ -191,16 +192,7 @@ async def test_a_server_that_stops_ends_the_stream_and_the_next_start_opens_anot
 async def test_a_start_past_its_deadline_fails_and_the_next_one_opens_a_new_stream(
     server: EmbeddedServer, blocking: bool, monkeypatch: pytest.MonkeyPatch, eventually: Callable[..., Any]
 ) -> None:
-    instances = server.server.instances
-    original = instances.start_with
-    release = asyncio.Event()
-
-    async def held(*args: Any, **kwargs: Any) -> Any:
-        if not release.is_set():
-            await release.wait()
-        return await original(*args, **kwargs)
-
-    instances.start_with = held  # type: ignore[method-assign]
+    release = hold_starts(server.server.instances)
     monkeypatch.setattr(core, "CALL_TIMEOUT", 0.5)
     with contextlib.ExitStack() as stack:
         if blocking:
