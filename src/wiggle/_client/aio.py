@@ -154,17 +154,15 @@ class AsyncClient:
 
     async def _start_alone(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
         # a start the batcher sends by itself: on the stream as a batch of one, else StartInstance
-        if self._stream.usable:
-            reply = await self._stream.call(pb.StartInstancesRequest(starts=[request]), core.CALL_TIMEOUT)
-            if reply is not None:
-                return only_start(reply)
+        reply = await self._stream.call(pb.StartInstancesRequest(starts=[request]), core.CALL_TIMEOUT)
+        if reply is not None:
+            return only_start(reply)
         return await self._start_one(request)
 
     async def _start_coalesced(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
-        if self._stream.usable:
-            streamed = await self._stream.call(request, core.CALL_TIMEOUT)
-            if streamed is not None:
-                return streamed
+        streamed = await self._stream.call(request, core.CALL_TIMEOUT)
+        if streamed is not None:
+            return streamed
         reply: pb.StartInstancesResponse = await self._call(self.stub.StartInstances, request)
         return reply
 

@@ -69,15 +69,47 @@ def _ended() -> WiggleError:
     return error_for(ErrorCode.UNAVAILABLE, "ClientSession ended twice before answering a start")
 
 
-class AsyncStartStream:
-    """The starts of one ``AsyncClient`` on one ClientSession stream (the module docstring)."""
+class _Stream:
+    """What both flavours share: the open call, the request ids, whether the server has the
+    stream, and what follows a read (``_refused``, ``_settle``); each drops a call its own way."""
 
     def __init__(self, stub: Any) -> None:
         self._stub = stub
-        self._call: Any = None  # grpc.aio.StreamStreamCall while open
-        self._lock = asyncio.Lock()  # one request at a time on the stream
+        self._call: Any = None  # the open call (its reply iterator, for the blocking flavour)
         self._next_id = 0
         self.usable = True  # False once the server answered that it does not know the stream
+
+    def _drop(self, call: Any) -> None:
+        raise NotImplementedError
+
+    def _request_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _refused(self, call: Any, exc: grpc.RpcError) -> WiggleError | None:
+        """The stream failed with ``exc``: dropped; None if the server does not know the stream
+        (the client goes back to unary calls), else the error the start fails with."""
+        self._drop(call)
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            self.usable = False
+            return None
+        return error_from_rpc(exc)
+
+    def _settle(self, call: Any, frame: pb.ClientReplyBatch, rid: int) -> pb.StartInstancesResponse:
+        """The answer to ``rid`` in ``frame``; a frame that answers another request drops the stream."""
+        try:
+            return _answer(frame, rid)
+        except _Crossed:
+            self._drop(call)
+            raise
+
+
+class AsyncStartStream(_Stream):
+    """The starts of one ``AsyncClient`` on one ClientSession stream (the module docstring)."""
+
+    def __init__(self, stub: Any) -> None:
+        super().__init__(stub)
+        self._lock = asyncio.Lock()  # one request at a time on the stream
 
     async def call(
         self, request: pb.StartInstancesRequest, timeout: float
@@ -90,8 +122,7 @@ class AsyncStartStream:
                 call = self._call
                 if call is None or call.done():
                     call = self._call = self._stub.ClientSession()
-                self._next_id += 1
-                rid = self._next_id
+                rid = self._request_id()
                 try:
                     await call.write(_message(rid, request))
                     frame = await asyncio.wait_for(call.read(), timeout)
@@ -102,22 +133,17 @@ class AsyncStartStream:
                     self._drop(call)
                     raise _timed_out(timeout) from None
                 except grpc.RpcError as exc:
-                    self._drop(call)
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        self.usable = False
+                    error = self._refused(call, exc)
+                    if error is None:
                         return None
-                    raise error_from_rpc(exc) from None
+                    raise error from None
                 except BaseException:  # the caller was cancelled: the reply would come to the next
                     self._drop(call)
                     raise
                 if frame is grpc.aio.EOF:  # ended cleanly before reading it: send it again
                     self._drop(call)
                     continue
-                try:
-                    return _answer(frame, rid)
-                except _Crossed:  # a reply to another request: start afresh
-                    self._drop(call)
-                    raise
+                return self._settle(call, frame, rid)
             raise _ended()
 
     def _drop(self, call: Any) -> None:
@@ -196,17 +222,14 @@ def _requests(outgoing: queue.SimpleQueue[pb.ClientBatch | None]) -> Iterator[pb
         yield frame
 
 
-class StartStream:
+class StartStream(_Stream):
     """The starts of one blocking ``Client`` on one ClientSession stream (the module docstring)."""
 
     def __init__(self, stub: Any) -> None:
-        self._stub = stub
-        self._call: Any = None  # the stream's reply iterator (a grpc.Call) while open
+        super().__init__(stub)
         self._outgoing: queue.SimpleQueue[pb.ClientBatch | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # one request at a time on the stream
-        self._next_id = 0
         self._watchdog = _Watchdog()
-        self.usable = True  # False once the server answered that it does not know the stream
 
     def call(self, request: pb.StartInstancesRequest, timeout: float) -> pb.StartInstancesResponse | None:
         """``request``'s answer over the stream; None if the server has no ClientSession."""
@@ -219,8 +242,7 @@ class StartStream:
                     self._drop(call)
                     self._outgoing = queue.SimpleQueue()
                     call = self._call = self._stub.ClientSession(_requests(self._outgoing))
-                self._next_id += 1
-                rid = self._next_id
+                rid = self._request_id()
                 watchdog = self._watchdog
                 watchdog.arm(call, timeout)
                 try:
@@ -230,13 +252,13 @@ class StartStream:
                     self._drop(call)
                     continue
                 except grpc.RpcError as exc:
-                    self._drop(call)
                     if watchdog.fired:
+                        self._drop(call)
                         raise _timed_out(timeout) from None
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        self.usable = False
+                    error = self._refused(call, exc)
+                    if error is None:
                         return None
-                    raise error_from_rpc(exc) from None
+                    raise error from None
                 except BaseException:  # interrupted: the reply would come to the next request
                     self._drop(call)
                     raise
@@ -244,11 +266,7 @@ class StartStream:
                     watchdog.disarm()
                 if watchdog.fired:  # answered as it was cancelled: the answer stands, the stream not
                     self._drop(call)
-                try:
-                    return _answer(frame, rid)
-                except _Crossed:  # a reply to another request: start afresh
-                    self._drop(call)
-                    raise
+                return self._settle(call, frame, rid)
             raise _ended()
 
     def _drop(self, call: Any) -> None:

@@ -153,17 +153,15 @@ class Client:
 
     def _start_alone(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
         # a start the batcher sends by itself: on the stream as a batch of one, else StartInstance
-        if self._stream.usable:
-            reply = self._stream.call(pb.StartInstancesRequest(starts=[request]), core.CALL_TIMEOUT)
-            if reply is not None:
-                return only_start(reply)
+        reply = self._stream.call(pb.StartInstancesRequest(starts=[request]), core.CALL_TIMEOUT)
+        if reply is not None:
+            return only_start(reply)
         return self._start_one(request)
 
     def _start_coalesced(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
-        if self._stream.usable:
-            streamed = self._stream.call(request, core.CALL_TIMEOUT)
-            if streamed is not None:
-                return streamed
+        streamed = self._stream.call(request, core.CALL_TIMEOUT)
+        if streamed is not None:
+            return streamed
         reply: pb.StartInstancesResponse = self._call(self.stub.StartInstances, request)
         return reply
 

@@ -147,15 +147,12 @@ async def serve_session(
             replies.put_nowait(None)
 
     reader = asyncio.ensure_future(read())
-    stopper: asyncio.Future[Any] | None = None
-    if closing is not None:
-        stopper = asyncio.ensure_future(closing.wait())
 
-        def stop_reading(_: object) -> None:
-            if reading:  # the reader then answers what it read and ends the replies
-                reader.cancel()
+    def stop_reading() -> None:
+        if reading:  # the reader then answers what it read and ends the replies
+            reader.cancel()
 
-        stopper.add_done_callback(stop_reading)
+    stopper = _when_set(closing, stop_reading)
     try:
         done = False
         while not done:
@@ -183,6 +180,20 @@ async def serve_session(
             with contextlib.suppress(BaseException):
                 await asyncio.wait(list(pending), timeout=1.0)
         _give_back_unsent(replies, give_back)
+
+
+def _when_set(event: asyncio.Event | None, then: Callable[[], None]) -> asyncio.Future[Any] | None:
+    """Run ``then`` once ``event`` is set (never for None); the watcher, to cancel when done."""
+    if event is None:
+        return None
+    watcher = asyncio.ensure_future(event.wait())
+
+    def fired(done: asyncio.Future[Any]) -> None:
+        if not done.cancelled():
+            then()
+
+    watcher.add_done_callback(fired)
+    return watcher
 
 
 def _steps_in(reply: pb.ServerMessage) -> list[tuple[str, str]]:
