@@ -22,6 +22,7 @@ from pg import STORES, TEST_DATABASE_URL, async_temp_schema
 from ports import free_port
 
 from wiggle import Workflow
+from wiggle import _tracing as wiggle_tracing
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._security.credentials import Credentials
 from wiggle._security.tokens import IdentityTable, hash_token
@@ -216,10 +217,14 @@ async def test_a_changed_identity_is_revoked_an_unchanged_one_is_not(server: Wig
 STARTER = {"name": "starter", "roles": ["client"], "token_sha256": hash_token("tok-starter")}
 
 
-async def test_reload_ends_a_removed_clients_start_stream(server: WiggleServer, pki: Pki) -> None:
+async def test_reload_ends_a_removed_clients_start_stream(
+    server: WiggleServer, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A client's starts ride one ClientSession stream (wiggle/_client/start_stream.py): removing
     # its identity ends that stream at the reload like any other call, and its next start is
-    # refused as a new call with the token would be.
+    # refused as a new call with the token would be. (A start under an active trace is a unary
+    # call of its own: an earlier test's TracerProvider must not turn the stream off here.)
+    monkeypatch.setattr(wiggle_tracing, "active", lambda: False)
     write_identities(pki.auth_file, [OLD, NEW, STARTER])
     server.reload()
     assert server.revoker is not None
