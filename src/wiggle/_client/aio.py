@@ -29,6 +29,7 @@ from .._wire.replies import (
     workflow_from_pb,
 )
 from .._wire.status import error_from_rpc
+from ..errors import Unavailable
 from ..workflow import Blueprint
 from . import core
 from .batching import AsyncStartBatcher, only_start
@@ -207,11 +208,21 @@ class AsyncClient:
         return instance_from_pb(reply)
 
     async def wait(self, instance_id: str, timeout: float = 60.0) -> InstanceInfo:
-        """Wait until the instance finishes (any status) or ``timeout`` passes; returns the snapshot."""
+        """Wait until the instance finishes (any status) or ``timeout`` passes; returns the snapshot.
+
+        A server that is away (stopping, restarting: UNAVAILABLE) is asked again, with pauses, until
+        ``timeout``; Unavailable is raised only if it is still away then."""
         clock = core.WaitClock(timeout)
         while True:
             request, call_timeout = clock.request(instance_id)
-            info = instance_from_pb(await self._call(self.stub.GetInstance, request, call_timeout))
+            try:
+                info = instance_from_pb(await self._call(self.stub.GetInstance, request, call_timeout))
+            except Unavailable:
+                pause = clock.again_in()
+                if pause is None:
+                    raise
+                await core.apause(pause)
+                continue
             if clock.done(info):
                 return info
 

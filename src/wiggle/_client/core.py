@@ -6,6 +6,7 @@ and each reply conversion (wiggle/_wire/convert.py) exists once.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import math
 import socket
@@ -309,6 +310,7 @@ class WaitClock:
     def __init__(self, timeout: float) -> None:
         self.deadline = time.monotonic() + timeout
         self.remaining = timeout
+        self._delay = 0.1  # before asking again after an UNAVAILABLE (``again_in``)
 
     def request(self, instance_id: str) -> tuple[pb.GetInstanceRequest, float]:
         """The next GetInstance wait and the call timeout that covers it."""
@@ -321,6 +323,26 @@ class WaitClock:
     def done(self, info: InstanceInfo) -> bool:
         """True once the instance finished or the time is up."""
         return info.finished or self.remaining <= 0
+
+    def again_in(self) -> float | None:
+        """The server was away (UNAVAILABLE: stopping, restarting, unreachable): seconds to pause
+        before asking again (0.1 doubling to 2), or None when the wait's time is up."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        delay = min(self._delay, remaining)
+        self._delay = min(self._delay * 2, 2.0)
+        return delay
+
+
+async def apause(seconds: float) -> None:
+    """Sleep (the asyncio client's; the blocking client's is ``pause``: scripts/gen_sync_client.py)."""
+    await asyncio.sleep(seconds)
+
+
+def pause(seconds: float) -> None:
+    """Sleep (the blocking client's)."""
+    time.sleep(seconds)
 
 
 def check_result(info: InstanceInfo, timeout: float) -> InstanceInfo:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from typing import Any
 
 import grpc
@@ -223,7 +224,7 @@ class WiggleServer:
         """Stop accepting calls, let in-flight ones finish for up to ``grace`` seconds, close the store."""
         self._stopping.set()
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.NOT_SERVING)
-        self.service.closing.set()  # clients' start streams answer what they read and end
+        self.service.let_go()  # streams, polls and waits end; only calls in flight are waited for
         if self._server is not None:
             await self._server.stop(grace)
         for task in self._tasks:
@@ -269,8 +270,11 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     if ready is not None:  # after the handlers: a SIGTERM right after "listening" stops gracefully
         ready(server)
     await stop.wait()
-    log.info("stopping (grace 5 s)")
-    await server.stop(5.0)
+    grace = config.stop_grace_seconds
+    log.info("stopping (calls in flight get up to %g s)", grace)
+    started = time.monotonic()
+    await server.stop(grace)
+    log.info("stopped in %.2f s", time.monotonic() - started)
 
 
 def _bind(server: grpc.aio.Server, security: Security, address: str, setting: str) -> int:

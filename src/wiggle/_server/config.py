@@ -133,6 +133,15 @@ class ServerConfig(msgspec.Struct, kw_only=True):
             old=("WIGGLE_REUSEPORT",),
         ),
     ] = False
+    stop_grace_seconds: Annotated[
+        float,
+        Setting(
+            "on SIGTERM/SIGINT: seconds the calls in flight (reports, starts) get to finish before "
+            "they are cut (docs/operations.md#stopping-a-server)",
+            0,
+            3600,
+        ),
+    ] = 5.0
     event_loop: Annotated[
         str,
         Setting(

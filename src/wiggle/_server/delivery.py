@@ -72,6 +72,8 @@ class Delivery:
         # Per queue, the reservation of a poller that further transitions may add steps to
         # (Handoff.accepting): a start group's starts, reports committed together, share one poll.
         self._open: dict[str, Handoff] = {}
+        #: the server is stopping (Instances.let_go): a poll looks for no more work and returns
+        self.closing = False
 
     # ------------------------------------------------------------------ claims and polls
 
@@ -125,7 +127,7 @@ class Delivery:
         unknown = notifier.NEXT_UNKNOWN
         woken_for: str | None = None  # a counted wake-up this poll took and has not yet looked for
         try:
-            while True:
+            while not self.closing:
                 with notifier.watch_work(queues) as waiter:
                     next_ready = notifier.known_empty(queues, clock.now())
                     if next_ready is None:
@@ -167,6 +169,11 @@ class Delivery:
                         continue  # not committed: look for work as usual
                     if woken:
                         woken_for = waiter.woken_for
+            # The server is stopping (``closing``): its worker polls elsewhere or later
+            # (wiggle/_server/worker_service.py); work this poll was told of goes to the others.
+            if woken_for is not None:
+                notifier.pass_on(woken_for)
+            return []
         except BaseException:
             # Cancelled after being woken, before looking: pass the wake-up on, or the work it
             # announced could sit unclaimed until some other poller's timeout.

@@ -39,7 +39,7 @@ from .._storage.base import (
     WorkflowRecord,
 )
 from .._storage.notifier import wait_event
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, Unavailable
 from .clock_duties import CLOCK_BATCH, PURGE_EVERY_SECONDS, ClockDuties
 from .delivery import MAX_WAIT_SECONDS, Delivery, release
 from .operator import log_instance_action, record_action, who
@@ -49,9 +49,12 @@ from .subflows import SubWorkflows, check_children_registered, may_need_follow_u
 from .timings import Timings
 from .workflow_limits import WorkflowLimits, needs_admission
 
-__all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
+__all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH", "STOPPING"]
 
 log = logging.getLogger("wiggle.server")
+
+#: What a stopping server answers a poll or a wait with (UNAVAILABLE: ask again, elsewhere or later).
+STOPPING = "the server is stopping"
 R = TypeVar("R")
 
 
@@ -86,6 +89,19 @@ class Instances(StepReports):
             self.timings,
             lambda token_id, owner: self.fail(token_id, owner, "its poll had ended", True, release=True),
         )
+
+    @property
+    def closing(self) -> bool:
+        """The server is stopping (``let_go``)."""
+        return self.delivery.closing
+
+    def let_go(self) -> None:
+        """The server is stopping: every long poll and wait ends now, and none starts (a poll
+        returns no steps, a wait the instance as it is). Its callers go on with another server
+        or this one once it is back (docs/operations.md#stopping-a-server): a wait is refused
+        UNAVAILABLE (``STOPPING``), which the clients retry."""
+        self.delivery.closing = True
+        self.store.notifier.wake_all()
 
     def now(self) -> int:
         """The current time in ms, as transitions see it (the layer's clock, wiggle/_clock.py)."""
@@ -305,6 +321,8 @@ class Instances(StepReports):
                 remaining = deadline - time.monotonic()
                 if view.instance.status in FINISHED_INSTANCE_STATUSES or remaining <= 0:
                     return view
+                if self.closing:
+                    raise Unavailable(f"{STOPPING}; wait for instance {instance_id} again")
                 # Bounded waits: a finish on another server node is seen within a second.
                 with self.store.waiting_for("finished", ("",)):  # its NOTIFY wakes this one sooner
                     await wait_event(watch.event, min(remaining, 1.0))

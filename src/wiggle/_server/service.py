@@ -28,7 +28,7 @@ from .pollers import Pollers
 from .routes import Route, RoutedService
 from .schedule_service import ScheduleHandlers
 from .service_limits import ServiceLimits
-from .session import CLIENT, serve_session
+from .session import CLIENT, WORKER, serve_session
 from .worker_service import WorkerHandlers
 
 __all__ = ["ControlPlane", "Metrics", "ServiceLimits", "Route"]
@@ -89,9 +89,16 @@ class ControlPlane(InstanceHandlers, WorkerHandlers, RoutedService):
         self.schedule_handlers = ScheduleHandlers(instances.schedules, self.limits.max_payload_bytes)
         #: run on every request before its handler (access control: wiggle/_server/guard.py)
         self.guard = None
-        #: set when the server stops: each ClientSession answers what it read and ends (session.py)
+        #: set when the server stops (``let_go``): each session stream answers what it read and ends
         self.closing = asyncio.Event()
         self.bind_routes()
+
+    def let_go(self) -> None:
+        """The server is stopping: its session streams answer what they read and end, its long
+        polls and waits end now (``Instances.let_go``), and no report brings a next step, so that
+        the server's stop waits only for the calls in flight (docs/operations.md#stopping-a-server)."""
+        self.closing.set()
+        self.instances.let_go()
 
     async def worker_session(
         self, request_iterator: AsyncIterator[pb.WorkerBatch], context: grpc.aio.ServicerContext
@@ -101,7 +108,13 @@ class ControlPlane(InstanceHandlers, WorkerHandlers, RoutedService):
         self.metrics.sessions_open += 1
         try:
             async with contextlib.aclosing(
-                serve_session(request_iterator, self.dispatch, self.instances.delivery.give_back_steps)
+                serve_session(
+                    request_iterator,
+                    self.dispatch,
+                    self.instances.delivery.give_back_steps,
+                    WORKER,
+                    self.closing,
+                )
             ) as batches:
                 async for batch in batches:
                     yield batch

@@ -6,7 +6,7 @@ validated at this edge before the instance layer (wiggle/_server/instances.py) s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _fast
@@ -16,8 +16,8 @@ from .._engine.state import TokenStatus
 from .._rpc import wiggle_pb2 as pb
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object, too_deep
-from ..errors import InvalidArgument
-from .instances import Instances
+from ..errors import InvalidArgument, Unavailable
+from .instances import STOPPING, Instances
 from .pollers import Pollers
 from .service_limits import ServiceLimits, chain_queues, check_task_id, poll_queues, wait_seconds
 
@@ -44,6 +44,8 @@ class WorkerHandlers:
         claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
         if claimed:
             self.pollers.claimed(c.token.queue for c in claimed)
+        elif self.instances.closing:  # the worker polls again, elsewhere or once this one is back
+            raise Unavailable(f"{STOPPING}; poll again")
         config = self.instances.config
         response = pb.PollTasksResponse()
         tasks = response.tasks
@@ -62,7 +64,7 @@ class WorkerHandlers:
         elif which == "predicate_value":
             value = request.predicate_value
         status, chained = await self.instances.complete_chained(
-            request.task_id, request.lease_owner, ctx, value, next_queues=chain_queues(request.next_queues)
+            request.task_id, request.lease_owner, ctx, value, next_queues=self._chain(request.next_queues)
         )
         response = pb.ReportResult(instance_status=status)
         if chained is not None:
@@ -117,7 +119,7 @@ class WorkerHandlers:
             request.handback_reason,
             request.failure_traceback,
             run_offset=request.run_offset if request.HasField("run_offset") else None,
-            next_queues=chain_queues(request.next_queues),
+            next_queues=self._chain(request.next_queues),
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
             self.metrics.observe_run(outcome.applied_steps, request.handback_reason)
@@ -131,6 +133,12 @@ class WorkerHandlers:
         if outcome.chained is not None:
             self._chained_into(outcome.chained, result.next_task)
         return result
+
+    def _chain(self, next_queues: Iterable[str]) -> frozenset[str]:
+        """The queues a report may bring its instance's next step from: those it names (checked,
+        ``chain_queues``), none once the server is stopping (the step stays READY for a poll)."""
+        queues = chain_queues(next_queues)
+        return frozenset() if self.instances.closing else queues
 
     def _chained_into(self, chained: Claimed, into: pb.TaskActivation) -> None:
         """A report's answer carries the step leased with it (docs/semantics.md#chained-steps):
