@@ -312,8 +312,8 @@ async def test_a_step_chained_while_the_worker_begins_to_close_is_given_back(ser
             complete = reporter.complete
             closing: list[bool] = []
 
-            async def complete_then_close(request: pb.CompleteTaskRequest) -> Any:
-                result = await complete(request)
+            async def complete_then_close(request: pb.CompleteTaskRequest, *more: Any) -> Any:
+                result = await complete(request, *more)
                 if request.next_queues and not closing:  # the first report that asked
                     closing.append(True)
                     worker._closing = True  # as close() does first, while the answer was on its way
@@ -398,8 +398,8 @@ async def test_a_step_handed_back_by_a_late_answer_is_not_run_when_the_resend_br
             complete = reporter.complete
             late: list[str] = []
 
-            async def complete_after_a_late_answer(request: pb.CompleteTaskRequest) -> Any:
-                result = await complete(request)
+            async def complete_after_a_late_answer(request: pb.CompleteTaskRequest, *more: Any) -> Any:
+                result = await complete(request, *more)
                 if not late and result is not None and result.HasField("next_task"):
                     late.append(result.next_task.node_id)
                     poller.hand_back_orphans([result.next_task])  # as the late first answer did

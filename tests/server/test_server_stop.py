@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+import msgspec
 import pytest
 from pg import STORES, TEST_DATABASE_URL
 from ports import free_port
@@ -19,6 +20,7 @@ from wiggle import AsyncClient, Client, Workflow
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle._server.config import ServerConfig
+from wiggle._worker.reporter import Reporter
 from wiggle.testing import EmbeddedServer
 from wiggle.worker import WorkerOptions
 
@@ -202,6 +204,49 @@ async def test_a_rolling_restart_loses_nothing_retries_nothing_and_a_wait_rides_
             assert entry.attempt == 1, entry
             assert entry.outcome != "RETRY", entry
             assert "lease" not in entry.error, entry
+    finally:
+        released.set()
+        if new is not None:
+            await new.stop()
+        await old.server.stop(grace=0)
+
+
+@pytest.mark.parametrize("mode", ["SERVER", "LOCAL_SYNC"])
+async def test_a_report_waits_out_a_restart_longer_than_its_tries_within_its_lease(
+    mode: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's two tries (0.1 s) end long before the server is back (1.5 s); the step's lease
+    # (10 s) has not, so its report keeps trying (wiggle/_worker/reporter.py) and lands: one
+    # attempt per step. Given up after its tries, the step would run again once its lease expired.
+    monkeypatch.setattr(Reporter, "ATTEMPTS", 2)
+    released = asyncio.Event()
+    running = asyncio.Event()
+
+    async def slow(ctx: dict[str, Any]) -> dict[str, Any]:
+        running.set()
+        await released.wait()
+        return {**ctx, "slow": True}
+
+    flow = Workflow.define(f"outlasting-{mode.lower()}").execution(mode).step(slow).step(second).build()
+    port = free_port()
+    config = msgspec.structs.replace(config_for("postgres", pg_schema, port), lease_millis=10_000)
+    old = await EmbeddedServer(config).start()
+    new: EmbeddedServer | None = None
+    try:
+        await old.client.register(flow)
+        async with old.worker([flow]):
+            instance_id = (await old.client.start(flow, {})).instance_id
+            await asyncio.wait_for(running.wait(), 30)
+            await old.client.close()
+            await asyncio.wait_for(old.server.stop(grace=60), 30)
+            released.set()  # the report is sent to no server, and tried again
+            await asyncio.sleep(1.5)
+            new = await EmbeddedServer(config).start()
+            info = await new.client.wait(instance_id, 60)
+        assert info.status == "COMPLETED" and info.context == {"slow": True, "second": True}, info
+        history = await new.client.history(instance_id)
+        assert [(e.node_id, e.attempt) for e in history if e.kind == "TASK"] == [("slow", 1), ("second", 1)]
+        assert not [e for e in history if e.error], history
     finally:
         released.set()
         if new is not None:

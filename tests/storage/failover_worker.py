@@ -103,8 +103,8 @@ def _record_acks() -> None:
 
     complete = Reporter.complete
 
-    async def recorded(self: Reporter, request: Any) -> Any:
-        result = await complete(self, request)
+    async def recorded(self: Reporter, request: Any, *more: Any) -> Any:
+        result = await complete(self, request, *more)
         if result is not None:
             write_line({"ack": request.task_id})
         return result

@@ -304,12 +304,13 @@ class LocalRun:
         self.failure_traceback = ""
         self.last_flush = time.monotonic()
         stats = self.env.stats
+        patience = (self.lease_millis or self.env.heartbeats.lease_millis) / 1000  # reporter.py
         try:
             if tracing.active():
                 with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
-                    result = await self.env.reporter.advance(request)
+                    result = await self.env.reporter.advance(request, patience)
             else:
-                result = await self.env.reporter.advance(request)
+                result = await self.env.reporter.advance(request, patience)
         except AdvanceUnsupported:
             await self._fall_back()
             return False

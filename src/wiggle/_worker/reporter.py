@@ -3,7 +3,10 @@
 A refusal (FAILED_PRECONDITION, NOT_FOUND, ...) means the instance moved on without this step
 (cancelled, finished, or the lease was lost): the report is logged and dropped, and the caller
 stops. UNAVAILABLE and DEADLINE_EXCEEDED mean the server restarts or its database is away: the
-report is retried with backoff, then given up (the lease expires and the step is redelivered).
+report is retried with backoff (0.1 s doubling to 3 s) for ``ATTEMPTS`` tries and for as long as
+the step's lease may still hold (``patience``: its length, since nothing renewed it meanwhile),
+then given up (the lease expires and the step is redelivered). A report that outlived its lease
+is refused by the server and dropped, so waiting the whole lease costs nothing but the wait.
 """
 
 from __future__ import annotations
@@ -57,21 +60,34 @@ class Reporter:
 
     # Each call returns the coroutine of ``_send`` itself (one coroutine per report, not two).
 
-    def complete(self, request: pb.CompleteTaskRequest) -> Coroutine[Any, Any, pb.ReportResult | None]:
-        """CompleteTask; None if refused or given up."""
-        return self._send("CompleteTask", self.transport.complete, request)
+    def complete(
+        self, request: pb.CompleteTaskRequest, patience: float = 0.0
+    ) -> Coroutine[Any, Any, pb.ReportResult | None]:
+        """CompleteTask; None if refused or given up. ``patience``: seconds the step's lease may
+        still hold, to keep retrying an absent server for (the module docstring)."""
+        return self._send("CompleteTask", self.transport.complete, request, patience)
 
-    def fail(self, request: pb.FailTaskRequest) -> Coroutine[Any, Any, pb.ReportResult | None]:
-        """FailTask; None if refused or given up."""
-        return self._send("FailTask", self.transport.fail, request)
+    def fail(
+        self, request: pb.FailTaskRequest, patience: float = 0.0
+    ) -> Coroutine[Any, Any, pb.ReportResult | None]:
+        """FailTask; None if refused or given up (``patience`` as for ``complete``)."""
+        return self._send("FailTask", self.transport.fail, request, patience)
 
-    def advance(self, request: pb.AdvanceRunRequest) -> Coroutine[Any, Any, pb.AdvanceRunResult | None]:
-        """AdvanceRun; None if refused or given up; AdvanceUnsupported from a server without it."""
-        return self._send("AdvanceRun", self.transport.advance, request)
+    def advance(
+        self, request: pb.AdvanceRunRequest, patience: float = 0.0
+    ) -> Coroutine[Any, Any, pb.AdvanceRunResult | None]:
+        """AdvanceRun; None if refused or given up; AdvanceUnsupported from a server without it
+        (``patience`` as for ``complete``)."""
+        return self._send("AdvanceRun", self.transport.advance, request, patience)
 
-    async def _send(self, name: str, send: Callable[[Q, float], Awaitable[R]], request: Q) -> R | None:
+    async def _send(
+        self, name: str, send: Callable[[Q, float], Awaitable[R]], request: Q, patience: float
+    ) -> R | None:
         delay = 0.1
-        for _ in range(self.ATTEMPTS):
+        tries = 0
+        began = time.monotonic()
+        while True:
+            tries += 1
             started = time.perf_counter()
             try:
                 result = await send(request, self.timeout)
@@ -84,6 +100,8 @@ class Reporter:
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code in _RETRIED:
+                    if tries >= self.ATTEMPTS and time.monotonic() - began >= patience:
+                        break
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 3.0)
                     continue
@@ -93,5 +111,10 @@ class Reporter:
                 # (docs/semantics.md#fencing)
                 log.info("%s refused, dropped: %s", name, exc.details())
                 return None
-        log.warning("%s gave up after retries; the lease will expire and the step will be redelivered", name)
+        log.warning(
+            "%s gave up after %d tries in %.1f s; the lease will expire and the step will be redelivered",
+            name,
+            tries,
+            time.monotonic() - began,
+        )
         return None

@@ -58,6 +58,12 @@ async def run_server_step(
     )
 
 
+def patience(act: pb.TaskActivation) -> float:
+    """Seconds to keep retrying a report of ``act`` while its server is away: its lease's length
+    (wiggle/_worker/reporter.py), 0 from a server that does not say it (the tries alone)."""
+    return act.lease_millis / 1000
+
+
 def report_outcome(
     reporter: Reporter,
     act: pb.TaskActivation,
@@ -93,7 +99,7 @@ async def _report(
         request.predicate_value = bool(outcome)
     elif outcome is not None:
         request.context_json = _encode(outcome)
-    result = await reporter.complete(request)
+    result = await reporter.complete(request, patience(act))
     if result is None or not result.HasField("next_task"):
         return None
     return result.next_task
@@ -108,7 +114,8 @@ async def report_failure(reporter: Reporter, act: pb.TaskActivation, failure: Fa
             message=failure.message,
             retryable=failure.retryable,
             traceback=failure.traceback,
-        )
+        ),
+        patience(act),
     )
 
 
@@ -117,5 +124,6 @@ async def release_step(reporter: Reporter, act: pb.TaskActivation, message: str)
     await reporter.fail(
         pb.FailTaskRequest(
             task_id=act.task_id, lease_owner=act.lease_owner, message=message, retryable=True, release=True
-        )
+        ),
+        patience(act),
     )

@@ -60,13 +60,13 @@ def _instrument() -> None:
                 }
             )
 
-    async def traced_complete(self: Reporter, request: Any) -> Any:
-        result = await complete(self, request)
+    async def traced_complete(self: Reporter, request: Any, *more: Any) -> Any:
+        result = await complete(self, request, *more)
         acknowledged("CompleteTask", result)
         return result
 
-    async def traced_fail(self: Reporter, request: Any) -> Any:
-        result = await fail(self, request)
+    async def traced_fail(self: Reporter, request: Any, *more: Any) -> Any:
+        result = await fail(self, request, *more)
         acknowledged("FailTask", result)
         return result
 
