@@ -1,15 +1,18 @@
-"""The pull loop's stop: a claim whose reply comes after the poll was abandoned is handed back."""
+"""The pull loop: a claim whose reply comes after the poll was abandoned is handed back at stop;
+a failed poll backs off, to a second at most while the server is away."""
 
 from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
 from wiggle._model import Handback
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._worker.poller import Poller
 from wiggle._worker.reporter import Reporter
+from wiggle._worker.stream import StreamError
 
 from .fakes import FakeTransport
 
@@ -52,3 +55,49 @@ async def test_a_claim_that_lands_after_stop_is_handed_back_unstarted() -> None:
     assert (handback.task_id, handback.lease_owner, handback.final) == ("tok-1@1", "w1", True)
     assert handback.handback_reason == Handback.SHUTDOWN.value
     assert not handback.steps  # no step ran: the attempt is not spent
+
+
+class FailingPolls(FakeTransport):
+    """Every poll fails with ``code`` at once."""
+
+    def __init__(self, code: grpc.StatusCode) -> None:
+        super().__init__()
+        self.code = code
+
+    async def poll(self, request: pb.PollTasksRequest, timeout: float) -> pb.PollTasksResponse:
+        raise StreamError(self.code, "the server is stopping; poll again")
+
+
+@pytest.mark.parametrize(
+    "code, longest",
+    [
+        (grpc.StatusCode.UNAVAILABLE, 1.0),  # the server is away: look for it every second at most
+        (grpc.StatusCode.DEADLINE_EXCEEDED, 1.0),
+        (grpc.StatusCode.PERMISSION_DENIED, 5.0),  # a refusal: repeated (and logged) less often
+    ],
+)
+async def test_a_failed_poll_backs_off_to_a_second_while_the_server_is_away(
+    code: grpc.StatusCode, longest: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pauses: list[float] = []
+    enough = asyncio.Event()
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 10:
+            enough.set()
+        await real_sleep(0)
+
+    monkeypatch.setattr("wiggle._worker.poller.asyncio.sleep", sleep)
+    transport = FailingPolls(code)
+
+    async def execute(activation: pb.TaskActivation) -> None:
+        raise AssertionError("no poll succeeds")
+
+    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 1, 1.0, execute)
+    poller.start()
+    await asyncio.wait_for(enough.wait(), 5)
+    await poller.stop(timeout=1)
+    assert pauses[:5] == [0.1, 0.2, 0.4, 0.8, 1.6 if longest > 1.6 else longest]
+    assert max(pauses) == longest and pauses[9] == longest

@@ -49,6 +49,12 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
     ("grpc.keepalive_time_ms", 30_000),
+    # A server that went away (a restart, a fail-over) is dialled again within 0.1 s doubling to
+    # 1 s, not gRPC's default 1 s growing to 120 s: the calls of a worker or a client find it
+    # soon after it is back (docs/operations.md#stopping-a-server).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
 ]
 CALL_TIMEOUT = 30.0  # seconds, for every call but the waits
 MAX_WAIT_SLICE = 30.0  # one GetInstance wait; the server caps it too (wiggle/_server/instances.py)

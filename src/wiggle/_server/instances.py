@@ -96,10 +96,10 @@ class Instances(StepReports):
         return self.delivery.closing
 
     def let_go(self) -> None:
-        """The server is stopping: every long poll and wait ends now, and none starts (a poll
-        returns no steps, a wait the instance as it is). Its callers go on with another server
-        or this one once it is back (docs/operations.md#stopping-a-server): a wait is refused
-        UNAVAILABLE (``STOPPING``), which the clients retry."""
+        """The server is stopping: every long poll and wait ends now, and none starts; each is
+        answered UNAVAILABLE (``STOPPING``: wiggle/_server/worker_service.py for a poll,
+        ``wait_finished`` for a wait), and its caller asks again, of another server or of this
+        one once it is back (docs/operations.md#stopping-a-server)."""
         self.delivery.closing = True
         self.store.notifier.wake_all()
 

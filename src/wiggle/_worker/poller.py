@@ -2,7 +2,8 @@
 
 A worker holds ``concurrency`` slots. The loop waits for one free slot, takes every other free one
 (up to ``concurrency``), and long-polls PollTasks for that many; each activation runs as a task
-that frees its slot when it ends. A failed poll backs off (0.1 s doubling to 5 s) and tries again.
+that frees its slot when it ends. A failed poll backs off and tries again: 0.1 s doubling to 1 s
+while the server is away (UNAVAILABLE, DEADLINE_EXCEEDED), to 5 s when it refuses.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = ["Poller"]
 
 log = logging.getLogger("wiggle.worker")
 
+_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)  # the server, not the request
 _GIVEN_BACK_KEPT = 256  # handed-back task ids remembered (Poller.given_back): far more than in flight
 
 Execute = Callable[[pb.TaskActivation], Awaitable[None]]
@@ -141,7 +143,9 @@ class Poller:
                 else:
                     log.debug("PollTasks failed (%s); retrying in %.1f s", code, backoff)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                # a server away (stopping, restarting) is looked for every second at most, so
+                # the worker is back soon after it; a refusal is repeated less often
+                backoff = min(backoff * 2, 1.0 if code in _AWAY else 5.0)
                 continue
             tasks = list(response.tasks)
             for _ in range(free - len(tasks)):
