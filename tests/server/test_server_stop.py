@@ -21,6 +21,7 @@ from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle._server.config import ServerConfig
 from wiggle._worker.reporter import Reporter
+from wiggle.errors import Unavailable
 from wiggle.testing import EmbeddedServer
 from wiggle.worker import WorkerOptions
 
@@ -249,6 +250,59 @@ async def test_a_report_waits_out_a_restart_longer_than_its_tries_within_its_lea
         assert not [e for e in history if e.error], history
     finally:
         released.set()
+        if new is not None:
+            await new.stop()
+        await old.server.stop(grace=0)
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_a_start_with_a_request_id_rides_through_a_restart_and_one_without_fails_fast(
+    blocking: bool, pg_schema: str
+) -> None:
+    # While the server is away, a start with a request id is asked again (repeating the id can
+    # start nothing twice) until the server is back; one without is not (it may or may not have
+    # happened): Unavailable at once, for the caller to decide.
+    port = free_port()
+    config = config_for("postgres", pg_schema, port)
+    old = await EmbeddedServer(config).start()
+    new: EmbeddedServer | None = None
+    target = f"127.0.0.1:{port}"
+    client: Any = Client(target) if blocking else AsyncClient(target)
+
+    async def start(**kwargs: Any) -> Any:
+        if blocking:
+            return await asyncio.to_thread(client.start, PAIR, {"n": 1}, **kwargs)
+        return await client.start(PAIR, {"n": 1}, **kwargs)
+
+    async def start_many(request_id: str) -> list[str]:
+        if blocking:
+            return list(await asyncio.to_thread(client.start_many, PAIR, [{}, {}, {}], request_id=request_id))
+        return list(await client.start_many(PAIR, [{}, {}, {}], request_id=request_id))
+
+    try:
+        await old.client.register(PAIR)
+        first = await start(request_id="order-1")
+        await old.client.close()
+        await asyncio.wait_for(old.server.stop(grace=60), 30)
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(start(), 20)
+        pending = asyncio.ensure_future(start(request_id="order-2"))
+        pending_many = asyncio.ensure_future(start_many("batch-1"))
+        await asyncio.sleep(1.0)
+        assert not pending.done() and not pending_many.done()  # still asking
+        new = await EmbeddedServer(config).start()
+        second = await asyncio.wait_for(pending, 20)
+        many = await asyncio.wait_for(pending_many, 20)
+        again = await start(request_id="order-2")  # the same request id: the same instance
+        assert second.instance_id == again.instance_id != first.instance_id
+        assert await start_many("batch-1") == many and len(set(many)) == 3
+        page, _ = await new.client.list(workflow="stop-pair")
+        assert len(page) == 5, page
+    finally:
+        if blocking:
+            await asyncio.to_thread(client.close)
+        else:
+            await client.close()
         if new is not None:
             await new.stop()
         await old.server.stop(grace=0)

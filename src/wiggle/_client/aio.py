@@ -141,13 +141,25 @@ class AsyncClient:
         Concurrent starts of one client (its threads, or its tasks) share one call while an earlier
         one is in flight, each answered with its own instance or error; a lone start is sent at
         once (docs/performance.md#starts-that-batch-themselves).
+
+        A start with a ``request_id`` is asked again while the server is away (UNAVAILABLE:
+        stopping, restarting) for up to 30 s, since repeating it cannot start a second instance;
+        one without fails with Unavailable at once, for it may or may not have happened.
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
-            if tracing.active():  # the call carries this start's own trace context: sent alone
-                return instance_from_pb(await self._start_one(request))
-            return instance_from_pb(await self._starts.start(request))
+            clock = core.WaitClock(core.CALL_TIMEOUT) if request_id else None
+            while True:
+                try:
+                    if tracing.active():  # the call carries this start's own trace context: sent alone
+                        return instance_from_pb(await self._start_one(request))
+                    return instance_from_pb(await self._starts.start(request))
+                except Unavailable:
+                    pause = clock.again_in() if clock is not None else None
+                    if pause is None:
+                        raise
+                    await core.apause(pause)
 
     async def _start_one(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
         reply: pb.InstanceInfo = await self._call(self.stub.StartInstance, request)
@@ -196,11 +208,25 @@ class AsyncClient:
         ids: builtins.list[str] = []
         request = chunks.next_request()
         while request is not None:
-            reply = await self._call(self.stub.StartInstances, request)
+            reply = await self._start_chunk(request)
             ids.extend(reply.instance_ids)
             chunks.pin(reply.version)
             request = chunks.next_request()
         return ids
+
+    async def _start_chunk(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        # a chunk of start_many: asked again while the server is away when its starts have request
+        # ids (repeating them starts nothing twice), as a lone start is
+        clock = core.WaitClock(core.CALL_TIMEOUT) if request.request_id else None
+        while True:
+            try:
+                reply: pb.StartInstancesResponse = await self._call(self.stub.StartInstances, request)
+                return reply
+            except Unavailable:
+                pause = clock.again_in() if clock is not None else None
+                if pause is None:
+                    raise
+                await core.apause(pause)
 
     async def get(self, instance_id: str) -> InstanceInfo:
         """The instance as it is now."""
