@@ -190,6 +190,23 @@ async def call(
             return r.status, r.headers, answer
 
 
+def across_navigation(condition: Any) -> Any:
+    """``condition`` for a WebDriverWait that a page's own navigation (a sign-in's or a sign-out's
+    ``location.assign``) may interrupt: chromedriver then aborts the find ("aborted by
+    navigation"), which is "not yet", not a failure; any other error still fails the wait."""
+    from selenium.common.exceptions import WebDriverException
+
+    def check(driver: Any) -> Any:
+        try:
+            return condition(driver)
+        except WebDriverException as exc:
+            if "aborted by navigation" in str(exc.msg or ""):
+                return False
+            raise
+
+    return check
+
+
 def click(driver: Any, css: str, timeout: float = 20) -> None:
     """Click the element ``css`` once it is there. The pages refresh their ``<main>`` every 2 s,
     which may replace the element between finding and clicking it: find it again then."""

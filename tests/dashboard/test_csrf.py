@@ -19,7 +19,15 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from wiggle import Workflow
 
-from .helpers import dashboard_server, page_server, screenshot, secured_server, start_chromium, until
+from .helpers import (
+    across_navigation,
+    dashboard_server,
+    page_server,
+    screenshot,
+    secured_server,
+    start_chromium,
+    until,
+)
 
 EVIL = """<!doctype html><html><head><title>win a prize</title></head><body><h1>You won!</h1>
 <iframe name="sink" id="sink"></iframe>
@@ -147,7 +155,9 @@ async def test_forged_requests_against_a_signed_in_session(
                         WebDriverWait(driver, 20).until(ec.presence_of_element_located((By.ID, "token")))
                         driver.find_element(By.ID, "token").send_keys("tok-ops")
                         driver.find_element(By.ID, "signin-token").click()
-                        WebDriverWait(driver, 20).until(ec.presence_of_element_located((By.ID, "who")))
+                        WebDriverWait(driver, 20).until(
+                            across_navigation(ec.presence_of_element_located((By.ID, "who")))
+                        )
                         return str(driver.find_element(By.ID, "who").text)
 
                     assert await asyncio.to_thread(sign_in) == "ops"

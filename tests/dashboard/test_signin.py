@@ -26,6 +26,7 @@ from wiggle._server.web.sessions import TOKEN, Sessions
 from wiggle._server.web.signin import safe_next
 
 from .helpers import (
+    across_navigation,
     call,
     click,
     csp_violations,
@@ -301,7 +302,7 @@ async def test_sign_in_act_and_sign_out_in_a_browser(store: str, pg_schema: str,
                 field.clear()
                 field.send_keys("tok-ops")
                 driver.find_element(By.ID, "signin-token").click()
-                wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.graph")))
+                wait.until(across_navigation(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.graph"))))
                 seen["landed"] = driver.current_url
                 seen["who"] = driver.find_element(By.ID, "who").text
                 seen["cookie"] = driver.get_cookie(COOKIE)
@@ -331,7 +332,7 @@ async def test_sign_in_act_and_sign_out_in_a_browser(store: str, pg_schema: str,
                 wait = WebDriverWait(driver, 20)
                 wait.until(lambda d: "go" in d.find_element(By.ID, "main").text)
                 driver.find_element(By.ID, "signout").click()
-                wait.until(ec.presence_of_element_located((By.ID, "signin")))
+                wait.until(across_navigation(ec.presence_of_element_located((By.ID, "signin"))))
                 after = driver.current_url
                 screenshot(driver, f"signed-out-{store}")
                 driver.get(f"{base}/instances")  # the session is over: back to the sign-in page

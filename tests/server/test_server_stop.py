@@ -43,6 +43,19 @@ def config_for(store: str, schema: str, port: int = 0) -> ServerConfig:
     return ServerConfig(port=port)
 
 
+class HeldStep:
+    """A step (``slow``) that runs until ``released``; ``running`` once it has begun."""
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def slow(self, ctx: dict[str, Any]) -> dict[str, Any]:
+        self.running.set()
+        await self.released.wait()
+        return {**ctx, "slow": True}
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[EmbeddedServer]:
     async with EmbeddedServer() as server:
@@ -152,16 +165,14 @@ async def test_a_rolling_restart_loses_nothing_retries_nothing_and_a_wait_rides_
     # A step is running in the worker when its server stops; the stop does not wait for it, the
     # server comes back on its port, the worker's report lands there, and the instance finishes
     # with one attempt per step. A client waiting for the instance all along gets its result.
-    released = asyncio.Event()
-    running = asyncio.Event()
-
-    async def slow(ctx: dict[str, Any]) -> dict[str, Any]:
-        running.set()
-        await released.wait()
-        return {**ctx, "slow": True}
-
+    held = HeldStep()
     flow = (
-        Workflow.define(f"rolling-{mode.lower()}").execution(mode).step(first).step(slow).step(second).build()
+        Workflow.define(f"rolling-{mode.lower()}")
+        .execution(mode)
+        .step(first)
+        .step(held.slow)
+        .step(second)
+        .build()
     )
     port = free_port()
     config = config_for("postgres", pg_schema, port)
@@ -172,7 +183,7 @@ async def test_a_rolling_restart_loses_nothing_retries_nothing_and_a_wait_rides_
         await old.client.register(flow)
         async with old.worker([flow]) as worker:
             instance_id = (await old.client.start(flow, {})).instance_id
-            await asyncio.wait_for(running.wait(), 30)
+            await asyncio.wait_for(held.running.wait(), 30)
             if blocking:
                 waiting_client: Any = Client(target)
                 waiter = asyncio.ensure_future(asyncio.to_thread(waiting_client.wait, instance_id, 60))
@@ -187,7 +198,7 @@ async def test_a_rolling_restart_loses_nothing_retries_nothing_and_a_wait_rides_
                 print(f"stopped in {time.monotonic() - began:.3f} s with a step running")
                 assert not waiter.done()
                 new = await EmbeddedServer(config).start()
-                released.set()
+                held.released.set()
                 info = await asyncio.wait_for(waiter, 60)
             finally:
                 if blocking:
@@ -206,7 +217,7 @@ async def test_a_rolling_restart_loses_nothing_retries_nothing_and_a_wait_rides_
             assert entry.outcome != "RETRY", entry
             assert "lease" not in entry.error, entry
     finally:
-        released.set()
+        held.released.set()
         if new is not None:
             await new.stop()
         await old.server.stop(grace=0)
@@ -220,15 +231,8 @@ async def test_a_report_waits_out_a_restart_longer_than_its_tries_within_its_lea
     # (10 s) has not, so its report keeps trying (wiggle/_worker/reporter.py) and lands: one
     # attempt per step. Given up after its tries, the step would run again once its lease expired.
     monkeypatch.setattr(Reporter, "ATTEMPTS", 2)
-    released = asyncio.Event()
-    running = asyncio.Event()
-
-    async def slow(ctx: dict[str, Any]) -> dict[str, Any]:
-        running.set()
-        await released.wait()
-        return {**ctx, "slow": True}
-
-    flow = Workflow.define(f"outlasting-{mode.lower()}").execution(mode).step(slow).step(second).build()
+    held = HeldStep()
+    flow = Workflow.define(f"outlasting-{mode.lower()}").execution(mode).step(held.slow).step(second).build()
     port = free_port()
     config = msgspec.structs.replace(config_for("postgres", pg_schema, port), lease_millis=10_000)
     old = await EmbeddedServer(config).start()
@@ -237,10 +241,10 @@ async def test_a_report_waits_out_a_restart_longer_than_its_tries_within_its_lea
         await old.client.register(flow)
         async with old.worker([flow]):
             instance_id = (await old.client.start(flow, {})).instance_id
-            await asyncio.wait_for(running.wait(), 30)
+            await asyncio.wait_for(held.running.wait(), 30)
             await old.client.close()
             await asyncio.wait_for(old.server.stop(grace=60), 30)
-            released.set()  # the report is sent to no server, and tried again
+            held.released.set()  # the report is sent to no server, and tried again
             await asyncio.sleep(1.5)
             new = await EmbeddedServer(config).start()
             info = await new.client.wait(instance_id, 60)
@@ -249,7 +253,7 @@ async def test_a_report_waits_out_a_restart_longer_than_its_tries_within_its_lea
         assert [(e.node_id, e.attempt) for e in history if e.kind == "TASK"] == [("slow", 1), ("second", 1)]
         assert not [e for e in history if e.error], history
     finally:
-        released.set()
+        held.released.set()
         if new is not None:
             await new.stop()
         await old.server.stop(grace=0)
@@ -306,3 +310,28 @@ async def test_a_start_with_a_request_id_rides_through_a_restart_and_one_without
         if new is not None:
             await new.stop()
         await old.server.stop(grace=0)
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_a_client_that_never_reached_its_server_does_not_wait_for_it(blocking: bool) -> None:
+    # A wrong target (a closed port here) is a mistake to report, not a restart to ride through: a
+    # client that has never reached its server asks again for 3 s at most (core.FIRST_CONTACT),
+    # not the wait's 60 s nor a start's 30 s.
+    target = f"127.0.0.1:{free_port()}"
+    client: Any = Client(target) if blocking else AsyncClient(target)
+
+    async def call(name: str, *args: Any, **kwargs: Any) -> Any:
+        if blocking:
+            return await asyncio.to_thread(getattr(client, name), *args, **kwargs)
+        return await getattr(client, name)(*args, **kwargs)
+
+    try:
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(call("wait", "wi-000000000000000000000000", 60), 20)
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(call("start", PAIR, {}, request_id="order-3"), 20)
+    finally:
+        if blocking:
+            await asyncio.to_thread(client.close)
+        else:
+            await client.close()

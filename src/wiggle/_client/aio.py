@@ -8,7 +8,7 @@ wiggle/_client/core.py and replies converted in wiggle/_wire/convert.py.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,7 +28,7 @@ from .._wire.replies import (
     signal_result_from_pb,
     workflow_from_pb,
 )
-from .._wire.status import error_from_rpc
+from .._wire.status import STOPPING, error_from_rpc
 from ..errors import Unavailable
 from ..workflow import Blueprint
 from . import core
@@ -70,6 +70,9 @@ class AsyncClient:
         # stream (start_stream.py) where the server has it
         self._stream = AsyncStartStream(self.stub)
         self._starts = AsyncStartBatcher(self._start_alone, self._start_coalesced)
+        # a call has been answered: the target is right, and a server away later is a restart
+        # to ride through, not a mistake to report at once (_again_while_away)
+        self._reached = False
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -90,9 +93,11 @@ class AsyncClient:
     async def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
         # rpc is a stub method (untyped generated code); the caller converts the reply it returns
         try:
-            return await rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
+            reply = await rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from None
+        self._reached = True
+        return reply
 
     async def register(self, workflow: Blueprint[Any] | WorkflowDefinition) -> WorkflowInfo:
         """Register a workflow version (a no-op if this exact graph is registered already)."""
@@ -144,22 +149,22 @@ class AsyncClient:
 
         A start with a ``request_id`` is asked again while the server is away (UNAVAILABLE:
         stopping, restarting) for up to 30 s, since repeating it cannot start a second instance;
-        one without fails with Unavailable at once, for it may or may not have happened.
+        one without fails with Unavailable at once, for it may or may not have happened. A client
+        that has never reached its server asks for 3 s at most (a wrong target).
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
-            clock = core.WaitClock(core.CALL_TIMEOUT) if request_id else None
-            while True:
-                try:
-                    if tracing.active():  # the call carries this start's own trace context: sent alone
-                        return instance_from_pb(await self._start_one(request))
-                    return instance_from_pb(await self._starts.start(request))
-                except Unavailable:
-                    pause = clock.again_in() if clock is not None else None
-                    if pause is None:
-                        raise
-                    await core.apause(pause)
+            if tracing.active():  # the call carries this start's own trace context: sent alone
+                send = self._start_one
+            else:
+                send = self._starts.start
+            if not request_id:
+                reply = await send(request)
+                self._reached = True
+                return instance_from_pb(reply)
+            clock = core.WaitClock(core.CALL_TIMEOUT)
+            return instance_from_pb(await self._again_while_away(lambda: send(request), clock))
 
     async def _start_one(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
         reply: pb.InstanceInfo = await self._call(self.stub.StartInstance, request)
@@ -218,15 +223,34 @@ class AsyncClient:
         # a chunk of start_many: asked again while the server is away when its starts have request
         # ids (repeating them starts nothing twice), as a lone start is
         clock = core.WaitClock(core.CALL_TIMEOUT) if request.request_id else None
+        reply: pb.StartInstancesResponse = await self._again_while_away(
+            lambda: self._call(self.stub.StartInstances, request), clock
+        )
+        return reply
+
+    async def _again_while_away(self, send: Callable[[], Any], clock: core.WaitClock | None) -> Any:
+        """``send()``'s answer; after Unavailable (the server stopping, restarting, unreachable)
+        asked again, with ``clock``'s pauses, until its time is up (None: not asked again). A
+        client that has never reached its server asks for ``core.FIRST_CONTACT`` seconds at most:
+        a wrong target is a mistake to report, not a restart to wait out."""
+        unreached: core.WaitClock | None = None
         while True:
             try:
-                reply: pb.StartInstancesResponse = await self._call(self.stub.StartInstances, request)
-                return reply
-            except Unavailable:
+                answer = await send()
+            except Unavailable as exc:
+                if not self._reached and str(exc).startswith(STOPPING):
+                    self._reached = True  # the server itself answered: the target is right
+                if not self._reached and clock is not None:
+                    unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
+                    if unreached.again_in() is None:
+                        raise
                 pause = clock.again_in() if clock is not None else None
                 if pause is None:
                     raise
                 await core.apause(pause)
+                continue
+            self._reached = True
+            return answer
 
     async def get(self, instance_id: str) -> InstanceInfo:
         """The instance as it is now."""
@@ -237,18 +261,14 @@ class AsyncClient:
         """Wait until the instance finishes (any status) or ``timeout`` passes; returns the snapshot.
 
         A server that is away (stopping, restarting: UNAVAILABLE) is asked again, with pauses, until
-        ``timeout``; Unavailable is raised only if it is still away then."""
+        ``timeout``; Unavailable is raised only if it is still away then, or after 3 s by a client
+        that has never reached its server (a wrong target)."""
         clock = core.WaitClock(timeout)
         while True:
-            request, call_timeout = clock.request(instance_id)
-            try:
-                info = instance_from_pb(await self._call(self.stub.GetInstance, request, call_timeout))
-            except Unavailable:
-                pause = clock.again_in()
-                if pause is None:
-                    raise
-                await core.apause(pause)
-                continue
+            reply = await self._again_while_away(
+                lambda: self._call(self.stub.GetInstance, *clock.request(instance_id)), clock
+            )
+            info = instance_from_pb(reply)
             if clock.done(info):
                 return info
 

@@ -57,6 +57,7 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1_000),
 ]
 CALL_TIMEOUT = 30.0  # seconds, for every call but the waits
+FIRST_CONTACT = 3.0  # seconds a client that never reached its server asks again for (aio.py)
 MAX_WAIT_SLICE = 30.0  # one GetInstance wait; the server caps it too (wiggle/_server/instances.py)
 
 _encode_json = msgspec.json.Encoder().encode

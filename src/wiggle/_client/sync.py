@@ -7,7 +7,7 @@ source of truth); tests/server/test_client_drift.py fails when the two drift apa
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ from .._wire.replies import (
     signal_result_from_pb,
     workflow_from_pb,
 )
-from .._wire.status import error_from_rpc
+from .._wire.status import STOPPING, error_from_rpc
 from ..errors import Unavailable
 from ..workflow import Blueprint
 from . import core
@@ -69,6 +69,9 @@ class Client:
         # stream (start_stream.py) where the server has it
         self._stream = StartStream(self.stub)
         self._starts = StartBatcher(self._start_alone, self._start_coalesced)
+        # a call has been answered: the target is right, and a server away later is a restart
+        # to ride through, not a mistake to report at once (_again_while_away)
+        self._reached = False
 
     @property
     def channel(self) -> grpc.Channel:
@@ -89,9 +92,11 @@ class Client:
     def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
         # rpc is a stub method (untyped generated code); the caller converts the reply it returns
         try:
-            return rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
+            reply = rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from None
+        self._reached = True
+        return reply
 
     def register(self, workflow: Blueprint[Any] | WorkflowDefinition) -> WorkflowInfo:
         """Register a workflow version (a no-op if this exact graph is registered already)."""
@@ -143,22 +148,22 @@ class Client:
 
         A start with a ``request_id`` is asked again while the server is away (UNAVAILABLE:
         stopping, restarting) for up to 30 s, since repeating it cannot start a second instance;
-        one without fails with Unavailable at once, for it may or may not have happened.
+        one without fails with Unavailable at once, for it may or may not have happened. A client
+        that has never reached its server asks for 3 s at most (a wrong target).
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
-            clock = core.WaitClock(core.CALL_TIMEOUT) if request_id else None
-            while True:
-                try:
-                    if tracing.active():  # the call carries this start's own trace context: sent alone
-                        return instance_from_pb(self._start_one(request))
-                    return instance_from_pb(self._starts.start(request))
-                except Unavailable:
-                    pause = clock.again_in() if clock is not None else None
-                    if pause is None:
-                        raise
-                    core.pause(pause)
+            if tracing.active():  # the call carries this start's own trace context: sent alone
+                send = self._start_one
+            else:
+                send = self._starts.start
+            if not request_id:
+                reply = send(request)
+                self._reached = True
+                return instance_from_pb(reply)
+            clock = core.WaitClock(core.CALL_TIMEOUT)
+            return instance_from_pb(self._again_while_away(lambda: send(request), clock))
 
     def _start_one(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
         reply: pb.InstanceInfo = self._call(self.stub.StartInstance, request)
@@ -217,15 +222,34 @@ class Client:
         # a chunk of start_many: asked again while the server is away when its starts have request
         # ids (repeating them starts nothing twice), as a lone start is
         clock = core.WaitClock(core.CALL_TIMEOUT) if request.request_id else None
+        reply: pb.StartInstancesResponse = self._again_while_away(
+            lambda: self._call(self.stub.StartInstances, request), clock
+        )
+        return reply
+
+    def _again_while_away(self, send: Callable[[], Any], clock: core.WaitClock | None) -> Any:
+        """``send()``'s answer; after Unavailable (the server stopping, restarting, unreachable)
+        asked again, with ``clock``'s pauses, until its time is up (None: not asked again). A
+        client that has never reached its server asks for ``core.FIRST_CONTACT`` seconds at most:
+        a wrong target is a mistake to report, not a restart to wait out."""
+        unreached: core.WaitClock | None = None
         while True:
             try:
-                reply: pb.StartInstancesResponse = self._call(self.stub.StartInstances, request)
-                return reply
-            except Unavailable:
+                answer = send()
+            except Unavailable as exc:
+                if not self._reached and str(exc).startswith(STOPPING):
+                    self._reached = True  # the server itself answered: the target is right
+                if not self._reached and clock is not None:
+                    unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
+                    if unreached.again_in() is None:
+                        raise
                 pause = clock.again_in() if clock is not None else None
                 if pause is None:
                     raise
                 core.pause(pause)
+                continue
+            self._reached = True
+            return answer
 
     def get(self, instance_id: str) -> InstanceInfo:
         """The instance as it is now."""
@@ -236,18 +260,14 @@ class Client:
         """Wait until the instance finishes (any status) or ``timeout`` passes; returns the snapshot.
 
         A server that is away (stopping, restarting: UNAVAILABLE) is asked again, with pauses, until
-        ``timeout``; Unavailable is raised only if it is still away then."""
+        ``timeout``; Unavailable is raised only if it is still away then, or after 3 s by a client
+        that has never reached its server (a wrong target)."""
         clock = core.WaitClock(timeout)
         while True:
-            request, call_timeout = clock.request(instance_id)
-            try:
-                info = instance_from_pb(self._call(self.stub.GetInstance, request, call_timeout))
-            except Unavailable:
-                pause = clock.again_in()
-                if pause is None:
-                    raise
-                core.pause(pause)
-                continue
+            reply = self._again_while_away(
+                lambda: self._call(self.stub.GetInstance, *clock.request(instance_id)), clock
+            )
+            info = instance_from_pb(reply)
             if clock.done(info):
                 return info
 

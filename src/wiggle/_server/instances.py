@@ -39,6 +39,7 @@ from .._storage.base import (
     WorkflowRecord,
 )
 from .._storage.notifier import wait_event
+from .._wire.status import STOPPING
 from ..errors import InvalidArgument, Unavailable
 from .clock_duties import CLOCK_BATCH, PURGE_EVERY_SECONDS, ClockDuties
 from .delivery import MAX_WAIT_SECONDS, Delivery, release
@@ -49,12 +50,9 @@ from .subflows import SubWorkflows, check_children_registered, may_need_follow_u
 from .timings import Timings
 from .workflow_limits import WorkflowLimits, needs_admission
 
-__all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH", "STOPPING"]
+__all__ = ["Instances", "MAX_WAIT_SECONDS", "CLOCK_BATCH"]
 
 log = logging.getLogger("wiggle.server")
-
-#: What a stopping server answers a poll or a wait with (UNAVAILABLE: ask again, elsewhere or later).
-STOPPING = "the server is stopping"
 R = TypeVar("R")
 
 

@@ -16,8 +16,9 @@ from .._engine.state import TokenStatus
 from .._rpc import wiggle_pb2 as pb
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object, too_deep
+from .._wire.status import STOPPING
 from ..errors import InvalidArgument, Unavailable
-from .instances import STOPPING, Instances
+from .instances import Instances
 from .pollers import Pollers
 from .service_limits import ServiceLimits, chain_queues, check_task_id, poll_queues, wait_seconds
 

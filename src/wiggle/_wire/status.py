@@ -23,7 +23,12 @@ __all__ = [
     "from_wire_number",
     "error_for",
     "error_from_rpc",
+    "STOPPING",
 ]
+
+#: How a stopping server begins its UNAVAILABLE answer to a poll or a wait (wiggle/_server/
+#: instances.py): ask again, elsewhere or later. A client seeing it knows its target is right.
+STOPPING = "the server is stopping"
 
 # The names of ErrorCode are gRPC's own (wiggle/errors.py), so the mapping is by name; a code
 # added to one side only fails here at import, not at the first error.
