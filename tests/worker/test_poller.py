@@ -4,6 +4,7 @@ a failed poll backs off, to a second at most while the server is away."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import grpc
 import pytest
@@ -101,3 +102,49 @@ async def test_a_failed_poll_backs_off_to_a_second_while_the_server_is_away(
     await poller.stop(timeout=1)
     assert pauses[:5] == [0.1, 0.2, 0.4, 0.8, 1.6 if longest > 1.6 else longest]
     assert max(pauses) == longest and pauses[9] == longest
+
+
+class AwayThenBack(FakeTransport):
+    """Three polls fail UNAVAILABLE (the server stops and restarts), then polls are answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.polls = 0
+        self.answered = asyncio.Event()
+
+    async def poll(self, request: pb.PollTasksRequest, timeout: float) -> pb.PollTasksResponse:
+        self.polls += 1
+        if self.polls <= 3:
+            raise StreamError(grpc.StatusCode.UNAVAILABLE, "the server is stopping; poll again")
+        self.answered.set()
+        await asyncio.sleep(0.01)
+        return pb.PollTasksResponse()
+
+
+async def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr("wiggle._worker.poller.asyncio.sleep", lambda seconds: real_sleep(0))
+    transport = AwayThenBack()
+
+    async def execute(activation: pb.TaskActivation) -> None:
+        raise AssertionError("no step is polled")
+
+    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 1, 1.0, execute)
+    with caplog.at_level(logging.INFO, logger="wiggle.worker"):
+        poller.start()
+        await asyncio.wait_for(transport.answered.wait(), 5)
+        await real_sleep(0.05)
+        await poller.stop(timeout=1)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said[0] == (
+        "WARNING",
+        "server unavailable (UNAVAILABLE: the server is stopping; poll again); polling again every second at most",
+    )
+    assert (
+        said[1][0] == "INFO"
+        and said[1][1].startswith("server back after ")
+        and said[1][1].endswith("polling q")
+    )
+    assert len(said) == 2, said

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
@@ -108,6 +109,7 @@ class Poller:
     async def _run(self) -> None:
         slots = self._slots
         backoff = 0.1
+        away: float | None = None  # since when the server has been away (UNAVAILABLE, DEADLINE_EXCEEDED)
         while self.running:
             await slots.acquire()
             free = 1
@@ -125,6 +127,13 @@ class Poller:
                 )
                 response = await self.transport.poll(request, self.poll_wait_seconds + 30)
                 backoff = 0.1
+                if away is not None:
+                    log.info(
+                        "server back after %.1f s; polling %s",
+                        time.monotonic() - away,
+                        ", ".join(self.queues),
+                    )
+                    away = None
             except asyncio.CancelledError:
                 for _ in range(free):
                     slots.release()
@@ -140,6 +149,13 @@ class Poller:
                     grpc.StatusCode.UNAUTHENTICATED,
                 ):
                     log.error("PollTasks refused: %s", exc.details() if hasattr(exc, "details") else exc)
+                elif code in _AWAY and away is None:  # once an outage: the server stops, restarts, ...
+                    away = time.monotonic()
+                    log.warning(
+                        "server unavailable (%s: %s); polling again every second at most",
+                        code.name,
+                        exc.details() if hasattr(exc, "details") else exc,
+                    )
                 else:
                     log.debug("PollTasks failed (%s); retrying in %.1f s", code, backoff)
                 await asyncio.sleep(backoff)
