@@ -159,12 +159,13 @@ class AsyncClient:
                 send = self._start_one
             else:
                 send = self._starts.start
-            if not request_id:
+            if request_id:
+                clock = core.WaitClock(core.CALL_TIMEOUT)
+                reply = await self._again_while_away(lambda: send(request), clock)
+            else:
                 reply = await send(request)
-                self._reached = True
-                return instance_from_pb(reply)
-            clock = core.WaitClock(core.CALL_TIMEOUT)
-            return instance_from_pb(await self._again_while_away(lambda: send(request), clock))
+            self._reached = True  # the unary calls mark it in _call; a streamed start here
+            return instance_from_pb(reply)
 
     async def _start_one(self, request: pb.StartInstanceRequest) -> pb.InstanceInfo:
         reply: pb.InstanceInfo = await self._call(self.stub.StartInstance, request)
@@ -236,21 +237,18 @@ class AsyncClient:
         unreached: core.WaitClock | None = None
         while True:
             try:
-                answer = await send()
+                return await send()
             except Unavailable as exc:
                 if not self._reached and str(exc).startswith(STOPPING):
                     self._reached = True  # the server itself answered: the target is right
-                if not self._reached and clock is not None:
+                if not self._reached:
                     unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
-                    if unreached.again_in() is None:
+                    if unreached.expired():
                         raise
                 pause = clock.again_in() if clock is not None else None
                 if pause is None:
                     raise
                 await core.apause(pause)
-                continue
-            self._reached = True
-            return answer
 
     async def get(self, instance_id: str) -> InstanceInfo:
         """The instance as it is now."""

@@ -331,6 +331,10 @@ class WaitClock:
         """True once the instance finished or the time is up."""
         return info.finished or self.remaining <= 0
 
+    def expired(self) -> bool:
+        """True once the time is up."""
+        return time.monotonic() >= self.deadline
+
     def again_in(self) -> float | None:
         """The server was away (UNAVAILABLE: stopping, restarting, unreachable): seconds to pause
         before asking again (0.1 doubling to 2), or None when the wait's time is up."""

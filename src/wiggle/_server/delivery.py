@@ -72,8 +72,9 @@ class Delivery:
         # Per queue, the reservation of a poller that further transitions may add steps to
         # (Handoff.accepting): a start group's starts, reports committed together, share one poll.
         self._open: dict[str, Handoff] = {}
-        #: the server is stopping (Instances.let_go): a poll looks for no more work and returns
-        self.closing = False
+        #: set when the server stops (Instances.let_go): a poll looks for no more work and returns;
+        #: the session streams end on it too (wiggle/_server/session.py)
+        self.closing = asyncio.Event()
 
     # ------------------------------------------------------------------ claims and polls
 
@@ -127,7 +128,7 @@ class Delivery:
         unknown = notifier.NEXT_UNKNOWN
         woken_for: str | None = None  # a counted wake-up this poll took and has not yet looked for
         try:
-            while not self.closing:
+            while not self.closing.is_set():
                 with notifier.watch_work(queues) as waiter:
                     next_ready = notifier.known_empty(queues, clock.now())
                     if next_ready is None:

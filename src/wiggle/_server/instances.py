@@ -89,8 +89,8 @@ class Instances(StepReports):
         )
 
     @property
-    def closing(self) -> bool:
-        """The server is stopping (``let_go``)."""
+    def closing(self) -> asyncio.Event:
+        """Set when the server stops (``let_go``)."""
         return self.delivery.closing
 
     def let_go(self) -> None:
@@ -98,7 +98,7 @@ class Instances(StepReports):
         answered UNAVAILABLE (``STOPPING``: wiggle/_server/worker_service.py for a poll,
         ``wait_finished`` for a wait), and its caller asks again, of another server or of this
         one once it is back (docs/operations.md#stopping-a-server)."""
-        self.delivery.closing = True
+        self.delivery.closing.set()
         self.store.notifier.wake_all()
 
     def now(self) -> int:
@@ -319,7 +319,7 @@ class Instances(StepReports):
                 remaining = deadline - time.monotonic()
                 if view.instance.status in FINISHED_INSTANCE_STATUSES or remaining <= 0:
                     return view
-                if self.closing:
+                if self.closing.is_set():
                     raise Unavailable(f"{STOPPING}; wait for instance {instance_id} again")
                 # Bounded waits: a finish on another server node is seen within a second.
                 with self.store.waiting_for("finished", ("",)):  # its NOTIFY wakes this one sooner

@@ -89,15 +89,18 @@ class ControlPlane(InstanceHandlers, WorkerHandlers, RoutedService):
         self.schedule_handlers = ScheduleHandlers(instances.schedules, self.limits.max_payload_bytes)
         #: run on every request before its handler (access control: wiggle/_server/guard.py)
         self.guard = None
-        #: set when the server stops (``let_go``): each session stream answers what it read and ends
-        self.closing = asyncio.Event()
         self.bind_routes()
+
+    @property
+    def closing(self) -> asyncio.Event:
+        """Set when the server stops (``let_go``): each session stream answers what it read and
+        ends (session.py)."""
+        return self.instances.closing
 
     def let_go(self) -> None:
         """The server is stopping: its session streams answer what they read and end, its long
         polls and waits end now (``Instances.let_go``), and no report brings a next step, so that
         the server's stop waits only for the calls in flight (docs/operations.md#stopping-a-server)."""
-        self.closing.set()
         self.instances.let_go()
 
     async def worker_session(
@@ -125,7 +128,8 @@ class ControlPlane(InstanceHandlers, WorkerHandlers, RoutedService):
         self, request_iterator: AsyncIterator[pb.ClientBatch], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ClientReplyBatch]:
         """ClientSession: a client's starts on one stream, each through the dispatch table as the
-        StartInstances call it stands for (session.py); ends on its own when the server stops."""
+        StartInstances call it stands for (session.py); ends on its own when the server stops, as a
+        WorkerSession does."""
         self.metrics.client_sessions_open += 1
         try:
             async with contextlib.aclosing(

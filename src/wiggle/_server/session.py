@@ -8,10 +8,11 @@ concurrently; replies go out as each finishes, batched when several are ready.
 A stream whose credential is revoked is ended by wiggle/_server/revocation.py; the worker ids it
 polled under are noted on its ``OpenCall`` so that the steps it holds can be handed back.
 
-A ClientSession ends on its own when the server stops (``closing``): it stops reading, answers
-every message it has read, and ends the call with OK, so that a client whose message found the
-stream ended knows it was never read and sends it again on a new stream
-(wiggle/_client/start_stream.py) instead of holding the server's stop for its whole grace.
+Both streams end on their own when the server stops (``closing``): each stops reading, answers
+every message it has read, and ends the call with OK, so that a worker or a client whose message
+found the stream ended knows it was never read and sends it again on a new stream
+(wiggle/_worker/stream.py, wiggle/_client/start_stream.py) instead of holding the server's stop
+for its whole grace. A worker's waiting poll ends then too (``Instances.let_go``).
 """
 
 from __future__ import annotations

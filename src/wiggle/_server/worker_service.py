@@ -45,7 +45,7 @@ class WorkerHandlers:
         claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
         if claimed:
             self.pollers.claimed(c.token.queue for c in claimed)
-        elif self.instances.closing:  # the worker polls again, elsewhere or once this one is back
+        elif self.instances.closing.is_set():  # the worker polls again, elsewhere or once this one is back
             raise Unavailable(f"{STOPPING}; poll again")
         config = self.instances.config
         response = pb.PollTasksResponse()
@@ -139,7 +139,7 @@ class WorkerHandlers:
         """The queues a report may bring its instance's next step from: those it names (checked,
         ``chain_queues``), none once the server is stopping (the step stays READY for a poll)."""
         queues = chain_queues(next_queues)
-        return frozenset() if self.instances.closing else queues
+        return frozenset() if self.instances.closing.is_set() else queues
 
     def _chained_into(self, chained: Claimed, into: pb.TaskActivation) -> None:
         """A report's answer carries the step leased with it (docs/semantics.md#chained-steps):

@@ -85,7 +85,7 @@ class Reporter:
     ) -> R | None:
         delay = 0.1
         tries = 0
-        began = time.monotonic()
+        away = 0.0  # when the first try failed for the server's absence (read only then)
         while True:
             tries += 1
             started = time.perf_counter()
@@ -100,7 +100,8 @@ class Reporter:
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code in _RETRIED:
-                    if tries >= self.ATTEMPTS and time.monotonic() - began >= patience:
+                    away = away or time.monotonic()
+                    if tries >= self.ATTEMPTS and time.monotonic() - away >= patience:
                         break
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 3.0)
@@ -115,6 +116,6 @@ class Reporter:
             "%s gave up after %d tries in %.1f s; the lease will expire and the step will be redelivered",
             name,
             tries,
-            time.monotonic() - began,
+            time.monotonic() - away,
         )
         return None
