@@ -155,3 +155,22 @@ async def test_a_next_step_answered_to_an_abandoned_report_is_handed_on() -> Non
         assert [[a.task_id for a in batch] for batch in orphans] == [["b-next@1"], ["c-next@1"]]
     finally:
         await transport.close()
+
+
+async def test_a_stream_the_server_ends_ends_its_request_side_too() -> None:
+    """A server that stops ends the worker's stream (EOF). The request side, fed from the stream's
+    own queue, ends with it: before, gRPC's task feeding it waited on that queue for good and was
+    destroyed pending when the call was collected (asyncio's "Task was destroyed but it is
+    pending!" in the worker's log some seconds into the server's absence). A later call opens a
+    new stream."""
+    stub = FakeStub(answer)
+    transport = StreamTransport(stub)  # type: ignore[arg-type]
+    try:
+        await transport.heartbeat(pb.HeartbeatTaskRequest(task_id="t1"), 5)
+        [first] = stub.calls
+        first.replies.put_nowait(grpc.aio.EOF)  # the server ended the stream
+        await asyncio.wait_for(first.pump, 5)  # the request side is over, not waiting
+        beat = await transport.heartbeat(pb.HeartbeatTaskRequest(task_id="t2"), 5)
+        assert beat.lease_expires_at and len(stub.calls) == 2
+    finally:
+        await transport.close()

@@ -148,9 +148,11 @@ class StreamTransport:
                 self._outgoing = outgoing
                 call = self.stub.WorkerSession(_frames(outgoing))
                 self._call = call
-                self._reader = asyncio.ensure_future(self._read(call))
+                self._reader = asyncio.ensure_future(self._read(call, outgoing))
 
-    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+    async def _read(
+        self, call: grpc.aio.StreamStreamCall, outgoing: asyncio.Queue[pb.WorkerMessage | None]
+    ) -> None:
         error: BaseException | None = None
         try:
             while True:
@@ -162,6 +164,10 @@ class StreamTransport:
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
             error = exc
         finally:
+            # end the request side too: gRPC's task that feeds it from _frames would wait on this
+            # call's queue for good, and be destroyed pending when the call is collected (asyncio
+            # logs "Task was destroyed but it is pending!" some seconds into a server's absence)
+            outgoing.put_nowait(None)
             if self._call is call:
                 self._call = None
             pending, self._pending = self._pending, {}
