@@ -43,6 +43,16 @@ class Client:
     """A client of the control plane. ``Client("127.0.0.1:7233")``; close it or use ``with``.
 
     Errors arrive as ``wiggle.errors`` exceptions carrying the server's message.
+
+    A call that is safe to repeat rides through a server restart or fail-over: while the server
+    answers UNAVAILABLE it is asked again, with pauses, for up to 30 s — every read, ``register``,
+    ``cancel``, ``signal`` with a ``signal_id``, a ``start`` or ``start_many`` with a
+    ``request_id``, ``update_schedule``, ``pause_schedule``, ``resume_schedule`` and
+    ``set_queue_limit`` (``wait`` and ``result`` within their own timeout). The others (a start or
+    signal without an id, ``complete_user_task``, ``retry``, ``create_schedule``,
+    ``delete_schedule``, ``trigger_schedule``) raise Unavailable at once, for they may or may not
+    have happened. A client that has never reached its server asks for 3 s at most (a wrong
+    target). docs/failover.md#what-a-client-does-while-the-server-is-away.
     """
 
     def __init__(
@@ -98,19 +108,27 @@ class Client:
         self._reached = True
         return reply
 
+    def _call_again(self, rpc: Any, request: Message) -> Any:
+        """``_call`` for a call that is safe to repeat (a read, or a write a second time changes
+        nothing more): asked again while the server is away (UNAVAILABLE: stopping, restarting,
+        failing over), for up to ``core.CALL_TIMEOUT`` seconds (``_again_while_away``)."""
+        clock = core.WaitClock(core.CALL_TIMEOUT)
+        return self._again_while_away(lambda: self._call(rpc, request), clock)
+
     def register(self, workflow: Blueprint[Any] | WorkflowDefinition) -> WorkflowInfo:
         """Register a workflow version (a no-op if this exact graph is registered already)."""
-        reply = self._call(self.stub.RegisterWorkflow, core.register_request(workflow))
+        reply = self._call_again(self.stub.RegisterWorkflow, core.register_request(workflow))
         return workflow_from_pb(reply)
 
     def get_workflow(self, name: str, version: str = "") -> WorkflowInfo:
         """A registered workflow (the latest version unless ``version`` is given)."""
-        reply = self._call(self.stub.GetWorkflow, pb.GetWorkflowRequest(name=name, version=version))
+        request = pb.GetWorkflowRequest(name=name, version=version)
+        reply = self._call_again(self.stub.GetWorkflow, request)
         return workflow_from_pb(reply)
 
     def list_workflows(self, name: str = "") -> builtins.list[WorkflowInfo]:
         """Every registered workflow version (of ``name``)."""
-        reply = self._call(self.stub.ListWorkflows, pb.ListWorkflowsRequest(name=name))
+        reply = self._call_again(self.stub.ListWorkflows, pb.ListWorkflowsRequest(name=name))
         return [workflow_from_pb(w) for w in reply.workflows]
 
     def start(
@@ -251,7 +269,7 @@ class Client:
 
     def get(self, instance_id: str) -> InstanceInfo:
         """The instance as it is now."""
-        reply = self._call(self.stub.GetInstance, pb.GetInstanceRequest(instance_id=instance_id))
+        reply = self._call_again(self.stub.GetInstance, pb.GetInstanceRequest(instance_id=instance_id))
         return instance_from_pb(reply)
 
     def wait(self, instance_id: str, timeout: float = 60.0) -> InstanceInfo:
@@ -299,13 +317,16 @@ class Client:
         request = core.list_request(
             workflow, status, correlation_id, created_after, created_before, page_size, page_token, search
         )
-        reply = self._call(self.stub.ListInstances, request)
+        reply = self._call_again(self.stub.ListInstances, request)
         return [instance_from_pb(i) for i in reply.instances], reply.next_page_token
 
     def cancel(self, instance_id: str, reason: str = "cancelled") -> tuple[InstanceInfo, bool]:
-        """Cancel a running instance; (snapshot, changed). A finished instance is left as it is."""
+        """Cancel a running instance; (snapshot, changed). A finished instance is left as it is.
+
+        ``changed`` is False when the instance had finished already — also when this call was
+        asked again across a server restart and its first try had cancelled it."""
         request = pb.CancelInstanceRequest(instance_id=instance_id, reason=reason)
-        reply = self._call(self.stub.CancelInstance, request)
+        reply = self._call_again(self.stub.CancelInstance, request)
         return instance_from_pb(reply.instance), reply.changed
 
     def complete_user_task(self, instance_id: str, name: str, data: Any = None) -> InstanceInfo:
@@ -320,10 +341,13 @@ class Client:
 
         A token waiting for it takes it now (DELIVERED); otherwise it is buffered on the instance
         until one does (BUFFERED). With ``signal_id``, a second send of the same id changes
-        nothing (DUPLICATE). A finished instance is FailedPrecondition; a name no wait of the
+        nothing (DUPLICATE), and the send rides through a server restart (a first try that was
+        taken makes the repeat DUPLICATE). A finished instance is FailedPrecondition; a name no wait of the
         instance's version listens for is NotFound.
         """
         request = core.signal_request(instance_id, name, data, signal_id, sender)
+        if signal_id:  # a second send of the id changes nothing: asked again while the server is away
+            return signal_result_from_pb(self._call_again(self.stub.SignalInstance, request))
         return signal_result_from_pb(self._call(self.stub.SignalInstance, request))
 
     def retry(
@@ -346,7 +370,7 @@ class Client:
 
     def history(self, instance_id: str) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""
-        reply = self._call(self.stub.GetHistory, pb.GetHistoryRequest(instance_id=instance_id))
+        reply = self._call_again(self.stub.GetHistory, pb.GetHistoryRequest(instance_id=instance_id))
         return [history_from_pb(e) for e in reply.entries]
 
     # ------------------------------------------------------------------ schedules
@@ -420,27 +444,27 @@ class Client:
             False,
             priority,
         )
-        return schedule_from_pb(self._call(self.stub.UpdateSchedule, request))
+        return schedule_from_pb(self._call_again(self.stub.UpdateSchedule, request))
 
     def get_schedule(self, schedule_id: str) -> ScheduleInfo:
         """A schedule with its next fire times."""
         request = pb.ScheduleRequest(schedule_id=schedule_id)
-        return schedule_from_pb(self._call(self.stub.GetSchedule, request))
+        return schedule_from_pb(self._call_again(self.stub.GetSchedule, request))
 
     def list_schedules(self, workflow: str = "") -> builtins.list[ScheduleInfo]:
         """Every schedule (of ``workflow``), by id, with their next fire times."""
-        reply = self._call(self.stub.ListSchedules, pb.ListSchedulesRequest(workflow=workflow))
+        reply = self._call_again(self.stub.ListSchedules, pb.ListSchedulesRequest(workflow=workflow))
         return [schedule_from_pb(s) for s in reply.schedules]
 
     def pause_schedule(self, schedule_id: str) -> ScheduleInfo:
         """Stop a schedule firing (its ticks meanwhile are dropped)."""
         request = pb.ScheduleRequest(schedule_id=schedule_id)
-        return schedule_from_pb(self._call(self.stub.PauseSchedule, request))
+        return schedule_from_pb(self._call_again(self.stub.PauseSchedule, request))
 
     def resume_schedule(self, schedule_id: str) -> ScheduleInfo:
         """Fire a paused schedule again, from its next tick after now."""
         request = pb.ScheduleRequest(schedule_id=schedule_id)
-        return schedule_from_pb(self._call(self.stub.ResumeSchedule, request))
+        return schedule_from_pb(self._call_again(self.stub.ResumeSchedule, request))
 
     def delete_schedule(self, schedule_id: str) -> None:
         """Delete a schedule (the instances it started stay)."""
@@ -453,7 +477,7 @@ class Client:
 
     def queues(self) -> builtins.list[QueueInfo]:
         """Every queue with ready or leased steps, and the workers polling it (the answering node)."""
-        reply = self._call(self.stub.ListQueues, pb.ListQueuesRequest())
+        reply = self._call_again(self.stub.ListQueues, pb.ListQueuesRequest())
         return [queue_from_pb(q) for q in reply.queues]
 
     def set_queue_limit(
@@ -469,4 +493,4 @@ class Client:
         ``rate_period`` (a timedelta or seconds). 0 (and no period) means no limit; with no limit
         at all, the queue's limits are removed. ``queues()`` shows them."""
         request = core.queue_limit_request(queue, max_running, rate_max, rate_period)
-        self._call(self.stub.SetQueueLimit, request)
+        self._call_again(self.stub.SetQueueLimit, request)

@@ -1,0 +1,107 @@
+"""A client's calls across a server restart (docs/failover.md#what-a-client-does-while-the-server-is-away):
+those safe to repeat (reads, register, cancel, an identified signal, schedule and queue settings)
+are asked again while the server answers UNAVAILABLE and land once it is back; those that may or
+may not have happened (a signal without an id, completing a user task, a retry, a schedule's
+creation, deletion or trigger) raise Unavailable at once, for the caller to decide."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from pg import TEST_DATABASE_URL
+from ports import free_port
+
+from wiggle import AsyncClient, Client, Workflow
+from wiggle._server.config import ServerConfig
+from wiggle.errors import Unavailable
+from wiggle.testing import EmbeddedServer
+
+WAITS = Workflow.define("restart-waits").wait_signal("paid").user_task("approve").build()
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_calls_safe_to_repeat_ride_through_a_restart_and_the_others_fail_at_once(
+    blocking: bool, pg_schema: str
+) -> None:
+    port = free_port()
+    config = ServerConfig(port=port, database_url=TEST_DATABASE_URL, database_schema=pg_schema)
+    old = await EmbeddedServer(config).start()
+    new: EmbeddedServer | None = None
+    target = f"127.0.0.1:{port}"
+    client: Any = Client(target) if blocking else AsyncClient(target)
+
+    async def call(name: str, *args: Any, **kwargs: Any) -> Any:
+        if blocking:
+            return await asyncio.to_thread(getattr(client, name), *args, **kwargs)
+        return await getattr(client, name)(*args, **kwargs)
+
+    try:
+        await call("register", WAITS)
+        signalled = (await call("start", WAITS, {})).instance_id
+        doomed = (await call("start", WAITS, {})).instance_id
+        await call("create_schedule", "nightly", WAITS, {}, every=3600)
+        await old.client.close()
+        await asyncio.wait_for(old.server.stop(grace=60), 30)
+
+        # not safe to repeat: Unavailable at once (this client has reached its server before)
+        for name, args, kwargs in [
+            ("signal", (signalled, "paid", {"x": 1}), {}),
+            ("complete_user_task", (signalled, "approve"), {}),
+            ("retry", (doomed,), {}),
+            ("create_schedule", ("hourly", WAITS, {}), {"every": 3600}),
+            ("delete_schedule", ("nightly",), {}),
+            ("trigger_schedule", ("nightly",), {}),
+        ]:
+            began = time.monotonic()
+            with pytest.raises(Unavailable):
+                await asyncio.wait_for(call(name, *args, **kwargs), 20)
+            assert time.monotonic() - began < 2.0, name
+
+        # safe to repeat: asked again until the server is back
+        calls = {
+            "get": call("get", signalled),
+            "list": call("list", workflow="restart-waits"),
+            "history": call("history", signalled),
+            "get_workflow": call("get_workflow", "restart-waits"),
+            "list_workflows": call("list_workflows"),
+            "register": call("register", WAITS),
+            "cancel": call("cancel", doomed, "no longer wanted"),
+            "signal": call("signal", signalled, "paid", {"amount": 5}, "payment-1"),
+            "get_schedule": call("get_schedule", "nightly"),
+            "list_schedules": call("list_schedules"),
+            "pause_schedule": call("pause_schedule", "nightly"),
+            "queues": call("queues"),
+            "set_queue_limit": call("set_queue_limit", "payments", max_running=3),
+        }
+        pending = {name: asyncio.ensure_future(c) for name, c in calls.items()}
+        await asyncio.sleep(1.5)
+        assert [name for name, task in pending.items() if task.done()] == []  # still asking
+        new = await EmbeddedServer(config).start()
+        done = {name: await asyncio.wait_for(task, 20) for name, task in pending.items()}
+
+        assert done["get"].instance_id == signalled
+        assert {i.instance_id for i in done["list"][0]} == {signalled, doomed}
+        assert isinstance(done["history"], list)  # answered (a waiting instance has no steps yet)
+        assert done["get_workflow"].name == "restart-waits"
+        cancelled, changed = done["cancel"]
+        assert cancelled.status == "CANCELLED" and changed
+        assert done["signal"].outcome in ("DELIVERED", "BUFFERED")
+        assert done["pause_schedule"].paused
+        # each change landed once
+        assert (await new.client.get(doomed)).status == "CANCELLED"
+        again = await call("signal", signalled, "paid", {"amount": 5}, "payment-1")
+        assert again.outcome == "DUPLICATE"
+        assert (await new.client.get_schedule("nightly")).paused
+        limits = {q.queue: q for q in await new.client.queues()}
+        assert limits["payments"].max_running == 3
+    finally:
+        if blocking:
+            await asyncio.to_thread(client.close)
+        else:
+            await client.close()
+        if new is not None:
+            await new.stop()
+        await old.server.stop(grace=0)
