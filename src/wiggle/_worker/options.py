@@ -60,6 +60,10 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             path); `"unary"` makes one RPC per call.
         register: Register the blueprints when the worker starts (a worker identity without
             the admin role skips it).
+        connect_seconds: A worker that starts before its server (no server answers: UNAVAILABLE)
+            asks again every second for this long, then fails with Unavailable (0: it fails
+            after its first try). Only at start: a server that goes away later is polled
+            for until it is back.
         threads: Threads of the pool for sync handlers (0: as many as `concurrency`).
         sync_handlers: Where plain (non-async) handlers run. `"thread"`: always in the thread
             pool, so a slow or blocking handler never delays the event loop. `"inline"`: always
@@ -90,6 +94,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     chain_seconds: float = 1.0  # ... nor once a chain has run this long; 0: no time bound
     transport: str = "stream"
     register: bool = True  # register the blueprints on start
+    connect_seconds: float = 60.0  # how long a start waits for a server that is not there yet
     threads: int = 0  # thread pool for sync handlers; 0: concurrency
     sync_handlers: str = "auto"  # "auto" | "thread" | "inline" (see the class docstring)
     inline_threshold_ms: float = 0.5
@@ -120,6 +125,10 @@ def check_options(options: WorkerOptions) -> None:
         raise ValueError(f"threads must be >= 0 (0: as many as concurrency), got {options.threads}")
     if options.poll_wait_seconds < 0:
         raise ValueError(f"poll_wait_seconds must be >= 0, got {options.poll_wait_seconds}")
+    if options.connect_seconds < 0:
+        raise ValueError(
+            f"connect_seconds must be >= 0 (0: fail after the first try), got {options.connect_seconds}"
+        )
     if options.heartbeat_seconds < 0:
         raise ValueError(
             f"heartbeat_seconds must be >= 0 (0: a third of the lease), got {options.heartbeat_seconds}"

@@ -24,8 +24,8 @@ from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._security.credentials import Credentials
 from ..client import AsyncClient
-from ..errors import PermissionDenied
 from ..workflow import Blueprint
+from .connect import register_when_reachable
 from .handlers import Context, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
 from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
@@ -112,8 +112,16 @@ class Worker:
         if self._client is None:
             assert not isinstance(self._target, AsyncClient)
             self._client = AsyncClient(self._target, credentials=self._credentials)
-        stub = pb_grpc.WiggleControlPlaneStub(self._client.channel)
         opts = self.options
+        if opts.register:
+            try:  # waits, up to connect_seconds, for a server that is not there yet
+                await register_when_reachable(self._client, self.blueprints, opts.connect_seconds)
+            except BaseException:  # no server, or stopped meanwhile: nothing else was set up
+                if self._own_client:
+                    await self._client.close()
+                    self._client = None
+                raise
+        stub = pb_grpc.WiggleControlPlaneStub(self._client.channel)
         inner: Transport
         stream: StreamTransport | None = None
         if opts.transport == "stream":
@@ -149,12 +157,6 @@ class Worker:
         )
         if stream is not None:
             stream.on_orphan_tasks = poller.hand_back_orphans
-        if opts.register:
-            for bp in self.blueprints:
-                try:
-                    await self._client.register(bp)
-                except PermissionDenied as exc:  # a worker credential: an admin registers the workflows
-                    log.warning("not registering %s: %s", bp.name, exc)
         self._running = True
         self._closing = False
         poller.start()
@@ -182,16 +184,28 @@ class Worker:
             self._client = None
 
     async def run_async(self) -> None:
-        """Run until cancelled or until SIGINT/SIGTERM, then close gracefully."""
-        await self.start()
+        """Run until cancelled or until SIGINT/SIGTERM, then close gracefully (a signal while the
+        worker still waits for its server to answer ends the wait)."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, stop.set)
+        stopped = asyncio.ensure_future(stop.wait())
+        starting = asyncio.ensure_future(self.start())
         try:
-            await stop.wait()
+            await asyncio.wait((starting, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if starting.done():
+                starting.result()  # a start that failed raises here
+                await stopped
+            else:
+                log.info("worker %s stopped before its server answered", self.worker_id)
         finally:
+            stopped.cancel()
+            if not starting.done():
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
             await self.close()
 
     def run(self) -> None:
