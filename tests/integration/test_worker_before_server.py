@@ -137,7 +137,15 @@ def test_a_worker_gives_up_after_connect_seconds_naming_the_target_and_the_setti
 def test_connect_seconds_is_checked_before_the_worker_starts(tmp_path: Path) -> None:
     (tmp_path / "early_flows.py").write_text(FLOWS)
     proc = subprocess.run(
-        [*WIGGLE, "--target", f"127.0.0.1:{free_port()}", "worker", "early_flows:early", "--connect-seconds", "-1"],
+        [
+            *WIGGLE,
+            "--target",
+            f"127.0.0.1:{free_port()}",
+            "worker",
+            "early_flows:early",
+            "--connect-seconds",
+            "-1",
+        ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
         capture_output=True,

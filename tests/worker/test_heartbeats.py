@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._worker import heartbeats as hb
+from wiggle._worker.stream import StreamError
 
 from .fakes import FakeTransport
 
@@ -80,3 +82,39 @@ async def test_a_running_step_is_renewed_each_interval(monkeypatch):
     renewed = [r.task_id for r in transport.heartbeats]
     assert renewed and set(renewed) == {"a@1"}
     assert all(r.lease_owner == "w1" for r in transport.heartbeats)
+
+
+class AwayFor(FakeTransport):
+    """Heartbeats answered UNAVAILABLE (the server restarting) ``times`` times, then taken."""
+
+    def __init__(self, times: int, clock: Clock) -> None:
+        super().__init__()
+        self.times = times
+        self.clock = clock
+        self.at: list[float] = []
+
+    async def heartbeat(self, request: pb.HeartbeatTaskRequest, timeout: float) -> pb.ReportResult:
+        self.at.append(self.clock.now)
+        if self.times:
+            self.times -= 1
+            raise StreamError(grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+        return await super().heartbeat(request, timeout)
+
+
+@pytest.mark.asyncio
+async def test_a_heartbeat_that_found_the_server_away_is_tried_again_a_second_later(monkeypatch):
+    # interval 3 s: before, a failed heartbeat counted as a renewal and the next came 3 s later,
+    # so an outage of a little over two intervals could cost a lease the report would have kept
+    a = activation("a@1")
+    clock = patched(monkeypatch, [])
+    transport = AwayFor(2, clock)
+    beats = hb.Heartbeats(transport, 3.0, lambda: False)
+    start = clock.now
+    beats.watch(a)
+    for _ in range(40):
+        if len(transport.at) >= 4:
+            break
+        await real_sleep(0)
+    await beats.close()
+    assert [t - start for t in transport.at[:4]] == [3.0, 4.0, 5.0, 8.0]  # back to the interval
+    assert [r.task_id for r in transport.heartbeats] == ["a@1", "a@1"]

@@ -4,7 +4,9 @@ A step is watched from the moment it starts until it is reported. The loop sends
 each watched step not renewed within the interval (``heartbeat_seconds``, or a third of the
 server's lease). A FAILED_PRECONDITION answer means the step was taken away (its instance was
 cancelled or its lease lost): the step's ``Lease`` is marked abandoned, so a local run stops at
-its next step boundary.
+its next step boundary. A heartbeat the server could not take (UNAVAILABLE, DEADLINE_EXCEEDED: a
+restart, a fail-over) renews nothing: the step stays due and is tried again a second later, not
+an interval later, so an outage shorter than the lease's remainder costs no lease.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from collections.abc import Callable
 import grpc
 
 from .._rpc import wiggle_pb2 as pb
-from .transport import DEFAULT_TIMEOUT, Transport
+from .transport import AWAY, DEFAULT_TIMEOUT, Transport
 
-__all__ = ["Heartbeats", "Lease"]
+__all__ = ["Heartbeats", "Lease", "AWAY_AGAIN"]
 
 log = logging.getLogger("wiggle.worker")
+
+#: seconds before a heartbeat that found the server away is tried again
+AWAY_AGAIN = 1.0
 
 
 class Lease:
@@ -47,6 +52,7 @@ class Heartbeats:
         # task id -> (activation, the local run's lease or None, watched or last renewed since)
         self.watched: dict[str, tuple[pb.TaskActivation, Lease | None, float]] = {}
         self._loop: asyncio.Task[None] | None = None
+        self._away = False  # a heartbeat of the last round found the server away: try again soon
 
     def watch(self, act: pb.TaskActivation, lease: Lease | None = None) -> None:
         """Heartbeat ``act`` until unwatched; ``lease`` (a local run's) learns renewals and loss."""
@@ -76,9 +82,11 @@ class Heartbeats:
 
     async def _run(self) -> None:
         while self.watched or self.running():
-            await asyncio.sleep(
-                min([self.interval(a) for a, _, _ in self.watched.values()] or [self.interval()])
-            )
+            pause = min([self.interval(a) for a, _, _ in self.watched.values()] or [self.interval()])
+            if self._away:
+                pause = min(pause, AWAY_AGAIN)
+                self._away = False
+            await asyncio.sleep(pause)
             # read after the sleep: a step reported while it slept is no longer watched (a stale
             # list made a heartbeat for every step finished in the meantime, each refused)
             watched = list(self.watched.values())
@@ -88,13 +96,20 @@ class Heartbeats:
                 await asyncio.gather(*(self._beat(a, lease) for a, lease in due))
 
     async def _beat(self, act: pb.TaskActivation, lease: Lease | None) -> None:
-        if act.task_id in self.watched:
+        entry = self.watched.get(act.task_id)
+        if entry is not None:
             self.watched[act.task_id] = (act, lease, time.monotonic())
         request = pb.HeartbeatTaskRequest(task_id=act.task_id, lease_owner=act.lease_owner)
         try:
             result = await self.transport.heartbeat(request, DEFAULT_TIMEOUT)
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and act.task_id in self.watched:
+            code = exc.code()
+            if code in AWAY:  # renewed nothing: still due, and the loop comes back in a second
+                now_watched = self.watched.get(act.task_id)
+                if entry is not None and now_watched is not None:
+                    self.watched[act.task_id] = (now_watched[0], now_watched[1], entry[2])
+                self._away = True
+            elif code == grpc.StatusCode.FAILED_PRECONDITION and act.task_id in self.watched:
                 log.info("step %s of %s abandoned: %s", act.node_id, act.instance_id, exc.details())
                 if lease is not None:
                     lease.abandoned = True

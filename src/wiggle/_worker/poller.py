@@ -19,13 +19,12 @@ import grpc
 from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
 from .reporter import AdvanceUnsupported, Reporter
-from .transport import Transport
+from .transport import AWAY, Transport
 
 __all__ = ["Poller"]
 
 log = logging.getLogger("wiggle.worker")
 
-_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)  # the server, not the request
 _GIVEN_BACK_KEPT = 256  # handed-back task ids remembered (Poller.given_back): far more than in flight
 
 Execute = Callable[[pb.TaskActivation], Awaitable[None]]
@@ -149,7 +148,7 @@ class Poller:
                     grpc.StatusCode.UNAUTHENTICATED,
                 ):
                     log.error("PollTasks refused: %s", exc.details() if hasattr(exc, "details") else exc)
-                elif code in _AWAY and away is None:  # once an outage: the server stops, restarts, ...
+                elif code in AWAY and away is None:  # once an outage: the server stops, restarts, ...
                     away = time.monotonic()
                     log.warning(
                         "server unavailable (%s: %s); polling again every second at most",
@@ -161,7 +160,7 @@ class Poller:
                 await asyncio.sleep(backoff)
                 # a server away (stopping, restarting) is looked for every second at most, so
                 # the worker is back soon after it; a refusal is repeated less often
-                backoff = min(backoff * 2, 1.0 if code in _AWAY else 5.0)
+                backoff = min(backoff * 2, 1.0 if code in AWAY else 5.0)
                 continue
             tasks = list(response.tasks)
             for _ in range(free - len(tasks)):

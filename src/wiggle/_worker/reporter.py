@@ -21,7 +21,7 @@ import grpc
 
 from .._histogram import Histogram, Series
 from .._rpc import wiggle_pb2 as pb
-from .transport import DEFAULT_TIMEOUT, Transport
+from .transport import AWAY, DEFAULT_TIMEOUT, Transport
 
 __all__ = ["Reporter", "AdvanceUnsupported"]
 
@@ -29,8 +29,6 @@ log = logging.getLogger("wiggle.worker")
 
 R = TypeVar("R")
 Q = TypeVar("Q")
-
-_RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class AdvanceUnsupported(Exception):
@@ -99,7 +97,7 @@ class Reporter:
                 return result
             except grpc.RpcError as exc:
                 code = exc.code()
-                if code in _RETRIED:
+                if code in AWAY:
                     away = away or time.monotonic()
                     if tries >= self.ATTEMPTS and time.monotonic() - away >= patience:
                         break

@@ -13,13 +13,19 @@ from collections import Counter
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+import grpc
+
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 
-__all__ = ["Transport", "UnaryTransport", "CountedTransport", "DEFAULT_TIMEOUT"]
+__all__ = ["Transport", "UnaryTransport", "CountedTransport", "DEFAULT_TIMEOUT", "AWAY"]
 
 #: Seconds a report may take before it fails with DEADLINE_EXCEEDED (and is retried).
 DEFAULT_TIMEOUT = 30.0
+
+#: the codes of a server that is away (stopping, restarting, failing over, unreachable), not of a
+#: request it refused: the poller, the reporter and the heartbeats ask again soon after these
+AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Transport(Protocol):
