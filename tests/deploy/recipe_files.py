@@ -153,7 +153,12 @@ def compose_commands() -> list[CommandLine]:
             continue
         command = service["command"]
         assert isinstance(command, list), f"compose {name}: command as a list, not a string"
-        found.append(CommandLine(f"compose {name}", list(command), {**image_env, **compose_env(service)}))
+        env = {**image_env, **compose_env(service)}
+        found.append(CommandLine(f"compose {name}", list(command), env))
+        test = (service.get("healthcheck") or {}).get("test")
+        if test:  # a health check of its own, run in the image: ["CMD", "wiggle", ...]
+            assert test[:2] == ["CMD", "wiggle"], f"compose {name}: healthcheck {test!r}"
+            found.append(CommandLine(f"compose {name} healthcheck", list(test[2:]), env))
     return found
 
 

@@ -61,6 +61,7 @@ def test_the_recipes_run_wiggle_as_expected() -> None:
         "compose server-1": "server",
         "compose server-2": "server",
         "compose worker": "worker",
+        "compose worker healthcheck": "ready",
         "systemd wiggle-server.service ExecStart": "server",
         "systemd wiggle-worker@.service ExecStart": "worker",
     }

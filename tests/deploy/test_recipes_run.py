@@ -169,9 +169,16 @@ def test_the_compose_topology_on_postgres(tmp_path: Path, pg_schema: str) -> Non
             commands["server-2"].argv, _on_loopback(here(commands["server-2"].env)), tmp_path / "s2.log"
         ) as s2:
             targets = [_target(s1, tmp_path / "s1.log"), _target(s2, tmp_path / "s2.log")]
-            worker = commands["worker"]
+            worker, health = commands["worker"], commands["worker healthcheck"]
             assert worker.env["WIGGLE_TARGET"] == "server-1:7233,server-2:7233"
-            env = {**worker.env, "WIGGLE_TARGET": ",".join(targets), "WIGGLE_WORKER_PATH": str(EXAMPLE)}
+            assert worker.env["WIGGLE_WORKER_METRICS_PORT"] == "9466" and "--processes" in worker.argv
+            port = free_port()  # the fleet's HTTP ports here: port (process 0) and port + 1
+            env = {
+                **worker.env,
+                "WIGGLE_TARGET": ",".join(targets),
+                "WIGGLE_WORKER_PATH": str(EXAMPLE),
+                "WIGGLE_WORKER_METRICS_PORT": str(port),
+            }
             log = tmp_path / "worker.log"
             with running(worker.argv, env, log) as proc:
                 with Client(targets[1]) as client:
@@ -180,6 +187,15 @@ def test_the_compose_topology_on_postgres(tmp_path: Path, pg_schema: str) -> Non
                         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
                         time.sleep(0.1)
                 _run_orders(targets, 20)
+                # the compose health check, on each process's port (process 0's in the recipe)
+                for own in (port, port + 1):
+                    argv = [a.replace("9466", str(own)) for a in health.argv]
+                    assert argv != health.argv
+                    for url_argv in (argv, [a.replace("/healthz", "/readyz") for a in argv]):
+                        done = subprocess.run(
+                            [*WIGGLE, *url_argv], env=_clean({}), capture_output=True, text=True, timeout=60
+                        )
+                        assert done.returncode == 0 and ": ready" in done.stdout, done
                 _drained(proc, log)
 
 

@@ -214,8 +214,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
     blueprints = [bp for path in paths for bp in blueprints_at(path)]
     options = options_from(args)  # checked here, before any process starts
+    if options.metrics_port and options.metrics_port + processes - 1 > 65535:
+        raise InvalidArgument(
+            f"--metrics-port {options.metrics_port} with --processes {processes}: process i serves on "
+            f"the port + i, past 65535"
+        )
     if processes > 1:
-        return _supervise(args.argv, processes)
+        return _supervise(args.argv, processes, options.metrics_port)
     return _run_one(args, blueprints, options)
 
 
@@ -230,10 +235,12 @@ def _run_one(args: argparse.Namespace, blueprints: list[Any], options: Any) -> i
     return 0
 
 
-def _supervise(given: list[str], processes: int) -> int:
-    """Run ``processes`` copies of this command (each one worker); SIGTERM/SIGINT go to each."""
-    argv = _without_processes(given)
-    env = child_environment(drop=[ENV_PREFIX + "PROCESSES"])
+def _supervise(given: list[str], processes: int, http_port: int) -> int:
+    """Run ``processes`` copies of this command (each one worker); SIGTERM/SIGINT go to each.
+    With an HTTP port P (``--metrics-port``, WIGGLE_WORKER_METRICS_PORT), process i serves on
+    P + i: one port cannot be bound twice."""
+    argv = _without(_without(given, "--processes"), "--metrics-port")
+    env = child_environment(drop=[ENV_PREFIX + "PROCESSES", ENV_PREFIX + "METRICS_PORT"])
     children: list[subprocess.Popen[bytes]] = []
     forwarded: set[int] = set()
 
@@ -249,10 +256,11 @@ def _supervise(given: list[str], processes: int) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, forward)
     try:
-        for _ in range(processes):
+        for i in range(processes):
             if forwarded:
                 break
-            child = subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env)
+            own = {ENV_PREFIX + "METRICS_PORT": str(http_port + i)} if http_port else {}
+            child = subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env={**env, **own})
             children.append(child)
             for signum in list(forwarded):  # it came while this child was being made: pass it on
                 child.send_signal(signum)
@@ -265,17 +273,18 @@ def _supervise(given: list[str], processes: int) -> int:
     return max((0 if -code in forwarded else code for code in codes), key=abs, default=0)
 
 
-def _without_processes(argv: list[str]) -> list[str]:
+def _without(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without ``flag`` and its value (``--flag V`` or ``--flag=V``)."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg == "--processes":
+        if arg == flag:
             skip = True
             continue
-        if arg.startswith("--processes="):
+        if arg.startswith(flag + "="):
             continue
         out.append(arg)
     return out

@@ -1,55 +1,22 @@
-"""The worker's optional Prometheus /metrics (WorkerOptions.metrics_port or WIGGLE_WORKER_METRICS_PORT).
-
-Served by prometheus-client's own HTTP thread (the ``metrics`` extra): a worker-only install
-without it works as before and logs once that metrics are off. Series: slots in use, handler runs
-by outcome, handler duration, report latency by RPC, local-run lengths, RPCs sent.
+"""The worker's Prometheus families (the ``metrics`` extra), served on /metrics of its HTTP port
+(wiggle/_worker/http.py). Series: slots in use, handler runs by outcome, handler duration, report
+latency by RPC, local-run lengths, RPCs sent.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
-from .._env import env_int
-
-__all__ = ["start_worker_metrics", "WorkerMetrics"]
-
-log = logging.getLogger("wiggle.worker")
+__all__ = ["WorkerCollector"]
 
 RUN_LENGTH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 1000)
 
 
-class WorkerMetrics:
-    """The running metrics endpoint of a worker; ``close()`` stops it."""
+class WorkerCollector:
+    """The worker's families, read from its ``stats`` at each scrape (prometheus-client's collector
+    protocol); wiggle/_worker/http.py serves them on /metrics."""
 
-    def __init__(self, http_server: Any, port: int) -> None:
-        self.http_server = http_server
-        self.port = port
-
-    def close(self) -> None:
-        """Stop serving."""
-        self.http_server.shutdown()
-
-
-def start_worker_metrics(worker: Any, port: int) -> WorkerMetrics | None:
-    """Serve ``worker``'s metrics on ``port`` (0: WIGGLE_WORKER_METRICS_PORT, unset: off)."""
-    port = port or env_int("WIGGLE_WORKER_METRICS_PORT", 0)
-    if not port:
-        return None
-    try:
-        from prometheus_client import start_http_server
-        from prometheus_client.registry import CollectorRegistry
-    except ImportError:
-        log.warning("worker metrics need prometheus-client: pip install 'wiggle-workflows[metrics]'")
-        return None
-    registry = CollectorRegistry()
-    registry.register(_Collector(worker))
-    http_server, _thread = start_http_server(port, addr="0.0.0.0", registry=registry)  # noqa: S104
-    return WorkerMetrics(http_server, http_server.server_address[1])
-
-
-class _Collector:
     def __init__(self, worker: Any) -> None:
         self.worker = worker
 

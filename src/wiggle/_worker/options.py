@@ -73,8 +73,10 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             the first inline run slower than ten times the threshold sends it back to the pool
             for good.
         inline_threshold_ms: What counts as quick for `sync_handlers="auto"`.
-        metrics_port: Serve the worker's Prometheus `/metrics` on this port (0: the
-            `WIGGLE_WORKER_METRICS_PORT` variable, unset: off; needs the metrics extra).
+        metrics_port: The worker's HTTP port: `/healthz` (its event loop turns), `/readyz` (it
+            serves, its server answering) and Prometheus `/metrics` (with the metrics extra)
+            (0: the `WIGGLE_WORKER_METRICS_PORT` variable, unset: off). `wiggle worker
+            --processes N`: process i on this port + i.
         event_loop: The event loop `Worker.run()` (so `wiggle worker`) runs on: `"auto"`,
             uvloop where it is installed (`pip install 'wiggle-workflows[uvloop]'`), else
             asyncio's; `"asyncio"`; `"uvloop"` (refused when it is not installed). A worker
@@ -98,7 +100,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     threads: int = 0  # thread pool for sync handlers; 0: concurrency
     sync_handlers: str = "auto"  # "auto" | "thread" | "inline" (see the class docstring)
     inline_threshold_ms: float = 0.5
-    metrics_port: int = 0  # > 0: serve Prometheus /metrics here (else WIGGLE_WORKER_METRICS_PORT)
+    metrics_port: int = 0  # > 0: /healthz, /readyz, /metrics here (else WIGGLE_WORKER_METRICS_PORT)
     event_loop: str = "auto"  # Worker.run()'s loop: "auto" (uvloop where installed) | "asyncio" | "uvloop"
 
 

@@ -57,6 +57,9 @@ class Poller:
         self._given_back: dict[str, None] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._loop: asyncio.Task[None] | None = None
+        #: since when (monotonic) and why its polls fail (the server away, or refusing them); None
+        #: once one is answered. The worker's /readyz reads it (wiggle/_worker/http.py)
+        self.trouble: tuple[float, str] | None = None
 
     def start(self) -> None:
         """Start pulling."""
@@ -126,6 +129,7 @@ class Poller:
                 )
                 response = await self.transport.poll(request, self.poll_wait_seconds + 30)
                 backoff = 0.1
+                self.trouble = None
                 if away is not None:
                     log.info(
                         "server back after %.1f s; polling %s",
@@ -141,6 +145,9 @@ class Poller:
                 for _ in range(free):
                     slots.release()
                 code = exc.code() if hasattr(exc, "code") else None
+                if self.trouble is None:
+                    details = exc.details() if hasattr(exc, "details") else exc
+                    self.trouble = (time.monotonic(), f"{code.name if code else 'error'}: {details}")
                 if code in (
                     grpc.StatusCode.INVALID_ARGUMENT,
                     grpc.StatusCode.UNIMPLEMENTED,

@@ -28,8 +28,8 @@ from ..workflow import Blueprint
 from .connect import register_when_reachable
 from .handlers import Context, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
+from .http import Pulse, WorkerHttp, start_worker_http
 from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
-from .metrics import WorkerMetrics, start_worker_metrics
 from .options import WorkerOptions, check_options
 from .poller import Poller
 from .reporter import Reporter
@@ -95,7 +95,11 @@ class Worker:
         self._caller = HandlerCaller(self._inline, self.stats, self.worker_id)
         self._advance = AdvanceSupport()
         self._running = False
-        self._metrics: WorkerMetrics | None = None
+        self._http: WorkerHttp | None = None  # /healthz, /readyz, /metrics (http.py)
+        self._pulse = Pulse()  # the event loop's turns, for /healthz
+        # what /readyz says: "not started", "starting" (waiting for its server), "running",
+        # "draining", "stopped"; written on the loop, read by the HTTP thread
+        self._phase = "not started"
         self._closing = False
         self._transport: Transport | None = None
         self._reporter: Reporter | None = None
@@ -109,18 +113,21 @@ class Worker:
         """Connect, register the blueprints, start pulling."""
         if self._running:
             return
-        if self._client is None:
-            assert not isinstance(self._target, AsyncClient)
-            self._client = AsyncClient(self._target, credentials=self._credentials)
         opts = self.options
-        if opts.register:
-            try:  # waits, up to connect_seconds, for a server that is not there yet
+        self._pulse.start()
+        try:
+            # the port first: a probe is answered while the worker waits for its server
+            self._http = start_worker_http(self, self._pulse, opts.metrics_port)
+            if self._client is None:
+                assert not isinstance(self._target, AsyncClient)
+                self._client = AsyncClient(self._target, credentials=self._credentials)
+            self._phase = "starting"
+            if opts.register:  # waits, up to connect_seconds, for a server that is not there yet
                 await register_when_reachable(self._client, self.blueprints, opts.connect_seconds)
-            except BaseException:  # no server, or stopped meanwhile: nothing else was set up
-                if self._own_client:
-                    await self._client.close()
-                    self._client = None
-                raise
+        except BaseException:  # no server, a port taken, or stopped meanwhile: undo the above
+            self._phase = "not started"
+            await self._let_go()
+            raise
         stub = pb_grpc.WiggleControlPlaneStub(self._client.channel)
         inner: Transport
         stream: StreamTransport | None = None
@@ -131,7 +138,6 @@ class Worker:
         transport = self._transport = CountedTransport(inner, self.stats.calls)
         reporter = self._reporter = Reporter(transport)
         reporter.latency = self.stats.report_seconds
-        self._metrics = start_worker_metrics(self, opts.metrics_port)
         heartbeats = self._heartbeats = Heartbeats(transport, opts.heartbeat_seconds, lambda: self._running)
         self._caller.pool = ThreadPoolExecutor(
             opts.threads or opts.concurrency, thread_name_prefix="wiggle-step"
@@ -159,6 +165,7 @@ class Worker:
             stream.on_orphan_tasks = poller.hand_back_orphans
         self._running = True
         self._closing = False
+        self._phase = "running"
         poller.start()
         log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.queues)))
 
@@ -168,6 +175,7 @@ class Worker:
             return
         self._closing = True
         self._running = False
+        self._phase = "draining"
         if self._poller is not None:
             await self._poller.stop(timeout)
         if self._heartbeats is not None:
@@ -176,12 +184,35 @@ class Worker:
             await self._transport.close()
         if self._caller.pool is not None:
             self._caller.pool.shutdown(wait=False)
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
+        self._phase = "stopped"
+        await self._let_go()
+
+    async def _let_go(self) -> None:
+        """Close the HTTP port, the loop's pulse and the client this worker made."""
+        if self._http is not None:
+            await asyncio.to_thread(self._http.close)  # waits for the serving thread's next turn
+            self._http = None
+        await self._pulse.stop()
         if self._own_client and self._client is not None:
             await self._client.close()
             self._client = None
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why), what the HTTP port's /readyz answers: ready while the worker serves its
+        queues and its server answers its polls. Safe from any thread (it reads attributes the
+        worker's loop writes)."""
+        phase = self._phase
+        if phase == "starting":
+            target = self._client.target if self._client is not None else self._target
+            return False, f"waiting for its server at {target}"
+        if phase != "running":
+            return False, f"the worker is {phase}"
+        poller = self._poller
+        trouble = poller.trouble if poller is not None else None
+        if trouble is not None:
+            since, why = trouble
+            return False, f"its polls have failed for {time.monotonic() - since:.1f} s: {why}"
+        return True, f"serving {', '.join(sorted(self.queues))}"
 
     async def run_async(self) -> None:
         """Run until cancelled or until SIGINT/SIGTERM, then close gracefully (a signal while the
