@@ -145,9 +145,9 @@ class Poller:
                 for _ in range(free):
                     slots.release()
                 code = exc.code() if hasattr(exc, "code") else None
-                if self.trouble is None:
-                    details = exc.details() if hasattr(exc, "details") else exc
-                    self.trouble = (time.monotonic(), f"{code.name if code else 'error'}: {details}")
+                details = exc.details() if hasattr(exc, "details") else exc
+                since = self.trouble[0] if self.trouble is not None else time.monotonic()
+                self.trouble = (since, f"{code.name if code else 'error'}: {details}")  # the latest why
                 if code in (
                     grpc.StatusCode.INVALID_ARGUMENT,
                     grpc.StatusCode.UNIMPLEMENTED,

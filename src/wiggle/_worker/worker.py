@@ -94,12 +94,13 @@ class Worker:
         self._inline = InlinePolicy(self.options.sync_handlers, self.options.inline_threshold_ms)
         self._caller = HandlerCaller(self._inline, self.stats, self.worker_id)
         self._advance = AdvanceSupport()
-        self._running = False
         self._http: WorkerHttp | None = None  # /healthz, /readyz, /metrics (http.py)
         self._pulse = Pulse()  # the event loop's turns, for /healthz
-        # what /readyz says: "not started", "starting" (waiting for its server), "running",
-        # "draining", "stopped"; written on the loop, read by the HTTP thread
+        # where the worker is (what /readyz says): "not started", "starting" (waiting for its
+        # server), "running", "draining", "stopped"; written on the loop (only by _enter), read by
+        # the HTTP thread. _running and _closing are read on the hot path: plain attributes
         self._phase = "not started"
+        self._running = False
         self._closing = False
         self._transport: Transport | None = None
         self._reporter: Reporter | None = None
@@ -121,11 +122,11 @@ class Worker:
             if self._client is None:
                 assert not isinstance(self._target, AsyncClient)
                 self._client = AsyncClient(self._target, credentials=self._credentials)
-            self._phase = "starting"
+            self._enter("starting")
             if opts.register:  # waits, up to connect_seconds, for a server that is not there yet
                 await register_when_reachable(self._client, self.blueprints, opts.connect_seconds)
         except BaseException:  # no server, a port taken, or stopped meanwhile: undo the above
-            self._phase = "not started"
+            self._enter("not started")
             await self._let_go()
             raise
         stub = pb_grpc.WiggleControlPlaneStub(self._client.channel)
@@ -163,9 +164,7 @@ class Worker:
         )
         if stream is not None:
             stream.on_orphan_tasks = poller.hand_back_orphans
-        self._running = True
-        self._closing = False
-        self._phase = "running"
+        self._enter("running")
         poller.start()
         log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.queues)))
 
@@ -173,9 +172,7 @@ class Worker:
         """Stop pulling, let running steps finish (local runs flush and hand back), disconnect."""
         if not self._running:
             return
-        self._closing = True
-        self._running = False
-        self._phase = "draining"
+        self._enter("draining")
         if self._poller is not None:
             await self._poller.stop(timeout)
         if self._heartbeats is not None:
@@ -184,8 +181,13 @@ class Worker:
             await self._transport.close()
         if self._caller.pool is not None:
             self._caller.pool.shutdown(wait=False)
-        self._phase = "stopped"
+        self._enter("stopped")
         await self._let_go()
+
+    def _enter(self, phase: str) -> None:
+        self._phase = phase
+        self._running = phase == "running"
+        self._closing = phase in ("draining", "stopped")
 
     async def _let_go(self) -> None:
         """Close the HTTP port, the loop's pulse and the client this worker made."""
