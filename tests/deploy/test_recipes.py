@@ -20,7 +20,7 @@ from wiggle import Blueprint
 from wiggle._cli.worker import options_from
 from wiggle._server.app import WiggleServer
 from wiggle._server.config import from_mapping
-from wiggle.worker import Worker
+from wiggle.worker import WorkerOptions
 
 from .recipe_files import (
     COMPOSE,
@@ -206,7 +206,7 @@ def _seconds(text: str) -> float:
 
 
 def test_stop_timeouts_leave_room_for_the_drain() -> None:
-    drain = inspect.signature(Worker.close).parameters["timeout"].default  # running steps
+    drain = WorkerOptions().drain_seconds  # running steps (Worker.close's default)
     hand_back = 5.0  # abandoned claims handed back after the drain (wiggle/_worker/poller.py stop)
     worker_stop = _seconds(unit_value("wiggle-worker@.service", "TimeoutStopSec")[0])
     assert drain + hand_back < worker_stop <= drain + hand_back + 15, worker_stop

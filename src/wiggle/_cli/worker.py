@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import subprocess
@@ -231,7 +232,15 @@ def _run_one(args: argparse.Namespace, blueprints: list[Any], options: Any) -> i
         credentials = credentials_from_args(args)
     except (ValueError, EnvError) as exc:
         raise InvalidArgument(str(exc)) from None
-    Worker(args.target, blueprints, options, credentials=credentials).run()  # returns once drained
+    worker = Worker(args.target, blueprints, options, credentials=credentials)
+    worker.run()  # returns once drained
+    if worker.cut_steps:
+        # steps cut at the drain's end may still run in the handler threads, which Python joins
+        # before it exits: the drain is over (the log said so), so the process ends now
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -60,6 +60,11 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             path); `"unary"` makes one RPC per call.
         register: Register the blueprints when the worker starts (a worker identity without
             the admin role skips it).
+        drain_seconds: On SIGTERM or SIGINT (`Worker.run()`, `wiggle worker`) or `close()`, how
+            long running steps get to finish; local runs hand back at their next step boundary.
+            A step still running then is cut: its lease expires and it runs again elsewhere, as
+            another attempt. Give the process manager's stop timeout more than this plus 5 s
+            (the hand-back of what was claimed but not started).
         connect_seconds: A worker that starts before its server (no server answers: UNAVAILABLE)
             asks again every second for this long, then fails with Unavailable (0: it fails
             after its first try). Only at start: a server that goes away later is polled
@@ -96,6 +101,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     chain_seconds: float = 1.0  # ... nor once a chain has run this long; 0: no time bound
     transport: str = "stream"
     register: bool = True  # register the blueprints on start
+    drain_seconds: float = 30.0  # how long running steps get to finish on a stop
     connect_seconds: float = 60.0  # how long a start waits for a server that is not there yet
     threads: int = 0  # thread pool for sync handlers; 0: concurrency
     sync_handlers: str = "auto"  # "auto" | "thread" | "inline" (see the class docstring)
@@ -127,6 +133,8 @@ def check_options(options: WorkerOptions) -> None:
         raise ValueError(f"threads must be >= 0 (0: as many as concurrency), got {options.threads}")
     if options.poll_wait_seconds < 0:
         raise ValueError(f"poll_wait_seconds must be >= 0, got {options.poll_wait_seconds}")
+    if options.drain_seconds < 0:
+        raise ValueError(f"drain_seconds must be >= 0, got {options.drain_seconds}")
     if options.connect_seconds < 0:
         raise ValueError(
             f"connect_seconds must be >= 0 (0: fail after the first try), got {options.connect_seconds}"

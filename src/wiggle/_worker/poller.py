@@ -66,9 +66,11 @@ class Poller:
         self.running = True
         self._loop = asyncio.ensure_future(self._run())
 
-    async def stop(self, timeout: float) -> None:
-        """Stop pulling; wait up to ``timeout`` seconds for running activations (then cancel them)."""
+    async def stop(self, timeout: float) -> int:
+        """Stop pulling; wait up to ``timeout`` seconds for running activations, then cancel them;
+        how many were cancelled."""
         self.running = False
+        cut = 0
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(BaseException):
@@ -77,9 +79,11 @@ class Poller:
             _, pending = await asyncio.wait(set(self.tasks), timeout=timeout)
             for task in pending:
                 task.cancel()
+            cut = len(pending)
         await asyncio.sleep(0.05)  # let a reply to the abandoned poll arrive and be handed back
         if self._orphans:
             await asyncio.wait(set(self._orphans), timeout=5.0)
+        return cut
 
     def hand_back_orphans(self, activations: list[pb.TaskActivation]) -> None:
         """A poll we abandoned claimed these anyway: hand them back at once, attempt unspent."""

@@ -102,6 +102,9 @@ class Worker:
         self._phase = "not started"
         self._running = False
         self._closing = False
+        #: steps (or local runs) the last close cut at the end of its drain (wiggle worker exits
+        #: at once then, not waiting for a sync handler's thread: wiggle/_cli/worker.py)
+        self.cut_steps = 0
         self._transport: Transport | None = None
         self._reporter: Reporter | None = None
         self._heartbeats: Heartbeats | None = None
@@ -116,13 +119,13 @@ class Worker:
             return
         opts = self.options
         self._pulse.start()
+        self._enter("starting")  # before the port opens: its first /readyz says so
         try:
             # the port first: a probe is answered while the worker waits for its server
             self._http = start_worker_http(self, self._pulse, opts.metrics_port)
             if self._client is None:
                 assert not isinstance(self._target, AsyncClient)
                 self._client = AsyncClient(self._target, credentials=self._credentials)
-            self._enter("starting")
             if opts.register:  # waits, up to connect_seconds, for a server that is not there yet
                 await register_when_reachable(self._client, self.blueprints, opts.connect_seconds)
         except BaseException:  # no server, a port taken, or stopped meanwhile: undo the above
@@ -168,13 +171,25 @@ class Worker:
         poller.start()
         log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.queues)))
 
-    async def close(self, timeout: float = 30.0) -> None:
-        """Stop pulling, let running steps finish (local runs flush and hand back), disconnect."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop pulling, let running steps finish (local runs flush and hand back), disconnect.
+
+        Running steps get ``timeout`` seconds (default ``options.drain_seconds``, 30); a step
+        still running then is cut: its lease expires and it runs again (another attempt)."""
         if not self._running:
             return
+        if timeout is None:
+            timeout = self.options.drain_seconds
         self._enter("draining")
         if self._poller is not None:
-            await self._poller.stop(timeout)
+            self.cut_steps = await self._poller.stop(timeout)
+            if self.cut_steps:
+                log.warning(
+                    "%d step(s) still running after the %g s drain were cut: each runs again once its "
+                    "lease expires (WorkerOptions.drain_seconds, WIGGLE_WORKER_DRAIN_SECONDS)",
+                    self.cut_steps,
+                    timeout,
+                )
         if self._heartbeats is not None:
             await self._heartbeats.close()
         if self._transport is not None:
@@ -205,7 +220,9 @@ class Worker:
         worker's loop writes)."""
         phase = self._phase
         if phase == "starting":
-            target = self._client.target if self._client is not None else self._target
+            given = self._target
+            target = given.target if isinstance(given, AsyncClient) else given
+            target = target if isinstance(target, str) else ",".join(target)
             return False, f"waiting for its server at {target}"
         if phase != "running":
             return False, f"the worker is {phase}"
