@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from pg import TEST_DATABASE_URL
 from ports import free_port
+from processes import stop_all
 from upstream.servers import LISTENING, WIGGLE, server_env
 
 from wiggle import Client
@@ -106,12 +107,5 @@ def test_sigterm_with_a_step_running_stops_at_once_and_the_restart_loses_nothing
         assert not [h for h in history if "lease" in h.error], history
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()  # it rode through the restart
     finally:
-        for proc in (worker, server, restarted):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+        stop_all(worker, server, restarted)
         sys.modules.pop("rolling_flows", None)

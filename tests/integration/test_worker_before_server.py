@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from ports import free_port
+from processes import stop_all, wait_for_text
 from upstream.servers import LISTENING, WIGGLE, server_env
 
 from wiggle import Client
@@ -44,24 +45,6 @@ def spawn_worker(app: Path, target: str, *more: str) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-
-
-def wait_for_text(path: Path, text: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while text not in path.read_text(errors="replace"):
-        assert proc.poll() is None and time.monotonic() < deadline, path.read_text(errors="replace")
-        time.sleep(0.05)
-
-
-def stop(*procs: subprocess.Popen[bytes] | None) -> None:
-    for proc in procs:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
 
 
 @pytest.mark.timeout(150)
@@ -98,7 +81,7 @@ def test_a_worker_started_before_its_server_serves_once_the_server_is_there(tmp_
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0, (tmp_path / "worker.log").read_text()
     finally:
-        stop(worker, server)
+        stop_all(worker, server)
 
 
 @pytest.mark.timeout(120)
@@ -114,7 +97,7 @@ def test_sigterm_while_the_worker_waits_for_its_server_stops_it_at_once(tmp_path
         log = (tmp_path / "worker.log").read_text()
         assert "stopped before its server answered" in log and "Traceback" not in log, log
     finally:
-        stop(worker)
+        stop_all(worker)
 
 
 @pytest.mark.timeout(120)
@@ -131,7 +114,7 @@ def test_a_worker_gives_up_after_connect_seconds_naming_the_target_and_the_setti
         assert time.monotonic() - began < 15, log
         assert "Traceback" not in log, log
     finally:
-        stop(worker)
+        stop_all(worker)
 
 
 def test_connect_seconds_is_checked_before_the_worker_starts(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from ports import free_port
-from upstream.servers import LISTENING, WIGGLE, server_env
+from processes import stop_all, wait_for_text
+from upstream.servers import WIGGLE, server_env
 
 from wiggle import Client
 
@@ -61,18 +62,12 @@ def test_a_step_outlasting_the_drain_is_cut_and_runs_again_after_its_lease(tmp_p
                 cwd=tmp_path,
             )
         procs.append(server)
-        deadline = time.monotonic() + 60
-        while not LISTENING.search((tmp_path / "server.log").read_text(errors="replace")):
-            assert server.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for_text(tmp_path / "server.log", "wiggle server listening", server)
         first = worker(tmp_path, target, "first.log", "--drain-seconds", "1")
         procs.append(first)
         with Client(target) as client:
-            while "serving drained" not in (tmp_path / "first.log").read_text(errors="replace"):
-                assert first.poll() is None and time.monotonic() < deadline, (
-                    tmp_path / "first.log"
-                ).read_text()
-                time.sleep(0.05)
+            wait_for_text(tmp_path / "first.log", "serving drained", first)
+            deadline = time.monotonic() + 60
             instance_id = client.start("drained", {}).instance_id
             while not (tmp_path / "first-run").exists():
                 assert time.monotonic() < deadline
@@ -92,11 +87,4 @@ def test_a_step_outlasting_the_drain_is_cut_and_runs_again_after_its_lease(tmp_p
             attempts = [(h.attempt, h.outcome) for h in client.history(instance_id) if h.kind == "TASK"]
         assert attempts[-1] == (2, "COMPLETED") and len(attempts) == 2, attempts
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+        stop_all(*procs)

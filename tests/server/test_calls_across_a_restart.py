@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import pytest
+from both_clients import EitherClient
 from pg import TEST_DATABASE_URL
 from ports import free_port
 
-from wiggle import AsyncClient, Client, Workflow
+from wiggle import Workflow
 from wiggle._server.config import ServerConfig
 from wiggle.errors import Unavailable
 from wiggle.testing import EmbeddedServer
@@ -31,12 +31,8 @@ async def test_calls_safe_to_repeat_ride_through_a_restart_and_the_others_fail_a
     old = await EmbeddedServer(config).start()
     new: EmbeddedServer | None = None
     target = f"127.0.0.1:{port}"
-    client: Any = Client(target) if blocking else AsyncClient(target)
-
-    async def call(name: str, *args: Any, **kwargs: Any) -> Any:
-        if blocking:
-            return await asyncio.to_thread(getattr(client, name), *args, **kwargs)
-        return await getattr(client, name)(*args, **kwargs)
+    client = EitherClient(target, blocking)
+    call = client.call
 
     try:
         await call("register", WAITS)
@@ -98,10 +94,7 @@ async def test_calls_safe_to_repeat_ride_through_a_restart_and_the_others_fail_a
         limits = {q.queue: q for q in await new.client.queues()}
         assert limits["payments"].max_running == 3
     finally:
-        if blocking:
-            await asyncio.to_thread(client.close)
-        else:
-            await client.close()
+        await client.close()
         if new is not None:
             await new.stop()
         await old.server.stop(grace=0)

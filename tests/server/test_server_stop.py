@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import msgspec
 import pytest
+from both_clients import EitherClient
 from pg import STORES, TEST_DATABASE_URL
 from ports import free_port
 
@@ -271,17 +272,13 @@ async def test_a_start_with_a_request_id_rides_through_a_restart_and_one_without
     old = await EmbeddedServer(config).start()
     new: EmbeddedServer | None = None
     target = f"127.0.0.1:{port}"
-    client: Any = Client(target) if blocking else AsyncClient(target)
+    client = EitherClient(target, blocking)
 
     async def start(**kwargs: Any) -> Any:
-        if blocking:
-            return await asyncio.to_thread(client.start, PAIR, {"n": 1}, **kwargs)
-        return await client.start(PAIR, {"n": 1}, **kwargs)
+        return await client.call("start", PAIR, {"n": 1}, **kwargs)
 
     async def start_many(request_id: str) -> list[str]:
-        if blocking:
-            return list(await asyncio.to_thread(client.start_many, PAIR, [{}, {}, {}], request_id=request_id))
-        return list(await client.start_many(PAIR, [{}, {}, {}], request_id=request_id))
+        return list(await client.call("start_many", PAIR, [{}, {}, {}], request_id=request_id))
 
     try:
         await old.client.register(PAIR)
@@ -303,10 +300,7 @@ async def test_a_start_with_a_request_id_rides_through_a_restart_and_one_without
         page, _ = await new.client.list(workflow="stop-pair")
         assert len(page) == 5, page
     finally:
-        if blocking:
-            await asyncio.to_thread(client.close)
-        else:
-            await client.close()
+        await client.close()
         if new is not None:
             await new.stop()
         await old.server.stop(grace=0)
@@ -317,13 +311,8 @@ async def test_a_client_that_never_reached_its_server_does_not_wait_for_it(block
     # A wrong target (a closed port here) is a mistake to report, not a restart to ride through: a
     # client that has never reached its server asks again for 3 s at most (core.FIRST_CONTACT),
     # not the wait's 60 s nor a start's 30 s.
-    target = f"127.0.0.1:{free_port()}"
-    client: Any = Client(target) if blocking else AsyncClient(target)
-
-    async def call(name: str, *args: Any, **kwargs: Any) -> Any:
-        if blocking:
-            return await asyncio.to_thread(getattr(client, name), *args, **kwargs)
-        return await getattr(client, name)(*args, **kwargs)
+    client = EitherClient(f"127.0.0.1:{free_port()}", blocking)
+    call = client.call
 
     try:
         with pytest.raises(Unavailable):
@@ -331,7 +320,4 @@ async def test_a_client_that_never_reached_its_server_does_not_wait_for_it(block
         with pytest.raises(Unavailable):
             await asyncio.wait_for(call("start", PAIR, {}, request_id="order-3"), 20)
     finally:
-        if blocking:
-            await asyncio.to_thread(client.close)
-        else:
-            await client.close()
+        await client.close()
