@@ -7,7 +7,9 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["wait_for_text", "stop_all"]
+from upstream.servers import WIGGLE, server_env
+
+__all__ = ["wait_for_text", "stop_all", "spawn"]
 
 
 def wait_for_text(path: Path, text: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
@@ -28,3 +30,16 @@ def stop_all(*procs: subprocess.Popen[bytes] | None) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def spawn(app: Path, log: str, *argv: str, **env: str) -> subprocess.Popen[bytes]:
+    """``wiggle ARGV`` run in ``app`` (importable there: PYTHONPATH), its output in ``app / log``;
+    the environment is this one's without WIGGLE_* variables, then server_env's and ``env``."""
+    with open(app / log, "wb") as out:
+        return subprocess.Popen(
+            [*WIGGLE, *argv],
+            cwd=app,
+            env=server_env(PYTHONPATH=str(app), **env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from ports import free_port
-from processes import stop_all, wait_for_text
-from upstream.servers import LISTENING, WIGGLE, server_env
+from processes import spawn, stop_all, wait_for_text
+from upstream.servers import WIGGLE
 
 from wiggle import Client
 
@@ -37,14 +37,7 @@ WAITING = "no server answers at"
 
 
 def spawn_worker(app: Path, target: str, *more: str) -> subprocess.Popen[bytes]:
-    with open(app / "worker.log", "wb") as log:
-        return subprocess.Popen(
-            [*WIGGLE, "--target", target, "worker", "early_flows:early", *more],
-            cwd=app,
-            env={**server_env(), "PYTHONPATH": str(app)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    return spawn(app, "worker.log", "--target", target, "worker", "early_flows:early", *more)
 
 
 @pytest.mark.timeout(150)
@@ -58,15 +51,8 @@ def test_a_worker_started_before_its_server_serves_once_the_server_is_there(tmp_
         wait_for_text(tmp_path / "worker.log", WAITING, worker)
         time.sleep(1.5)  # a while without a server: the worker goes on asking
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()
-        with open(tmp_path / "server.log", "wb") as out:
-            server = subprocess.Popen(
-                [*WIGGLE, "server"],
-                env=server_env(WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0"),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=tmp_path,
-            )
-        wait_for_text(tmp_path / "server.log", LISTENING.pattern.split(" on")[0], server)
+        server = spawn(tmp_path, "server.log", "server", WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0")
+        wait_for_text(tmp_path / "server.log", "wiggle server listening", server)
         wait_for_text(tmp_path / "worker.log", "serving early-worker", worker)
         log = (tmp_path / "worker.log").read_text()
         assert log.count(WAITING) == 1 and "answered after" in log, log

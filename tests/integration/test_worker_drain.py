@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from ports import free_port
-from processes import stop_all, wait_for_text
-from upstream.servers import WIGGLE, server_env
+from processes import spawn, stop_all, wait_for_text
 
 from wiggle import Client
 
@@ -36,14 +35,7 @@ FLOWS = textwrap.dedent(
 
 
 def worker(app: Path, target: str, log: str, *more: str) -> subprocess.Popen[bytes]:
-    with open(app / log, "wb") as out:
-        return subprocess.Popen(
-            [*WIGGLE, "--target", target, "worker", "drain_flows:flow", *more],
-            cwd=app,
-            env={**server_env(), "PYTHONPATH": str(app)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return spawn(app, log, "--target", target, "worker", "drain_flows:flow", *more)
 
 
 @pytest.mark.timeout(150)
@@ -53,14 +45,8 @@ def test_a_step_outlasting_the_drain_is_cut_and_runs_again_after_its_lease(tmp_p
     target = f"127.0.0.1:{port}"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with open(tmp_path / "server.log", "wb") as out:  # leases of 5 s (server_env)
-            server = subprocess.Popen(
-                [*WIGGLE, "server"],
-                env=server_env(WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0"),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=tmp_path,
-            )
+        # leases of 5 s (server_env)
+        server = spawn(tmp_path, "server.log", "server", WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0")
         procs.append(server)
         wait_for_text(tmp_path / "server.log", "wiggle server listening", server)
         first = worker(tmp_path, target, "first.log", "--drain-seconds", "1")
