@@ -13,9 +13,9 @@ __all__ = ["EitherClient"]
 
 
 class EitherClient:
-    def __init__(self, target: str, blocking: bool) -> None:
+    def __init__(self, target: str, blocking: bool, **options: Any) -> None:
         self.blocking = blocking
-        self.client: Any = Client(target) if blocking else AsyncClient(target)
+        self.client: Any = Client(target, **options) if blocking else AsyncClient(target, **options)
 
     async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """The client's method ``name`` with these arguments (the blocking one in a thread)."""

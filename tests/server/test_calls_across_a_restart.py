@@ -14,7 +14,7 @@ from both_clients import EitherClient
 from pg import TEST_DATABASE_URL
 from ports import free_port
 
-from wiggle import Workflow
+from wiggle import AsyncClient, Workflow
 from wiggle._server.config import ServerConfig
 from wiggle.errors import Unavailable
 from wiggle.testing import EmbeddedServer
@@ -98,3 +98,37 @@ async def test_calls_safe_to_repeat_ride_through_a_restart_and_the_others_fail_a
         if new is not None:
             await new.stop()
         await old.server.stop(grace=0)
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_patience_bounds_how_long_a_client_asks_again(blocking: bool) -> None:
+    # patience=0: a client that must not wait (a request handler with its own deadline) gets
+    # Unavailable at once, waits included; patience=1: after about a second
+    port = free_port()
+    server = await EmbeddedServer(ServerConfig(port=port)).start()
+    target = f"127.0.0.1:{port}"
+    hasty = EitherClient(target, blocking, patience=0)
+    brief = EitherClient(target, blocking, patience=1.0)
+    try:
+        await hasty.call("register", WAITS)
+        instance_id = (await hasty.call("start", WAITS, {})).instance_id
+        await brief.call("get", instance_id)  # both have reached the server
+        await server.stop()
+        for what, call in [
+            ("get", hasty.call("get", instance_id)),
+            ("wait", hasty.call("wait", instance_id, 60)),
+            ("start", hasty.call("start", WAITS, {}, request_id="r-1")),
+        ]:
+            began = time.monotonic()
+            with pytest.raises(Unavailable):
+                await asyncio.wait_for(call, 20)
+            assert time.monotonic() - began < 0.9, what
+        began = time.monotonic()
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(brief.call("get", instance_id), 20)
+        assert 0.9 <= time.monotonic() - began < 8
+    finally:
+        await hasty.close()
+        await brief.close()
+    with pytest.raises(ValueError, match="patience must be >= 0 seconds"):
+        AsyncClient(target, patience=-1)

@@ -46,7 +46,8 @@ class AsyncClient:
     Errors arrive as ``wiggle.errors`` exceptions carrying the server's message.
 
     A call that is safe to repeat rides through a server restart or fail-over: while the server
-    answers UNAVAILABLE it is asked again, with pauses, for up to 30 s — every read, ``register``,
+    answers UNAVAILABLE it is asked again, with pauses, for up to ``patience`` seconds (30 by
+    default; 0: never, Unavailable at once) — every read, ``register``,
     ``cancel``, ``signal`` with a ``signal_id``, a ``start`` or ``start_many`` with a
     ``request_id``, ``update_schedule``, ``pause_schedule``, ``resume_schedule`` and
     ``set_queue_limit`` (``wait`` and ``result`` within their own timeout). The others (a start or
@@ -62,7 +63,12 @@ class AsyncClient:
         channel: grpc.aio.Channel | None = None,
         *,
         credentials: Credentials | None = None,
+        patience: float = core.CALL_TIMEOUT,
     ) -> None:
+        if patience < 0:
+            raise ValueError(f"patience must be >= 0 seconds (0: never ask again), got {patience}")
+        #: seconds a call safe to repeat is asked again while the server is away (class docstring)
+        self.patience = patience
         # several targets (a list or "a:1,b:2"): one channel that moves to another when one is down
         self.target = join_targets(target)
         #: TLS and token settings; by default from WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
@@ -113,7 +119,7 @@ class AsyncClient:
         """``_call`` for a call that is safe to repeat (a read, or a write a second time changes
         nothing more): asked again while the server is away (UNAVAILABLE: stopping, restarting,
         failing over), for up to ``core.CALL_TIMEOUT`` seconds (``_again_while_away``)."""
-        clock = core.WaitClock(core.CALL_TIMEOUT)
+        clock = core.WaitClock(self.patience)
         return await self._again_while_away(lambda: self._call(rpc, request), clock)
 
     async def register(self, workflow: Blueprint[Any] | WorkflowDefinition) -> WorkflowInfo:
@@ -166,9 +172,10 @@ class AsyncClient:
         once (docs/performance.md#starts-that-batch-themselves).
 
         A start with a ``request_id`` is asked again while the server is away (UNAVAILABLE:
-        stopping, restarting) for up to 30 s, since repeating it cannot start a second instance;
-        one without fails with Unavailable at once, for it may or may not have happened. A client
-        that has never reached its server asks for 3 s at most (a wrong target).
+        stopping, restarting) for up to ``patience`` seconds (30), since repeating it cannot start
+        a second instance; one without fails with Unavailable at once, for it may or may not have
+        happened. A client that has never reached its server asks for 3 s at most (a wrong
+        target).
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
@@ -178,7 +185,7 @@ class AsyncClient:
             else:
                 send = self._starts.start
             if request_id:
-                clock = core.WaitClock(core.CALL_TIMEOUT)
+                clock = core.WaitClock(self.patience)
                 reply = await self._again_while_away(lambda: send(request), clock)
             else:
                 reply = await send(request)
@@ -241,7 +248,7 @@ class AsyncClient:
     async def _start_chunk(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
         # a chunk of start_many: asked again while the server is away when its starts have request
         # ids (repeating them starts nothing twice), as a lone start is
-        clock = core.WaitClock(core.CALL_TIMEOUT) if request.request_id else None
+        clock = core.WaitClock(self.patience) if request.request_id else None
         reply: pb.StartInstancesResponse = await self._again_while_away(
             lambda: self._call(self.stub.StartInstances, request), clock
         )
@@ -249,7 +256,8 @@ class AsyncClient:
 
     async def _again_while_away(self, send: Callable[[], Any], clock: core.WaitClock | None) -> Any:
         """``send()``'s answer; after Unavailable (the server stopping, restarting, unreachable)
-        asked again, with ``clock``'s pauses, until its time is up (None: not asked again). A
+        asked again, with ``clock``'s pauses, until its time is up (None, or a client with no
+        ``patience``: not asked again). A
         client that has never reached its server asks for ``core.FIRST_CONTACT`` seconds at most:
         a wrong target is a mistake to report, not a restart to wait out."""
         unreached: core.WaitClock | None = None
@@ -263,7 +271,7 @@ class AsyncClient:
                     unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
                     if unreached.expired():
                         raise
-                pause = clock.again_in() if clock is not None else None
+                pause = clock.again_in() if clock is not None and self.patience > 0 else None
                 if pause is None:
                     raise
                 await core.apause(pause)
@@ -278,7 +286,7 @@ class AsyncClient:
 
         A server that is away (stopping, restarting: UNAVAILABLE) is asked again, with pauses, until
         ``timeout``; Unavailable is raised only if it is still away then, or after 3 s by a client
-        that has never reached its server (a wrong target)."""
+        that has never reached its server (a wrong target), or at once with ``patience=0``."""
         clock = core.WaitClock(timeout)
         while True:
             reply = await self._again_while_away(
