@@ -74,3 +74,40 @@ def test_a_step_outlasting_the_drain_is_cut_and_runs_again_after_its_lease(tmp_p
         assert attempts[-1] == (2, "COMPLETED") and len(attempts) == 2, attempts
     finally:
         stop_all(*procs)
+
+
+@pytest.mark.timeout(120)
+def test_a_second_sigterm_cuts_the_drain_short(tmp_path: Path) -> None:
+    # Ctrl-C twice: the first drains (30 s by default), the second cuts what still runs at once
+    (tmp_path / "drain_flows.py").write_text(FLOWS)
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        server = spawn(tmp_path, "server.log", "server", WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0")
+        procs.append(server)
+        wait_for_text(tmp_path / "server.log", "wiggle server listening", server)
+        first = worker(tmp_path, target, "first.log")
+        procs.append(first)
+        with Client(target) as client:
+            wait_for_text(tmp_path / "first.log", "serving drained", first)
+            client.start("drained", {})
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "first-run").exists():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            first.send_signal(signal.SIGTERM)
+            time.sleep(1.0)
+            assert first.poll() is None, "the first signal drains: the step still runs"
+            signalled = time.monotonic()
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(30) == 0, (tmp_path / "first.log").read_text()
+            took = time.monotonic() - signalled
+        log = (tmp_path / "first.log").read_text()
+        assert took < 10, f"exited {took:.1f} s after the second SIGTERM: {log}"
+        assert (
+            "a second stop signal" in log
+            and "1 step(s) still running at a second stop signal were cut" in log
+        ), log
+    finally:
+        stop_all(*procs)

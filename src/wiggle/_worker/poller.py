@@ -66,9 +66,9 @@ class Poller:
         self.running = True
         self._loop = asyncio.ensure_future(self._run())
 
-    async def stop(self, timeout: float) -> int:
-        """Stop pulling; wait up to ``timeout`` seconds for running activations, then cancel them;
-        how many were cancelled."""
+    async def stop(self, timeout: float, hurry: asyncio.Event | None = None) -> int:
+        """Stop pulling; wait up to ``timeout`` seconds for running activations (or until
+        ``hurry`` is set), then cancel them; how many were cancelled."""
         self.running = False
         cut = 0
         if self._loop is not None:
@@ -76,7 +76,7 @@ class Poller:
             with contextlib.suppress(BaseException):
                 await self._loop
         if self.tasks:
-            _, pending = await asyncio.wait(set(self.tasks), timeout=timeout)
+            pending = await _until_done(set(self.tasks), timeout, hurry)
             for task in pending:
                 task.cancel()
             cut = len(pending)
@@ -186,3 +186,27 @@ class Poller:
         self._slots.release()
         if not task.cancelled() and task.exception() is not None:
             log.error("worker task crashed", exc_info=task.exception())
+
+
+async def _until_done(
+    tasks: set[asyncio.Task[None]], timeout: float, hurry: asyncio.Event | None
+) -> set[asyncio.Task[None]]:
+    """Wait for ``tasks`` for up to ``timeout`` seconds, or until ``hurry`` is set; those not done."""
+    if hurry is None:
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        return pending
+    hurried = asyncio.ensure_future(hurry.wait())
+    try:
+        deadline = time.monotonic() + timeout
+        pending = tasks
+        while pending and not hurry.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, _ = await asyncio.wait(
+                {*pending, hurried}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending = pending - done
+        return pending
+    finally:
+        hurried.cancel()

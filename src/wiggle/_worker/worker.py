@@ -105,6 +105,7 @@ class Worker:
         #: steps (or local runs) the last close cut at the end of its drain (wiggle worker exits
         #: at once then, not waiting for a sync handler's thread: wiggle/_cli/worker.py)
         self.cut_steps = 0
+        self._hurry = asyncio.Event()  # a second stop signal: cut the drain short (run_async)
         self._transport: Transport | None = None
         self._reporter: Reporter | None = None
         self._heartbeats: Heartbeats | None = None
@@ -119,6 +120,7 @@ class Worker:
             return
         opts = self.options
         self._pulse.start()
+        self._hurry.clear()
         self._enter("starting")  # before the port opens: its first /readyz says so
         try:
             # the port first: a probe is answered while the worker waits for its server
@@ -182,13 +184,14 @@ class Worker:
             timeout = self.options.drain_seconds
         self._enter("draining")
         if self._poller is not None:
-            self.cut_steps = await self._poller.stop(timeout)
+            self.cut_steps = await self._poller.stop(timeout, self._hurry)
             if self.cut_steps:
+                when = "at a second stop signal" if self._hurry.is_set() else f"after the {timeout:g} s drain"
                 log.warning(
-                    "%d step(s) still running after the %g s drain were cut: each runs again once its "
-                    "lease expires (WorkerOptions.drain_seconds, WIGGLE_WORKER_DRAIN_SECONDS)",
+                    "%d step(s) still running %s were cut: each runs again once its lease expires "
+                    "(WorkerOptions.drain_seconds, WIGGLE_WORKER_DRAIN_SECONDS)",
                     self.cut_steps,
-                    timeout,
+                    when,
                 )
         if self._heartbeats is not None:
             await self._heartbeats.close()
@@ -234,13 +237,21 @@ class Worker:
         return True, f"serving {', '.join(sorted(self.queues))}"
 
     async def run_async(self) -> None:
-        """Run until cancelled or until SIGINT/SIGTERM, then close gracefully (a signal while the
-        worker still waits for its server to answer ends the wait)."""
+        """Run until cancelled or until SIGINT/SIGTERM, then close gracefully: running steps get
+        ``options.drain_seconds``, and a second signal cuts them at once. A signal while the
+        worker still waits for its server to answer ends the wait."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:  # the first stops (a drain); a second cuts what still runs
+            if stop.is_set() and not self._hurry.is_set():
+                log.warning("a second stop signal: cutting the steps still running")
+                self._hurry.set()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
         stopped = asyncio.ensure_future(stop.wait())
         starting = asyncio.ensure_future(self.start())
         try:
