@@ -103,7 +103,8 @@ class WorkerHttp:
 
 def start_worker_http(worker: Any, pulse: Pulse, port: int) -> WorkerHttp | None:
     """Serve ``worker``'s probes and metrics on ``port`` (0: WIGGLE_WORKER_METRICS_PORT, unset:
-    off). Without prometheus-client, /metrics answers 404 saying which extra to install."""
+    off), and start ``pulse`` for /healthz (on the running loop). Without prometheus-client,
+    /metrics answers 404 saying which extra to install."""
     port = port or env_int("WIGGLE_WORKER_METRICS_PORT", 0)
     if not port:
         return None
@@ -122,6 +123,7 @@ def start_worker_http(worker: Any, pulse: Pulse, port: int) -> WorkerHttp | None
         registry = CollectorRegistry()
         registry.register(WorkerCollector(worker))
         metrics = make_wsgi_app(registry)
+    pulse.start()  # before the port opens: its first /healthz is alive
     app = _app(worker, pulse, metrics)
     server = make_server("0.0.0.0", port, app, _Server, _QuietHandler)  # noqa: S104 (probes come from outside)
     thread = threading.Thread(target=server.serve_forever, name="wiggle-worker-http", daemon=True)

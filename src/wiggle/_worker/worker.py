@@ -95,7 +95,7 @@ class Worker:
         self._caller = HandlerCaller(self._inline, self.stats, self.worker_id)
         self._advance = AdvanceSupport()
         self._http: WorkerHttp | None = None  # /healthz, /readyz, /metrics (http.py)
-        self._pulse = Pulse()  # the event loop's turns, for /healthz
+        self._pulse = Pulse()  # the event loop's turns, for /healthz (only with the HTTP port)
         # where the worker is (what /readyz says): "not started", "starting" (waiting for its
         # server), "running", "draining", "stopped"; written on the loop (only by _enter), read by
         # the HTTP thread. _running and _closing are read on the hot path: plain attributes
@@ -119,7 +119,6 @@ class Worker:
         if self._running:
             return
         opts = self.options
-        self._pulse.start()
         self._hurry.clear()
         self._enter("starting")  # before the port opens: its first /readyz says so
         try:
