@@ -8,7 +8,10 @@ import signal
 import subprocess
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from ports import free_port
@@ -38,76 +41,70 @@ def worker(app: Path, target: str, log: str, *more: str) -> subprocess.Popen[byt
     return spawn(app, log, "--target", target, "worker", "drain_flows:flow", *more)
 
 
-@pytest.mark.timeout(150)
-def test_a_step_outlasting_the_drain_is_cut_and_runs_again_after_its_lease(tmp_path: Path) -> None:
-    (tmp_path / "drain_flows.py").write_text(FLOWS)
+class Running(NamedTuple):
+    target: str
+    worker: subprocess.Popen[bytes]
+    instance_id: str
+    procs: list[subprocess.Popen[bytes]]
+
+
+@contextmanager
+def a_long_step_running(app: Path, *flags: str) -> Iterator[tuple[Running, Client]]:
+    """A `wiggle server` (leases of 5 s: server_env), a `wiggle worker` with ``flags`` (its log:
+    first.log) and an instance whose first attempt runs on that worker; every process stopped at
+    the end, those added to ``procs`` too."""
+    (app / "drain_flows.py").write_text(FLOWS)
     port = free_port()
     target = f"127.0.0.1:{port}"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        # leases of 5 s (server_env)
-        server = spawn(tmp_path, "server.log", "server", WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0")
+        server = spawn(app, "server.log", "server", WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0")
         procs.append(server)
-        wait_for_text(tmp_path / "server.log", "wiggle server listening", server)
-        first = worker(tmp_path, target, "first.log", "--drain-seconds", "1")
+        wait_for_text(app / "server.log", "wiggle server listening", server)
+        first = worker(app, target, "first.log", *flags)
         procs.append(first)
         with Client(target) as client:
-            wait_for_text(tmp_path / "first.log", "serving drained", first)
-            deadline = time.monotonic() + 60
+            wait_for_text(app / "first.log", "serving drained", first)
             instance_id = client.start("drained", {}).instance_id
-            while not (tmp_path / "first-run").exists():
-                assert time.monotonic() < deadline
+            deadline = time.monotonic() + 60
+            while not (app / "first-run").exists():
+                assert time.monotonic() < deadline, (app / "first.log").read_text()
                 time.sleep(0.05)
-            signalled = time.monotonic()
-            first.send_signal(signal.SIGTERM)
-            assert first.wait(30) == 0, (tmp_path / "first.log").read_text()
-            took = time.monotonic() - signalled
-            log = (tmp_path / "first.log").read_text()
-            assert took < 15, f"exited {took:.1f} s after SIGTERM: {log}"  # not the handler's 60 s
-            assert "1 step(s) still running after the 1 s drain were cut" in log and "Traceback" not in log, (
-                log
-            )
-            procs.append(worker(tmp_path, target, "second.log"))
-            info = client.wait(instance_id, timeout=60)
-            assert info.status == "COMPLETED" and info.context == {"done": True}, info
-            attempts = [(h.attempt, h.outcome) for h in client.history(instance_id) if h.kind == "TASK"]
-        assert attempts[-1] == (2, "COMPLETED") and len(attempts) == 2, attempts
+            yield Running(target, first, instance_id, procs), client
     finally:
         stop_all(*procs)
+
+
+@pytest.mark.timeout(150)
+def test_a_step_outlasting_the_drain_is_cut_and_runs_again_after_its_lease(tmp_path: Path) -> None:
+    with a_long_step_running(tmp_path, "--drain-seconds", "1") as (running, client):
+        signalled = time.monotonic()
+        running.worker.send_signal(signal.SIGTERM)
+        assert running.worker.wait(30) == 0, (tmp_path / "first.log").read_text()
+        took = time.monotonic() - signalled
+        log = (tmp_path / "first.log").read_text()
+        assert took < 15, f"exited {took:.1f} s after SIGTERM: {log}"  # not the handler's 60 s
+        assert "1 step(s) still running after the 1 s drain were cut" in log and "Traceback" not in log, log
+        running.procs.append(worker(tmp_path, running.target, "second.log"))
+        info = client.wait(running.instance_id, timeout=60)
+        assert info.status == "COMPLETED" and info.context == {"done": True}, info
+        attempts = [(h.attempt, h.outcome) for h in client.history(running.instance_id) if h.kind == "TASK"]
+    assert attempts[-1] == (2, "COMPLETED") and len(attempts) == 2, attempts
 
 
 @pytest.mark.timeout(120)
 def test_a_second_sigterm_cuts_the_drain_short(tmp_path: Path) -> None:
     # Ctrl-C twice: the first drains (30 s by default), the second cuts what still runs at once
-    (tmp_path / "drain_flows.py").write_text(FLOWS)
-    port = free_port()
-    target = f"127.0.0.1:{port}"
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        server = spawn(tmp_path, "server.log", "server", WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0")
-        procs.append(server)
-        wait_for_text(tmp_path / "server.log", "wiggle server listening", server)
-        first = worker(tmp_path, target, "first.log")
-        procs.append(first)
-        with Client(target) as client:
-            wait_for_text(tmp_path / "first.log", "serving drained", first)
-            client.start("drained", {})
-            deadline = time.monotonic() + 60
-            while not (tmp_path / "first-run").exists():
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            first.send_signal(signal.SIGTERM)
-            time.sleep(1.0)
-            assert first.poll() is None, "the first signal drains: the step still runs"
-            signalled = time.monotonic()
-            first.send_signal(signal.SIGTERM)
-            assert first.wait(30) == 0, (tmp_path / "first.log").read_text()
-            took = time.monotonic() - signalled
-        log = (tmp_path / "first.log").read_text()
-        assert took < 10, f"exited {took:.1f} s after the second SIGTERM: {log}"
-        assert (
-            "a second stop signal" in log
-            and "1 step(s) still running at a second stop signal were cut" in log
-        ), log
-    finally:
-        stop_all(*procs)
+    with a_long_step_running(tmp_path) as (running, _client):
+        running.worker.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert running.worker.poll() is None, "the first signal drains: the step still runs"
+        signalled = time.monotonic()
+        running.worker.send_signal(signal.SIGTERM)
+        assert running.worker.wait(30) == 0, (tmp_path / "first.log").read_text()
+        took = time.monotonic() - signalled
+    log = (tmp_path / "first.log").read_text()
+    assert took < 10, f"exited {took:.1f} s after the second SIGTERM: {log}"
+    assert (
+        "a second stop signal" in log and "1 step(s) still running at a second stop signal were cut" in log
+    ), log
