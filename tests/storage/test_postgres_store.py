@@ -691,6 +691,22 @@ async def test_servers_notify_each_other_only_while_a_peer_is_connected(
         assert a.cluster.notifies_sent == sent and await drain() == []
 
 
+async def _hears_the_wait(node: Any, drain: Callable[..., Any]) -> None:
+    """Until ``node`` knows that another node waits for finished instances (its "want" message or
+    the next count of peers; before, a commit of ``node`` notifies nobody), then past the catch-up
+    NOTIFY that knowing it sends (cluster.py ``_catch_up``), so what follows is the test's alone."""
+    for _ in range(500):
+        if ("finished", "") in node.cluster.wanted or not node.cluster.filtering:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the node never heard that another waits for finished instances")
+    if node.cluster._sender is not None:
+        await asyncio.wait_for(node.cluster._sender, 5.0)
+        await asyncio.sleep(node.cluster.NOTIFY_SPACING_SECONDS)  # its next send is not held back
+    await drain()  # the catch-up's NOTIFY, where it came after the listener began
+
+
 async def test_notifies_go_out_after_the_commit_in_one_transaction_for_all_posted_meanwhile(
     open_store: Callable[..., Any],
 ) -> None:
@@ -701,6 +717,7 @@ async def test_notifies_go_out_after_the_commit_in_one_transaction_for_all_poste
     b = await open_store()
     assert b.cluster.peers == 1  # b counted the first when it opened
     async with wanting(a, "finished", [""]), listening(b.cluster.channel_finished) as drain:
+        await _hears_the_wait(b, drain)
         sent = b.cluster.notifies_sent
         finished = Changes()
         finished.finished = True
@@ -723,6 +740,7 @@ async def test_a_node_spaces_its_notify_transactions_and_sends_what_came_meanwhi
     assert b.cluster.peers == 1
     loop = asyncio.get_running_loop()
     async with wanting(a, "finished", [""]), listening(b.cluster.channel_finished) as drain:
+        await _hears_the_wait(b, drain)
         sent = b.cluster.notifies_sent
         finished = Changes()
         finished.finished = True
