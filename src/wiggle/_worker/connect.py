@@ -16,10 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import grpc
-
 from .._client import core
-from .._wire.status import error_from_rpc
 from ..client import AsyncClient
 from ..errors import PermissionDenied, Unavailable
 from ..workflow import Blueprint
@@ -69,9 +66,7 @@ async def register_when_reachable(
 
 
 async def _register_once(client: AsyncClient, blueprint: Blueprint[Any]) -> None:
-    """One RegisterWorkflow call: not ``client.register``, which asks again by itself while the
-    server is away (for 3 s when it has never answered), for this loop keeps the time."""
-    try:
-        await client.stub.RegisterWorkflow(core.register_request(blueprint), timeout=core.CALL_TIMEOUT)
-    except grpc.RpcError as exc:
-        raise error_from_rpc(exc) from None
+    """One RegisterWorkflow call through the client's one call path (its errors, its trace
+    context): not ``client.register``, which asks again by itself while the server is away (for
+    3 s when it has never answered), for this loop keeps the time."""
+    await client._call(client.stub.RegisterWorkflow, core.register_request(blueprint))
