@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from upstream.servers import WIGGLE
 from wiggle import Worker, WorkerOptions, Workflow
 from wiggle._server.config import ServerConfig
 from wiggle._worker import http as worker_http
+from wiggle.errors import FailedPrecondition
 from wiggle.testing import EmbeddedServer
 
 
@@ -177,3 +179,81 @@ def test_processes_past_the_last_port_are_refused_before_any_starts(tmp_path: Pa
     assert "--metrics-port 65535 with --processes 2" in done.stderr and "Traceback" not in done.stderr, (
         done.stderr
     )
+
+
+def get_from(host: str, port: int, path: str) -> tuple[int, str]:
+    url_host = f"[{host}]" if ":" in host else host
+    with urllib.request.urlopen(f"http://{url_host}:{port}{path}", timeout=10) as answer:
+        return answer.status, answer.read().decode()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+async def test_the_port_binds_the_address_given(host: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with EmbeddedServer() as server:
+        http_port = free_port()
+        async with server.worker([FLOW], WorkerOptions(metrics_port=http_port, metrics_host=host)) as worker:
+            assert worker._http is not None and worker._http._server.server_address[0] == host
+            assert await asyncio.to_thread(get_from, host, http_port, "/readyz") == (
+                200,
+                "serving probed-q\n",
+            )
+        # the same from the variable, which `wiggle worker` and a container set
+        monkeypatch.setenv("WIGGLE_WORKER_METRICS_HOST", host)
+        http_port = free_port()
+        async with server.worker([FLOW], WorkerOptions(metrics_port=http_port)) as worker:
+            assert worker._http is not None and worker._http._server.server_address[0] == host
+            assert await asyncio.to_thread(get_from, host, http_port, "/healthz") == (200, "ok\n")
+
+
+async def test_a_port_in_use_fails_the_start_naming_it_and_what_sets_it() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        async with EmbeddedServer() as server:
+            worker = Worker(server.target, [FLOW], WorkerOptions(metrics_port=port, metrics_host="127.0.0.1"))
+            with pytest.raises(FailedPrecondition) as caught:
+                await worker.start()
+            message = str(caught.value)
+            assert f"cannot listen on 127.0.0.1 port {port}" in message and "--metrics-port" in message
+            assert worker.readiness() == (False, "the worker is not started")
+            await worker.close()
+            assert await server.client.list_workflows() == []  # it never registered: it never started
+    finally:
+        taken.close()
+
+
+def test_the_command_says_which_port_it_could_not_have(tmp_path: Path) -> None:
+    (tmp_path / "probed_flows.py").write_text(
+        "from wiggle import Workflow\n"
+        "def one(ctx):\n    return ctx\n"
+        "flow = Workflow.define('probed').step(one).build()\n"
+    )
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    argv = [
+        "--target",
+        f"127.0.0.1:{free_port()}",
+        "worker",
+        "probed_flows:flow",
+        "--metrics-host",
+        "127.0.0.1",
+    ]
+    try:
+        done = subprocess.run(
+            [*WIGGLE, *argv, "--metrics-port", str(port)],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        taken.close()
+    assert done.returncode == 4, done.stderr  # FAILED_PRECONDITION, at once: no wait for a server
+    assert done.stderr.startswith(
+        f"wiggle: FAILED_PRECONDITION: the worker's HTTP port cannot listen on 127.0.0.1 port {port}"
+    ), done.stderr

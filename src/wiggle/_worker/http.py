@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -28,7 +29,8 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from .._env import env_int
+from .._env import env_int, env_str
+from ..errors import FailedPrecondition
 
 __all__ = ["WorkerHttp", "Pulse", "start_worker_http", "STALLED_AFTER"]
 
@@ -81,6 +83,10 @@ class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a probe in flight never holds the worker's exit
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         """Probes every few seconds are not worth a line each."""
@@ -101,13 +107,15 @@ class WorkerHttp:
         self._thread.join(5)
 
 
-def start_worker_http(worker: Any, pulse: Pulse, port: int) -> WorkerHttp | None:
-    """Serve ``worker``'s probes and metrics on ``port`` (0: WIGGLE_WORKER_METRICS_PORT, unset:
-    off), and start ``pulse`` for /healthz (on the running loop). Without prometheus-client,
-    /metrics answers 404 saying which extra to install."""
+def start_worker_http(worker: Any, pulse: Pulse, port: int, host: str = "") -> WorkerHttp | None:
+    """Serve ``worker``'s probes and metrics on ``host:port`` (port 0: WIGGLE_WORKER_METRICS_PORT,
+    unset: off; host "": WIGGLE_WORKER_METRICS_HOST, unset: 0.0.0.0), and start ``pulse`` for
+    /healthz (on the running loop). Without prometheus-client, /metrics answers 404 saying which
+    extra to install. An address that cannot be had is FailedPrecondition naming it and the settings."""
     port = port or env_int("WIGGLE_WORKER_METRICS_PORT", 0)
     if not port:
         return None
+    host = host or env_str("WIGGLE_WORKER_METRICS_HOST", "0.0.0.0")  # noqa: S104 (probes come from outside)
     metrics: App | None = None
     try:
         from prometheus_client import make_wsgi_app
@@ -123,9 +131,15 @@ def start_worker_http(worker: Any, pulse: Pulse, port: int) -> WorkerHttp | None
         registry = CollectorRegistry()
         registry.register(WorkerCollector(worker))
         metrics = make_wsgi_app(registry)
-    pulse.start()  # before the port opens: its first /healthz is alive
     app = _app(worker, pulse, metrics)
-    server = make_server("0.0.0.0", port, app, _Server, _QuietHandler)  # noqa: S104 (probes come from outside)
+    try:
+        server = make_server(host, port, app, _Server6 if ":" in host else _Server, _QuietHandler)
+    except OSError as exc:  # in use, or not an address of this host
+        raise FailedPrecondition(
+            f"the worker's HTTP port cannot listen on {host} port {port} ({exc.strerror or exc}); choose "
+            "another (--metrics-port, WIGGLE_WORKER_METRICS_PORT; --metrics-host, WIGGLE_WORKER_METRICS_HOST)"
+        ) from None
+    pulse.start()  # before the port serves: its first /healthz is alive
     thread = threading.Thread(target=server.serve_forever, name="wiggle-worker-http", daemon=True)
     thread.start()
     return WorkerHttp(server, thread)

@@ -82,6 +82,10 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             serves, its server answering) and Prometheus `/metrics` (with the metrics extra)
             (0: the `WIGGLE_WORKER_METRICS_PORT` variable, unset: off). `wiggle worker
             --processes N`: process i on this port + i.
+        metrics_host: The address the HTTP port binds (`""`: the `WIGGLE_WORKER_METRICS_HOST`
+            variable, unset: `"0.0.0.0"`, every IPv4 address, as a Kubernetes `httpGet` probe or
+            a Prometheus in another container needs); `"127.0.0.1"` keeps it to the worker's own
+            host or container (compose's health check runs there); `"::"` every IPv6 address.
         event_loop: The event loop `Worker.run()` (so `wiggle worker`) runs on: `"auto"`,
             uvloop where it is installed (`pip install 'wiggle-workflows[uvloop]'`), else
             asyncio's; `"asyncio"`; `"uvloop"` (refused when it is not installed). A worker
@@ -107,6 +111,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     sync_handlers: str = "auto"  # "auto" | "thread" | "inline" (see the class docstring)
     inline_threshold_ms: float = 0.5
     metrics_port: int = 0  # > 0: /healthz, /readyz, /metrics here (else WIGGLE_WORKER_METRICS_PORT)
+    metrics_host: str = ""  # the address it binds ("": WIGGLE_WORKER_METRICS_HOST, else 0.0.0.0)
     event_loop: str = "auto"  # Worker.run()'s loop: "auto" (uvloop where installed) | "asyncio" | "uvloop"
 
 

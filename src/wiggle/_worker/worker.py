@@ -123,7 +123,7 @@ class Worker:
         self._enter("starting")  # before the port opens: its first /readyz says so
         try:
             # the port first: a probe is answered while the worker waits for its server
-            self._http = start_worker_http(self, self._pulse, opts.metrics_port)
+            self._http = start_worker_http(self, self._pulse, opts.metrics_port, opts.metrics_host)
             if self._client is None:
                 assert not isinstance(self._target, AsyncClient)
                 self._client = AsyncClient(self._target, credentials=self._credentials)
