@@ -15,6 +15,7 @@ import pytest
 from wiggle import RetryPolicy, Workflow
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
+from wiggle._worker.heartbeats import Heartbeats, Lease
 
 from .conftest import Harness
 
@@ -158,6 +159,74 @@ async def test_heartbeats_keep_a_step_with_a_heartbeat_timeout_alive(harness: Ha
     assert done.status == "COMPLETED", done.error
     assert [h.error for h in history if h.error] == []
     _clean(history, {})
+
+
+async def test_a_step_with_a_heartbeat_timeout_after_another_step_is_kept_alive(harness: Harness) -> None:
+    """The worker heartbeats a step at a third of its heartbeat timeout also when the step comes
+    after another one: chained to a report, polled while the worker's heartbeats wait out a long
+    pause, or reached inside a local run (whose lease the step's timeout shortens)."""
+
+    async def long(ctx):
+        await asyncio.sleep(5.0)
+        return {**ctx, "done": True}
+
+    bp = (
+        _define(harness, "beating-later")
+        .step(lambda ctx: {**ctx, "before": True}, name="before")
+        .step(long, name="long", heartbeat_timeout=2.0)
+        .step(lambda ctx: {**ctx, "after": True}, name="after")
+        .build()
+    )
+    async with harness.running([bp], lease_millis=60_000) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=30)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED", done.error
+    assert done.context == {"before": True, "done": True, "after": True}
+    assert [h.error for h in history if h.error] == []
+    _clean(history, {})
+
+
+async def test_a_silent_step_inside_a_run_is_given_up_at_its_own_heartbeat_timeout(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step with a heartbeat timeout that a local run reaches holds that timeout on the server
+    while it runs (LOCAL_ASYNC flushes before it): a worker silent past it loses that step, charged
+    to that step, not to the step the run began with."""
+    attempts: list[int] = []
+    quiet = asyncio.Event()
+    beat = Heartbeats._beat
+
+    async def beat_unless_quiet(self: Heartbeats, act: pb.TaskActivation, lease: Lease | None) -> None:
+        if not quiet.is_set():  # the worker goes silent while the first attempt runs
+            await beat(self, act, lease)
+
+    monkeypatch.setattr(Heartbeats, "_beat", beat_unless_quiet)
+
+    async def silent(ctx):
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            quiet.set()
+            await asyncio.sleep(4.0)
+            quiet.clear()
+        return {**ctx, "silent": len(attempts)}
+
+    bp = (
+        _define(harness, "silent-later")
+        .step(lambda ctx: {**ctx, "before": True}, name="before")
+        .step(silent, name="silent", heartbeat_timeout=1.0, retry=FAST_RETRY)
+        .build()
+    )
+    async with harness.running([bp], lease_millis=60_000) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=30)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED", done.error
+    assert done.context == {"before": True, "silent": 2}
+    given_up = [h for h in history if h.outcome == "RETRY"]
+    assert [(h.node_id, h.attempt) for h in given_up] == [("silent", 1)], history
+    assert "heartbeat timed out: no heartbeat for 1 s" in given_up[0].error
+    assert [h.outcome for h in history if h.node_id == "before"] == ["COMPLETED"], history
 
 
 @pytest.mark.parametrize("waits_in", ["sleep", "signal", "user_task", "child"])

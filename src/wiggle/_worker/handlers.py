@@ -122,7 +122,7 @@ add_field_source(_running_step_fields)
 class LoadedBlueprint:
     """A blueprint with what the worker needs at hand: its compiled graph and its nodes."""
 
-    __slots__ = ("blueprint", "graph", "nodes", "timeouts")
+    __slots__ = ("blueprint", "graph", "nodes", "timeouts", "heartbeat_timeouts", "flush_around")
 
     def __init__(self, blueprint: Blueprint[Any]) -> None:
         self.blueprint = blueprint
@@ -130,6 +130,14 @@ class LoadedBlueprint:
         self.nodes = blueprint.definition.node_map()
         # node id -> its start-to-close limit in ms, for the steps that have one
         self.timeouts = {n.id: n.timeout_millis for n in blueprint.definition.nodes if n.timeout_millis}
+        # node id -> its heartbeat timeout in ms (its lease), for the steps that have one
+        nodes = blueprint.definition.nodes
+        self.heartbeat_timeouts = {
+            n.id: n.heartbeat_timeout_millis for n in nodes if n.heartbeat_timeout_millis
+        }
+        # the steps a LOCAL_ASYNC run flushes before and after, so that the server holds the step's
+        # own limits while it runs (docs/semantics.md#step-time-limits)
+        self.flush_around = frozenset(self.timeouts) | frozenset(self.heartbeat_timeouts)
 
 
 class InlinePolicy:

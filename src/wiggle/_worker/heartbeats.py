@@ -31,12 +31,14 @@ AWAY_AGAIN = 1.0
 
 
 class Lease:
-    """What the heartbeats learn about a local run's lease: its expiry, and whether it was lost."""
+    """A local run's lease: its expiry and length (the step the run is at sets the length: a step
+    with a heartbeat timeout makes it that), and whether it was lost."""
 
-    __slots__ = ("expires_at", "abandoned")
+    __slots__ = ("expires_at", "millis", "abandoned")
 
-    def __init__(self, expires_at: int) -> None:
+    def __init__(self, expires_at: int, millis: int) -> None:
         self.expires_at = expires_at  # epoch millis
+        self.millis = millis  # the lease's length at the run's current step (0: the server's)
         self.abandoned = False
 
 
@@ -53,12 +55,24 @@ class Heartbeats:
         self.watched: dict[str, tuple[pb.TaskActivation, Lease | None, float]] = {}
         self._loop: asyncio.Task[None] | None = None
         self._away = False  # a heartbeat of the last round found the server away: try again soon
+        # the loop's sleep, and when it ends: a step watched meanwhile that is due sooner ends it
+        self._nap: asyncio.Task[None] | None = None
+        self._nap_until = 0.0
 
     def watch(self, act: pb.TaskActivation, lease: Lease | None = None) -> None:
-        """Heartbeat ``act`` until unwatched; ``lease`` (a local run's) learns renewals and loss."""
-        self.watched[act.task_id] = (act, lease, time.monotonic())
+        """Heartbeat ``act`` until unwatched; ``lease`` (a local run's) learns renewals and loss.
+        Watching it again (a local run whose lease got shorter) counts its interval from now. A
+        step due sooner than the loop's next turn wakes the loop."""
+        now = time.monotonic()
+        self.watched[act.task_id] = (act, lease, now)
         if self._loop is None or self._loop.done():
             self._loop = asyncio.ensure_future(self._run())
+        elif self._nap is not None and now + self.interval(act, lease) < self._nap_until:
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._nap is not None:
+            self._nap.cancel()
 
     def unwatch(self, act: pb.TaskActivation) -> None:
         """Stop heartbeating ``act`` (reported, or handed back)."""
@@ -72,26 +86,36 @@ class Heartbeats:
                 await self._loop
             self._loop = None
 
-    def interval(self, act: pb.TaskActivation | None = None) -> float:
+    def interval(self, act: pb.TaskActivation | None = None, lease: Lease | None = None) -> float:
         """Seconds between heartbeats of one step: ``heartbeat_seconds``, or a third of the lease;
-        never more than a third of ``act``'s own lease (a step's heartbeat timeout makes it short)."""
+        never more than a third of the step's own lease (``act``'s, or the local run's ``lease``
+        at its current step: a step's heartbeat timeout makes it short)."""
         default = self.heartbeat_seconds or max(self.lease_millis / 3000, 0.05)
-        if act is not None and act.lease_millis:
-            return min(default, max(act.lease_millis / 3000, 0.05))
+        millis = lease.millis if lease is not None else act.lease_millis if act is not None else 0
+        if millis:
+            return min(default, max(millis / 3000, 0.05))
         return default
 
     async def _run(self) -> None:
         while self.watched or self.running():
-            pause = min([self.interval(a) for a, _, _ in self.watched.values()] or [self.interval()])
+            pause = min(
+                [self.interval(a, lease) for a, lease, _ in self.watched.values()] or [self.interval()]
+            )
             if self._away:
                 pause = min(pause, AWAY_AGAIN)
                 self._away = False
-            await asyncio.sleep(pause)
+            self._nap = nap = asyncio.ensure_future(asyncio.sleep(pause))
+            self._nap_until = time.monotonic() + pause
+            try:
+                await asyncio.wait((nap,))  # ends with the sleep, or when _wake cancels it
+            finally:
+                nap.cancel()
+                self._nap = None
             # read after the sleep: a step reported while it slept is no longer watched (a stale
             # list made a heartbeat for every step finished in the meantime, each refused)
             watched = list(self.watched.values())
             now = time.monotonic()
-            due = [(a, lease) for a, lease, since in watched if now - since >= self.interval(a) * 0.9]
+            due = [(a, lease) for a, lease, since in watched if now - since >= self.interval(a, lease) * 0.9]
             if due:
                 await asyncio.gather(*(self._beat(a, lease) for a, lease in due))
 

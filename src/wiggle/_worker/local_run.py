@@ -126,12 +126,15 @@ class LocalRun:
         self.act = act
         self.sync = act.execution_mode == ExecutionMode.LOCAL_SYNC.value
         self.batch: list[StepRecord] = []
-        self.lease = Lease(act.lease_expires_at)
+        self.lease = Lease(act.lease_expires_at, act.lease_millis)
         self.steps_run = 0
         self.last_flush = time.monotonic()
         self.max_steps = act.max_local_steps
         # read once: the activation's fields are protobuf attributes, decoded on every read
-        self.lease_millis = act.lease_millis
+        self.lease_millis = act.lease_millis  # the lease's length at the run's current step
+        # the server's lease, which a step without a heartbeat timeout gets when the run reaches it
+        hb = loaded.heartbeat_timeouts
+        self.server_lease = env.heartbeats.lease_millis if act.node_id in hb else act.lease_millis
         self.payload_limit = act.max_payload_bytes
         self.task_id = act.task_id
         self.lease_owner = act.lease_owner
@@ -206,15 +209,16 @@ class LocalRun:
         self.node_id = next_id
         self.attempt = 1
         opts = self.env.options
-        timeouts = self.loaded.timeouts
+        flush_around = self.loaded.flush_around
         if (
             self.sync
             or len(self.batch) >= opts.local_batch_size
             or graph.is_checkpoint(node_id)
-            # a timed step starts and ends with a flush, so the server's deadline (set when the
-            # token reaches the step) is that step's alone (docs/semantics.md#step-time-limits)
-            or node_id in timeouts
-            or next_id in timeouts
+            # a step with a time limit or a heartbeat timeout starts and ends with a flush, so the
+            # server's deadline and lease (set when the token reaches the step) are that step's
+            # alone (docs/semantics.md#step-time-limits)
+            or node_id in flush_around
+            or next_id in flush_around
             or (opts.flush_interval > 0 and time.monotonic() - self.last_flush >= opts.flush_interval)
         ):
             return _FLUSH
@@ -338,7 +342,17 @@ class LocalRun:
             return False
         if result.lease_expires_at:
             self.lease.expires_at = result.lease_expires_at
+        if self.loaded.heartbeat_timeouts:
+            self._lease_of_the_step()
         return True
+
+    def _lease_of_the_step(self) -> None:
+        """The run goes on at ``node_id`` (the server has set its lease): heartbeat at a third of
+        that step's heartbeat timeout, or of the server's lease after one."""
+        millis = self.loaded.heartbeat_timeouts.get(self.node_id) or self.server_lease
+        if millis != self.lease_millis:
+            self.lease_millis = self.lease.millis = millis
+            self.env.heartbeats.watch(self.act, self.lease)
 
     async def _fall_back(self) -> None:
         """The server has no AdvanceRun: report the claimed step SERVER style, and stop here."""

@@ -347,9 +347,9 @@ class Worker:
         fork, a join or a queue change, asks for the instance's next step; it returns the step
         that came with the answer, if any."""
         assert self._reporter is not None and self._heartbeats is not None and self._run_env is not None
-        if act.lease_millis:
-            self._heartbeats.lease_millis = act.lease_millis
         loaded, exact = self._lookup(act)
+        if act.lease_millis and (loaded is None or act.node_id not in loaded.heartbeat_timeouts):
+            self._heartbeats.lease_millis = act.lease_millis  # the server's (not a step's own)
         if loaded is None:
             message = (
                 f"worker {self.worker_id} has no handler for node {act.node_id!r} of workflow "
