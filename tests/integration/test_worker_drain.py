@@ -108,3 +108,50 @@ def test_a_second_sigterm_cuts_the_drain_short(tmp_path: Path) -> None:
     assert (
         "a second stop signal" in log and "1 step(s) still running at a second stop signal were cut" in log
     ), log
+
+
+HUNG_FLOWS = textwrap.dedent(
+    """
+    import pathlib
+    import time
+    from wiggle import RetryPolicy, Workflow
+
+    def hang(ctx):
+        first = pathlib.Path("first-run")
+        if not first.exists():  # past its 1 s limit: abandoned in its thread, which sleeps on
+            first.touch()
+            time.sleep(3600)
+        return {**ctx, "done": True}
+
+    flow = Workflow.define("hung").step(hang, timeout=1, retry=RetryPolicy.fixed(3, 0.1)).build()
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_thread_abandoned_at_a_time_limit_does_not_hold_the_exit(tmp_path: Path) -> None:
+    # the step timed out and ran again (completed); its first attempt's thread still sleeps, and
+    # Python would wait an hour for it at exit
+    (tmp_path / "hung_flows.py").write_text(HUNG_FLOWS)
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        server = spawn(tmp_path, "server.log", "server", WIGGLE_PORT=str(port), WIGGLE_HTTP_PORT="0")
+        procs.append(server)
+        wait_for_text(tmp_path / "server.log", "wiggle server listening", server)
+        hung = spawn(tmp_path, "worker.log", "--target", target, "worker", "hung_flows:flow")
+        procs.append(hung)
+        with Client(target) as client:
+            wait_for_text(tmp_path / "worker.log", "serving hung", hung)
+            info = client.result(client.start("hung", {}).instance_id, timeout=60)
+            assert info.context == {"done": True}
+        signalled = time.monotonic()
+        hung.send_signal(signal.SIGTERM)
+        assert hung.wait(30) == 0, (tmp_path / "worker.log").read_text()
+        took = time.monotonic() - signalled
+    finally:
+        stop_all(*procs)
+    log = (tmp_path / "worker.log").read_text()
+    assert took < 15, f"exited {took:.1f} s after SIGTERM: {log}"
+    assert "1 handler thread(s) abandoned at a time limit still run: exiting without them" in log, log

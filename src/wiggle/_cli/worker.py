@@ -28,6 +28,8 @@ from .._env import EnvError, child_environment, environment, setting
 from ..errors import InvalidArgument
 from .common import credentials_from_args
 
+log = logging.getLogger("wiggle.worker")
+
 __all__ = ["add_parsers", "cmd_worker", "blueprints_at", "options_from", "COMMAND_VARIABLES", "ENV_PREFIX"]
 
 EXAMPLE = """examples:
@@ -234,9 +236,15 @@ def _run_one(args: argparse.Namespace, blueprints: list[Any], options: Any) -> i
         raise InvalidArgument(str(exc)) from None
     worker = Worker(args.target, blueprints, options, credentials=credentials)
     worker.run()  # returns once drained
-    if worker.cut_steps:
-        # steps cut at the drain's end may still run in the handler threads, which Python joins
-        # before it exits: the drain is over (the log said so), so the process ends now
+    left = worker.handler_threads_left()
+    if left:
+        # steps cut at the drain's end, or sync steps abandoned at their time limit, still run in
+        # handler threads, which Python would wait for before it exits: the drain is over (the
+        # server has those steps back, or will at their lease), so the process ends now
+        if not worker.cut_steps:
+            log.warning(
+                "%d handler thread(s) abandoned at a time limit still run: exiting without them", left
+            )
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -41,6 +41,8 @@ __all__ = [
     "Handler",
     "outcome_of",
     "failure_of",
+    "unstorable",
+    "HANDLER_EXITS",
     "log_failure",
     "log_fields_of",
     "HandlerCaller",
@@ -209,13 +211,44 @@ def failure_of(exc: BaseException) -> Failure:
     It carries the formatted traceback (chained causes included), which the server stores in the
     history next to the message (docs/semantics.md#failure-tracebacks).
     """
-    text = str(exc)
+    if isinstance(exc, HandlerExited):
+        exc = exc.exited
+    try:
+        text = str(exc)
+    except Exception as broken:  # noqa: BLE001 (the exception's own __str__ raised: say so, go on)
+        text = f"<its str() raised {type(broken).__name__}>"
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if isinstance(exc, HANDLER_EXITS):
+        message += " (raised by the handler: it fails the step; the worker goes on)"
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None and _is_plumbing(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next  # start at the user's code: the worker's own frames are the same every time
     formatted = "".join(traceback.TracebackException(type(exc), exc, tb).format())
     return Failure(message, not isinstance(exc, PermanentError), formatted, isinstance(exc, RetryableError))
+
+
+#: What a handler may raise besides an Exception that is still its step's outcome: ``sys.exit()``
+#: and a KeyboardInterrupt raised in its code must not end the worker (asyncio's CancelledError
+#: is not one of them: it cancels the worker's own task).
+HANDLER_EXITS = (SystemExit, KeyboardInterrupt)
+
+
+class HandlerExited(Exception):
+    """A handler's SystemExit or KeyboardInterrupt (``exited``), carried as an Exception."""
+
+    def __init__(self, exited: BaseException) -> None:
+        super().__init__(str(exited))
+        self.exited = exited
+
+
+def unstorable(node_id: str, exc: Exception) -> Failure:
+    """The non-retryable Failure of a step whose result cannot be encoded as JSON."""
+    return Failure(
+        f"step {node_id!r} returned a context that cannot be stored: {type(exc).__name__}: {exc} "
+        "(a context holds JSON values: str, int, float, bool, None, lists, dicts with str keys; "
+        "or msgspec Structs of them)",
+        False,
+    )
 
 
 _WORKER_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -336,7 +369,15 @@ class HandlerCaller:
         return not blueprint.is_async[node_id] and self.policy.inline(blueprint.handlers[node_id][1])
 
     async def call(self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step) -> object:
-        """Run the handler of ``node_id`` on ``context``; returns its raw result (exceptions propagate)."""
+        """Run the handler of ``node_id`` on ``context``; returns its raw result (exceptions
+        propagate; a handler's SystemExit or KeyboardInterrupt as HandlerExited, which a task
+        awaiting it, such as ``asyncio.wait_for``'s, does not re-raise out of the event loop)."""
+        try:
+            return await self._call(loaded, node_id, context, info)
+        except HANDLER_EXITS as exc:
+            raise HandlerExited(exc) from exc
+
+    async def _call(self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step) -> object:
         kind, fn = loaded.blueprint.handlers[node_id]
         args = self.arguments(loaded, kind, context)
         self.stats.steps += 1
@@ -384,7 +425,7 @@ class HandlerCaller:
             log_failure(info, failure)
             self.observe(info, started, "failed")
             return failure
-        except Exception as exc:  # the handler raised: that is the step's outcome
+        except (Exception, *HANDLER_EXITS) as exc:  # the handler raised: that is the step's outcome
             failure = failure_of(exc)
             log_failure(info, failure)
             self.observe(info, started, "failed")
@@ -442,7 +483,7 @@ class HandlerCaller:
                     else self.arguments(loaded, kind, context)
                 )
                 result = timed_call(self.policy, fn, args, info, inline)
-        except Exception as exc:
+        except (Exception, *HANDLER_EXITS) as exc:
             failure = failure_of(exc)
             log_failure(info, failure)
             self.observe(info, started, "failed")

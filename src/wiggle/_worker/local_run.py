@@ -35,7 +35,7 @@ from .._engine.state import InstanceStatus, TokenStatus
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome
+from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, unstorable
 from .heartbeats import Heartbeats, Lease
 from .options import WorkerOptions
 from .records import StepRecord, encode_records, step_record, task_record
@@ -182,13 +182,16 @@ class LocalRun:
             else:
                 assert isinstance(outcome, dict)
                 limit = self.payload_limit
-                if limit:
+                try:  # its size, and whether JSON can hold it at all (else the flush would fail)
                     size = len(_encode(outcome))
-                    if size > limit:
-                        # The server would refuse it: fail this step for good, as SERVER mode does.
-                        message = f"step result is {size} bytes; the limit is {limit} bytes"
-                        self.batch.append(step_record(node_id, Failure(message, False)))
-                        return Decided(Decision.HANDBACK, Handback.RETRY)
+                except Exception as exc:  # noqa: BLE001 (a value JSON cannot hold: the step fails, named)
+                    self.batch.append(step_record(node_id, unstorable(node_id, exc)))
+                    return Decided(Decision.HANDBACK, Handback.RETRY)
+                if limit and size > limit:
+                    # The server would refuse it: fail this step for good, as SERVER mode does.
+                    message = f"step result is {size} bytes; the limit is {limit} bytes"
+                    self.batch.append(step_record(node_id, Failure(message, False)))
+                    return Decided(Decision.HANDBACK, Handback.RETRY)
                 changed, removed = _fast.diff(self.context, outcome)
                 self.batch.append(task_record(node_id, changed, removed))
                 self.context = outcome

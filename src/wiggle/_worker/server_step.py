@@ -15,7 +15,7 @@ import msgspec
 from .. import _tracing as tracing
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome
+from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, unstorable
 from .heartbeats import Heartbeats
 from .reporter import Reporter
 
@@ -98,7 +98,11 @@ async def _report(
     if kind == HandlerKind.PREDICATE:
         request.predicate_value = bool(outcome)
     elif outcome is not None:
-        request.context_json = _encode(outcome)
+        try:
+            request.context_json = _encode(outcome)
+        except Exception as exc:  # noqa: BLE001 (a value JSON cannot hold: the step fails, named)
+            await report_failure(reporter, act, unstorable(act.node_id, exc))
+            return None
     result = await reporter.complete(request, patience(act))
     if result is None or not result.HasField("next_task"):
         return None

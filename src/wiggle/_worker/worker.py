@@ -201,6 +201,17 @@ class Worker:
         self._enter("stopped")
         await self._let_go()
 
+    def handler_threads_left(self, grace: float = 1.0) -> int:
+        """After ``close()``: how many pool threads still run a handler ``grace`` seconds on (a
+        step cut at the drain's end, or a sync step abandoned at its time limit). Python waits
+        for them at exit; ``wiggle worker`` does not (wiggle/_cli/worker.py)."""
+        pool = self._caller.pool
+        threads = list(getattr(pool, "_threads", ()))  # ThreadPoolExecutor's own, 3.8 to 3.13
+        deadline = time.monotonic() + grace
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return sum(thread.is_alive() for thread in threads)
+
     def _enter(self, phase: str) -> None:
         self._phase = phase
         self._running = phase == "running"

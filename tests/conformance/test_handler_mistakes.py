@@ -1,0 +1,138 @@
+"""A handler's mistakes are its step's outcome, reported at once and named, in every mode on both
+stores: a result JSON cannot hold, an exception whose own ``str()`` raises, ``sys.exit()`` or a
+KeyboardInterrupt raised in a handler (docs/semantics.md#failure-tracebacks). Before, each of them
+crashed the worker's task (or the whole worker) and the step sat until its lease ran out,
+"lease expired (worker unreachable)" in its history."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from wiggle import RetryPolicy
+
+from .conftest import Harness
+
+FAST_RETRY = RetryPolicy.fixed(3, 0.05)
+LEASE = 60_000  # a mistake that still cost a lease would time the test out
+
+
+class Customer:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ exploded")
+
+
+def _no_lease_lost(history) -> None:
+    assert not [h for h in history if "lease expired" in h.error], history
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+async def test_a_result_json_cannot_hold_fails_the_step_at_once_naming_it(
+    harness: Harness, handler: str
+) -> None:
+    def add_object(ctx):
+        return {**ctx, "customer": Customer("ann")}
+
+    async def add_object_async(ctx):
+        return add_object(ctx)
+
+    bp = (
+        harness.define("unstorable")
+        .step(lambda ctx: {**ctx, "first": True}, name="first")
+        .step(add_object if handler == "sync" else add_object_async, name="add_object", retry=FAST_RETRY)
+        .step(lambda ctx: {**ctx, "never": True}, name="never")
+        .build()
+    )
+    async with harness.running([bp], lease_millis=LEASE) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+        # the worker goes on: the next instance runs to the same end
+        again = await harness.finish(server, (await server.client.start(bp, {})).instance_id, timeout=20)
+    assert done.status == "FAILED" and again.status == "FAILED", (done, again)
+    assert [(h.node_id, h.outcome) for h in history] == [("first", "COMPLETED"), ("add_object", "FAILED")]
+    error = history[-1].error
+    assert "step 'add_object' returned a context that cannot be stored" in error, error
+    assert "Customer" in error and "JSON values" in error, error
+    _no_lease_lost(history)
+
+
+async def test_an_exception_whose_str_raises_is_reported_all_the_same(harness: Harness) -> None:
+    attempts: list[int] = []
+
+    def raises_unprintable(ctx):
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise Unprintable()
+        return {**ctx, "done": True}
+
+    bp = harness.define("unprintable").step(raises_unprintable, name="step", retry=FAST_RETRY).build()
+    async with harness.running([bp], lease_millis=LEASE) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED", done
+    steps = [(h.node_id, h.attempt, h.outcome) for h in history if h.node_id == "step"]
+    assert steps == [("step", 1, "RETRY"), ("step", 2, "COMPLETED")], history
+    assert history[0].error.startswith("Unprintable: <its str() raised RuntimeError>"), history[0].error
+    _no_lease_lost(history)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "sys.exit sync",
+        "sys.exit async",
+        "KeyboardInterrupt sync",
+        "sys.exit async timed",
+        "sys.exit sync timed",
+    ],
+)
+async def test_a_handler_that_exits_fails_its_step_and_the_worker_goes_on(harness: Harness, how: str) -> None:
+    attempts: list[int] = []
+
+    def leave() -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            if how.startswith("KeyboardInterrupt"):
+                raise KeyboardInterrupt
+            sys.exit(3)
+
+    def sync_step(ctx):
+        leave()
+        return {**ctx, "done": len(attempts)}
+
+    async def async_step(ctx):
+        await asyncio.sleep(0)
+        leave()
+        return {**ctx, "done": len(attempts)}
+
+    fn = async_step if " async" in how else sync_step
+    timeout = 30 if how.endswith("timed") else None  # a timed step runs inside asyncio.wait_for
+    bp = (
+        harness.define("exits")
+        .step(lambda ctx: {**ctx, "first": True}, name="first")
+        .step(fn, name="leaves", retry=FAST_RETRY, timeout=timeout)
+        .build()
+    )
+    async with harness.running([bp], lease_millis=LEASE) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+        again = await harness.finish(server, (await server.client.start(bp, {})).instance_id, timeout=20)
+    assert done.status == "COMPLETED" and again.status == "COMPLETED", (done, again)
+    assert done.context == {"first": True, "done": 2}
+    retried = [h for h in history if h.outcome == "RETRY"]
+    assert [(h.node_id, h.attempt) for h in retried] == [("leaves", 1)], history
+    expected = "KeyboardInterrupt" if how.startswith("KeyboardInterrupt") else "SystemExit: 3"
+    assert retried[0].error.startswith(expected) and "the worker goes on" in retried[0].error, retried[
+        0
+    ].error
+    _no_lease_lost(history)
