@@ -24,6 +24,7 @@ __all__ = [
     "storable_text",
     "MAX_REASON_CHARS",
     "check_text",
+    "MAX_POLL_QUEUES",
 ]
 
 
@@ -126,3 +127,10 @@ def check_text(value: str, what: str, limit: int) -> None:
         raise InvalidArgument(f"{what} is {len(value)} characters; the limit is {limit}")
     if "\x00" in value:
         raise InvalidArgument(f"{what} contains a NUL character (\\x00)")
+
+
+#: The most queue names one poll may list (PollTasks, a WorkerSession poll, upstream's PollTasks),
+#: and one report's ``next_queues``. The server keeps a poll's queues for the Queues page and
+#: ListQueues (ten minutes after the worker's last poll), so an unbounded list would be kept as
+#: sent; a worker serving more queues than this runs more workers, each on a share of them.
+MAX_POLL_QUEUES = 1_000

@@ -186,15 +186,19 @@ async def test_unknown_token_is_not_found() -> None:
         await s.complete("wi-000000000000000000000000.1", OWNER, {}, None)
 
 
-async def test_predicate_reported_as_a_task_fails_without_retry() -> None:
+async def test_predicate_reported_as_a_task_is_invalid() -> None:
+    # refused like the converse below: a malformed report changes nothing (it used to fail the
+    # instance for good); the step stays leased to its worker, which may report its branch
     s = store()
     wf = Workflow.define("pred").gate(_h("ok")).step(_h("after"))
     _, iid = await started(s, wf)
     claimed = await claim_one(s, "pred")
-    await s.complete(claimed.token.id, OWNER, {"x": 1}, None)
-    view = await s.get_instance(iid)
-    assert view.instance.status == "FAILED"
-    assert view.instance.error.startswith("ok: ")
+    before = await snapshot(s, iid)
+    with pytest.raises(InvalidArgument, match="'ok' is a PREDICATE, not a TASK: send predicate_value"):
+        await s.complete(claimed.token.id, OWNER, {"x": 1}, None)
+    assert await snapshot(s, iid) == before
+    await s.complete(claimed.token.id, OWNER, None, True)
+    assert (await s.get_instance(iid)).instance.status == "RUNNING"
 
 
 async def test_task_reported_with_a_predicate_value_is_invalid() -> None:

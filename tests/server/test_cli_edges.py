@@ -117,6 +117,14 @@ async def test_a_closed_pipe_is_not_a_traceback() -> None:
         (["server", "--processes", "2"], "--processes > 1 needs a PostgreSQL database"),
         (["migrate"], "migrate needs --database-url"),
         (["list", "--page-size", "x"], "invalid int value: 'x'"),
+        # refused before anything is started (it used to wait no time and exit 6)
+        (
+            ["start", "wf", "--wait", "--timeout", "-5"],
+            "--timeout: must be a finite number of seconds, 0 or more",
+        ),
+        (["start", "wf", "--wait", "--timeout=nan"], "--timeout: must be a finite number of seconds"),
+        (["retry", "wi-1", "--wait", "--timeout", "-1"], "--timeout: must be a finite number of seconds"),
+        (["ready", "--timeout", "0"], "--timeout: must be more than 0 seconds"),
         (["nope"], "invalid choice: 'nope'"),
     ],
 )

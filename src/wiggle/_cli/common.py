@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -12,7 +13,34 @@ import msgspec
 from ..errors import InvalidArgument
 from .views import when
 
-__all__ = ["print_json", "print_instance", "json_arg", "client_from_args"]
+__all__ = [
+    "print_json",
+    "print_instance",
+    "json_arg",
+    "client_from_args",
+    "seconds_arg",
+    "positive_seconds_arg",
+]
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds, 0 or more (``--timeout``). Anything else
+    is a usage error, exit 2, before any call is made."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, 0 or more, got {text!r}")
+    return value
+
+
+def positive_seconds_arg(text: str) -> float:
+    """``seconds_arg``, more than 0 (a socket's timeout)."""
+    value = seconds_arg(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
 
 
 def print_json(value: Any) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidArgument, Unavailable
-from .common import credentials_from_args
+from .common import credentials_from_args, positive_seconds_arg
 
 __all__ = ["add_ready", "cmd_ready", "ready_url"]
 
@@ -28,7 +28,9 @@ def add_ready(p: argparse.ArgumentParser) -> None:
     """The options of ``wiggle ready`` on its parser ``p``."""
     p.add_argument("--url", help="the /readyz URL to ask (default: this machine's --http-port)")
     p.add_argument("--http-port", type=int, help="the server's HTTP port on 127.0.0.1 [WIGGLE_HTTP_PORT]")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)")
+    p.add_argument(
+        "--timeout", type=positive_seconds_arg, default=5.0, help="seconds to wait for the answer (default 5)"
+    )
     p.set_defaults(func=cmd_ready)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._status import InstanceStatus
 from ..errors import InvalidArgument
-from .common import client_from_args, json_arg, print_instance, print_json
+from .common import client_from_args, json_arg, print_instance, print_json, seconds_arg
 from .progress import Progress, counted, wait_with_progress
 from .views import when
 
@@ -321,7 +321,7 @@ def _add_start(sub: Any) -> None:
         action="store_true",
         help="wait until it finishes: exit 1 if it FAILED or was CANCELLED, 6 if still running at --timeout",
     )
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)")
+    p.add_argument("--timeout", type=seconds_arg, default=60.0, help="seconds --wait waits (default 60)")
     # flow control (docs/flow-control.md)
     p.add_argument(
         "--priority",
@@ -492,5 +492,5 @@ def _add_retry(sub: Any) -> None:
     p.add_argument(
         "--wait", action="store_true", help="wait until it finishes (exit codes as for start --wait)"
     )
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)")
+    p.add_argument("--timeout", type=seconds_arg, default=60.0, help="seconds --wait waits (default 60)")
     p.set_defaults(func=cmd_retry)

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from .._limits import MAX_DURATION_MILLIS
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._status import InstanceStatus
@@ -82,7 +83,7 @@ def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.Regist
 
 def _duration_millis(value: object, what: str) -> int:
     """Whole milliseconds (rounded up) of a timedelta or a number of seconds; InvalidArgument
-    naming ``what`` for anything else or a negative one."""
+    naming ``what`` for anything else, a negative one or one over MAX_DURATION_MILLIS."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
         negative = value < timedelta(0)
@@ -93,6 +94,10 @@ def _duration_millis(value: object, what: str) -> int:
         raise InvalidArgument(f"{what} must be a timedelta (or seconds), got {value!r}")
     if negative:
         raise InvalidArgument(f"{what} must not be negative, got {value!r}")
+    if seconds * 1000 > MAX_DURATION_MILLIS:  # the server's limit; far beyond it cannot even be sent
+        raise InvalidArgument(
+            f"{what} is {seconds:g} seconds; the limit is {MAX_DURATION_MILLIS // 1000} seconds (10 years)"
+        )
     return math.ceil(seconds * 1000)
 
 
@@ -108,7 +113,8 @@ def start_options(
     the start's own workflow time limit (docs/semantics.md#workflow-time-limits; 0: none).
 
     Refused here with InvalidArgument naming the field when the value cannot be sent as meant (a
-    naive datetime, a negative delay, both a time and a delay); ranges are the server's to check.
+    naive datetime, a negative delay or one over the 10-year limit, both a time and a delay); the
+    other ranges are the server's to check.
     """
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidArgument(f"priority must be an integer, got {priority!r}")
@@ -365,6 +371,16 @@ def check_result(info: InstanceInfo, timeout: float) -> InstanceInfo:
     return info
 
 
+def _interval_millis(every: float | None) -> int:
+    """A schedule's ``every`` (seconds) in whole milliseconds (0: not given); InvalidArgument for
+    what cannot be sent (not a number, NaN, negative, over MAX_DURATION_MILLIS); the server checks
+    the rest."""
+    if not every:
+        return 0
+    _duration_millis(every, "every")
+    return round(every * 1000)
+
+
 def schedule_spec(
     schedule_id: str,
     workflow: str | Blueprint[Any],
@@ -385,7 +401,7 @@ def schedule_spec(
         id=schedule_id,
         workflow=name,
         version=version,
-        interval_millis=round(every * 1000) if every else 0,
+        interval_millis=_interval_millis(every),
         cron=cron,
         timezone=timezone,
         context_json=_context_json(context),

@@ -312,17 +312,16 @@ class Engine:
         changes = Changes()
         if node.kind is NodeKind.PREDICATE:
             if predicate_value is None:
-                # A predicate reported as a task: non-retryable failure naming the type.
-                return fail_step(
-                    self,
-                    loaded,
-                    state,
-                    token,
-                    node,
-                    "predicate returned a context, not a bool",
-                    False,
-                    now,
-                    changes,
+                # A predicate reported as a task: a malformed report, refused like the converse
+                # (nothing changes; the step stays leased to its worker, which may report it
+                # again). A predicate that returned no bool is the worker's to report with
+                # FailTask (wiggle/_worker/handlers.py).
+                sent = (
+                    "a diff" if diff is not None else "context_json" if context is not None else "no result"
+                )
+                raise InvalidArgument(
+                    f"node {node.id!r} is a PREDICATE, not a TASK: send predicate_value (true or "
+                    f"false); the report carried {sent}"
                 )
         elif predicate_value is not None:
             raise InvalidArgument(

@@ -223,6 +223,10 @@ def _check_offset(token: Token, task_id: str, records: Sequence[StepRecord], run
     """True if the batch is one applied already (resent after its answer was lost)."""
     if run_offset is None or run_offset == token.local_run_steps:
         return False
+    if run_offset < 0:  # no point of a run: never a resend (the service refuses it first)
+        raise InvalidArgument(
+            f"AdvanceRun run_offset must be 0 or more, got {run_offset}; nothing was applied"
+        )
     if run_offset < token.local_run_steps and run_offset + len(records) == token.local_run_steps:
         return True
     raise FailedPrecondition(

@@ -29,7 +29,10 @@ _wanted = setting("WIGGLE_IMPL").lower()
 if _wanted not in _CHOICES:
     raise ImportError(f"WIGGLE_IMPL={_wanted!r} is not one of {', '.join(_CHOICES)}")
 
+# MAX_BATCH_STEPS (the most steps one AdvanceRun batch may hold) is re-exported too, for the
+# service to bound the repeated ``steps`` alike; not in __all__, which lists the twins' functions.
 if TYPE_CHECKING:
+    from .batch_py import MAX_BATCH_STEPS as MAX_BATCH_STEPS
     from .batch_py import decode_batch, encode_batch
     from .merge_py import JoinConflict, apply_diff, diff, fold_join
     from .traversal_py import CompiledGraph
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     IMPL: str
     IMPL_REASON: str
 elif _wanted == "python":
+    from .batch_py import MAX_BATCH_STEPS as MAX_BATCH_STEPS
     from .batch_py import decode_batch, encode_batch
     from .merge_py import JoinConflict, apply_diff, diff, fold_join
     from .traversal_py import CompiledGraph
@@ -45,6 +49,7 @@ elif _wanted == "python":
     IMPL_REASON = "WIGGLE_IMPL=python"
 else:
     try:
+        from .batch_c import MAX_BATCH_STEPS as MAX_BATCH_STEPS
         from .batch_c import decode_batch, encode_batch
         from .merge_c import JoinConflict, apply_diff, diff, fold_join
         from .traversal_c import CompiledGraph
@@ -54,6 +59,7 @@ else:
                 f"WIGGLE_IMPL=cython but the compiled extensions do not import ({exc}); "
                 "reinstall with a C compiler available, or set WIGGLE_IMPL=auto"
             ) from exc
+        from .batch_py import MAX_BATCH_STEPS as MAX_BATCH_STEPS
         from .batch_py import decode_batch, encode_batch
         from .merge_py import JoinConflict, apply_diff, diff, fold_join
         from .traversal_py import CompiledGraph

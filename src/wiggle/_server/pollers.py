@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 import msgspec
 
 from .._clock import WALL_CLOCK
+from .._limits import MAX_POLL_QUEUES
 
 __all__ = ["Poller", "Pollers", "FORGET_AFTER_MILLIS"]
 
@@ -49,7 +50,10 @@ class Pollers:
         known.last_seen = now
         known.polls += 1
         if any(q not in known.queues for q in queues):  # a new queue (not only a longer list)
-            known.queues = sorted(set(known.queues) | set(queues))
+            union = set(known.queues) | set(queues)
+            # bounded like one poll (MAX_POLL_QUEUES): a worker that keeps polling new queues is
+            # shown with the queues of its latest poll, not every queue it ever named
+            known.queues = sorted(union if len(union) <= MAX_POLL_QUEUES else set(queues))
 
     def forget(self, now: int) -> None:
         """Drop workers not seen for FORGET_AFTER_MILLIS."""

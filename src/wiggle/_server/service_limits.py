@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import msgspec
 
 from .._engine.engine import EngineConfig
+from .._limits import MAX_POLL_QUEUES
 from .._model import NAME_PATTERN, validate_name
 from ..errors import InvalidArgument
 from .instances import MAX_WAIT_SECONDS
@@ -40,10 +41,20 @@ def chain_queues(queues: Iterable[str]) -> frozenset[str]:
     instance's next step): valid queue names; the queues as a set (empty: nothing asked).
     InvalidArgument otherwise."""
     names = frozenset(queues)
+    _check_queue_count(len(names), "next_queues")
     for q in names:
         if name_ok(q) is None:
             validate_name(q, "next_queues")
     return names
+
+
+def _check_queue_count(count: int, what: str) -> None:
+    """InvalidArgument if a request lists more than MAX_POLL_QUEUES queues (wiggle/_limits.py)."""
+    if count > MAX_POLL_QUEUES:
+        raise InvalidArgument(
+            f"{what} names {count} queues; the limit is {MAX_POLL_QUEUES} (run more workers, "
+            "each serving a share of the queues)"
+        )
 
 
 class ServiceLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,6 +94,7 @@ def poll_queues(
     names = list(queues)
     if not names:
         raise InvalidArgument("PollTasks names no queues; list the queues this worker serves")
+    _check_queue_count(len(names), "PollTasks")
     for q in names:
         if name_ok(q) is None:
             validate_name(q, "queue")

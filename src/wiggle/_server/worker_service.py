@@ -13,6 +13,8 @@ from .. import _fast
 from .._engine.engine import Claimed
 from .._engine.records import StepRecord
 from .._engine.state import TokenStatus
+from .._fast import MAX_BATCH_STEPS
+from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object, too_deep
@@ -25,7 +27,23 @@ from .service_limits import ServiceLimits, chain_queues, check_task_id, poll_que
 if TYPE_CHECKING:
     from .service import Metrics
 
-__all__ = ["WorkerHandlers"]
+__all__ = ["WorkerHandlers", "HANDBACK_REASONS"]
+
+#: The reasons an AdvanceRun may give for a handback (``wiggle._model.Handback``; "" gives none).
+#: Each becomes a label value of wiggle_local_run_handbacks_total: any other text is refused, so a
+#: worker cannot grow /metrics without bound.
+HANDBACK_REASONS = frozenset(h.value for h in Handback)
+
+
+def _check_handback_reason(reason: str) -> None:
+    """InvalidArgument unless ``reason`` is empty or one of HANDBACK_REASONS."""
+    if not reason or reason in HANDBACK_REASONS:
+        return
+    shown = repr(reason[:40]) + (f"... ({len(reason)} characters)" if len(reason) > 40 else "")
+    raise InvalidArgument(
+        f"AdvanceRun handback_reason {shown} is not a handback reason; send one of "
+        f"{', '.join(h.value for h in Handback)}, or none; nothing was applied"
+    )
 
 
 class WorkerHandlers:
@@ -96,6 +114,15 @@ class WorkerHandlers:
         check_task_id(request.task_id)
         if request.steps_batch and len(request.steps):
             raise InvalidArgument("AdvanceRun sets both steps and steps_batch; send one of them")
+        run_offset = request.run_offset if request.HasField("run_offset") else None
+        if run_offset is not None and run_offset < 0:
+            raise InvalidArgument(
+                f"AdvanceRun run_offset must be 0 or more (the steps of this claim reported before "
+                f"this batch), got {run_offset}; nothing was applied"
+            )
+        _check_handback_reason(request.handback_reason)
+        if len(request.steps) > MAX_BATCH_STEPS:  # as decode_batch bounds steps_batch
+            raise InvalidArgument(f"steps has {len(request.steps)} steps; the limit is {MAX_BATCH_STEPS}")
         steps: Sequence[StepRecord]
         if request.steps_batch:
             check_depth(request.steps_batch, "steps_batch")
@@ -119,7 +146,7 @@ class WorkerHandlers:
             request.final,
             request.handback_reason,
             request.failure_traceback,
-            run_offset=request.run_offset if request.HasField("run_offset") else None,
+            run_offset=run_offset,
             next_queues=self._chain(request.next_queues),
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
