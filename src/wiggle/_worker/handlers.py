@@ -153,6 +153,8 @@ class InlinePolicy:
         self.mode = mode
         self.threshold = threshold_ms / 1000
         self.quick: dict[Handler, int] = {}  # handler -> quick runs in a row (-1: never inline again)
+        # (perf_counter at its start, handler) while a handler runs inline: the stall guard reads it
+        self.blocking: tuple[float, Handler] | None = None
 
     def inline(self, fn: Handler) -> bool:
         """Run ``fn`` on the event loop?"""
@@ -318,9 +320,13 @@ def timed_call(
     policy how long it took."""
     token = _current_step.set(info)
     started = time.perf_counter()
+    if inline:  # it holds the event loop: the stall guard watches (stall_guard.py)
+        policy.blocking = (started, fn)
     try:
         return fn(*args)
     finally:
+        if inline:
+            policy.blocking = None
         policy.observe(fn, time.perf_counter() - started, inline)
         _current_step.reset(token)
 

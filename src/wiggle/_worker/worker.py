@@ -23,7 +23,7 @@ from .._model import ExecutionMode, NodeKind
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._security.credentials import Credentials
-from ..client import AsyncClient
+from ..client import AsyncClient, Client
 from ..workflow import Blueprint
 from .connect import register_when_reachable
 from .handlers import Context, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
@@ -34,6 +34,7 @@ from .options import WorkerOptions, check_options
 from .poller import Poller
 from .reporter import Reporter
 from .server_step import release_step, run_server_step
+from .stall_guard import StallGuard
 from .stats import WorkerStats
 from .stream import StreamTransport
 from .transport import CountedTransport, Transport, UnaryTransport
@@ -110,6 +111,7 @@ class Worker:
         self._reporter: Reporter | None = None
         self._heartbeats: Heartbeats | None = None
         self._poller: Poller | None = None
+        self._guard: StallGuard | None = None
         self._run_env: LocalRunEnv | None = None
 
     # -------------------------------------------------------------- lifecycle
@@ -147,6 +149,9 @@ class Worker:
         self._caller.pool = ThreadPoolExecutor(
             opts.threads or opts.concurrency, thread_name_prefix="wiggle-step"
         )
+        if opts.sync_handlers != "thread":  # a handler may run inline: heartbeats while it holds the loop
+            self._guard = StallGuard(self._inline, heartbeats, self._blocking_client)
+            self._guard.start()
         self._run_env = LocalRunEnv(
             caller=self._caller,
             reporter=reporter,
@@ -192,6 +197,9 @@ class Worker:
                     self.cut_steps,
                     when,
                 )
+        if self._guard is not None:
+            await asyncio.to_thread(self._guard.stop)
+            self._guard = None
         if self._heartbeats is not None:
             await self._heartbeats.close()
         if self._transport is not None:
@@ -200,6 +208,11 @@ class Worker:
             self._caller.pool.shutdown(wait=False)
         self._enter("stopped")
         await self._let_go()
+
+    def _blocking_client(self) -> Client:
+        """A blocking client to this worker's server, for the stall guard's thread."""
+        assert self._client is not None
+        return Client(self._client.target, credentials=self._client.credentials)
 
     def handler_threads_left(self, grace: float = 1.0) -> int:
         """After ``close()``: how many pool threads still run a handler ``grace`` seconds on (a
