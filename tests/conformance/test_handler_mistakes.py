@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import msgspec
 import pytest
 
 from wiggle import RetryPolicy
@@ -136,3 +137,33 @@ async def test_a_handler_that_exits_fails_its_step_and_the_worker_goes_on(harnes
         0
     ].error
     _no_lease_lost(history)
+
+
+class Order(msgspec.Struct):
+    quantity: int
+    note: str = ""
+
+
+async def test_a_context_that_no_longer_fits_its_type_fails_the_step_for_good(harness: Harness) -> None:
+    """A step of a typed workflow set a field to a value of the wrong type (a Struct does not check
+    its fields when set): the next step cannot be given an Order, and no retry would change that."""
+
+    def spoil(o: Order) -> Order:
+        o.quantity = "many"  # type: ignore[assignment]
+        return o
+
+    def ship(o: Order) -> Order:
+        o.note = "shipped"
+        return o
+
+    bp = harness.define("misfit", Order).step(spoil, retry=FAST_RETRY).step(ship, retry=FAST_RETRY).build()
+    async with harness.running([bp], lease_millis=LEASE) as (server, _):
+        info = await server.client.start(bp, {"quantity": 3})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "FAILED", done
+    assert [(h.node_id, h.attempt, h.outcome) for h in history] == [
+        ("spoil", 1, "COMPLETED"),
+        ("ship", 1, "FAILED"),
+    ]
+    assert "the context does not fit Order: Expected `int`, got `str` - at `$.quantity`" in history[-1].error

@@ -306,11 +306,24 @@ def outcome_of(
     return Failure(f"step {node_id!r} returned {type(result).__name__}; return the context (or None)", False)
 
 
+class ContextMismatch(PermanentError):
+    """The context does not fit the blueprint's context type: another attempt would meet the same
+    context, so the step fails for good (the start's context, or an earlier step's result, put it
+    there)."""
+
+
 def _typed(value: Context, ctype: type[Any]) -> object:
-    """The context as the blueprint's context type (a copy when the type is dict)."""
+    """The context as the blueprint's context type (a copy when the type is dict); ContextMismatch
+    naming the field when it does not fit."""
     if ctype is dict:
         return dict(value)
-    return msgspec.convert(value, ctype)
+    try:
+        return msgspec.convert(value, ctype)
+    except msgspec.ValidationError as exc:
+        raise ContextMismatch(
+            f"the context does not fit {ctype.__name__}: {exc} (the start's context or an earlier "
+            "step's result put it there; another attempt would meet the same context)"
+        ) from None
 
 
 def timed_call(
