@@ -77,7 +77,7 @@ TABLE = [
     ("start bad --from-file line", ["start", PARKED.name, "--from-file", "{bad_jsonl}"], 2, "line 2 must be a JSON object", None),
     ("start missing --from-file", ["start", PARKED.name, "--from-file", "{missing}"], 2, "no-such-file.json", None),
     ("start --wait times out", ["start", PARKED.name, "--wait", "--timeout", "0.5"], 6, "still RUNNING after --timeout", "server"),
-    ("start bad --timeout", ["start", PARKED.name, "--timeout", "soon"], 2, "invalid float value: 'soon'", None),
+    ("start bad --timeout", ["start", PARKED.name, "--timeout", "soon"], 2, "must be a number of seconds, got 'soon'", None),
     # the verbs on one instance
     ("get unknown id", ["get", MISSING_ID], 3, f"instance {MISSING_ID} does not exist", "server"),
     ("get unreachable server", ["get", MISSING_ID], 5, "is a `wiggle server` running at {closed}?", "closed"),

@@ -50,6 +50,18 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     "argv, env, fragment",
     [
         (["no_such_module_here:x"], {}, "cannot import 'no_such_module_here'"),
+        # a dotted path or a file where module:attribute was meant: the error says how to write it
+        (
+            ["cli_worker_flows.napping"],
+            {},
+            "blueprints are given as module:attribute (e.g. cli_worker_flows:napping), the module "
+            "imported from the current folder or one given with --path (WIGGLE_WORKER_PATH)",
+        ),
+        (
+            ["cli_worker_flows.py"],
+            {},
+            "(e.g. cli_worker_flows:NAME, or cli_worker_flows alone for every Blueprint in it)",
+        ),
         (["cli_worker_flows:missing"], {}, "has no attribute 'missing'"),
         (["cli_worker_flows:not_a_blueprint"], {}, "is a int, not a Blueprint"),
         ([":napping"], {}, "names no module"),
@@ -180,4 +192,50 @@ def test_sigterm_while_the_processes_start_is_a_clean_stop(app: Path) -> None:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
     finally:
+        server.stop()
+
+
+@pytest.mark.timeout(150)
+def test_processes_given_a_worker_id_are_named_apart(app: Path) -> None:
+    # `--worker-id X --processes N` (or WIGGLE_WORKER_WORKER_ID): process i is X-i; without an id
+    # each process names itself (host, pid, random suffix), so they differ too
+    server = ServerProcess(app / "server.log", server_env())
+    workers: list[subprocess.Popen[bytes]] = []
+    command = [*WIGGLE, "--target", server.target, "worker", "cli_worker_flows:ALL", "--processes", "2"]
+    try:
+        for argv, env in [
+            (["--worker-id", "by-flag"], {}),
+            ([], {"WIGGLE_WORKER_WORKER_ID": "by-var"}),
+            ([], {}),
+        ]:
+            workers.append(
+                subprocess.Popen(
+                    [*command, *argv],
+                    cwd=app,
+                    env={**os.environ, "WIGGLE_WORKER_POLL_WAIT_SECONDS": "1", **env},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        with Client(server.target) as client:
+            deadline = time.monotonic() + 90
+            while True:
+                seen = {
+                    w.worker_id for q in client.queues() if q.queue == "cli-worker-nap" for w in q.workers
+                }
+                if len(seen) >= 6 or time.monotonic() > deadline:
+                    break
+                assert all(w.poll() is None for w in workers), [w.returncode for w in workers]
+                time.sleep(0.2)
+        assert {"by-flag-0", "by-flag-1", "by-var-0", "by-var-1"} <= seen, seen
+        unnamed = seen - {"by-flag-0", "by-flag-1", "by-var-0", "by-var-1"}
+        assert len(unnamed) == 2, seen  # two processes, two default ids
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        assert [worker.wait(30) for worker in workers] == [0, 0, 0]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(30)
         server.stop()

@@ -69,14 +69,14 @@ async def test_queues_shows_the_limits_in_use_the_key_slots_and_the_rate_wait() 
         keyed[1]
         == "  limits: at most 3 running (2 in use); 2 running under a key's limit, 2 waiting for their key"
     )
-    assert keyed[2] == f"  worker {HOLDER}: 2 in flight"
+    assert keyed[2].startswith(f"  worker {HOLDER}: 2 in flight, last poll "), keyed
     until = datetime.fromtimestamp(scene.rate_limited_until / 1000, tz=timezone.utc)
     rated = lines[[line.split()[0] for line in lines].index(scene.rated) :]
     assert rated[0].split()[1:] == ["1", "0", rated[0].split()[3], "s", "1", "0", "1"], rated
     assert rated[1] == (
         f"  limits: 1 claims per 3600 s; rate limited until {until.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z"
     )
-    assert rated[2] == f"  worker {RATE_HOLDER}: 1 in flight"
+    assert rated[2].startswith(f"  worker {RATE_HOLDER}: 1 in flight, last poll "), rated
     rows = {q["queue"]: q for q in json.loads(shown.stdout)}
     assert {k: rows[scene.keyed][k] for k in ("max_running", "running", "limit_held", "limit_waiting")} == {
         "max_running": 3,

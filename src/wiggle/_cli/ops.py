@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import TextIO
@@ -42,23 +43,51 @@ def print_workflows(items: Sequence[WorkflowInfo], out: TextIO) -> None:
         )
 
 
-def print_queues(items: Sequence[QueueInfo], out: TextIO) -> None:
-    """One line per queue under a header, then the workers polling it, indented."""
+#: A worker whose last poll is older than this is not counted as polling (a poll waits up to
+#: ``poll_wait_seconds``, 10 s; the server's ``wiggle_workers_connected`` uses the same 90 s,
+#: wiggle/_server/metrics_families.py). The server lists a worker for 10 minutes after its last
+#: poll (FORGET_AFTER_MILLIS, wiggle/_server/pollers.py).
+POLLING_SECONDS = 90
+
+
+def _ago(ms: int) -> str:
+    """A duration in ms as short text: 0.4 s, 12 s, 3.2 min."""
+    if ms < 10_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 120_000:
+        return f"{ms // 1000} s"
+    return f"{ms / 60_000:.1f} min"
+
+
+def print_queues(items: Sequence[QueueInfo], out: TextIO, now: int | None = None) -> None:
+    """One line per queue under a header, then the workers polling it, indented, each with the age
+    of its last poll. WORKERS counts those that polled within POLLING_SECONDS or hold steps of
+    the queue (a worker whose every slot is busy does not poll); the others, listed for a while
+    after they stopped, are counted apart ("1 (+2 not polling)"). ``now``: ms, this host's clock
+    unless given."""
+    now = int(time.time() * 1000) if now is None else now
     print(
         f"{'QUEUE':<24} {'READY':>6} {'DELAYED':>7} {'OLDEST':>9} {'RUNNING':>7} {'LOCAL':>6}  WORKERS",
         file=out,
     )
     for q in items:
         oldest = f"{q.oldest_ready_age_millis / 1000:.1f} s" if q.ready else "-"
+        ages = {w.worker_id: max(now - w.last_seen, 0) for w in q.workers}
+        quiet = [w for w in q.workers if ages[w.worker_id] > POLLING_SECONDS * 1000]
+        gone = sum(1 for w in quiet if not w.in_flight)  # no poll for a while, nothing held
+        workers = f"{len(q.workers) - gone}" + (f" (+{gone} not polling)" if gone else "")
         print(
-            f"{q.queue:<24} {q.ready:>6} {q.delayed:>7} {oldest:>9} {q.running:>7} {q.in_local_run:>6}  {len(q.workers)}",
+            f"{q.queue:<24} {q.ready:>6} {q.delayed:>7} {oldest:>9} {q.running:>7} {q.in_local_run:>6}  {workers}",
             file=out,
         )
         limits = _queue_limits(q)
         if limits:
             print(f"  limits: {limits}", file=out)
         for w in q.workers:
-            print(f"  worker {w.worker_id}: {w.in_flight} in flight", file=out)
+            line = f"  worker {w.worker_id}: {w.in_flight} in flight, last poll {_ago(ages[w.worker_id])} ago"
+            if w in quiet:
+                line += " (every slot busy, or stopped)" if w.in_flight else " (not polling: stopped?)"
+            print(line, file=out)
 
 
 def _queue_limits(q: QueueInfo) -> str:

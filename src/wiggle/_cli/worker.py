@@ -6,8 +6,9 @@ The blueprints and import folders may come from ``WIGGLE_WORKER_BLUEPRINTS`` and
 ``WIGGLE_WORKER_PATH`` instead (a container image or a service unit configured by variables).
 SIGTERM or SIGINT drains: polling stops, running steps finish (up to 30 s, ``Worker.close``) and
 local runs flush, then the process exits 0. ``--processes N`` runs N worker processes under one parent, which passes
-SIGTERM/SIGINT on to each and waits for all of them. What each option does: ``WorkerOptions``
-(README, "Worker options").
+SIGTERM/SIGINT on to each and waits for all of them; process i gets the worker id ``X-i`` when
+one (``X``) is given (``--worker-id``, ``WIGGLE_WORKER_WORKER_ID``), and the metrics port + i.
+What each option does: ``WorkerOptions`` (README, "Worker options").
 """
 
 from __future__ import annotations
@@ -175,7 +176,9 @@ def blueprints_at(path: str) -> list[Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InvalidArgument(f"cannot import {module_name!r} (from {path!r}): {exc}") from None
+        raise InvalidArgument(
+            f"cannot import {module_name!r} (from {path!r}): {exc}{_path_hint(path, exc)}"
+        ) from None
     if not attr:
         found = [v for v in vars(module).values() if isinstance(v, Blueprint)]
         if not found:
@@ -197,6 +200,30 @@ def blueprints_at(path: str) -> list[Any]:
         return list(value)
     raise InvalidArgument(
         f"{path} is a {type(value).__name__}, not a Blueprint or a list of Blueprints (call .build() on a Workflow)"
+    )
+
+
+def _path_hint(path: str, exc: ImportError) -> str:
+    """What to write instead, when ``path`` (no ':') names no module to be found: a dotted path
+    (``orders.orders``) or a file (``orders.py``) where ``module:attribute`` was meant. "" when
+    the module was found and failed on an import of its own."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if ":" in path or not missing or not (path == missing or path.startswith(missing + ".")):
+        return ""
+    if path.endswith(".py"):  # a file: its module, imported from its folder
+        folder, file = os.path.split(path)
+        stem = file.removesuffix(".py")
+        example = f"{stem}:NAME, or {stem} alone for every Blueprint in it" + (
+            f", with --path {folder}" if folder else ""
+        )
+    elif "." in path:
+        head, _, tail = path.rpartition(".")
+        example = f"{head}:{tail}"
+    else:
+        example = f"{path}:NAME"
+    return (
+        f"; blueprints are given as module:attribute (e.g. {example}), the module imported from the "
+        f"current folder or one given with --path ({ENV_PREFIX}PATH)"
     )
 
 
@@ -223,7 +250,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"the port + i, past 65535"
         )
     if processes > 1:
-        return _supervise(args.argv, processes, options.metrics_port)
+        return _supervise(args.argv, processes, options.metrics_port, options.worker_id)
     return _run_one(args, blueprints, options)
 
 
@@ -252,12 +279,16 @@ def _run_one(args: argparse.Namespace, blueprints: list[Any], options: Any) -> i
     return 0
 
 
-def _supervise(given: list[str], processes: int, http_port: int) -> int:
+def _supervise(given: list[str], processes: int, http_port: int, worker_id: str = "") -> int:
     """Run ``processes`` copies of this command (each one worker); SIGTERM/SIGINT go to each.
     With an HTTP port P (``--metrics-port``, WIGGLE_WORKER_METRICS_PORT), process i serves on
-    P + i: one port cannot be bound twice."""
-    argv = _without(_without(given, "--processes"), "--metrics-port")
-    env = child_environment(drop=[ENV_PREFIX + "PROCESSES", ENV_PREFIX + "METRICS_PORT"])
+    P + i: one port cannot be bound twice. With a worker id X (``--worker-id``,
+    WIGGLE_WORKER_WORKER_ID), process i is ``X-i``: leases, histories and ``wiggle queues`` tell
+    the processes apart (without one, each makes its own: host, process id, a random suffix)."""
+    argv = _without(_without(_without(given, "--processes"), "--metrics-port"), "--worker-id")
+    env = child_environment(
+        drop=[ENV_PREFIX + "PROCESSES", ENV_PREFIX + "METRICS_PORT", ENV_PREFIX + "WORKER_ID"]
+    )
     children: list[subprocess.Popen[bytes]] = []
     forwarded: set[int] = set()
 
@@ -277,7 +308,9 @@ def _supervise(given: list[str], processes: int, http_port: int) -> int:
             if forwarded:
                 break
             own = {ENV_PREFIX + "METRICS_PORT": str(http_port + i)} if http_port else {}
-            child = subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env={**env, **own})
+            # the option last: it wins over any spelling of it left in argv (an abbreviation)
+            named = [f"--worker-id={worker_id}-{i}"] if worker_id else []
+            child = subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv, *named], env={**env, **own})
             children.append(child)
             for signum in list(forwarded):  # it came while this child was being made: pass it on
                 child.send_signal(signum)

@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 
 from .._limits import MAX_DURATION_MILLIS
-from .._model import WorkflowDefinition
+from .._model import NodeKind, WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._status import InstanceStatus
 from ..errors import InvalidArgument, WorkflowFailed
-from ..workflow import Blueprint
+from ..workflow import Blueprint, Workflow
 from .types import InstanceInfo
 
 __all__ = [
@@ -70,12 +70,56 @@ def _context_json(context: Any) -> bytes:
     return _encode_json(msgspec.to_builtins(context))
 
 
+def _checked_type(workflow: str | Blueprint[Any]) -> type | None:
+    """The msgspec.Struct a start's context must fit, for a Blueprint typed so whose first node
+    is a step or a predicate (its handler gets the start's context as it is); else None: a name
+    (its registered type is not known here), a dict-typed blueprint, or one that waits first (a
+    user task's or a signal's data may complete the context before any handler sees it)."""
+    if not isinstance(workflow, Blueprint) or workflow.context_type is dict:
+        return None
+    definition = workflow.definition
+    first = next((n for n in definition.nodes if n.id == definition.start_node), None)
+    if first is None or first.kind not in (NodeKind.TASK, NodeKind.PREDICATE):
+        return None
+    return workflow.context_type
+
+
+def _start_context_json(workflow: str | Blueprint[Any], context: Any, which: str = "") -> bytes:
+    """A start's context as JSON; given a Blueprint whose context type is a msgspec.Struct (and
+    whose first node is a step: ``_checked_type``), first checked against that type as the step
+    converts it: InvalidArgument naming the workflow and what does not fit, before anything is
+    sent, instead of a step failing its attempts. ``which``: "context 3" in a bulk start."""
+    ctype = _checked_type(workflow)
+    if ctype is None:
+        return _context_json(context)
+    name = workflow.name if isinstance(workflow, Blueprint) else workflow
+    what = f"{which or 'context'} of workflow {name!r} does not fit {ctype.__name__}"
+    if isinstance(context, msgspec.Struct):
+        if not isinstance(context, ctype):
+            raise InvalidArgument(
+                f"{what}: got a Struct of type {type(context).__name__} (pass one of type {ctype.__name__}, "
+                "or a dict of its fields)"
+            )
+        return _context_json(context)
+    builtins = {} if context is None else msgspec.to_builtins(context)
+    try:
+        msgspec.convert(builtins, ctype)  # what the worker does with the JSON (wiggle/_worker/handlers.py)
+    except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"{what}: {exc}") from None
+    return b"" if context is None else _encode_json(builtins)
+
+
 def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.RegisterWorkflowRequest:
     """RegisterWorkflow for a Blueprint or a WorkflowDefinition."""
     if isinstance(workflow, Blueprint):
         definition = workflow.definition
     elif isinstance(workflow, WorkflowDefinition):
         definition = workflow
+    elif isinstance(workflow, Workflow):  # the builder: a common slip
+        raise TypeError(
+            f"register() takes a Blueprint or WorkflowDefinition, got the Workflow builder "
+            f"{workflow.name!r}: call .build() on it (client.register(flow.build()))"
+        )
     else:
         raise TypeError(f"register() takes a Blueprint or WorkflowDefinition, got {type(workflow).__name__}")
     return pb.RegisterWorkflowRequest(definition_json=definition.to_json())
@@ -178,7 +222,7 @@ def start_request(
     return pb.StartInstanceRequest(
         workflow=name,
         version=version,
-        context_json=_context_json(context),
+        context_json=_start_context_json(workflow, context),
         correlation_id=correlation_id,
         request_id=request_id,
         **(options or {}),
@@ -208,6 +252,7 @@ class StartChunks:
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+        self.workflow = workflow
         self.name = workflow.name if isinstance(workflow, Blueprint) else workflow
         self.contexts = iter(contexts)
         self.version = version
@@ -224,7 +269,17 @@ class StartChunks:
         chunk: list[bytes] = []
         size = 0
         for context in self.contexts:
-            data = _context_json(context)
+            index = self.sent + len(chunk)
+            try:
+                data = _start_context_json(self.workflow, context, f"context {index}")
+            except InvalidArgument as exc:
+                if self.sent:  # the calls before this one started theirs
+                    again = " (repeated with the same request_id, the call starts only the rest)"
+                    raise InvalidArgument(
+                        f"{exc}; contexts 0 to {self.sent - 1} were started"
+                        + (again if self.request_id else "")
+                    ) from None
+                raise
             chunk.append(data)
             size += len(data)
             if len(chunk) >= self.chunk_size or size >= START_CHUNK_BYTES:
@@ -404,7 +459,7 @@ def schedule_spec(
         interval_millis=_interval_millis(every),
         cron=cron,
         timezone=timezone,
-        context_json=_context_json(context),
+        context_json=_start_context_json(workflow, context),
         overlap=str(overlap),
         catchup=str(catchup),
         catchup_limit=catchup_limit,

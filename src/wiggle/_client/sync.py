@@ -154,6 +154,10 @@ class Client:
     ) -> InstanceInfo:
         """Start an instance; ``context`` is a dict or msgspec.Struct. Pins ``version`` if given.
 
+        Given the Blueprint itself (not its name) typed with a msgspec.Struct, a context that
+        does not fit that type is InvalidArgument here, naming the workflow and the field, and
+        nothing is sent (docs/workflows.md#contexts).
+
         ``request_id`` makes the start idempotent: a start repeating a request id (a retry after
         an error or a lost answer) returns the instance the first one started.
 
@@ -230,6 +234,10 @@ class Client:
         the call after an error starts only what the first call did not. ``priority``,
         ``start_at`` and ``start_delay`` apply to every instance, as in ``start`` (a delay
         counts from each call's arrival), and ``timeout``.
+
+        Given a Blueprint typed with a msgspec.Struct, each context is checked as its call is
+        built (as ``start`` checks one): one that does not fit is InvalidArgument naming its
+        index, and neither its call nor any later one is sent (the error says which went before).
         """
         options = core.start_options(priority, start_at, start_delay, timeout=timeout)
         chunks = core.StartChunks(

@@ -36,6 +36,8 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
         concurrency: Steps (or local runs) in flight at once.
         queues: The queues served (never empty); default: every queue of the blueprints.
         worker_id: This worker's name in leases and histories; default: the host name, the process id and a random suffix.
+            `wiggle worker --processes N`: process i is this id + `-i` (`orders-0`, `orders-1`, ...;
+            without an id each process makes its own).
         poll_wait_seconds: How long one long poll waits for work before asking again.
         heartbeat_seconds: Heartbeat period of a running step or local run (0: a third of the
             server's lease).
@@ -76,7 +78,8 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             the handler finished quicker than `inline_threshold_ms` eight times in a row, then
             inline (saving the thread hop, about a third of a worker's CPU on trivial steps);
             the first inline run slower than ten times the threshold sends it back to the pool
-            for good.
+            for good. While an inline run holds the loop over a second, a thread of the worker
+            heartbeats its steps, so none loses its lease (the others still wait for the loop).
         inline_threshold_ms: What counts as quick for `sync_handlers="auto"`.
         metrics_port: The worker's HTTP port: `/healthz` (its event loop turns), `/readyz` (it
             serves, its server answering) and Prometheus `/metrics` (with the metrics extra)
