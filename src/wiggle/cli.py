@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except WiggleError as exc:
         hint = ""
         if exc.code is ErrorCode.UNAVAILABLE and getattr(args, "target", None) and args.command != "ready":
-            hint = f" (is a `wiggle server` running at {args.target}? Choose another with --target or WIGGLE_TARGET)"
+            if "is a `wiggle server` running at" in str(exc):  # the client said where it looked
+                hint = " (choose another with --target or WIGGLE_TARGET)"
+            else:
+                hint = f" (is a `wiggle server` running at {args.target}? Choose another with --target or WIGGLE_TARGET)"
         print(f"wiggle: {exc.code.name}: {exc}{hint}", file=sys.stderr)
         return EXIT_CODES.get(exc.code, 1)
     except EnvError as exc:  # a malformed WIGGLE_* variable: bad input

@@ -132,3 +132,26 @@ async def test_patience_bounds_how_long_a_client_asks_again(blocking: bool) -> N
         await brief.close()
     with pytest.raises(ValueError, match="patience must be >= 0 seconds"):
         AsyncClient(target, patience=-1)
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_a_client_that_never_reached_its_server_says_where_it_looked(blocking: bool) -> None:
+    target = f"127.0.0.1:{free_port()}"  # a closed local port: no server was ever there
+    client = EitherClient(target, blocking)
+    try:
+        with pytest.raises(Unavailable) as caught:
+            await asyncio.wait_for(client.call("get", "wi-nothing"), 20)
+    finally:
+        await client.close()
+    assert f"(is a `wiggle server` running at {target}? none has answered there yet)" in str(caught.value)
+
+    async with EmbeddedServer() as server:  # one that has answered before says nothing of the kind
+        reached = EitherClient(server.target, blocking, patience=0)
+        try:
+            await reached.call("register", WAITS)
+            await server.stop()
+            with pytest.raises(Unavailable) as away:
+                await asyncio.wait_for(reached.call("get", "wi-nothing"), 20)
+        finally:
+            await reached.close()
+    assert "is a `wiggle server` running" not in str(away.value), away.value

@@ -21,11 +21,12 @@ from .._limits import MAX_DURATION_MILLIS
 from .._model import NodeKind, WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._status import InstanceStatus
-from ..errors import InvalidArgument, WorkflowFailed
+from ..errors import InvalidArgument, Unavailable, WorkflowFailed
 from ..workflow import Blueprint, Workflow
 from .types import InstanceInfo
 
 __all__ = [
+    "never_reached",
     "DEFAULT_TARGET",
     "CHANNEL_OPTIONS",
     "CALL_TIMEOUT",
@@ -415,6 +416,12 @@ async def apause(seconds: float) -> None:
 def pause(seconds: float) -> None:
     """Sleep (the blocking client's)."""
     time.sleep(seconds)
+
+
+def never_reached(exc: Unavailable, target: str) -> Unavailable:
+    """``exc`` of a client that has never reached its server, saying where it looked: a wrong
+    target or a server not started is the likely cause, not a restart."""
+    return Unavailable(f"{exc} (is a `wiggle server` running at {target}? none has answered there yet)")
 
 
 def check_result(info: InstanceInfo, timeout: float) -> InstanceInfo:

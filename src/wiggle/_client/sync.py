@@ -277,10 +277,10 @@ class Client:
                 if not self._reached:
                     unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
                     if unreached.expired():
-                        raise
+                        raise core.never_reached(exc, self.target) from None
                 pause = clock.again_in() if clock is not None and self.patience > 0 else None
                 if pause is None:
-                    raise
+                    raise exc if self._reached else core.never_reached(exc, self.target) from None
                 core.pause(pause)
 
     def get(self, instance_id: str) -> InstanceInfo:
