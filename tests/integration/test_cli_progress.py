@@ -63,7 +63,10 @@ async def test_wait_shows_the_status_on_a_terminal_only() -> None:
         assert code == 6, out + err
         assert "waiting for wi-" in err and "RUNNING at _parked" in err, err
         assert "\r\x1b[K" in err  # rewritten in place, then cleared
-        assert err.rstrip().endswith("still RUNNING after --timeout 1 s"), err
+        assert err.rstrip().endswith(
+            "still RUNNING after --timeout 1 s: step '_parked' is READY on queue 'cli-progress-nobody', "
+            "attempt 1 (is a worker serving queue 'cli-progress-nobody'?)"
+        ), err
         assert "status     RUNNING" in out  # the result itself is on stdout, as without a terminal
 
         code, out, err = await asyncio.to_thread(_run, [*argv, "--json"], True)

@@ -10,6 +10,7 @@ import sys
 from datetime import datetime, timedelta
 from typing import Any
 
+from .._client.core import where_it_waits
 from .._status import InstanceStatus
 from ..errors import InvalidArgument
 from .common import client_from_args, json_arg, print_instance, print_json, seconds_arg
@@ -64,8 +65,10 @@ def waited(info: Any, args: argparse.Namespace) -> int:
     if info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
         return 1
     if info.status in (InstanceStatus.RUNNING, InstanceStatus.SCHEDULED):
+        where = where_it_waits(info)
         print(
-            f"wiggle: {info.instance_id} still {info.status} after --timeout {args.timeout:g} s",
+            f"wiggle: {info.instance_id} still {info.status} after --timeout {args.timeout:g} s"
+            + (f": {where}" if where else ""),
             file=sys.stderr,
         )
         return STILL_RUNNING

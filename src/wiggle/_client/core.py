@@ -27,6 +27,7 @@ from .types import InstanceInfo
 
 __all__ = [
     "never_reached",
+    "where_it_waits",
     "DEFAULT_TARGET",
     "CHANNEL_OPTIONS",
     "CALL_TIMEOUT",
@@ -418,6 +419,32 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def where_it_waits(info: InstanceInfo) -> str:
+    """Where a running instance is, in words, for a wait that timed out: which steps wait on
+    which queue for a worker, run on which worker, or wait for time, a signal, a person or a
+    child ("" when the snapshot carries no tokens)."""
+    if info.waiting_reason:
+        return info.waiting_reason
+    said: list[str] = []
+    for token in info.tokens[:3]:
+        status = str(token.status)
+        if status == "READY":
+            said.append(
+                f"step {token.node_id!r} is READY on queue {token.queue!r}, attempt {token.attempt} "
+                f"(is a worker serving queue {token.queue!r}?)"
+            )
+        elif status == "RUNNING":
+            holder = token.lease_owner or token.local_run_owner
+            said.append(f"step {token.node_id!r} is RUNNING on worker {holder}, attempt {token.attempt}")
+        elif status == "WAITING":
+            said.append(f"{token.node_id!r} waits for its time (a sleep, or a retry's backoff)")
+        elif status == "AWAITING":
+            what = f"child {token.child_id}" if token.child_id else "a signal or a person"
+            said.append(f"{token.node_id!r} waits for {what}")
+    more = len(info.tokens) - len(said)
+    return "; ".join(said) + (f"; and {more} more" if more > 0 and said else "")
+
+
 def never_reached(exc: Unavailable, target: str) -> Unavailable:
     """``exc`` of a client that has never reached its server, saying where it looked: a wrong
     target or a server not started is the likely cause, not a restart."""
@@ -427,7 +454,11 @@ def never_reached(exc: Unavailable, target: str) -> Unavailable:
 def check_result(info: InstanceInfo, timeout: float) -> InstanceInfo:
     """``info`` if it COMPLETED; TimeoutError if still running, WorkflowFailed if FAILED or CANCELLED."""
     if not info.finished:
-        raise TimeoutError(f"instance {info.instance_id} is still {info.status} after {timeout} s")
+        where = where_it_waits(info)
+        raise TimeoutError(
+            f"instance {info.instance_id} is still {info.status} after {timeout} s"
+            + (f": {where}" if where else "")
+        )
     if info.status in (InstanceStatus.FAILED, InstanceStatus.CANCELLED):
         raise WorkflowFailed(f"instance {info.instance_id} {info.status}: {info.error or info.reason}")
     return info

@@ -1,0 +1,59 @@
+"""``result()`` that times out says where the instance waits (wiggle/_client/core.py
+where_it_waits), with both clients: a step no worker claims names its queue, a running step its
+worker, a sleep its time, a wait for a signal what it waits for."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from both_clients import EitherClient
+
+from wiggle import Worker, WorkerOptions, Workflow
+from wiggle.testing import EmbeddedServer
+
+
+async def long(ctx):
+    await asyncio.sleep(30)
+    return ctx
+
+
+UNSERVED = Workflow.define("unserved").step(lambda ctx: ctx, name="price", queue="orders").build()
+RUNNING = Workflow.define("long-running").step(long, name="long", queue="slow").build()
+SLEEPING = Workflow.define("sleeping").sleep("nap", 3600).build()
+SIGNALLED = Workflow.define("signalled").wait_signal("paid").build()
+
+
+async def timed_out(client: EitherClient, flow, seconds: float = 1.0) -> str:
+    started = await client.call("start", flow, {})
+    with pytest.raises(TimeoutError) as caught:
+        await client.call("result", started.instance_id, timeout=seconds)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_a_result_that_times_out_says_where_the_instance_waits(blocking: bool) -> None:
+    async with EmbeddedServer() as server:
+        client = EitherClient(server.target, blocking)
+        try:
+            for flow in (UNSERVED, RUNNING, SLEEPING, SIGNALLED):
+                await client.call("register", flow)
+            said = await timed_out(client, UNSERVED)
+            assert said.endswith(
+                "is still RUNNING after 1.0 s: step 'price' is READY on queue 'orders', attempt 1 "
+                "(is a worker serving queue 'orders'?)"
+            ), said
+            worker = Worker(
+                server.target,
+                [RUNNING],
+                WorkerOptions(worker_id="w-slow", poll_wait_seconds=1.0, drain_seconds=0.1),
+            )
+            async with worker:
+                said = await timed_out(client, RUNNING, 3.0)
+            assert said.endswith("step 'long' is RUNNING on worker w-slow, attempt 1"), said
+            said = await timed_out(client, SLEEPING)
+            assert said.endswith("'nap' waits for its time (a sleep, or a retry's backoff)"), said
+            said = await timed_out(client, SIGNALLED)
+            assert said.endswith("'paid' waits for a signal or a person"), said
+        finally:
+            await client.close()
