@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import TextIO
 
 from .._client.types import QueueInfo, WorkflowInfo
+from .._clock import WALL_CLOCK
 from .._model import Node, NodeKind, WorkflowDefinition
 
 __all__ = ["print_workflows", "print_queues", "describe", "doctor_checks", "EXTRAS"]
@@ -65,7 +65,7 @@ def print_queues(items: Sequence[QueueInfo], out: TextIO, now: int | None = None
     the queue (a worker whose every slot is busy does not poll); the others, listed for a while
     after they stopped, are counted apart ("1 (+2 not polling)"). ``now``: ms, this host's clock
     unless given."""
-    now = int(time.time() * 1000) if now is None else now
+    now = WALL_CLOCK.now() if now is None else now
     print(
         f"{'QUEUE':<24} {'READY':>6} {'DELAYED':>7} {'OLDEST':>9} {'RUNNING':>7} {'LOCAL':>6}  WORKERS",
         file=out,
