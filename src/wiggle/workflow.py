@@ -80,6 +80,23 @@ W = TypeVar("W", bound="Workflow[Any]")
 BranchSpec = Union["Branch[Any]", Callable[["Branch[Any]"], "Branch[Any] | None"], None]
 
 
+def _check_one_argument(fn: Callable[..., Any], node_id: str) -> None:
+    """InvalidArgument unless ``fn`` can be called with one argument, the context: a handler that
+    cannot would fail every attempt of its step with a TypeError. Callables whose signature Python
+    cannot tell (some builtins) are let through."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise InvalidArgument(
+            f"step {node_id!r}: its handler {getattr(fn, '__qualname__', fn)}{signature} cannot be called "
+            "with one argument; a step's handler takes the context and returns it (or None)"
+        ) from None
+
+
 class Branch(Generic[C]):
     """A sequence of nodes: the body of a workflow, a choose arm, a fork branch or a loop body."""
 
@@ -123,6 +140,7 @@ class Branch(Generic[C]):
         if not callable(fn):
             raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
         node_id = self._root._unique(validate_name(name or fn.__name__, "step name"))
+        _check_one_argument(fn, node_id)
         if queue is not None:
             validate_name(queue, "queue")
         limits = StepLimits(

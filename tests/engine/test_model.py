@@ -641,3 +641,33 @@ def test_dsl_misuse_is_always_invalid_argument(make) -> None:
     # one family: never a bare TypeError, ValueError or OverflowError from the model or the DSL
     with pytest.raises(InvalidArgument):
         make()
+
+
+def test_a_handler_that_cannot_take_the_context_is_refused_when_the_step_is_added() -> None:
+    """A handler that cannot be called with one argument would fail every attempt with a TypeError
+    on the worker (its retries too): the builder says so at once, naming the step."""
+    from wiggle import InvalidArgument, Workflow
+
+    def two(ctx, other):  # noqa: ARG001
+        return ctx
+
+    def none():
+        return {}
+
+    with pytest.raises(
+        InvalidArgument, match=r"step 'two': its handler .*two\(ctx, other\) cannot be called with one"
+    ):
+        Workflow.define("two-args").step(two)
+    with pytest.raises(InvalidArgument, match="step 'none': its handler"):
+        Workflow.define("no-args").gate(none)
+    with pytest.raises(InvalidArgument, match="step 'pick'"):
+        Workflow.define("choose").choose(lambda a, b: True, name="pick")
+
+    def keywords(ctx, *, extra=1):  # noqa: ARG001
+        return ctx
+
+    async def coroutine(ctx, extra=None):  # noqa: ARG001
+        return ctx
+
+    # one positional argument, whatever else has a default; builtins whose signature is unknown
+    Workflow.define("fine").step(keywords).step(coroutine).step(lambda *args: args[0], name="star").build()

@@ -108,6 +108,11 @@ def test_a_second_sigterm_cuts_the_drain_short(tmp_path: Path) -> None:
     assert (
         "a second stop signal" in log and "1 step(s) still running at a second stop signal were cut" in log
     ), log
+    # the first signal says what it waits for, and how to cut it short
+    assert (
+        "stopping: 1 step(s) running get up to 30 s to finish" in log
+        and "a second stop signal cuts them" in log
+    ), log
 
 
 HUNG_FLOWS = textwrap.dedent(

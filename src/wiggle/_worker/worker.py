@@ -270,6 +270,14 @@ class Worker:
             if stop.is_set() and not self._hurry.is_set():
                 log.warning("a second stop signal: cutting the steps still running")
                 self._hurry.set()
+            elif not stop.is_set():
+                running = len(self._poller.tasks) if self._poller is not None else 0
+                log.info(
+                    "stopping: %d step(s) running get up to %g s to finish (WorkerOptions.drain_seconds); "
+                    "a second stop signal cuts them",
+                    running,
+                    self.options.drain_seconds,
+                )
             stop.set()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
