@@ -24,7 +24,7 @@ from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.postgres import PostgresStore, SchemaTooNew, migrate, migration_files
 from wiggle._storage.postgres.cluster import Cluster
-from wiggle.errors import AlreadyFinished, FailedPrecondition, NotFound, Unavailable
+from wiggle.errors import AlreadyFinished, ErrorCode, FailedPrecondition, NotFound, Unavailable
 
 pytestmark = pytest.mark.postgres
 
@@ -911,8 +911,9 @@ async def test_migrations_are_idempotent_and_a_newer_schema_is_refused(pg_schema
             ).format(sql.Identifier(pg_schema)),
             (newest + 1,),
         )
-    with pytest.raises(SchemaTooNew, match=f"version {newest + 1}.*up to version {newest}"):
+    with pytest.raises(SchemaTooNew, match=f"version {newest + 1}.*up to version {newest}") as caught:
         await migrate(TEST_DATABASE_URL, pg_schema)
+    assert caught.value.code is ErrorCode.FAILED_PRECONDITION  # `wiggle` exits 4, not as INTERNAL
     store = node(Engine(), TEST_DATABASE_URL, pg_schema)
     with pytest.raises(SchemaTooNew):
         await store.open()

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from .._clock import WALL_CLOCK
 from ..errors import InvalidArgument
 from .views import when
 
@@ -63,8 +64,13 @@ def print_instance(info: Any, history: list[Any] | None = None) -> None:
         print(f"parent     {info.parent_id} (token {info.parent_token_id}, depth {info.depth})")
     print(f"created    {when(info.created_at)}   finished {when(info.finished_at)}")
     print(f"context    {json.dumps(info.context, sort_keys=True)}")
+    now = WALL_CLOCK.now()
     for t in info.tokens:
         line = f"  token {t.token_id} at {t.node_id}: {t.status} (attempt {t.attempt})"
+        if t.queue and t.status in ("READY", "RUNNING"):
+            line += f" on queue {t.queue}"
+        if t.available_at > now:  # a backoff's or a release's end, a sleep's end, a deadline
+            line += f"; {'deadline' if t.status == 'AWAITING' else 'next'} {when(t.available_at)}"
         if t.lease_owner:
             line += f" leased to {t.lease_owner}"
         if t.local_run_owner:

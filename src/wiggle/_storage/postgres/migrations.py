@@ -13,7 +13,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from ..._engine.state import now_millis
-from ...errors import InvalidArgument, WiggleError
+from ...errors import FailedPrecondition, InvalidArgument, WiggleError
 from .db import Conn, failover_conninfo, short, unavailable
 
 __all__ = ["SchemaTooNew", "check_schema", "lock_key", "migrate", "migration_files"]
@@ -24,8 +24,9 @@ _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")  # leaves room for the
 _MIGRATION_RE = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
 
 
-class SchemaTooNew(WiggleError):
-    """The database schema was migrated by a newer Wiggle than this one: refuse to touch it."""
+class SchemaTooNew(FailedPrecondition):
+    """The database schema was migrated by a newer Wiggle than this one: refuse to touch it (the
+    server's state is not right for this version: FAILED_PRECONDITION, exit 4 from ``wiggle``)."""
 
 
 def migration_files() -> list[tuple[int, str, str]]:
