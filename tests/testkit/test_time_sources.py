@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from wiggle import RetryPolicy, WorkerOptions
+import pytest
+
+from wiggle import RetryPolicy, WorkerOptions, Workflow
 from wiggle.client import HistoryEntry
 
 from .conftest import Kit
@@ -198,3 +200,35 @@ async def test_concurrent_waits_jump_to_each_due_moment_in_turn(kit: Kit) -> Non
         one, two = await env.start_workflow(bp, {}), await env.start_workflow(slow, {})
         first, second = await asyncio.gather(env.result(one), env.result(two))
     assert (first.finished_at - t0, second.finished_at - t0) == (HOUR, 5 * HOUR)
+
+
+async def test_a_step_no_worker_has_a_handler_for_does_not_run_the_clock_on(kit: Kit) -> None:
+    """A deploy tested in the kit: the worker without the old version's step gives it back
+    (docs/semantics.md#mixed-fleets), again and again. Those releases are not moments to jump to:
+    virtual time stays put (another instance's two-minute deadline holds), and the timeout says
+    why. Before, each release's 200 ms was a jump, and minutes of virtual time ran by a second."""
+
+    def first(ctx):
+        return {**ctx, "first": True}
+
+    def gone(ctx):
+        return ctx
+
+    old = kit.define("deploy").step(first).step(gone).build()
+    asking = kit.define("asking").user_task("sign", timeout=timedelta(minutes=2)).build()
+    new = Workflow.define(old.name).execution(kit.mode).step(first).build()  # v2: 'gone' removed
+    async with kit.env([old, asking], workers=0) as env:
+        waiting = await env.start_workflow(asking, {})
+        stranded = await env.start_workflow(old, {})  # no worker yet: it waits at 'first'
+        worker = await env.start_worker([new, asking])  # v2 only: runs 'first' by name, not 'gone'
+        t0 = env.now_millis()
+        with pytest.raises(TimeoutError) as caught:
+            await env.result(stranded, timeout=3)
+        moved = env.now_millis() - t0
+        still = await env.client.get(waiting.instance_id)
+        await env.stop_worker(worker)
+    assert moved == 0, f"virtual time ran on {moved / 1000:.1f} s while only releases were due"
+    assert still.status == "RUNNING", still
+    assert "(last error: worker test-worker-1 has no handler for node 'gone'" in str(caught.value), (
+        caught.value
+    )

@@ -116,6 +116,12 @@ class WorkflowEnvironment:
         if settings:
             config = msgspec.structs.replace(config, **settings)
         self.server = WiggleServer(config, clock=self.clock)
+        # A step a worker gives back for want of its handler waits 200 ms of the server's time
+        # before the next claim, for another worker to take it. On a clock that stands still that
+        # wait is a moment to jump to, and a worker without the handler releasing it again and
+        # again ran virtual time on by minutes a second, expiring deadlines nobody waited out: here
+        # it is due at once, so the releases cost real time only (docs/testing.md).
+        self.server.engine.config.release_delay_millis = 0
         self.skipper = TimeSkipper(self.server.instances, self.clock, self._live_worker)
         self.skipper.workflows.update(bp.name for bp in self.workflows)
         self.workers: list[Worker] = []
@@ -299,7 +305,13 @@ class WorkflowEnvironment:
             if time.monotonic() >= deadline:
                 waiting = self.skipper.waiting(await self.skipper.live())
                 info = await self.client.get(iid)
-                where = ", ".join(f"{t.node_id} {t.status}" for t in info.tokens) or "no tokens"
+                where = (
+                    ", ".join(
+                        f"{t.node_id} {t.status}" + (f" (last error: {t.last_error})" if t.last_error else "")
+                        for t in info.tokens
+                    )
+                    or "no tokens"
+                )
                 hint = "; ".join(waiting.reasons)
                 raise TimeoutError(
                     f"instance {iid} is still {view.instance.status} after {timeout} s (real) at {where}"
@@ -356,7 +368,13 @@ class WorkflowEnvironment:
             if skipping and await self.skipper.skip(hold=arrived):
                 continue
             if time.monotonic() >= deadline:
-                where = ", ".join(f"{t.node_id} {t.status}" for t in info.tokens) or "no tokens"
+                where = (
+                    ", ".join(
+                        f"{t.node_id} {t.status}" + (f" (last error: {t.last_error})" if t.last_error else "")
+                        for t in info.tokens
+                    )
+                    or "no tokens"
+                )
                 raise TimeoutError(
                     f"instance {iid} did not reach {node!r} within {timeout} s; it is at {where}"
                 )
