@@ -25,15 +25,9 @@ from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle.errors import InvalidArgument
 from wiggle.testing import EmbeddedServer
 
+from .test_bad_input import _h  # a named handler that returns its context
+
 WORKER = "worker-23"
-
-
-def _h(name: str):
-    def handler(ctx):
-        return ctx
-
-    handler.__name__ = name
-    return handler
 
 
 PLAIN = Workflow.define("bi23-plain").step(_h("a")).build()

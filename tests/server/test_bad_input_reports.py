@@ -25,15 +25,9 @@ from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle._server.worker_service import HANDBACK_REASONS
 from wiggle.testing import EmbeddedServer
 
+from .test_bad_input import _h  # a named handler that returns its context
+
 WORKER = "worker-reports"
-
-
-def _h(name: str):
-    def handler(ctx):
-        return ctx
-
-    handler.__name__ = name
-    return handler
 
 
 def _yes(ctx) -> bool:
