@@ -232,3 +232,13 @@ async def test_a_step_no_worker_has_a_handler_for_does_not_run_the_clock_on(kit:
     assert "(last error: worker test-worker-1 has no handler for node 'gone'" in str(caught.value), (
         caught.value
     )
+
+
+async def test_a_wait_for_a_workflow_no_worker_serves_says_so(kit: Kit) -> None:
+    served = kit.define("served").step(lambda ctx: ctx, name="one").build()
+    forgotten = kit.define("forgotten").step(lambda ctx: ctx, name="other").build()
+    async with kit.env([served]) as env:  # `forgotten` is not in workflows=[...]: no worker runs it
+        started = await env.start_workflow(forgotten, {})
+        with pytest.raises(TimeoutError) as caught:
+            await env.result(started, timeout=1)
+    assert f"no worker of this environment serves queue {forgotten.name!r}" in str(caught.value), caught.value

@@ -312,7 +312,18 @@ class WorkflowEnvironment:
                     )
                     or "no tokens"
                 )
-                hint = "; ".join(waiting.reasons)
+                served = {q for worker in self.workers for q in worker.queues}
+                unserved = sorted(
+                    {t.queue for t in info.tokens if t.status == "READY" and t.queue not in served}
+                )
+                hint = "; ".join(
+                    waiting.reasons
+                    + [
+                        f"no worker of this environment serves queue {q!r} (is its workflow in "
+                        "workflows=[...] or start_worker([...])?)"
+                        for q in unserved
+                    ]
+                )
                 raise TimeoutError(
                     f"instance {iid} is still {view.instance.status} after {timeout} s (real) at {where}"
                     + (f"; {hint}" if hint else "")
