@@ -28,3 +28,18 @@ async def test_get_shows_each_token_queue_and_when_it_is_due() -> None:
     assert lines["get-parked"][0].endswith(": READY (attempt 1) on queue nobody-serves"), lines
     assert ": WAITING (attempt 1); next 20" in lines["get-napping"][0], lines
     assert ": AWAITING (attempt 1); deadline 20" in lines["get-asking"][0], lines
+
+
+def test_history_labels_a_failure_as_an_error_and_anything_else_as_a_note() -> None:
+    import io
+
+    from wiggle._cli.views import print_history
+    from wiggle._client.types import HistoryEntry
+
+    def entry(outcome: str, text: str) -> HistoryEntry:
+        return HistoryEntry("t", "n", "TASK", 1, "w", 1, 2, outcome, text)
+
+    out = io.StringIO()
+    print_history([entry("RETRY", "boom"), entry("BEGAN", "a concurrency slot of k=1 was free")], out)
+    lines = out.getvalue().splitlines()
+    assert "      error: boom" in lines and "      note: a concurrency slot of k=1 was free" in lines, lines

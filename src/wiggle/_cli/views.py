@@ -18,6 +18,11 @@ def when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
+#: The outcomes whose ``error`` is a failure's message; other entries (a resume, a cancel's
+#: reason, a concurrency slot waited for or begun) use the field for a note.
+FAILURE_OUTCOMES = frozenset({"RETRY", "FAILED", "TIMED_OUT"})
+
+
 def print_history(
     history: Sequence[HistoryEntry], out: TextIO, tracebacks: bool = True, indent: str = "  "
 ) -> None:
@@ -33,8 +38,9 @@ def print_history(
         if e.child_id:
             line += f"  child: {e.child_id}"
         print(line.rstrip(), file=out)
-        if e.error:
-            print(f"{indent}    error: {e.error}", file=out)
+        if e.error:  # a failure's message, or what an entry of another kind says (a note)
+            label = "error" if e.outcome in FAILURE_OUTCOMES else "note"
+            print(f"{indent}    {label}: {e.error}", file=out)
         if tracebacks and e.traceback:
             for tb_line in e.traceback.rstrip().splitlines():
                 print(f"{indent}    | {tb_line}", file=out)
