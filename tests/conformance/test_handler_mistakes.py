@@ -34,6 +34,17 @@ def _no_lease_lost(history) -> None:
     assert not [h for h in history if "lease expired" in h.error], history
 
 
+async def _twice(harness: Harness, bp):
+    """Run ``bp`` once (its end and history), then once more on the same worker: the worker goes
+    on after the mistake, and the next instance runs to the same end."""
+    async with harness.running([bp], lease_millis=LEASE) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+        again = await harness.finish(server, (await server.client.start(bp, {})).instance_id, timeout=20)
+    return done, history, again
+
+
 @pytest.mark.parametrize("handler", ["sync", "async"])
 async def test_a_result_json_cannot_hold_fails_the_step_at_once_naming_it(
     harness: Harness, handler: str
@@ -51,12 +62,7 @@ async def test_a_result_json_cannot_hold_fails_the_step_at_once_naming_it(
         .step(lambda ctx: {**ctx, "never": True}, name="never")
         .build()
     )
-    async with harness.running([bp], lease_millis=LEASE) as (server, _):
-        info = await server.client.start(bp, {})
-        done = await harness.finish(server, info.instance_id, timeout=20)
-        history = await server.client.history(info.instance_id)
-        # the worker goes on: the next instance runs to the same end
-        again = await harness.finish(server, (await server.client.start(bp, {})).instance_id, timeout=20)
+    done, history, again = await _twice(harness, bp)
     assert done.status == "FAILED" and again.status == "FAILED", (done, again)
     assert [(h.node_id, h.outcome) for h in history] == [("first", "COMPLETED"), ("add_object", "FAILED")]
     error = history[-1].error
@@ -123,11 +129,7 @@ async def test_a_handler_that_exits_fails_its_step_and_the_worker_goes_on(harnes
         .step(fn, name="leaves", retry=FAST_RETRY, timeout=timeout)
         .build()
     )
-    async with harness.running([bp], lease_millis=LEASE) as (server, _):
-        info = await server.client.start(bp, {})
-        done = await harness.finish(server, info.instance_id, timeout=20)
-        history = await server.client.history(info.instance_id)
-        again = await harness.finish(server, (await server.client.start(bp, {})).instance_id, timeout=20)
+    done, history, again = await _twice(harness, bp)
     assert done.status == "COMPLETED" and again.status == "COMPLETED", (done, again)
     assert done.context == {"first": True, "done": 2}
     retried = [h for h in history if h.outcome == "RETRY"]

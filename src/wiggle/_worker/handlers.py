@@ -444,7 +444,7 @@ class HandlerCaller:
             log_failure(info, failure)
             self.observe(info, started, "failed")
             return failure
-        except (Exception, *HANDLER_EXITS) as exc:  # the handler raised: that is the step's outcome
+        except Exception as exc:  # the handler raised (its exits come as HandlerExited: call): the outcome
             failure = failure_of(exc)
             log_failure(info, failure)
             self.observe(info, started, "failed")

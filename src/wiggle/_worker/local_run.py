@@ -126,15 +126,14 @@ class LocalRun:
         self.act = act
         self.sync = act.execution_mode == ExecutionMode.LOCAL_SYNC.value
         self.batch: list[StepRecord] = []
-        self.lease = Lease(act.lease_expires_at, act.lease_millis)
+        self.lease = Lease(act.lease_expires_at, act.lease_millis)  # its length: the current step's
         self.steps_run = 0
         self.last_flush = time.monotonic()
         self.max_steps = act.max_local_steps
-        # read once: the activation's fields are protobuf attributes, decoded on every read
-        self.lease_millis = act.lease_millis  # the lease's length at the run's current step
         # the server's lease, which a step without a heartbeat timeout gets when the run reaches it
         hb = loaded.heartbeat_timeouts
         self.server_lease = env.heartbeats.lease_millis if act.node_id in hb else act.lease_millis
+        # read once: the activation's fields are protobuf attributes, decoded on every read
         self.payload_limit = act.max_payload_bytes
         self.task_id = act.task_id
         self.lease_owner = act.lease_owner
@@ -156,7 +155,7 @@ class LocalRun:
     # ------------------------------------------------------------------ deciding
 
     def _lease_low(self) -> bool:
-        lease_ms = self.lease_millis or self.env.heartbeats.lease_millis
+        lease_ms = self.lease.millis or self.env.heartbeats.lease_millis
         remaining = self.lease.expires_at - time.time() * 1000
         return remaining < lease_ms * self.env.options.lease_margin
 
@@ -311,7 +310,7 @@ class LocalRun:
         self.failure_traceback = ""
         self.last_flush = time.monotonic()
         stats = self.env.stats
-        patience = (self.lease_millis or self.env.heartbeats.lease_millis) / 1000  # reporter.py
+        patience = (self.lease.millis or self.env.heartbeats.lease_millis) / 1000  # reporter.py
         try:
             if tracing.active():
                 with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
@@ -353,8 +352,8 @@ class LocalRun:
         """The run goes on at ``node_id`` (the server has set its lease): heartbeat at a third of
         that step's heartbeat timeout, or of the server's lease after one."""
         millis = self.loaded.heartbeat_timeouts.get(self.node_id) or self.server_lease
-        if millis != self.lease_millis:
-            self.lease_millis = self.lease.millis = millis
+        if millis != self.lease.millis:
+            self.lease.millis = millis
             self.env.heartbeats.watch(self.act, self.lease)
 
     async def _fall_back(self) -> None:
