@@ -71,6 +71,36 @@ async def test_a_result_json_cannot_hold_fails_the_step_at_once_naming_it(
     _no_lease_lost(history)
 
 
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+async def test_a_result_holding_nan_or_infinity_fails_the_step_for_good_naming_where(
+    harness: Harness, number: float
+) -> None:
+    """JSON would store it as null: the next step would read None where the handler left a
+    number. The step fails at once (no retry: it would compute the same), naming the key."""
+    attempts: list[int] = []
+
+    def price(ctx):
+        attempts.append(1)
+        return {**ctx, "quote": {"prices": [1.5, number]}}
+
+    bp = (
+        harness.define("non_finite")
+        .step(lambda ctx: {**ctx, "first": True, "none": None}, name="first")
+        .step(price, name="price", retry=FAST_RETRY)
+        .step(lambda ctx: {**ctx, "never": True}, name="never")
+        .build()
+    )
+    done, history, again = await _twice(harness, bp)
+    assert done.status == "FAILED" and again.status == "FAILED", (done, again)
+    assert len(attempts) == 2, attempts  # one attempt per instance: not retried
+    assert [(h.node_id, h.outcome) for h in history] == [("first", "COMPLETED"), ("price", "FAILED")]
+    error = history[-1].error
+    assert f"the context['quote']['prices'][1] is {number!r}" in error, error
+    assert "JSON has no NaN or infinity" in error, error
+    assert done.context == {"first": True, "none": None}, done.context  # nothing of it was stored
+    _no_lease_lost(history)
+
+
 async def test_an_exception_whose_str_raises_is_reported_all_the_same(harness: Harness) -> None:
     attempts: list[int] = []
 

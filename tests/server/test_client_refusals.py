@@ -122,3 +122,39 @@ async def test_register_given_the_builder_says_to_build_it(client: EitherClient)
     assert "got the Workflow builder 'typed-unbuilt': call .build() on it" in str(err.value), err.value
     with pytest.raises(TypeError, match="got int"):
         await client.call("register", 42)
+
+
+DICTS = Workflow.define("dict-orders").user_task("approve").step(lambda ctx: ctx, name="echo").build()
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+async def test_a_nan_or_an_infinity_is_refused_naming_where_it_is(
+    client: EitherClient, number: float
+) -> None:
+    """JSON has no NaN or infinity (msgspec writes null): sent, the value would come back as None."""
+    await client.call("register", DICTS)
+    bad = {"quote": {"prices": [1.5, number]}}
+    where = f"['quote']['prices'][1] is {number!r}: JSON has no NaN or infinity"
+    with pytest.raises(
+        InvalidArgument, match=rf"^the context{where}".replace("[", r"\[").replace("]", r"\]")
+    ):
+        await client.call("start", "dict-orders", bad)
+    with pytest.raises(InvalidArgument) as bulk:
+        await client.call("start_many", "dict-orders", [{"ok": 1.0}, bad])
+    assert f"context 1{where}" in str(bulk.value), bulk.value
+    with pytest.raises(InvalidArgument, match="does not fit Order|JSON has no NaN"):
+        await client.call("start", TYPED, {"order_id": 1, "quantity": 1, "note": "x", **bad})
+    with pytest.raises(InvalidArgument, match="JSON has no NaN"):
+        await client.call("create_schedule", "nan-every-hour", "dict-orders", bad, every=3600)
+    assert await started(client, "dict-orders") == 0
+    assert await client.call("list_schedules") == []
+
+    info = await client.call("start", "dict-orders", {"quote": {"prices": [1.5, None]}})  # None is fine
+    with pytest.raises(InvalidArgument) as data:
+        await client.call("complete_user_task", info.instance_id, "approve", bad)
+    assert f"the user task's data{where}" in str(data.value), data.value
+    with pytest.raises(InvalidArgument) as sent:
+        await client.call("signal", info.instance_id, "go", {"level": number})
+    assert f"the signal's data['level'] is {number!r}" in str(sent.value), sent.value
+    now = await client.call("get", info.instance_id)
+    assert (now.status, now.context) == ("RUNNING", {"quote": {"prices": [1.5, None]}}), now

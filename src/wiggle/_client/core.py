@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from .._json_values import described, non_finite_in
 from .._limits import MAX_DURATION_MILLIS
 from .._model import NodeKind, WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
@@ -66,10 +67,20 @@ MAX_WAIT_SLICE = 30.0  # one GetInstance wait; the server caps it too (wiggle/_s
 _encode_json = msgspec.json.Encoder().encode
 
 
-def _context_json(context: Any) -> bytes:
+def _context_json(context: Any, what: str = "the context") -> bytes:
+    """``context`` as JSON; InvalidArgument if it holds a NaN or an infinity, which JSON would
+    store as null (wiggle/_json_values.py), naming ``what`` and where in it."""
     if context is None:
         return b""
-    return _encode_json(msgspec.to_builtins(context))
+    return _checked_json(msgspec.to_builtins(context), what)
+
+
+def _checked_json(builtins: Any, what: str) -> bytes:
+    data = _encode_json(builtins)
+    found = non_finite_in(data, builtins)
+    if found is not None:
+        raise InvalidArgument(described(what, found))
+    return data
 
 
 def _checked_type(workflow: str | Blueprint[Any]) -> type | None:
@@ -93,7 +104,7 @@ def _start_context_json(workflow: str | Blueprint[Any], context: Any, which: str
     sent, instead of a step failing its attempts. ``which``: "context 3" in a bulk start."""
     ctype = _checked_type(workflow)
     if ctype is None:
-        return _context_json(context)
+        return _context_json(context, which or "the context")
     name = workflow.name if isinstance(workflow, Blueprint) else workflow
     what = f"{which or 'context'} of workflow {name!r} does not fit {ctype.__name__}"
     if isinstance(context, msgspec.Struct):
@@ -102,13 +113,13 @@ def _start_context_json(workflow: str | Blueprint[Any], context: Any, which: str
                 f"{what}: got a Struct of type {type(context).__name__} (pass one of type {ctype.__name__}, "
                 "or a dict of its fields)"
             )
-        return _context_json(context)
+        return _context_json(context, which or "the context")
     builtins = {} if context is None else msgspec.to_builtins(context)
     try:
         msgspec.convert(builtins, ctype)  # what the worker does with the JSON (wiggle/_worker/handlers.py)
     except msgspec.ValidationError as exc:
         raise InvalidArgument(f"{what}: {exc}") from None
-    return b"" if context is None else _encode_json(builtins)
+    return b"" if context is None else _checked_json(builtins, which or "the context")
 
 
 def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.RegisterWorkflowRequest:
@@ -335,7 +346,7 @@ def list_request(
 def complete_user_task_request(instance_id: str, name: str, data: Any) -> pb.CompleteUserTaskRequest:
     """CompleteUserTask; ``data`` (a dict, a msgspec.Struct or None) merges into the context."""
     return pb.CompleteUserTaskRequest(
-        instance_id=instance_id, task_name=name, payload_json=_context_json(data)
+        instance_id=instance_id, task_name=name, payload_json=_context_json(data, "the user task's data")
     )
 
 
@@ -346,7 +357,7 @@ def signal_request(
     return pb.SignalInstanceRequest(
         instance_id=instance_id,
         name=name,
-        data_json=_context_json(data),
+        data_json=_context_json(data, "the signal's data"),
         signal_id=signal_id or "",
         sender=sender,
     )

@@ -25,6 +25,7 @@ import msgspec
 from .. import _fast
 from .. import _tracing as tracing
 from .._histogram import Series
+from .._json_values import described
 from .._logging import add_field_source
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError, RetryableError
@@ -42,6 +43,7 @@ __all__ = [
     "outcome_of",
     "failure_of",
     "unstorable",
+    "non_finite_result",
     "HANDLER_EXITS",
     "log_failure",
     "log_fields_of",
@@ -250,6 +252,14 @@ def unstorable(node_id: str, exc: Exception) -> Failure:
         "(a context holds JSON values: str, int, float, bool, None, lists, dicts with str keys; "
         "or msgspec Structs of them)",
         False,
+    )
+
+
+def non_finite_result(node_id: str, found: tuple[str, float]) -> Failure:
+    """The non-retryable Failure of a step whose result holds a NaN or an infinity, which JSON
+    would store as null (wiggle/_json_values.py): a retry would compute the same value."""
+    return Failure(
+        f"step {node_id!r} returned a context that cannot be stored: {described('the context', found)}", False
     )
 
 

@@ -13,9 +13,10 @@ from typing import Any
 import msgspec
 
 from .. import _tracing as tracing
+from .._json_values import non_finite_in
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, unstorable
+from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, non_finite_result, unstorable
 from .heartbeats import Heartbeats
 from .reporter import Reporter
 
@@ -99,9 +100,13 @@ async def _report(
         request.predicate_value = bool(outcome)
     elif outcome is not None:
         try:
-            request.context_json = _encode(outcome)
+            request.context_json = encoded = _encode(outcome)
         except Exception as exc:  # noqa: BLE001 (a value JSON cannot hold: the step fails, named)
             await report_failure(reporter, act, unstorable(act.node_id, exc))
+            return None
+        found = non_finite_in(encoded, outcome)
+        if found is not None:  # JSON would hold it as null: the step fails for good, named
+            await report_failure(reporter, act, non_finite_result(act.node_id, found))
             return None
     result = await reporter.complete(request, patience(act))
     if result is None or not result.HasField("next_task"):
