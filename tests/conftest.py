@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from wiggle import Step
 
@@ -35,6 +36,13 @@ _BY_FILE = {
     "upstream/test_upstream_client.py": "upstream_client",
     "upstream/test_mixed_fleet.py": "upstream_client",
 }
+
+# Property tests take no time limit: speed is checked by the benchmarks under bench/, never by a
+# timed assertion, and the machines tests run on are shared. A slow draw on a loaded machine is
+# not a failure either (HealthCheck.too_slow failed a history round trip once while other work
+# ran beside the suite).
+settings.register_profile("wiggle", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("wiggle")
 
 
 #: Where the longest tests are (10-30 s each: whole clusters, process kills, a fail-over, the
