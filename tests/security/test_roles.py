@@ -194,3 +194,40 @@ async def test_worker_session_stream_is_scoped_per_message(secured: WiggleServer
             async for _ in client.stub.WorkerSession(iter([]), timeout=10):
                 raise AssertionError("a reply to a watcher's worker session")
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize(
+    "who, code, says",
+    [
+        ("", grpc.StatusCode.UNAUTHENTICATED, "no credential"),
+        ("forged", grpc.StatusCode.UNAUTHENTICATED, "not known"),
+        ("pay-worker", grpc.StatusCode.PERMISSION_DENIED, "may not call StartInstance"),
+    ],
+)
+async def test_a_call_its_metadata_refuses_is_refused_before_its_request_is_read(
+    secured: WiggleServer, pki: Pki, who: str, code: grpc.StatusCode, says: str
+) -> None:
+    """Read first, a refused request stayed in memory until a full garbage collection: anyone who
+    could reach the port grew the server by 64 MiB a call, with no credential. A request over the
+    server's message limit shows whether it was read: read, it is RESOURCE_EXHAUSTED."""
+    big = pb.StartInstanceRequest(workflow="anything", context_json=b"x" * (70 << 20))  # over 64 MiB
+
+    async def start(token: str) -> grpc.aio.AioRpcError:
+        creds = grpc.ssl_channel_credentials(pki.ca.ca_file.read_bytes())
+        if token:
+            creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
+        async with grpc.aio.secure_channel(secured.target, creds) as channel:
+            call = channel.unary_unary(
+                "/wiggle.v1.WiggleControlPlane/StartInstance",
+                request_serializer=pb.StartInstanceRequest.SerializeToString,
+                response_deserializer=pb.InstanceInfo.FromString,
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await call(big, timeout=30)
+        return failed.value
+
+    refused = await start(f"tok-{who}" if who else "")
+    assert refused.code() == code, refused
+    assert says in (refused.details() or ""), refused.details()
+    read = await start("tok-ops")  # an admitted caller's request is read, and is too big
+    assert read.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, read

@@ -112,6 +112,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = details.method
+        refusal = self._refusal(method, details.invocation_metadata)
+        if refusal is not None:
+            return refusal
         wrapped = self._wrapped.get(method)
         if wrapped is not None:
             return wrapped
@@ -121,6 +124,28 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         wrapped = self._wrap(method, handler)
         self._wrapped[method] = wrapped
         return wrapped
+
+    def _refusal(self, method: str, metadata: Any) -> grpc.RpcMethodHandler | None:
+        """A call its metadata alone refuses (a token unknown or malformed, no credential where a
+        client certificate cannot stand in, a role that may not call the method), answered
+        before its request is read: a handler that never reads the request stream ends the call
+        with the refusal. Else None: the call is admitted as before (``_admit``, which also
+        reads a client certificate's name, known only to the call's context).
+
+        Read first and refused after, a large request stayed in the server's memory until a
+        full garbage collection: anyone who could reach the port grew it by the message size
+        per call (64 MiB), with no credential (docs/security.md#access-control)."""
+        if method in PUBLIC_METHODS:
+            return None
+        authorization = _authorization(metadata)
+        if not authorization and self.authenticator.mutual_tls:
+            return None  # the verified certificate's name decides
+        try:
+            identity = self.authenticator.identify(authorization, "")
+            check_method(identity, method, allowed_roles(method))
+        except WiggleError as exc:
+            return _refusing(exc)
+        return None
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         admit = self._admit
@@ -177,6 +202,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return grpc.stream_unary_rpc_method_handler(
             stream_unary, handler.request_deserializer, handler.response_serializer
         )
+
+
+def _refusing(exc: WiggleError) -> grpc.RpcMethodHandler:
+    """A handler that ends its call with ``exc``'s status without reading a request: a stream
+    handler with no deserializer, whatever the method's own kind (on the wire a unary call is a
+    stream of one message), so gRPC reads nothing of the request for it."""
+    code, message = to_grpc(exc.code), str(exc)
+
+    async def refuse(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await context.abort(code, message)
+        yield  # pragma: no cover (abort raises: this makes the function a generator)
+
+    return grpc.stream_stream_rpc_method_handler(refuse)
 
 
 class RequestGuard:
