@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from google.protobuf.message import Message
 
 from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._server import session as session_module
 from wiggle._server.session import serve_session
 
 
@@ -93,3 +94,23 @@ async def test_a_reply_without_steps_is_dropped_with_the_stream() -> None:
     await session.aclose()
     await _settled()
     assert server.given_back == []
+
+
+async def test_past_the_limit_of_requests_in_flight_a_message_is_refused_at_once(monkeypatch) -> None:
+    """A stream of 50,000 long polls (an outside trial) held 50,000 tasks; past MAX_IN_FLIGHT a
+    message is answered RESOURCE_EXHAUSTED at once, and the ones in flight are answered as ever."""
+    monkeypatch.setattr(session_module, "MAX_IN_FLIGHT", 3)
+    server = FakeServer()
+    polls = [
+        pb.WorkerMessage(request_id=i, poll=pb.PollTasksRequest(worker_id="w", queues=["q"], max_tasks=1))
+        for i in range(1, 6)
+    ]
+    session = serve_session(_requests(*polls), server.dispatch, server.give_back)
+    refused = await anext(session)
+    assert [(m.request_id, m.error.code) for m in refused.messages] == [(4, 8), (5, 8)]  # RESOURCE_EXHAUSTED
+    assert "3 requests of this stream are being answered already" in refused.messages[0].error.message
+    server.release.set()
+    answered = await anext(session)
+    assert sorted(m.request_id for m in answered.messages) == [1, 2, 3]
+    assert all(m.HasField("tasks") for m in answered.messages)
+    await session.aclose()

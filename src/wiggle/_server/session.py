@@ -27,7 +27,7 @@ from google.protobuf.message import Message
 
 from .._rpc import wiggle_pb2 as pb
 from .._wire.status import to_wire_number
-from ..errors import InvalidArgument
+from ..errors import ErrorCode, InvalidArgument
 from .faults import status_of
 from .revocation import OPEN_CALL
 
@@ -96,6 +96,23 @@ async def _answer(
     replies.put_nowait(reply)
 
 
+#: Requests of one stream being answered at once, at most: a worker has about as many as its
+#: concurrency (its steps' reports and heartbeats, a few polls). Past it a message is answered
+#: RESOURCE_EXHAUSTED at once: a stream of 50,000 long polls (an outside trial) held 50,000 tasks.
+MAX_IN_FLIGHT = 10_000
+
+
+def _too_many(protocol: Protocol, request_id: int) -> Any:
+    text = (
+        f"{MAX_IN_FLIGHT} requests of this stream are being answered already; "
+        "wait for their answers before sending more (a worker's concurrency must stay below that)"
+    )
+    return protocol.reply(
+        request_id=request_id,
+        error=pb.RpcError(code=to_wire_number(ErrorCode.RESOURCE_EXHAUSTED), message=text),
+    )
+
+
 async def serve_session(
     request_iterator: AsyncIterator[Any],
     dispatch: Dispatch,
@@ -128,6 +145,9 @@ async def serve_session(
                         doomed = by_id.get(message.cancel.request_id)
                         if doomed is not None:
                             doomed.cancel()
+                        continue
+                    if len(pending) >= MAX_IN_FLIGHT:  # refused at once: nothing of it runs
+                        replies.put_nowait(_too_many(protocol, message.request_id))
                         continue
                     task = asyncio.ensure_future(_answer(dispatch, message, body, replies, protocol))
                     rid = message.request_id
