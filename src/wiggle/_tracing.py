@@ -82,10 +82,36 @@ def span(
 def _span(name: str, kind: Any, parent: str, attributes: Mapping[str, Any] | None) -> Iterator[Any]:
     ctx = _propagator.extract({"traceparent": parent}) if parent else None
     tracer = _trace.get_tracer("wiggle")
+    # The exception is recorded here, not by the SDK: it formats ``str(exc)``, and an exception
+    # whose own __str__ raises (a handler's) then left the span with that second exception in
+    # place of the handler's, so the step reported the wrong error (handlers.py ``failure_of``).
     with tracer.start_as_current_span(
-        name, context=ctx, kind=kind or _trace.SpanKind.INTERNAL, attributes=dict(attributes or {})
+        name,
+        context=ctx,
+        kind=kind or _trace.SpanKind.INTERNAL,
+        attributes=dict(attributes or {}),
+        record_exception=False,
+        set_status_on_exception=False,
     ) as current:
-        yield current
+        try:
+            yield current
+        except Exception as exc:
+            _record(current, exc)
+            raise
+
+
+def _record(current: Any, exc: Exception) -> None:
+    """Mark ``current`` failed with ``exc``, whatever ``exc``'s own ``__str__`` does."""
+    try:
+        text = str(exc)
+    except Exception as broken:  # noqa: BLE001 (its __str__ raised: say so, keep the span)
+        text = f"<its str() raised {type(broken).__name__}>"
+    kind = type(exc).__name__
+    current.add_event(
+        "exception",
+        {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}", "exception.message": text},
+    )
+    current.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{kind}: {text}" if text else kind))
 
 
 def traceparent() -> str:

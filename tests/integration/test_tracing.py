@@ -155,3 +155,45 @@ async def test_a_sub_workflow_joins_its_parents_trace_and_a_schedule_tick_starts
     assert len(tick_steps) == 1
     assert tick_steps[0].context.trace_id == tick.context.trace_id
     assert tick_steps[0].parent.span_id == tick.context.span_id
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ exploded")
+
+
+def unprintable(ctx: dict) -> dict:
+    if not ctx.get("again"):
+        raise Unprintable()
+    return ctx
+
+
+@pytest.mark.parametrize("mode", [ExecutionMode.SERVER, ExecutionMode.LOCAL_ASYNC], ids=lambda m: m.value)
+async def test_a_traced_step_reports_its_own_exception_even_one_whose_str_raises(mode: ExecutionMode) -> None:
+    """The SDK recorded a span's exception with ``str(exc)``: for an exception whose __str__
+    raises, that second exception replaced the handler's, and the step reported
+    'RuntimeError: __str__ exploded' (seen when this module's provider was set before
+    tests/conformance/test_handler_mistakes.py ran in the same process)."""
+    EXPORTER.clear()
+    flow = (
+        Workflow.define(f"traced-unprintable-{mode.value.lower()}")
+        .execution(mode)
+        .step(unprintable, retry=RetryPolicy.fixed(1, 0))
+        .build()
+    )
+    async with EmbeddedServer() as server:
+        await server.client.register(flow)
+        async with server.worker([flow]):
+            info = await server.client.start(flow, {})
+            done = await server.client.wait(info.instance_id, timeout=30)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "FAILED", done
+    assert [h.error for h in history if h.node_id == "unprintable"] == [
+        "Unprintable: <its str() raised RuntimeError>"
+    ], history
+    (step,) = [s for s in EXPORTER.get_finished_spans() if s.name == "wiggle.step unprintable"]
+    assert step.status.status_code == trace.StatusCode.ERROR
+    assert step.status.description == "Unprintable: <its str() raised RuntimeError>"
+    assert [e.attributes["exception.message"] for e in step.events if e.name == "exception"] == [
+        "<its str() raised RuntimeError>"
+    ]
