@@ -53,9 +53,7 @@ async def _late_report_refused(harness: Harness, server, worker, eventually, run
     metrics = server.server.metrics
     if harness.local:
         # AdvanceRun on a cancelled instance applies nothing and returns its status
-        await eventually(
-            lambda: len(worker.stats.local_run_lengths) > runs_before, what="the local run to end"
-        )
+        await eventually(lambda: worker.stats.local_runs.count > runs_before, what="the local run to end")
     else:
         await eventually(lambda: metrics.rpc_errors["CompleteTask"] >= 1, what="CompleteTask to be refused")
 

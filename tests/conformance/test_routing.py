@@ -49,8 +49,8 @@ async def test_steps_on_two_queues_run_on_the_workers_serving_them(harness: Harn
     }
     if harness.local:
         # charge -> receipt is a same-queue run; each queue change is a handback
-        assert pay.stats.local_run_lengths == [2]
-        assert front.stats.local_run_lengths == [1, 1]
+        assert (pay.stats.local_runs.count, pay.stats.local_runs.steps) == (1, 2)
+        assert (front.stats.local_runs.count, front.stats.local_runs.steps) == (2, 2)
 
 
 async def test_instance_pinned_to_an_older_version(harness: Harness, trace) -> None:

@@ -428,7 +428,8 @@ async def test_cancel_while_a_step_runs_refuses_the_late_completion(mode: Execut
                     )
                 else:
                     await eventually(
-                        lambda: worker.stats.local_run_lengths == [1], what="the local run to end"
+                        lambda: (worker.stats.local_runs.count, worker.stats.local_runs.steps) == (1, 1),
+                        what="the local run to end",
                     )
                     assert worker.stats.calls["AdvanceRun"] == 1  # the (ignored) handback; no probe
                 await asyncio.sleep(0.1)
@@ -520,7 +521,7 @@ async def test_worker_without_local_modes_uses_complete_task_only() -> None:
     assert all(r.context == {"s1": True, "s2": True, "s3": True, "s4": True} for r in results)
     assert worker.stats.calls["AdvanceRun"] == 0
     assert worker.stats.calls["CompleteTask"] == 12
-    assert worker.stats.local_run_lengths == []
+    assert worker.stats.local_runs.count == 0
 
 
 async def test_worker_with_a_different_blueprint_version_runs_server_style(trace) -> None:
@@ -577,7 +578,7 @@ async def test_worker_falls_back_to_server_style_without_advance_run(transport: 
     # Without a probe the first run learns at its handback: s1 is reported SERVER style, and s2,
     # s3 (run locally, never committed) run again SERVER style, as after a LOCAL_ASYNC crash.
     assert Counter(trace.steps) == {"s1": 2, "s2": 3, "s3": 3}
-    assert worker.stats.local_run_lengths == []  # no local runs: every step went SERVER style
+    assert worker.stats.local_runs.count == 0  # no local runs: every step went SERVER style
 
 
 # ---------------------------------------------------------------------------- hand-off

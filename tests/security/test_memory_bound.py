@@ -67,3 +67,22 @@ async def test_purge_interval_is_a_setting() -> None:
                 return
             await asyncio.sleep(0.05)
         raise AssertionError("the finished instance was never purged")
+
+
+async def test_the_purge_leaves_nothing_of_a_finished_instance_behind() -> None:
+    """Found by an outside soak: a purged instance's id stayed in the store's list of finished
+    instances (eviction's order), which grew by one id per instance for the server's life."""
+    async with EmbeddedServer(retention_seconds=0, purge_interval_seconds=0.05) as server:
+        client = server.client
+        store = server.server.store  # type: ignore[attr-defined]
+        await client.register(PARKED)
+        for round_ in range(3):
+            started = [await client.start(PARKED, Ctx(n=i)) for i in range(50)]
+            for info in started:
+                await client.cancel(info.instance_id)
+            for _ in range(400):  # the purge loop runs every 50 ms; wait for it, not for a duration
+                if not store._instances:
+                    break
+                await asyncio.sleep(0.05)
+            assert not store._instances, f"round {round_}: not purged"
+            assert not store._finished and not store._history and store.ledger.used == 0, round_

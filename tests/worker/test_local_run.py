@@ -83,7 +83,7 @@ async def test_local_async_buffers_the_run_and_hands_back_once(harnesses: list[H
         ("T", "s2", {"s2": True}, []),
         ("T", "s3", {"s3": True}, []),
     ]
-    assert h.stats.local_run_lengths == [3] and h.stats.steps == 3
+    assert (h.stats.local_runs.count, h.stats.local_runs.steps) == (1, 3) and h.stats.steps == 3
     assert h.stats.handbacks == {"TERMINAL": 1}
     assert h.env.advance.supported is True
 
@@ -191,7 +191,7 @@ async def test_a_refused_flush_abandons_the_run(harnesses: list[Harness]) -> Non
     await h.run(execution_mode="LOCAL_SYNC")
     assert len(transport.advanced) == 1 and h.stats.steps == 1
     assert transport.completed == [] and transport.failed == []
-    assert h.stats.local_run_lengths == [1]
+    assert (h.stats.local_runs.count, h.stats.local_runs.steps) == (1, 1)
 
 
 async def test_an_unavailable_server_is_retried(harnesses: list[Harness]) -> None:
@@ -211,7 +211,7 @@ async def test_without_advance_run_the_claimed_step_is_reported_server_style(
     await h.run(context_json=b'{"v": 1}')
     assert len(transport.advanced) == 1
     assert h.env.advance.supported is False
-    assert h.stats.local_run_lengths == []  # no local run took effect
+    assert h.stats.local_runs.count == 0  # no local run took effect
     if fn is s1:
         [complete] = transport.completed
         assert (complete.task_id, complete.lease_owner) == ("t1@1", "w1")

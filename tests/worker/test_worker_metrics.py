@@ -81,3 +81,24 @@ def test_a_bad_metrics_port_is_refused() -> None:
 
     with pytest.raises(ValueError, match="metrics_port must be between 0 .off. and 65535, got 70000"):
         check_options(WorkerOptions(metrics_port=70000))
+
+
+def test_local_run_lengths_are_counted_per_bucket_not_kept_one_by_one() -> None:
+    """Found by an outside soak: the worker kept every local run's length in a list for its whole
+    life (one entry per run, and each scrape walked it nine times)."""
+    from types import SimpleNamespace
+
+    from wiggle._worker.metrics import WorkerCollector
+    from wiggle._worker.stats import WorkerStats
+
+    stats = WorkerStats()
+    for steps in (1, 3, 3, 20, 2_000):
+        stats.local_runs.observe(steps)
+    assert (stats.local_runs.count, stats.local_runs.steps, stats.local_runs.longest) == (5, 2_027, 2_000)
+    assert not any(isinstance(v, list) for v in vars(stats).values())  # nothing that grows per run
+    worker = SimpleNamespace(stats=stats, worker_id="w", options=WorkerOptions())
+    (family,) = [f for f in WorkerCollector(worker).collect() if f.name == "wiggle_worker_local_run_steps"]
+    got = {s.labels.get("le", s.name.rsplit("_", 1)[-1]): s.value for s in family.samples}
+    assert got == {
+        "1": 1, "2": 1, "5": 3, "10": 3, "20": 4, "50": 4, "100": 4, "1000": 4, "+Inf": 5, "count": 5, "sum": 2_027,
+    }  # fmt: skip

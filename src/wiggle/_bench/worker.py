@@ -298,15 +298,15 @@ async def run_worker(args: argparse.Namespace) -> int:
                 _emit("progress", steps=last)
             await asyncio.wait({stop}, timeout=0.2)
         await worker.close(timeout=10.0)
-        lengths = worker.stats.local_run_lengths
+        runs = worker.stats.local_runs
         _emit(
             "stats",
             steps=worker.stats.steps,
             calls=dict(worker.stats.calls),
             handbacks=dict(worker.stats.handbacks),
-            local_runs=len(lengths),
-            local_run_steps=sum(lengths),
-            local_run_max=max(lengths) if lengths else 0,
+            local_runs=runs.count,
+            local_run_steps=runs.steps,
+            local_run_max=runs.longest,
         )
         return 0
     finally:

@@ -12,7 +12,6 @@ queues with the limits a claim obeys (memory_ready.py).
 from __future__ import annotations
 
 import bisect
-import collections
 import heapq
 import itertools
 
@@ -73,7 +72,10 @@ class MemoryStore(Store):
         self.max_bytes = max_bytes
         self.ledger = ByteLedger()  # the bytes held, kept at every write
         self.evicted = 0  # finished instances dropped early to stay under the bound
-        self._finished: collections.deque[str] = collections.deque()  # ids, in the order they finished
+        # the finished instances' ids, in the order they finished (eviction takes the oldest); an
+        # instance leaves it when it is forgotten (evicted or purged: a purged one stayed in it, and
+        # it grew by one id per instance for the server's life)
+        self._finished: dict[str, None] = {}
         self._definitions: dict[tuple[str, str], WorkflowRecord] = {}
         self._latest: dict[str, str] = {}
         self._aliases: dict[str, dict[int, str]] = {}  # workflow -> alias -> version
@@ -154,7 +156,9 @@ class MemoryStore(Store):
             self.notifier.clock_changed()
         if changes.finished:
             if self.max_instances or self.max_bytes:
-                self._finished.append(state.instance.id)
+                finished = self._finished
+                finished.pop(state.instance.id, None)  # finished again after a retry: now the newest
+                finished[state.instance.id] = None
             self.notifier.instance_finished(state.instance.id)
 
     async def set_queue_limit(self, limit: QueueLimit) -> None:
@@ -231,8 +235,10 @@ class MemoryStore(Store):
         target = byte_bound - byte_bound // 100 - size if over_bytes else used
         freed = 0
         doomed: dict[str, None] = {}
-        while self._finished and (len(doomed) < want or used - freed > target):
-            instance_id = self._finished.popleft()
+        finished = self._finished
+        while finished and (len(doomed) < want or used - freed > target):
+            instance_id = next(iter(finished))
+            del finished[instance_id]
             state = self._instances.get(instance_id)
             if (
                 state is not None
@@ -274,6 +280,7 @@ class MemoryStore(Store):
         """Drop an instance, its history, the request ids that name it and the key it holds."""
         state = self._instances.pop(instance_id)
         self._history.pop(instance_id, None)
+        self._finished.pop(instance_id, None)
         for request_id in self._request_of.pop(instance_id, ()):
             del self._requests[request_id]
             self._deduplicated_requests.discard(request_id)

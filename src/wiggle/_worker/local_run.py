@@ -300,7 +300,7 @@ class LocalRun:
         finally:
             env.heartbeats.unwatch(self.act)
             if not self.fell_back:
-                env.stats.local_run_lengths.append(self.steps_run)
+                env.stats.local_runs.observe(self.steps_run)
 
     async def flush(self, final: bool, reason: Handback | None) -> bool:
         """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["WorkerCollector"]
+from .stats import RUN_LENGTH_BUCKETS
 
-RUN_LENGTH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 1000)
+__all__ = ["WorkerCollector"]
 
 
 class WorkerCollector:
@@ -51,10 +51,12 @@ class WorkerCollector:
                 family.add_metric(list(label_values), buckets, sum_value=total)
             yield family
         runs = HistogramMetricFamily("wiggle_worker_local_run_steps", "steps per local run")
-        lengths = list(stats.local_run_lengths)
-        buckets = [(str(b), sum(1 for n in lengths if n <= b)) for b in RUN_LENGTH_BUCKETS]
-        buckets.append(("+Inf", len(lengths)))
-        runs.add_metric([], buckets, sum_value=sum(lengths))
+        local_runs = stats.local_runs.series
+        buckets, running = [], 0
+        for bound, n in zip((*map(str, RUN_LENGTH_BUCKETS), "+Inf"), list(local_runs.counts), strict=True):
+            running += n
+            buckets.append((bound, running))
+        runs.add_metric([], buckets, sum_value=local_runs.sum)
         yield runs
         calls = CounterMetricFamily("wiggle_worker_rpc_calls", "RPCs sent, by method", labels=["method"])
         for method, n in sorted(stats.calls.items()):
