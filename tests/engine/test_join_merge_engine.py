@@ -328,3 +328,25 @@ def test_claim_and_heartbeat_take_the_length_asked() -> None:
     with pytest.raises(InvalidArgument, match="extend_millis must be an integer"):
         engine.heartbeat(loaded, state, tok.id, "w", 400, extend_millis=2.5)  # type: ignore[arg-type]
     assert tok.lease_expires_at == 30_300
+
+
+@pytest.mark.parametrize("merge", [JoinMerge.STRICT, LWW])
+def test_a_for_each_failed_at_its_size_limit_says_why_in_its_history(merge: JoinMerge) -> None:
+    """Found by an outside trial: the instance's error named the limit, but its history ended on
+    COMPLETED steps, with nothing saying where or why it failed."""
+    loaded = LoadedDefinition(_for_each(merge, concurrency=4))
+    engine = Engine(EngineConfig(max_payload_bytes=2_000))
+    state, _ = engine.start(loaded, "wi-limit", {"items": list(range(100))}, "", 1)
+    last = Changes()
+    while state.instance.status == InstanceStatus.RUNNING:
+        for tok in _ready(state):
+            index = engine.context_of(state, tok)["itemIndex"]
+            engine.claim(loaded, state, tok, "w", 2, Changes())
+            context = {**engine.context_of(state, tok), "result": "x" * 100, f"k{index}": "x" * 100}
+            last = engine.complete(loaded, state, tok.id, "w", 3, context=context)
+            if state.instance.status != InstanceStatus.RUNNING:
+                break
+    assert state.instance.status == InstanceStatus.FAILED
+    failed = [e for e in last.history if e.outcome == "FAILED"]
+    assert [(e.node_id, e.kind, e.error) for e in failed] == [("fe", "FOR_EACH", state.instance.error)]
+    assert "the limit is 2000 bytes" in failed[0].error

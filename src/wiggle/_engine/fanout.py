@@ -161,7 +161,9 @@ def arrive_for_each(
         after = lww.apply_merged(base, join)
         size = len(_encode(after))
         if size > limit:
-            fail_instance(
+            _fail_at_limit(
+                tok,
+                node,
                 state,
                 f"for_each {node.id!r}: the context after merging the branches' writes is {size} bytes; "
                 f"the limit is {limit} bytes",
@@ -181,6 +183,15 @@ def arrive_for_each(
     return True
 
 
+def _fail_at_limit(
+    tok: Token, node: Node, state: InstanceState, message: str, now: int, changes: Changes
+) -> None:
+    """Fail the instance at a FOR_EACH's size limit, with a FAILED entry of ``node`` saying why in
+    its history (the instance's error alone said it: its history ended on COMPLETED steps)."""
+    record(state, tok, node, HistoryOutcome.FAILED, now, changes, error=message)
+    fail_instance(state, message, now, changes)
+
+
 def _record_result(
     state: InstanceState,
     tok: Token,
@@ -196,7 +207,9 @@ def _record_result(
     result = context_of(state, tok).get(output_key)
     join.results_bytes += len(_encode(result)) + len(str(index)) + 4
     if join.results_bytes > limit:
-        fail_instance(
+        _fail_at_limit(
+            tok,
+            node,
             state,
             f"for_each {node.id!r}: the results reached {join.results_bytes} bytes after {len(join.results) + 1} "
             f"of {join.branch_count} elements; the limit is {limit} bytes (return less at {output_key!r})",
@@ -234,7 +247,9 @@ def _merge_arrival(
     if join.results_bytes > limit:
         join.results_bytes = len(_encode(join.merged)) + len(_encode(join.merged_removed))
         if join.results_bytes > limit:
-            fail_instance(
+            _fail_at_limit(
+                tok,
+                node,
                 state,
                 f"for_each {node.id!r}: the branches' writes reached {join.results_bytes} bytes after "
                 f"{join.merged_count} of {join.branch_count} elements; the limit is {limit} bytes",
