@@ -1,7 +1,7 @@
 """Every error of the HTTP port as the documented JSON body, and the headers of every response.
 
 An error answers ``{"error": "<what was wrong>", "code": "<ErrorCode>"}`` with its HTTP status:
-400, 401, 403, 404, 405, 409, 413, 415, 500, 503 (docs/dashboard.md#errors). A page a browser
+400, 401, 403, 404, 405, 409, 413, 415, 429, 500, 503 (docs/dashboard.md#errors). A page a browser
 navigates to (GET, ``Accept: text/html``, outside /api/) gets the same message as an HTML page.
 An unexpected exception is logged with its traceback and answers 500 without it.
 """

@@ -31,12 +31,15 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ..._model import validate_name
+from ..._security.roles import check_method
+from ..._security.tokens import Identity
 from ..._wire.payload import decode_object
-from ...errors import ErrorCode, InvalidArgument, WiggleError
+from ...errors import ErrorCode, InvalidArgument, PermissionDenied, WiggleError
 from ..http_security import HttpSecurity
 from ..instances import Instances
 from ..operator import log_action
 from ..readiness import readiness_answer
+from ..routes import allowed_roles
 from . import actions, api, bulk, pages, schedules
 from .access import CALLER, OPEN, Origins, WebAccess
 from .assets import ASSETS
@@ -184,7 +187,11 @@ class HttpSide:
         return await api.instances_page(self.sources, dict(request.query))
 
     async def _instance_data(self, request: web.Request) -> dict[str, Any]:
-        return await api.instance_page(self.sources, request.match_info["id"])
+        data = await api.instance_page(self.sources, request.match_info["id"])
+        caller = request.get(CALLER)
+        if caller is not None and caller.identity is not None:
+            _only_allowed(data["actions"], caller.identity)
+        return data
 
     async def _workflows_data(self, request: web.Request) -> dict[str, Any]:
         return await api.workflows_page(self.sources)
@@ -333,3 +340,22 @@ class HttpSide:
             log_action(actor, f"{action[:20]} refused", f"schedule {schedule_id[:100]}", str(exc))
             raise
         return web.json_response(answer)
+
+
+# An instance page's action -> the RPC whose roles it needs (its row in wiggle/_server/routes.py).
+_ACTION_RPCS = {
+    "cancel": "CancelInstance",
+    "complete_user_task": "CompleteUserTask",
+    "retry": "RetryInstance",
+    "signal": "SignalInstance",
+}
+
+
+def _only_allowed(actions: dict[str, Any], identity: Identity) -> None:
+    """Turn off the actions ``identity``'s roles may not take (a viewer saw every button, each
+    answering 403 when clicked): the page offers what the caller can do."""
+    for action, rpc in _ACTION_RPCS.items():
+        try:
+            check_method(identity, rpc, allowed_roles(rpc))
+        except PermissionDenied:
+            actions[action] = [] if action == "complete_user_task" else False

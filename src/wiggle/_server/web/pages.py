@@ -217,7 +217,7 @@ def _actions_html(data: dict[str, Any], iid: str) -> list[str]:
             f'<button class="complete-task" data-task="{n}" data-kind="task" data-what="complete user task {n}" '
             f'data-url="/api/instances/{iid}/user-tasks/{n}">complete {n}…</button>'
         )
-    for wait in data["awaiting_signals"]:
+    for wait in data["awaiting_signals"] if acts["signal"] else ():
         n = escape(wait["signal"])
         actions.append(
             f'<button class="send-signal" data-signal="{n}" data-node="{escape(wait["node_id"])}" data-kind="signal" '

@@ -23,6 +23,7 @@ from ..http_security import peer_common_name
 from .access import CSRF_HEADER, WebAccess
 from .pages import layout
 from .sessions import CERTIFICATE, TOKEN, Sessions
+from .throttle import MAX_FAILURES, WINDOW_SECONDS, SignInThrottle
 
 __all__ = ["SignIn", "safe_next"]
 
@@ -51,6 +52,7 @@ class SignIn:
         self.access = access
         self.sessions = sessions
         self.max_age = max_age
+        self.throttle = SignInThrottle()  # failed sign-ins per address (throttle.py)
 
     def _certificate(self, request: web.Request) -> str:
         peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
@@ -93,6 +95,8 @@ class SignIn:
             raise FailedPrecondition(
                 "this server has no identity file or client certificates: nothing to sign in to"
             )
+        address = request.remote or ""
+        self.throttle.check(address)  # 429 after too many failures from this address
         token, certificate = body.get("token"), body.get("certificate")
         if token not in (None, ""):
             if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
@@ -100,7 +104,15 @@ class SignIn:
             try:
                 identity = authenticator.identify(f"Bearer {token.strip()}", "")
             except Unauthenticated:
-                log.warning("sign-in refused from %s: unknown token", request.remote)
+                if self.throttle.failed(address):
+                    log.warning(
+                        "sign-in refused from %s: unknown token; %d failures in %g s: its sign-ins wait",
+                        address,
+                        MAX_FAILURES,
+                        WINDOW_SECONDS,
+                    )
+                else:
+                    log.warning("sign-in refused from %s: unknown token", address)
                 raise
             kind, key = TOKEN, hash_token(token)
         elif certificate is True:
