@@ -231,9 +231,39 @@ def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str
     checks.append(asyncio.run(_server_check(target)))
     if database_url:
         checks.append(asyncio.run(_schema_check(database_url, schema)))
+        checks.append(asyncio.run(_vacuum_check(database_url)))
     else:
         checks.append(("schema", True, "no --database-url / WIGGLE_DATABASE_URL: not checked"))
     return checks
+
+
+async def _vacuum_check(url: str) -> tuple[str, bool, str]:
+    """Autovacuum on: Wiggle updates and deletes rows all day (every step, the retention purge),
+    and without it their space is never reused. An outside soak on a database with autovacuum
+    off grew the instances table to 1 GB while it held a few hundred rows."""
+    try:
+        import psycopg
+    except ImportError:
+        return ("autovacuum", False, "psycopg is not installed: pip install 'wiggle-workflows[postgres]'")
+    try:
+        async with await psycopg.AsyncConnection.connect(url, connect_timeout=5) as conn:
+            cur = await conn.execute("SELECT current_setting('autovacuum'), current_setting('track_counts')")
+            row = await cur.fetchone()
+    except psycopg.Error as exc:
+        return ("autovacuum", False, f"database unreachable: {str(exc).strip().splitlines()[0]}")
+    autovacuum, track_counts = row if row else ("", "")
+    if autovacuum == "on" and track_counts == "on":
+        return ("autovacuum", True, "on (dead rows of steps and purged instances are reclaimed)")
+    off = " and ".join(
+        name for name, value in (("autovacuum", autovacuum), ("track_counts", track_counts)) if value != "on"
+    )
+    return (
+        "autovacuum",
+        False,
+        f"{off} off on this database server: the rows every step updates and the purge deletes are "
+        "never reclaimed and the tables grow without bound; set autovacuum = on and track_counts = on "
+        "(postgresql.conf), or VACUUM the schema's tables on a schedule",
+    )
 
 
 async def _server_check(target: str) -> tuple[str, bool, str]:
