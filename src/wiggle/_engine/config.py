@@ -25,6 +25,9 @@ class EngineConfig(msgspec.Struct):
     release_delay_millis: int = 200  # a released step waits this long before the next claim
     max_sub_workflow_depth: int = 10  # children of children: the deepest a child may be
     child_recheck_millis: int = 30_000  # a waiting parent re-reads its child this often (safety net)
+    # A fork's join keeps each branch's changes, not its whole context (JoinState.diffs): off until
+    # every server of a cluster runs a release that folds both (docs/upgrading.md#compact-joins).
+    join_diffs: bool = False
 
 
 class LoadedDefinition:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import _fast
 from .._model import JoinMerge, Node, NodeKind
@@ -169,6 +169,7 @@ def _drive_fork(run: DriveRun, tok: Token, node: Node) -> After:
         base=base,
         arrived={},
         joined_tokens=[],
+        diffs=run.engine.config.join_diffs,
     )
     changes.instance_changed = True
     for index, first in enumerate(node.branches):
@@ -263,7 +264,12 @@ def arrive_at_join(
     if join.for_each:
         limit = engine.config.max_payload_bytes
         return fanout.arrive_for_each(loaded, state, tok, node, group, join, index, now, changes, limit)
-    join.arrived[str(index)] = context_of(state, tok)
+    arrived = context_of(state, tok)
+    if join.diffs:  # only what the branch changed: the fold needs no more (_branch)
+        arrived, removed = _fast.diff(join.base, arrived)
+        if removed:
+            join.removed = {**join.removed, str(index): removed}
+    join.arrived[str(index)] = arrived
     join.joined_tokens.append(tok.id)
     changes.instance_changed = True
     tok.status = TokenStatus.JOINED
@@ -273,6 +279,14 @@ def arrive_at_join(
     if len(join.arrived) < join.branch_count:
         return False
     return _fold(loaded, state, tok, node, group, join, now, changes)
+
+
+def _branch(join: JoinState, index: str) -> dict[str, Any]:
+    """The context branch ``index`` arrived with (made again from its changes: ``JoinState.diffs``)."""
+    arrived = join.arrived[index]
+    if not join.diffs:
+        return arrived
+    return _fast.apply_diff(join.base, arrived, join.removed.get(index, []))
 
 
 def _fold(
@@ -287,14 +301,14 @@ def _fold(
 ) -> bool:
     """Every branch is here: fold, finish the others, and continue with ``tok`` (True), or hand the
     conflict to the combine step or fail the instance (False)."""
-    branches = [join.arrived[str(i)] for i in range(join.branch_count)]
+    branches = [_branch(join, str(i)) for i in range(join.branch_count)]
     parent_stack = list(tok.fork_stack[:-1])
     for other_id in join.joined_tokens:
         if other_id != tok.id and other_id in state.tokens:
             finish_token(state, state.tokens[other_id], TokenStatus.DONE, now, changes)
     try:
         if loaded.definition.join_merge is JoinMerge.LAST_WRITE_WINS:
-            folded = lww.fold_arrivals(join.base, join.arrived.values())  # arrival order
+            folded = lww.fold_arrivals(join.base, [_branch(join, i) for i in join.arrived])  # arrival order
         else:
             folded = _fast.fold_join(join.base, branches)
     except _fast.JoinConflict as conflict:

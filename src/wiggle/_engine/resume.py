@@ -201,6 +201,7 @@ def _restore(state: InstanceState, point: RetryPoint, now: int, changes: Changes
         group: msgspec.structs.replace(
             join,
             arrived=dict(join.arrived),
+            removed=dict(join.removed),
             joined_tokens=[renamed.get(t, t) for t in join.joined_tokens],
         )
         for group, join in point.joins.items()

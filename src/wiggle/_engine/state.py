@@ -121,7 +121,8 @@ class JoinState(msgspec.Struct):
     base: dict[str, Any]
     # branch index (as str, for JSON) -> branch context, in the order the branches arrived: a
     # LAST_WRITE_WINS join folds in that order (the PostgreSQL store keeps it: msgspec encodes and
-    # decodes a dict in insertion order, wiggle/_storage/postgres/codecs.py)
+    # decodes a dict in insertion order, wiggle/_storage/postgres/codecs.py). With ``diffs``, only
+    # the keys the branch set (its shallow diff against ``base``), its removed keys in ``removed``.
     arrived: dict[str, dict[str, Any]] = {}
     joined_tokens: list[str] = []  # in arrival order too
     # A FOR_EACH's barrier (docs/semantics.md#for-each): the elements started so far, and each
@@ -138,6 +139,14 @@ class JoinState(msgspec.Struct):
     # the writes of the branches finished so far, merged in arrival order (keys set, keys
     # removed), and how many have finished. ``results_bytes`` then bounds ``merged``'s size.
     merged: dict[str, Any] = {}
+    # ``arrived`` holds each branch's changes, not its whole context: a fork made while the server
+    # ran with ``join_diffs`` (EngineConfig; WIGGLE_JOIN_DIFFS). Every server of this release folds
+    # both kinds; a server of an earlier release would take a diff for a whole context, hence the
+    # setting (docs/upgrading.md). A fork of 200 branches over a 100 KB context kept 20 MB of
+    # branch contexts in the instance and wrote them again with every arrival: 31.8 s and a 7.8 GB
+    # server peak on PostgreSQL, 5.0 s and 314 MB with diffs (bench/README.md, "Round thirty-seven").
+    diffs: bool = False
+    removed: dict[str, list[str]] = {}  # with ``diffs``: branch index -> the keys it removed
     merged_removed: list[str] = []
     merged_count: int = 0
 

@@ -51,6 +51,7 @@ def engine_config(config: ServerConfig) -> EngineConfig:
         max_local_steps=config.max_local_steps,
         max_payload_bytes=config.max_payload_bytes,
         max_instance_steps=config.max_instance_steps,
+        join_diffs=config.join_diffs,
     )
 
 

@@ -91,6 +91,14 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     max_instance_steps: Annotated[int, Setting("runaway guard: steps one instance may take", 1, 1 << 62)] = (
         100_000
     )
+    join_diffs: Annotated[
+        bool,
+        Setting(
+            "a fork's join keeps each branch's changes, not its whole context (much less to write "
+            "for wide forks over large contexts); turn on once every server runs this release "
+            "(docs/upgrading.md#compact-joins)"
+        ),
+    ] = False
     retention_seconds: Annotated[
         int,
         Setting(
