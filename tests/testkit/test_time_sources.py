@@ -242,3 +242,16 @@ async def test_a_wait_for_a_workflow_no_worker_serves_says_so(kit: Kit) -> None:
         with pytest.raises(TimeoutError) as caught:
             await env.result(started, timeout=1)
     assert f"no worker of this environment serves queue {forgotten.name!r}" in str(caught.value), caught.value
+
+
+async def test_a_wait_gives_up_soon_when_nothing_serves_a_step_s_queue(kit: Kit) -> None:
+    """Such a wait once took its whole timeout (30 s by default) to say what the mistake was."""
+    served = kit.define("served-early").step(lambda ctx: ctx, name="one").build()
+    forgotten = kit.define("forgotten-early").step(lambda ctx: ctx, name="other").build()
+    async with kit.env([served]) as env:
+        started = await env.start_workflow(forgotten, {})
+        with pytest.raises(TimeoutError) as caught:
+            await env.result(started)  # the default timeout
+    text = str(caught.value)
+    assert "a step waited 2 s on a queue nothing serves" in text, text
+    assert f"no worker of this environment serves queue {forgotten.name!r}" in text, text

@@ -40,6 +40,11 @@ __all__ = ["WorkflowEnvironment", "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = 30.0  # real seconds a wait may take before it fails the test
 CHECK_SECONDS = 0.005  # how often a wait re-checks whether every instance waits on time
+#: A wait gives up this soon (real seconds), instead of at its timeout, when a step of its
+#: instance stays READY on a queue no worker of the environment serves (nor any worker polling
+#: its server from outside): nothing can run it. How often a wait looks is the second figure.
+UNSERVED_SECONDS = 2.0
+UNSERVED_CHECK_SECONDS = 0.1
 
 
 def _millis(delta: timedelta | float | int, what: str) -> int:
@@ -294,7 +299,10 @@ class WorkflowEnvironment:
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
         skipping = self.time_skipping if skip is None else skip
         instances = self.server.instances
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        stranded_since: float | None = None  # since when a step waits on a queue nobody serves
+        checked_at = started
         while True:
             view = await instances.wait_finished(iid, CHECK_SECONDS)
             if view.instance.status in FINISHED_INSTANCE_STATUSES:
@@ -302,33 +310,53 @@ class WorkflowEnvironment:
             self.skipper.workflows.add(view.instance.workflow)  # started by any client: still ours
             if skipping and await self.skipper.skip():
                 continue
-            if time.monotonic() >= deadline:
-                waiting = self.skipper.waiting(await self.skipper.live())
-                info = await self.client.get(iid)
-                where = (
-                    ", ".join(
-                        f"{t.node_id} {t.status}" + (f" (last error: {t.last_error})" if t.last_error else "")
-                        for t in info.tokens
-                    )
-                    or "no tokens"
-                )
-                served = {q for worker in self.workers for q in worker.queues}
-                unserved = sorted(
-                    {t.queue for t in info.tokens if t.status == "READY" and t.queue not in served}
-                )
-                hint = "; ".join(
-                    waiting.reasons
-                    + [
-                        f"no worker of this environment serves queue {q!r} (is its workflow in "
-                        "workflows=[...] or start_worker([...])?)"
-                        for q in unserved
-                    ]
-                )
-                raise TimeoutError(
-                    f"instance {iid} is still {view.instance.status} after {timeout} s (real) at {where}"
-                    + (f"; {hint}" if hint else "")
-                    + ("" if skipping else "; time skipping is off: move the clock with advance()")
-                )
+            now = time.monotonic()
+            if now - checked_at >= UNSERVED_CHECK_SECONDS:
+                checked_at = now
+                stranded = self._unserved(await self.client.get(iid))
+                stranded_since = (stranded_since or now) if stranded else None
+            gave_up = stranded_since is not None and now - stranded_since >= UNSERVED_SECONDS
+            if now >= deadline or gave_up:
+                raise await self._still_running(iid, view.instance.status, now - started, skipping, gave_up)
+
+    def _unserved(self, info: InstanceInfo) -> list[str]:
+        """The queues of ``info``'s READY steps that no worker of this environment serves and no
+        worker of its server has polled (one outside the environment, pointed at ``target``)."""
+        served = {q for worker in self.workers for q in worker.queues}
+        served.update(q for poller in self.server.service.pollers.snapshot() for q in poller.queues)
+        return sorted({t.queue for t in info.tokens if t.status == "READY" and t.queue not in served})
+
+    async def _still_running(
+        self, iid: str, status: str, waited: float, skipping: bool, gave_up: bool
+    ) -> TimeoutError:
+        """The TimeoutError of a wait that ends unfinished: where each token is and why it waits."""
+        waiting = self.skipper.waiting(await self.skipper.live())
+        info = await self.client.get(iid)
+        where = (
+            ", ".join(
+                f"{t.node_id} {t.status}" + (f" (last error: {t.last_error})" if t.last_error else "")
+                for t in info.tokens
+            )
+            or "no tokens"
+        )
+        hint = "; ".join(
+            waiting.reasons
+            + [
+                f"no worker of this environment serves queue {q!r} (is its workflow in "
+                "workflows=[...] or start_worker([...])?)"
+                for q in self._unserved(info)
+            ]
+        )
+        when = (
+            f"after {waited:.1f} s (real): a step waited {UNSERVED_SECONDS:g} s on a queue nothing serves"
+            if gave_up
+            else f"after {waited:.1f} s (real)"
+        )
+        return TimeoutError(
+            f"instance {iid} is still {status} {when} at {where}"
+            + (f"; {hint}" if hint else "")
+            + ("" if skipping else "; time skipping is off: move the clock with advance()")
+        )
 
     async def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
         """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
