@@ -134,7 +134,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         Read first and refused after, a large request stayed in the server's memory until a
         full garbage collection: anyone who could reach the port grew it by the message size
-        per call (64 MiB), with no credential (docs/security.md#access-control)."""
+        per call (64 MiB), with no credential (docs/security.md, "Serving a network")."""
         if method in PUBLIC_METHODS:
             return None
         authorization = _authorization(metadata)
