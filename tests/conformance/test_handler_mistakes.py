@@ -199,3 +199,42 @@ async def test_a_context_that_no_longer_fits_its_type_fails_the_step_for_good(ha
         ("ship", 1, "FAILED"),
     ]
     assert "the context does not fit Order: Expected `int`, got `str` - at `$.quantity`" in history[-1].error
+
+
+async def test_sync_steps_abandoned_at_their_time_limit_do_not_take_the_worker_s_threads(
+    harness: Harness,
+) -> None:
+    """Found by an outside trial: each sync handler abandoned at its time limit kept its pool
+    thread; with as many stuck as the worker's concurrency, a quick timed step waited for a thread
+    while its limit ran and failed 'timed out' three times without having started."""
+    import threading
+
+    release = threading.Event()
+
+    def stuck(ctx):
+        release.wait(30)
+        return ctx
+
+    stuck_bp = (
+        harness.define("stuck").step(stuck, name="stuck", timeout=0.3, retry=RetryPolicy.fixed(1, 0)).build()
+    )
+    quick_bp = (
+        harness.define("quick")
+        .step(lambda ctx: {**ctx, "quick": True}, name="quick", timeout=1.0, retry=RetryPolicy.fixed(3, 0))
+        .build()
+    )
+    try:
+        options = harness.options(concurrency=2)
+        async with harness.running([stuck_bp, quick_bp], options, lease_millis=LEASE) as (server, _):
+            stuck_ids = [(await server.client.start(stuck_bp, {})).instance_id for _ in range(2)]
+            for iid in stuck_ids:
+                assert (await harness.finish(server, iid, timeout=20)).status == "FAILED"
+            quick = await server.client.start(quick_bp, {})
+            done = await harness.finish(server, quick.instance_id, timeout=20)
+            history = await server.client.history(quick.instance_id)
+    finally:
+        release.set()
+    assert done.status == "COMPLETED", (done, history)
+    assert [(h.node_id, h.outcome) for h in history if h.node_id == "quick"] == [("quick", "COMPLETED")], (
+        history
+    )

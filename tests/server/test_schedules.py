@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from pg import TEST_DATABASE_URL
 
-from wiggle._engine.schedules import MAX_CATCHUP, Schedule, next_ticks, plan_ticks
+from wiggle._engine.schedules import MAX_CATCHUP, Schedule, next_tick, next_ticks, plan_ticks
 from wiggle._engine.state import InstanceStatus
 from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
@@ -273,6 +273,30 @@ def test_plan_marks_only_the_latest_recent_tick_on_time() -> None:
     assert very_late.fire == []  # even the latest tick is more than a minute late: missed
 
 
+@pytest.mark.parametrize("how", ["update", "pause and resume"])
+async def test_a_tick_held_back_before_an_update_or_a_pause_does_not_fire_after_it(
+    instances: Instances, how: str
+) -> None:
+    """Found by an outside trial: a tick BUFFER_ONE held back survived a pause, an update and a
+    resume, and started an instance of the new spec with the old tick right after the resume.
+    An update restarts the ticks from now and a resume starts from the next tick after now."""
+    sched = instances.schedules
+    b = await sched.create(_every(10, "held", overlap="BUFFER_ONE"))
+    t0 = b.next_tick_at
+    await sched.run_duties(t0)
+    await sched.run_duties(t0 + 10_000)  # the first instance still runs: this tick is held back
+    assert (await sched.get("held")).buffered_tick_at > 0
+    if how == "update":
+        changed = await sched.update(_every(3600, "held", overlap="SKIP", context={"new": True}))
+    else:
+        await sched.pause("held")
+        changed = await sched.resume("held")
+    assert changed.buffered_tick_at == 0
+    await instances.cancel(changed.last_instance_id, "done")  # nothing runs now: a held tick would start
+    assert await sched.run_duties(changed.next_tick_at - 1) == 0
+    assert len(await _by_schedule(instances, "held")) == 1
+
+
 def test_cron_across_daylight_saving_changes() -> None:
     from datetime import datetime
     from zoneinfo import ZoneInfo
@@ -287,6 +311,15 @@ def test_cron_across_daylight_saving_changes() -> None:
     autumn = next_ticks(s, start, 2)
     # 2026-10-25 02:30 happens twice: one tick, then the next day's
     assert autumn[1] - autumn[0] == 25 * 3_600_000
+    # Asked from inside the repeated hour (its second pass, 02:00-02:29 CET: a schedule created,
+    # updated or resumed then, or a clock round after an outage), the next tick is still ahead:
+    # found by an outside trial, it was 02:30 CEST, already past, and the clock loop spun on it
+    # until real time reached 02:30 CET.
+    first_pass = autumn[0]  # 02:30 CEST = 00:30 UTC
+    for minutes in range(30, 60):  # 01:00-01:29 UTC = 02:00-02:29 CET, after the first 02:30
+        now = first_pass + minutes * 60_000
+        assert next_tick(s, now) > now, datetime.fromtimestamp(now / 1000, paris)
+        assert next_tick(s, now) == autumn[1]
 
 
 async def test_a_trigger_never_takes_a_ticks_key(instances: Instances) -> None:

@@ -10,6 +10,7 @@ layer (wiggle/_server/schedules.py) applies them and a store persists them.
 from __future__ import annotations
 
 import enum
+import itertools
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -169,6 +170,9 @@ def check_schedule(schedule: Schedule) -> None:
         )
 
 
+_MAX_PAST = 100  # cron ticks at most that may fall at or before the moment asked about (a fold)
+
+
 def next_tick(schedule: Schedule, after: int) -> int:
     """The first tick strictly after ``after`` (ms)."""
     if schedule.interval_millis:
@@ -177,8 +181,16 @@ def next_tick(schedule: Schedule, after: int) -> int:
         if after < anchor:
             return anchor
         return anchor + ((after - anchor) // step + 1) * step
-    it = _cron(schedule.cron, zone_of(schedule.timezone), after)
-    return int(next(it).timestamp() * 1000)
+    # In the hour a fall-back repeats, cronsim started from the second pass (fold=1) may give the
+    # first pass's occurrence, already past: the schedule then stayed due, and the clock loop ran
+    # without a pause, rewriting it, until real time reached that wall time again. Past ones are
+    # skipped: a repeated local time fires once (docs/semantics.md).
+    ticks = _cron(schedule.cron, zone_of(schedule.timezone), after)
+    for when in itertools.islice(ticks, _MAX_PAST):
+        at = int(when.timestamp() * 1000)
+        if at > after:
+            return at
+    raise ValueError(f"cron {schedule.cron!r} gave no tick after {after}")  # never seen: a guard
 
 
 def next_ticks(schedule: Schedule, after: int, count: int) -> list[int]:

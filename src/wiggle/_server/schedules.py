@@ -176,6 +176,8 @@ class Schedules:
             now = new.updated_at
             new.anchor_at = now
             new.next_tick_at = next_tick(new, now)
+            # a tick held back by BUFFER_ONE was the old spec's: it does not start the new one
+            new.buffered_tick_at = 0
 
         return _logged("updated", await self._rewrite(spec.id, change), actor)
 
@@ -194,6 +196,7 @@ class Schedules:
             if new.paused:
                 new.paused = False
                 new.next_tick_at = next_tick(new, new.updated_at)
+                new.buffered_tick_at = 0  # from before the pause: resuming starts from the next tick
 
         return _logged("resumed", await self._rewrite(schedule_id, change), actor)
 

@@ -14,6 +14,7 @@ import concurrent.futures
 import contextvars
 import logging
 import os
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -263,6 +264,23 @@ def non_finite_result(node_id: str, found: tuple[str, float]) -> Failure:
     )
 
 
+def _lend_thread(pool: ThreadPoolExecutor, running: concurrent.futures.Future[Any]) -> None:
+    """Let ``pool`` start one thread more while ``running`` (a call given up) goes on in its own.
+
+    ThreadPoolExecutor starts a thread on submit while it has fewer than ``_max_workers`` and none
+    idle (Python 3.8 to 3.13); its threads never exit, so one started for a lent slot stays idle
+    afterwards, as many as handlers were ever stuck at once."""
+    with _LENDING:
+        pool._max_workers += 1
+
+    def give_back(_: object) -> None:
+        with _LENDING:
+            pool._max_workers -= 1
+
+    running.add_done_callback(give_back)
+
+
+_LENDING = threading.Lock()
 _WORKER_DIR = os.path.dirname(os.path.abspath(__file__))
 _FUTURES_DIR = os.path.dirname(os.path.abspath(concurrent.futures.__file__))
 
@@ -537,7 +555,20 @@ class HandlerCaller:
         return series
 
     async def in_pool(self, fn: Callable[..., T], *args: object) -> T:
-        """Run ``fn(*args)`` in the thread pool with the caller's contextvars."""
-        assert self.pool is not None, "the worker is not started"
+        """Run ``fn(*args)`` in the thread pool with the caller's contextvars.
+
+        A call given up while it runs (a sync step abandoned at its time limit, a drain cut
+        short) keeps its thread until the handler returns: the pool gets one thread more for as
+        long (``_lend_thread``). Before, each abandoned handler took a thread from the pool for
+        good: with as many stuck as the worker's concurrency, the next steps waited for a thread
+        while their own time limits ran, and failed "timed out" without having started."""
+        pool = self.pool
+        assert pool is not None, "the worker is not started"
         ctx = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(self.pool, ctx.run, fn, *args)
+        running = pool.submit(ctx.run, fn, *args)
+        try:
+            return await asyncio.wrap_future(running)
+        except asyncio.CancelledError:
+            if not running.cancel():  # it has started: its thread is not the pool's while it runs
+                _lend_thread(pool, running)
+            raise
