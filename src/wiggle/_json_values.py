@@ -25,8 +25,8 @@ _NULL = b"null"
 def non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
     """Where in ``value`` (builtins: dicts, lists, tuples, scalars) the first NaN or infinity is,
     as a subscript path (``['prices'][2]``, ``""`` for the value itself), and the float; or None."""
-    if type(value) is float:
-        return None if math.isfinite(value) else (path, value)
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, float(value))
     if isinstance(value, dict):
         for key, item in value.items():
             found = non_finite(item, f"{path}[{key!r}]")
@@ -37,8 +37,6 @@ def non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
             found = non_finite(item, f"{path}[{index}]")
             if found is not None:
                 return found
-    elif isinstance(value, float):  # a float subclass
-        return None if math.isfinite(value) else (path, float(value))
     return None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from clocks import ManualClock
 from security.conftest import Pki, pki  # noqa: F401  (pki: a fixture)
 
 from wiggle._server.web.errors import HttpProblem
@@ -14,16 +15,8 @@ from wiggle._server.web.throttle import MAX_FAILURES, WINDOW_SECONDS, SignInThro
 from .helpers import call, secured_server, tls_client
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.at = 100.0
-
-    def __call__(self) -> float:
-        return self.at
-
-
 def test_an_address_waits_after_too_many_failures_and_others_do_not() -> None:
-    clock = _Clock()
+    clock = ManualClock(100.0)
     throttle = SignInThrottle(clock)
     reached = [throttle.failed("10.0.0.1") for _ in range(MAX_FAILURES)]
     assert reached == [False] * (MAX_FAILURES - 1) + [True]  # logged once, at the limit

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from clocks import ManualClock
+
 from wiggle._limits import MAX_POLL_QUEUES
 from wiggle._server.pollers import FORGET_AFTER_MILLIS, MAX_POLLERS, Pollers
 
@@ -33,19 +35,11 @@ def test_the_queues_kept_for_a_worker_are_bounded_like_one_poll() -> None:
     assert only.queues == sorted([*second, "a0"])
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.at = 1_000_000
-
-    def __call__(self) -> int:
-        return self.at
-
-
 def test_a_new_id_each_poll_keeps_the_list_bounded_and_drops_the_one_seen_longest_ago() -> None:
     """A credential polling with a new worker id each time (found by an outside trial: 50,000
     polls on one stream) once made every new id past 10,000 scan the whole list, and the list
     kept every fresh id. Now it holds MAX_POLLERS, the one seen longest ago going first."""
-    clock = _Clock()
+    clock = ManualClock(1_000_000)
     pollers = Pollers(now=clock)
     pollers.seen("real-worker", ["orders"])
     for i in range(MAX_POLLERS - 1):
@@ -62,7 +56,7 @@ def test_a_new_id_each_poll_keeps_the_list_bounded_and_drops_the_one_seen_longes
 
 
 def test_workers_not_seen_for_a_while_are_dropped_in_the_order_they_were_last_seen() -> None:
-    clock = _Clock()
+    clock = ManualClock(1_000_000)
     pollers = Pollers(now=clock)
     for name in ("a", "b", "c"):
         pollers.seen(name, ["q"])

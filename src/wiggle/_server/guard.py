@@ -97,10 +97,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             authorization = _authorization(context.invocation_metadata())
             # the certificate is looked at only when no token was sent
-            identity = self.authenticator.identify(
-                authorization, "" if authorization else _common_name(context)
-            )
-            check_method(identity, method, allowed_roles(method))
+            identity = self._identify(method, authorization, "" if authorization else _common_name(context))
         except WiggleError as exc:
             await context.abort(to_grpc(exc.code), str(exc))
             raise  # abort raises; this line is for the type checker
@@ -141,11 +138,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if not authorization and self.authenticator.mutual_tls:
             return None  # the verified certificate's name decides
         try:
-            identity = self.authenticator.identify(authorization, "")
-            check_method(identity, method, allowed_roles(method))
+            self._identify(method, authorization, "")
         except WiggleError as exc:
             return _refusing(exc)
         return None
+
+    def _identify(self, method: str, authorization: str, common_name: str) -> Identity:
+        """The caller's identity, allowed to call ``method``; Unauthenticated or PermissionDenied."""
+        identity = self.authenticator.identify(authorization, common_name)
+        check_method(identity, method, allowed_roles(method))
+        return identity
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         admit = self._admit

@@ -26,7 +26,7 @@ import msgspec
 from .. import _fast
 from .. import _tracing as tracing
 from .._histogram import Series
-from .._json_values import described
+from .._json_values import described, non_finite_in
 from .._logging import add_field_source
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError, RetryableError
@@ -44,7 +44,7 @@ __all__ = [
     "outcome_of",
     "failure_of",
     "unstorable",
-    "non_finite_result",
+    "encoded_result",
     "HANDLER_EXITS",
     "log_failure",
     "log_fields_of",
@@ -256,12 +256,22 @@ def unstorable(node_id: str, exc: Exception) -> Failure:
     )
 
 
-def non_finite_result(node_id: str, found: tuple[str, float]) -> Failure:
-    """The non-retryable Failure of a step whose result holds a NaN or an infinity, which JSON
-    would store as null (wiggle/_json_values.py): a retry would compute the same value."""
-    return Failure(
-        f"step {node_id!r} returned a context that cannot be stored: {described('the context', found)}", False
-    )
+_encode_result = msgspec.json.Encoder().encode
+
+
+def encoded_result(node_id: str, outcome: object) -> bytes | Failure:
+    """A step's result as the JSON a report carries, or the non-retryable Failure of a result JSON
+    cannot hold: a value of another type (``unstorable``), or a NaN or an infinity, which JSON
+    would store as null (wiggle/_json_values.py); a retry would compute the same value."""
+    try:
+        encoded = _encode_result(outcome)
+    except Exception as exc:  # noqa: BLE001 (a value JSON cannot hold: the step fails, named)
+        return unstorable(node_id, exc)
+    found = non_finite_in(encoded, outcome)
+    if found is not None:
+        what = described("the context", found)
+        return Failure(f"step {node_id!r} returned a context that cannot be stored: {what}", False)
+    return encoded
 
 
 def _lend_thread(pool: ThreadPoolExecutor, running: concurrent.futures.Future[Any]) -> None:

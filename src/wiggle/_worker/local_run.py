@@ -27,24 +27,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-import msgspec
-
 from .. import _fast
 from .. import _tracing as tracing
 from .._engine.state import InstanceStatus, TokenStatus
-from .._json_values import non_finite_in
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import (
-    Context,
-    Failure,
-    HandlerCaller,
-    LoadedBlueprint,
-    Outcome,
-    non_finite_result,
-    unstorable,
-)
+from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, encoded_result
 from .heartbeats import Heartbeats, Lease
 from .options import WorkerOptions
 from .records import StepRecord, encode_records, step_record, task_record
@@ -55,7 +44,6 @@ from .stats import WorkerStats
 __all__ = ["Decision", "AdvanceSupport", "LocalRunEnv", "LocalRun"]
 
 log = logging.getLogger("wiggle.worker")
-_encode = msgspec.json.Encoder().encode
 
 
 class Decision(enum.Enum):
@@ -190,16 +178,11 @@ class LocalRun:
             else:
                 assert isinstance(outcome, dict)
                 limit = self.payload_limit
-                try:  # its size, and whether JSON can hold it at all (else the flush would fail)
-                    encoded = _encode(outcome)
-                except Exception as exc:  # noqa: BLE001 (a value JSON cannot hold: the step fails, named)
-                    self.batch.append(step_record(node_id, unstorable(node_id, exc)))
+                encoded = encoded_result(node_id, outcome)  # can JSON hold it? (else the flush fails)
+                if isinstance(encoded, Failure):
+                    self.batch.append(step_record(node_id, encoded))
                     return Decided(Decision.HANDBACK, Handback.RETRY)
                 size = len(encoded)
-                found = non_finite_in(encoded, outcome)
-                if found is not None:  # JSON would hold it as null: the step fails for good, named
-                    self.batch.append(step_record(node_id, non_finite_result(node_id, found)))
-                    return Decided(Decision.HANDBACK, Handback.RETRY)
                 if limit and size > limit:
                     # The server would refuse it: fail this step for good, as SERVER mode does.
                     message = f"step result is {size} bytes; the limit is {limit} bytes"

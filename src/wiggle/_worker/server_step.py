@@ -13,16 +13,14 @@ from typing import Any
 import msgspec
 
 from .. import _tracing as tracing
-from .._json_values import non_finite_in
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, non_finite_result, unstorable
+from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, encoded_result
 from .heartbeats import Heartbeats
 from .reporter import Reporter
 
 __all__ = ["run_server_step", "report_outcome", "report_failure", "release_step", "decode_context"]
 
-_encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
@@ -99,15 +97,11 @@ async def _report(
     if kind == HandlerKind.PREDICATE:
         request.predicate_value = bool(outcome)
     elif outcome is not None:
-        try:
-            request.context_json = encoded = _encode(outcome)
-        except Exception as exc:  # noqa: BLE001 (a value JSON cannot hold: the step fails, named)
-            await report_failure(reporter, act, unstorable(act.node_id, exc))
+        encoded = encoded_result(act.node_id, outcome)
+        if isinstance(encoded, Failure):  # a result JSON cannot hold: the step fails for good, named
+            await report_failure(reporter, act, encoded)
             return None
-        found = non_finite_in(encoded, outcome)
-        if found is not None:  # JSON would hold it as null: the step fails for good, named
-            await report_failure(reporter, act, non_finite_result(act.node_id, found))
-            return None
+        request.context_json = encoded
     result = await reporter.complete(request, patience(act))
     if result is None or not result.HasField("next_task"):
         return None

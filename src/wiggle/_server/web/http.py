@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ..._model import validate_name
-from ..._security.roles import check_method
 from ..._security.tokens import Identity
 from ..._wire.payload import decode_object
 from ...errors import ErrorCode, InvalidArgument, PermissionDenied, WiggleError
@@ -39,7 +38,6 @@ from ..http_security import HttpSecurity
 from ..instances import Instances
 from ..operator import log_action
 from ..readiness import readiness_answer
-from ..routes import allowed_roles
 from . import actions, api, bulk, pages, schedules
 from .access import CALLER, OPEN, Origins, WebAccess
 from .assets import ASSETS
@@ -356,6 +354,6 @@ def _only_allowed(actions: dict[str, Any], identity: Identity) -> None:
     answering 403 when clicked): the page offers what the caller can do."""
     for action, rpc in _ACTION_RPCS.items():
         try:
-            check_method(identity, rpc, allowed_roles(rpc))
+            HttpSecurity.check_action(identity, rpc)
         except PermissionDenied:
             actions[action] = [] if action == "complete_user_task" else False
