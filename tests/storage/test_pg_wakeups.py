@@ -269,6 +269,18 @@ async def test_a_node_whose_rows_were_lost_writes_them_again_when_its_listener_r
     schema = a.store.schema
     async with wanting(b.store, "work", ["linear"]):
         pass
+    # b's listener says hello once it is back, after it wrote its node row: a, hearing it, sends
+    # everything until its next count. A count of a's between b's row and b's hello would let the
+    # test go on with a about to stop filtering, so it waits for a count after the hello.
+    hellos: list[str] = []
+    dispatch = a.store.cluster.dispatch
+
+    def heard(channel: str, payload: str) -> None:
+        if channel == a.store.cluster.channel_peers and payload == b.store.node_id:
+            hellos.append(payload)
+        dispatch(channel, payload)
+
+    a.store.cluster.dispatch = heard  # type: ignore[method-assign]
     async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL, autocommit=True) as conn:
         await conn.execute(
             sql.SQL("DELETE FROM {}.wakeups WHERE node = %s").format(sql.Identifier(schema)),
@@ -285,6 +297,7 @@ async def test_a_node_whose_rows_were_lost_writes_them_again_when_its_listener_r
         await asyncio.sleep(0.01)
     else:
         raise AssertionError("b did not write its node row again")
+    await until(lambda: bool(hellos), "a hears b's hello")
     await until(lambda: a.store.cluster.filtering and not a.store.cluster.wanted, "a counts b again")
     await sent(a, "a's NOTIFYs of the outage sent")  # (its catch-ups, say) before a listener hears
     async with listening(a.store.cluster.channel_work) as drain:
