@@ -124,3 +124,54 @@ def test_ready_over_tls_with_a_token(tmp_path: Path) -> None:
         assert len(done.stderr.splitlines()) == 1
     finally:
         server.stop()
+
+
+async def test_schedule_flags_a_server_would_take_silently_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An empty --timezone (it read as UTC) and a --timezone beside --every (an interval has no
+    zone: it was dropped) are refused by name, and nothing is stored."""
+    async with EmbeddedServer() as server:
+        await server.client.register(REPORT)
+
+        def wiggle(*argv: str) -> tuple[int, str]:
+            code = cli.main(["--target", server.target, *argv])
+            return code, capsys.readouterr().err
+
+        for argv, words in [
+            (["--cron", "0 3 * * *", "--timezone", ""], "--timezone is empty"),
+            (["--every", "60", "--timezone", "Europe/Paris"], "applies to a --cron schedule only"),
+        ]:
+            code, err = await asyncio.to_thread(wiggle, "schedule", "create", "s1", REPORT.name, *argv)
+            assert code != 0 and words in err, err
+        assert await server.client.list_schedules() == []
+        code, err = await asyncio.to_thread(wiggle, "schedule", "create", "s1", REPORT.name, "--every", "60")
+        assert code == 0, err
+        code, err = await asyncio.to_thread(wiggle, "schedule", "update", "s1", "--timezone", "Asia/Tokyo")
+        assert code != 0 and "applies to a --cron schedule only" in err, err
+        code, err = await asyncio.to_thread(
+            wiggle, "schedule", "update", "s1", "--cron", "0 3 * * *", "--timezone", "Asia/Tokyo"
+        )
+        assert code == 0, err
+        assert (await server.client.get_schedule("s1")).timezone == "Asia/Tokyo"
+
+
+def test_schedule_shows_long_intervals_in_plain_digits_and_a_held_tick(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from wiggle._cli.schedules import interval, show
+    from wiggle._client.types import ScheduleInfo
+
+    assert interval(30) == "30 s" and interval(0.25) == "0.25 s" and interval(90.5) == "90.5 s"
+    assert interval(31_622_400) == "31622400 s (366 d)"
+    assert interval(5_400) == "5400 s (1 h 30 min)"
+    info = ScheduleInfo(
+        schedule_id="yearly", workflow="report", version="", interval_seconds=31_622_400.0, cron="",
+        timezone="UTC", context={}, overlap="BUFFER_ONE", catchup="NONE", catchup_limit=0, paused=False,
+        created_at=0, updated_at=0, next_tick_at=0, last_tick_at=0, last_instance_id="i-1",
+        buffered_tick_at=1_700_000_000_000, fired=1, skipped=0,
+    )  # fmt: skip
+    show(info)
+    out = capsys.readouterr().out
+    assert "every 31622400 s (366 d)" in out and "e+07" not in out
+    assert "held       the tick of 2023-11-14" in out, out

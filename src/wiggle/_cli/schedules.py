@@ -21,24 +21,62 @@ OVERLAPS = [o.value for o in Overlap]
 CATCHUPS = [c.value for c in Catchup]
 
 
+#: Units of an interval's plain-words form, largest first.
+_UNITS = ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))
+
+
+def interval(seconds: float) -> str:
+    """An interval as ``every``'s seconds, in plain digits (never ``3.16224e+07``), with days,
+    hours and minutes beside it from two minutes up: ``5400 s (1 h 30 min)``."""
+    text = f"{seconds:.3f}".rstrip("0").rstrip(".")
+    if seconds < 120:
+        return f"{text} s"
+    rest, parts = round(seconds), []
+    for size, unit in _UNITS:
+        if rest >= size:
+            parts.append(f"{rest // size} {unit}")
+            rest %= size
+    return f"{text} s ({' '.join(parts)})"
+
+
+def timing(s: Any) -> str:
+    """When a schedule ticks: ``every ...`` or ``cron '...' ZONE``."""
+    return f"every {interval(s.interval_seconds)}" if s.interval_seconds else f"cron '{s.cron}' {s.timezone}"
+
+
 def show(s: Any) -> None:
-    every = f"every {s.interval_seconds:g} s" if s.interval_seconds else f"cron '{s.cron}' {s.timezone}"
     state = "paused" if s.paused else "active"
     print(f"schedule   {s.schedule_id} ({state})")
     print(f"workflow   {s.workflow}" + (f" (version {s.version})" if s.version else ""))
-    print(f"when       {every}; overlap {s.overlap}; catch-up {s.catchup}")
+    print(f"when       {timing(s)}; overlap {s.overlap}; catch-up {s.catchup}")
     print(f"fired      {s.fired}  skipped {s.skipped}  last {s.last_instance_id or '-'}")
+    if s.buffered_tick_at:  # BUFFER_ONE: it starts when the running instance finishes
+        print(f"held       the tick of {when(s.buffered_tick_at)}, until the running instance finishes")
     print("next       " + (", ".join(when(t) for t in s.next_fire_times) or "-"))
 
 
+def _check_timezone(timezone: str | None, cron: bool) -> None:
+    """--timezone names a zone, and only for a cron schedule (an interval ignores zones)."""
+    if timezone is None:
+        return
+    if not timezone.strip():
+        raise InvalidArgument("--timezone is empty; give an IANA time zone name like 'UTC' or 'Europe/Paris'")
+    if not cron:
+        raise InvalidArgument(
+            "--timezone applies to a --cron schedule only: an --every interval ticks every so many "
+            "seconds whatever the zone"
+        )
+
+
 def spec(args: argparse.Namespace) -> dict[str, Any]:
-    if bool(args.every) == bool(args.cron):
+    if (args.every is None) == (args.cron is None):
         raise InvalidArgument("give exactly one of --every SECONDS and --cron EXPR")
+    _check_timezone(args.timezone, args.cron is not None)
     return {
         "context": json_arg(args.context, "--context") or {},
         "every": args.every,
         "cron": args.cron or "",
-        "timezone": args.timezone,
+        "timezone": args.timezone or "UTC",
         "version": args.version or "",
         "overlap": args.overlap.upper(),
         "catchup": args.catchup.upper(),
@@ -64,6 +102,7 @@ def changed_spec(current: Any, args: argparse.Namespace) -> tuple[str, dict[str,
         every, cron = args.every, ""
     elif args.cron is not None:
         every, cron = None, args.cron
+    _check_timezone(args.timezone, bool(cron))
     context = json_arg(args.context, "--context") if args.context is not None else current.context
     given = {
         "timezone": args.timezone,
@@ -97,10 +136,7 @@ def list_(args: argparse.Namespace) -> int:
         print(f"{'SCHEDULE':<24} {'WORKFLOW':<20} {'WHEN':<32} {'NEXT':<24} FIRED")
         for s in found:
             nxt = when(s.next_fire_times[0]) if s.next_fire_times else "paused"
-            every = (
-                f"every {s.interval_seconds:g}s" if s.interval_seconds else f"cron {s.cron!r} {s.timezone}"
-            )
-            print(f"{s.schedule_id:<24} {s.workflow:<20} {every:<32} {nxt:<24} {s.fired}")
+            print(f"{s.schedule_id:<24} {s.workflow:<20} {timing(s):<32} {nxt:<24} {s.fired}")
     return 0
 
 
@@ -142,9 +178,7 @@ def _spec_flags(v: argparse.ArgumentParser, defaults: bool) -> None:
     keep = "" if defaults else " (default: unchanged)"
     v.add_argument("--every", type=float, help="interval in seconds" + keep)
     v.add_argument("--cron", help="5-field cron expression, e.g. '0 3 * * *'" + keep)
-    v.add_argument(
-        "--timezone", default=d("UTC"), help="IANA time zone of --cron" + (keep or " (default UTC)")
-    )
+    v.add_argument("--timezone", help="IANA time zone of --cron" + (keep or " (default UTC)"))
     v.add_argument("--context", help="JSON object (or @file) given to every instance" + keep)
     v.add_argument(
         "--version",
