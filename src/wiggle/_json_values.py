@@ -12,12 +12,14 @@ JSON that contains ``null`` at all is walked (``non_finite_in``).
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 from typing import Any
 
 import msgspec
 
-__all__ = ["non_finite", "non_finite_in", "described"]
+__all__ = ["non_finite", "non_finite_in", "described", "foreign", "described_foreign"]
 
 _NULL = b"null"
 
@@ -56,3 +58,82 @@ def described(what: str, found: tuple[str, float]) -> str:
         f"{where} is {number!r}: JSON has no NaN or infinity and would store it as null "
         "(store None, a string, or a finite number instead)"
     )
+
+
+# ---------------------------------------------------------------------------- other types
+
+_PLAIN = (str, int, float, bool, type(None))
+
+#: What to do with a value of a type JSON cannot hold as itself, by type name.
+_INSTEAD = {
+    "datetime": "store .isoformat() and parse it back",
+    "date": "store .isoformat() and parse it back",
+    "time": "store .isoformat() and parse it back",
+    "timedelta": "store .total_seconds()",
+    "Decimal": "store str(value) or a float",
+    "UUID": "store str(value)",
+    "set": "store a list (sorted(value))",
+    "frozenset": "store a list (sorted(value))",
+    "bytes": "store text, or base64 of it",
+    "bytearray": "store text, or base64 of it",
+    "memoryview": "store text, or base64 of it",
+}
+
+
+def foreign(value: Any, path: str = "") -> tuple[str, str] | None:
+    """Where in ``value`` the first value JSON cannot hold *as itself* is, as a subscript path,
+    and what it is; or None.
+
+    msgspec writes many Python types as something else (a datetime, a Decimal or a UUID as a
+    string, a set as a list, bytes as base64, a dict's int keys as strings), so a context holding
+    one would be read back changed, silently: the next step would find ``'2024-01-01T12:00:00'``
+    where the handler left a datetime. Held as themselves: str, int, float, bool, None (and their
+    subclasses, such as IntEnum and StrEnum, read back as the plain type), lists, tuples (read back
+    as lists), dicts with str keys, and msgspec Structs (a typed context's own fields are its
+    type's business: a Struct-typed workflow decodes them back)."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str and not isinstance(key, str):
+                return path, (
+                    f"a dict with the {type(key).__name__} key {key!r}: JSON keys are strings, the next "
+                    "step would read the key as one (store str(key))"
+                )
+            if type(item) in _PLAIN:
+                continue
+            found = foreign(item, f"{path}[{key!r}]")
+            if found is not None:
+                return found
+        return None
+    if kind is list or kind is tuple:
+        for index, item in enumerate(value):
+            if type(item) in _PLAIN:
+                continue
+            found = foreign(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    if kind in _PLAIN or isinstance(value, (str, int, float, msgspec.Struct)):
+        return None
+    if isinstance(value, (tuple, dict)):  # a NamedTuple, a dict subclass: as their base types
+        return foreign(tuple(value) if isinstance(value, tuple) else dict(value), path)
+    name = kind.__name__
+    if isinstance(value, enum.Enum):
+        instead = "store its .value"
+    elif dataclasses.is_dataclass(value):
+        instead = "store dataclasses.asdict(value), or make it a msgspec Struct"
+    elif name in _INSTEAD:
+        instead = _INSTEAD[name]
+    else:  # a type msgspec cannot encode at all: the encoder's own error names it
+        return None
+    return (
+        path,
+        f"of type {name}, which JSON holds only as another type: the next step would read that ({instead})",
+    )
+
+
+def described_foreign(what: str, found: tuple[str, str]) -> str:
+    """The message for a value of another type found in ``what`` (e.g. "the context")."""
+    path, description = found
+    where = f"{what}{path}" if path else what
+    return f"{where} is {description}"

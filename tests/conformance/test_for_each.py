@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
+import msgspec
 import pytest
 
 from wiggle import InvalidArgument
@@ -151,3 +153,63 @@ async def test_a_failing_branch_fails_the_instance(harness: Harness) -> None:
         done = await harness.finish(server, info.instance_id)
     assert done.status == "FAILED"
     assert "two is bad" in done.error
+
+
+class Order(msgspec.Struct):
+    id: str
+    items: list[str]
+    results: list[Any] = []
+
+
+class Packing(msgspec.Struct):
+    """A for_each body's own context type: the element, its index, and the keys it reads."""
+
+    item: str
+    index: int
+    id: str
+    result: str = ""
+
+
+def _pack_as_dict(ctx: dict[str, Any]) -> dict[str, Any]:
+    return {**ctx, "result": f"{ctx['id']}:{ctx['item']}"}
+
+
+def _pack_as_struct(ctx: Packing) -> Packing:
+    return msgspec.structs.replace(ctx, result=f"{ctx.id}#{ctx.index}")
+
+
+def _pack_unannotated(ctx):  # type: ignore[no-untyped-def]
+    return ctx
+
+
+@pytest.mark.parametrize(
+    ("body", "results"),
+    [(_pack_as_dict, ["o1:a", "o1:b", "o1:c"]), (_pack_as_struct, ["o1#0", "o1#1", "o1#2"])],
+)
+async def test_a_struct_typed_workflow_s_body_gets_the_type_its_handler_asks_for(
+    harness: Harness, body: Any, results: list[str]
+) -> None:
+    """A branch's context (the fork-time context without its list, plus element and index) does not
+    fit the workflow's Struct (its list field is missing): every body step failed ContextMismatch.
+    A handler annotated dict gets a dict, one annotated with a Struct of its own gets that."""
+    bp = harness.define("typed-for-each", Order).for_each("items", lambda b: b.step(body)).build()
+    async with harness.running([bp]) as (server, _):
+        info = await server.client.start(bp, Order(id="o1", items=["a", "b", "c"]))
+        done = await harness.finish(server, info.instance_id)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED", done.error
+    assert done.context == {"id": "o1", "items": ["a", "b", "c"], "results": results}
+    assert {h.outcome for h in history} <= {"COMPLETED", "FORKED", "JOINED", "END"}, history
+
+
+async def test_a_struct_typed_body_step_that_does_not_fit_says_what_to_annotate(harness: Harness) -> None:
+    bp = (
+        harness.define("typed-for-each-plain", Order)
+        .for_each("items", lambda b: b.step(_pack_unannotated))
+        .build()
+    )
+    async with harness.running([bp]) as (server, _):
+        info = await server.client.start(bp, Order(id="o1", items=["a"]))
+        done = await harness.finish(server, info.instance_id)
+    assert done.status == "FAILED"
+    assert "does not fit Order" in done.error and "annotate their handler's parameter with dict" in done.error

@@ -7,6 +7,8 @@ crashed the worker's task (or the whole worker) and the step sat until its lease
 from __future__ import annotations
 
 import asyncio
+import datetime
+import decimal
 import sys
 
 import msgspec
@@ -238,3 +240,85 @@ async def test_sync_steps_abandoned_at_their_time_limit_do_not_take_the_worker_s
     assert [(h.node_id, h.outcome) for h in history if h.node_id == "quick"] == [("quick", "COMPLETED")], (
         history
     )
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+async def test_a_context_changed_in_place_and_returned_reaches_the_instance(
+    harness: Harness, handler: str
+) -> None:
+    """A handler that appends to a nested list and bumps a nested count in place, then returns
+    the context, changes the instance's context in every mode. A local run gave its handler a
+    copy sharing its nested lists and dicts with the run's own context, so the step's diff found
+    them unchanged and the report left them out: LOCAL_SYNC and LOCAL_ASYNC ended with the lists
+    empty where SERVER had them full. A predicate's in-place change changes nothing, as in SERVER."""
+
+    def add(name: str):
+        def step(ctx):
+            ctx["items"].append(name)
+            ctx["inner"]["n"] += 1
+            return ctx
+
+        async def step_async(ctx):
+            return step(ctx)
+
+        return step if handler == "sync" else step_async
+
+    def meddling_predicate(ctx) -> bool:
+        ctx["items"].append("predicate")  # a predicate's context is its own: this is dropped
+        return True
+
+    bp = (
+        harness.define("in-place")
+        .step(add("a"), name="a")
+        .step(add("b"), name="b")
+        .choose(meddling_predicate, if_true=lambda b: b.step(add("c"), name="c"), name="meddling_predicate")
+        .step(lambda ctx: {**ctx, "seen": list(ctx["items"])}, name="seen")
+        .build()
+    )
+    async with harness.running([bp], lease_millis=LEASE) as (server, _):
+        info = await server.client.start(bp, {"items": [], "inner": {"n": 0}})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED", done
+    assert done.context == {"items": ["a", "b", "c"], "inner": {"n": 3}, "seen": ["a", "b", "c"]}, (
+        done.context
+    )
+    _no_lease_lost(history)
+    assert {h.outcome for h in history} <= {"COMPLETED", "END"}, history  # no retry, no failure
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (datetime.datetime(2024, 1, 1, 12), "['when'] is of type datetime"),
+        (decimal.Decimal("1.10"), "['when'] is of type Decimal"),
+        ({"a"}, "['when'] is of type set"),
+        ({"prices": [{1: "a"}]}, "['when']['prices'][0] is a dict with the int key 1"),
+    ],
+    ids=["datetime", "decimal", "set", "int-key"],
+)
+async def test_a_value_json_would_read_back_as_another_type_fails_the_step_for_good(
+    harness: Harness, value: object, words: str
+) -> None:
+    """msgspec writes a datetime or a Decimal as a string, a set as a list, an int key as a string:
+    the instance completed and the next step read '1.10' where the handler left a Decimal."""
+    attempts: list[int] = []
+
+    def put(ctx):
+        attempts.append(1)
+        return {**ctx, "when": value}
+
+    bp = (
+        harness.define("foreign")
+        .step(put, name="put", retry=FAST_RETRY)
+        .step(lambda ctx: {**ctx, "never": True}, name="never")
+        .build()
+    )
+    async with harness.running([bp], lease_millis=LEASE) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id, timeout=20)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "FAILED" and len(attempts) == 1, (done, attempts)
+    assert "returned a context that cannot be stored as it is: the context" in done.error, done.error
+    assert words in done.error, done.error
+    _no_lease_lost(history)

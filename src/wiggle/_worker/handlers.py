@@ -10,13 +10,16 @@ thread pool, or inline on the event loop once the ``InlinePolicy`` trusts them t
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import concurrent.futures
 import contextvars
+import inspect
 import logging
 import os
 import threading
 import time
 import traceback
+import typing
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -26,8 +29,9 @@ import msgspec
 from .. import _fast
 from .. import _tracing as tracing
 from .._histogram import Series
-from .._json_values import described, non_finite_in
+from .._json_values import described, described_foreign, foreign, non_finite_in
 from .._logging import add_field_source
+from .._model import NodeKind
 from .._rpc import wiggle_pb2 as pb
 from ..errors import PermanentError, RetryableError
 from ..workflow import Blueprint, HandlerKind
@@ -127,10 +131,30 @@ add_field_source(_running_step_fields)
 class LoadedBlueprint:
     """A blueprint with what the worker needs at hand: its compiled graph and its nodes."""
 
-    __slots__ = ("blueprint", "graph", "nodes", "timeouts", "heartbeat_timeouts", "flush_around")
+    __slots__ = (
+        "blueprint",
+        "graph",
+        "nodes",
+        "timeouts",
+        "heartbeat_timeouts",
+        "flush_around",
+        "context_types",
+        "mismatch_hint",
+    )
 
     def __init__(self, blueprint: Blueprint[Any]) -> None:
         self.blueprint = blueprint
+        # node id -> the context type its handler is given (``handler_context_type``)
+        self.context_types = {
+            node: handler_context_type(fn, blueprint.context_type)
+            for node, (_, fn) in blueprint.handlers.items()
+        }
+        self.mismatch_hint = (
+            " (a for_each body's steps get the fork-time context without its list, plus the element "
+            "and its index: annotate their handler's parameter with dict or a Struct of those fields)"
+            if any(n.kind == NodeKind.FOR_EACH for n in blueprint.definition.nodes)
+            else ""
+        )
         self.graph = _fast.CompiledGraph(blueprint.definition)
         self.nodes = blueprint.definition.node_map()
         # node id -> its start-to-close limit in ms, for the steps that have one
@@ -316,12 +340,18 @@ def log_failure(info: Step, failure: Failure) -> None:
 
 
 def outcome_of(
-    kind: str, node_id: str, result: object, before: Context, expected: type[Any] = dict
+    kind: str,
+    node_id: str,
+    result: object,
+    before: Context,
+    expected: type[Any] = dict,
+    workflow_type: type[Any] = dict,
 ) -> Outcome:
     """A handler's result as a context dict / bool, or a non-retryable Failure naming the problem.
 
-    ``expected`` is the blueprint's context type: a Struct of another type is refused here, at the
-    step that returned it, rather than stored as the context (docs/semantics.md#contexts).
+    ``expected`` is the handler's context type (``handler_context_type``), ``workflow_type`` the
+    blueprint's: a Struct of neither type is refused here, at the step that returned it, rather
+    than stored as the context (docs/semantics.md#contexts).
     """
     if kind == HandlerKind.PREDICATE:
         if not isinstance(result, bool):
@@ -331,9 +361,17 @@ def outcome_of(
         base: Context = before.get("base", {})
         return None if kind == HandlerKind.TASK else base
     if isinstance(result, dict):
+        found = foreign(result)
+        if found is not None:  # it would be read back as another type (wiggle/_json_values.py)
+            what = described_foreign("the context", found)
+            return Failure(
+                f"step {node_id!r} returned a context that cannot be stored as it is: {what}", False
+            )
         return result
     if isinstance(result, msgspec.Struct):
-        if expected is not dict and not isinstance(result, expected):
+        if expected is dict and workflow_type is not dict:
+            expected = workflow_type
+        if expected is not dict and not isinstance(result, (expected, workflow_type)):
             return Failure(
                 f"step {node_id!r} returned {type(result).__name__}; the workflow's context type is "
                 f"{expected.__name__}: return a {expected.__name__} (or None)",
@@ -350,9 +388,9 @@ class ContextMismatch(PermanentError):
     there)."""
 
 
-def _typed(value: Context, ctype: type[Any]) -> object:
-    """The context as the blueprint's context type (a copy when the type is dict); ContextMismatch
-    naming the field when it does not fit."""
+def _typed(value: Context, ctype: type[Any], hint: str = "") -> object:
+    """The context as the handler's context type (a copy when the type is dict); ContextMismatch
+    naming the field when it does not fit (``hint``: what to add to its message)."""
     if ctype is dict:
         return dict(value)
     try:
@@ -360,8 +398,34 @@ def _typed(value: Context, ctype: type[Any]) -> object:
     except msgspec.ValidationError as exc:
         raise ContextMismatch(
             f"the context does not fit {ctype.__name__}: {exc} (the start's context or an earlier "
-            "step's result put it there; another attempt would meet the same context)"
+            f"step's result put it there; another attempt would meet the same context){hint}"
         ) from None
+
+
+def handler_context_type(fn: Handler, default: type[Any]) -> type[Any]:
+    """The context type ``fn`` is given: what its first parameter's annotation asks for, a msgspec
+    Struct subclass or a dict (``dict``, ``dict[str, X]``, a Mapping); else (no annotation, another
+    one, or one that does not resolve) the workflow's ``default``.
+
+    A Struct-typed workflow's for_each body gets a context its Struct rarely fits (the fork-time
+    context without the list, plus the element and its index): its handlers say dict, or a Struct
+    of their own, and get that. A dict-typed workflow's handler annotated with a Struct gets its
+    context as one."""
+    try:
+        hints = typing.get_type_hints(fn)
+        params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+    except Exception:  # noqa: BLE001 (a partial, a builtin, a forward reference: the default)
+        return default
+    if not params or params[0].name not in hints:
+        return default
+    wanted = hints[params[0].name]
+    origin = typing.get_origin(wanted) or wanted
+    if isinstance(origin, type):
+        if issubclass(origin, msgspec.Struct):
+            return origin
+        if origin is dict or origin in (collections.abc.Mapping, collections.abc.MutableMapping):
+            return dict
+    return default
 
 
 def timed_call(
@@ -408,14 +472,17 @@ class HandlerCaller:
             started=time.monotonic() if timeout else 0.0,
         )
 
-    def arguments(self, loaded: LoadedBlueprint, kind: str, context: Context) -> tuple[object, ...]:
+    def arguments(
+        self, loaded: LoadedBlueprint, node_id: str, kind: str, context: Context
+    ) -> tuple[object, ...]:
         """The handler's arguments: the typed context, or for a COMBINE the base and the branches."""
-        ctype = loaded.blueprint.context_type
+        ctype = loaded.context_types[node_id]
+        hint = loaded.mismatch_hint
         if kind == HandlerKind.COMBINE:
-            base = _typed(context["base"], ctype)
-            branches = [_typed(b, ctype) for b in context["branches"]]
+            base = _typed(context["base"], ctype, hint)
+            branches = [_typed(b, ctype, hint) for b in context["branches"]]
             return (base, branches)
-        return (_typed(context, ctype),)
+        return (_typed(context, ctype, hint),)
 
     def runs_inline(self, loaded: LoadedBlueprint, node_id: str) -> bool:
         """Whether ``call`` would run the handler of ``node_id`` inline on the event loop (a sync
@@ -436,7 +503,7 @@ class HandlerCaller:
 
     async def _call(self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step) -> object:
         kind, fn = loaded.blueprint.handlers[node_id]
-        args = self.arguments(loaded, kind, context)
+        args = self.arguments(loaded, node_id, kind, context)
         self.stats.steps += 1
         if loaded.blueprint.is_async[node_id]:
             token = _current_step.set(info)
@@ -488,7 +555,9 @@ class HandlerCaller:
             self.observe(info, started, "failed")
             return failure
         self.observe(info, started, "completed")
-        return outcome_of(kind, node_id, result, context, loaded.blueprint.context_type)
+        return outcome_of(
+            kind, node_id, result, context, loaded.context_types[node_id], loaded.blueprint.context_type
+        )
 
     async def _call_within(
         self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step
@@ -520,7 +589,7 @@ class HandlerCaller:
         """
         blueprint = loaded.blueprint
         kind, fn = blueprint.handlers[node_id]
-        ctype = blueprint.context_type
+        ctype = loaded.context_types[node_id]
         if base is None:
             info = self.step_info(act, node_id, attempt)
         else:
@@ -532,12 +601,14 @@ class HandlerCaller:
                 with tracing.span(
                     f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
                 ):
-                    result = timed_call(self.policy, fn, self.arguments(loaded, kind, context), info, inline)
+                    result = timed_call(
+                        self.policy, fn, self.arguments(loaded, node_id, kind, context), info, inline
+                    )
             else:  # no span, no span attributes built for nothing; ``arguments`` of a TASK inline
                 args = (
-                    (_typed(context, ctype),)
+                    (_typed(context, ctype, loaded.mismatch_hint),)
                     if kind != HandlerKind.COMBINE
-                    else self.arguments(loaded, kind, context)
+                    else self.arguments(loaded, node_id, kind, context)
                 )
                 result = timed_call(self.policy, fn, args, info, inline)
         except (Exception, *HANDLER_EXITS) as exc:
@@ -548,7 +619,7 @@ class HandlerCaller:
         seconds = time.perf_counter() - started  # ``observe`` written out: this runs every step
         self.stats.completed += 1
         (self._seconds.get(info.workflow) or self._series(info.workflow)).observe(seconds)
-        return outcome_of(kind, node_id, result, context, ctype)
+        return outcome_of(kind, node_id, result, context, ctype, blueprint.context_type)
 
     def observe(self, info: Step, started: float, outcome: str) -> None:
         """Count one handler run and its duration (the worker's /metrics)."""

@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import msgspec
+
 from .. import _fast
 from .. import _tracing as tracing
 from .._engine.state import InstanceStatus, TokenStatus
@@ -44,6 +46,8 @@ from .stats import WorkerStats
 __all__ = ["Decision", "AdvanceSupport", "LocalRunEnv", "LocalRun"]
 
 log = logging.getLogger("wiggle.worker")
+
+_decode_context: Callable[[bytes], Context] = msgspec.json.Decoder(dict).decode
 
 
 class Decision(enum.Enum):
@@ -141,7 +145,11 @@ class LocalRun:
         self.step_base = env.caller.step_info(act, act.node_id, act.attempt)  # each step's Step, made from it
         # where the run is: the node to run next, its context and attempt
         self.node_id = act.node_id
+        # ``context`` is the run's context as the server will have it once the batch is flushed,
+        # the base of the next step's diff; ``encoded`` its JSON, from which each handler gets a
+        # context of its own (``handler_context``)
         self.context: Context = decode_context(act)
+        self.encoded: bytes = act.context_json or b"{}"
         self.attempt = act.attempt
         # the claimed step's (kind, outcome), kept until the first flush is accepted: a server
         # without AdvanceRun gets it SERVER style (module docstring)
@@ -191,6 +199,7 @@ class LocalRun:
                 changed, removed = _fast.diff(self.context, outcome)
                 self.batch.append(task_record(node_id, changed, removed))
                 self.context = outcome
+                self.encoded = encoded
             next_id = graph.successor(node_id, True)
         assert next_id is not None
         reason = graph.classify(next_id, self.run_queues)
@@ -243,7 +252,7 @@ class LocalRun:
             if inline and not caller.policy.inline(fn):
                 return _Stop.THREAD
             outcome = caller.run_sync(
-                self.loaded, self.act, node_id, self.context, self.attempt, inline, self.step_base
+                self.loaded, self.act, node_id, self.handler_context(), self.attempt, inline, self.step_base
             )
             step = self.after(kind, outcome)
             if step.decision is not Decision.NEXT:
@@ -254,8 +263,20 @@ class LocalRun:
         step its own), from the event loop."""
         node_id = self.node_id
         kind = self.loaded.blueprint.handlers[node_id][0]
-        outcome = await self.env.caller.run(self.loaded, self.act, node_id, self.context, self.attempt)
+        outcome = await self.env.caller.run(
+            self.loaded, self.act, node_id, self.handler_context(), self.attempt
+        )
         return self.after(kind, outcome)
+
+    def handler_context(self) -> Context:
+        """The context a step's handler gets: decoded anew from the run's JSON, its own down to
+        the last nested list and dict. A handler that changes a nested value in place and returns
+        the context must not change ``self.context`` with it: the step's diff against it would
+        find that value unchanged and leave it out of the report, and the server's context would
+        lose it (an outside trial: ``ctx["items"].append(x); return ctx`` lost every append in
+        LOCAL_SYNC and LOCAL_ASYNC, kept them in SERVER). A predicate changing its context in
+        place changes nothing, as in SERVER mode."""
+        return _decode_context(self.encoded)
 
     async def run(self) -> pb.TaskActivation | None:
         """Drive the run to its handback (or until the server stops it); the next step the
