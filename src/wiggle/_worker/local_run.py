@@ -21,6 +21,7 @@ SERVER style.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import time
@@ -40,7 +41,7 @@ from .heartbeats import Heartbeats, Lease
 from .options import WorkerOptions
 from .records import StepRecord, encode_records, step_record, task_record
 from .reporter import AdvanceUnsupported, Reporter
-from .server_step import decode_context, report_outcome
+from .server_step import CUT_HANDBACK_SECONDS, decode_context, report_outcome
 from .stats import WorkerStats
 
 __all__ = ["Decision", "AdvanceSupport", "LocalRunEnv", "LocalRun"]
@@ -156,6 +157,7 @@ class LocalRun:
         self.first: tuple[str, Outcome] | None = None
         self.fell_back = False
         self.failure_traceback = ""  # of the failed step that ends the batch (sent with it)
+        self.flushing = False  # an AdvanceRun of this run is on its way
 
     # ------------------------------------------------------------------ deciding
 
@@ -301,10 +303,43 @@ class LocalRun:
                     return None
         except _Abandon:
             return None
+        except asyncio.CancelledError:
+            if env.closing() and not self.flushing:  # the worker's drain ran out: this run is cut
+                await self._hand_back_cut()
+            raise
         finally:
             env.heartbeats.unwatch(self.act)
             if not self.fell_back:
                 env.stats.local_runs.observe(self.steps_run)
+
+    async def _hand_back_cut(self) -> None:
+        """The worker's drain ran out while this run was at a step (``Worker.close``): hand back
+        the steps it finished and has not reported, with the token READY at the step that was
+        cut, instead of leaving them to the lease. Before, a LOCAL_ASYNC run's finished steps ran
+        again after the lease expired, and its history showed one "lease expired" entry for all
+        of them (two outside trials); now only the cut step runs again, at once, on another
+        worker, without an attempt spent. A handback that fails (the server away) leaves the
+        token to its lease, as before.
+
+        A sync segment still running in a pool thread goes on with the step it is at; whatever it
+        records after this is dropped (the run is over), and the step runs again elsewhere."""
+        request = pb.AdvanceRunRequest(
+            task_id=self.task_id,
+            lease_owner=self.lease_owner,
+            steps_batch=encode_records(list(self.batch)),
+            run_offset=self.reported,
+            final=True,
+            handback_reason=Handback.SHUTDOWN.value,
+        )
+        if self.failure_traceback:
+            request.failure_traceback = self.failure_traceback
+        self.batch = []
+        try:
+            await asyncio.wait_for(self.env.reporter.advance(request), CUT_HANDBACK_SECONDS)
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 (the lease covers it)
+            log.info("a cut run of %s was not handed back (%s); its lease expires", self.act.instance_id, exc)
+            return
+        self.env.stats.handbacks[Handback.SHUTDOWN.value] += 1
 
     async def flush(self, final: bool, reason: Handback | None) -> bool:
         """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""
@@ -329,6 +364,7 @@ class LocalRun:
         self.last_flush = time.monotonic()
         stats = self.env.stats
         patience = (self.lease.millis or self.env.heartbeats.lease_millis) / 1000  # reporter.py
+        self.flushing = True  # a cut now leaves the run to its lease (``_hand_back_cut``)
         try:
             if tracing.active():
                 with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
@@ -338,6 +374,8 @@ class LocalRun:
         except AdvanceUnsupported:
             await self._fall_back()
             return False
+        finally:
+            self.flushing = False
         if reason is not None:
             stats.handbacks[reason.value] += 1
         if result is None:

@@ -19,6 +19,7 @@ import grpc
 from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
 from .reporter import AdvanceUnsupported, Reporter
+from .server_step import CUT_HANDBACK_SECONDS
 from .transport import AWAY, Transport
 
 __all__ = ["Poller"]
@@ -80,6 +81,8 @@ class Poller:
             for task in pending:
                 task.cancel()
             cut = len(pending)
+            if pending:  # a cut local run hands back what it finished (LocalRun._hand_back_cut)
+                await asyncio.wait(pending, timeout=CUT_HANDBACK_SECONDS + 1)
         await asyncio.sleep(0.05)  # let a reply to the abandoned poll arrive and be handed back
         if self._orphans:
             await asyncio.wait(set(self._orphans), timeout=5.0)

@@ -7,12 +7,15 @@ that learns the server has no AdvanceRun (it reports the one step it ran this wa
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Sequence
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import msgspec
 
 from .. import _tracing as tracing
+from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
 from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, encoded_result
@@ -22,6 +25,12 @@ from .reporter import Reporter
 __all__ = ["run_server_step", "report_outcome", "report_failure", "release_step", "decode_context"]
 
 _decode = msgspec.json.Decoder().decode
+
+log = logging.getLogger("wiggle.worker")
+
+#: How long a step or a local run cut by the worker's drain tries to hand back (``_hand_back_cut``,
+#: LocalRun._hand_back_cut); past it, or failing, the lease covers it.
+CUT_HANDBACK_SECONDS = 5.0
 
 
 def decode_context(act: pb.TaskActivation) -> Context:
@@ -39,10 +48,15 @@ async def run_server_step(
     loaded: LoadedBlueprint,
     act: pb.TaskActivation,
     next_queues: Sequence[str] = (),
+    closing: Callable[[], bool] | None = None,
 ) -> pb.TaskActivation | None:
     """Run the activation's step, heartbeating while it runs, and report its outcome. With
     ``next_queues`` (the worker's) a CompleteTask asks for the instance's next step: the
-    activation the server leased with the report, if any (docs/semantics.md#chained-steps)."""
+    activation the server leased with the report, if any (docs/semantics.md#chained-steps).
+
+    A step cut while its handler runs because the worker is closing (``closing()`` true: its
+    drain ran out) is handed back, READY again at once without an attempt spent, rather than
+    left to its lease ("lease expired (worker unreachable)" in its history, and a wait)."""
     context = decode_context(act)
     heartbeats.watch(act)
     try:
@@ -50,11 +64,26 @@ async def run_server_step(
             outcome = caller.run_sync(loaded, act, act.node_id, context, act.attempt, True)
         else:
             outcome = await caller.run(loaded, act, act.node_id, context, act.attempt)
+    except asyncio.CancelledError:
+        if closing is not None and closing():
+            await _hand_back_cut(reporter, act)
+        raise
     finally:
         heartbeats.unwatch(act)
     return await report_outcome(
         reporter, act, loaded.blueprint.handlers[act.node_id][0], outcome, next_queues
     )
+
+
+async def _hand_back_cut(reporter: Reporter, act: pb.TaskActivation) -> None:
+    """Hand back the step of ``act``, cut by the worker's drain (``run_server_step``)."""
+    request = pb.AdvanceRunRequest(
+        task_id=act.task_id, lease_owner=act.lease_owner, final=True, handback_reason=Handback.SHUTDOWN.value
+    )
+    try:
+        await asyncio.wait_for(reporter.advance(request), CUT_HANDBACK_SECONDS)
+    except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 (the lease covers it)
+        log.info("the cut step of %s was not handed back (%s); its lease expires", act.instance_id, exc)
 
 
 def patience(act: pb.TaskActivation) -> float:

@@ -181,7 +181,9 @@ class Worker:
         """Stop pulling, let running steps finish (local runs flush and hand back), disconnect.
 
         Running steps get ``timeout`` seconds (default ``options.drain_seconds``, 30); a step
-        still running then is cut: its lease expires and it runs again (another attempt)."""
+        still running then is cut and handed back, READY at once on the server (no attempt
+        spent), with the steps its local run finished and had not reported; one whose hand-back
+        fails waits out its lease (docs/deployment.md)."""
         if not self._running:
             return
         if timeout is None:
@@ -192,8 +194,8 @@ class Worker:
             if self.cut_steps:
                 when = "at a second stop signal" if self._hurry.is_set() else f"after the {timeout:g} s drain"
                 log.warning(
-                    "%d step(s) still running %s were cut: each runs again once its lease expires "
-                    "(WorkerOptions.drain_seconds, WIGGLE_WORKER_DRAIN_SECONDS)",
+                    "%d step(s) still running %s were cut and handed back: each runs again on "
+                    "another worker (WorkerOptions.drain_seconds, WIGGLE_WORKER_DRAIN_SECONDS)",
                     self.cut_steps,
                     when,
                 )
@@ -343,6 +345,9 @@ class Worker:
                 return loaded, False
         return None, False
 
+    def _is_closing(self) -> bool:
+        return self._closing
+
     async def _execute(self, act: pb.TaskActivation) -> None:
         """Run ``act`` in its slot, then each next step its report took in the same call
         (docs/semantics.md#chained-steps), up to ``chain_steps`` in a row and while the chain
@@ -404,4 +409,6 @@ class Worker:
         )
         if local:
             return LocalRun(self._run_env, loaded, act, next_queues).run()
-        return run_server_step(self._caller, self._reporter, self._heartbeats, loaded, act, next_queues)
+        return run_server_step(
+            self._caller, self._reporter, self._heartbeats, loaded, act, next_queues, self._is_closing
+        )
