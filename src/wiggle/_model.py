@@ -136,6 +136,20 @@ def validate_name(value: object, what: str) -> str:
     return value
 
 
+def _check_attempts(attempts: int, helper: str) -> None:
+    """``RetryPolicy.fixed`` and ``exponential`` count attempts: 0 would mean no limit (the field's
+    meaning), which a reader of ``fixed(0, ...)`` takes for "no retry" (an outside trial's step
+    ran 4,638 times in a minute). Refused, naming both ways."""
+    if isinstance(attempts, bool) or not isinstance(attempts, int):
+        raise InvalidArgument(f"RetryPolicy.{helper}: attempts must be an int, got {type(attempts).__name__}")
+    if attempts < 1:
+        raise InvalidArgument(
+            f"RetryPolicy.{helper}: attempts is {attempts}; it counts every attempt, the first "
+            "included, so it must be 1 or more (RetryPolicy.none() for one attempt and no retry, "
+            "RetryPolicy.forever() to retry without limit)"
+        )
+
+
 class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How often a failing worker step is tried, and how long to wait in between.
 
@@ -160,7 +174,8 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     @staticmethod
     def fixed(attempts: int, delay_seconds: float) -> RetryPolicy:
-        """Up to ``attempts`` attempts, ``delay_seconds`` apart."""
+        """Up to ``attempts`` attempts (1 or more), ``delay_seconds`` apart."""
+        _check_attempts(attempts, "fixed")
         ms = seconds_to_millis(delay_seconds, "retry delay")
         return RetryPolicy(
             max_attempts=attempts, initial_backoff_millis=ms, multiplier=1.0, max_backoff_millis=ms
@@ -174,7 +189,8 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         max_seconds: float = 60.0,
         jitter: float = 0.0,
     ) -> RetryPolicy:
-        """Up to ``attempts`` attempts; the delay starts at ``initial_seconds`` and grows."""
+        """Up to ``attempts`` attempts (1 or more); the delay starts at ``initial_seconds`` and grows."""
+        _check_attempts(attempts, "exponential")
         return RetryPolicy(
             max_attempts=attempts,
             initial_backoff_millis=seconds_to_millis(initial_seconds, "retry initial delay"),

@@ -155,7 +155,10 @@ async def test_join_conflict_without_combine_fails_naming_key_and_branches(harne
         info = await server.client.start(bp, {"k": 0})
         done = await harness.finish(server, info.instance_id)
     assert done.status == "FAILED"
-    assert done.error == "join 'join': branches 'ca' and 'cb' both changed 'k'; declare a combine step"
+    assert (
+        done.error
+        == "join 'join': branches 'ca' and 'cb' both changed 'k'; give the join a combine function (.join(combine=fn)) or let each branch change keys of its own"
+    )
     assert done.context == {"k": 0}  # nothing was folded
     assert sorted(trace.steps) == ["ca", "cb"]
     assert done.tokens == ()

@@ -68,7 +68,10 @@ async def test_strict_fork_still_fails_on_a_conflict(layer: Instances) -> None:
     await complete_with(layer, claimed["b0"], x=0.5)
     done = (await layer.get_instance(instance_id)).instance
     assert done.status == InstanceStatus.FAILED
-    assert done.error == "join 'join': branches 'b0' and 'b1' both changed 'x'; declare a combine step"
+    assert (
+        done.error
+        == "join 'join': branches 'b0' and 'b1' both changed 'x'; give the join a combine function (.join(combine=fn)) or let each branch change keys of its own"
+    )
 
 
 async def test_for_each_merges_writes_in_arrival_order(layer: Instances) -> None:

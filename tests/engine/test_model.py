@@ -671,3 +671,13 @@ def test_a_handler_that_cannot_take_the_context_is_refused_when_the_step_is_adde
 
     # one positional argument, whatever else has a default; builtins whose signature is unknown
     Workflow.define("fine").step(keywords).step(coroutine).step(lambda *args: args[0], name="star").build()
+
+
+@pytest.mark.parametrize("attempts", [0, -1])
+def test_retry_helpers_refuse_attempts_below_one_naming_none_and_forever(attempts: int) -> None:
+    """``max_attempts == 0`` means no limit: ``fixed(0, 1.0)`` read as "no retry" retried a step
+    4,638 times in a minute (an outside trial)."""
+    for make in (lambda: RetryPolicy.fixed(attempts, 1.0), lambda: RetryPolicy.exponential(attempts, 1.0)):
+        with pytest.raises(InvalidArgument, match=r"must be 1 or more .*none\(\).*forever\(\)"):
+            make()
+    assert RetryPolicy.fixed(1, 0).max_attempts == 1

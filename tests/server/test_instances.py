@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -293,3 +294,23 @@ def test_a_long_traceback_keeps_its_head_and_tail_within_the_bound() -> None:
     head, tail = bounded[: match.start()], bounded[match.end() :]
     assert long.startswith(head) and long.endswith(tail)
     assert len(head) + int(match.group(1)) + len(tail) == len(long)  # the note counts what is gone
+
+
+async def test_expired_leases_are_logged_once_per_worker_naming_the_steps(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operator trial: a worker killed with 12 steps in flight left no server log line naming
+    an instance or a step (a counter and the histories only)."""
+    store = MemoryStore()
+    layer = Instances(store, Engine(EngineConfig(lease_millis=1000)))
+    await layer.register(one_step())
+    views = [await layer.start("one", "", {}, "") for _ in range(5)]
+    claimed = await layer.claim("w-killed", [views[0].tokens[0].queue], 5)
+    assert len(claimed) == 5
+    expiry = max(c.token.lease_expires_at for c in claimed)
+    with caplog.at_level(logging.WARNING, logger="wiggle.server"):
+        assert await layer.run_clock_duties(expiry) == 5
+    (line,) = [r.getMessage() for r in caplog.records if "lease expired" in r.getMessage()]
+    assert line.startswith("lease expired on 5 step(s) of worker w-killed"), line
+    assert any(f"instance {v.instance.id} node " in line for v in views), line
+    assert line.count("instance ") == 3 and "and 2 more" in line, line

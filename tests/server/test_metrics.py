@@ -46,3 +46,27 @@ async def test_metrics_endpoint_reports_rpcs_and_handbacks() -> None:
     assert "wiggle_local_run_steps_bucket" in body
     assert f"wiggle_steps_handed_off_total {float(handed)}" in body
     assert "wiggle_steps_chained_again_total 0.0" in body  # no answer was lost
+
+
+async def test_a_local_sync_run_is_counted_by_its_length_not_its_last_batch() -> None:
+    """LOCAL_SYNC reports each step in its own AdvanceRun: the run-length histogram counted the
+    final batch's one step, so its median read 1 whatever the runs' length (an operator trial:
+    sum +10 over ten runs of 4 steps; the worker's own histogram said 40)."""
+    port = free_port()
+    bp = (
+        Workflow.define("metrics-run-length", Ctx)
+        .execution(ExecutionMode.LOCAL_SYNC)
+        .step(bump)
+        .step(bump, name="b")
+        .step(bump, name="c")
+        .step(bump, name="d")
+        .build()
+    )
+    async with EmbeddedServer(http_port=port) as server:
+        async with server.worker([bp]):
+            for _ in range(3):
+                info = await server.client.start(bp, Ctx())
+                assert (await server.client.result(info.instance_id, timeout=20)).context == {"n": 4}
+        body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+    assert "wiggle_local_run_steps_count 3.0" in body, body
+    assert "wiggle_local_run_steps_sum 12.0" in body, body

@@ -370,3 +370,17 @@ async def test_a_final_failure_and_every_operator_action_log_one_line(
     schedule_actions = [r.action for r in _records(caplog) if "schedule log-sched" in r.getMessage()]
     assert schedule_actions == ["created", "paused", "triggered", "deleted"], schedule_actions
     assert all(r.levelname == "INFO" for r in _records(caplog) if getattr(r, "actor", None))
+
+
+async def test_an_instance_ended_as_failed_without_a_failing_step_names_its_last_node(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``end(success=False)`` fails an instance with no step failing: the line said "at node (none)"."""
+    caplog.set_level(logging.INFO, logger="wiggle.server")
+    flow = Workflow.define("log-rejected").end("rejected by policy", success=False).build()
+    async with EmbeddedServer() as server:
+        await server.client.register(flow)
+        failed = (await server.client.start(flow, {})).instance_id
+        assert (await server.client.wait(failed, timeout=30)).status == "FAILED"
+    (line,) = _records(caplog, instance_id=failed, levelname="WARNING")
+    assert "(none)" not in line.getMessage() and line.node_id, line.getMessage()

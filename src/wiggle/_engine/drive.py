@@ -329,7 +329,7 @@ def _fold(
         b = fork_node.branches[conflict.second]
         fail_instance(
             state,
-            f"join {node.id!r}: branches {a!r} and {b!r} both changed {conflict.key!r}; declare a combine step",
+            f"join {node.id!r}: branches {a!r} and {b!r} both changed {conflict.key!r}; give the join a combine function (.join(combine=fn)) or let each branch change keys of its own",
             now,
             changes,
         )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
 
 from .._engine.children import ChildSpec
 from .._engine.engine import LoadedDefinition
@@ -39,6 +40,42 @@ def token_missing(token_id: str) -> str:
     return f"token {token_id} does not exist"
 
 
+class Expired(NamedTuple):
+    """A step whose lease the clock expired (``log_expired``)."""
+
+    instance_id: str
+    node_id: str
+    worker: str
+    attempt: int
+
+
+#: Steps named per worker in the log line of its expired leases; the rest are counted.
+EXPIRED_NAMED = 3
+
+
+def log_expired(expired: Iterable[Expired]) -> None:
+    """One warning per worker whose leases the clock expired this round, naming its steps (a few,
+    then how many more): the operator's only other signs were a counter and the histories. A
+    worker killed with many steps in flight makes one line, not one per step."""
+    by_worker: dict[str, list[Expired]] = {}
+    for item in expired:
+        by_worker.setdefault(item.worker, []).append(item)
+    for worker, items in by_worker.items():
+        named = ", ".join(
+            f"instance {e.instance_id} node {e.node_id!r} (attempt {e.attempt})"
+            for e in items[:EXPIRED_NAMED]
+        )
+        more = f" and {len(items) - EXPIRED_NAMED} more" if len(items) > EXPIRED_NAMED else ""
+        log.warning(
+            "lease expired on %d step(s) of worker %s (stopped, killed or unreachable): %s%s; "
+            "each runs again as its retry policy allows",
+            len(items),
+            worker or "(unknown)",
+            named,
+            more,
+        )
+
+
 class ClockDuties:
     """The time-driven work of one instance layer (docs/semantics.md#clock-duties)."""
 
@@ -46,9 +83,16 @@ class ClockDuties:
         self.instances = instances
         self._next_orphan_sweep = 0
 
-    def clock_action(self, token_id: str, now: int, child: list[ChildSpec] | None = None) -> Action[int]:
+    def clock_action(
+        self,
+        token_id: str,
+        now: int,
+        child: list[ChildSpec] | None = None,
+        expired: dict[str, Expired] | None = None,
+    ) -> Action[int]:
         """The one dispatch of a due token: lease expired, timer due, user-task deadline, or a
-        sub-workflow's child to start or re-check (put in ``child``, for the caller to do)."""
+        sub-workflow's child to start or re-check (put in ``child``, for the caller to do).
+        ``expired``: where an expired lease is noted (token id -> Expired), for the log."""
         engine = self.instances.engine
 
         def action(loaded: LoadedDefinition, state: InstanceState, _now: int) -> tuple[int, Changes | None]:
@@ -66,6 +110,10 @@ class ClockDuties:
             if status == TokenStatus.READY and 0 < token.deadline_at <= now:
                 return 1, engine.start_deadline(loaded, state, token, now)  # unclaimed in time
             if status == TokenStatus.RUNNING and token.lease_expires_at <= now:
+                if expired is not None:
+                    expired[token_id] = Expired(
+                        state.instance.id, token.node_id, token.lease_owner, token.attempt
+                    )
                 return 1, engine.expire_lease(loaded, state, token, now)
             if status == TokenStatus.WAITING and token.available_at <= now:
                 return 1, engine.fire_timer(loaded, state, token, now)
@@ -94,13 +142,15 @@ class ClockDuties:
             self._next_orphan_sweep = now + ORPHAN_SWEEP_MILLIS
             await self.instances.subflows.sweep_orphans()
 
+        expired: dict[str, Expired] = {}
+
         async def one(token_id: str) -> int:
             async with gate:
                 child: list[ChildSpec] = []
                 acted, _ = await self.instances.mutate(
                     token_instance_id(token_id),
                     token_missing(token_id),
-                    self.clock_action(token_id, now, child),
+                    self.clock_action(token_id, now, child, expired),
                 )
                 if child:
                     await self.instances.subflows.start_child(child[0])
@@ -124,6 +174,8 @@ class ClockDuties:
             actions += acted
             if not acted:
                 break
+        if expired:
+            log_expired(expired.values())
         actions += await self._instance_deadlines(now, gate)
         actions += await self.instances.limits.sweep(now)  # waiting for a slot (workflow_limits.py)
         return actions + await self.instances.schedules.run_duties(now)

@@ -84,6 +84,9 @@ def log_final_failure(state: InstanceState, history: Sequence[HistoryEntry]) -> 
         if str(entry.outcome) in _FINAL_OUTCOMES and entry.error:
             node = entry.node_id
             break
+    else:  # no step failed: an end(success=False), a join's conflict... the last node reached
+        if history:
+            node = history[-1].node_id
     error = inst.error or inst.reason
     if len(error) > MAX_LOGGED_ERROR_CHARS:
         error = error[:MAX_LOGGED_ERROR_CHARS] + "..."

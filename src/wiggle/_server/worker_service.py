@@ -150,7 +150,9 @@ class WorkerHandlers:
             next_queues=self._chain(request.next_queues),
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
-            self.metrics.observe_run(outcome.applied_steps, request.handback_reason)
+            # the run's length: the steps its earlier batches reported (run_offset) and this one's
+            # (a worker that sends no run_offset: this batch's alone)
+            self.metrics.observe_run((run_offset or 0) + outcome.applied_steps, request.handback_reason)
         result = pb.AdvanceRunResult(
             instance_status=outcome.instance_status,
             lease_expires_at=outcome.lease_expires_at,

@@ -324,15 +324,28 @@ def _is_plumbing(filename: str) -> bool:
     return filename.startswith((_WORKER_DIR, _FUTURES_DIR))
 
 
-def log_failure(info: Step, failure: Failure) -> None:
+def log_failure(info: Step, failure: Failure, loaded: LoadedBlueprint | None = None) -> None:
     """Log a failed attempt with its traceback, or in one line if the handler expected it
-    (RetryableError); the context, a payload, is never logged."""
+    (RetryableError); the context, a payload, is never logged. With ``loaded`` the line says
+    whether the step's retry policy allows another attempt (the server decides, by the same
+    policy: docs/semantics.md#retries)."""
+    if not failure.retryable:
+        then = "not retryable"
+    elif loaded is None or info.node_id not in loaded.nodes:
+        then = "will retry if its policy allows"
+    else:
+        policy = loaded.blueprint.definition.retry_for(loaded.nodes[info.node_id])
+        if policy.allows_another(info.attempt):
+            of = f" of {policy.max_attempts}" if policy.max_attempts else ""
+            then = f"attempt {info.attempt + 1}{of} follows"
+        else:
+            then = "its last attempt: the step fails for good"
     log.warning(
         "step %s of instance %s failed (attempt %d, %s): %s%s",
         info.node_id,
         info.instance_id,
         info.attempt,
-        "will retry if its policy allows" if failure.retryable else "not retryable",
+        then,
         failure.message,
         "" if failure.expected else "\n" + failure.traceback.rstrip(),
         extra=log_fields_of(info),
@@ -546,12 +559,12 @@ class HandlerCaller:
                 result = await self._call_within(loaded, node_id, context, info)
         except StepTimedOut as exc:
             failure = Failure(str(exc), True)
-            log_failure(info, failure)
+            log_failure(info, failure, loaded)
             self.observe(info, started, "failed")
             return failure
         except Exception as exc:  # the handler raised (its exits come as HandlerExited: call): the outcome
             failure = failure_of(exc)
-            log_failure(info, failure)
+            log_failure(info, failure, loaded)
             self.observe(info, started, "failed")
             return failure
         self.observe(info, started, "completed")
@@ -613,7 +626,7 @@ class HandlerCaller:
                 result = timed_call(self.policy, fn, args, info, inline)
         except (Exception, *HANDLER_EXITS) as exc:
             failure = failure_of(exc)
-            log_failure(info, failure)
+            log_failure(info, failure, loaded)
             self.observe(info, started, "failed")
             return failure
         seconds = time.perf_counter() - started  # ``observe`` written out: this runs every step
