@@ -414,6 +414,7 @@ class Engine:
         now: int,
         handback_reason: str = "",
         run_offset: int | None = None,
+        durations: Sequence[int] = (),
     ) -> tuple[AdvanceOutcome, Changes]:
         """Apply an ordered run of locally executed steps atomically (docs/semantics.md#advancerun).
 
@@ -423,7 +424,7 @@ class Engine:
         applied; a mismatch is FAILED_PRECONDITION and changes nothing.
         """
         return local_runs.advance_run(
-            self, loaded, state, token_id, owner, steps, final, now, handback_reason, run_offset
+            self, loaded, state, token_id, owner, steps, final, now, handback_reason, run_offset, durations
         )
 
     # ------------------------------------------------------------------ clock duties

@@ -108,6 +108,7 @@ def advance_run(
     now: int,
     handback_reason: str = "",
     run_offset: int | None = None,
+    durations: Sequence[int] = (),
 ) -> tuple[AdvanceOutcome, Changes]:
     """Apply an ordered run of locally executed steps atomically (docs/semantics.md#advancerun).
 
@@ -117,6 +118,7 @@ def advance_run(
     applied; a mismatch is FAILED_PRECONDITION and changes nothing. ``run_offset``: how many
     steps of this claim the worker reported before this batch (None: not said); a batch resent
     after it was applied is recognised by it and answered again without being applied twice.
+    ``durations``: each step's run time in ms as the worker measured it (``step_times``).
     """
     inst = state.instance
     if inst.status in FINISHED_INSTANCE_STATUSES:
@@ -128,7 +130,30 @@ def advance_run(
             inst.status, token.lease_expires_at, task_id_of(token), token.status, len(steps)
         )
         return outcome, Changes()
-    return apply_run(engine, loaded, state, plan, owner, final, now, handback_reason)
+    return apply_run(engine, loaded, state, plan, owner, final, now, handback_reason, durations)
+
+
+def step_times(durations: Sequence[int], steps: int, claimed_at: int, now: int) -> list[tuple[int, int]]:
+    """Each step's (started, ended) epoch ms from the worker's ``durations`` (ms, one per step of
+    the batch), the batch ending ``now``: a LOCAL_ASYNC batch's steps ran back to back before its
+    flush, so step i ended the durations of the steps after it before ``now``. None starts before
+    the claim (``claimed_at``: the batch's first step, or the one after the last flush). An empty
+    list when the worker sent none or not one per step (an older worker, another language): the
+    history then charges the batch to its first step, as before.
+
+    Before, every step of a LOCAL_ASYNC batch but the first showed 0 ms in the history and in
+    ``wiggle_step_duration_seconds`` (an outside operator trial)."""
+    if len(durations) != steps or not steps:
+        return []
+    times: list[tuple[int, int]] = []
+    ended = now
+    for millis in reversed(durations):
+        millis = max(int(millis), 0)
+        began = max(ended - millis, claimed_at)
+        times.append((min(began, ended), ended))
+        ended = began
+    times.reverse()
+    return times
 
 
 def resent_handback(state: InstanceState, task_id: str, applied: int, chained: Any) -> AdvanceOutcome:
@@ -283,13 +308,15 @@ def apply_run(
     final: bool,
     now: int,
     handback_reason: str = "",
+    durations: Sequence[int] = (),
 ) -> tuple[AdvanceOutcome, Changes]:
     """Apply a batch ``plan_run`` validated: record each step, move the token, then hand back,
     fail the last step, or keep the run going under the same claim."""
     inst = state.instance
     token = plan.token
     changes = Changes()
-    stopped_at = _apply_steps(engine, loaded, state, plan, owner, now, changes)
+    times = step_times(durations, len(plan.nodes) + (plan.failure is not None), token.started_at, now)
+    stopped_at = _apply_steps(engine, loaded, state, plan, owner, now, changes, times)
     if stopped_at is not None:  # the instance's step budget ran out
         return AdvanceOutcome(inst.status, 0, token.id, token.status, stopped_at), changes
     applied = len(plan.nodes)
@@ -298,6 +325,8 @@ def apply_run(
     changes.tokens[token.id] = token
     token.started_at = now
     if plan.failure is not None:
+        if times:
+            token.started_at = times[-1][0]  # the failed step's own start
         node = loaded.nodes[plan.failure.node_id]
         token.lease_owner = owner
         failure = plan.failure
@@ -340,9 +369,12 @@ def _apply_steps(
     owner: str,
     now: int,
     changes: Changes,
+    times: list[tuple[int, int]] | None = None,
 ) -> int | None:
     """Record each planned step and move the token past it, then set the batch's last context.
-    Returns how many steps stood if the instance's step budget ran out on the way (None: all did)."""
+    Returns how many steps stood if the instance's step budget ran out on the way (None: all did).
+    ``times``: each step's (started, ended), from the worker's durations (``step_times``);
+    without them the batch's first step is charged from the claim, the others get none."""
     token = plan.token
     context = context_of(state, token)
     if plan.contexts and plan.contexts[-1] is not context:
@@ -350,7 +382,21 @@ def _apply_steps(
     started = token.started_at
     for done, step in enumerate(plan.nodes):
         node = loaded.nodes[step.node_id]
-        record(state, token, node, HistoryOutcome.COMPLETED, now, changes, worker=owner, started=started)
+        if times:
+            began, ended = times[done]
+            record(
+                state,
+                token,
+                node,
+                HistoryOutcome.COMPLETED,
+                now,
+                changes,
+                worker=owner,
+                started=began,
+                ended=ended,
+            )
+        else:
+            record(state, token, node, HistoryOutcome.COMPLETED, now, changes, worker=owner, started=started)
         started = now
         if not count_step(engine, state, token, now, changes):
             return done

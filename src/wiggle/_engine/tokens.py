@@ -108,8 +108,10 @@ def record(
     error: str = "",
     worker: str = "",
     started: int = 0,
+    ended: int = 0,
 ) -> None:
-    """Append one history entry for ``token`` at ``node``."""
+    """Append one history entry for ``token`` at ``node`` (``started``, ``ended``: its times when
+    not ``now``)."""
     changes.history.append(
         HistoryEntry(
             instance_id=state.instance.id,
@@ -119,7 +121,7 @@ def record(
             attempt=token.attempt,
             worker_id=worker,
             started_at=started or now,
-            ended_at=now,
+            ended_at=ended or now,
             outcome=outcome,
             error=error,
         )

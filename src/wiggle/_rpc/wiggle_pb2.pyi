@@ -494,7 +494,7 @@ class StepResult(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., context_json: _Optional[bytes] = ..., predicate_value: _Optional[bool] = ..., failure: _Optional[_Union[StepFailure, _Mapping]] = ...) -> None: ...
 
 class AdvanceRunRequest(_message.Message):
-    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason", "run_offset", "failure_traceback", "next_queues")
+    __slots__ = ("task_id", "lease_owner", "steps", "final", "steps_batch", "handback_reason", "run_offset", "failure_traceback", "next_queues", "step_millis")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -504,6 +504,7 @@ class AdvanceRunRequest(_message.Message):
     RUN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FAILURE_TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     NEXT_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    STEP_MILLIS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     lease_owner: str
     steps: _containers.RepeatedCompositeFieldContainer[StepResult]
@@ -513,7 +514,8 @@ class AdvanceRunRequest(_message.Message):
     run_offset: int
     failure_traceback: str
     next_queues: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ..., run_offset: _Optional[int] = ..., failure_traceback: _Optional[str] = ..., next_queues: _Optional[_Iterable[str]] = ...) -> None: ...
+    step_millis: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, task_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., final: _Optional[bool] = ..., steps_batch: _Optional[bytes] = ..., handback_reason: _Optional[str] = ..., run_offset: _Optional[int] = ..., failure_traceback: _Optional[str] = ..., next_queues: _Optional[_Iterable[str]] = ..., step_millis: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AdvanceRunResult(_message.Message):
     __slots__ = ("instance_status", "lease_expires_at", "parked_task_id", "token_status", "applied_steps", "next_task")

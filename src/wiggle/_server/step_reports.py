@@ -182,6 +182,7 @@ class StepReports:
         *,
         run_offset: int | None = None,
         next_queues: frozenset[str] = frozenset(),
+        durations: Sequence[int] = (),
     ) -> AdvanceOutcome:
         """AdvanceRun: apply a local run's steps (see Engine.advance_run).
 
@@ -199,7 +200,7 @@ class StepReports:
             chains = final and bool(next_queues)
             try:
                 outcome, changes = self.engine.advance_run(
-                    loaded, state, token_id, owner, steps, final, now, reason, run_offset
+                    loaded, state, token_id, owner, steps, final, now, reason, run_offset, durations
                 )
             except FailedPrecondition:
                 again = delivery.chained_by(loaded, state, token_id, owner) if chains else None

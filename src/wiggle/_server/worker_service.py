@@ -148,6 +148,7 @@ class WorkerHandlers:
             request.failure_traceback,
             run_offset=run_offset,
             next_queues=self._chain(request.next_queues),
+            durations=request.step_millis,
         )
         if request.final or outcome.token_status != TokenStatus.RUNNING:
             # the run's length: the steps its earlier batches reported (run_offset) and this one's

@@ -158,6 +158,10 @@ class LocalRun:
         self.fell_back = False
         self.failure_traceback = ""  # of the failed step that ends the batch (sent with it)
         self.flushing = False  # an AdvanceRun of this run is on its way
+        # each buffered step's run time in ms (AdvanceRun step_millis: the history's step times),
+        # and when the step running now began (perf_counter)
+        self.millis: list[int] = []
+        self.began = 0.0
 
     # ------------------------------------------------------------------ deciding
 
@@ -168,6 +172,7 @@ class LocalRun:
 
     def after(self, kind: str, outcome: Outcome) -> Decided:
         """Record a step's outcome and decide what comes next."""
+        self.millis.append(int((time.perf_counter() - self.began) * 1000))  # one per batch record
         node_id = self.node_id
         graph = self.loaded.graph
         self.steps_run += 1
@@ -253,6 +258,7 @@ class LocalRun:
             kind, fn = blueprint.handlers[node_id]
             if inline and not caller.policy.inline(fn):
                 return _Stop.THREAD
+            self.began = time.perf_counter()
             outcome = caller.run_sync(
                 self.loaded, self.act, node_id, self.handler_context(), self.attempt, inline, self.step_base
             )
@@ -265,6 +271,7 @@ class LocalRun:
         step its own), from the event loop."""
         node_id = self.node_id
         kind = self.loaded.blueprint.handlers[node_id][0]
+        self.began = time.perf_counter()
         outcome = await self.env.caller.run(
             self.loaded, self.act, node_id, self.handler_context(), self.attempt
         )
@@ -330,6 +337,7 @@ class LocalRun:
             run_offset=self.reported,
             final=True,
             handback_reason=Handback.SHUTDOWN.value,
+            step_millis=list(self.millis),
         )
         if self.failure_traceback:
             request.failure_traceback = self.failure_traceback
@@ -351,6 +359,7 @@ class LocalRun:
             run_offset=self.reported,
         )
         sent = len(self.batch)
+        request.step_millis.extend(self.millis)
         if final:
             request.final = True
         if reason is not None:
@@ -360,6 +369,7 @@ class LocalRun:
         if self.failure_traceback:
             request.failure_traceback = self.failure_traceback
         self.batch = []
+        self.millis = []
         self.failure_traceback = ""
         self.last_flush = time.monotonic()
         stats = self.env.stats

@@ -1,0 +1,42 @@
+"""A step's history entry spans its own run in every mode (docs/semantics.md#history). In a
+LOCAL_ASYNC batch every step but the first showed 0 ms and the first the whole batch, in the
+history and in ``wiggle_step_duration_seconds`` (an outside operator trial): the worker now sends
+each step's run time with the batch (AdvanceRun ``step_millis``)."""
+
+from __future__ import annotations
+
+import time
+
+from .conftest import Harness
+
+SLEEPS = {"a": 0.05, "b": 0.3, "c": 0.12}
+
+
+def _sleeper(name: str):
+    def run(ctx):
+        time.sleep(SLEEPS[name])
+        return {**ctx, name: True}
+
+    return run
+
+
+async def test_each_step_s_history_entry_spans_its_own_run(harness: Harness) -> None:
+    bp = (
+        harness.define("step-times")
+        .step(_sleeper("a"), name="a")
+        .step(_sleeper("b"), name="b")
+        .step(_sleeper("c"), name="c")
+        .build()
+    )
+    async with harness.running([bp]) as (server, _):
+        info = await server.client.start(bp, {})
+        done = await harness.finish(server, info.instance_id)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "COMPLETED", done
+    spans = {h.node_id: h.ended_at - h.started_at for h in history if h.kind == "TASK"}
+    for name, seconds in SLEEPS.items():
+        # at least its own sleep, and not its neighbours' (the longest, b, is 300 ms)
+        assert seconds * 1000 - 5 <= spans[name] < seconds * 1000 + 250, (name, spans, history)
+    entries = [h for h in history if h.kind == "TASK"]
+    for earlier, later in zip(entries, entries[1:], strict=False):
+        assert earlier.ended_at <= later.started_at + 5, entries  # one after the other
