@@ -71,3 +71,15 @@ def test_worker_arguments() -> None:
     with pytest.raises(ValueError, match="serves no queues"):
         Worker("127.0.0.1:1", [BP], WorkerOptions(queues=[]))
     assert Worker("127.0.0.1:1", [BP]).queues == {"opts"}
+
+
+def test_a_workflow_not_built_is_refused_naming_build() -> None:
+    """A newcomer's mistake: ``Worker(target, [Workflow.define(...).step(f)])`` raised
+    ``AttributeError: 'Workflow' object has no attribute 'definition'``."""
+    unbuilt = Workflow.define("unbuilt").step(step)
+    with pytest.raises(
+        TypeError, match=r"blueprints\[1\] is a Workflow, not a Blueprint \(call \.build\(\) on it\)"
+    ):
+        Worker("127.0.0.1:1", [BP, unbuilt])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"blueprints\[0\] is a str"):
+        Worker("127.0.0.1:1", ["orders"])  # type: ignore[list-item]

@@ -24,7 +24,7 @@ from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._security.credentials import Credentials
 from ..client import AsyncClient, Client
-from ..workflow import Blueprint
+from ..workflow import Blueprint, Workflow
 from .connect import register_when_reachable
 from .handlers import Context, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
@@ -74,6 +74,13 @@ class Worker:
         self.blueprints = list(blueprints)
         if not self.blueprints:
             raise ValueError("a worker needs at least one blueprint")
+        for index, bp in enumerate(self.blueprints):
+            if not isinstance(bp, Blueprint):
+                hint = " (call .build() on it)" if isinstance(bp, Workflow) else ""
+                raise TypeError(
+                    f"blueprints[{index}] is a {type(bp).__name__}, not a Blueprint{hint}: a worker "
+                    "runs built workflows, Workflow.define(...)...build()"
+                )
         self._exact: dict[tuple[str, str], LoadedBlueprint] = {}
         self._by_name: dict[str, list[LoadedBlueprint]] = {}
         for bp in self.blueprints:
