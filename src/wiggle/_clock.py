@@ -58,6 +58,8 @@ class VirtualClock(Clock):
         self._now = WALL_CLOCK.now() if start is None else int(start)
 
     def now(self) -> int:
+        """The virtual time in epoch milliseconds: where it was last moved to (it never moves by
+        itself)."""
         return self._now
 
     def advance(self, millis: int) -> int:

@@ -3,7 +3,9 @@
 Fixtures, each a started ``wiggle.testing.SyncWorkflowEnvironment`` on a virtual clock:
 
 - ``wiggle_env``: one per test
-- ``wiggle_module_env``: one per test module (shared by its tests; instances and time accumulate)
+- ``wiggle_module_env``: one per test module (shared by its tests; instances and time accumulate);
+  under pytest-xdist one per module in each xdist worker (a module scope is per process), so
+  tests that build on each other need their module on one worker (``--dist loadscope``)
 
 Both work in plain sync tests (``wiggle_env.run(bp, ctx)``) and in async ones, with pytest-asyncio
 or any other loop (``await wiggle_env.aio.run(bp, ctx)``). An ``async def`` test that requests one
@@ -99,6 +101,9 @@ def wiggle_env(request: pytest.FixtureRequest) -> Iterator[SyncWorkflowEnvironme
 
 @pytest.fixture(scope="module")
 def wiggle_module_env(request: pytest.FixtureRequest) -> Iterator[SyncWorkflowEnvironment]:
-    """A started test environment shared by this module's tests (settings from ``pytestmark``)."""
+    """A started test environment shared by this module's tests (settings from ``pytestmark``).
+
+    Under pytest-xdist each worker process that runs tests of the module makes its own.
+    """
     with _environment(request) as env:
         yield env

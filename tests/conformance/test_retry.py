@@ -140,7 +140,9 @@ async def test_lease_expiry_redelivers_to_another_worker(harness: Harness, trace
         w1 = await env.start_worker([bp], harness.options(worker_id="worker-one"))
         info = await env.start_workflow(bp, {})
         await asyncio.wait_for(started.wait(), 10)
-        await env.stop_worker(w1, timeout=0.01)  # abrupt: the running step is abandoned, nothing is reported
+        await env.stop_worker(
+            w1, timeout=0.01, crash=True
+        )  # killed: the running step is abandoned, nothing reported
         await env.start_worker([bp], harness.options(worker_id="worker-two"))
         done = await env.wait(info)
         history = await env.history(info)

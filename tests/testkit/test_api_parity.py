@@ -8,8 +8,8 @@ import inspect
 from wiggle.testing import AsyncView, SyncWorkflowEnvironment, WorkflowEnvironment
 
 #: What AsyncView leaves out on purpose: the environment's lifecycle belongs to the fixture that
-#: owns it, and reading the clock needs no loop (``wiggle_env.now()``).
-NOT_ON_THE_VIEW = {"start", "stop", "start_worker", "stop_worker", "now", "now_millis"}
+#: owns it. Everything else is there, so an async test never falls back on the sync object.
+NOT_ON_THE_VIEW = {"start", "stop"}
 
 
 def _public(cls: type) -> dict[str, inspect.Signature]:
@@ -18,6 +18,10 @@ def _public(cls: type) -> dict[str, inspect.Signature]:
         for name, member in inspect.getmembers(cls, callable)
         if not name.startswith("_")
     }
+
+
+def _properties(cls: type) -> set[str]:
+    return {name for name, member in inspect.getmembers(cls) if isinstance(member, property)}
 
 
 def _shape(signature: inspect.Signature) -> list[tuple[str, object, object]]:
@@ -32,12 +36,20 @@ def test_the_sync_environment_has_every_method_of_the_async_one_with_the_same_pa
         assert _shape(signature) == _shape(sync[name]), name
 
 
-def test_the_async_view_has_every_step_method_with_the_same_parameters() -> None:
+def test_the_async_view_has_every_method_with_the_same_parameters() -> None:
     env, view = _public(WorkflowEnvironment), _public(AsyncView)
     assert set(view) == set(env) - NOT_ON_THE_VIEW
     for name, signature in view.items():
         assert _shape(signature) == _shape(env[name]), name
-        assert inspect.iscoroutinefunction(getattr(AsyncView, name)), name
+        # a coroutine of the environment's is one on the view; a clock read is a plain call on both
+        wanted = inspect.iscoroutinefunction(getattr(WorkflowEnvironment, name))
+        assert inspect.iscoroutinefunction(getattr(AsyncView, name)) == wanted, name
+
+
+def test_every_face_has_the_environment_s_properties() -> None:
+    assert _properties(WorkflowEnvironment) == {"target", "client"}
+    assert _properties(WorkflowEnvironment) <= _properties(AsyncView)
+    assert _properties(WorkflowEnvironment) <= _properties(SyncWorkflowEnvironment)
 
 
 def test_the_start_options_the_test_kit_forwards_are_the_clients() -> None:

@@ -127,7 +127,7 @@ async def test_an_expired_lease_of_a_gone_worker_is_skipped(kit: Kit) -> None:
         first = await env.start_worker([bp], WorkerOptions(worker_id="test-worker-1", poll_wait_seconds=1.0))
         info = await env.start_workflow(bp, {})
         await asyncio.wait_for(hanging.wait(), 10)
-        await env.stop_worker(first, timeout=0.01)
+        await env.stop_worker(first, timeout=0.01, crash=True)  # a killed worker: its lease expires
         await env.start_worker([bp], WorkerOptions(worker_id="test-worker-2", poll_wait_seconds=1.0))
         done = await env.result(info)
         history = await env.history(done)
@@ -255,3 +255,31 @@ async def test_a_wait_gives_up_soon_when_nothing_serves_a_step_s_queue(kit: Kit)
     text = str(caught.value)
     assert "a step waited 2 s on a queue nothing serves" in text, text
     assert f"no worker of this environment serves queue {forgotten.name!r}" in text, text
+
+
+async def test_a_stopped_worker_s_cut_step_is_handed_back_at_once(kit: Kit) -> None:
+    """``stop_worker`` without ``crash``: as ``Worker.close``, the step it cuts is READY again at
+    once for the next worker, attempt unspent, no lease waited out."""
+    hanging = asyncio.Event()
+
+    async def work(ctx):
+        from wiggle import Step
+
+        if Step.current().worker_id == "test-worker-1":
+            hanging.set()
+            await asyncio.sleep(60)
+        return {"done_by": Step.current().worker_id}
+
+    bp = kit.define("handed-back").retry(RetryPolicy.fixed(3, 0)).step(work).build()
+    async with kit.env([bp], workers=0, lease_millis=90_000) as env:
+        first = await env.start_worker([bp], WorkerOptions(worker_id="test-worker-1", poll_wait_seconds=1.0))
+        info = await env.start_workflow(bp, {})
+        await asyncio.wait_for(hanging.wait(), 10)
+        await env.stop_worker(first, timeout=0.01)
+        await env.start_worker([bp], WorkerOptions(worker_id="test-worker-2", poll_wait_seconds=1.0))
+        done = await env.result(info)
+        history = await env.history(done)
+    assert done.context == {"done_by": "test-worker-2"}
+    assert [(e.attempt, e.outcome, e.worker_id) for e in _entries(history, "work")] == [
+        (1, "COMPLETED", "test-worker-2")
+    ]

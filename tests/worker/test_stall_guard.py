@@ -68,3 +68,29 @@ async def test_no_guard_where_no_handler_runs_inline(server: str) -> None:
     flow = Workflow.define("never-inline").step(lambda ctx: ctx, name="one").build()
     async with Worker(server, [flow], WorkerOptions(sync_handlers="thread", poll_wait_seconds=1.0)) as worker:
         assert worker._guard is None
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", list(ExecutionMode))
+async def test_an_async_handler_that_blocks_is_named_and_keeps_its_step(
+    server: str, mode: ExecutionMode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ``async def`` handler calling blocking code holds the loop as an inline one does: it
+    cost the worker's steps their leases, and the log named nothing (a docs trial)."""
+    runs: list[int] = []
+
+    async def blocks(ctx):
+        runs.append(1)
+        time.sleep(7.0)  # blocking, inside an async handler
+        return {**ctx, "blocked": True}
+
+    flow = Workflow.define(f"async-blocks-{mode.value.lower()}").execution(mode).step(blocks).build()
+    options = WorkerOptions(sync_handlers="thread", poll_wait_seconds=1.0)  # the guard for async ones
+    async with AsyncClient(server) as client, Worker(server, [flow], options) as worker:
+        info = await client.result((await client.start(flow, {})).instance_id, timeout=60)
+        history = await client.history(info.instance_id)
+        assert worker._guard is not None and worker._guard.beats >= 2, "the guard heartbeat the step"
+    assert info.context == {"blocked": True} and runs == [1], (info, runs)
+    assert [h.error for h in history if h.error] == [], history
+    assert "handler blocks has held the event loop for" in caplog.text
+    assert "an async handler that blocks: await asyncio.to_thread" in caplog.text

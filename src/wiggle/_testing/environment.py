@@ -10,6 +10,7 @@ before a deadline it set up fires. See docs/semantics.md#time-in-tests.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -20,12 +21,14 @@ import msgspec
 
 from .._client import core
 from .._clock import VirtualClock
-from .._engine.state import FINISHED_INSTANCE_STATUSES
-from .._model import ExecutionMode
+from .._engine.config import LoadedDefinition
+from .._engine.state import FINISHED_INSTANCE_STATUSES, Instance, Token, TokenStatus
+from .._model import ExecutionMode, Node, NodeKind
 from .._server.app import WiggleServer
 from .._server.config import ServerConfig
 from .._storage.base import InstanceView
 from ..client import AsyncClient, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
+from ..errors import NotFound
 from ..worker import Worker, WorkerOptions
 from ..workflow import Blueprint
 
@@ -45,6 +48,9 @@ CHECK_SECONDS = 0.005  # how often a wait re-checks whether every instance waits
 #: its server from outside): nothing can run it. How often a wait looks is the second figure.
 UNSERVED_SECONDS = 2.0
 UNSERVED_CHECK_SECONDS = 0.1
+#: A TimeoutError names at most this many running steps, and a NotFound this many node names.
+SHOWN_STEPS = 3
+SHOWN_NAMES = 20
 
 
 def _millis(delta: timedelta | float | int, what: str) -> int:
@@ -65,6 +71,57 @@ def _epoch_millis(start: datetime | None) -> int | None:
     if start.tzinfo is None:
         raise ValueError(f"start={start!r} is naive: give a timezone (datetime(..., tzinfo=timezone.utc))")
     return round(start.timestamp() * 1000)
+
+
+def _names(names: Sequence[str]) -> str:
+    """``'a', 'b', 'c'``, the first SHOWN_NAMES of ``names`` (a generated workflow may have hundreds)."""
+    shown = ", ".join(map(repr, names[:SHOWN_NAMES]))
+    return shown + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
+
+
+def _where(info: InstanceInfo) -> str:
+    """Each token of ``info`` with its status (and last error), for a wait that timed out."""
+    return (
+        ", ".join(
+            f"{t.node_id} {t.status}" + (f" (last error: {t.last_error})" if t.last_error else "")
+            for t in info.tokens
+        )
+        or "no tokens"
+    )
+
+
+def _running_hint(token: Token, node: Node | None, owner: str, now: int, whose: str) -> str:
+    """Why a step running on a live worker holds a wait up, and how a test gets past it.
+
+    The clock does not jump while a step runs on a worker of the environment (skipping.py,
+    ``_token_due``): its own time limit (``timeout=``, the token's ``deadline_at``) and its
+    heartbeat timeout (its lease, renewed by each heartbeat) count on the virtual clock, which
+    only ``advance`` moves then. A hung handler is given up once the clock is moved past the
+    earlier of the two (docs/semantics.md#step-time-limits; docs/testing.md#a-step-that-hangs).
+    """
+    said = (
+        f"step {token.node_id!r}{whose} is RUNNING on worker {owner} (attempt {token.attempt}), and the "
+        "clock does not jump while a step runs on a worker"
+    )
+    limits: list[tuple[int, str]] = []
+    if token.deadline_at:
+        millis = (
+            node.timeout_millis
+            if node is not None and node.timeout_millis
+            else token.deadline_at - token.started_at
+        )
+        limits.append((token.deadline_at, f"time limit (timeout={millis / 1000:g} s)"))
+    if node is not None and node.heartbeat_timeout_millis and token.lease_expires_at:
+        limit = f"heartbeat timeout (heartbeat_timeout={node.heartbeat_timeout_millis / 1000:g} s)"
+        limits.append((token.lease_expires_at, limit))
+    if not limits:
+        return said + "; it has no time limit: the wait lasts as long as its handler runs"
+    ends_at, limit = min(limits)
+    seconds = max(1, math.ceil((ends_at - now) / 1000))
+    return (
+        f"{said}; its {limit} runs out in {seconds} s of virtual time: "
+        f"env.advance(timedelta(seconds={seconds})) moves the clock there"
+    )
 
 
 async def _drop_schema(url: str, schema: str) -> None:
@@ -157,6 +214,10 @@ class WorkflowEnvironment:
         await self.server.start()
         self._started = True
         try:
+            # Made here, on the environment's loop, even with no workflow to register: grpc.aio
+            # binds a channel to the loop it is made on, and AsyncView.client (sync.py) reaches
+            # this client from other threads, whose first touch would bind it to their loop.
+            self.client  # noqa: B018
             for bp in self.workflows:
                 await self.client.register(bp)
             if self._needs_workers():
@@ -204,11 +265,16 @@ class WorkflowEnvironment:
         self._worker_ids.add(worker.worker_id)
         return worker
 
-    async def stop_worker(self, worker: Worker, timeout: float = 1.0) -> None:
-        """Stop ``worker``; a step it leaves running waits on its lease (which time skipping reaches)."""
+    async def stop_worker(self, worker: Worker, timeout: float = 1.0, *, crash: bool = False) -> None:
+        """Stop ``worker`` as ``Worker.close`` does: its running steps get ``timeout`` seconds,
+        then are cut and handed back (READY at once, no attempt spent), a local run's unreported
+        steps with them. ``crash=True`` stops it as a killed process would: the steps it leaves
+        running wait out their leases (which time skipping reaches) and count as failed attempts
+        ("lease expired (worker unreachable)"), a LOCAL_ASYNC run's unreported steps run again."""
         self._worker_ids.discard(worker.worker_id)
         if worker in self.workers:
             self.workers.remove(worker)
+        worker._crashing = crash
         await worker.close(timeout=timeout)
 
     def _needs_workers(self) -> bool:
@@ -257,8 +323,10 @@ class WorkflowEnvironment:
             if self.clock.now() >= target and not await self.skipper.busy():
                 return self.now()
             if time.monotonic() >= deadline:
+                running = await self._running(await self.skipper.live())
                 raise TimeoutError(
                     f"sleep: instances stayed busy for {timeout} s (real) at virtual {self.now().isoformat()}"
+                    + "".join(f"; {hint}" for hint in running)
                 )
             await asyncio.sleep(CHECK_SECONDS)
 
@@ -330,33 +398,62 @@ class WorkflowEnvironment:
         self, iid: str, status: str, waited: float, skipping: bool, gave_up: bool
     ) -> TimeoutError:
         """The TimeoutError of a wait that ends unfinished: where each token is and why it waits."""
-        waiting = self.skipper.waiting(await self.skipper.live())
         info = await self.client.get(iid)
-        where = (
-            ", ".join(
-                f"{t.node_id} {t.status}" + (f" (last error: {t.last_error})" if t.last_error else "")
-                for t in info.tokens
-            )
-            or "no tokens"
-        )
-        hint = "; ".join(
-            waiting.reasons
-            + [
-                f"no worker of this environment serves queue {q!r} (is its workflow in "
-                "workflows=[...] or start_worker([...])?)"
-                for q in self._unserved(info)
-            ]
-        )
         when = (
             f"after {waited:.1f} s (real): a step waited {UNSERVED_SECONDS:g} s on a queue nothing serves"
             if gave_up
             else f"after {waited:.1f} s (real)"
         )
         return TimeoutError(
-            f"instance {iid} is still {status} {when} at {where}"
-            + (f"; {hint}" if hint else "")
-            + ("" if skipping else "; time skipping is off: move the clock with advance()")
+            f"instance {iid} is still {status} {when} at {_where(info)}" + await self._why(info, skipping)
         )
+
+    async def _why(self, info: InstanceInfo, skipping: bool) -> str:
+        """Why the instance of ``info`` has not moved on, for a TimeoutError ("" if nothing is known):
+        a user task that waits on a person, a queue nobody serves, a step running on a worker
+        (which the clock does not jump over), time skipping being off."""
+        views = await self.skipper.live()
+        hints = self.skipper.waiting(views).reasons
+        hints += [
+            f"no worker of this environment serves queue {q!r} (is its workflow in "
+            "workflows=[...] or start_worker([...])?)"
+            for q in self._unserved(info)
+        ]
+        hints += await self._running(views, info.instance_id)
+        if not skipping:
+            hints.append("time skipping is off: move the clock with advance()")
+        return "".join(f"; {hint}" for hint in hints)
+
+    async def _running(self, views: Iterable[InstanceView], iid: str = "") -> list[str]:
+        """The steps of ``views`` running on a live worker of the environment, in words (those of
+        instance ``iid`` first, at most SHOWN_STEPS): while one runs the clock does not jump, for
+        any instance (skipping.py), so a wait on a hung handler lasts until its real timeout unless
+        the test moves the clock past the step's own time limit (``_running_hint``)."""
+        now = self.clock.now()
+        found: list[tuple[bool, Instance, Token, str]] = []
+        for view in views:
+            for token in view.tokens:
+                owner = token.local_run_owner or token.lease_owner
+                if token.status == TokenStatus.RUNNING and (
+                    self._live_worker(owner) or self._live_worker(token.lease_owner)
+                ):
+                    found.append((view.instance.id != iid, view.instance, token, owner))
+        found.sort(key=lambda item: item[0])  # the waited instance's own steps first
+        said: list[str] = []
+        for other, instance, token, owner in found[:SHOWN_STEPS]:
+            node = (await self._definition(instance)).nodes.get(token.node_id)
+            said.append(
+                _running_hint(token, node, owner, now, f" of instance {instance.id}" if other else "")
+            )
+        if len(found) > SHOWN_STEPS:
+            said.append(f"and {len(found) - SHOWN_STEPS} more steps running")
+        return said
+
+    async def _definition(self, instance: Instance | str) -> LoadedDefinition:
+        """The definition ``instance`` (or the instance of that id) runs: its workflow's version."""
+        if isinstance(instance, str):
+            instance = (await self.server.instances.get_instance(instance)).instance
+        return (await self.server.instances.get_workflow(instance.workflow, instance.version)).loaded
 
     async def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
         """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
@@ -389,10 +486,18 @@ class WorkflowEnvironment:
         Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
         never past the arrival: a deadline that starts at ``node`` has not run when this returns.
         For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
+        NotFound at once if the instance's workflow version has no node ``node`` (a node of a
+        sub-workflow is its child instance's).
         """
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
         skipping = self.time_skipping if skip is None else skip
         deadline = time.monotonic() + timeout
+        loaded = await self._definition(iid)
+        if node not in loaded.nodes:
+            raise NotFound(
+                f"workflow {loaded.definition.name!r} (version {loaded.version}) has no node {node!r}; "
+                f"its nodes: {_names([n.id for n in loaded.definition.nodes])}"
+            )
         while True:
             info = await self.client.get(iid)
             if any(t.node_id == node for t in info.tokens):
@@ -407,36 +512,51 @@ class WorkflowEnvironment:
             if skipping and await self.skipper.skip(hold=arrived):
                 continue
             if time.monotonic() >= deadline:
-                where = (
-                    ", ".join(
-                        f"{t.node_id} {t.status}" + (f" (last error: {t.last_error})" if t.last_error else "")
-                        for t in info.tokens
-                    )
-                    or "no tokens"
-                )
                 raise TimeoutError(
-                    f"instance {iid} did not reach {node!r} within {timeout} s; it is at {where}"
+                    f"instance {iid} did not reach {node!r} within {timeout} s; it is at {_where(info)}"
+                    + await self._why(info, skipping)
                 )
             await asyncio.sleep(CHECK_SECONDS)
 
     async def complete_user_task(
         self, instance_id: str | InstanceInfo, name: str, data: Any = None, *, wait: bool = True
     ) -> InstanceInfo:
-        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``)."""
+        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``).
+
+        NotFound at once, naming the user tasks there are, if the instance's workflow version has
+        no user task ``name`` (nothing would ever wait on it).
+        """
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
+        loaded = await self._definition(iid)
+        task = loaded.nodes.get(name)
+        if task is None or task.kind is not NodeKind.USER_TASK:
+            tasks = [n.id for n in loaded.definition.nodes if n.kind is NodeKind.USER_TASK]
+            raise NotFound(
+                f"workflow {loaded.definition.name!r} (version {loaded.version}) has no user task {name!r}"
+                + (f" ({name!r} is a {task.kind.value} node)" if task is not None else "")
+                + (f"; its user tasks: {_names(tasks)}" if tasks else "; it has no user task")
+            )
         if wait:
             await self.wait_for(iid, name)
         return await self.client.complete_user_task(iid, name, data)
 
     async def signal(
-        self, instance_id: str | InstanceInfo, name: str, data: Any = None, signal_id: str | None = None
+        self,
+        instance_id: str | InstanceInfo,
+        name: str,
+        data: Any = None,
+        signal_id: str | None = None,
+        *,
+        sender: str = "",
     ) -> SignalResult:
         """Send the signal ``name`` with ``data`` to the instance (``client.signal``); what it did.
 
         Sent at once, whether or not the instance waits for it yet (an early signal is buffered).
+        ``sender`` says who sent it, as for ``client.signal``: the history entry of a signal a wait
+        takes at once shows it (``(signal paid from billing)``).
         """
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
-        return await self.client.signal(iid, name, data, signal_id)
+        return await self.client.signal(iid, name, data, signal_id, sender=sender)
 
     async def create_schedule(
         self,

@@ -2,8 +2,9 @@
 
 The environment (server, workers, virtual clock) lives on an event loop of its own thread; each
 sync method runs the matching coroutine there and waits. ``env.aio`` offers the same methods as
-coroutines that can be awaited from *any* event loop (a pytest-asyncio test's, for instance), so
-one environment serves sync and async tests alike (the pytest plugin relies on it).
+coroutines that can be awaited from *any* event loop (a pytest-asyncio test's, for instance), and
+a client whose calls can be too, so one environment serves sync and async tests alike (the pytest
+plugin relies on it).
 
 The forwarded methods of both classes are generated from WorkflowEnvironment's by
 scripts/gen_testkit_faces.py (between its marker comments; tests/testkit/test_faces_drift.py
@@ -13,13 +14,15 @@ fails when they drift): the API is written once, in environment.py.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import threading
-from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ..client import Client, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
+from ..client import AsyncClient, Client, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
 from ..worker import Worker, WorkerOptions
 from ..workflow import Blueprint
 
@@ -138,9 +141,13 @@ class SyncWorkflowEnvironment:
         """Start one more in-process worker (for ``blueprints``, by default the environment's)."""
         return self._call(self.env.start_worker(blueprints, options))
 
-    def stop_worker(self, worker: Worker, timeout: float = 1.0) -> None:
-        """Stop ``worker``; a step it leaves running waits on its lease (which time skipping reaches)."""
-        self._call(self.env.stop_worker(worker, timeout))
+    def stop_worker(self, worker: Worker, timeout: float = 1.0, *, crash: bool = False) -> None:
+        """Stop ``worker`` as ``Worker.close`` does: its running steps get ``timeout`` seconds,
+        then are cut and handed back (READY at once, no attempt spent), a local run's unreported
+        steps with them. ``crash=True`` stops it as a killed process would: the steps it leaves
+        running wait out their leases (which time skipping reaches) and count as failed attempts
+        ("lease expired (worker unreachable)"), a LOCAL_ASYNC run's unreported steps run again."""
+        self._call(self.env.stop_worker(worker, timeout, crash=crash))
 
     def now(self) -> datetime:
         """The virtual time (UTC)."""
@@ -225,23 +232,37 @@ class SyncWorkflowEnvironment:
         Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
         never past the arrival: a deadline that starts at ``node`` has not run when this returns.
         For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
+        NotFound at once if the instance's workflow version has no node ``node`` (a node of a
+        sub-workflow is its child instance's).
         """
         return self._call(self.env.wait_for(instance_id, node, timeout, skip=skip))
 
     def complete_user_task(
         self, instance_id: str | InstanceInfo, name: str, data: Any = None, *, wait: bool = True
     ) -> InstanceInfo:
-        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``)."""
+        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``).
+
+        NotFound at once, naming the user tasks there are, if the instance's workflow version has
+        no user task ``name`` (nothing would ever wait on it).
+        """
         return self._call(self.env.complete_user_task(instance_id, name, data, wait=wait))
 
     def signal(
-        self, instance_id: str | InstanceInfo, name: str, data: Any = None, signal_id: str | None = None
+        self,
+        instance_id: str | InstanceInfo,
+        name: str,
+        data: Any = None,
+        signal_id: str | None = None,
+        *,
+        sender: str = "",
     ) -> SignalResult:
         """Send the signal ``name`` with ``data`` to the instance (``client.signal``); what it did.
 
         Sent at once, whether or not the instance waits for it yet (an early signal is buffered).
+        ``sender`` says who sent it, as for ``client.signal``: the history entry of a signal a wait
+        takes at once shows it (``(signal paid from billing)``).
         """
-        return self._call(self.env.signal(instance_id, name, data, signal_id))
+        return self._call(self.env.signal(instance_id, name, data, signal_id, sender=sender))
 
     def create_schedule(
         self,
@@ -289,7 +310,14 @@ class SyncWorkflowEnvironment:
 
 
 class AsyncView:
-    """A SyncWorkflowEnvironment's helpers as coroutines, awaitable from any event loop."""
+    """A SyncWorkflowEnvironment's helpers as coroutines, awaitable from any event loop.
+
+    The twin of WorkflowEnvironment for an async test on a fixture (``env = wiggle_env.aio``):
+    every method of the environment but its lifecycle (``start`` / ``stop`` belong to whoever
+    owns it), with the same parameters; what is a coroutine there is one here, and the clock
+    reads (``now``, ``now_millis``) are plain calls, as there. ``client`` is an AsyncClient whose
+    calls run on the environment's loop (``_EnvironmentClient``).
+    """
 
     def __init__(self, owner: SyncWorkflowEnvironment) -> None:
         self._owner = owner
@@ -300,6 +328,47 @@ class AsyncView:
     @property
     def _env(self) -> WorkflowEnvironment:
         return self._owner.env
+
+    # Written by hand: scripts/gen_testkit_faces.py forwards the environment's coroutines to the
+    # view, but not start_worker / stop_worker (its NOT_ON_THE_VIEW) nor the plain clock reads.
+    # tests/testkit/test_api_parity.py holds their parameters to the environment's.
+
+    @property
+    def target(self) -> str:
+        """host:port of the embedded server."""
+        return self._owner.target
+
+    @property
+    def client(self) -> AsyncClient:
+        """The environment's AsyncClient, its calls awaitable from any event loop.
+
+        ``await env.client.list(workflow=...)`` from the test's loop: each call runs on the
+        environment's own loop, where its channel lives (``_EnvironmentClient``). The
+        environment closes it when it stops (its workers share the channel): ``close`` does
+        nothing.
+        """
+        return cast(AsyncClient, _EnvironmentClient(self._owner))
+
+    async def start_worker(
+        self, blueprints: Iterable[Blueprint[Any]] | None = None, options: WorkerOptions | None = None
+    ) -> Worker:
+        """Start one more in-process worker (for ``blueprints``, by default the environment's).
+
+        It runs on the environment's loop: stop it with ``stop_worker``, not with its own methods.
+        """
+        return await self._await(self._env.start_worker(blueprints, options))
+
+    async def stop_worker(self, worker: Worker, timeout: float = 1.0, *, crash: bool = False) -> None:
+        """Stop ``worker`` (``WorkflowEnvironment.stop_worker``: handed back, or as a crash)."""
+        await self._await(self._env.stop_worker(worker, timeout, crash=crash))
+
+    def now(self) -> datetime:
+        """The virtual time (UTC)."""
+        return self._env.now()
+
+    def now_millis(self) -> int:
+        """The virtual time in epoch milliseconds (the unit of every timestamp in history)."""
+        return self._env.now_millis()
 
     # --- forwarded to WorkflowEnvironment: made by scripts/gen_testkit_faces.py, do not edit ---
     async def advance(self, delta: timedelta | float) -> datetime:
@@ -377,23 +446,37 @@ class AsyncView:
         Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
         never past the arrival: a deadline that starts at ``node`` has not run when this returns.
         For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
+        NotFound at once if the instance's workflow version has no node ``node`` (a node of a
+        sub-workflow is its child instance's).
         """
         return await self._await(self._env.wait_for(instance_id, node, timeout, skip=skip))
 
     async def complete_user_task(
         self, instance_id: str | InstanceInfo, name: str, data: Any = None, *, wait: bool = True
     ) -> InstanceInfo:
-        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``)."""
+        """Complete the user task ``name`` (waiting until the instance reaches it unless ``wait=False``).
+
+        NotFound at once, naming the user tasks there are, if the instance's workflow version has
+        no user task ``name`` (nothing would ever wait on it).
+        """
         return await self._await(self._env.complete_user_task(instance_id, name, data, wait=wait))
 
     async def signal(
-        self, instance_id: str | InstanceInfo, name: str, data: Any = None, signal_id: str | None = None
+        self,
+        instance_id: str | InstanceInfo,
+        name: str,
+        data: Any = None,
+        signal_id: str | None = None,
+        *,
+        sender: str = "",
     ) -> SignalResult:
         """Send the signal ``name`` with ``data`` to the instance (``client.signal``); what it did.
 
         Sent at once, whether or not the instance waits for it yet (an early signal is buffered).
+        ``sender`` says who sent it, as for ``client.signal``: the history entry of a signal a wait
+        takes at once shows it (``(signal paid from billing)``).
         """
-        return await self._await(self._env.signal(instance_id, name, data, signal_id))
+        return await self._await(self._env.signal(instance_id, name, data, signal_id, sender=sender))
 
     async def create_schedule(
         self,
@@ -438,3 +521,49 @@ class AsyncView:
         await self._await(self._env.assert_path(instance_id, expected))
 
     # --- end of the forwarded methods ---
+
+
+class _EnvironmentClient:
+    """``wiggle_env.aio.client``: the environment's AsyncClient, awaitable from any event loop.
+
+    grpc.aio binds a channel to the loop it was made on, and the environment's client lives on the
+    environment's loop (this module's thread): awaited from a test's loop, its calls fail with
+    "attached to a different loop". Here each coroutine method of AsyncClient runs there instead
+    and is awaited from the caller's loop, as AsyncView's helpers are; plain attributes
+    (``target``, ``patience``, ``credentials``) are the client's. Its ``channel`` and ``stub`` are
+    refused: they work on the environment's loop only. The environment makes the client when it
+    starts and closes it when it stops, so ``close`` and ``async with`` leave it open.
+    """
+
+    def __init__(self, owner: SyncWorkflowEnvironment) -> None:
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("channel", "stub"):
+            raise AttributeError(
+                f"wiggle_env.aio.client offers AsyncClient's calls, not {name!r}: the environment's "
+                "channel works on its own loop only (make an AsyncClient(wiggle_env.target) on yours)"
+            )
+        value = getattr(self._owner.env.client, name)
+        if not inspect.iscoroutinefunction(value):
+            return value
+        return self._forwarded(value)
+
+    def _forwarded(self, method: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., Awaitable[T]]:
+        @functools.wraps(method)
+        async def call(*args: Any, **kwargs: Any) -> T:
+            return await asyncio.wrap_future(self._owner._submit(method(*args, **kwargs)))
+
+        return call
+
+    async def close(self) -> None:
+        """Nothing: the environment closes its client when it stops."""
+
+    async def __aenter__(self) -> _EnvironmentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<AsyncClient of the test environment at {self._owner.target}, awaitable from any loop>"

@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -441,6 +441,38 @@ def handler_context_type(fn: Handler, default: type[Any]) -> type[Any]:
     return default
 
 
+class _Watched:
+    """An async handler's coroutine, awaited so that while it runs (between two of its awaits) the
+    stall guard knows it holds the event loop (``InlinePolicy.blocking``, as a sync handler run
+    inline): one that blocks (``time.sleep``, a blocking client) is named in the worker's log,
+    and the steps it holds are heartbeated from the guard's thread meanwhile (stall_guard.py).
+    Before, such a handler cost the other steps their leases without a word (a docs trial)."""
+
+    __slots__ = ("coro", "fn", "policy")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], fn: Handler, policy: InlinePolicy) -> None:
+        self.coro = coro
+        self.fn = fn
+        self.policy = policy
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, fn, policy = self.coro, self.fn, self.policy
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            policy.blocking = (time.perf_counter(), fn)
+            try:
+                yielded = coro.send(sent) if thrown is None else coro.throw(thrown)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                policy.blocking = None
+            try:
+                sent, thrown = (yield yielded), None
+            except BaseException as exc:  # noqa: BLE001 (a cancellation, passed on into the handler)
+                sent, thrown = None, exc
+
+
 def timed_call(
     policy: InlinePolicy, fn: Handler, args: tuple[object, ...], info: Step, inline: bool
 ) -> object:
@@ -521,7 +553,7 @@ class HandlerCaller:
         if loaded.blueprint.is_async[node_id]:
             token = _current_step.set(info)
             try:
-                result: object = await fn(*args)
+                result: object = await _Watched(fn(*args), fn, self.policy)
                 return result
             finally:
                 _current_step.reset(token)

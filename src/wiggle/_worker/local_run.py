@@ -97,6 +97,9 @@ class LocalRunEnv(NamedTuple):
     queues: frozenset[str]
     closing: Callable[[], bool]
     advance: AdvanceSupport
+    # True while the worker closes and hands back what its drain cuts (False: the test kit's
+    # crash, ``WorkflowEnvironment.stop_worker(crash=True)``, leaves it to the leases)
+    hands_back_cuts: Callable[[], bool] = lambda: False
 
 
 class _Abandon(Exception):
@@ -311,7 +314,7 @@ class LocalRun:
         except _Abandon:
             return None
         except asyncio.CancelledError:
-            if env.closing() and not self.flushing:  # the worker's drain ran out: this run is cut
+            if env.hands_back_cuts() and not self.flushing:  # the worker's drain ran out: cut
                 await self._hand_back_cut()
             raise
         finally:

@@ -12,6 +12,7 @@ for the loop (the auto policy sends such a handler back to the pool for good: ha
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -76,11 +77,18 @@ class StallGuard:
                 continue
             if self._told is not blocking:
                 self._told = blocking
+                how = (
+                    "an async handler that blocks: await asyncio.to_thread(...) for blocking calls, "
+                    "or make it a plain def"
+                    if inspect.iscoroutinefunction(fn)
+                    else "it runs inline"
+                )
                 log.warning(
-                    "handler %s has held the event loop for %.1f s (it runs inline): the worker's "
+                    "handler %s has held the event loop for %.1f s (%s): the worker's "
                     "steps wait for it; heartbeating them from a thread meanwhile",
                     getattr(fn, "__name__", fn),
                     held,
+                    how,
                 )
             try:
                 self._beat_due()

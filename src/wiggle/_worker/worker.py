@@ -110,6 +110,7 @@ class Worker:
         self._phase = "not started"
         self._running = False
         self._closing = False
+        self._crashing = False  # the test kit's stop_worker(crash=True): cuts left to their leases
         #: steps (or local runs) the last close cut at the end of its drain (wiggle worker exits
         #: at once then, not waiting for a sync handler's thread: wiggle/_cli/worker.py)
         self.cut_steps = 0
@@ -156,7 +157,8 @@ class Worker:
         self._caller.pool = ThreadPoolExecutor(
             opts.threads or opts.concurrency, thread_name_prefix="wiggle-step"
         )
-        if opts.sync_handlers != "thread":  # a handler may run inline: heartbeats while it holds the loop
+        has_async = any(any(bp.is_async.values()) for bp in self.blueprints)
+        if opts.sync_handlers != "thread" or has_async:  # a handler may hold the loop: heartbeat then
             self._guard = StallGuard(self._inline, heartbeats, self._blocking_client)
             self._guard.start()
         self._run_env = LocalRunEnv(
@@ -168,6 +170,7 @@ class Worker:
             queues=self.queues,
             closing=lambda: self._closing,
             advance=self._advance,
+            hands_back_cuts=self._hands_back_cuts,
         )
         poller = self._poller = Poller(
             transport,
@@ -352,8 +355,9 @@ class Worker:
                 return loaded, False
         return None, False
 
-    def _is_closing(self) -> bool:
-        return self._closing
+    def _hands_back_cuts(self) -> bool:
+        """Whether a step cut now is handed back (the worker is closing, and not as a crash)."""
+        return self._closing and not self._crashing
 
     async def _execute(self, act: pb.TaskActivation) -> None:
         """Run ``act`` in its slot, then each next step its report took in the same call
@@ -417,5 +421,5 @@ class Worker:
         if local:
             return LocalRun(self._run_env, loaded, act, next_queues).run()
         return run_server_step(
-            self._caller, self._reporter, self._heartbeats, loaded, act, next_queues, self._is_closing
+            self._caller, self._reporter, self._heartbeats, loaded, act, next_queues, self._hands_back_cuts
         )
