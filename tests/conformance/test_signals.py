@@ -60,7 +60,7 @@ async def test_signal_sent_early_is_buffered_then_consumed(harness: Harness, tra
     async with harness.server() as server:
         await server.client.register(bp)
         info = await server.client.start(bp, {})  # no worker yet: READY at "prepare"
-        sent = await server.client.signal(info.instance_id, "approved", {"by": "bob"}, "sig-1")
+        sent = await server.client.signal(info.instance_id, "approved", {"by": "bob"}, "sig-1", sender="bob")
         assert sent.outcome == "BUFFERED"
         assert [(s.name, s.data, s.signal_id) for s in sent.instance.pending_signals] == [
             ("approved", {"by": "bob"}, "sig-1")
@@ -70,9 +70,12 @@ async def test_signal_sent_early_is_buffered_then_consumed(harness: Harness, tra
         assert len(again.instance.pending_signals) == 1
         async with server.worker([bp], harness.options()):
             done = await harness.finish(server, info.instance_id)
+        history = await server.client.history(info.instance_id)
     assert done.status == "COMPLETED"
     assert done.context == {"prepared": True, "approval": {"by": "bob"}, "shipped": False}
     assert done.pending_signals == ()
+    # the sender of a buffered signal reaches the history too (it was dropped)
+    assert [e.worker_id for e in history if e.outcome == "SIGNALLED"] == ["(signal approved from bob)"]
     assert trace.steps == ["prepare", "ship"]
 
 

@@ -119,7 +119,10 @@ def signal(
             f"(the limit is {MAX_BUFFERED_SIGNALS}); the signal {name!r} was refused"
         )
     _remember(state, signal_id)
-    inst.signals = [*inst.signals, PendingSignal(name=name, data=data, signal_id=signal_id, sent_at=now)]
+    inst.signals = [
+        *inst.signals,
+        PendingSignal(name=name, data=data, signal_id=signal_id, sent_at=now, sender=sender),
+    ]
     inst.updated_at = now
     changes.instance_changed = True
     return SignalOutcome.BUFFERED, changes
@@ -166,6 +169,6 @@ def take_buffered(
             fail_instance(state, f"signal wait {node.id!r}: {exc}", now, changes, failed=token)
             return False
         token.started_at = now  # a buffered signal: the wait took no time
-        _deliver(state, token, node, merged, _sender(pending.name, ""), now, changes)
+        _deliver(state, token, node, merged, _sender(pending.name, pending.sender), now, changes)
         return True
     return False

@@ -158,6 +158,7 @@ class PendingSignal(msgspec.Struct):
     data: dict[str, Any]
     signal_id: str = ""
     sent_at: int = 0
+    sender: str = ""  # who sent it, for the history entry of the wait that takes it
 
 
 class RetryPoint(msgspec.Struct):
