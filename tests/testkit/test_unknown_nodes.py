@@ -92,3 +92,14 @@ async def test_a_long_list_of_nodes_is_cut_short() -> None:
         with pytest.raises(NotFound) as caught:
             await env.wait_for(info, "nope")
     assert str(caught.value).endswith("'nap19' and 11 more")
+
+
+def test_an_unknown_environment_setting_names_the_closest_one() -> None:
+    """``@pytest.mark.wiggle(workflow=[...])`` said "`ServerConfig` has no field 'workflow'", with
+    no word of the environment's own keywords (a docs trial)."""
+    from wiggle.testing import WorkflowEnvironment
+
+    with pytest.raises(TypeError, match=r"'workflow' \(did you mean 'workflows'\?\).*worker_options"):
+        WorkflowEnvironment(workflow=[])
+    with pytest.raises(TypeError, match=r"'lease_milis' \(did you mean 'lease_millis'\?\)"):
+        WorkflowEnvironment(lease_milis=5)

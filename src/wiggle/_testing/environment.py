@@ -10,6 +10,7 @@ before a deadline it set up fires. See docs/semantics.md#time-in-tests.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import math
 import time
 import uuid
@@ -131,6 +132,33 @@ async def _drop_schema(url: str, schema: str) -> None:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # a name we generated
 
 
+#: The environment's own keywords, beside the server's settings (``_unknown_settings``).
+_OWN_KEYWORDS = (
+    "workflows",
+    "workers",
+    "worker_options",
+    "database_url",
+    "database_schema",
+    "execution_mode",
+    "time_skipping",
+    "start",
+)
+
+
+def _unknown_settings(unknown: list[str], fields: tuple[str, ...]) -> str:
+    """The message for keywords neither the environment nor ServerConfig has (a typo in a
+    ``@pytest.mark.wiggle(...)``, say): each with the closest known name."""
+    known = (*_OWN_KEYWORDS, *fields)
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"unknown test environment setting(s): {', '.join(named)}; it takes "
+        f"{', '.join(_OWN_KEYWORDS)}, and the server's settings (ServerConfig fields, e.g. lease_millis)"
+    )
+
+
 class WorkflowEnvironment:
     """A server, workers and a client for testing workflows, on a clock the test controls.
 
@@ -176,6 +204,9 @@ class WorkflowEnvironment:
             schema = database_schema or f"wiggle_env_{uuid.uuid4().hex[:12]}"
             config = msgspec.structs.replace(config, database_url=database_url, database_schema=schema)
         if settings:
+            unknown = sorted(set(settings) - set(config.__struct_fields__))
+            if unknown:
+                raise TypeError(_unknown_settings(unknown, config.__struct_fields__))
             config = msgspec.structs.replace(config, **settings)
         self.server = WiggleServer(config, clock=self.clock)
         # A step a worker gives back for want of its handler waits 200 ms of the server's time
