@@ -136,24 +136,23 @@ def advance_run(
 def step_times(durations: Sequence[int], steps: int, claimed_at: int, now: int) -> list[tuple[int, int]]:
     """Each step's (started, ended) epoch ms from the worker's ``durations`` (ms, one per step of
     the batch), the batch ending ``now``: a LOCAL_ASYNC batch's steps ran back to back before its
-    flush, so step i ended the durations of the steps after it before ``now``. None starts before
-    the claim (``claimed_at``: the batch's first step, or the one after the last flush). An empty
-    list when the worker sent none or not one per step (an older worker, another language): the
-    history then charges the batch to its first step, as before.
+    flush, so step i ended the durations of the steps after it before ``now``, and began where the
+    step before it ended. The first begins at ``claimed_at`` (the claim, or the previous flush),
+    as a step's entry always has: a rate limit's claims can be read off the history. An empty list
+    when the worker sent none or not one per step (an older worker, another language): the history
+    then charges the batch to its first step, as before.
 
     Before, every step of a LOCAL_ASYNC batch but the first showed 0 ms in the history and in
     ``wiggle_step_duration_seconds`` (an outside operator trial)."""
     if len(durations) != steps or not steps:
         return []
-    times: list[tuple[int, int]] = []
+    ends: list[int] = []
     ended = now
     for millis in reversed(durations):
-        millis = max(int(millis), 0)
-        began = max(ended - millis, claimed_at)
-        times.append((min(began, ended), ended))
-        ended = began
-    times.reverse()
-    return times
+        ends.append(max(ended, claimed_at))
+        ended -= max(int(millis), 0)
+    ends.reverse()
+    return [(claimed_at if i == 0 else ends[i - 1], end) for i, end in enumerate(ends)]
 
 
 def resent_handback(state: InstanceState, task_id: str, applied: int, chained: Any) -> AdvanceOutcome:
