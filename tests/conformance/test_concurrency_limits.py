@@ -237,3 +237,28 @@ async def test_bad_limits_are_refused_when_the_workflow_is_built(harness: Harnes
             harness.define("bad").step(lambda ctx: ctx, name="s", concurrency=bad).build()
     with pytest.raises(InvalidArgument, match="wiggle.Limit"):
         Workflow.define("bad").step(lambda ctx: ctx, name="s", concurrency=1)  # type: ignore[arg-type]
+
+
+async def test_a_freed_slot_wakes_the_waiting_steps_when_its_report_chains_the_next(harness: Harness) -> None:
+    """The attempt that leaves a key's slot wakes the pollers of its queue. When its report also
+    leased the instance's next step on that queue (a chained step, SERVER mode's default), the
+    wake-up was dropped with the queue's announcement: the steps waiting for the slot sat until
+    some poll timed out (10 s per round by default; an outside flow-control trial: 30 instances,
+    2 slots of 0.4 s, 40.7 s against 2.3 s). With polls that wait 60 s, 12 instances through 2
+    slots finish in a few seconds, or at the test's timeout without it."""
+    import time
+
+    def hold(ctx):
+        time.sleep(0.1)
+        return {**ctx, "held": True}
+
+    bp = (
+        harness.define("freed-slot")
+        .step(hold, name="hold", concurrency=Limit(key="customer", max=2))
+        .step(lambda ctx: {**ctx, "after": True}, name="after")
+        .build()
+    )
+    async with harness.running([bp], harness.options(poll_wait_seconds=60.0, concurrency=8)) as (server, _):
+        infos = [await server.client.start(bp, {"customer": "c1"}) for _ in range(12)]
+        done = [await harness.finish(server, info.instance_id, timeout=30) for info in infos]
+    assert all(d.status == "COMPLETED" and d.context["after"] for d in done), done

@@ -77,6 +77,9 @@ def leave(token: Token, changes: Changes) -> None:
     queue are woken (a READY step of its key may be claimable now)."""
     if token.status == TokenStatus.RUNNING and (token.limit_key or token.queue_held):
         changes.ready_queues.add(token.queue)  # and a slot of its queue's limit (queue_held)
+        if changes.freed is None:
+            changes.freed = set()
+        changes.freed.add(token.queue)
     if token.limit_key:
         token.limit_key = ""
         token.limit_max = 0

@@ -298,6 +298,7 @@ class Changes:
         "instance_changed",
         "created",
         "handoffs",
+        "freed",
     )
 
     def __init__(self) -> None:
@@ -311,6 +312,9 @@ class Changes:
         # steps leased inside this transition to waiting pollers, delivered after the commit
         # (wiggle/_storage/handoff.py); None when there are none
         self.handoffs: list[Any] | None = None
+        # queues where an attempt left a limit's slot (limits.leave): their pollers must hear of
+        # it even when this transition leases its own next step there (delivery.py _unannounce)
+        self.freed: set[str] | None = None
 
     def absorb(self, later: Changes) -> None:
         """Add what a later transition of the same instance changed (one commit for both)."""
@@ -325,6 +329,8 @@ class Changes:
             if self.handoffs is None:
                 self.handoffs = []
             self.handoffs.extend(later.handoffs)
+        if later.freed:
+            self.freed = (self.freed or set()) | later.freed
 
 
 class InstanceState:

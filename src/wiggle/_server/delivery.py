@@ -45,7 +45,12 @@ def _leasable(token: Token, now: int) -> bool:
 
 def _unannounce(changes: Changes, queue: str) -> None:
     """A transition leased steps of ``queue`` itself: if none is left READY there, nobody needs
-    to be told of work on it."""
+    to be told of work on it, unless the transition also freed a limit's slot there: steps of
+    other instances waiting for that slot need their pollers woken. (A report that chained its
+    next step on the queue of a limited step once left them to the pollers' timeouts: 10 s stalls
+    per slot in SERVER mode, found by an outside flow-control trial.)"""
+    if changes.freed and queue in changes.freed:
+        return
     if not any(t.status == TokenStatus.READY and t.queue == queue for t in changes.tokens.values()):
         changes.ready_queues.discard(queue)
 
