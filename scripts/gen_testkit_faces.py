@@ -27,8 +27,9 @@ BEGIN = "    # --- forwarded to WorkflowEnvironment: made by scripts/gen_testkit
 END = "    # --- end of the forwarded methods ---\n"
 #: The environment's own lifecycle: each face has its own (the sync face's thread, the fixture).
 LIFECYCLE = {"start", "stop"}
-#: Not on AsyncView: the workers belong to whoever owns the environment, and the clock is read
-#: without a loop (``wiggle_env.now()``); tests/testkit/test_api_parity.py holds the same set.
+#: Not generated for AsyncView: its start_worker / stop_worker are written by hand in
+#: wiggle/_testing/sync.py (a worker started from the view runs on the environment's loop), as
+#: are its plain clock reads; tests/testkit/test_api_parity.py holds them to the environment's.
 NOT_ON_THE_VIEW = {"start_worker", "stop_worker"}
 LINE_LENGTH = 110  # pyproject.toml [tool.ruff]
 

@@ -1,9 +1,45 @@
-"""Wiggle for Python: a durable workflow engine with worker-side local execution modes.
+"""Wiggle for Python: a durable workflow engine.
 
-The public names load on first use (PEP 562), so ``import wiggle.client`` brings in the client
-and the workflow DSL but neither the engine, the stores nor the worker (tests/test_exports.py
-checks ``sys.modules``); ``from wiggle import Worker`` works as always.
+A workflow is a graph of plain Python functions (steps that chain, branch, loop, sleep, fork and
+rejoin, wait for a person or a signal, and retry). A server keeps every instance's state durable;
+workers run the steps; a client registers workflows and starts, reads, signals and cancels their
+instances::
+
+    from wiggle import Client, Workflow
+
+    def price(order: dict) -> dict:
+        return {**order, "total": order["quantity"] * 1250}
+
+    orders = Workflow.define("orders").step(price).build()   # a Blueprint
+
+    with Client("127.0.0.1:7233") as client:                 # a `wiggle server` there
+        client.register(orders)
+        started = client.start(orders, {"quantity": 3})
+        print(client.result(started).context)                # once a worker serves "orders"
+
+The main names:
+
+- ``Workflow`` builds a workflow (``Workflow.define(name, ContextType)``, then ``.step(...)``,
+  ``.choose(...)``, ``.sleep(...)``...); ``.build()`` makes its ``Blueprint``. ``RetryPolicy``,
+  ``Limit``, ``RateLimit`` and ``ExecutionMode`` configure it.
+- ``Client`` (blocking) and ``AsyncClient`` (asyncio) talk to a server; they return
+  ``InstanceInfo``, ``HistoryEntry``, ``WorkflowInfo``, ``ScheduleInfo``, ``SignalResult`` and
+  ``QueueInfo``.
+- ``Worker`` runs the steps of blueprints (``WorkerOptions``); ``Step.current()`` tells a handler
+  which step it runs.
+- Errors are ``WiggleError`` subclasses (``InvalidArgument``, ``NotFound``, ``WorkflowFailed``...);
+  a handler raises ``PermanentError`` to fail without retrying.
+- ``wiggle.testing`` runs workflows in tests, on a clock that skips idle time.
+
+The documentation (getting started, the workflow DSL, the API reference, operations) is in
+docs/ of the source repository, from docs/index.md (``mkdocs serve`` shows it as a site).
 """
+
+# The public names load on first use (PEP 562: ``__getattr__`` below), so ``import wiggle.client``
+# brings in the client and the workflow DSL but neither the engine, the stores nor the worker
+# (tests/test_exports.py checks ``sys.modules``); ``from wiggle import Worker`` works as always.
+# Each name is listed twice, for type checkers (TYPE_CHECKING) and for the loader (_WHERE), and
+# tests/test_exports.py holds the two lists to each other and to ``__all__``.
 
 from __future__ import annotations
 
@@ -21,17 +57,26 @@ if TYPE_CHECKING:
         HistoryEntry,
         InstanceInfo,
         InstanceStatus,
+        PendingSignalInfo,
+        QueueInfo,
+        QueueWorker,
         ScheduleInfo,
+        SignalResult,
         TokenInfo,
         TokenStatus,
         WorkflowInfo,
     )
     from .errors import (
+        AlreadyFinished,
+        ErrorCode,
         FailedPrecondition,
         InvalidArgument,
         NotFound,
         PermanentError,
+        PermissionDenied,
+        ResourceExhausted,
         RetryableError,
+        Unauthenticated,
         Unavailable,
         WiggleError,
         WorkflowFailed,
@@ -42,11 +87,13 @@ if TYPE_CHECKING:
 
 # Where each public name lives; loaded by __getattr__ on first use and then cached here.
 _WHERE: dict[str, str] = {
+    "AlreadyFinished": ".errors",
     "AsyncClient": ".client",
     "Blueprint": ".workflow",
     "Branch": ".workflow",
     "Client": ".client",
     "Credentials": ".client",
+    "ErrorCode": ".errors",
     "ExecutionMode": "._model",
     "FailedPrecondition": ".errors",
     "Handback": "._model",
@@ -58,13 +105,20 @@ _WHERE: dict[str, str] = {
     "RateLimit": "._model",
     "NodeKind": "._model",
     "NotFound": ".errors",
+    "PendingSignalInfo": ".client",
     "PermanentError": ".errors",
+    "PermissionDenied": ".errors",
+    "QueueInfo": ".client",
+    "QueueWorker": ".client",
+    "ResourceExhausted": ".errors",
     "RetryPolicy": "._model",
     "RetryableError": ".errors",
     "ScheduleInfo": ".client",
+    "SignalResult": ".client",
     "Step": ".worker",
     "TokenInfo": ".client",
     "TokenStatus": ".client",
+    "Unauthenticated": ".errors",
     "Unavailable": ".errors",
     "WiggleError": ".errors",
     "Worker": ".worker",
@@ -78,11 +132,13 @@ _WHERE: dict[str, str] = {
 
 __all__ = [
     "__version__",
+    "AlreadyFinished",
     "AsyncClient",
     "Blueprint",
     "Branch",
     "Client",
     "Credentials",
+    "ErrorCode",
     "ExecutionMode",
     "FailedPrecondition",
     "Handback",
@@ -94,13 +150,20 @@ __all__ = [
     "RateLimit",
     "NodeKind",
     "NotFound",
+    "PendingSignalInfo",
     "PermanentError",
+    "PermissionDenied",
+    "QueueInfo",
+    "QueueWorker",
+    "ResourceExhausted",
     "RetryPolicy",
     "RetryableError",
     "ScheduleInfo",
+    "SignalResult",
     "Step",
     "TokenInfo",
     "TokenStatus",
+    "Unauthenticated",
     "Unavailable",
     "WiggleError",
     "Worker",

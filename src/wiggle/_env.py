@@ -4,32 +4,47 @@ Every WIGGLE_* variable is declared once: the server's settings as ``ServerConfi
 (wiggle/_server/config.py), the worker's options as ``WorkerOptions`` fields
 (wiggle/_worker/options.py), what a client presents as ``Credentials`` fields
 (wiggle/_security/credentials.py), and the rest — the ``wiggle`` command's, the logging's, the
-hot paths' — in ``VARIABLES`` below. scripts/gen_settings_table.py makes docs/configuration.md's
-tables from these declarations, and tests/test_settings_home.py checks that nothing else in
-Wiggle reads ``os.environ`` (wiggle/_storage/postgres/db.py looks at libpq's own PG* variables,
-which are libpq's settings, not Wiggle's).
+hot paths' — in ``VARIABLES`` below (the benchmark's flags declare theirs in
+wiggle/_bench/arguments.py, and the test suite's few are ``DEVELOPMENT_VARIABLES``).
+scripts/gen_settings_table.py makes docs/configuration.md's tables from these declarations, and
+tests/test_settings_home.py checks that nothing else in Wiggle reads ``os.environ``
+(wiggle/_storage/postgres/db.py looks at libpq's own PG* variables, which are libpq's settings,
+not Wiggle's).
 
 An empty or unset variable means "use the default"; a malformed one is an error naming the
-variable and the value, never silently ignored.
+variable and the value, never silently ignored. A WIGGLE_* variable no declaration names (a
+misspelled one, an S too few) is read by nothing: ``wiggle server``, ``migrate`` and ``worker``
+warn about each at start (``unknown_variables``), naming the closest known one.
 """
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 __all__ = [
+    "DEVELOPMENT_VARIABLES",
     "EnvError",
+    "IMPL_CHOICES",
     "Variable",
     "VARIABLES",
     "child_environment",
     "environment",
     "env_int",
     "env_str",
+    "impl_choice",
+    "known_variables",
     "setting",
     "setting_int",
+    "unknown_variables",
+    "warn_unknown_variables",
 ]
+
+#: WIGGLE_IMPL's values (wiggle/_fast/__init__.py picks the hot paths by it, at import).
+IMPL_CHOICES = ("auto", "cython", "python")
 
 
 class EnvError(ValueError):
@@ -147,3 +162,111 @@ def setting_int(name: str, env: Mapping[str, str] | None = None) -> int:
     """The integer value of the declared variable ``name``, or its declared default; EnvError if
     the value is not an integer."""
     return env_int(name, int(VARIABLES[name].default), env)
+
+
+#: Variables only Wiggle's own test suite, CI and benchmark read, never a deployment: not in
+#: docs/configuration.md, but known, so a developer running the suite is not warned of them.
+#: Written without their WIGGLE_ prefix: tests/test_settings_home.py takes every WIGGLE_ name
+#: in src/ for one a deployment may set, with a home in a settings table, and these are not.
+DEVELOPMENT_VARIABLES: dict[str, str] = {
+    "WIGGLE_" + tail: where
+    for tail, where in (
+        ("TEST_POSTGRES", "tests/: run the PostgreSQL store's tests too (CI sets it)"),
+        ("TEST_DATABASE_URL", "tests/pg.py: the test suite's PostgreSQL server"),
+        ("REQUIRE_CYTHON", "tests/fast/test_selector.py: the compiled twins must load (cibuildwheel.toml)"),
+        ("CHROMIUM", "tests/dashboard/: the browser the dashboard's browser tests drive"),
+        ("CHROMEDRIVER", "tests/dashboard/: its driver"),
+        ("SCREENSHOTS", "tests/dashboard/: where those tests save their screenshots"),
+        ("BENCH_PARENT", "wiggle/_bench/e2e.py: set for the benchmark's own children"),
+    )
+}
+
+
+def impl_choice(env: Mapping[str, str] | None = None) -> str:
+    """WIGGLE_IMPL, trimmed and in lower case; EnvError when it is none of ``IMPL_CHOICES``.
+
+    wiggle/_fast reads the variable at import and raises ImportError for such a value (a
+    library's import cannot do better); the ``wiggle`` command asks here first, so a bad value
+    is a one-line error, exit 2, like every other malformed variable.
+    """
+    value = setting("WIGGLE_IMPL", env).lower()
+    if value not in IMPL_CHOICES:
+        raise EnvError(f"WIGGLE_IMPL must be one of {', '.join(IMPL_CHOICES)}, got {value!r}")
+    return value
+
+
+def _current_variables() -> frozenset[str]:
+    """The names a deployment sets today: the server's settings, the worker's options, what
+    clients present and ``VARIABLES`` (the ones a misspelling is likely to have meant)."""
+    # late: the settings classes import this module
+    import msgspec
+
+    from ._security.credentials import ENV_VARS
+    from ._server.config import SETTINGS
+    from ._worker.options import WorkerOptions
+
+    worker_prefix = "WIGGLE_WORKER_"  # wiggle/_cli/worker.py ENV_PREFIX
+    return frozenset(
+        {
+            *(variable for _, variable, _ in SETTINGS),
+            *(worker_prefix + f.name.upper() for f in msgspec.structs.fields(WorkerOptions)),
+            *ENV_VARS.values(),
+            *VARIABLES,
+        }
+    )
+
+
+def known_variables() -> frozenset[str]:
+    """Every WIGGLE_* name Wiggle reads anywhere: a deployment's (the server's settings, the
+    worker's options, what clients present, ``VARIABLES``), the server settings' older names, the
+    benchmark's flags (wiggle/_bench/arguments.py) and ``DEVELOPMENT_VARIABLES``
+    (tests/test_unknown_variables.py checks that every name src/ and docs/ mention is here)."""
+    from ._bench.arguments import _FLAGS as BENCH_FLAGS  # late, as above
+    from ._server.config import OLD_VARIABLES
+
+    bench = {variable for _, variable, _ in BENCH_FLAGS if variable}
+    return _current_variables() | {*OLD_VARIABLES, *bench, *DEVELOPMENT_VARIABLES}
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """Each variable of ``env`` (default: the process's) named WIGGLE_* in any case that Wiggle
+    does not read, with the known name closest to it ("" when none is close), in name order.
+
+    The closest name is looked for among a deployment's variables first (never an older name,
+    which would only warn again), then among the benchmark's and the test suite's. Names are
+    compared without the WIGGLE_ prefix they share: no name is "close" to WIGGLE_HOST for the
+    seven letters in front.
+    """
+    from ._server.config import OLD_VARIABLES  # late, as above
+
+    env = environment() if env is None else env
+    known = known_variables()
+    current = _current_variables()
+    prefix = len("WIGGLE_")
+    groups = [
+        {name[prefix:]: name for name in current},
+        {name[prefix:]: name for name in known - current - set(OLD_VARIABLES)},
+    ]
+    found = []
+    for name in sorted(env):
+        if not name.upper().startswith("WIGGLE_") or name in known:
+            continue
+        tail = name.upper()[prefix:]
+        close = ""
+        for tails in groups:
+            match = difflib.get_close_matches(tail, tails, n=1)
+            if match:
+                close = tails[match[0]]
+                break
+        found.append((name, close))
+    return found
+
+
+def warn_unknown_variables(log: logging.Logger, env: Mapping[str, str] | None = None) -> None:
+    """Log one warning for each variable ``unknown_variables`` finds (at a command's start)."""
+    for name, close in unknown_variables(env):
+        log.warning(
+            "%s is not a variable Wiggle reads; it is ignored (%s)",
+            name,
+            f"did you mean {close}?" if close else "docs/configuration.md lists them all",
+        )

@@ -298,24 +298,56 @@ NODE_CHECKS: dict[NodeKind, Callable[[Node, _Graph], None]] = {
 
 
 def _check_reachable(graph: _Graph) -> None:
-    """Every node is reachable from the start."""
+    """Every node is reachable from the start. When one is not because the start runs into a
+    cycle that nothing leaves, the cycle is what is reported: the END it keeps out of reach is
+    only its consequence (``_check_way_out``)."""
     start = graph.definition.start_node
     reachable = _closure([start], lambda n: _out_edges(graph.nodes[n]))
     for node in graph.definition.nodes:
         if node.id not in reachable:
+            _check_way_out(graph)
             raise InvalidArgument(f"node {node.id!r} is unreachable from the start node {start!r}")
 
 
-def _check_can_end(graph: _Graph) -> None:
-    """There is an END, and every node can reach one."""
+def _check_way_out(graph: _Graph) -> None:
+    """InvalidArgument naming the cycle if the start can reach no END node although there is one:
+    every path from the start then runs into a cycle with no way out of it (``a -> b -> a``).
+    (A workflow with no END at all is ``_check_can_end``'s to report.)"""
+    ends = [n.id for n in graph.definition.nodes if n.kind is NodeKind.END]
+    start = graph.definition.start_node
+    if not ends or start in _can_end(graph, ends):
+        return
+    path: list[str] = []
+    seen: dict[str, int] = {}
+    node = start
+    while node not in seen:  # every node but an END has an edge out (NODE_CHECKS), none to an END
+        seen[node] = len(path)
+        path.append(node)
+        node = _out_edges(graph.nodes[node])[0]
+    cycle = " -> ".join(repr(n) for n in [*path[seen[node] :], node])
+    lead = f"the start node {start!r} leads into {cycle}" if node != start else cycle
+    raise InvalidArgument(
+        f"workflow {graph.definition.name!r} can never end: {lead}, a cycle with no way out (no path "
+        "from it reaches an END node); give the loop an exit, e.g. a PREDICATE whose other edge "
+        "leads out of it"
+    )
+
+
+def _can_end(graph: _Graph, ends: list[str]) -> set[str]:
+    """The nodes from which one of ``ends`` can be reached."""
     reverse: dict[str, list[str]] = {n: [] for n in graph.nodes}
     for node in graph.definition.nodes:
         for target in _out_edges(node):
             reverse[target].append(node.id)
+    return _closure(ends, lambda n: reverse[n])
+
+
+def _check_can_end(graph: _Graph) -> None:
+    """There is an END, and every node can reach one."""
     ends = [n.id for n in graph.definition.nodes if n.kind is NodeKind.END]
     if not ends:
         raise InvalidArgument(f"workflow {graph.definition.name!r} has no END node")
-    can_end = _closure(ends, lambda n: reverse[n])
+    can_end = _can_end(graph, ends)
     for node in graph.definition.nodes:
         if node.id not in can_end:
             raise InvalidArgument(f"node {node.id!r} cannot reach an END node (an endless loop?)")

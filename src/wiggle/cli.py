@@ -2,9 +2,10 @@
 
 Exit codes: 0 success; 1 the instance FAILED or was CANCELLED (``start --wait``) or another
 error; 2 bad arguments (INVALID_ARGUMENT); 3 not found; 4 refused by the state
-(FAILED_PRECONDITION); 5 server unreachable or unavailable; 6 still running when ``--wait``'s
-``--timeout`` passed. Usage errors (argparse) are one line on stderr, exit 2. ``EXIT_CODES`` maps the
-``wiggle.errors.ErrorCode`` of an error to its exit code.
+(FAILED_PRECONDITION); 5 server unreachable or unavailable (for ``server`` and ``migrate``, their
+database); 6 still running when ``--wait``'s ``--timeout`` passed. Usage errors (argparse) are
+one line on stderr, exit 2. ``EXIT_CODES`` maps the ``wiggle.errors.ErrorCode`` of an error to
+its exit code.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import sys
 
 from ._cli.admin import cmd_bench
 from ._cli.parser import build_parser
-from ._env import EnvError
+from ._env import EnvError, impl_choice
 from .errors import ErrorCode, WiggleError
 
-__all__ = ["main", "build_parser", "EXIT_CODES"]
+__all__ = ["main", "build_parser", "EXIT_CODES", "DATABASE_VERBS"]
 
 EXIT_CODES = {
     ErrorCode.INVALID_ARGUMENT: 2,
@@ -30,12 +31,30 @@ EXIT_CODES = {
 }
 
 
+#: The verbs whose UNAVAILABLE is their database's, never a server's: they reach no server, so
+#: the hint names the database they tried (and --database-url), not --target.
+DATABASE_VERBS = ("server", "migrate")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wiggle`` command."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "bench":  # every later argument belongs to the benchmark's own parser
         return cmd_bench(argparse.Namespace(bench_args=argv[1:]))
-    args = build_parser().parse_args(argv)
+    try:
+        # the parser imports the hot paths (--version names them), which read WIGGLE_IMPL at
+        # import and could only raise ImportError: a bad value is refused here first, in one line
+        impl_choice()
+        parser = build_parser()
+    except EnvError as exc:
+        print(f"wiggle: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        if not str(exc).startswith("WIGGLE_IMPL="):  # a missing module: a traceback, as ever
+            raise
+        print(f"wiggle: {exc}", file=sys.stderr)  # cython asked for, not built (wiggle/_fast)
+        return 2
+    args = parser.parse_args(argv)
     args.argv = argv  # as given: `wiggle worker --processes N` runs N copies of the rest
     try:
         code = int(args.func(args))
@@ -48,19 +67,51 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except WiggleError as exc:
-        hint = ""
-        if exc.code is ErrorCode.UNAVAILABLE and getattr(args, "target", None) and args.command != "ready":
-            if "is a `wiggle server` running at" in str(exc):  # the client said where it looked
-                hint = " (choose another with --target or WIGGLE_TARGET)"
-            else:
-                hint = f" (is a `wiggle server` running at {args.target}? Choose another with --target or WIGGLE_TARGET)"
-        print(f"wiggle: {exc.code.name}: {exc}{hint}", file=sys.stderr)
+        url = _database_url(args)
+        text = str(exc)
+        if url and url in text:  # a message quoting the string libpq could not read: not its password
+            from ._server.config import without_password
+
+            text = text.replace(url, without_password(url))
+        print(f"wiggle: {exc.code.name}: {text}{_hint(args, exc, url)}", file=sys.stderr)
         return EXIT_CODES.get(exc.code, 1)
     except EnvError as exc:  # a malformed WIGGLE_* variable: bad input
         print(f"wiggle: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    """The database URL a verb that takes one was given (--database-url, else
+    WIGGLE_DATABASE_URL); "" for the others, and when none is set."""
+    if not hasattr(args, "database_url"):
+        return ""
+    from ._server.config import server_variable
+
+    return str(args.database_url or server_variable("database_url"))
+
+
+def _hint(args: argparse.Namespace, exc: WiggleError, url: str) -> str:
+    """Where an UNAVAILABLE verb looked, and the setting that chose it: the database for
+    ``DATABASE_VERBS`` (and any "database unavailable"), the server at --target for the rest
+    (not ``ready``, whose message names the URL it asked)."""
+    if exc.code is not ErrorCode.UNAVAILABLE:
+        return ""
+    if args.command in DATABASE_VERBS or str(exc).startswith("database unavailable"):
+        if not url:
+            return ""
+        from ._server.config import database_address
+
+        return (
+            f" (is PostgreSQL running at {database_address(url)}? "
+            "Choose another with --database-url or WIGGLE_DATABASE_URL)"
+        )
+    if not getattr(args, "target", None) or args.command == "ready":
+        return ""
+    if "is a `wiggle server` running at" in str(exc):  # the client said where it looked
+        return " (choose another with --target or WIGGLE_TARGET)"
+    return f" (is a `wiggle server` running at {args.target}? Choose another with --target or WIGGLE_TARGET)"
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, Union
+from typing import Any, Generic, TypeVar, Union, overload
 
 import msgspec
 
@@ -75,15 +75,50 @@ Duration = timedelta | float  # a time limit: a timedelta or seconds
 __all__ = ["Workflow", "Branch", "Blueprint", "HandlerKind"]
 
 C = TypeVar("C")
+S = TypeVar("S", bound=msgspec.Struct)
 B = TypeVar("B", bound="Branch[Any]")
 W = TypeVar("W", bound="Workflow[Any]")
 BranchSpec = Union["Branch[Any]", Callable[["Branch[Any]"], "Branch[Any] | None"], None]
+
+
+def _node_name(fn: Callable[..., Any], name: str | None) -> str:
+    """The name of the node ``fn`` runs: ``name`` if given, else the function's own name. A lambda
+    has none to give ("<lambda>" is refused as a name, as any other with characters outside the
+    set), nor has a callable object or a functools.partial: InvalidArgument asking for ``name=``."""
+    if name is not None:
+        return name
+    own = getattr(fn, "__name__", None)
+    if own == "<lambda>":
+        raise InvalidArgument(
+            "a lambda has no name to give its node: pass one with name=, e.g. "
+            '.step(lambda ctx: ctx, name="tidy")'
+        )
+    if not isinstance(own, str):
+        raise InvalidArgument(f"handler {fn!r} has no __name__ to name its node: pass one with name=")
+    return own
+
+
+def _check_not_generator(fn: Callable[..., Any], what: str) -> None:
+    """InvalidArgument if ``fn`` is a generator function (``def`` or ``async def`` with ``yield``):
+    calling it gives a generator, not a result, so every attempt of its step would fail
+    ("returned async_generator": wiggle/_worker/handlers.py). ``what`` names the node."""
+    if inspect.isasyncgenfunction(fn):
+        kind = "an async generator function"
+    elif inspect.isgeneratorfunction(fn):
+        kind = "a generator function"
+    else:
+        return
+    raise InvalidArgument(
+        f"{what}: its handler {getattr(fn, '__qualname__', fn)} is {kind} (it has `yield`), so a call "
+        "gives a generator, not a result; a handler returns its result (`return ctx`, or None)"
+    )
 
 
 def _check_one_argument(fn: Callable[..., Any], node_id: str) -> None:
     """InvalidArgument unless ``fn`` can be called with one argument, the context: a handler that
     cannot would fail every attempt of its step with a TypeError. Callables whose signature Python
     cannot tell (some builtins) are let through."""
+    _check_not_generator(fn, f"step {node_id!r}")
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -139,7 +174,7 @@ class Branch(Generic[C]):
     ) -> StepItem:
         if not callable(fn):
             raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
-        node_id = self._root._unique(validate_name(name or fn.__name__, "step name"))
+        node_id = self._root._unique(validate_name(_node_name(fn, name), "step name"))
         _check_one_argument(fn, node_id)
         if queue is not None:
             validate_name(queue, "queue")
@@ -319,6 +354,8 @@ class Branch(Generic[C]):
         last.join_name = self._root._unique(
             validate_name(name or last.name.replace("fork", "join", 1) or "join", "join name")
         )
+        if combine is not None:
+            _check_not_generator(combine, f"join {last.join_name!r}")
         last.combine = combine
         last.combine_queue = queue
         return self
@@ -459,6 +496,14 @@ def _retry_policy(retry: object) -> RetryPolicy | None:
     return retry
 
 
+def _is_context_type(context_type: object) -> bool:
+    """Whether a workflow's context may be of ``context_type``: ``dict`` or a msgspec.Struct
+    subclass (what a worker decodes a context into: wiggle/_worker/handlers.py)."""
+    return context_type is dict or (
+        isinstance(context_type, type) and issubclass(context_type, msgspec.Struct)
+    )
+
+
 def _input_keys(input_keys: object) -> tuple[str, ...] | None:
     """``sub_workflow``'s ``input_keys`` as a tuple of key names (None: all keys), else InvalidArgument.
 
@@ -493,16 +538,44 @@ class Workflow(Branch[C]):
         self._step_timeout = 0  # the steps' default start-to-close limit (ms, 0: none)
         self._concurrency: Limit | None = None  # live instances per key (docs/flow-control.md)
 
+    # What the type checker sees says what ``define`` accepts: no type or ``dict`` is a
+    # Workflow[dict[str, Any]] (``bp = Workflow.define("x").step(f).build()`` needs no annotation
+    # under mypy --strict), a msgspec.Struct subclass S a Workflow[S]; anything else (a TypedDict, a
+    # dataclass), refused when the workflow is defined, is an error before it runs.
+    @overload
     @classmethod
     def define(
         cls,
         name: str,
-        context_type: type[C] = dict,  # type: ignore[assignment]
+        context_type: type[dict[Any, Any]] = ...,
         *,
         timeout: Duration | None = None,
         step_timeout: Duration | None = None,
         concurrency: Limit | None = None,
-    ) -> Workflow[C]:
+    ) -> Workflow[dict[str, Any]]: ...
+
+    @overload
+    @classmethod
+    def define(
+        cls,
+        name: str,
+        context_type: type[S],
+        *,
+        timeout: Duration | None = None,
+        step_timeout: Duration | None = None,
+        concurrency: Limit | None = None,
+    ) -> Workflow[S]: ...
+
+    @classmethod
+    def define(
+        cls,
+        name: str,
+        context_type: type[Any] = dict,
+        *,
+        timeout: Duration | None = None,
+        step_timeout: Duration | None = None,
+        concurrency: Limit | None = None,
+    ) -> Workflow[Any]:
         """Begin a workflow whose context is ``context_type``: a ``msgspec.Struct`` subclass or ``dict``.
 
         ``timeout`` (a timedelta or seconds): an instance still running that long after its start
@@ -514,9 +587,7 @@ class Workflow(Branch[C]):
         (``queue``), is cancelled (``cancel_newest``) or cancels the oldest live ones
         (``cancel_oldest``); part of the version (docs/flow-control.md#workflow-concurrency).
         """
-        if context_type is not dict and not (
-            isinstance(context_type, type) and issubclass(context_type, msgspec.Struct)
-        ):
+        if not _is_context_type(context_type):
             raise InvalidArgument(
                 f"context type must be dict or a msgspec.Struct subclass, got {context_type!r}"
             )

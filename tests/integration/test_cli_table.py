@@ -72,7 +72,7 @@ TABLE = [
     # start
     ("start unknown workflow", ["start", "no-such-workflow"], 3, "'no-such-workflow' is not registered", "server"),
     ("start context not JSON", ["start", PARKED.name, "--context", "{oops"], 2, "--context is not valid JSON", None),
-    ("start context not an object", ["start", PARKED.name, "--context", "[1]"], 2, "must be a JSON object", "server"),
+    ("start context not an object", ["start", PARKED.name, "--context", "[1]"], 2, "context must be a dict (a JSON object)", "server"),
     ("start context @missing-file", ["start", PARKED.name, "--context", "@{missing}"], 2, "no-such-file.json", None),
     ("start bad --from-file line", ["start", PARKED.name, "--from-file", "{bad_jsonl}"], 2, "line 2 must be a JSON object", None),
     ("start missing --from-file", ["start", PARKED.name, "--from-file", "{missing}"], 2, "no-such-file.json", None),

@@ -73,6 +73,8 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ),
         (["cli_worker_flows:ALL"], {"WIGGLE_WORKER_USE_LOCAL_MODES": "maybe"}, "must be true or false"),
         (["cli_worker_flows:ALL", "--processes", "0"], {}, "--processes must be 1 or more"),
+        # a token without TLS: a traceback before (the docs trial)
+        (["cli_worker_flows:ALL"], {"WIGGLE_TOKEN": "t0ken"}, "a token is only sent over TLS"),
     ],
 )
 def test_bad_input_is_exit_2_and_one_line(

@@ -43,6 +43,16 @@ async def test_a_result_that_times_out_says_where_the_instance_waits(blocking: b
                 "is still RUNNING after 1.0 s: step 'price' is READY on queue 'orders', attempt 1 "
                 "(is a worker serving queue 'orders'?)"
             ), said
+            # a worker polls the queue but has no handler: its give-back says so, not a guess
+            other = (
+                Workflow.define("other-orders").step(lambda ctx: ctx, name="other", queue="orders").build()
+            )
+            async with Worker(
+                server.target, [other], WorkerOptions(worker_id="w-old", poll_wait_seconds=1.0)
+            ):
+                said = await timed_out(client, UNSERVED, 3.0)
+            assert "(last error: worker w-old has no handler for node 'price'" in said, said
+            assert "is a worker serving" not in said, said
             worker = Worker(
                 server.target,
                 [RUNNING],

@@ -101,3 +101,17 @@ def test_the_readme_table_is_the_one_the_declaration_makes() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+async def test_the_start_line_says_whether_join_diffs_are_on(caplog: pytest.LogCaptureFixture) -> None:
+    """A rolling switch of --join-diffs needs to see which servers have it (an upgrade trial could
+    tell only from the join rows in the database)."""
+    from wiggle.testing import EmbeddedServer
+
+    with caplog.at_level(logging.INFO, logger="wiggle.server"):
+        async with EmbeddedServer(join_diffs=True):
+            pass
+        async with EmbeddedServer():
+            pass
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("wiggle server on")]
+    assert len(lines) == 2 and lines[0].endswith(", join diffs on)") and "join diffs" not in lines[1], lines

@@ -12,6 +12,7 @@ import socket
 import pytest
 from ports import free_port
 
+from wiggle import FailedPrecondition
 from wiggle._server.app import WiggleServer
 from wiggle._server.config import ServerConfig
 
@@ -28,7 +29,7 @@ async def test_a_start_refused_its_http_port_closes_the_grpc_port_it_had_opened(
         taken.bind(("127.0.0.1", http_port))
         taken.listen()
         server = WiggleServer(ServerConfig(host="127.0.0.1", port=0, http_port=http_port))
-        with pytest.raises(OSError):
+        with pytest.raises(FailedPrecondition, match="--http-port"):  # one line, exit 4 from the CLI
             await server.start()
     assert server.port > 0  # the gRPC port had been bound and served
     assert not _answers(server.port)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -83,3 +84,15 @@ def test_a_workflow_not_built_is_refused_naming_build() -> None:
         Worker("127.0.0.1:1", [BP, unbuilt])  # type: ignore[list-item]
     with pytest.raises(TypeError, match=r"blueprints\[0\] is a str"):
         Worker("127.0.0.1:1", ["orders"])  # type: ignore[list-item]
+
+
+def test_a_queue_no_blueprint_uses_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    """``--queues paymnets`` served nothing and said nothing (a docs trial)."""
+    with caplog.at_level(logging.WARNING, logger="wiggle.worker"):
+        Worker("127.0.0.1:1", [BP], WorkerOptions(queues=["opts", "paymnets"]))
+    (line,) = [r.getMessage() for r in caplog.records if "no step of its blueprints uses" in r.getMessage()]
+    assert "'paymnets'" in line and "(theirs: opts)" in line, line
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wiggle.worker"):
+        Worker("127.0.0.1:1", [BP], WorkerOptions(queues=["opts"]))
+    assert not [r for r in caplog.records if "no step of its blueprints uses" in r.getMessage()]

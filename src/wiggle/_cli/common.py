@@ -15,6 +15,7 @@ from ..errors import InvalidArgument
 from .views import when
 
 __all__ = [
+    "QUIET_FLAG",
     "print_json",
     "print_instance",
     "json_arg",
@@ -22,6 +23,14 @@ __all__ = [
     "seconds_arg",
     "positive_seconds_arg",
 ]
+
+
+#: Given to each process of ``wiggle server --processes N`` and ``wiggle worker --processes N``:
+#: their parent warned of the unknown WIGGLE_* variables they share (wiggle/_env.py
+#: unknown_variables), so they do not again, N times over. Not in --help: it is no setting. Its
+#: "--no-" keeps every abbreviation that worked before working: "--no-" was ambiguous already in
+#: ``wiggle worker`` (--no-register, --no-use-local-modes), and no server flag starts "--n".
+QUIET_FLAG = "--no-variable-warnings"
 
 
 def seconds_arg(text: str) -> float:

@@ -5,20 +5,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import enum
+import logging
 import signal
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
 from .._engine.state import InstanceStatus
-from .._env import child_environment
+from .._env import child_environment, warn_unknown_variables
 from .._logging import configure_logging
 from ..errors import InvalidArgument
+from .common import QUIET_FLAG
 
 if TYPE_CHECKING:
     from .._server.app import WiggleServer
 
 __all__ = ["cmd_server", "cmd_migrate", "cmd_demo"]
+
+log = logging.getLogger("wiggle.server")
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -29,6 +33,8 @@ def cmd_server(args: argparse.Namespace) -> int:
     values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
     config = from_mapping(values)
     configure_logging()
+    if not getattr(args, "no_variable_warnings", False):
+        warn_unknown_variables(log)  # a misspelled setting is read by nothing: say so, once
     if config.processes > 1:
         if not config.database_url:
             raise InvalidArgument("--processes > 1 needs a PostgreSQL database (--database-url)")
@@ -50,7 +56,7 @@ def _run_processes(n: int) -> int:
     """
     env = child_environment(WIGGLE_PROCESSES="1", WIGGLE_REUSE_PORT="1")
     # argparse keeps the last value of a repeated flag: the children each run one process.
-    argv = [*sys.argv[1:], "--processes", "1"]
+    argv = [*sys.argv[1:], "--processes", "1", QUIET_FLAG]
     children = [subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(n)]
 
     def forward(signum: int, _frame: object) -> None:
@@ -74,6 +80,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     configure_logging()
     config = from_mapping({"database_url": args.database_url, "database_schema": args.database_schema})
+    warn_unknown_variables(log)  # a misspelled WIGGLE_DATABASE_SCHEMA would migrate another schema
     if not config.database_url:
         raise InvalidArgument("migrate needs --database-url or WIGGLE_DATABASE_URL")
     from .._storage.postgres import migrate
@@ -188,6 +195,7 @@ def add_parsers(sub: Any) -> None:
     for old, field in OLD_FLAGS.items():  # older names, kept working: they warn
         new = flag_name(field)
         p.add_argument(old, dest=field, default=None, action=_deprecated(old, new), help=f"deprecated: {new}")
+    p.add_argument(QUIET_FLAG, action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_server)
 
     p = sub.add_parser(

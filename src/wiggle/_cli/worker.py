@@ -25,9 +25,10 @@ from typing import Any
 
 import msgspec
 
-from .._env import EnvError, child_environment, environment, setting
+from .._env import EnvError, child_environment, environment, setting, warn_unknown_variables
+from .._logging import configure_logging
 from ..errors import InvalidArgument
-from .common import credentials_from_args
+from .common import QUIET_FLAG, credentials_from_args
 
 log = logging.getLogger("wiggle.worker")
 
@@ -138,6 +139,7 @@ def add_parsers(sub: Any) -> None:
                 default=None,
                 help=f"[{var}]",
             )
+    p.add_argument(QUIET_FLAG, action="store_true", help=argparse.SUPPRESS)  # --processes' children
     p.set_defaults(func=cmd_worker)
 
 
@@ -161,8 +163,17 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         options = WorkerOptions(**values)
         check_options(options)
     except ValueError as exc:
-        raise InvalidArgument(str(exc)) from None
+        raise InvalidArgument(_named(str(exc))) from None
     return options
+
+
+def _named(message: str) -> str:
+    """check_options' message (``poll_wait_seconds must be ...``, a field's name first) with the
+    option and the variable that set it in front, as ``wiggle server`` names its settings."""
+    field = message.split(" ", 1)[0]
+    if field not in {f.name for f in _fields()}:
+        return message
+    return f"--{field.replace('_', '-')} ({ENV_PREFIX}{field.upper()}): {message}"
 
 
 def blueprints_at(path: str) -> list[Any]:
@@ -244,6 +255,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
     blueprints = [bp for path in paths for bp in blueprints_at(path)]
     options = options_from(args)  # checked here, before any process starts
+    # as Worker.run() would (after the blueprints' imports: a program's own setup wins), so the
+    # warnings below are formatted as the worker's other lines
+    configure_logging(only_if_unconfigured=True)
+    if not getattr(args, "no_variable_warnings", False):  # not a child of --processes N: its parent warned
+        warn_unknown_variables(log)
     if options.metrics_port and options.metrics_port + processes - 1 > 65535:
         raise InvalidArgument(
             f"--metrics-port {options.metrics_port} with --processes {processes}: process i serves on "
@@ -310,7 +326,9 @@ def _supervise(given: list[str], processes: int, http_port: int, worker_id: str 
             own = {ENV_PREFIX + "METRICS_PORT": str(http_port + i)} if http_port else {}
             # the option last: it wins over any spelling of it left in argv (an abbreviation)
             named = [f"--worker-id={worker_id}-{i}"] if worker_id else []
-            child = subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv, *named], env={**env, **own})
+            child = subprocess.Popen(
+                [sys.executable, "-m", "wiggle.cli", *argv, *named, QUIET_FLAG], env={**env, **own}
+            )
             children.append(child)
             for signum in list(forwarded):  # it came while this child was being made: pass it on
                 child.send_signal(signum)

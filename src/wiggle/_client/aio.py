@@ -33,6 +33,7 @@ from ..errors import Unavailable
 from ..workflow import Blueprint
 from . import core
 from .batching import AsyncStartBatcher, only_start
+from .hosting import refuse_on_servers_loop
 from .start_stream import AsyncStartStream
 from .targets import join_targets
 from .types import HistoryEntry, InstanceInfo, QueueInfo, ScheduleInfo, SignalResult, WorkflowInfo
@@ -63,12 +64,13 @@ class AsyncClient:
         channel: grpc.aio.Channel | None = None,
         *,
         credentials: Credentials | None = None,
-        patience: float = core.CALL_TIMEOUT,
+        patience: timedelta | float = core.CALL_TIMEOUT,
     ) -> None:
-        if patience < 0:
+        seconds = core.seconds_of(patience, "patience")
+        if seconds < 0:
             raise ValueError(f"patience must be >= 0 seconds (0: never ask again), got {patience}")
         #: seconds a call safe to repeat is asked again while the server is away (class docstring)
-        self.patience = patience
+        self.patience = seconds
         # several targets (a list or "a:1,b:2"): one channel that moves to another when one is down
         self.target = join_targets(target)
         #: TLS and token settings; by default from WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
@@ -107,7 +109,10 @@ class AsyncClient:
         await self.close()
 
     async def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
-        # rpc is a stub method (untyped generated code); the caller converts the reply it returns
+        # rpc is a stub method (untyped generated code); the caller converts the reply it returns.
+        # The blocking client's call on the loop its own server runs on could never be answered:
+        # refused at once (wiggle/_client/hosting.py; a call that awaits is let through)
+        refuse_on_servers_loop(self._channel, self.target)
         try:
             reply = await rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
         except grpc.RpcError as exc:
@@ -183,6 +188,7 @@ class AsyncClient:
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
+        refuse_on_servers_loop(self._channel, self.target)  # as _call: a start may go on the stream
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
             if tracing.active():  # the call carries this start's own trace context: sent alone
                 send = self._start_one
@@ -284,29 +290,41 @@ class AsyncClient:
                     raise exc if self._reached else core.never_reached(exc, self.target) from None
                 await core.apause(pause)
 
-    async def get(self, instance_id: str) -> InstanceInfo:
-        """The instance as it is now."""
-        reply = await self._call_again(self.stub.GetInstance, pb.GetInstanceRequest(instance_id=instance_id))
-        return instance_from_pb(reply)
+    async def get(self, instance_id: str | InstanceInfo) -> InstanceInfo:
+        """The instance as it is now (``instance_id``: its id, or an InstanceInfo of it)."""
+        request = pb.GetInstanceRequest(instance_id=core.instance_id_of(instance_id))
+        return instance_from_pb(await self._call_again(self.stub.GetInstance, request))
 
-    async def wait(self, instance_id: str, timeout: float = 60.0) -> InstanceInfo:
-        """Wait until the instance finishes (any status) or ``timeout`` passes; returns the snapshot.
+    async def wait(
+        self,
+        instance_id: str | InstanceInfo,
+        timeout: timedelta | float = 60.0,
+    ) -> InstanceInfo:
+        """Wait until the instance finishes (any status) or ``timeout`` (a timedelta or seconds)
+        passes; returns the snapshot.
 
         A server that is away (stopping, restarting: UNAVAILABLE) is asked again, with pauses, until
         ``timeout``; Unavailable is raised only if it is still away then, or after 3 s by a client
         that has never reached its server (a wrong target), or at once with ``patience=0``."""
-        clock = core.WaitClock(timeout)
+        iid = core.instance_id_of(instance_id)
+        clock = core.WaitClock(core.seconds_of(timeout, "timeout"))
         while True:
             reply = await self._again_while_away(
-                lambda: self._call(self.stub.GetInstance, *clock.request(instance_id)), clock
+                lambda: self._call(self.stub.GetInstance, *clock.request(iid)), clock
             )
             info = instance_from_pb(reply)
             if clock.done(info):
                 return info
 
-    async def result(self, instance_id: str, timeout: float = 60.0) -> InstanceInfo:
-        """Wait for completion; raise WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if still running."""
-        return core.check_result(await self.wait(instance_id, timeout), timeout)
+    async def result(
+        self,
+        instance_id: str | InstanceInfo,
+        timeout: timedelta | float = 60.0,
+    ) -> InstanceInfo:
+        """Wait for completion (``timeout``: a timedelta or seconds); raise WorkflowFailed if it
+        FAILED or was CANCELLED, TimeoutError if still running."""
+        seconds = core.seconds_of(timeout, "timeout")
+        return core.check_result(await self.wait(instance_id, seconds), seconds)
 
     async def list(
         self,
@@ -337,22 +355,37 @@ class AsyncClient:
         reply = await self._call_again(self.stub.ListInstances, request)
         return [instance_from_pb(i) for i in reply.instances], reply.next_page_token
 
-    async def cancel(self, instance_id: str, reason: str = "cancelled") -> tuple[InstanceInfo, bool]:
+    async def cancel(
+        self,
+        instance_id: str | InstanceInfo,
+        reason: str = "cancelled",
+    ) -> tuple[InstanceInfo, bool]:
         """Cancel a running instance; (snapshot, changed). A finished instance is left as it is.
 
         ``changed`` is False when the instance had finished already — also when this call was
         asked again across a server restart and its first try had cancelled it."""
-        request = pb.CancelInstanceRequest(instance_id=instance_id, reason=reason)
+        request = pb.CancelInstanceRequest(instance_id=core.instance_id_of(instance_id), reason=reason)
         reply = await self._call_again(self.stub.CancelInstance, request)
         return instance_from_pb(reply.instance), reply.changed
 
-    async def complete_user_task(self, instance_id: str, name: str, data: Any = None) -> InstanceInfo:
+    async def complete_user_task(
+        self,
+        instance_id: str | InstanceInfo,
+        name: str,
+        data: Any = None,
+    ) -> InstanceInfo:
         """Complete the user task ``name``; ``data`` (a dict) merges into the context."""
         request = core.complete_user_task_request(instance_id, name, data)
         return instance_from_pb(await self._call(self.stub.CompleteUserTask, request))
 
     async def signal(
-        self, instance_id: str, name: str, data: Any = None, signal_id: str | None = None, *, sender: str = ""
+        self,
+        instance_id: str | InstanceInfo,
+        name: str,
+        data: Any = None,
+        signal_id: str | None = None,
+        *,
+        sender: str = "",
     ) -> SignalResult:
         """Send the signal ``name`` with ``data`` (a dict) to an instance (docs/semantics.md#signal).
 
@@ -369,7 +402,7 @@ class AsyncClient:
 
     async def retry(
         self,
-        instance_id: str,
+        instance_id: str | InstanceInfo,
         *,
         from_node: str = "",
         context: Any = None,
@@ -385,9 +418,10 @@ class AsyncClient:
         request = core.retry_request(instance_id, from_node, context, requested_by)
         return instance_from_pb(await self._call(self.stub.RetryInstance, request))
 
-    async def history(self, instance_id: str) -> builtins.list[HistoryEntry]:
+    async def history(self, instance_id: str | InstanceInfo) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""
-        reply = await self._call_again(self.stub.GetHistory, pb.GetHistoryRequest(instance_id=instance_id))
+        request = pb.GetHistoryRequest(instance_id=core.instance_id_of(instance_id))
+        reply = await self._call_again(self.stub.GetHistory, request)
         return [history_from_pb(e) for e in reply.entries]
 
     # ------------------------------------------------------------------ schedules
@@ -398,7 +432,7 @@ class AsyncClient:
         workflow: str | Blueprint[Any],
         context: Any = None,
         *,
-        every: float | None = None,
+        every: timedelta | float | None = None,
         cron: str = "",
         timezone: str = "UTC",
         version: str = "",
@@ -408,7 +442,7 @@ class AsyncClient:
         paused: bool = False,
         priority: int = 0,
     ) -> ScheduleInfo:
-        """Start an instance of ``workflow`` every ``every`` seconds or on a 5-field ``cron``.
+        """Start an instance of ``workflow`` every ``every`` (a timedelta or seconds) or on a 5-field ``cron``.
 
         ``timezone`` is an IANA zone for cron; ``overlap`` is SKIP, BUFFER_ONE or ALLOW (what a
         tick does while the previous instance runs); ``catchup`` is NONE, LAST or ALL (up to
@@ -437,7 +471,7 @@ class AsyncClient:
         workflow: str | Blueprint[Any],
         context: Any = None,
         *,
-        every: float | None = None,
+        every: timedelta | float | None = None,
         cron: str = "",
         timezone: str = "UTC",
         version: str = "",

@@ -27,6 +27,8 @@ from ..workflow import Blueprint, Workflow
 from .types import InstanceInfo
 
 __all__ = [
+    "instance_id_of",
+    "seconds_of",
     "never_reached",
     "where_it_waits",
     "DEFAULT_TARGET",
@@ -67,12 +69,28 @@ MAX_WAIT_SLICE = 30.0  # one GetInstance wait; the server caps it too (wiggle/_s
 _encode_json = msgspec.json.Encoder().encode
 
 
-def _context_json(context: Any, what: str = "the context") -> bytes:
+def _context_json(context: Any, what: str = "the context", argument: str | None = None) -> bytes:
     """``context`` as JSON; InvalidArgument if it holds a NaN or an infinity, which JSON would
-    store as null (wiggle/_json_values.py), naming ``what`` and where in it."""
+    store as null (wiggle/_json_values.py), naming ``what`` and where in it. With ``argument``
+    (a start's context), also if it is not an object, naming that argument (``_as_object``)."""
     if context is None:
         return b""
-    return _checked_json(msgspec.to_builtins(context), what)
+    builtins = msgspec.to_builtins(context) if argument is None else _as_object(context, argument)
+    return _checked_json(builtins, what)
+
+
+def _as_object(value: Any, argument: str) -> Any:
+    """``value`` (a dict, a msgspec.Struct, a dataclass...) as builtins; InvalidArgument naming
+    ``argument`` unless it is a JSON object. The server refuses anything else too, but by its wire
+    field (``context_json must be a JSON object, got list``: wiggle/_wire/payload.py), which names
+    nothing the caller wrote. (A signal's or a user task's data and a resume's context are left
+    to the server: tests/conformance/test_signals.py and test_resume.py hold its refusal.)"""
+    builtins = msgspec.to_builtins(value)
+    if not isinstance(builtins, dict):
+        raise InvalidArgument(
+            f"{argument} must be a dict (a JSON object) or a msgspec.Struct, got {type(value).__name__}"
+        )
+    return builtins
 
 
 def _checked_json(builtins: Any, what: str) -> bytes:
@@ -104,7 +122,7 @@ def _start_context_json(workflow: str | Blueprint[Any], context: Any, which: str
     sent, instead of a step failing its attempts. ``which``: "context 3" in a bulk start."""
     ctype = _checked_type(workflow)
     if ctype is None:
-        return _context_json(context, which or "the context")
+        return _context_json(context, which or "the context", which or "context")
     name = workflow.name if isinstance(workflow, Blueprint) else workflow
     what = f"{which or 'context'} of workflow {name!r} does not fit {ctype.__name__}"
     if isinstance(context, msgspec.Struct):
@@ -156,6 +174,30 @@ def _duration_millis(value: object, what: str) -> int:
             f"{what} is {seconds:g} seconds; the limit is {MAX_DURATION_MILLIS // 1000} seconds (10 years)"
         )
     return math.ceil(seconds * 1000)
+
+
+def seconds_of(value: object, what: str) -> float:
+    """A client-side wait (``timeout``, ``patience``) in seconds, from a timedelta or a number;
+    InvalidArgument naming ``what`` for anything else. As ``start_delay`` and the test kit's
+    waits take either (wiggle/_testing/environment.py)."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise InvalidArgument(f"{what} must be a timedelta (or seconds), got {value!r}")
+
+
+def instance_id_of(instance: object, what: str = "instance_id") -> str:
+    """The instance id a call names: the id itself, or the ``InstanceInfo`` a start, ``get`` or
+    ``wait`` returned (the test kit's calls take either: wiggle/_testing/environment.py).
+    InvalidArgument naming ``what`` for anything else, before protobuf's bare TypeError."""
+    if isinstance(instance, str):
+        return instance
+    if isinstance(instance, InstanceInfo):
+        return instance.instance_id
+    raise InvalidArgument(
+        f"{what} must be an instance id (a str) or an InstanceInfo, got {type(instance).__name__}"
+    )
 
 
 def start_options(
@@ -343,19 +385,23 @@ def list_request(
     )
 
 
-def complete_user_task_request(instance_id: str, name: str, data: Any) -> pb.CompleteUserTaskRequest:
+def complete_user_task_request(
+    instance_id: str | InstanceInfo, name: str, data: Any
+) -> pb.CompleteUserTaskRequest:
     """CompleteUserTask; ``data`` (a dict, a msgspec.Struct or None) merges into the context."""
     return pb.CompleteUserTaskRequest(
-        instance_id=instance_id, task_name=name, payload_json=_context_json(data, "the user task's data")
+        instance_id=instance_id_of(instance_id),
+        task_name=name,
+        payload_json=_context_json(data, "the user task's data"),
     )
 
 
 def signal_request(
-    instance_id: str, name: str, data: Any, signal_id: str | None, sender: str
+    instance_id: str | InstanceInfo, name: str, data: Any, signal_id: str | None, sender: str
 ) -> pb.SignalInstanceRequest:
     """SignalInstance; ``data`` (a dict, a msgspec.Struct or None) is the signal's payload."""
     return pb.SignalInstanceRequest(
-        instance_id=instance_id,
+        instance_id=instance_id_of(instance_id),
         name=name,
         data_json=_context_json(data, "the signal's data"),
         signal_id=signal_id or "",
@@ -373,11 +419,11 @@ def who_asks() -> str:
 
 
 def retry_request(
-    instance_id: str, from_node: str, context: Any, requested_by: str | None
+    instance_id: str | InstanceInfo, from_node: str, context: Any, requested_by: str | None
 ) -> pb.RetryInstanceRequest:
     """RetryInstance; ``context`` (a dict or msgspec.Struct) replaces the context unless None."""
     return pb.RetryInstanceRequest(
-        instance_id=instance_id,
+        instance_id=instance_id_of(instance_id),
         from_node=from_node,
         context_json=_context_json(context) if context is not None else b"",
         replace_context=context is not None,
@@ -440,9 +486,12 @@ def where_it_waits(info: InstanceInfo) -> str:
     for token in info.tokens[:3]:
         status = str(token.status)
         if status == "READY":
+            if token.last_error:  # a worker gave it back or it failed: that says more than a guess
+                why = f"last error: {token.last_error}"
+            else:
+                why = f"is a worker serving queue {token.queue!r}?"
             said.append(
-                f"step {token.node_id!r} is READY on queue {token.queue!r}, attempt {token.attempt} "
-                f"(is a worker serving queue {token.queue!r}?)"
+                f"step {token.node_id!r} is READY on queue {token.queue!r}, attempt {token.attempt} ({why})"
             )
         elif status == "RUNNING":
             holder = token.lease_owner or token.local_run_owner
@@ -475,21 +524,22 @@ def check_result(info: InstanceInfo, timeout: float) -> InstanceInfo:
     return info
 
 
-def _interval_millis(every: float | None) -> int:
-    """A schedule's ``every`` (seconds) in whole milliseconds (0: not given); InvalidArgument for
-    what cannot be sent (not a number, NaN, negative, over MAX_DURATION_MILLIS); the server checks
-    the rest."""
+def _interval_millis(every: timedelta | float | None) -> int:
+    """A schedule's ``every`` (a timedelta or seconds) in whole milliseconds (0: not given);
+    InvalidArgument for what cannot be sent (not a duration, NaN, negative, over
+    MAX_DURATION_MILLIS); the server checks the rest."""
     if not every:
         return 0
     _duration_millis(every, "every")
-    return round(every * 1000)
+    seconds = every.total_seconds() if isinstance(every, timedelta) else every
+    return round(seconds * 1000)
 
 
 def schedule_spec(
     schedule_id: str,
     workflow: str | Blueprint[Any],
     context: Any,
-    every: float | None,
+    every: timedelta | float | None,
     cron: str,
     timezone: str,
     version: str,
@@ -499,7 +549,8 @@ def schedule_spec(
     paused: bool,
     priority: int = 0,
 ) -> pb.ScheduleSpec:
-    """CreateSchedule / UpdateSchedule: ``every`` in seconds, or a 5-field ``cron`` expression."""
+    """CreateSchedule / UpdateSchedule: ``every`` (a timedelta or seconds), or a 5-field ``cron``
+    expression."""
     name = workflow.name if isinstance(workflow, Blueprint) else workflow
     return pb.ScheduleSpec(
         id=schedule_id,

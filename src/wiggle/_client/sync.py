@@ -32,6 +32,7 @@ from ..errors import Unavailable
 from ..workflow import Blueprint
 from . import core
 from .batching import StartBatcher, only_start
+from .hosting import refuse_on_servers_loop
 from .start_stream import StartStream
 from .targets import join_targets
 from .types import HistoryEntry, InstanceInfo, QueueInfo, ScheduleInfo, SignalResult, WorkflowInfo
@@ -62,12 +63,13 @@ class Client:
         channel: grpc.Channel | None = None,
         *,
         credentials: Credentials | None = None,
-        patience: float = core.CALL_TIMEOUT,
+        patience: timedelta | float = core.CALL_TIMEOUT,
     ) -> None:
-        if patience < 0:
+        seconds = core.seconds_of(patience, "patience")
+        if seconds < 0:
             raise ValueError(f"patience must be >= 0 seconds (0: never ask again), got {patience}")
         #: seconds a call safe to repeat is asked again while the server is away (class docstring)
-        self.patience = patience
+        self.patience = seconds
         # several targets (a list or "a:1,b:2"): one channel that moves to another when one is down
         self.target = join_targets(target)
         #: TLS and token settings; by default from WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
@@ -106,7 +108,10 @@ class Client:
         self.close()
 
     def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
-        # rpc is a stub method (untyped generated code); the caller converts the reply it returns
+        # rpc is a stub method (untyped generated code); the caller converts the reply it returns.
+        # The blocking client's call on the loop its own server runs on could never be answered:
+        # refused at once (wiggle/_client/hosting.py; a call that awaits is let through)
+        refuse_on_servers_loop(self._channel, self.target)
         try:
             reply = rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
         except grpc.RpcError as exc:
@@ -182,6 +187,7 @@ class Client:
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
+        refuse_on_servers_loop(self._channel, self.target)  # as _call: a start may go on the stream
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
             if tracing.active():  # the call carries this start's own trace context: sent alone
                 send = self._start_one
@@ -283,29 +289,41 @@ class Client:
                     raise exc if self._reached else core.never_reached(exc, self.target) from None
                 core.pause(pause)
 
-    def get(self, instance_id: str) -> InstanceInfo:
-        """The instance as it is now."""
-        reply = self._call_again(self.stub.GetInstance, pb.GetInstanceRequest(instance_id=instance_id))
-        return instance_from_pb(reply)
+    def get(self, instance_id: str | InstanceInfo) -> InstanceInfo:
+        """The instance as it is now (``instance_id``: its id, or an InstanceInfo of it)."""
+        request = pb.GetInstanceRequest(instance_id=core.instance_id_of(instance_id))
+        return instance_from_pb(self._call_again(self.stub.GetInstance, request))
 
-    def wait(self, instance_id: str, timeout: float = 60.0) -> InstanceInfo:
-        """Wait until the instance finishes (any status) or ``timeout`` passes; returns the snapshot.
+    def wait(
+        self,
+        instance_id: str | InstanceInfo,
+        timeout: timedelta | float = 60.0,
+    ) -> InstanceInfo:
+        """Wait until the instance finishes (any status) or ``timeout`` (a timedelta or seconds)
+        passes; returns the snapshot.
 
         A server that is away (stopping, restarting: UNAVAILABLE) is asked again, with pauses, until
         ``timeout``; Unavailable is raised only if it is still away then, or after 3 s by a client
         that has never reached its server (a wrong target), or at once with ``patience=0``."""
-        clock = core.WaitClock(timeout)
+        iid = core.instance_id_of(instance_id)
+        clock = core.WaitClock(core.seconds_of(timeout, "timeout"))
         while True:
             reply = self._again_while_away(
-                lambda: self._call(self.stub.GetInstance, *clock.request(instance_id)), clock
+                lambda: self._call(self.stub.GetInstance, *clock.request(iid)), clock
             )
             info = instance_from_pb(reply)
             if clock.done(info):
                 return info
 
-    def result(self, instance_id: str, timeout: float = 60.0) -> InstanceInfo:
-        """Wait for completion; raise WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if still running."""
-        return core.check_result(self.wait(instance_id, timeout), timeout)
+    def result(
+        self,
+        instance_id: str | InstanceInfo,
+        timeout: timedelta | float = 60.0,
+    ) -> InstanceInfo:
+        """Wait for completion (``timeout``: a timedelta or seconds); raise WorkflowFailed if it
+        FAILED or was CANCELLED, TimeoutError if still running."""
+        seconds = core.seconds_of(timeout, "timeout")
+        return core.check_result(self.wait(instance_id, seconds), seconds)
 
     def list(
         self,
@@ -336,22 +354,37 @@ class Client:
         reply = self._call_again(self.stub.ListInstances, request)
         return [instance_from_pb(i) for i in reply.instances], reply.next_page_token
 
-    def cancel(self, instance_id: str, reason: str = "cancelled") -> tuple[InstanceInfo, bool]:
+    def cancel(
+        self,
+        instance_id: str | InstanceInfo,
+        reason: str = "cancelled",
+    ) -> tuple[InstanceInfo, bool]:
         """Cancel a running instance; (snapshot, changed). A finished instance is left as it is.
 
         ``changed`` is False when the instance had finished already — also when this call was
         asked again across a server restart and its first try had cancelled it."""
-        request = pb.CancelInstanceRequest(instance_id=instance_id, reason=reason)
+        request = pb.CancelInstanceRequest(instance_id=core.instance_id_of(instance_id), reason=reason)
         reply = self._call_again(self.stub.CancelInstance, request)
         return instance_from_pb(reply.instance), reply.changed
 
-    def complete_user_task(self, instance_id: str, name: str, data: Any = None) -> InstanceInfo:
+    def complete_user_task(
+        self,
+        instance_id: str | InstanceInfo,
+        name: str,
+        data: Any = None,
+    ) -> InstanceInfo:
         """Complete the user task ``name``; ``data`` (a dict) merges into the context."""
         request = core.complete_user_task_request(instance_id, name, data)
         return instance_from_pb(self._call(self.stub.CompleteUserTask, request))
 
     def signal(
-        self, instance_id: str, name: str, data: Any = None, signal_id: str | None = None, *, sender: str = ""
+        self,
+        instance_id: str | InstanceInfo,
+        name: str,
+        data: Any = None,
+        signal_id: str | None = None,
+        *,
+        sender: str = "",
     ) -> SignalResult:
         """Send the signal ``name`` with ``data`` (a dict) to an instance (docs/semantics.md#signal).
 
@@ -368,7 +401,7 @@ class Client:
 
     def retry(
         self,
-        instance_id: str,
+        instance_id: str | InstanceInfo,
         *,
         from_node: str = "",
         context: Any = None,
@@ -384,9 +417,10 @@ class Client:
         request = core.retry_request(instance_id, from_node, context, requested_by)
         return instance_from_pb(self._call(self.stub.RetryInstance, request))
 
-    def history(self, instance_id: str) -> builtins.list[HistoryEntry]:
+    def history(self, instance_id: str | InstanceInfo) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""
-        reply = self._call_again(self.stub.GetHistory, pb.GetHistoryRequest(instance_id=instance_id))
+        request = pb.GetHistoryRequest(instance_id=core.instance_id_of(instance_id))
+        reply = self._call_again(self.stub.GetHistory, request)
         return [history_from_pb(e) for e in reply.entries]
 
     # ------------------------------------------------------------------ schedules
@@ -397,7 +431,7 @@ class Client:
         workflow: str | Blueprint[Any],
         context: Any = None,
         *,
-        every: float | None = None,
+        every: timedelta | float | None = None,
         cron: str = "",
         timezone: str = "UTC",
         version: str = "",
@@ -407,7 +441,7 @@ class Client:
         paused: bool = False,
         priority: int = 0,
     ) -> ScheduleInfo:
-        """Start an instance of ``workflow`` every ``every`` seconds or on a 5-field ``cron``.
+        """Start an instance of ``workflow`` every ``every`` (a timedelta or seconds) or on a 5-field ``cron``.
 
         ``timezone`` is an IANA zone for cron; ``overlap`` is SKIP, BUFFER_ONE or ALLOW (what a
         tick does while the previous instance runs); ``catchup`` is NONE, LAST or ALL (up to
@@ -436,7 +470,7 @@ class Client:
         workflow: str | Blueprint[Any],
         context: Any = None,
         *,
-        every: float | None = None,
+        every: timedelta | float | None = None,
         cron: str = "",
         timezone: str = "UTC",
         version: str = "",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._env import setting
+from .._env import IMPL_CHOICES, setting
 
 __all__ = [
     "IMPL",
@@ -24,9 +24,11 @@ __all__ = [
     "decode_batch",
 ]
 
-_CHOICES = ("auto", "cython", "python")
+_CHOICES = IMPL_CHOICES  # declared with the variable (wiggle/_env.py)
 _wanted = setting("WIGGLE_IMPL").lower()
 if _wanted not in _CHOICES:
+    # an import can only fail; the `wiggle` command checks first (wiggle/_env.py impl_choice)
+    # and says so in one line, exit 2
     raise ImportError(f"WIGGLE_IMPL={_wanted!r} is not one of {', '.join(_CHOICES)}")
 
 # MAX_BATCH_STEPS (the most steps one AdvanceRun batch may hold) is re-exported too, for the

@@ -15,6 +15,7 @@ import grpc
 import msgspec
 
 from .._env import environment
+from ..errors import InvalidArgument
 
 __all__ = ["Credentials", "ENV_VARS"]
 
@@ -105,14 +106,16 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         return ""
 
     def check(self) -> None:
-        """Raise ValueError naming the setting when the combination cannot work."""
+        """Raise InvalidArgument (a ValueError) naming the setting when the combination cannot
+        work: the CLI then says it in one line, whichever command (``wiggle worker`` printed a
+        traceback)."""
         if bool(self.cert_file) != bool(self.key_file):
-            raise ValueError(
+            raise InvalidArgument(
                 "a client certificate needs both cert_file and key_file "
                 "(WIGGLE_TLS_CLIENT_CERT and WIGGLE_TLS_CLIENT_KEY)"
             )
         if (self.token or self.token_file) and not self.tls:
-            raise ValueError(
+            raise InvalidArgument(
                 "a token is only sent over TLS: set ca_file (WIGGLE_TLS_CA) to the CA of the "
                 "server's certificate"
             )

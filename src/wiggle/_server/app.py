@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 import time
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from .._client import hosting
 from .._clock import Clock
 from .._engine.engine import Engine, EngineConfig
 from .._rpc import wiggle_pb2 as pb
@@ -185,6 +188,12 @@ class WiggleServer:
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.SERVING)
         await _set_health(self._health, SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await _set_health(self._health, UPSTREAM_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        # a blocking Client called on this loop would wait for this server forever: it asks first
+        hosting.hosted(
+            asyncio.get_running_loop(),
+            self,
+            hosting.Hosted(str(self.config.host), (self.port, self.upstream_port)),
+        )
         self._tasks.append(asyncio.ensure_future(self.instances.clock_loop(self._stopping)))
         self._tasks.append(asyncio.ensure_future(self.lag.run(self._stopping)))
         self._tasks.append(asyncio.ensure_future(self.sampler.run(self._stopping)))
@@ -199,12 +208,14 @@ class WiggleServer:
             self._tasks.append(asyncio.ensure_future(self._reload_loop(security)))
         if self.config.http_port:
             self.http_security = HttpSecurity(security.tls, security.authenticator, self.config.open_metrics)
-            self._http = await open_http_port(self)
+            self._http = await _open_http(self)
         log.info(
-            "wiggle server on %s (%s store, default mode %s)",
+            "wiggle server on %s (%s store, default mode %s%s)",
             self.target,
             "postgres" if self.config.database_url else "memory",
             self.config.execution_mode.value,
+            # a rolling switch needs to see which servers have it (docs/upgrading.md#compact-joins)
+            ", join diffs on" if self.config.join_diffs else "",
         )
         return self.port
 
@@ -224,6 +235,7 @@ class WiggleServer:
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls, let in-flight ones finish for up to ``grace`` seconds, close the store."""
         self._stopping.set()
+        hosting.hosted(asyncio.get_running_loop(), self, None)
         await _set_health(self._health, "", health_pb2.HealthCheckResponse.NOT_SERVING)
         self.service.let_go()  # streams, polls and waits end; only calls in flight are waited for
         if self._server is not None:
@@ -276,6 +288,26 @@ async def serve(config: ServerConfig, ready: Any = None) -> None:
     started = time.monotonic()
     await server.stop(grace)
     log.info("stopped in %.2f s", time.monotonic() - started)
+
+
+async def _open_http(server: WiggleServer) -> HttpPort | None:
+    """``open_http_port``, with a port that cannot be had FailedPrecondition naming it and
+    --http-port, as ``_bind`` says of the gRPC ports and the worker of its own
+    (wiggle/_worker/http.py): an OSError from aiohttp's (or prometheus-client's) bind was a
+    25-line traceback and exit 1, where docs/cli.md promises one line and exit 4."""
+    try:
+        return await open_http_port(server)
+    except OSError as exc:
+        host, port = server.config.host, server.config.http_port
+        why = {
+            errno.EADDRINUSE: "the port is in use (another wiggle server?)",
+            errno.EACCES: "the port is not allowed",
+            errno.EADDRNOTAVAIL: f"{host} is not an address of this host",
+        }.get(exc.errno or 0, os.strerror(exc.errno) if exc.errno else str(exc))
+        raise FailedPrecondition(
+            f"the HTTP port cannot listen on {host}:{port}: {why}; choose another (--http-port, "
+            "WIGGLE_HTTP_PORT; --host, WIGGLE_HOST)"
+        ) from None
 
 
 def _bind(server: grpc.aio.Server, security: Security, address: str, setting: str) -> int:

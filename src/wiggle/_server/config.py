@@ -14,6 +14,7 @@ import msgspec
 from .._env import env_str, environment
 from .._loop import check_event_loop
 from .._model import ExecutionMode
+from .._urls import without_password
 from ..errors import InvalidArgument
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "DECLARED",
     "OLD_FLAGS",
     "check_config",
+    "database_address",
+    "without_password",
     "env_name",
     "flag_name",
     "server_variable",
@@ -177,7 +180,13 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     )
     insecure: Annotated[bool, Setting("allow a non-loopback bind without TLS and authentication")] = False
     open_metrics: Annotated[bool, Setting("serve /metrics and /healthz without a credential")] = False
-    reload_seconds: Annotated[float, Setting("seconds between checks of the TLS and identity files")] = 10.0
+    reload_seconds: Annotated[
+        float,
+        # at least a second: a check only stats the files, more often is work for nothing (-1
+        # and 0 were taken, app.py's _reload_loop then checking ten times a second); at most a
+        # day, so a renewed certificate or a revoked identity is seen within the day
+        Setting("seconds between checks of the TLS and identity files", 1, 24 * 3600),
+    ] = 10.0
     # the dashboard's sign-in and origin (docs/dashboard.md#signing-in)
     session_idle_seconds: Annotated[
         int, Setting("dashboard sign-in: a session unused this long ends", 60, 30 * 24 * 3600)
@@ -203,7 +212,10 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     ] = ""
     # bounds
     max_live_instances: Annotated[
-        int, Setting("memory store: instances held at once, finished ones evicted first (0: no bound)")
+        int,
+        Setting(
+            "memory store: instances held at once, finished ones evicted first (0: no bound)", 0, 1 << 31
+        ),
     ] = 100_000
     max_memory_bytes: Annotated[
         int,
@@ -216,8 +228,13 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     ] = 1 << 30
     purge_interval_seconds: Annotated[
         float,
+        # at least a second: each purge is a query (a commit on PostgreSQL) even when nothing is
+        # old enough, and 0 made an idle server purge in a loop (~1,800 commits a second); at
+        # most a day, so finished instances do not pile up for long past their retention
         Setting(
             "seconds between purges of instances finished longer than the retention",
+            1,
+            24 * 3600,
             old=("WIGGLE_PURGE_INTERVAL",),
         ),
     ] = 60.0
@@ -313,6 +330,33 @@ def server_variable(field: str, env: Mapping[str, str] | None = None) -> str:
     """The stripped value of a server setting's variable ('' when unset), for a command that
     runs next to a server with its environment (``wiggle doctor``, ``wiggle ready``)."""
     return env_str(env_name(field), "", env)
+
+
+def database_address(url: str) -> str:
+    """Where a database URL points, without its password, for a message: ``user@host:port/db``
+    (several hosts comma-separated), from a ``postgresql://`` URL or a libpq ``key=value``
+    string. What the string leaves out (libpq takes it from PG* variables or its defaults) is
+    left out here too."""
+    params: dict[str, str] = {}
+    try:
+        from psycopg.conninfo import conninfo_to_dict  # libpq's own reading, both forms
+
+        params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    except Exception:  # noqa: BLE001 -- no psycopg, or a string libpq cannot read: read a URL by hand
+        _, _, rest = url.partition("://")
+        netloc, _, path = rest.partition("/")
+        credentials, at, hosts = netloc.rpartition("@")
+        user = credentials.partition(":")[0] if at else ""
+        params = {"user": user, "host": hosts, "dbname": path.partition("?")[0]}
+    names = (params.get("host") or params.get("hostaddr") or "").split(",")
+    ports = params.get("port", "").split(",")
+    if len(ports) == 1:  # one port for every host
+        ports *= len(names)
+    # no host: libpq's local socket, which psql's prompt calls [local]
+    where = ",".join(h + (f":{p}" if p else "") for h, p in zip(names, ports, strict=False) if h) or "[local]"
+    user = params.get("user", "")
+    dbname = params.get("dbname", "")
+    return f"{user + '@' if user else ''}{where}{'/' + dbname if dbname else ''}"
 
 
 def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = None) -> ServerConfig:

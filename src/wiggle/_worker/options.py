@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 
 from .._env import setting_int
 from .._loop import EVENT_LOOPS
 
-__all__ = ["WorkerOptions", "SYNC_HANDLER_MODES", "TRANSPORTS", "check_options"]
+__all__ = ["WorkerOptions", "Bound", "BOUNDS", "SYNC_HANDLER_MODES", "TRANSPORTS", "check_options"]
 
 #: WorkerOptions.sync_handlers values (see the class docstring).
 SYNC_HANDLER_MODES = ("auto", "thread", "inline")
@@ -33,45 +34,49 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     (docs/configuration.md, made from the attributes below by scripts/gen_settings_table.py).
 
     Attributes:
-        concurrency: Steps (or local runs) in flight at once.
+        concurrency: Steps (or local runs) in flight at once. Allowed: 1 to 256 (a poll asks
+            for 256 steps at most).
         queues: The queues served (never empty); default: every queue of the blueprints.
         worker_id: This worker's name in leases and histories; default: the host name, the process id and a random suffix.
             `wiggle worker --processes N`: process i is this id + `-i` (`orders-0`, `orders-1`, ...;
             without an id each process makes its own).
-        poll_wait_seconds: How long one long poll waits for work before asking again.
+        poll_wait_seconds: How long one long poll waits for work before asking again. Allowed:
+            0.1 to 60 (a server answers a poll within 60 s).
         heartbeat_seconds: Heartbeat period of a running step or local run (0: a third of the
-            server's lease).
+            server's lease). Allowed: 0, or 0.05 to 3600.
         local_batch_size: LOCAL_ASYNC flushes after this many buffered steps (default
-            `WIGGLE_LOCAL_BATCH_SIZE`, else 64).
+            `WIGGLE_LOCAL_BATCH_SIZE`, else 64). Allowed: 1 to 10000.
         flush_interval: LOCAL_ASYNC also flushes when this many seconds passed since the last
             flush (default `WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS` / 1000, else 0: only by size,
-            checkpoint and handback).
+            checkpoint and handback). Allowed: 0 to 3600.
         lease_margin: A local run hands back when less than this share of its lease is left.
+            Allowed: 0 to 1, 1 excluded.
         use_local_modes: False: ignore the execution mode and report every step with
             `CompleteTask` (SERVER style).
         chain_steps: A slot that reports a SERVER-mode step with `CompleteTask` asks for its
             instance's next step in the same call, and takes it from the answer (leased in the
             report's own commit), up to this many steps in a row before it asks the queue again
             with a poll, where priorities rank the waiting steps (0: never; every step is polled
-            for).
+            for). Allowed: 0 to 100000.
         chain_seconds: Nor does a slot ask once this many seconds have passed since it took
             the chain's first step from a poll: a chain of slow steps goes back to the queue
             after about this long (plus the step then running), not only after `chain_steps`
-            steps (0: no time bound).
+            steps (0: no time bound). Allowed: 0 to 3600.
         transport: `"stream"` multiplexes every call over one `WorkerSession` stream (the fast
             path); `"unary"` makes one RPC per call.
         register: Register the blueprints when the worker starts (a worker identity without
             the admin role skips it).
         drain_seconds: On SIGTERM or SIGINT (`Worker.run()`, `wiggle worker`) or `close()`, how
             long running steps get to finish; local runs hand back at their next step boundary.
-            A step still running then is cut: its lease expires and it runs again elsewhere, as
-            another attempt. Give the process manager's stop timeout more than this plus 5 s
-            (the hand-back of what was claimed but not started).
+            A step still running then is cut and handed back (with the steps its local run
+            finished): it runs again elsewhere at once, no attempt spent. Give the process
+            manager's stop timeout more than this plus 5 s (the hand-backs). Allowed: 0 to 86400.
         connect_seconds: A worker that starts before its server (no server answers: UNAVAILABLE)
             asks again every second for this long, then fails with Unavailable (0: it fails
             after its first try). Only at start: a server that goes away later is polled
-            for until it is back.
-        threads: Threads of the pool for sync handlers (0: as many as `concurrency`).
+            for until it is back. Allowed: 0 to 604800 (a week).
+        threads: Threads of the pool for sync handlers (0: as many as `concurrency`). Allowed:
+            0 to 4096.
         sync_handlers: Where plain (non-async) handlers run. `"thread"`: always in the thread
             pool, so a slow or blocking handler never delays the event loop. `"inline"`: always
             on the event loop (only for handlers known to be quick). `"auto"`: in the pool until
@@ -80,11 +85,12 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             the first inline run slower than ten times the threshold sends it back to the pool
             for good. While an inline run holds the loop over a second, a thread of the worker
             heartbeats its steps, so none loses its lease (the others still wait for the loop).
-        inline_threshold_ms: What counts as quick for `sync_handlers="auto"`.
+        inline_threshold_ms: What counts as quick for `sync_handlers="auto"`. Allowed: 0 to
+            1000.
         metrics_port: The worker's HTTP port: `/healthz` (its event loop turns), `/readyz` (it
             serves, its server answering) and Prometheus `/metrics` (with the metrics extra)
             (0: the `WIGGLE_WORKER_METRICS_PORT` variable, unset: off). `wiggle worker
-            --processes N`: process i on this port + i.
+            --processes N`: process i on this port + i. Allowed: 0 to 65535.
         metrics_host: The address the HTTP port binds (`""`: the `WIGGLE_WORKER_METRICS_HOST`
             variable, unset: `"0.0.0.0"`, every IPv4 address, as a Kubernetes `httpGet` probe or
             a Prometheus in another container needs); `"127.0.0.1"` keeps it to the worker's own
@@ -118,48 +124,108 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     event_loop: str = "auto"  # Worker.run()'s loop: "auto" (uvloop where installed) | "asyncio" | "uvloop"
 
 
+class Bound(NamedTuple):
+    """The values a numeric option accepts: ``low`` to ``high``, both included.
+
+    ``zero`` says what 0 means when 0 is the low end and stands for a default or "off";
+    ``least`` is then the smallest value other than 0 (a heartbeat round every microsecond would
+    spin as a poll that never waits did). ``hint`` follows the value in a refusal (where else
+    the value may have come from), ``why`` follows the range.
+    """
+
+    low: float
+    high: float
+    zero: str = ""
+    least: float = 0.0
+    hint: str = ""
+    why: str = ""
+
+
+#: The bounds of every numeric option but ``lease_margin`` (0 to 1, 1 excluded) and
+#: ``metrics_port`` (a port), which check_options checks on their own. A value outside, NaN or
+#: an infinity is refused by ``check_options``, so by ``Worker()`` and ``wiggle worker``.
+BOUNDS: dict[str, Bound] = {
+    # a poll asks for as many steps as the worker has free slots, and the server refuses a poll
+    # for more than 256 (ServiceLimits.max_tasks_per_poll, wiggle/_server/service_limits.py):
+    # a worker with more slots had every poll refused and never ran a step
+    "concurrency": Bound(1, 256, why="a poll asks for 256 steps at most"),
+    # 0 made every poll come back at once, empty: an idle worker asked ~420 times a second (20%
+    # of a core); the server answers a poll within 60 s (MAX_WAIT_SECONDS,
+    # wiggle/_server/delivery.py), so a longer wait is never waited
+    "poll_wait_seconds": Bound(
+        0.1,
+        60,
+        why="a poll that waits 0 comes back at once, and an idle worker asks again and again; "
+        "a server holds a poll 60 s at most",
+    ),
+    # the heartbeat loop sleeps this long between rounds, idle or not (wiggle/_worker/heartbeats.py)
+    "heartbeat_seconds": Bound(0, 3600, zero="0: a third of the lease", least=0.05),
+    # an AdvanceRun batch holds 10,000 steps at most (MAX_BATCH_STEPS, wiggle/_fast/batch_py.py)
+    "local_batch_size": Bound(
+        1,
+        10_000,
+        hint="check WIGGLE_LOCAL_BATCH_SIZE if you did not pass it",
+        why="an AdvanceRun batch holds 10000 steps at most",
+    ),
+    "flush_interval": Bound(
+        0, 3600, zero="0: no timed flush", hint="check WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS if you did not pass it"
+    ),
+    "chain_steps": Bound(0, 100_000, zero="0: every step is polled for"),
+    "chain_seconds": Bound(0, 3600, zero="0: no time bound"),
+    "drain_seconds": Bound(0, 24 * 3600),
+    "connect_seconds": Bound(0, 7 * 24 * 3600, zero="0: fail after the first try"),
+    "threads": Bound(0, 4096, zero="0: as many as concurrency"),
+    # a handler that takes a second is not quick: inline, it would hold the event loop that long
+    "inline_threshold_ms": Bound(0, 1000),
+}
+
+
+def _number(value: float) -> str:
+    """A bound or a value as a message shows it: 60 (not 60.0), 0.05, -1, nan."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def bound_text(bound: Bound) -> str:
+    """What ``bound`` allows, as the messages and docs/configuration.md say it: ``0.1 to 60``,
+    ``0, or 0.05 to 3600``."""
+    if bound.least:
+        return f"0, or {_number(bound.least)} to {_number(bound.high)}"
+    return f"{_number(bound.low)} to {_number(bound.high)}"
+
+
+def _check_bound(name: str, value: float, bound: Bound) -> None:
+    """ValueError naming ``name``, its value and what it allows, if ``value`` is outside ``bound``."""
+    inside = bound.low <= value <= bound.high  # False for NaN too
+    if inside and not 0 < value < bound.least:
+        return
+    zero = f" ({bound.zero})" if bound.zero else ""
+    if value < bound.low:  # "must be >= LOW" first: the shape a too-small option's refusal has had
+        text = f"{name} must be >= {_number(bound.low)}{zero}, got {_number(value)}"
+    elif inside:  # above 0, below the least
+        text = f"{name} must be 0{zero} or at least {_number(bound.least)}, got {_number(value)}"
+    elif value > bound.high:
+        text = f"{name} must be <= {_number(bound.high)}, got {_number(value)}"
+    else:
+        text = f"{name} must be a number, got {_number(value)}"
+    hint = f" ({bound.hint})" if bound.hint else ""
+    why = f" ({bound.why})" if bound.why else ""
+    raise ValueError(f"{text}{hint}; allowed: {bound_text(bound)}{why}")
+
+
 def check_options(options: WorkerOptions) -> None:
-    """Raise ValueError naming the first option that cannot work, and what it accepts."""
-    if options.concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {options.concurrency}")
-    if options.local_batch_size < 1:
-        raise ValueError(
-            f"local_batch_size must be >= 1, got {options.local_batch_size} "
-            "(check WIGGLE_LOCAL_BATCH_SIZE if you did not pass it)"
-        )
-    if options.chain_steps < 0:
-        raise ValueError(f"chain_steps must be >= 0 (0: every step is polled for), got {options.chain_steps}")
-    if options.chain_seconds < 0:
-        raise ValueError(f"chain_seconds must be >= 0 (0: no time bound), got {options.chain_seconds}")
+    """Raise ValueError naming the first option that cannot work, its value and what it accepts."""
+    for name, bound in BOUNDS.items():
+        _check_bound(name, getattr(options, name), bound)
     if options.transport not in TRANSPORTS:
         raise ValueError(f"transport must be 'stream' or 'unary', got {options.transport!r}")
     if options.event_loop not in EVENT_LOOPS:
         raise ValueError(f"event_loop must be 'auto', 'asyncio' or 'uvloop', got {options.event_loop!r}")
     if options.sync_handlers not in SYNC_HANDLER_MODES:
         raise ValueError(f"sync_handlers must be 'auto', 'thread' or 'inline', got {options.sync_handlers!r}")
-    if options.threads < 0:
-        raise ValueError(f"threads must be >= 0 (0: as many as concurrency), got {options.threads}")
-    if options.poll_wait_seconds < 0:
-        raise ValueError(f"poll_wait_seconds must be >= 0, got {options.poll_wait_seconds}")
-    if options.drain_seconds < 0:
-        raise ValueError(f"drain_seconds must be >= 0, got {options.drain_seconds}")
-    if options.connect_seconds < 0:
-        raise ValueError(
-            f"connect_seconds must be >= 0 (0: fail after the first try), got {options.connect_seconds}"
-        )
-    if options.heartbeat_seconds < 0:
-        raise ValueError(
-            f"heartbeat_seconds must be >= 0 (0: a third of the lease), got {options.heartbeat_seconds}"
-        )
-    if options.flush_interval < 0:
-        raise ValueError(
-            f"flush_interval must be >= 0 (0: no timed flush), got {options.flush_interval} "
-            "(check WIGGLE_LOCAL_ASYNC_FLUSH_MILLIS if you did not pass it)"
-        )
-    if not 0 <= options.lease_margin < 1:
+    if not 0 <= options.lease_margin < 1:  # False for NaN too
         raise ValueError(f"lease_margin must be in [0, 1), got {options.lease_margin}")
-    if options.inline_threshold_ms < 0:
-        raise ValueError(f"inline_threshold_ms must be >= 0, got {options.inline_threshold_ms}")
     if not 0 <= options.metrics_port <= 65535:
         raise ValueError(f"metrics_port must be between 0 (off) and 65535, got {options.metrics_port}")
     if isinstance(options.queues, str):

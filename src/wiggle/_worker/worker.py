@@ -87,11 +87,20 @@ class Worker:
             loaded = LoadedBlueprint(bp)
             self._exact[(bp.name, bp.version)] = loaded
             self._by_name.setdefault(bp.name, []).append(loaded)
+        used = set().union(*(bp.queues() for bp in self.blueprints))
         queues = self.options.queues
         if queues is None:
-            queues = sorted(set().union(*(bp.queues() for bp in self.blueprints)))
+            queues = sorted(used)
         if not queues:
             raise ValueError("the worker serves no queues")
+        unused = sorted(set(queues) - used)
+        if unused:  # a typo serves nothing and says nothing (a docs trial); an old version's queue is fine
+            log.warning(
+                "this worker serves %s, which no step of its blueprints uses (theirs: %s): a typo? "
+                "(a queue that an older version of a workflow used is fine: its steps run by name)",
+                ", ".join(map(repr, unused)),
+                ", ".join(sorted(used)) or "none",
+            )
         self.queues: frozenset[str] = frozenset(queues)
         self._chain_queues = sorted(self.queues)  # a report asking for its next step names them
         self.worker_id = (

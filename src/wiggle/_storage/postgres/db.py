@@ -32,6 +32,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ..._urls import without_password
 from ...errors import InvalidArgument, Unavailable, WiggleError
 
 __all__ = [
@@ -80,7 +81,9 @@ def failover_conninfo(url: str) -> str:
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        raise InvalidArgument(f"invalid PostgreSQL connection string: {short(exc)}") from None
+        # libpq quotes the string back, password and all
+        text = short(exc).replace(url, without_password(url))
+        raise InvalidArgument(f"invalid PostgreSQL connection string: {text}") from None
     # libpq's own PG* variables fill in what the string leaves out, so they are read here, where
     # the string is completed; they are libpq's settings, not Wiggle's (the only reader of the
     # environment besides wiggle/_env.py, as tests/test_settings_home.py allows)

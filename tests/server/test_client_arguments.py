@@ -1,0 +1,139 @@
+"""What the clients take, as the test kit does (wiggle/_testing/environment.py), on both clients:
+
+- every call that names an instance takes its id or the InstanceInfo a start or a read returned
+  (an InstanceInfo was protobuf's "TypeError: bad argument type for built-in operation");
+  anything else is InvalidArgument naming the argument;
+- every duration is a timedelta or seconds: a schedule's ``every`` (a timedelta was
+  "TypeError: type datetime.timedelta doesn't define __round__ method"), a wait's ``timeout``
+  and the client's ``patience``;
+- a start's context that is not a JSON object (a list, a string) is refused before it is sent,
+  naming the argument, instead of by the server naming its wire field ("context_json must be a
+  JSON object, got list").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from both_clients import EitherClient
+
+from wiggle import AsyncClient, Client, FailedPrecondition, InvalidArgument, Workflow
+from wiggle.testing import EmbeddedServer
+
+
+def finish(ctx: dict[str, Any]) -> dict[str, Any]:
+    return {**ctx, "finished": True}
+
+
+FLOW = Workflow.define("client-arguments").user_task("approve").wait_signal("go").step(finish).build()
+QUICK = Workflow.define("client-arguments-quick").step(finish).build()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[EmbeddedServer]:
+    async with EmbeddedServer() as server, server.worker([FLOW, QUICK]):
+        await server.client.register(FLOW)
+        await server.client.register(QUICK)
+        yield server
+
+
+@pytest.fixture(params=[False, True], ids=["async", "blocking"])
+async def client(request: pytest.FixtureRequest, server: EmbeddedServer) -> AsyncIterator[EitherClient]:
+    either = EitherClient(server.target, request.param)
+    try:
+        yield either
+    finally:
+        await either.close()
+
+
+async def test_every_call_naming_an_instance_takes_its_info(client: EitherClient) -> None:
+    info = await client.call("start", FLOW, {"n": 1})
+    assert (await client.call("get", info)).instance_id == info.instance_id
+    await client.call("complete_user_task", info, "approve", {"approved": True})
+    sent = await client.call("signal", info, "go", {"x": 1})
+    assert sent.instance.instance_id == info.instance_id
+    done = await client.call("result", info, timedelta(seconds=30))
+    assert done.context == {"n": 1, "approved": True, "x": 1, "finished": True}
+    assert (await client.call("wait", done, timedelta(seconds=1))).status == "COMPLETED"
+    assert "finish" in [e.node_id for e in await client.call("history", done)]
+    snapshot, changed = await client.call("cancel", done)
+    assert snapshot.instance_id == info.instance_id and not changed
+    with pytest.raises(FailedPrecondition):  # the id got through: a COMPLETED one is not resumed
+        await client.call("retry", done)
+
+
+@pytest.mark.parametrize(
+    "method, args",
+    [
+        ("get", ()),
+        ("wait", (1.0,)),
+        ("result", (1.0,)),
+        ("cancel", ()),
+        ("history", ()),
+        ("complete_user_task", ("approve",)),
+        ("signal", ("go",)),
+        ("retry", ()),
+    ],
+)
+async def test_an_instance_named_by_anything_else_is_invalid_argument_naming_it(
+    client: EitherClient, method: str, args: tuple[Any, ...]
+) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        await client.call(method, 42, *args)
+    assert str(err.value) == "instance_id must be an instance id (a str) or an InstanceInfo, got int"
+
+
+async def test_a_schedule_every_takes_a_timedelta(client: EitherClient) -> None:
+    made = await client.call("create_schedule", "daily", QUICK, {"n": 1}, every=timedelta(days=1))
+    assert made.interval_seconds == 86400
+    changed = await client.call("update_schedule", "daily", QUICK, {"n": 1}, every=timedelta(minutes=90))
+    assert changed.interval_seconds == 5400
+    with pytest.raises(InvalidArgument, match="^every must be a timedelta"):
+        await client.call("create_schedule", "weekly", QUICK, every="7d")
+
+
+async def test_a_wait_timeout_takes_a_timedelta_and_refuses_other_things(client: EitherClient) -> None:
+    info = await client.call("start", QUICK, {"n": 2})
+    assert (await client.call("result", info, timeout=timedelta(seconds=30))).context["finished"]
+    for method in ("wait", "result"):
+        with pytest.raises(InvalidArgument, match="^timeout must be a timedelta \\(or seconds\\), got '5'"):
+            await client.call(method, info, timeout="5")
+    waiting = await client.call("start", FLOW, {})
+    with pytest.raises(TimeoutError, match="still RUNNING after 0.2 s"):
+        await client.call("result", waiting, timedelta(milliseconds=200))
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_patience_takes_a_timedelta(blocking: bool) -> None:
+    kind = Client if blocking else AsyncClient
+    made: Any = kind("127.0.0.1:1", patience=timedelta(seconds=1.5))
+    try:
+        assert made.patience == 1.5
+    finally:
+        closed = made.close()
+        if not blocking:
+            await closed
+    with pytest.raises(ValueError, match="patience must be >= 0 seconds"):
+        kind("127.0.0.1:1", patience=timedelta(seconds=-1))
+
+
+@pytest.mark.parametrize("context, kind", [([1, 2], "list"), ("text", "str"), (42, "int")])
+async def test_a_context_that_is_not_an_object_is_refused_naming_the_argument(
+    client: EitherClient, context: Any, kind: str
+) -> None:
+    refusal = re.escape(f"must be a dict (a JSON object) or a msgspec.Struct, got {kind}")
+    with pytest.raises(InvalidArgument, match=f"^context {refusal}$"):
+        await client.call("start", QUICK, context)
+    with pytest.raises(InvalidArgument, match=f"^context {refusal}$"):
+        await client.call("start", QUICK.name, context)  # by name too: nothing to check it against
+    with pytest.raises(InvalidArgument, match=f"^context {refusal}$"):
+        await client.call("create_schedule", "s", QUICK, context, every=60)
+    with pytest.raises(InvalidArgument, match=f"^context 1 {refusal}$"):
+        await client.call("start_many", QUICK, [{}, context])
+    instances, _ = await client.call("list", workflow=QUICK.name)
+    assert instances == []  # nothing was started
+    assert await client.call("list_schedules") == []
