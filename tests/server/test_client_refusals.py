@@ -158,3 +158,26 @@ async def test_a_nan_or_an_infinity_is_refused_naming_where_it_is(
     assert f"the signal's data['level'] is {number!r}" in str(sent.value), sent.value
     now = await client.call("get", info.instance_id)
     assert (now.status, now.context) == ("RUNNING", {"quote": {"prices": [1.5, None]}}), now
+
+
+async def test_a_value_json_would_read_back_as_another_type_is_refused_naming_where(
+    client: EitherClient,
+) -> None:
+    """msgspec writes a date as a string, a set as a list: a start's context holding one was
+    stored changed (an outside SDK trial: ``{"d": date(2024, 1, 1)}`` came back ``'2024-01-01'``)."""
+    import datetime
+
+    await client.call("register", DICTS)
+    bad = {"order": {"placed": datetime.date(2024, 1, 1)}}
+    with pytest.raises(InvalidArgument, match=r"^the context\['order'\]\['placed'\] is of type date"):
+        await client.call("start", "dict-orders", bad)
+    with pytest.raises(InvalidArgument, match=r"is of type set"):
+        await client.call("start", "dict-orders", {"tags": {"a"}})
+    assert await started(client, "dict-orders") == 0
+    info = await client.call("start", "dict-orders", {"ok": True})
+    with pytest.raises(InvalidArgument, match=r"the user task's data\['when'\] is of type datetime"):
+        await client.call(
+            "complete_user_task", info.instance_id, "approve", {"when": datetime.datetime(2024, 1, 1)}
+        )
+    now = await client.call("get", info.instance_id)
+    assert (now.status, now.context) == ("RUNNING", {"ok": True}), now

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from .._json_values import described, non_finite_in
+from .._json_values import described, described_foreign, foreign, non_finite_in
 from .._limits import MAX_DURATION_MILLIS
 from .._model import NodeKind, WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
@@ -75,6 +75,10 @@ def _context_json(context: Any, what: str = "the context", argument: str | None 
     (a start's context), also if it is not an object, naming that argument (``_as_object``)."""
     if context is None:
         return b""
+    if isinstance(context, dict):  # a Struct's own fields are its type's: it decodes them back
+        found = foreign(context)
+        if found is not None:  # JSON would hold it as another type (wiggle/_json_values.py)
+            raise InvalidArgument(described_foreign(what, found))
     builtins = msgspec.to_builtins(context) if argument is None else _as_object(context, argument)
     return _checked_json(builtins, what)
 
