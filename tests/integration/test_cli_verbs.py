@@ -147,6 +147,14 @@ async def test_schedule_flags_a_server_would_take_silently_are_refused(
         assert await server.client.list_schedules() == []
         code, err = await asyncio.to_thread(wiggle, "schedule", "create", "s1", REPORT.name, "--every", "60")
         assert code == 0, err
+        # --every takes a duration as --start-delay does (it took seconds only: "5m" was refused)
+        code, err = await asyncio.to_thread(wiggle, "schedule", "create", "s5", REPORT.name, "--every", "5m")
+        assert code == 0, err
+        assert (await server.client.get_schedule("s5")).interval_seconds == 300
+        code, err = await asyncio.to_thread(
+            wiggle, "schedule", "create", "s6", REPORT.name, "--every", "often"
+        )
+        assert code != 0 and "--every 'often' is not a duration" in err, err
         code, err = await asyncio.to_thread(wiggle, "schedule", "update", "s1", "--timezone", "Asia/Tokyo")
         assert code != 0 and "applies to a --cron schedule only" in err, err
         code, err = await asyncio.to_thread(

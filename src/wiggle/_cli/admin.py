@@ -55,7 +55,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
 
 def cmd_set_limit(args: argparse.Namespace) -> int:
     """``wiggle queues set-limit``: a queue's limits (docs/flow-control.md#queue-limits)."""
-    from .instances import _duration
+    from .common import duration_arg
 
     if args.clear and (args.max_running or args.rate):
         raise InvalidArgument("--clear removes the queue's limits: drop --max-running and --rate")
@@ -67,7 +67,7 @@ def cmd_set_limit(args: argparse.Namespace) -> int:
         if not slash or not count.strip().isdigit():
             raise InvalidArgument(f"--rate {args.rate!r} is not N/PERIOD (e.g. 50/1s, 600/1m)")
         per = per.strip()
-        rate_max, period = int(count), _duration("1" + per if per[:1].isalpha() else per, "--rate period")
+        rate_max, period = int(count), duration_arg("1" + per if per[:1].isalpha() else per, "--rate period")
     with client_from_args(args) as client:
         client.set_queue_limit(
             args.queue, max_running=args.max_running or 0, rate_max=rate_max, rate_period=period

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -138,3 +139,26 @@ def client_from_args(args: argparse.Namespace) -> Any:
         return Client(args.target, credentials=credentials_from_args(args))
     except ValueError as exc:
         raise SystemExit(f"wiggle: {exc}") from None
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_arg(text: str | None, flag: str) -> timedelta | None:
+    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``250ms`` as a timedelta (None when not given)."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if value.endswith(u)), "")
+    number = value[: len(value) - len(unit)] if unit else value
+    try:
+        seconds = float(number) * _UNITS[unit or "s"]
+    except ValueError:
+        raise InvalidArgument(
+            f"{flag} {text!r} is not a duration: seconds, or a number with ms, s, m, h or d"
+        ) from None
+    if not math.isfinite(seconds):
+        raise InvalidArgument(f"{flag} {text!r} is not a finite duration")
+    if seconds < 0:
+        raise InvalidArgument(f"{flag} must not be negative, got {text!r}")
+    return timedelta(seconds=seconds)

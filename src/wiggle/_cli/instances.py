@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from .._client.core import where_it_waits
 from .._status import InstanceStatus
 from ..errors import InvalidArgument
-from .common import client_from_args, json_arg, print_instance, print_json, seconds_arg
+from .common import client_from_args, duration_arg, json_arg, print_instance, print_json, seconds_arg
 from .progress import Progress, counted, wait_with_progress
 from .views import when
 
@@ -75,29 +74,6 @@ def waited(info: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def _duration(text: str | None, flag: str) -> timedelta | None:
-    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``250ms`` as a timedelta (None when not given)."""
-    if text is None:
-        return None
-    value = text.strip().lower()
-    unit = next((u for u in ("ms", "s", "m", "h", "d") if value.endswith(u)), "")
-    number = value[: len(value) - len(unit)] if unit else value
-    try:
-        seconds = float(number) * _UNITS[unit or "s"]
-    except ValueError:
-        raise InvalidArgument(
-            f"{flag} {text!r} is not a duration: seconds, or a number with ms, s, m, h or d"
-        ) from None
-    if not math.isfinite(seconds):
-        raise InvalidArgument(f"{flag} {text!r} is not a finite duration")
-    if seconds < 0:
-        raise InvalidArgument(f"{flag} must not be negative, got {text!r}")
-    return timedelta(seconds=seconds)
-
-
 def _moment(text: str | None) -> datetime | None:
     """--start-at: an ISO-8601 time with its zone (``Z`` or an offset)."""
     if text is None:
@@ -118,8 +94,8 @@ def _start_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "priority": args.priority,
         "start_at": _moment(args.start_at),
-        "start_delay": _duration(args.start_delay, "--start-delay"),
-        "timeout": _duration(args.workflow_timeout, "--workflow-timeout"),
+        "start_delay": duration_arg(args.start_delay, "--start-delay"),
+        "timeout": duration_arg(args.workflow_timeout, "--workflow-timeout"),
     }
 
 
@@ -164,7 +140,7 @@ def cmd_start(args: argparse.Namespace) -> int:
             correlation_id=args.correlation_id or "",
             request_id=args.request_id or "",
             dedup_key=args.dedup_key or "",
-            dedup_window=_duration(args.dedup_window, "--dedup-window"),
+            dedup_window=duration_arg(args.dedup_window, "--dedup-window"),
             **_start_options(args),
         )
         if info.deduplicated and not args.json:

@@ -12,7 +12,7 @@ from typing import Any
 from .._engine.schedules import Catchup, Overlap
 from ..errors import InvalidArgument
 from .common import client_from_args as client_of
-from .common import json_arg, print_json
+from .common import duration_arg, json_arg, print_json
 from .views import when
 
 __all__ = ["add_parsers"]
@@ -55,6 +55,12 @@ def show(s: Any) -> None:
     print("next       " + (", ".join(when(t) for t in s.next_fire_times) or "-"))
 
 
+def _every(text: str | None) -> float | None:
+    """--every as seconds: a number of seconds, or a duration as --start-delay takes (``15m``)."""
+    delta = duration_arg(text, "--every")
+    return None if delta is None else delta.total_seconds()
+
+
 def _check_timezone(timezone: str | None, cron: bool) -> None:
     """--timezone names a zone, and only for a cron schedule (an interval ignores zones)."""
     if timezone is None:
@@ -74,7 +80,7 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
     _check_timezone(args.timezone, args.cron is not None)
     return {
         "context": json_arg(args.context, "--context") or {},
-        "every": args.every,
+        "every": _every(args.every),
         "cron": args.cron or "",
         "timezone": args.timezone or "UTC",
         "version": args.version or "",
@@ -99,7 +105,7 @@ def changed_spec(current: Any, args: argparse.Namespace) -> tuple[str, dict[str,
     every = current.interval_seconds
     cron = current.cron
     if args.every is not None:
-        every, cron = args.every, ""
+        every, cron = _every(args.every), ""
     elif args.cron is not None:
         every, cron = None, args.cron
     _check_timezone(args.timezone, bool(cron))
@@ -176,7 +182,7 @@ def _spec_flags(v: argparse.ArgumentParser, defaults: bool) -> None:
         return value if defaults else None
 
     keep = "" if defaults else " (default: unchanged)"
-    v.add_argument("--every", type=float, help="interval in seconds" + keep)
+    v.add_argument("--every", metavar="DURATION", help="interval: seconds, or 90s, 15m, 2h, 1d" + keep)
     v.add_argument("--cron", help="5-field cron expression, e.g. '0 3 * * *'" + keep)
     v.add_argument("--timezone", help="IANA time zone of --cron" + (keep or " (default UTC)"))
     v.add_argument("--context", help="JSON object (or @file) given to every instance" + keep)
