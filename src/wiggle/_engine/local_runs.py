@@ -378,25 +378,23 @@ def _apply_steps(
     context = context_of(state, token)
     if plan.contexts and plan.contexts[-1] is not context:
         _oversize_cut(engine, plan)
-    started = token.started_at
+    began, ended = token.started_at, 0  # 0: ``now``
     for done, step in enumerate(plan.nodes):
         node = loaded.nodes[step.node_id]
         if times:
             began, ended = times[done]
-            record(
-                state,
-                token,
-                node,
-                HistoryOutcome.COMPLETED,
-                now,
-                changes,
-                worker=owner,
-                started=began,
-                ended=ended,
-            )
-        else:
-            record(state, token, node, HistoryOutcome.COMPLETED, now, changes, worker=owner, started=started)
-        started = now
+        record(
+            state,
+            token,
+            node,
+            HistoryOutcome.COMPLETED,
+            now,
+            changes,
+            worker=owner,
+            started=began,
+            ended=ended,
+        )
+        began = now
         if not count_step(engine, state, token, now, changes):
             return done
         leave_limit(token, changes)
