@@ -181,3 +181,16 @@ async def test_a_value_json_would_read_back_as_another_type_is_refused_naming_wh
         )
     now = await client.call("get", info.instance_id)
     assert (now.status, now.context) == ("RUNNING", {"ok": True}), now
+
+
+async def test_a_workflow_builder_not_built_is_refused_naming_build(client: EitherClient) -> None:
+    """``client.start(Workflow.define(...).step(f), ...)`` met protobuf's "bad argument type for
+    built-in operation" (a docs trial)."""
+    builder = Workflow.define("not-built").step(lambda ctx: ctx, name="a")
+    with pytest.raises(
+        TypeError,
+        match=r"start\(\) takes a workflow name or a Blueprint, got the Workflow builder 'not-built': call \.build\(\)",
+    ):
+        await client.call("start", builder, {})
+    with pytest.raises(TypeError, match=r"call \.build\(\)"):
+        await client.call("start_many", builder, [{}])

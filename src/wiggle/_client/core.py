@@ -144,6 +144,22 @@ def _start_context_json(workflow: str | Blueprint[Any], context: Any, which: str
     return b"" if context is None else _checked_json(builtins, which or "the context")
 
 
+def workflow_name(workflow: str | Blueprint[Any], call: str) -> str:
+    """The workflow a call names: a Blueprint's name, or the name given. The Workflow builder (a
+    ``.build()`` forgotten) and any other value are TypeError naming ``call`` and what to pass;
+    before, the builder met protobuf's "bad argument type for built-in operation"."""
+    if isinstance(workflow, Blueprint):
+        return workflow.name
+    if isinstance(workflow, str):
+        return workflow
+    if isinstance(workflow, Workflow):
+        raise TypeError(
+            f"{call} takes a workflow name or a Blueprint, got the Workflow builder {workflow.name!r}: "
+            "call .build() on it"
+        )
+    raise TypeError(f"{call} takes a workflow name or a Blueprint, got {type(workflow).__name__}")
+
+
 def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.RegisterWorkflowRequest:
     """RegisterWorkflow for a Blueprint or a WorkflowDefinition."""
     if isinstance(workflow, Blueprint):
@@ -277,7 +293,7 @@ def start_request(
 ) -> pb.StartInstanceRequest:
     """StartInstance; ``context`` is a dict, a msgspec.Struct or None; ``options`` the fields
     ``start_options`` made."""
-    name = workflow.name if isinstance(workflow, Blueprint) else workflow
+    name = workflow_name(workflow, "start()")
     return pb.StartInstanceRequest(
         workflow=name,
         version=version,
@@ -312,7 +328,7 @@ class StartChunks:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
         self.workflow = workflow
-        self.name = workflow.name if isinstance(workflow, Blueprint) else workflow
+        self.name = workflow_name(workflow, "start_many()")
         self.contexts = iter(contexts)
         self.version = version
         self.correlation_id = correlation_id
@@ -555,7 +571,7 @@ def schedule_spec(
 ) -> pb.ScheduleSpec:
     """CreateSchedule / UpdateSchedule: ``every`` (a timedelta or seconds), or a 5-field ``cron``
     expression."""
-    name = workflow.name if isinstance(workflow, Blueprint) else workflow
+    name = workflow_name(workflow, "create_schedule or update_schedule")
     return pb.ScheduleSpec(
         id=schedule_id,
         workflow=name,
