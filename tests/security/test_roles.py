@@ -129,6 +129,15 @@ async def test_worker_token_scoped_to_its_queues_and_leases(secured: WiggleServe
     ):
         with pytest.raises(PermissionDenied, match=r"may serve queues \['payments'\]; not \['orders'\]"):
             await pay._call(pay.stub.PollTasks, pb.PollTasksRequest(worker_id="w1", queues=["orders"]))
+        # a worker given queues beyond its credential's is told which it may keep (a docs trial:
+        # it served nothing, not even those)
+        with pytest.raises(
+            PermissionDenied,
+            match=r"not \['orders'\]: give this worker only those it may \(--queues payments\)",
+        ):
+            await pay._call(
+                pay.stub.PollTasks, pb.PollTasksRequest(worker_id="w1", queues=["orders", "payments"])
+            )
         # the card number is only for the payments credential; any-worker may poll every queue,
         # so the test claims with pay-worker and checks any-worker cannot report on that claim
         reply = await pay._call(

@@ -236,9 +236,15 @@ class RequestGuard:
         if scope is Scope.QUEUES:
             denied = [q for q in request.queues if not identity.may_serve(q)]  # type: ignore[attr-defined]
             if denied:
+                allowed = [q for q in request.queues if identity.may_serve(q)]  # type: ignore[attr-defined]
+                hint = (
+                    f": give this worker only those it may (--queues {','.join(allowed)})"
+                    if allowed
+                    else ": serve its queues with a credential allowed them (the identity file's queues)"
+                )
                 raise PermissionDenied(
                     f"worker credential {identity.name!r} may serve queues {sorted(identity.queues)}; "
-                    f"not {denied}"
+                    f"not {denied}{hint}"
                 )
             worker_id: str = request.worker_id  # type: ignore[attr-defined]
             if not worker_id.startswith(prefix):
