@@ -16,6 +16,9 @@ header; the identity an SSO proxy names in ``http_trusted_header`` (from ``http_
 only); the browser session of the cookie (wiggle/_server/web/sessions.py); the verified client
 certificate. Reading needs a role the path allows (HTTP_ROLES), an action exactly the roles of the
 RPC it stands for (the route's name; its row in wiggle/_server/routes.py). docs/dashboard.md#signing-in has the rules.
+
+A request carrying ``X-Wiggle-Refresh: 1`` is a page's background refresh, not a person: it does
+not count as use of its session (sessions.py), so an open tab still reaches the idle timeout.
 """
 
 from __future__ import annotations
@@ -36,11 +39,22 @@ from ..http_security import HttpSecurity, peer_common_name
 from .errors import HttpProblem, wants_html
 from .sessions import Session, Sessions
 
-__all__ = ["Caller", "CALLER", "WebAccess", "Origins", "CSRF_HEADER", "SAFE_METHODS", "PUBLIC_PATHS"]
+__all__ = [
+    "Caller",
+    "CALLER",
+    "WebAccess",
+    "Origins",
+    "CSRF_HEADER",
+    "REFRESH_HEADER",
+    "SAFE_METHODS",
+    "PUBLIC_PATHS",
+]
 
 log = logging.getLogger("wiggle.http")
 
 CSRF_HEADER = "X-Wiggle-CSRF"
+#: set (to "1") by the pages' background refresh (assets.py): the session is read, not used
+REFRESH_HEADER = "X-Wiggle-Refresh"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: paths anyone may reach (signing in; the files the pages load); /signout checks its own session
 PUBLIC_PATHS = ("/signin", "/signout", "/static/")
@@ -245,7 +259,8 @@ class WebAccess:
         common_name = peer_common_name(peer)
         session_id = request.cookies.get(self.cookie, "")
         if session_id and self.sessions is not None:
-            session, why = self.sessions.get(session_id)
+            background = request.headers.get(REFRESH_HEADER) == "1"
+            session, why = self.sessions.get(session_id, touch=not background)
             if session is not None:
                 if self.sessions.current(session) == session.identity:
                     return Caller(session.identity, "session", session, session.csrf)

@@ -15,7 +15,12 @@ from ..._storage.base import InstanceView
 from ..instances import Instances
 from ..operator import record_action
 
-__all__ = ["send_signal", "retry_failed"]
+__all__ = ["send_signal", "retry_failed", "CANCEL_REASON", "BULK_CANCEL_REASON"]
+
+#: the reason a cancel records when the dialog's field is left empty; the dialog shows it as the
+#: field's placeholder (pages.py), so what it shows is what is recorded
+CANCEL_REASON = "cancelled from the dashboard"
+BULK_CANCEL_REASON = "cancelled in bulk from the dashboard"
 
 
 async def send_signal(

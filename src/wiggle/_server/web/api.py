@@ -47,6 +47,7 @@ __all__ = [
     "children",
     "signal_names",
     "instance_view",
+    "retrying",
     "STATUSES",
     "MAX_PAGE_SIZE",
 ]
@@ -149,7 +150,8 @@ def instance_query(args: Mapping[str, str], now: int = 0) -> InstanceQuery:
 
 async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any]:
     """Instances newest first with the filters of ``args``, one page, and the counts by status."""
-    query = instance_query(args, src.instances.clock.now())
+    now = src.instances.clock.now()
+    query = instance_query(args, now)
     views, next_token = await src.instances.list_instances(query)
     counts = await src.instances.store.count_by_status()
     by_status = {s: 0 for s in STATUSES}
@@ -159,6 +161,7 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
         for status, n in per.items():
             by_status[status] = by_status.get(status, 0) + n
     return {
+        "now": now,
         "filters": {
             "workflow": query.workflow,
             "status": query.status,
@@ -177,11 +180,35 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
         "created_before_ms": query.created_before,
         "counts": by_status,
         "instances": [
-            {**instance_view(v, with_tokens=False), "at": sorted({t.node_id for t in v.tokens})}
+            {
+                **instance_view(v, with_tokens=False),
+                "at": sorted({t.node_id for t in v.tokens}),
+                "retrying": retrying(v.tokens),
+            }
             for v in views
         ],
         "next_page_token": next_token,
+        # the bulk actions; the HTTP side turns off those the caller's roles may not take
+        "actions": {"bulk_cancel": True, "bulk_retry": True},
     }
+
+
+def retrying(tokens: Sequence[Token]) -> list[dict[str, Any]]:
+    """The steps of a RUNNING instance that failed and go again: each active token past its
+    first attempt, READY (in its backoff, or due and waiting for a worker) or RUNNING again,
+    with the error of its last attempt. The list shows them where a finished instance shows its
+    error: an instance failing attempt after attempt is RUNNING with no error of its own."""
+    return [
+        {
+            "node_id": t.node_id,
+            "attempt": t.attempt,
+            "status": str(t.status),
+            "next_attempt_at": t.available_at if t.status == TokenStatus.READY else 0,
+            "last_error": t.last_error,
+        }
+        for t in sorted(tokens, key=lambda t: t.node_id)
+        if t.attempt > 1 and t.status in (TokenStatus.READY, TokenStatus.RUNNING)
+    ]
 
 
 def children(tokens: Sequence[Token], history: Sequence[HistoryEntry]) -> list[dict[str, str]]:
@@ -212,7 +239,7 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
     record = await src.instances.get_workflow(view.instance.workflow, view.instance.version)
     definition = record.loaded.definition
     now = src.instances.clock.now()
-    states, labels = node_states(history, view.tokens, definition, now)
+    states, labels = node_states(history, view.tokens, definition, now, view.instance)
     inst = view.instance
     kinds = {n.id: n.kind for n in definition.nodes}
     awaiting = [
@@ -221,7 +248,8 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
         if t.status == TokenStatus.AWAITING and kinds.get(t.node_id) is NodeKind.USER_TASK
     ]
     shown = instance_view(view)
-    times = {t.id: token_times(t, kinds.get(t.node_id), now) for t in view.tokens}
+    delayed = inst.status == InstanceStatus.SCHEDULED  # its WAITING token is the delayed start's
+    times = {t.id: token_times(t, kinds.get(t.node_id), now, delayed) for t in view.tokens}
     return {
         "now": now,
         "instance": {**shown, **_counted(inst, history)},

@@ -21,6 +21,7 @@ from ..._storage.base import InstanceQuery
 from ...errors import FailedPrecondition, InvalidArgument, WiggleError
 from ..instances import Instances
 from ..operator import log_action
+from .actions import BULK_CANCEL_REASON
 
 __all__ = ["BULK_ACTIONS", "BULK_LIMIT", "matching", "run_bulk"]
 
@@ -73,7 +74,7 @@ async def run_bulk(
             f"the filter now matches {len(ids)} instances to {action}, not the {expected} you confirmed; "
             "look again and confirm the new count"
         )
-    reason = body.get("reason") or "cancelled in bulk from the dashboard"
+    reason = body.get("reason") or BULK_CANCEL_REASON
     if not isinstance(reason, str):
         raise InvalidArgument('"reason" must be a string')
     done, errors = 0, []

@@ -46,10 +46,13 @@ def render_svg(
     definition: WorkflowDefinition,
     states: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
+    links: Mapping[str, str] | None = None,
 ) -> str:
-    """The graph as an inline ``<svg>``; ``states`` maps node id -> state (a CSS class)."""
+    """The graph as an inline ``<svg>``; ``states`` maps node id -> state (a CSS class), ``links``
+    node id -> a page the node leads to (a sub-workflow's child: the node is a link to it)."""
     states = states or {}
     labels = labels or {}
+    links = links or {}
     rows = layers(definition)
     widest = max((len(r) for r in rows), default=1)
     width = PAD * 2 + widest * NODE_W + (widest - 1) * GAP_X
@@ -87,8 +90,10 @@ def render_svg(
         state = states.get(n.id, "")
         label = labels.get(n.id, state)
         title = f"{n.id} ({n.kind.value})" + (f": {label}" if label else "")
-        # a label's second part (when its wait ends, how long its attempt may run) on a line of its own
-        first, _, then = (label or n.kind.value.lower()).partition(", ")
+        first, then = _two_lines(label or n.kind.value.lower())
+        href = links.get(n.id)
+        if href:
+            out.append(f'<a class="node-link" href="{escape(href)}">')
         out.append(
             f'<g class="node {escape(state)}" data-node="{escape(n.id)}" data-state="{escape(state)}">'
             f"<title>{escape(title)}</title>"
@@ -100,8 +105,23 @@ def render_svg(
             f'<text x="{x + NODE_W // 2}" y="{y + 48}" text-anchor="middle" class="sub when">'
             f"{escape(_short(then, 26))}</text></g>"
         )
+        if href:
+            out.append("</a>")
     out.append("</svg>")
     return "".join(out)
+
+
+def _two_lines(label: str, n: int = 26) -> tuple[str, str]:
+    """A label on a node's two lines: its second part (when its wait ends, how long its attempt
+    may run: after ", ") on a line of its own; a long one without it ("waits for child wi-...")
+    broken at its last space that fits, rather than cut."""
+    first, _, then = label.partition(", ")
+    if then or len(first) <= n:
+        return first, then
+    cut = first.rfind(" ", 0, n + 1)
+    if cut <= 0:
+        return first, ""
+    return first[:cut], first[cut + 1 :]
 
 
 def _short(text: str, n: int) -> str:

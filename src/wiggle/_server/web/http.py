@@ -182,13 +182,13 @@ class HttpSide:
     # ------------------------------------------------------------------ pages and API
 
     async def _instances_data(self, request: web.Request) -> dict[str, Any]:
-        return await api.instances_page(self.sources, dict(request.query))
+        data = await api.instances_page(self.sources, dict(request.query))
+        _only_allowed(data["actions"], request, _BULK_RPCS)
+        return data
 
     async def _instance_data(self, request: web.Request) -> dict[str, Any]:
         data = await api.instance_page(self.sources, request.match_info["id"])
-        caller = request.get(CALLER)
-        if caller is not None and caller.identity is not None:
-            _only_allowed(data["actions"], caller.identity)
+        _only_allowed(data["actions"], request, _ACTION_RPCS)
         return data
 
     async def _workflows_data(self, request: web.Request) -> dict[str, Any]:
@@ -201,7 +201,9 @@ class HttpSide:
         return await api.cluster_page(self.sources)
 
     async def _schedules_data(self, request: web.Request) -> dict[str, Any]:
-        return await schedules.schedules_page(self.instances, request.query.get("workflow", "").strip())
+        data = await schedules.schedules_page(self.instances, request.query.get("workflow", "").strip())
+        _only_allowed(data["actions"], request, _SCHEDULE_RPCS)
+        return data
 
     def page(
         self,
@@ -274,7 +276,7 @@ class HttpSide:
     async def cancel(self, request: web.Request) -> web.Response:
         """Cancel an instance; recorded in its history with who did it."""
         body, actor = await self._body(request)
-        reason = body.get("reason") or "cancelled from the dashboard"
+        reason = body.get("reason") or actions.CANCEL_REASON
         if not isinstance(reason, str):
             raise InvalidArgument('"reason" must be a string')
         instance_id = request.match_info["id"]
@@ -340,20 +342,35 @@ class HttpSide:
         return web.json_response(answer)
 
 
-# An instance page's action -> the RPC whose roles it needs (its row in wiggle/_server/routes.py).
+# A page's action -> the RPC whose roles it needs (its row in wiggle/_server/routes.py): the
+# Instance page's, the Instances page's bulk actions (each instance acted on as by the single
+# action: access.py action_of), the Schedules page's.
 _ACTION_RPCS = {
     "cancel": "CancelInstance",
     "complete_user_task": "CompleteUserTask",
     "retry": "RetryInstance",
     "signal": "SignalInstance",
 }
+_BULK_RPCS = {"bulk_cancel": "CancelInstance", "bulk_retry": "RetryInstance"}
+_SCHEDULE_RPCS = {"pause": "PauseSchedule", "resume": "ResumeSchedule", "trigger": "TriggerSchedule"}
 
 
-def _only_allowed(actions: dict[str, Any], identity: Identity) -> None:
-    """Turn off the actions ``identity``'s roles may not take (a viewer saw every button, each
-    answering 403 when clicked): the page offers what the caller can do."""
-    for action, rpc in _ACTION_RPCS.items():
-        try:
-            HttpSecurity.check_action(identity, rpc)
-        except PermissionDenied:
+def _only_allowed(actions: dict[str, Any], request: web.Request, rpcs: dict[str, str]) -> None:
+    """Turn off the actions the caller's roles may not take (a viewer saw every button, each
+    answering 403 when clicked): the page offers what the caller can do. Without access control
+    (no identity) every action stays on."""
+    caller = request.get(CALLER)
+    if caller is None or caller.identity is None:
+        return
+    for action, rpc in rpcs.items():
+        if not _may(caller.identity, rpc):
             actions[action] = [] if action == "complete_user_task" else False
+
+
+def _may(identity: Identity, rpc: str) -> bool:
+    """Whether ``identity``'s roles may take the action that stands for ``rpc``."""
+    try:
+        HttpSecurity.check_action(identity, rpc)
+    except PermissionDenied:
+        return False
+    return True

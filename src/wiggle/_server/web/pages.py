@@ -4,6 +4,10 @@ No inline script or style: the layout loads /static/dashboard.js and .css (asset
 re-fetch the page's ``<main>`` every few seconds (no full reload) and run the actions: a dialog
 asks for confirmation and for who is acting, then POSTs to the API with the page's anti-forgery
 token (the ``wiggle-csrf`` meta element).
+
+A page offers only the actions its API answer allows (``actions``: http.py turns off what the
+caller's roles may not take). Wide content (tables, graphs) scrolls inside a ``div.wide`` box of
+its own, so a narrow window scrolls the table, not the page.
 """
 
 from __future__ import annotations
@@ -16,13 +20,22 @@ from urllib.parse import urlencode
 import msgspec
 
 from ..._model import WorkflowDefinition
+from .actions import BULK_CANCEL_REASON, CANCEL_REASON
 from .api import STATUSES
 from .assets import VERSION
 from .graph import render_svg
 from .states import span
 from .times import iso, utc_text
 
-__all__ = ["layout", "instances_html", "instance_html", "workflows_html", "queues_html", "cluster_html"]
+__all__ = [
+    "layout",
+    "instances_html",
+    "instance_html",
+    "workflows_html",
+    "queues_html",
+    "cluster_html",
+    "duration",
+]
 
 
 NAV = (
@@ -40,6 +53,26 @@ def when(ms: int) -> str:
     if not ms:
         return "-"
     return f'<time data-ms="{int(ms)}" datetime="{iso(ms)}">{utc_text(ms)}</time>'
+
+
+def duration(ms: int) -> str:
+    """A length of time as a person says it: "30 s", "5 min", "1 h 30 min", "1.5 s", "250 ms"."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000 and ms % 1000:
+        return f"{ms / 1000:g} s"
+    parts, rest = [], ms
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000), ("ms", 1)):
+        n, rest = divmod(rest, size)
+        if n:
+            parts.append(f"{n} {unit}")
+    return " ".join(parts)
+
+
+def wide(html: str) -> str:
+    """``html`` (a table, a graph) in a box that scrolls sideways on its own when the window is
+    narrower than it (assets.py ``div.wide``): the page itself never does."""
+    return f'<div class="wide">{html}</div>'
 
 
 def age(ms: int) -> str:
@@ -63,23 +96,32 @@ def layout(title: str, page: str, body: str, who: str = "", csrf: str = "") -> s
     )
     if who:
         user += f'<span class="who">signed in as <b id="who">{escape(who)}</b><button id="signout">sign out</button></span>'
+    # The fields left empty send nothing, and the server's default applies: the placeholders
+    # show what that is (the cancel buttons set the reason's: data-reason).
     dialog = (
         '<dialog id="confirm"><h3>Confirm: <span class="what"></span></h3>'
         '<label>Who are you (recorded in the history) <input id="actor" autocomplete="name"></label>'
-        '<label id="reason-row">Reason <input id="reason" value="cancelled from the dashboard"></label>'
+        f'<label id="reason-row">Reason <input id="reason" placeholder="{escape(CANCEL_REASON)}"></label>'
         '<label id="name-row">Signal name <input id="signal-name" list="signal-names"></label>'
-        '<label id="data-row">Data (JSON object) <textarea id="data" rows="4">{}</textarea></label>'
+        '<label id="data-row">Data (JSON object) <textarea id="data" rows="4" placeholder="{}"></textarea></label>'
         '<label id="from-row">Retry from <select id="from-node"></select></label>'
         '<p class="count"></p>'
-        '<p class="err"></p><button id="confirm-yes">Confirm</button> '
+        '<p class="err" role="alert"></p><button id="confirm-yes">Confirm</button> '
+        '<button id="confirm-signin" class="hidden">sign in again</button> '
         '<button id="confirm-back">Back</button></dialog>'
     )
     meta = f'<meta name="wiggle-csrf" content="{escape(csrf)}">' if csrf else ""
+    # no favicon to fetch (it answered 404, or 401 under sign-in, on every page): an empty one,
+    # a data: URL the Content-Security-Policy's img-src allows (errors.py CSP)
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)} · Wiggle</title>{meta}"
+        f"<!doctype html><html><head><meta charset='utf-8'>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)} · Wiggle</title>{meta}"
+        '<link rel="icon" href="data:,">'
         f'<link rel="stylesheet" href="/static/dashboard.css?v={VERSION}">'
         f'<script src="/static/dashboard.js?v={VERSION}" defer></script></head>'
         f'<body><header><b>Wiggle</b>{links}{user}</header><p id="notice" class="hidden"></p>'
+        '<p id="stale" class="hidden" role="status"></p>'
         f'<main id="main" data-page="{page}">{body}</main>{dialog}</body></html>'
     )
 
@@ -97,11 +139,12 @@ def instances_html(data: dict[str, Any]) -> str:
         f"{s.lower()} {n}</a>"
         for s, n in data["counts"].items()
     )
+    now = data.get("now", 0)
     rows = "".join(
         f'<tr data-id="{escape(i["instance_id"])}"><td><a href="/instances/{escape(i["instance_id"])}">'
         f"{escape(i['instance_id'])}</a>{_child_of(i)}</td><td>{escape(i['workflow'])}</td>"
         f"<td>{_pill(i['status'])}</td><td>{escape(', '.join(i['at']))}</td><td>{escape(i['correlation_id'])}</td>"
-        f'<td>{when(i["created_at"])}</td><td class="err">{escape(i["reason"] or i["error"])}</td></tr>'
+        f'<td>{when(i["created_at"])}</td><td class="err">{_why(i, now)}</td></tr>'
         for i in data["instances"]
     )
     more = ""
@@ -110,12 +153,35 @@ def instances_html(data: dict[str, Any]) -> str:
             f'<a id="next-page" href="/instances?{urlencode({**_kept(f), "page_token": data["next_page_token"]})}">'
             "next page →</a>"
         )
-    return (
-        f'<h2>Instances</h2>{_filters_html(f)}<p class="counts">{counts}</p>{_bulk_html(f)}'
+    bulk = _bulk_html(f, data.get("actions", {"bulk_cancel": True, "bulk_retry": True}))
+    table = (
         "<table><thead><tr><th>instance</th><th>workflow</th><th>status</th><th>at</th>"
         "<th>correlation id</th><th>created</th><th>reason, error</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>{more}"
+        f"<tbody>{rows}</tbody></table>"
     )
+    return f'<h2>Instances</h2>{_filters_html(f)}<p class="counts">{counts}</p>{bulk}{wide(table)}{more}'
+
+
+def _why(row: dict[str, Any], now: int) -> str:
+    """The list's "reason, error" cell: the instance's reason or error, else, while a step fails
+    and goes again, "retrying <node>: attempt 3 in 4 s — last error: ..." (a RUNNING instance
+    failing attempt after attempt has no error of its own: api.py ``retrying``)."""
+    if row["reason"] or row["error"]:
+        return escape(row["reason"] or row["error"])
+    lines = []
+    for r in row.get("retrying", ()):
+        if r["status"] == "RUNNING":
+            what = f"attempt {r['attempt']} running"
+        elif r["next_attempt_at"] > now:
+            what = f"attempt {r['attempt']} in {span(r['next_attempt_at'] - now)}"
+        else:
+            what = f"attempt {r['attempt']} waiting for a worker"
+        error = (
+            r["last_error"] if len(r["last_error"]) <= 200 else r["last_error"][:199] + "…"
+        )  # whole in the API
+        last = f" — last error: {error}" if error else ""
+        lines.append(f'<span class="retrying">retrying {escape(r["node_id"])}: {escape(what + last)}</span>')
+    return "<br>".join(lines)
 
 
 def _child_of(row: dict[str, Any]) -> str:
@@ -150,16 +216,23 @@ def _filters_html(f: dict[str, Any]) -> str:
     )
 
 
-def _bulk_html(f: dict[str, Any]) -> str:
-    """The bulk buttons: cancel or retry what the filter matches (counted in the dialog first)."""
+def _bulk_html(f: dict[str, Any], allowed: dict[str, Any]) -> str:
+    """The bulk buttons the caller may use (``allowed``: the API's ``actions``): cancel or retry
+    what the filter matches (counted in the dialog first); nothing when neither."""
     qs = escape(urlencode(_kept(f)))
-    return (
-        '<p class="bulk">'
-        f'<button class="bulk" id="bulk-cancel" data-kind="bulk-cancel" data-url="/api/bulk/cancel?{qs}" '
-        'data-what="cancel every live instance this filter matches">cancel all matching…</button> '
-        f'<button class="bulk" id="bulk-retry" data-kind="bulk-retry" data-url="/api/bulk/retry?{qs}" '
-        'data-what="retry every failed instance this filter matches">retry all matching…</button></p>'
-    )
+    buttons = []
+    if allowed.get("bulk_cancel"):
+        buttons.append(
+            f'<button class="bulk" id="bulk-cancel" data-kind="bulk-cancel" data-url="/api/bulk/cancel?{qs}" '
+            f'data-reason="{escape(BULK_CANCEL_REASON)}" '
+            'data-what="cancel every live instance this filter matches">cancel all matching…</button>'
+        )
+    if allowed.get("bulk_retry"):
+        buttons.append(
+            f'<button class="bulk" id="bulk-retry" data-kind="bulk-retry" data-url="/api/bulk/retry?{qs}" '
+            'data-what="retry every failed instance this filter matches">retry all matching…</button>'
+        )
+    return f'<p class="bulk">{" ".join(buttons)}</p>' if buttons else ""
 
 
 def _kept(filters: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +249,12 @@ def instance_html(data: dict[str, Any]) -> str:
     actions = _actions_html(data, iid)
     related = _related_html(inst, data)
     tokens = _tokens_html(data["tokens"], data["now"])
+    # a sub-workflow's node links its child, in the graph as in the tokens table
+    children = {
+        t["node_id"]: f"/instances/{t['child_id']}"
+        for t in data["tokens"]
+        if t["status"] == "AWAITING" and t.get("child_id")
+    }
     history = _history_html(data["history"])
     reason = f' <span class="muted">{escape(inst["reason"])}</span>' if inst["reason"] else ""
     error = f'<p class="err">{escape(inst["error"])}</p>' if inst["error"] else ""
@@ -191,14 +270,15 @@ def instance_html(data: dict[str, Any]) -> str:
         f" · finished {when(inst['finished_at'])}{deadline} · "
         f'<span id="attempts">{inst["step_attempts"]} step attempts{failed}</span></p>{related}{error}'
         f'<p class="actions">{" ".join(actions)}</p>'
-        f"{render_svg(definition, data['node_states'], data['node_labels'])}"
-        f'<h3>Context</h3><pre id="context">{escape(json.dumps(inst["context"], indent=2, sort_keys=True))}</pre>'
-        '<h3>Tokens</h3><table id="tokens"><thead><tr><th>token</th><th>node</th><th>status</th><th>attempt</th>'
-        "<th>waits until</th><th>queue</th><th>lease owner</th><th>local run</th><th>last error</th></tr></thead>"
-        f"<tbody>{tokens}</tbody></table>"
-        '<h3>History</h3><table id="history"><thead><tr><th>ended</th><th>node</th><th>kind</th><th>attempt</th>'
-        "<th>outcome</th><th>took</th><th>worker / who</th><th>error, traceback</th></tr></thead>"
-        f"<tbody>{''.join(history)}</tbody></table>"
+        f"{wide(render_svg(definition, data['node_states'], data['node_labels'], children))}"
+        # the characters themselves (ensure_ascii=False), not \u escapes; escaped for HTML as before
+        f'<h3>Context</h3><pre id="context">{escape(json.dumps(inst["context"], indent=2, sort_keys=True, ensure_ascii=False))}</pre>'
+        '<h3>Tokens</h3><div class="wide"><table id="tokens"><thead><tr><th>token</th><th>node</th><th>status</th>'
+        "<th>attempt</th><th>waits until</th><th>queue</th><th>lease owner</th><th>local run</th><th>last error</th>"
+        f"</tr></thead><tbody>{tokens}</tbody></table></div>"
+        '<h3>History</h3><div class="wide"><table id="history"><thead><tr><th>ended</th><th>node</th><th>kind</th>'
+        "<th>attempt</th><th>outcome</th><th>took</th><th>worker / who</th><th>error, traceback</th></tr></thead>"
+        f"<tbody>{''.join(history)}</tbody></table></div>"
     )
 
 
@@ -209,7 +289,7 @@ def _actions_html(data: dict[str, Any], iid: str) -> list[str]:
     if acts["cancel"]:
         actions.append(
             f'<button id="cancel" data-kind="cancel" data-what="cancel {iid}" '
-            f'data-url="/api/instances/{iid}/cancel">cancel…</button>'
+            f'data-reason="{escape(CANCEL_REASON)}" data-url="/api/instances/{iid}/cancel">cancel…</button>'
         )
     for name in acts["complete_user_task"]:
         n = escape(name)
@@ -274,16 +354,22 @@ def _tokens_html(tokens: list[dict[str, Any]], now: int) -> str:
 
 
 def _times(token: dict[str, Any], now: int) -> str:
-    """ "wakes at <time> (in 4 min)", one line per moment the token waits for."""
-    return (
-        "<br>".join(
-            f'{escape(m["what"])} {when(m["at"])} <span class="muted">(in {span(m["at"] - now)})</span>'
-            if m["at"] > now
-            else f'{escape(m["what"])} {when(m["at"])} <span class="muted">(due)</span>'
-            for m in token["times"]
-        )
-        or "-"
-    )
+    """ "wakes at <time> (in 4 min)", one line per moment the token waits for; a sub-workflow's
+    token waits for its child (linked), not for a time (states.py ``token_times``); a branch
+    at a join for the others."""
+    lines = []
+    if token["status"] == "AWAITING" and token.get("child_id"):
+        child = escape(token["child_id"])
+        lines.append(f'waits for child <a class="child" href="/instances/{child}">{child}</a>')
+    elif token["status"] == "JOINED":
+        lines.append("the other branches")
+    lines += [
+        f'{escape(m["what"])} {when(m["at"])} <span class="muted">(in {span(m["at"] - now)})</span>'
+        if m["at"] > now
+        else f'{escape(m["what"])} {when(m["at"])} <span class="muted">(due)</span>'
+        for m in token["times"]
+    ]
+    return "<br>".join(lines) or "-"
 
 
 def _history_html(entries: list[dict[str, Any]]) -> list[str]:
@@ -317,7 +403,7 @@ def workflows_html(data: dict[str, Any]) -> str:
             f'<section class="workflow" id="{escape(w["name"])}" data-version="{escape(w["version"])}">'
             f'<h3>{escape(w["name"])} <span class="muted">version {escape(w["version"])}</span></h3>'
             f"<p>mode {escape(w['execution_mode'])} · {w['nodes']} nodes · registered {when(w['registered_at'])}</p>"
-            f"<p>{pills}</p><details open><summary>graph</summary>{render_svg(definition)}</details></section>"
+            f"<p>{pills}</p><details open><summary>graph</summary>{wide(render_svg(definition))}</details></section>"
         )
     return "".join(parts)
 
@@ -350,8 +436,8 @@ def queues_html(data: dict[str, Any]) -> str:
             f'<td class="limits">{_queue_limits(q, now)}</td><td class="slots">{_key_slots(q)}</td>'
             f'<td class="num">{rate}</td><td class="num wait">{waited}</td><td>{workers or "-"}</td></tr>'
         )
-    return (
-        "<h2>Queues</h2><table><thead><tr><th>queue</th><th>ready</th><th>delayed</th><th>oldest ready</th>"
+    return "<h2>Queues</h2>" + wide(
+        "<table><thead><tr><th>queue</th><th>ready</th><th>delayed</th><th>oldest ready</th>"
         "<th>running</th><th>in local runs</th><th>limits</th>"
         f'<th title="{_SLOTS_TITLE}">key slots</th><th>throughput</th>'
         "<th>schedule to start</th><th>workers polling</th></tr></thead>"
@@ -415,6 +501,8 @@ def cluster_html(data: dict[str, Any]) -> str:
     )
     return (
         f"<h2>Cluster</h2><p>this node: {'ready' if ready['ready'] else 'NOT READY'} — {escape(ready['detail'])}</p>"
-        "<table><thead><tr><th>node</th><th>clock</th><th>address</th><th>connected since</th>"
-        f"<th>last activity</th></tr></thead><tbody>{rows}</tbody></table>"
+        + wide(
+            "<table><thead><tr><th>node</th><th>clock</th><th>address</th><th>connected since</th>"
+            f"<th>last activity</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
     )

@@ -33,9 +33,14 @@ def schedule_json(instances: Instances, schedule: Schedule) -> dict[str, Any]:
 
 
 async def schedules_page(instances: Instances, workflow: str = "") -> dict[str, Any]:
-    """Every schedule (of ``workflow``), by id, with the server's clock."""
+    """Every schedule (of ``workflow``), by id, with the server's clock and the actions (the HTTP
+    side turns off those the caller's roles may not take: http.py ``_only_allowed``)."""
     found = await instances.schedules.list(workflow)
-    return {"now": instances.clock.now(), "schedules": [schedule_json(instances, s) for s in found]}
+    return {
+        "now": instances.clock.now(),
+        "schedules": [schedule_json(instances, s) for s in found],
+        "actions": {action: True for action in ACTIONS},
+    }
 
 
 async def act(instances: Instances, schedule_id: str, action: str, actor: str = "") -> dict[str, Any]:
@@ -59,15 +64,23 @@ def _when(ms: int) -> str:
     return when(ms)
 
 
+def _every(ms: int) -> str:
+    """An interval as a person reads it: "every 30 s", "every 5 min", "every 1 h 30 min"."""
+    from .pages import duration  # as _when: a late import keeps the imports one-way
+
+    return f"every {duration(ms)}"
+
+
 def schedules_html(data: dict[str, Any]) -> str:
-    """The Schedules page body: one row per schedule with its actions."""
+    """The Schedules page body: one row per schedule with the actions the caller may take."""
     rows = []
+    allowed = data.get("actions", dict.fromkeys(ACTIONS, True))  # the API's answer always has it
     for s in data["schedules"]:
         sid = escape(s["id"])
         every = (
             f"cron {escape(s['cron'])} ({escape(s['timezone'])})"
             if s["cron"]
-            else f"every {s['interval_millis']} ms"
+            else f'<span title="{s["interval_millis"]} ms">{_every(s["interval_millis"])}</span>'
         )
         state = (
             '<span class="pill CANCELLED">paused</span>'
@@ -77,6 +90,8 @@ def schedules_html(data: dict[str, Any]) -> str:
         buttons = []
         toggle = "resume" if s["paused"] else "pause"
         for action in (toggle, "trigger"):
+            if not allowed.get(action):
+                continue
             buttons.append(
                 f'<button class="schedule-{action}" data-kind="schedule" data-what="{action} schedule {sid}" '
                 f'data-url="/api/schedules/{sid}/{action}">{action}…</button>'
@@ -89,10 +104,11 @@ def schedules_html(data: dict[str, Any]) -> str:
             f'<td><a href="/workflows#{escape(s["workflow"])}">{escape(s["workflow"])}</a></td><td>{every}</td>'
             f"<td>{state}</td><td>{'<br>'.join(_when(t) for t in s['next_fire_times']) or '-'}</td>"
             f'<td>{_when(s["last_tick_at"])}</td><td>{started}</td><td class="num">{s["fired"]}</td><td class="num">{s["skipped"]}</td>'
-            f'<td><a href="{escape(instances)}">instances</a></td><td>{" ".join(buttons)}</td></tr>'
+            f'<td><a href="{escape(instances)}">instances</a></td><td>{" ".join(buttons) or "-"}</td></tr>'
         )
     return (
-        "<h2>Schedules</h2><table><thead><tr><th>schedule</th><th>workflow</th><th>when</th><th>state</th>"
-        "<th>next fire times</th><th>last tick</th><th>last started</th><th>fired</th><th>skipped</th><th></th><th>actions</th>"
-        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        '<h2>Schedules</h2><div class="wide"><table><thead><tr><th>schedule</th><th>workflow</th><th>when</th>'
+        "<th>state</th><th>next fire times</th><th>last tick</th><th>last started</th><th>fired</th>"
+        "<th>skipped</th><th></th><th>actions</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )

@@ -6,6 +6,10 @@ the identity that credential had, and its anti-forgery token. It ends at sign-ou
 ``idle`` seconds, ``max_age`` seconds after sign-in whatever its use, and when a reload of the
 identity file removes or changes its identity (``IdentityTable.on_reload`` calls ``revalidate``).
 Sessions live in this server process's memory: a restart signs everyone out.
+
+"Used" means a person did something: a page's own background refresh (every 2 s, the header
+``X-Wiggle-Refresh: 1`` that /static/dashboard.js sends: access.py ``REFRESH_HEADER``) reads with
+the session but does not count as use, or a forgotten open tab would never reach ``idle``.
 """
 
 from __future__ import annotations
@@ -96,8 +100,9 @@ class Sessions:
         log.info("%s signed in to the dashboard with a %s", identity.name, kind)
         return session
 
-    def get(self, session_id: str) -> tuple[Session | None, str]:
-        """(the live session called ``session_id``, '') and marks it used; (None, why) otherwise."""
+    def get(self, session_id: str, touch: bool = True) -> tuple[Session | None, str]:
+        """(the live session called ``session_id``, '') and, with ``touch``, marks it used; (None,
+        why) otherwise. ``touch`` False: a background refresh, which must not keep it alive."""
         now = self.clock()
         with self._lock:
             session = self._by_id.get(session_id)
@@ -108,7 +113,8 @@ class Sessions:
                 del self._by_id[session_id]
                 log.info("session of %s ended: %s", session.identity.name, why)
                 return None, f"the session ended: {why}"
-            session.last_used = now
+            if touch:
+                session.last_used = now
             return session, ""
 
     def close(self, session_id: str) -> Session | None:

@@ -81,10 +81,14 @@ class SignIn:
                 '<label>Token (as made by <code>wiggle token</code>) <input id="token" type="password" '
                 'autocomplete="current-password" required></label><button type="submit" id="signin-token">sign in</button>'
             )
+        # #signed-out: the script says there why the session ended, when a page was sent here by
+        # its refresh or an action answered 401 (assets.py toSignIn)
         body = (
-            f'<h2>Sign in</h2><form id="signin" class="signin" data-next="{next_path}">{token}{certificate}'
+            '<h2>Sign in</h2><p id="signed-out" class="err hidden" role="status"></p>'
+            f'<form id="signin" class="signin" data-next="{next_path}">{token}{certificate}'
             '<p class="err"></p></form><p class="muted">Your session ends when you sign out, after a while '
-            "unused, and when your identity changes on the server.</p>"
+            "unused (a page left open, refreshing itself, is not use), and when your identity changes on "
+            "the server.</p>"
         )
         return web.Response(text=layout("sign in", "signin", body), content_type="text/html")
 

@@ -2,21 +2,26 @@
 the moments it waits for (a sleep's wake-up, a user task's or signal wait's deadline, a retry's
 next attempt, a running step's time limit; docs/semantics.md#time-limits).
 
-Read from the history and the active tokens (wiggle/_engine/state.py) with the definition's node
-kinds; nothing here changes anything.
+Read from the history, the active tokens (wiggle/_engine/state.py) and the open fork barriers
+(``Instance.joins``) with the definition's node kinds; nothing here changes anything.
+
+A token's ``available_at`` means something else at each kind, so each gets its own words: a user
+task's or signal wait's deadline (0: none), a sleep's wake-up, a delayed start's time, a retry's
+next attempt, and at a SUB_WORKFLOW only when the server re-reads the child next
+(``child_recheck_millis``, wiggle/_engine/children.py): no deadline, and not shown.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..._engine.resume import RETRY_RULES, enclosing
-from ..._engine.state import HistoryEntry, Instance, Token, TokenStatus
+from ..._engine.state import HistoryEntry, Instance, InstanceStatus, JoinState, Token, TokenStatus
 from ..._model import NodeKind, WorkflowDefinition
 from ..operator import OPERATOR_KIND
 
-__all__ = ["node_states", "token_times", "span", "retry_choices", "signal_waits"]
+__all__ = ["node_states", "token_times", "span", "retry_choices", "signal_waits", "token_kind"]
 
 
 def span(ms: int) -> str:
@@ -32,15 +37,33 @@ def span(ms: int) -> str:
     return f"{ms / 86_400_000:.1f} d"
 
 
-def token_times(token: Token, kind: NodeKind | None, now: int) -> list[dict[str, Any]]:
-    """The moments ``token`` waits for, each {"what", "at"} (ms): when it wakes, its deadline,
-    its next attempt, when it must start, when its attempt times out, its lease's end."""
+def token_kind(token: Token, kind: NodeKind | None) -> NodeKind | None:
+    """The kind of node ``token`` is at: the definition's (``kind``), else the token's own record
+    of it (a definition without the node: the token still says what it parked at)."""
+    if kind is not None:
+        return kind
+    try:
+        return NodeKind(token.kind)
+    except ValueError:
+        return None
+
+
+def token_times(
+    token: Token, kind: NodeKind | None, now: int, delayed_start: bool = False
+) -> list[dict[str, Any]]:
+    """The moments ``token`` waits for, each {"what", "at"} (ms): when it wakes (a sleep), when it
+    starts (the first token of a delayed start: ``delayed_start``, its instance SCHEDULED), its
+    deadline (a user task's or signal wait's timeout), its next attempt, when it must start, when
+    its attempt times out, its lease's end. A sub-workflow's token waits for its child, not for a
+    time: none."""
     out: list[tuple[str, int]] = []
     status = token.status
+    kind = token_kind(token, kind)
     if status == TokenStatus.WAITING:
-        out.append(("wakes at", token.available_at))
+        out.append(("starts at" if delayed_start else "wakes at", token.available_at))
     elif status == TokenStatus.AWAITING:
-        out.append(("deadline", token.available_at))
+        if kind is not NodeKind.SUB_WORKFLOW:  # its available_at is the child's next re-check
+            out.append(("deadline", token.available_at))
     elif status == TokenStatus.READY:
         if token.available_at > now:
             out.append(("next attempt at" if token.attempt > 1 else "due at", token.available_at))
@@ -68,8 +91,18 @@ def _history_states(history: Sequence[HistoryEntry]) -> tuple[dict[str, str], di
     return states, labels
 
 
-def _token_state(t: Token, kind: NodeKind | None, signal: str, now: int) -> tuple[str, str]:
-    """(state, label) of a node where the active token ``t`` is."""
+def _deadline(at: int, now: int) -> str:
+    """A wait's deadline as a label's second part ("" for none)."""
+    if not at:
+        return ""
+    return f", deadline in {span(at - now)}" if at > now else ", deadline passed"
+
+
+def _token_state(
+    t: Token, kind: NodeKind | None, signal: str, now: int, instance: Instance | None
+) -> tuple[str, str]:
+    """(state, label) of a node where the active token ``t`` is (in ``instance``, when known)."""
+    kind = token_kind(t, kind)
     if t.status == TokenStatus.RUNNING:
         state, label = (
             ("local-run", f"in a local run by {t.local_run_owner}")
@@ -85,17 +118,48 @@ def _token_state(t: Token, kind: NodeKind | None, signal: str, now: int) -> tupl
         retry = f", attempt {t.attempt}" if t.attempt > 1 else ""
         return "ready", f"waiting for a worker{retry}"
     if t.status == TokenStatus.WAITING:
+        if _delayed(instance):
+            return "scheduled", f"delayed start, starts in {span(t.available_at - now)}"
         return "sleeping", f"sleeping, wakes in {span(t.available_at - now)}"
     if t.status == TokenStatus.AWAITING:
-        state, label = (
-            ("signal", f"awaiting signal {signal}")
-            if kind is NodeKind.SIGNAL
-            else ("awaiting", "awaiting a person")
-        )
-        if t.available_at:
-            label += f", deadline in {span(t.available_at - now)}"
-        return state, label
-    return "joined", "waiting at the join"
+        if kind is NodeKind.SUB_WORKFLOW:  # no deadline: available_at is the child's re-check
+            verb = "waits for" if t.started_at else "starting"
+            return "child", f"{verb} child {t.child_id}" if t.child_id else "starting its child"
+        if kind is NodeKind.SIGNAL:
+            return "signal", f"awaiting signal {signal}{_deadline(t.available_at, now)}"
+        return "awaiting", f"awaiting a person{_deadline(t.available_at, now)}"
+    joins = instance.joins if instance is not None else {}
+    join = joins.get(t.fork_stack[-1][0]) if t.fork_stack else None
+    if join is not None and not join.for_each:
+        return "joined", f"{len(join.arrived)} of {join.branch_count} branches here, waiting for the rest"
+    return "joined", "waiting at the join for the other branches"
+
+
+def _delayed(instance: Instance | None) -> bool:
+    """A SCHEDULED instance's WAITING token is its delayed start's, not a sleep (the engine's own
+    test: wiggle/_engine/engine.py ``begin``)."""
+    return instance is not None and instance.status == InstanceStatus.SCHEDULED
+
+
+def _barrier_states(joins: Mapping[str, JoinState], states: dict[str, str], labels: dict[str, str]) -> None:
+    """A FORK or FOR_EACH whose branches are under way: how far they are (its history says only
+    "done", which it is as a step, while its branches may have far to go)."""
+    per: dict[str, list[int]] = {}  # fork node -> [finished, started, total, for_each]
+    for join in joins.values():
+        counts = per.setdefault(join.fork_node, [0, 0, 0, int(join.for_each)])
+        if join.for_each:
+            counts[0] += len(join.results) + join.merged_count  # STRICT keeps results, LWW a count
+            counts[1] += join.started
+        else:
+            counts[0] += len(join.arrived)
+            counts[1] += join.branch_count
+        counts[2] += join.branch_count
+    for node_id, (finished, started, total, for_each) in per.items():
+        states[node_id] = "forked"
+        if for_each:
+            labels[node_id] = f"{finished} of {total} done, {started - finished} under way"
+        else:
+            labels[node_id] = f"{finished} of {total} branches at the join"
 
 
 def node_states(
@@ -103,14 +167,20 @@ def node_states(
     tokens: Sequence[Token],
     definition: WorkflowDefinition | None = None,
     now: int = 0,
+    instance: Instance | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """(state, label) per node id, from the history and the active tokens.
+    """(state, label) per node id, from the history, the active tokens and, given ``instance``,
+    its open fork barriers (``joins``) and whether it waits for a delayed start.
 
     States: done, failed, retrying (failed, another attempt due), ready (waiting for a worker),
-    running, local-run ("in a local run by <worker>"), sleeping, awaiting (a user task), signal
-    (a signal wait), joined. A waiting node's label says when its wait ends (``now`` relative).
+    running, local-run ("in a local run by <worker>"), sleeping, scheduled (a delayed start),
+    awaiting (a user task), signal (a signal wait), child (a sub-workflow: "waits for child
+    <id>"), forked (a fork or for-each whose branches are under way), joined. A waiting node's
+    label says when its wait ends (``now`` relative) when it has an end.
     """
     states, labels = _history_states(history)
+    if instance is not None:
+        _barrier_states(instance.joins, states, labels)
     nodes = definition.node_map() if definition is not None else {}
     for t in tokens:
         if t.status not in (
@@ -124,7 +194,7 @@ def node_states(
         node = nodes.get(t.node_id)
         kind = node.kind if node is not None else None
         signal = (node.signal or t.node_id) if node is not None else t.node_id
-        states[t.node_id], labels[t.node_id] = _token_state(t, kind, signal, now)
+        states[t.node_id], labels[t.node_id] = _token_state(t, kind, signal, now, instance)
     return states, labels
 
 
