@@ -31,6 +31,16 @@ async def timed_out(client: EitherClient, flow, seconds: float = 1.0) -> str:
     return str(caught.value)
 
 
+async def _given_back(client: EitherClient, instance_id: str) -> None:
+    """Until the instance's step is READY with a give-back's error on it."""
+    for _ in range(200):
+        (token,) = (await client.call("get", instance_id)).tokens
+        if str(token.status) == "READY" and token.last_error:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no give-back within 10 s: {token}")
+
+
 @pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
 async def test_a_result_that_times_out_says_where_the_instance_waits(blocking: bool) -> None:
     async with EmbeddedServer() as server:
@@ -50,7 +60,14 @@ async def test_a_result_that_times_out_says_where_the_instance_waits(blocking: b
             async with Worker(
                 server.target, [other], WorkerOptions(worker_id="w-old", poll_wait_seconds=1.0)
             ):
-                said = await timed_out(client, UNSERVED, 3.0)
+                started = await client.call("start", UNSERVED, {})
+                await _given_back(client, started.instance_id)
+            # the worker is gone (while it runs the step is now and then RUNNING on it, between
+            # a claim and its give-back); the give-back's error stays on the READY step
+            await _given_back(client, started.instance_id)
+            with pytest.raises(TimeoutError) as caught:
+                await client.call("result", started.instance_id, timeout=1.0)
+            said = str(caught.value)
             assert "(last error: worker w-old has no handler for node 'price'" in said, said
             assert "is a worker serving" not in said, said
             worker = Worker(
