@@ -13,8 +13,11 @@ JSON that contains ``null`` at all is walked (``non_finite_in``).
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import decimal
 import enum
 import math
+import uuid
 from typing import Any
 
 import msgspec
@@ -64,19 +67,19 @@ def described(what: str, found: tuple[str, float]) -> str:
 
 _PLAIN = (str, int, float, bool, type(None))
 
-#: What to do with a value of a type JSON cannot hold as itself, by type name.
-_INSTEAD = {
-    "datetime": "store .isoformat() and parse it back",
-    "date": "store .isoformat() and parse it back",
-    "time": "store .isoformat() and parse it back",
-    "timedelta": "store .total_seconds()",
-    "Decimal": "store str(value) or a float",
-    "UUID": "store str(value)",
-    "set": "store a list (sorted(value))",
-    "frozenset": "store a list (sorted(value))",
-    "bytes": "store text, or base64 of it",
-    "bytearray": "store text, or base64 of it",
-    "memoryview": "store text, or base64 of it",
+#: What to do instead with a value of a type msgspec writes as another (its nearest class here).
+_INSTEAD: dict[type, str] = {
+    datetime.datetime: "store .isoformat() and parse it back",
+    datetime.date: "store .isoformat() and parse it back",
+    datetime.time: "store .isoformat() and parse it back",
+    datetime.timedelta: "store .total_seconds()",
+    decimal.Decimal: "store str(value) or a float",
+    uuid.UUID: "store str(value)",
+    set: "store a list (sorted(value))",
+    frozenset: "store a list (sorted(value))",
+    bytes: "store text, or base64 of it",
+    bytearray: "store text, or base64 of it",
+    memoryview: "store text, or base64 of it",
 }
 
 
@@ -94,7 +97,7 @@ def foreign(value: Any, path: str = "") -> tuple[str, str] | None:
     kind = type(value)
     if kind is dict:
         for key, item in value.items():
-            if type(key) is not str and not isinstance(key, str):
+            if not isinstance(key, str):
                 return path, (
                     f"a dict with the {type(key).__name__} key {key!r}: JSON keys are strings, the next "
                     "step would read the key as one (store str(key))"
@@ -113,22 +116,22 @@ def foreign(value: Any, path: str = "") -> tuple[str, str] | None:
             if found is not None:
                 return found
         return None
-    if kind in _PLAIN or isinstance(value, (str, int, float, msgspec.Struct)):
+    if value is None or isinstance(value, (str, int, float, msgspec.Struct)):  # bool is an int
         return None
     if isinstance(value, (tuple, dict)):  # a NamedTuple, a dict subclass: as their base types
         return foreign(tuple(value) if isinstance(value, tuple) else dict(value), path)
-    name = kind.__name__
     if isinstance(value, enum.Enum):
         instead = "store its .value"
     elif dataclasses.is_dataclass(value):
         instead = "store dataclasses.asdict(value), or make it a msgspec Struct"
-    elif name in _INSTEAD:
-        instead = _INSTEAD[name]
-    else:  # a type msgspec cannot encode at all: the encoder's own error names it
-        return None
+    else:
+        instead = next((_INSTEAD[c] for c in kind.__mro__ if c in _INSTEAD), "")
+        if not instead:  # a type msgspec cannot encode at all: the encoder's own error names it
+            return None
     return (
         path,
-        f"of type {name}, which JSON holds only as another type: the next step would read that ({instead})",
+        f"of type {kind.__name__}, which JSON holds only as another type: the next step would read that "
+        f"({instead})",
     )
 
 

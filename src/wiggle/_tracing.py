@@ -84,7 +84,7 @@ def _span(name: str, kind: Any, parent: str, attributes: Mapping[str, Any] | Non
     tracer = _trace.get_tracer("wiggle")
     # The exception is recorded here, not by the SDK: it formats ``str(exc)``, and an exception
     # whose own __str__ raises (a handler's) then left the span with that second exception in
-    # place of the handler's, so the step reported the wrong error (handlers.py ``failure_of``).
+    # place of the handler's, so the step reported the wrong error (outcomes.py ``failure_of``).
     with tracer.start_as_current_span(
         name,
         context=ctx,

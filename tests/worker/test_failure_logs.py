@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from wiggle import PermanentError, RetryableError
-from wiggle._worker.handlers import Step, failure_of, log_failure
+from wiggle._worker.handlers import Step, log_failure
+from wiggle._worker.outcomes import failure_of
 
 STEP = Step(
     instance_id="wi-1",

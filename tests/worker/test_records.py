@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from wiggle._engine.records import PredicateDone, StepFailed, TaskDone
 from wiggle._fast import decode_batch
-from wiggle._worker.handlers import Failure, outcome_of
+from wiggle._worker.outcomes import Failure, outcome_of
 from wiggle._worker.records import ContextDiff, encode_records, step_record
 
 

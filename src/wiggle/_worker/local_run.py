@@ -36,9 +36,10 @@ from .._engine.state import InstanceStatus, TokenStatus
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, encoded_result
+from .handlers import HandlerCaller, LoadedBlueprint
 from .heartbeats import Heartbeats, Lease
 from .options import WorkerOptions
+from .outcomes import Context, Failure, Outcome, encoded_result
 from .records import StepRecord, encode_records, step_record, task_record
 from .reporter import AdvanceUnsupported, Reporter
 from .server_step import CUT_HANDBACK_SECONDS, decode_context, report_outcome

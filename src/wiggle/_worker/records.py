@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from .. import _fast
 from .._engine.records import BatchRecord, PredicateDone, StepFailed, TaskDone
-from .handlers import Failure
+from .outcomes import Failure
 
 __all__ = ["StepRecord", "ContextDiff", "StepResult", "step_record", "task_record", "encode_records"]
 

@@ -18,8 +18,9 @@ from .. import _tracing as tracing
 from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import Context, Failure, HandlerCaller, LoadedBlueprint, Outcome, encoded_result
+from .handlers import HandlerCaller, LoadedBlueprint
 from .heartbeats import Heartbeats
+from .outcomes import Context, Failure, Outcome, encoded_result
 from .reporter import Reporter
 
 __all__ = ["run_server_step", "report_outcome", "report_failure", "release_step", "decode_context"]

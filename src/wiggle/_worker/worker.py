@@ -26,11 +26,12 @@ from .._security.credentials import Credentials
 from ..client import AsyncClient, Client
 from ..workflow import Blueprint, Workflow
 from .connect import register_when_reachable
-from .handlers import Context, HandlerCaller, InlinePolicy, LoadedBlueprint, Step
+from .handlers import HandlerCaller, InlinePolicy, LoadedBlueprint, Step
 from .heartbeats import Heartbeats
 from .http import Pulse, WorkerHttp, start_worker_http
 from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
 from .options import WorkerOptions, check_options
+from .outcomes import Context
 from .poller import Poller
 from .reporter import Reporter
 from .server_step import release_step, run_server_step
