@@ -19,7 +19,7 @@ from ports import free_port
 
 from wiggle import AsyncClient, Client, Workflow
 from wiggle import _tracing as wiggle_tracing
-from wiggle._client import core
+from wiggle._client import core, start_stream
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle._server.config import ServerConfig
@@ -238,3 +238,85 @@ async def test_a_message_without_a_body_is_refused_and_the_stream_goes_on(server
     assert replies[1].error.message == "ClientMessage has no body"
     (result,) = replies[2].started.results
     assert (await server.client.get(result.instance.instance_id)).context == {"n": 1}
+
+
+class _RacedCall:
+    """A ClientSession call whose first write loses a race with the server's answer: gRPC fails the
+    write with INTERNAL ("Internal error from Core") and the call's own status, ``final``, arrives
+    ``delay`` seconds later (what a real server without the stream does now and then: the race
+    cannot be forced on a real one, so this stands in for the call)."""
+
+    def __init__(self, final: grpc.StatusCode, delay: float) -> None:
+        self._code = grpc.StatusCode.INTERNAL
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, setattr, self, "_code", final)
+        self.cancelled = False
+
+    async def write(self, message: Any) -> None:
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), "Internal error from Core"
+        )
+
+    async def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def done(self) -> bool:
+        return True
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+class _RacedStub:
+    def __init__(self, final: grpc.StatusCode, delay: float) -> None:
+        self.calls: list[_RacedCall] = []
+        self._final, self._delay = final, delay
+
+    def ClientSession(self) -> _RacedCall:  # noqa: N802 (gRPC's method name)
+        self.calls.append(_RacedCall(self._final, self._delay))
+        return self.calls[-1]
+
+
+async def test_a_refusal_that_races_the_first_write_still_gives_the_stream_up() -> None:
+    # CI saw it: the first start to a server without ClientSession failed with INTERNAL "Internal
+    # error from Core" (the write lost the race with the server's UNIMPLEMENTED) instead of going
+    # as a unary call.
+    stub = _RacedStub(grpc.StatusCode.UNIMPLEMENTED, delay=0.02)
+    stream = start_stream.AsyncStartStream(stub)
+    assert await stream.call(pb.StartInstancesRequest(), timeout=5) is None  # a unary call instead
+    assert not stream.usable and stub.calls[0].cancelled
+    assert await stream.call(pb.StartInstancesRequest(), timeout=5) is None
+    assert len(stub.calls) == 1  # asked once, then never again
+
+
+async def test_a_stream_that_breaks_under_a_write_sends_that_start_as_a_unary_call() -> None:
+    # INTERNAL for good: the message never left, so this one start goes as a unary call and the
+    # next start tries the stream again.
+    stub = _RacedStub(grpc.StatusCode.INTERNAL, delay=0)
+    stream = start_stream.AsyncStartStream(stub)
+    assert await stream.call(pb.StartInstancesRequest(), timeout=5) is None
+    assert stream.usable
+    assert await stream.call(pb.StartInstancesRequest(), timeout=5) is None
+    assert len(stub.calls) == 2
+
+
+async def test_a_write_that_fails_otherwise_fails_the_start_with_its_status() -> None:
+    stub = _RacedStub(grpc.StatusCode.INTERNAL, delay=0)
+    stream = start_stream.AsyncStartStream(stub)
+
+    async def unavailable(message: Any) -> None:
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "Socket closed"
+        )
+
+    stub.ClientSession = lambda: _with_write(_RacedCall(grpc.StatusCode.UNAVAILABLE, 0), unavailable)  # type: ignore[method-assign]
+    with pytest.raises(WiggleError, match="Socket closed") as err:
+        await stream.call(pb.StartInstancesRequest(), timeout=5)
+    assert err.value.code is ErrorCode.UNAVAILABLE
+    assert stream.usable
+
+
+def _with_write(call: _RacedCall, write: Callable[[Any], Any]) -> _RacedCall:
+    call.write = write  # type: ignore[method-assign]
+    return call

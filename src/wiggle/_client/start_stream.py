@@ -39,6 +39,8 @@ from ..errors import ErrorCode, WiggleError
 
 __all__ = ["AsyncStartStream", "StartStream"]
 
+REFUSAL_WAIT = 0.1  # seconds a failed write waits for the call's own status (AsyncStartStream._unsent)
+
 
 def _message(rid: int, request: pb.StartInstancesRequest) -> pb.ClientBatch:
     message = pb.ClientMessage(request_id=rid)
@@ -125,6 +127,18 @@ class AsyncStartStream(_Stream):
                 rid = self._request_id()
                 try:
                     await call.write(_message(rid, request))
+                except grpc.RpcError as exc:  # the message never left: a refusal, or a unary call
+                    error = await self._unsent(call, exc)
+                    if error is None:
+                        return None
+                    raise error from None
+                except asyncio.InvalidStateError:  # it had ended with OK: the message was not sent
+                    self._drop(call)
+                    continue
+                except BaseException:
+                    self._drop(call)
+                    raise
+                try:
                     frame = await asyncio.wait_for(call.read(), timeout)
                 except asyncio.InvalidStateError:  # it had ended with OK: the message was not sent
                     self._drop(call)
@@ -145,6 +159,30 @@ class AsyncStartStream(_Stream):
                     continue
                 return self._settle(call, frame, rid)
             raise _ended()
+
+    async def _unsent(self, call: Any, exc: grpc.RpcError) -> WiggleError | None:
+        """The write of a start failed, so the start never reached the server: None if it is to go
+        as a unary call (the server refused the stream, or the stream broke before taking it),
+        else the error it fails with.
+
+        When a server without ClientSession refuses the call while the first message is being
+        written, gRPC fails the write with INTERNAL ("Internal error from Core") and sets the
+        call's own status, UNIMPLEMENTED, a moment later: it is waited for (``REFUSAL_WAIT``) so
+        that the client gives the stream up once rather than on every start."""
+        code = exc.code()
+        if code == grpc.StatusCode.INTERNAL:
+            waited = 0.0
+            while code == grpc.StatusCode.INTERNAL and waited < REFUSAL_WAIT:
+                await asyncio.sleep(0.005)
+                waited += 0.005
+                code = await call.code()
+        self._drop(call)
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            self.usable = False
+            return None
+        if code == grpc.StatusCode.INTERNAL:
+            return None  # the stream broke under the write: this one start goes as a unary call
+        return error_from_rpc(exc)
 
     def _drop(self, call: Any) -> None:
         call.cancel()
