@@ -109,6 +109,7 @@ class Handback(str, enum.Enum):
     MAX_STEPS = "MAX_STEPS"
     NOT_RUNNING = "NOT_RUNNING"  # the server says the instance is no longer RUNNING
     SHUTDOWN = "SHUTDOWN"  # Worker.close(): drain and hand back
+    CUT = "CUT"  # the worker's drain ran out during a step: it runs again (a RELEASED history entry)
     SIGNAL = "SIGNAL"
     SUB_WORKFLOW = "SUB_WORKFLOW"
     FOR_EACH = "FOR_EACH"

@@ -73,9 +73,9 @@ class HistoryOutcome(str, enum.Enum):
     SIGNALLED = "SIGNALLED"  # a signal wait received its signal (docs/semantics.md#signal)
     RESUMED = "RESUMED"  # a FAILED instance was retried (docs/semantics.md#resuming-a-failed-instance)
     CHILD_STARTED = "CHILD_STARTED"  # a SUB_WORKFLOW node started its child instance
-    RELEASED = (
-        "RELEASED"  # the server took a step back from its worker (credential revoked): READY, same attempt
-    )
+    #: a step taken back from its worker before it finished: READY, same attempt (its credential
+    #: was revoked, or the worker's drain cut it: handback CUT)
+    RELEASED = "RELEASED"
 
     def __str__(self) -> str:
         return self.value

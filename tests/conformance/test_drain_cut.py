@@ -2,7 +2,9 @@
 it is handed back at once, READY on the server without an attempt spent, and a local run hands
 back with it the steps it finished and had not reported. Before, the cut step waited out its
 lease ("lease expired (worker unreachable)" in its history), and a LOCAL_ASYNC run's finished,
-unflushed steps ran again after it, their first runs nowhere in the history (two outside trials)."""
+unflushed steps ran again after it, their first runs nowhere in the history (two outside trials).
+The cut step's first run has its own history entry, RELEASED (handback reason CUT), so every run
+of a step is explained."""
 
 from __future__ import annotations
 
@@ -69,9 +71,13 @@ async def test_a_cut_step_is_handed_back_with_the_steps_finished_before_it(
     assert done.context == {"pre": 1, "mid": 1, "slow": 2, "post": 1}, done.context
     assert dict(calls) == {"pre": 1, "mid": 1, "slow": 2, "post": 1}, calls
     assert not [h for h in history if "lease expired" in h.error], history
-    assert [(h.node_id, h.outcome) for h in history if h.outcome != "END"] == [
-        ("pre", "COMPLETED"),
-        ("mid", "COMPLETED"),
-        ("slow", "COMPLETED"),
-        ("post", "COMPLETED"),
+    assert [(h.node_id, h.attempt, h.outcome) for h in history if h.outcome != "END"] == [
+        ("pre", 1, "COMPLETED"),
+        ("mid", 1, "COMPLETED"),
+        ("slow", 1, "RELEASED"),  # why it ran twice: the history explains every run (a trial)
+        ("slow", 1, "COMPLETED"),
+        ("post", 1, "COMPLETED"),
     ], history
+    (cut,) = [h for h in history if h.outcome == "RELEASED"]
+    assert cut.error.startswith("cut by the drain of worker ") and cut.worker_id, cut
+    assert cut.error.endswith("before it finished; runs again, same attempt"), cut

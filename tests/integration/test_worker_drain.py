@@ -91,7 +91,9 @@ def test_a_step_outlasting_the_drain_is_cut_and_handed_back(tmp_path: Path) -> N
         history = client.history(running.instance_id)
         attempts = [(h.attempt, h.outcome) for h in history if h.kind == "TASK"]
     # handed back READY, attempt unspent: the next worker ran it at once, not after the lease
-    assert attempts == [(1, "COMPLETED")], history
+    assert attempts == [(1, "RELEASED"), (1, "COMPLETED")], history
+    (cut,) = [h for h in history if h.outcome == "RELEASED"]  # the cut run's own entry
+    assert cut.error.startswith("cut by the drain of worker"), cut
     assert not [h for h in history if "lease expired" in h.error], history
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from .. import _fast
-from .._model import ExecutionMode, NodeKind
+from .._model import ExecutionMode, Handback, NodeKind
 from ..errors import FailedPrecondition, InvalidArgument
 from .config import LoadedDefinition
 from .drive import drive
@@ -314,7 +314,8 @@ def apply_run(
     inst = state.instance
     token = plan.token
     changes = Changes()
-    times = step_times(durations, len(plan.nodes) + (plan.failure is not None), token.started_at, now)
+    claimed_at = token.started_at
+    times = step_times(durations, len(plan.nodes) + (plan.failure is not None), claimed_at, now)
     stopped_at = _apply_steps(engine, loaded, state, plan, owner, now, changes, times)
     if stopped_at is not None:  # the instance's step budget ran out
         return AdvanceOutcome(inst.status, 0, token.id, token.status, stopped_at), changes
@@ -342,6 +343,11 @@ def apply_run(
     ):
         # A handback: the worker's, or the server's at a boundary or a queue change; never a token
         # left leased to a worker that will not run it.
+        if handback_reason == Handback.CUT.value:
+            # the step at the token had started on the worker: say why it runs again
+            cut_at = times[applied - 1][1] if times and applied else claimed_at
+            message = f"cut by the drain of worker {owner} before it finished; runs again, same attempt"
+            record(state, token, next_node, HistoryOutcome.RELEASED, now, changes, message, owner, cut_at)
         drive(engine, loaded, state, token, now, changes)
         if handback_reason or plan.other_queue or not final:
             token.local_run_owner = ""

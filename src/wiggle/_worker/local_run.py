@@ -42,7 +42,7 @@ from .options import WorkerOptions
 from .outcomes import Context, Failure, Outcome, encoded_result
 from .records import StepRecord, encode_records, step_record, task_record
 from .reporter import AdvanceUnsupported, Reporter
-from .server_step import CUT_HANDBACK_SECONDS, decode_context, report_outcome
+from .server_step import decode_context, hand_back_cut, report_outcome
 from .stats import WorkerStats
 
 __all__ = ["Decision", "AdvanceSupport", "LocalRunEnv", "LocalRun"]
@@ -340,18 +340,15 @@ class LocalRun:
             steps_batch=encode_records(list(self.batch)),
             run_offset=self.reported,
             final=True,
-            handback_reason=Handback.SHUTDOWN.value,
             step_millis=list(self.millis),
         )
         if self.failure_traceback:
             request.failure_traceback = self.failure_traceback
         self.batch = []
-        try:
-            await asyncio.wait_for(self.env.reporter.advance(request), CUT_HANDBACK_SECONDS)
-        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 (the lease covers it)
-            log.info("a cut run of %s was not handed back (%s); its lease expires", self.act.instance_id, exc)
+        if not await hand_back_cut(self.env.reporter, request):
+            log.info("a cut run of %s was not handed back; its lease expires", self.act.instance_id)
             return
-        self.env.stats.handbacks[Handback.SHUTDOWN.value] += 1
+        self.env.stats.handbacks[request.handback_reason] += 1
 
     async def flush(self, final: bool, reason: Handback | None) -> bool:
         """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""

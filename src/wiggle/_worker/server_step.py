@@ -17,13 +17,21 @@ import msgspec
 from .. import _tracing as tracing
 from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
+from ..errors import InvalidArgument
 from ..workflow import HandlerKind
 from .handlers import HandlerCaller, LoadedBlueprint
 from .heartbeats import Heartbeats
 from .outcomes import Context, Failure, Outcome, encoded_result
 from .reporter import Reporter
 
-__all__ = ["run_server_step", "report_outcome", "report_failure", "release_step", "decode_context"]
+__all__ = [
+    "run_server_step",
+    "report_outcome",
+    "report_failure",
+    "release_step",
+    "decode_context",
+    "hand_back_cut",
+]
 
 _decode = msgspec.json.Decoder().decode
 
@@ -78,13 +86,32 @@ async def run_server_step(
 
 async def _hand_back_cut(reporter: Reporter, act: pb.TaskActivation) -> None:
     """Hand back the step of ``act``, cut by the worker's drain (``run_server_step``)."""
-    request = pb.AdvanceRunRequest(
-        task_id=act.task_id, lease_owner=act.lease_owner, final=True, handback_reason=Handback.SHUTDOWN.value
-    )
-    try:
-        await asyncio.wait_for(reporter.advance(request), CUT_HANDBACK_SECONDS)
-    except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 (the lease covers it)
-        log.info("the cut step of %s was not handed back (%s); its lease expires", act.instance_id, exc)
+    request = pb.AdvanceRunRequest(task_id=act.task_id, lease_owner=act.lease_owner, final=True)
+    if not await hand_back_cut(reporter, request):
+        log.info("the cut step of %s was not handed back; its lease expires", act.instance_id)
+
+
+async def hand_back_cut(reporter: Reporter, request: pb.AdvanceRunRequest) -> bool:
+    """Send ``request``, the handback of a step the worker's drain cut, within
+    ``CUT_HANDBACK_SECONDS``; False if it was not taken (the lease then covers the step).
+
+    Its reason is CUT, for which the server records a RELEASED entry in the step's history (the
+    step had started here and runs again). A server older than that reason refuses it
+    (InvalidArgument, nothing applied): the handback goes again as SHUTDOWN, which it knows."""
+    for reason in (Handback.CUT, Handback.SHUTDOWN):
+        request.handback_reason = reason.value
+        try:
+            await asyncio.wait_for(reporter.advance(request), CUT_HANDBACK_SECONDS)
+        except InvalidArgument as exc:
+            if reason is Handback.CUT and "handback_reason" in str(exc):
+                continue
+            log.info("a cut step's handback was refused: %s", exc)
+            return False
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 (the lease covers it)
+            log.info("a cut step's handback failed: %s", exc)
+            return False
+        return True
+    return False
 
 
 def patience(act: pb.TaskActivation) -> float:
