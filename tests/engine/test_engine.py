@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from wiggle import ExecutionMode, RetryPolicy, Workflow
+from wiggle._clock import VirtualClock
 from wiggle._engine.engine import Engine, EngineConfig
 from wiggle._engine.records import ContextSet, PredicateDone, StepFailed, TaskDone
 from wiggle._engine.state import Changes, HistoryOutcome, InstanceStatus, TokenStatus, now_millis
@@ -853,3 +854,70 @@ async def test_advance_after_lease_expiry_is_refused() -> None:
     with pytest.raises(FailedPrecondition, match="not RUNNING"):
         await s.advance_run(token_id, OWNER, [TaskDone("a", {"n": 1}, [])], True, "")
     assert await snapshot(s, iid) == before
+
+
+def timed_flow(mode: ExecutionMode):
+    """a (a 5 s time limit) -> b -> c, in ``mode``."""
+    wf = Workflow.define(f"timed-{mode.value.lower()}").execution(mode)
+    return wf.step(_h("a"), timeout=5).step(_h("b")).step(_h("c"))
+
+
+@pytest.mark.parametrize(
+    "mode, steps, durations",
+    [
+        pytest.param(ExecutionMode.LOCAL_SYNC, [TaskDone("a", {"a": 1}, [])], (), id="sync-one-step"),
+        pytest.param(ExecutionMode.LOCAL_ASYNC, [TaskDone("a", {"a": 1}, [])], (), id="async-one-step"),
+        pytest.param(
+            ExecutionMode.LOCAL_ASYNC,
+            [TaskDone("a", {"a": 1}, []), TaskDone("b", {"b": 1}, [])],
+            (5_500, 100),
+            id="async-first-step-late",
+        ),
+        pytest.param(ExecutionMode.LOCAL_SYNC, [StepFailed("a", "boom", True)], (), id="late-failure"),
+        pytest.param(ExecutionMode.LOCAL_ASYNC, [], (), id="lease-renewal"),
+    ],
+)
+async def test_a_local_run_reported_past_its_steps_time_limit_is_refused(
+    mode: ExecutionMode, steps: list[Any], durations: tuple[int, ...]
+) -> None:
+    # A late AdvanceRun was applied until the timeout sweep came round, where a late CompleteTask
+    # is refused (an outside audit): the attempt timed out whichever report comes first.
+    clock = VirtualClock()
+    s = Instances(MemoryStore(), Engine(EngineConfig(lease_millis=60_000), rng=random.Random(42)), clock)
+    _, iid = await started(s, timed_flow(mode))
+    task_id = (await claim_one(s, timed_flow(mode).build().name)).task_id
+    clock.advance(6_000)  # past a's 5 s limit; the clock duties have not run
+    before = await snapshot(s, iid)
+    with pytest.raises(FailedPrecondition, match="timed out: its attempt passed its time limit at node 'a'"):
+        await s.advance_run(task_id, OWNER, steps, False, "", run_offset=0, durations=durations)
+    assert await snapshot(s, iid) == before
+    assert await s.run_clock_duties(clock.now()) == 1  # the sweep applies the timeout: a retry
+    (entry,) = await s.history(iid)
+    assert (entry.node_id, entry.outcome) == ("a", "RETRY") and "start-to-close" in entry.error
+
+
+async def test_a_local_run_whose_first_step_ended_in_time_is_applied_however_late_its_flush() -> None:
+    clock = VirtualClock()
+    s = Instances(MemoryStore(), Engine(EngineConfig(lease_millis=60_000), rng=random.Random(42)), clock)
+    flow = timed_flow(ExecutionMode.LOCAL_ASYNC)
+    _, iid = await started(s, flow)
+    task_id = (await claim_one(s, flow.build().name)).task_id
+    clock.advance(8_000)  # a took 1 s, b 7 s: the flush comes past a's limit, a did not
+    steps = [TaskDone("a", {"a": 1}, []), TaskDone("b", {"b": 1}, [])]
+    outcome = await s.advance_run(task_id, OWNER, steps, False, "", run_offset=0, durations=(1_000, 7_000))
+    assert outcome.applied_steps == 2
+    assert [(h.node_id, h.outcome) for h in await s.history(iid)] == [("a", "COMPLETED"), ("b", "COMPLETED")]
+
+
+async def test_a_batch_of_several_steps_without_run_times_is_not_refused_by_its_clock() -> None:
+    # an older worker, or another language's, sends no run times: when its first step ended is
+    # unknown, so the flush is applied (docs/semantics.md#step-time-limits)
+    clock = VirtualClock()
+    s = Instances(MemoryStore(), Engine(EngineConfig(lease_millis=60_000), rng=random.Random(42)), clock)
+    flow = timed_flow(ExecutionMode.LOCAL_ASYNC)
+    await started(s, flow)
+    task_id = (await claim_one(s, flow.build().name)).task_id
+    clock.advance(8_000)
+    steps = [TaskDone("a", {"a": 1}, []), TaskDone("b", {"b": 1}, [])]
+    outcome = await s.advance_run(task_id, OWNER, steps, False, "", run_offset=0)
+    assert outcome.applied_steps == 2

@@ -123,7 +123,7 @@ def advance_run(
     inst = state.instance
     if inst.status in FINISHED_INSTANCE_STATUSES:
         return AdvanceOutcome(inst.status, 0, task_id, "", 0), Changes()
-    plan = plan_run(engine, loaded, state, task_id, owner, steps, final, run_offset)
+    plan = plan_run(engine, loaded, state, task_id, owner, steps, final, run_offset, now, durations)
     if plan.replayed:
         token = plan.token
         outcome = AdvanceOutcome(
@@ -174,13 +174,19 @@ def plan_run(
     records: Sequence[StepRecord],
     final: bool,
     run_offset: int | None = None,
+    now: int = 0,
+    durations: Sequence[int] = (),
 ) -> RunPlan:
-    """Validate the batch against the graph and compute its contexts; raise on any mismatch."""
+    """Validate the batch against the graph and compute its contexts; raise on any mismatch.
+    With ``now``, a batch whose first step ended past that step's time limit is refused
+    (``_check_deadline``)."""
     token = leased_token(state, task_id, owner)
     _check_mode(engine, loaded, state, task_id, records, final)
     plan = RunPlan(token, [], [], replayed=_check_offset(token, task_id, records, run_offset))
     if plan.replayed:
         return plan
+    if now and token.deadline_at and (records or not final):
+        _check_deadline(state, task_id, owner, records, now, durations)
     graph = loaded.graph
     expected = token.node_id
     context = context_of(state, token)
@@ -364,6 +370,32 @@ def apply_run(
         inst.status, token.lease_expires_at, task_id_of(token), TokenStatus.RUNNING, applied
     )
     return outcome, changes
+
+
+def _check_deadline(
+    state: InstanceState,
+    task_id: str,
+    owner: str,
+    records: Sequence[StepRecord],
+    now: int,
+    durations: Sequence[int],
+) -> None:
+    """Refuse a batch whose first step (the one the token's deadline is for) ended past its
+    start-to-close time limit, as a late CompleteTask or FailTask is refused: the attempt timed
+    out and the clock duties apply its retry policy (docs/semantics.md#step-time-limits). Before,
+    a local run's late report was applied until the timeout sweep came round (an outside audit).
+
+    The first step ended the run times of the batch's later steps before ``now`` when the worker
+    sent one per step (``step_times``); a single step, or an empty batch that only renews the
+    lease, ends ``now``. A batch of several steps without run times (an older worker, another
+    language) cannot say when its first step ended: it is not refused here."""
+    if len(durations) == len(records) and records:
+        ended = now - sum(max(int(m), 0) for m in durations[1:])
+    elif len(records) <= 1:
+        ended = now
+    else:
+        return
+    leased_token(state, task_id, owner, max(ended, 1))
 
 
 def _apply_steps(
