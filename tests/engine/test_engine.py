@@ -921,3 +921,21 @@ async def test_a_batch_of_several_steps_without_run_times_is_not_refused_by_its_
     steps = [TaskDone("a", {"a": 1}, []), TaskDone("b", {"b": 1}, [])]
     outcome = await s.advance_run(task_id, OWNER, steps, False, "", run_offset=0)
     assert outcome.applied_steps == 2
+
+
+async def test_a_handback_that_chains_its_own_token_answers_its_status_after_the_commit() -> None:
+    # The reply said READY beside a next_task that is the same token, leased to the caller (an
+    # outside audit); the answer to the same batch resent says RUNNING: both say RUNNING now.
+    s = store()
+    flow = Workflow.define("hb").execution(ExecutionMode.LOCAL_SYNC).step(_h("a")).step(_h("b"), queue="q2")
+    _, iid = await started(s, flow)
+    task_id = (await claim_one(s, "hb")).task_id
+    args = ([TaskDone("a", {"a": 1}, [])], True, "OTHER_QUEUE")
+    queues = frozenset({"hb", "q2"})
+    first = await s.advance_run(task_id, OWNER, *args, run_offset=0, next_queues=queues)
+    assert first.chained is not None and first.chained.token.node_id == "b"
+    assert first.token_status == TokenStatus.RUNNING == first.chained.token.status
+    resent = await s.advance_run(task_id, OWNER, *args, run_offset=0, next_queues=queues)
+    assert resent.token_status == first.token_status and resent.chained.task_id == first.chained.task_id
+    (token,) = await tokens(s, iid)
+    assert (token.node_id, token.status, token.lease_owner) == ("b", "RUNNING", OWNER)

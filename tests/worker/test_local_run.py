@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -183,6 +184,21 @@ async def test_a_token_that_stopped_running_ends_the_run_at_a_flush(harnesses: l
     await h.run(execution_mode="LOCAL_SYNC")
     assert len(transport.advanced) == 1  # s2 never ran
     assert h.stats.steps == 1 and h.stats.handbacks == {"NOT_RUNNING": 1}
+
+
+async def test_a_cancelled_instance_ends_the_run_with_a_note_not_a_warning(
+    harnesses: list[Harness], caplog: pytest.LogCaptureFixture
+) -> None:
+    # An outside audit: cancelling an instance mid-run logged "WARNING AdvanceRun ... applied 0
+    # of 1 steps (the server handed the run back)", pointing operators the wrong way.
+    cancelled = pb.AdvanceRunResult(instance_status="CANCELLED", applied_steps=0)
+    transport = FakeTransport(lambda request: cancelled)
+    h = harness(harnesses, linear(ExecutionMode.LOCAL_SYNC), transport)
+    with caplog.at_level(logging.INFO, logger="wiggle.worker"):
+        await h.run(execution_mode="LOCAL_SYNC")
+    assert len(transport.advanced) == 1 and h.stats.handbacks == {"NOT_RUNNING": 1}
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "is CANCELLED; the run stops, its 1 unreported step(s) dropped" in caplog.text
 
 
 async def test_a_refused_flush_abandons_the_run(harnesses: list[Harness]) -> None:

@@ -211,7 +211,12 @@ class StepReports:
             if failed is not None:
                 attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
             if chains:
-                outcome.chained = delivery.chain(loaded, state, changes, now, owner, next_queues, token_id)
+                chained = delivery.chain(loaded, state, changes, now, owner, next_queues, token_id)
+                if chained is not None and chained.token.id == outcome.token_id:
+                    # the handed-back token itself, leased again with this commit: the reply names
+                    # its status after the commit, as the answer to a resent batch does
+                    outcome.token_status = chained.token.status
+                outcome.chained = chained
             return outcome, changes
 
         outcome, _ = await self.mutate(token_instance_id(token_id), token_missing(token_id), action, owner)

@@ -396,7 +396,17 @@ class LocalRun:
         self.reported += sent
         if final and result.HasField("next_task"):
             self.next_task = result.next_task
-        if result.applied_steps < sent and not final:
+        if result.instance_status != InstanceStatus.RUNNING:
+            # cancelled, or finished otherwise, while the run went on: nothing is wrong here
+            if result.applied_steps < sent:
+                log.info(
+                    "AdvanceRun on %s: instance %s is %s; the run stops, its %d unreported step(s) dropped",
+                    self.task_id,
+                    self.act.instance_id,
+                    result.instance_status,
+                    sent - result.applied_steps,
+                )
+        elif result.applied_steps < sent and not final:
             log.warning(
                 "AdvanceRun on %s applied %d of %d steps (the server handed the run back)",
                 self.task_id,
