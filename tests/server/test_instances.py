@@ -17,6 +17,7 @@ import pytest
 from layers import one_step
 from pg import TEST_DATABASE_URL
 
+from wiggle import Workflow
 from wiggle._engine.engine import Engine, EngineConfig, LoadedDefinition
 from wiggle._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus
 from wiggle._server.instances import Instances
@@ -314,3 +315,30 @@ async def test_expired_leases_are_logged_once_per_worker_naming_the_steps(
     assert line.startswith("lease expired on 5 step(s) of worker w-killed"), line
     assert any(f"instance {v.instance.id} node " in line for v in views), line
     assert line.count("instance ") == 3 and "and 2 more" in line, line
+
+
+async def test_a_step_past_its_time_limit_is_not_logged_as_a_dead_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An outside trial: every step timeout logged "lease expired on 1 step(s) of worker W
+    (stopped, killed or unreachable)" at WARNING while W was alive: a false alarm for anyone
+    watching for dead workers. A timeout is an INFO line saying what it is; a silent step past
+    its heartbeat timeout says that."""
+    layer = Instances(MemoryStore(), Engine(EngineConfig(lease_millis=60_000)))
+    timed = Workflow.define("timed").step(lambda ctx: ctx, name="slow", timeout=2).build()
+    beating = Workflow.define("beating").step(lambda ctx: ctx, name="quiet", heartbeat_timeout=3).build()
+    for bp in (timed, beating):
+        await layer.register(bp.definition)
+        await layer.start(bp.name, "", {}, "")
+    (slow,) = await layer.claim("w-alive", ["timed"], 1)
+    (quiet,) = await layer.claim("w-alive", ["beating"], 1)
+    with caplog.at_level(logging.INFO, logger="wiggle.server"):
+        assert await layer.run_clock_duties(max(slow.token.deadline_at, quiet.token.lease_expires_at)) == 2
+    lines = {r.getMessage(): r.levelno for r in caplog.records if "w-alive" in r.getMessage()}
+    assert not [m for m in lines if "stopped, killed or unreachable" in m], lines
+    ((timeout, timeout_level),) = [(m, lv) for m, lv in lines.items() if "time limit" in m]
+    assert timeout.startswith("1 step(s) of worker w-alive ran past their time limit (start-to-close)")
+    assert "node 'slow'" in timeout and timeout_level == logging.INFO
+    ((silent, silent_level),) = [(m, lv) for m, lv in lines.items() if "heartbeat" in m]
+    assert silent.startswith("1 step(s) of worker w-alive sent no heartbeat within their heartbeat timeout")
+    assert "node 'quiet'" in silent and silent_level == logging.WARNING

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .._engine.children import ChildSpec
 from .._engine.engine import LoadedDefinition
-from .._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus, token_instance_id
+from .._engine.state import Changes, InstanceState, InstanceStatus, Token, TokenStatus, token_instance_id
 from .._storage.base import Action
 from ..errors import NotFound, Unavailable
 from .subflows import ORPHAN_SWEEP_MILLIS, due_child
@@ -47,33 +47,57 @@ class Expired(NamedTuple):
     node_id: str
     worker: str
     attempt: int
+    why: str = "lease"  # "lease" (the worker stopped answering), "heartbeat", or "timeout" (its limit)
 
 
 #: Steps named per worker in the log line of its expired leases; the rest are counted.
 EXPIRED_NAMED = 3
 
 
+#: What each kind of expiry says in the log (``log_expired``): a lease that ran out is a worker
+#: that stopped answering; a heartbeat timeout, a step that stopped heartbeating; a time limit, a
+#: step that ran too long on a worker that is alive (an INFO line: no worker is in trouble).
+_EXPIRY_LINES = {
+    "lease": (logging.WARNING, "lease expired on %d step(s) of worker %s (stopped, killed or unreachable)"),
+    "heartbeat": (
+        logging.WARNING,
+        "%d step(s) of worker %s sent no heartbeat within their heartbeat timeout",
+    ),
+    "timeout": (logging.INFO, "%d step(s) of worker %s ran past their time limit (start-to-close)"),
+}
+
+
 def log_expired(expired: Iterable[Expired]) -> None:
-    """One warning per worker whose leases the clock expired this round, naming its steps (a few,
-    then how many more): the operator's only other signs were a counter and the histories. A
-    worker killed with many steps in flight makes one line, not one per step."""
-    by_worker: dict[str, list[Expired]] = {}
+    """One line per worker and kind of expiry this round, naming its steps (a few, then how many
+    more): the operator's only other signs were a counter and the histories. A worker killed with
+    many steps in flight makes one line, not one per step. A step past its time limit is not said
+    to be a dead worker (an outside trial: every timeout raised a false "stopped, killed or
+    unreachable" alarm)."""
+    grouped: dict[tuple[str, str], list[Expired]] = {}
     for item in expired:
-        by_worker.setdefault(item.worker, []).append(item)
-    for worker, items in by_worker.items():
+        grouped.setdefault((item.why, item.worker), []).append(item)
+    for (why, worker), items in grouped.items():
         named = ", ".join(
             f"instance {e.instance_id} node {e.node_id!r} (attempt {e.attempt})"
             for e in items[:EXPIRED_NAMED]
         )
         more = f" and {len(items) - EXPIRED_NAMED} more" if len(items) > EXPIRED_NAMED else ""
-        log.warning(
-            "lease expired on %d step(s) of worker %s (stopped, killed or unreachable): %s%s; "
-            "each runs again as its retry policy allows",
+        level, line = _EXPIRY_LINES[why]
+        log.log(
+            level,
+            line + ": %s%s; each runs again as its retry policy allows",
             len(items),
             worker or "(unknown)",
             named,
             more,
         )
+
+
+def _why_expired(loaded: LoadedDefinition, token: Token, now: int) -> str:
+    """The kind of a RUNNING token's expiry, as ``expiry_reason`` (wiggle/_engine/clock.py) tells it."""
+    if token.deadline_at and now >= token.deadline_at:
+        return "timeout"
+    return "heartbeat" if loaded.nodes[token.node_id].heartbeat_timeout_millis else "lease"
 
 
 class ClockDuties:
@@ -112,7 +136,11 @@ class ClockDuties:
             if status == TokenStatus.RUNNING and token.lease_expires_at <= now:
                 if expired is not None:
                     expired[token_id] = Expired(
-                        state.instance.id, token.node_id, token.lease_owner, token.attempt
+                        state.instance.id,
+                        token.node_id,
+                        token.lease_owner,
+                        token.attempt,
+                        _why_expired(loaded, token, now),
                     )
                 return 1, engine.expire_lease(loaded, state, token, now)
             if status == TokenStatus.WAITING and token.available_at <= now:
