@@ -76,6 +76,9 @@ class HistoryOutcome(str, enum.Enum):
     #: a step taken back from its worker before it finished: READY, same attempt (its credential
     #: was revoked, or the worker's drain cut it: handback CUT)
     RELEASED = "RELEASED"
+    #: a step's attempt still running on a worker when its instance finished (cancelled, failed at
+    #: another step, or ended by another branch): it will not be applied, and does not run again
+    CANCELLED = "CANCELLED"
 
     def __str__(self) -> str:
         return self.value

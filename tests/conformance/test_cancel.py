@@ -118,6 +118,8 @@ async def test_cancel_running_refuses_the_late_report(harness: Harness, trace, e
     assert final == cancelled
     assert final.context == {"v": 1}
     assert not [e for e in history if e.node_id == "block" and e.outcome == "COMPLETED"]
+    # the attempt that ran through the cancel is in the history (an outside trial found none)
+    assert [e.outcome for e in history if e.node_id == "block"] == ["CANCELLED"], history
 
 
 async def test_cancel_waiting_during_sleep(harness: Harness, trace) -> None:
@@ -221,7 +223,12 @@ async def test_cancel_with_one_branch_joined(harness: Harness, trace, eventually
     assert sorted(trace.steps) == ["quick", "slow"]
     assert final == cancelled
     assert final.context == {"v": 1}
-    assert not [e for e in history if e.node_id in ("slow", "join", "after") and e.outcome != "RETRY"]
+    # the slow step's attempt that ran through the cancel has its entry, and nothing else ran on
+    (dropped,) = [e for e in history if e.node_id in ("slow", "join", "after") and e.outcome != "RETRY"]
+    assert (dropped.node_id, dropped.outcome, dropped.attempt) == ("slow", "CANCELLED", 1), history
+    assert dropped.error.startswith("the instance became CANCELLED while this attempt ran on worker "), (
+        dropped
+    )
 
 
 async def test_cancel_finished_instance_changes_nothing(harness: Harness, trace) -> None:

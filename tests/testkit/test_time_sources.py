@@ -281,5 +281,6 @@ async def test_a_stopped_worker_s_cut_step_is_handed_back_at_once(kit: Kit) -> N
         history = await env.history(done)
     assert done.context == {"done_by": "test-worker-2"}
     assert [(e.attempt, e.outcome, e.worker_id) for e in _entries(history, "work")] == [
-        (1, "COMPLETED", "test-worker-2")
+        (1, "RELEASED", "test-worker-1"),  # the cut run (handback CUT), same attempt
+        (1, "COMPLETED", "test-worker-2"),
     ]

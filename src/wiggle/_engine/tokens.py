@@ -158,7 +158,33 @@ def end_instance(
     changes.instance_changed = True
     changes.finished = True
     for other in list(state.tokens.values()):
+        if other.status == TokenStatus.RUNNING and other.lease_owner and other is not failed:
+            _record_dropped(state, other, status, now, changes)
         finish_token(state, other, TokenStatus.CANCELLED, now, changes)
+
+
+def _record_dropped(
+    state: InstanceState, token: Token, status: InstanceStatus, now: int, changes: Changes
+) -> None:
+    """A history entry for an attempt a worker is running when its instance finishes: its report
+    will be refused, and nothing else would show that it ran (an outside trial: a cancelled
+    order's history had no trace of the step that was charging the card)."""
+    worker = token.lease_owner
+    changes.history.append(
+        HistoryEntry(
+            instance_id=state.instance.id,
+            token_id=token.id,
+            node_id=token.node_id,
+            kind=token.kind,
+            attempt=token.attempt,
+            worker_id=worker,
+            started_at=token.started_at or now,
+            ended_at=now,
+            outcome=HistoryOutcome.CANCELLED,
+            error=f"the instance became {status.value} while this attempt ran on worker {worker}; "
+            "its result will not be applied",
+        )
+    )
 
 
 def fail_instance(
