@@ -104,6 +104,13 @@ def check_count(value: object, field: str, where: str, what_zero: str, limit: in
 #: The most characters of an error message kept (a token's last error, an instance's error).
 MAX_ERROR_CHARS = 4_000
 
+#: What a payload-limit refusal adds, so that the person reading it knows the setting and the way
+#: out (an outside trial: "the limit is 1048576 bytes" named neither).
+PAYLOAD_REMEDY = (
+    " (the server's WIGGLE_MAX_PAYLOAD_BYTES; keep large data outside the context, e.g. in object"
+    " storage, and pass a reference)"
+)
+
 
 def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """``text`` cut to ``limit`` characters, a NUL character replaced by U+FFFD.

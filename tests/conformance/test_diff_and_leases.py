@@ -7,6 +7,7 @@ import msgspec
 import pytest
 
 from wiggle._engine.state import InstanceStatus, TokenStatus
+from wiggle._limits import PAYLOAD_REMEDY
 from wiggle._server.instances import Instances
 from wiggle.errors import InvalidArgument
 
@@ -50,7 +51,9 @@ async def test_an_oversize_diff_result_fails_the_step_like_a_context(layer: Inst
     status = await layer.complete(claimed.token.id, OWNER, None, None, diff=({"big": "x" * 5000}, []))
     assert status == InstanceStatus.FAILED
     done = (await layer.get_instance(instance_id)).instance
-    assert done.error.startswith("t: step result is ") and done.error.endswith("the limit is 4096 bytes")
+    assert done.error.startswith("t: step result is ") and done.error.endswith(
+        "the limit is 4096 bytes" + PAYLOAD_REMEDY
+    )
     assert done.context == {"a": 1}
     (entry,) = [h for h in await layer.history(instance_id) if h.node_id == "t"]
     assert entry.outcome == "FAILED"  # for good: not retried

@@ -18,6 +18,7 @@ from wiggle._clock import VirtualClock
 from wiggle._engine.engine import Engine, EngineConfig
 from wiggle._engine.records import ContextSet, PredicateDone, StepFailed, TaskDone
 from wiggle._engine.state import Changes, HistoryOutcome, InstanceStatus, TokenStatus, now_millis
+from wiggle._limits import PAYLOAD_REMEDY
 from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.memory import MemoryStore
@@ -220,7 +221,7 @@ async def test_oversize_step_result_fails_the_step_for_good() -> None:
     inst = (await s.get_instance(iid)).instance
     assert inst.status == "FAILED"
     assert inst.error.startswith("a: step result is ")
-    assert inst.error.endswith("the limit is 100 bytes")
+    assert inst.error.endswith("the limit is 100 bytes" + PAYLOAD_REMEDY)  # names the setting
     assert inst.context == {}
 
 
@@ -816,7 +817,9 @@ async def test_advance_oversize_step_fails_that_step_after_the_prefix() -> None:
     outcome = await s.advance_run(token_id, OWNER, steps, False, "")
     assert outcome.instance_status == "FAILED"
     inst = (await s.get_instance(iid)).instance
-    assert inst.error.startswith("b: step result is ") and inst.error.endswith("the limit is 100 bytes")
+    assert inst.error.startswith("b: step result is ") and inst.error.endswith(
+        "the limit is 100 bytes" + PAYLOAD_REMEDY
+    )
     assert inst.context == {"n": 1}
 
 

@@ -77,8 +77,9 @@ def test_unbalanced_or_escaped_deep_input_is_refused(data: bytes) -> None:
 def test_decode_object_rules() -> None:
     assert decode_object(b"", "x", 10) == {}
     assert decode_object(b'{"a": 1}', "x", 10) == {"a": 1}
-    with pytest.raises(InvalidArgument, match="x is 12 bytes; the limit is 10 bytes"):
+    with pytest.raises(InvalidArgument, match="x is 12 bytes; the limit is 10 bytes") as refused:
         decode_object(b'{"a": 12345}', "x", 10)
+    assert "WIGGLE_MAX_PAYLOAD_BYTES" in str(refused.value)  # the setting to change (a trial)
     assert decode_object(b'{"a": 12345}', "x", None) == {"a": 12345}  # None: the engine checks the size
     with pytest.raises(InvalidArgument, match="x must be a JSON object, got list"):
         decode_object(b"[1]", "x", None)

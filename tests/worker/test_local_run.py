@@ -12,6 +12,7 @@ import pytest
 
 from wiggle import ExecutionMode, Handback, PermanentError, Workflow
 from wiggle._fast import decode_batch
+from wiggle._limits import PAYLOAD_REMEDY
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._worker.local_run import Decision
 from wiggle._worker.options import WorkerOptions
@@ -153,7 +154,7 @@ async def test_a_result_over_the_payload_limit_fails_the_step_for_good(harnesses
     transport = FakeTransport()
     await harness(harnesses, linear(), transport).run(max_payload_bytes=5)
     assert records(transport.advanced[0]) == [
-        ("F", "s1", "step result is 11 bytes; the limit is 5 bytes", False)
+        ("F", "s1", "step result is 11 bytes; the limit is 5 bytes" + PAYLOAD_REMEDY, False)
     ]
 
 

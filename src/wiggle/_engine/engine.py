@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from .. import _fast
+from .._limits import PAYLOAD_REMEDY
 from .._model import ExecutionMode, NodeKind
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from . import clock, local_runs, resume, signals, workflow_limits
@@ -109,7 +110,7 @@ class Engine:
         size = len(_json.encode(value))
         if size > self.config.max_payload_bytes:
             raise InvalidArgument(
-                f"{what} is {size} bytes; the limit is {self.config.max_payload_bytes} bytes"
+                f"{what} is {size} bytes; the limit is {self.config.max_payload_bytes} bytes" + PAYLOAD_REMEDY
             )
         return value
 

@@ -33,6 +33,7 @@ import msgspec
 from .. import _fast
 from .. import _tracing as tracing
 from .._engine.state import InstanceStatus, TokenStatus
+from .._limits import PAYLOAD_REMEDY
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
@@ -204,7 +205,7 @@ class LocalRun:
                 size = len(encoded)
                 if limit and size > limit:
                     # The server would refuse it: fail this step for good, as SERVER mode does.
-                    message = f"step result is {size} bytes; the limit is {limit} bytes"
+                    message = f"step result is {size} bytes; the limit is {limit} bytes" + PAYLOAD_REMEDY
                     self.batch.append(step_record(node_id, Failure(message, False)))
                     return Decided(Decision.HANDBACK, Handback.RETRY)
                 changed, removed = _fast.diff(self.context, outcome)
