@@ -98,6 +98,11 @@ def _hint(args: argparse.Namespace, exc: WiggleError, url: str) -> str:
     (not ``ready``, whose message names the URL it asked)."""
     if exc.code is not ErrorCode.UNAVAILABLE:
         return ""
+    if "too many clients" in str(exc):  # PostgreSQL answered: it is running, and full
+        return (
+            " (PostgreSQL is running but every connection it allows is in use: raise its "
+            "max_connections, or lower the servers' --pool-size / WIGGLE_POOL_SIZE)"
+        )
     if args.command in DATABASE_VERBS or str(exc).startswith("database unavailable"):
         if not url:
             return ""
@@ -108,6 +113,8 @@ def _hint(args: argparse.Namespace, exc: WiggleError, url: str) -> str:
             "Choose another with --database-url or WIGGLE_DATABASE_URL)"
         )
     if not getattr(args, "target", None) or args.command == "ready":
+        return ""
+    if "a TLS problem" in str(exc):  # the client said what to check (wiggle/_client/tls_trouble.py)
         return ""
     if "is a `wiggle server` running at" in str(exc):  # the client said where it looked
         return " (choose another with --target or WIGGLE_TARGET)"

@@ -105,6 +105,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     }
     if args.queue:
         entry["queues"] = args.queue
+    if args.json:  # as every verb's --json: one JSON document, here the token and its entry
+        print(json.dumps({"token": token, "identity": entry}, indent=2))
+        return 0
     print(f"token (give it to the caller; it is not stored): {token}")
     print('identity (add it to the --auth-file\'s "identities" list):')
     print(json.dumps(entry))
@@ -138,11 +141,15 @@ def _add_token(sub: Any) -> None:
         "token",
         "make a bearer token and its --auth-file identity entry",
         "Make a new random bearer token and print it with the identity entry to add to the "
-        "server's --auth-file (which stores only the token's hash). Roles: admin (everything), "
-        "client (start and operate instances), worker (serve --queue queues), viewer (read only).",
+        "server's --auth-file (which stores only the token's hash). Roles (docs/security.md): "
+        "admin (everything: register, cancel, retry, schedules, queue limits), client (start "
+        "instances, complete user tasks, send signals, read; not cancel, retry or schedules), "
+        "worker (poll and report on its --queue queues only), viewer (read, /metrics, the "
+        'dashboard). --json prints {"token", "identity"}.',
         [
             "wiggle token ops-alice --role admin",
             "wiggle token billing-worker --role worker --queue payments --queue refunds",
+            "wiggle token billing-svc --role client --json",
         ],
     )
     p.add_argument("name", help="the identity's name (a worker's ids are prefixed with it)")

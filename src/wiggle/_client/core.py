@@ -24,6 +24,7 @@ from .._rpc import wiggle_pb2 as pb
 from .._status import InstanceStatus
 from ..errors import InvalidArgument, Unavailable, WorkflowFailed
 from ..workflow import Blueprint, Workflow
+from .tls_trouble import tls_trouble
 from .types import InstanceInfo
 
 __all__ = [
@@ -527,7 +528,11 @@ def where_it_waits(info: InstanceInfo) -> str:
 
 def never_reached(exc: Unavailable, target: str) -> Unavailable:
     """``exc`` of a client that has never reached its server, saying where it looked: a wrong
-    target or a server not started is the likely cause, not a restart."""
+    target or a server not started is the likely cause, not a restart; or, when the details
+    tell of a failed TLS handshake, that it is one and what to check (tls_trouble.py)."""
+    trouble = tls_trouble(str(exc))
+    if trouble:
+        return Unavailable(f"{exc} ({trouble}; at {target})")
     return Unavailable(f"{exc} (is a `wiggle server` running at {target}? none has answered there yet)")
 
 

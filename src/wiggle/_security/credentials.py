@@ -30,6 +30,28 @@ ENV_VARS: dict[str, str] = {
 }
 
 
+def _metadata_safe(token: str, where: str) -> str:
+    """``token`` if gRPC can send it in the ``authorization`` metadata (printable ASCII, as
+    ``wiggle token`` makes them); else InvalidArgument naming ``where`` and the first character
+    it cannot, never the token (gRPC refused such a value at each call as "Illegal metadata",
+    which the client took for a server away, naming neither the token nor where it came from)."""
+    for position, char in enumerate(token):
+        if not " " <= char <= "~":
+            what = "a line break" if char in "\r\n" else f"the character U+{ord(char):04X}"
+            raise InvalidArgument(
+                f"{where} holds {what} at position {position} of the token, which gRPC cannot send: "
+                "a token is one line of printable ASCII, as `wiggle token` prints it; write the "
+                "token alone on one line"
+            )
+    return token
+
+
+def _trimmed(text: str) -> str:
+    """``text`` without the whitespace around it and a byte order mark before it (U+FEFF is no
+    whitespace to ``str.strip``)."""
+    return text.strip().lstrip("\ufeff").strip()
+
+
 def _read(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -98,11 +120,15 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         return bool(self.ca_file or self.cert_file)
 
     def bearer(self) -> str:
-        """The token to send ('' for none): ``token``, else the first line of ``token_file``."""
+        """The token to send ('' for none): ``token``, else the content of ``token_file``, without
+        the whitespace around it nor a UTF-8 byte order mark (which some editors write);
+        InvalidArgument, naming the setting, for a token gRPC could not send (a line break or
+        another character that is not printable ASCII inside it)."""
         if self.token:
-            return self.token.strip()
+            return _metadata_safe(_trimmed(self.token), "the token (token, WIGGLE_TOKEN)")
         if self.token_file:
-            return _read(self.token_file, "token file").decode("utf-8", "replace").strip()
+            text = _trimmed(_read(self.token_file, "token file").decode("utf-8", "replace"))
+            return _metadata_safe(text, f"the token file {self.token_file!r} (token_file, WIGGLE_TOKEN_FILE)")
         return ""
 
     def check(self) -> None:

@@ -3,7 +3,8 @@
 One ``ServerTLS`` serves both ports. gRPC asks ``fetch`` at every new handshake (grpc's dynamic
 server credentials), so a renewed certificate is used from the next connection on without a
 restart; the HTTP port's ``ssl.SSLContext`` is reloaded by ``reload_if_changed``, which the
-server calls on SIGHUP and on a timer (docs/semantics.md#security).
+server calls on SIGHUP and on a timer (docs/semantics.md#security). Each load warns of a key or
+client CA others may change (or read) and of a certificate out of its validity (file_checks.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import threading
 from pathlib import Path
 
 import grpc
+
+from .file_checks import warn_if_exposed, warn_if_out_of_date
 
 __all__ = ["ServerTLS"]
 
@@ -50,6 +53,7 @@ class ServerTLS:
         self._lock = threading.Lock()
         self._stamps = self._current_stamps()
         self._material = self._load()
+        self._warn()
         self._contexts: list[ssl.SSLContext] = []
         self.reloads = 0  # how many times new material was loaded: the material's generation
         self._grpc_generation = 0  # the generation gRPC was last handed
@@ -100,7 +104,23 @@ class ServerTLS:
             for context in self._contexts:
                 self._configure(context)
         log.info("TLS certificate reloaded from %s", self.cert_file)
+        self._warn()
         return True
+
+    def _warn(self) -> None:
+        """Warnings (the server serves all the same) about a key or client CA others may change
+        or read, and a certificate out of its validity (file_checks.py)."""
+        warn_if_out_of_date(self.cert_file, self._material[0])
+        warn_if_exposed(
+            self.key_file, "TLS key (--tls-key)", "whoever reads it can pass for this server", secret=True
+        )
+        if self.client_ca_file:
+            warn_if_exposed(
+                self.client_ca_file,
+                "client CA (--tls-client-ca)",
+                "whoever writes it can add a CA of their own and sign client certificates that pass",
+                public=True,
+            )
 
     # -------------------------------------------------------------- gRPC
 

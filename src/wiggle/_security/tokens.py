@@ -16,7 +16,8 @@ token hashes and certificate names are each unique in a file: a file that repeat
 (at start an error naming both entries; at a reload the identities in use are kept). After each
 reload the callbacks registered with ``IdentityTable.on_reload`` learn which identities were
 removed or changed, so that what they authenticated (open streams, dashboard sessions) can end
-(docs/security.md).
+(docs/security.md). A file its group or others may write is loaded with a warning
+(file_checks.py): whoever can write it can give themselves any role.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
+
+from .file_checks import warn_if_exposed
 
 __all__ = ["Role", "Identity", "IdentityTable", "ReloadCallback", "hash_token", "new_token", "ALL_QUEUES"]
 
@@ -221,6 +224,9 @@ class IdentityTable:
             self.path,
             len(entries),
             f"; removed or changed: {', '.join(sorted(revoked))}" if revoked else "",
+        )
+        warn_if_exposed(  # at start and at each reload: the server serves all the same
+            self.path, "identity file (--auth-file)", "whoever can write it can give themselves any role"
         )
         for callback in callbacks:
             try:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from .._engine.records import StepFailed, StepRecord
 from .._engine.state import Changes, HistoryEntry, HistoryOutcome, InstanceState
 from .._limits import storable_text
+from .caller_text import loggable
 
 __all__ = ["MAX_TRACEBACK_CHARS", "bound_traceback", "attach_traceback", "failed_step", "log_final_failure"]
 
@@ -87,9 +88,8 @@ def log_final_failure(state: InstanceState, history: Sequence[HistoryEntry]) -> 
     else:  # no step failed: an end(success=False), a join's conflict... the last node reached
         if history:
             node = history[-1].node_id
-    error = inst.error or inst.reason
-    if len(error) > MAX_LOGGED_ERROR_CHARS:
-        error = error[:MAX_LOGGED_ERROR_CHARS] + "..."
+    # a worker's message (it may quote the step's input) or an operator's reason: one line, escaped
+    error = loggable(inst.error or inst.reason, MAX_LOGGED_ERROR_CHARS)
     log.warning(
         "instance %s of workflow %s failed for good at node %s: %s",
         inst.id,

@@ -7,6 +7,10 @@ certificate) and checks the method against its roles, a column of the routes tab
 both services — the unary ones and each message of a WorkerSession stream alike — to check its
 roles again (a stream carries several methods) and to scope worker calls, as their row says, to
 the credential's queues and leases.
+
+Each unknown credential a caller presents is counted against its address, on this port and the
+HTTP port alike (wiggle/_server/auth_failures.py): past a few in a minute the address is
+refused whatever it presents, and the failures are logged, a line per address per minute at most.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from .._security.roles import PUBLIC_METHODS, check_method, owner_prefix
 from .._security.tokens import Identity, IdentityTable, Role
 from .._wire.status import to_grpc
 from ..errors import PermissionDenied, Unauthenticated, WiggleError
+from .auth_failures import AuthFailures, Throttled, peer_address
 from .routes import Route, Scope, allowed_roles
 
 __all__ = ["AuthInterceptor", "Authenticator", "RequestGuard", "CALLER"]
@@ -42,6 +47,29 @@ class Authenticator:
             raise ValueError("access control needs an identity file (--auth-file) or client certificates")
         self.table = table
         self.mutual_tls = mutual_tls
+        #: unknown credentials per address, shared by the gRPC and HTTP ports (auth_failures.py)
+        self.failures = AuthFailures()
+
+    def authenticate(
+        self, authorization: str, common_name: str, address: Callable[[], str], where: str
+    ) -> Identity:
+        """``identify`` for a caller at ``address()`` (asked only when needed): Throttled while
+        that address waits after too many unknown credentials, whatever it presents now; an
+        unknown credential is counted and logged (``where``: which port or page) before its
+        Unauthenticated goes on. A call with no credential at all guesses nothing: refused, not
+        counted."""
+        failures = self.failures
+        if failures.any:
+            refusal = failures.refusal(address(), where)
+            if refusal:
+                raise Throttled(refusal)
+        try:
+            return self.identify(authorization, common_name)
+        except Unauthenticated as exc:
+            presented = authorization or (f"certificate {common_name}" if common_name else "")
+            if presented:
+                failures.failed(address(), presented, str(exc), where)
+            raise
 
     def identify(self, authorization: str, common_name: str) -> Identity:
         """The caller's identity; Unauthenticated (naming what is missing or wrong) otherwise."""
@@ -97,7 +125,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             authorization = _authorization(context.invocation_metadata())
             # the certificate is looked at only when no token was sent
-            identity = self._identify(method, authorization, "" if authorization else _common_name(context))
+            common_name = "" if authorization else _common_name(context)
+            identity = self.authenticator.authenticate(
+                authorization, common_name, lambda: peer_address(context.peer()), "gRPC"
+            )
+            check_method(identity, method, allowed_roles(method))
         except WiggleError as exc:
             await context.abort(to_grpc(exc.code), str(exc))
             raise  # abort raises; this line is for the type checker
@@ -138,16 +170,29 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if not authorization and self.authenticator.mutual_tls:
             return None  # the verified certificate's name decides
         try:
-            self._identify(method, authorization, "")
+            identity = self.authenticator.identify(authorization, "")
+        except Unauthenticated as exc:
+            # the peer's address is known to the call only: its refusal counts the token there
+            return _refusing(exc, self._counting(authorization) if authorization else None)
+        try:
+            check_method(identity, method, allowed_roles(method))
         except WiggleError as exc:
             return _refusing(exc)
-        return None
+        return None  # _admit checks again, and whether the caller's address waits
 
-    def _identify(self, method: str, authorization: str, common_name: str) -> Identity:
-        """The caller's identity, allowed to call ``method``; Unauthenticated or PermissionDenied."""
-        identity = self.authenticator.identify(authorization, common_name)
-        check_method(identity, method, allowed_roles(method))
-        return identity
+    def _counting(self, authorization: str) -> Callable[[str, str], str]:
+        """For the refusal of an unknown ``authorization``: the message to answer a caller at an
+        address with (and the failure counted there, auth_failures.py)."""
+        failures = self.authenticator.failures
+
+        def count(address: str, message: str) -> str:
+            refusal = failures.refusal(address, "gRPC")
+            if refusal:  # a waiting address learns nothing about its guess
+                return refusal
+            failures.failed(address, authorization, message, "gRPC")
+            return message
+
+        return count
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         admit = self._admit
@@ -206,14 +251,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         )
 
 
-def _refusing(exc: WiggleError) -> grpc.RpcMethodHandler:
+def _refusing(exc: WiggleError, count: Callable[[str, str], str] | None = None) -> grpc.RpcMethodHandler:
     """A handler that ends its call with ``exc``'s status without reading a request: a stream
     handler with no deserializer, whatever the method's own kind (on the wire a unary call is a
-    stream of one message), so gRPC reads nothing of the request for it."""
+    stream of one message), so gRPC reads nothing of the request for it. ``count(address,
+    message)``: an unknown credential's refusal, counted against the caller's address, answers
+    the message it returns."""
     code, message = to_grpc(exc.code), str(exc)
 
     async def refuse(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await context.abort(code, message)
+        said = message if count is None else count(peer_address(context.peer()), message)
+        await context.abort(code, said)
         yield  # pragma: no cover (abort raises: this makes the function a generator)
 
     return grpc.stream_stream_rpc_method_handler(refuse)

@@ -18,6 +18,7 @@ from .._security.roles import HTTP_ROLES, check_method
 from .._security.tls import ServerTLS
 from .._security.tokens import Identity
 from ..errors import ErrorCode, WiggleError
+from .auth_failures import Throttled
 from .guard import Authenticator
 from .routes import allowed_roles
 
@@ -30,7 +31,10 @@ _HTTP_STATUS = {ErrorCode.UNAUTHENTICATED: 401, ErrorCode.PERMISSION_DENIED: 403
 
 
 def http_status(error: WiggleError) -> int:
-    """The HTTP status for an error ``check`` raised (401, 403; 500 for anything else)."""
+    """The HTTP status for an error ``check`` raised (401, 403, 429 for an address that waits
+    after too many unknown credentials; 500 for anything else)."""
+    if isinstance(error, Throttled):
+        return 429
     return _HTTP_STATUS.get(error.code, 500)
 
 
@@ -72,12 +76,13 @@ class HttpSecurity:
         """Whether ``path`` needs no credential (access control off, or left open)."""
         return self.authenticator is None or (self.open_metrics and path.split("?", 1)[0] in OPEN_PATHS)
 
-    def check(self, path: str, authorization: str, peer_cn: str) -> Identity | None:
-        """The caller of ``path``; None when access control is off or the path is left open."""
+    def check(self, path: str, authorization: str, peer_cn: str, address: str = "") -> Identity | None:
+        """The caller of ``path``; None when access control is off or the path is left open. An
+        unknown credential counts against ``address`` (the caller's), as on the gRPC port."""
         path = path.split("?", 1)[0]
         if self.authenticator is None or self.is_open(path):
             return None
-        identity = self.authenticator.identify(authorization, peer_cn)
+        identity = self.authenticator.authenticate(authorization, peer_cn, lambda: address, "HTTP")
         self.check_read(identity, path)
         return identity
 

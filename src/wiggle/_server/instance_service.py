@@ -25,6 +25,7 @@ from .._wire.status import to_wire_number
 from ..errors import InvalidArgument
 from .faults import status_of
 from .instances import Instances
+from .operator import attributed, caller_identity
 from .pollers import Pollers
 from .service_limits import ServiceLimits, optional_name, wait_seconds
 
@@ -261,7 +262,10 @@ class InstanceHandlers:
         validate_name(request.instance_id, "instance_id")
         validate_name(request.task_name, "task_name")
         payload = decode_object(request.payload_json, "payload_json", self.limits.max_payload_bytes)
-        view = await self.instances.complete_user_task(request.instance_id, request.task_name, payload)
+        # with authentication on, the completion is recorded in the history under the caller's
+        # identity, as the dashboard's is; without it, logged only, as before (operator.py)
+        actor = caller_identity()
+        view = await self.instances.complete_user_task(request.instance_id, request.task_name, payload, actor)
         return convert.instance_to_pb(view)
 
     async def signal_instance(self, request: pb.SignalInstanceRequest) -> pb.SignalInstanceResponse:
@@ -270,10 +274,10 @@ class InstanceHandlers:
         validate_name(request.name, "name (the signal name)")
         if request.signal_id:
             validate_name(request.signal_id, "signal_id")
-        check_text(request.sender, "sender", 200)
+        sender = attributed(request.sender, "sender")  # "billing as app" under authentication
         data = decode_object(request.data_json, "data_json", self.limits.max_payload_bytes)
         outcome, view = await self.instances.signal(
-            request.instance_id, request.name, data, request.signal_id, request.sender
+            request.instance_id, request.name, data, request.signal_id, sender
         )
         return pb.SignalInstanceResponse(instance=convert.instance_to_pb(view), outcome=outcome)
 
@@ -282,13 +286,11 @@ class InstanceHandlers:
         validate_name(request.instance_id, "instance_id")
         if request.from_node:
             validate_name(request.from_node, "from_node")
-        check_text(request.requested_by, "requested_by", 200)
+        requested_by = attributed(request.requested_by, "requested_by")  # "alice@host as ops"
         context: dict[str, Any] | None = None
         if request.replace_context:
             context = decode_object(request.context_json, "context_json", self.limits.max_payload_bytes)
-        view = await self.instances.retry(
-            request.instance_id, request.from_node, context, request.requested_by
-        )
+        view = await self.instances.retry(request.instance_id, request.from_node, context, requested_by)
         return convert.instance_to_pb(view)
 
     async def get_history(self, request: pb.GetHistoryRequest) -> pb.GetHistoryResponse:

@@ -238,7 +238,8 @@ def _start_secure(host: str, port: int, registry: CollectorRegistry, security: A
             path = self.path.split("?", 1)[0]
             peer = self.connection.getpeercert() if context is not None else None
             try:
-                security.check(path, self.headers.get("Authorization", ""), peer_common_name(peer))
+                authorization = self.headers.get("Authorization", "")
+                security.check(path, authorization, peer_common_name(peer), self.client_address[0])
             except WiggleError as exc:
                 code = http_status(exc)
                 self._reply(code, str(exc).encode() + b"\n", "text/plain; charset=utf-8")

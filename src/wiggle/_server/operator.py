@@ -10,6 +10,11 @@ changes (``log_recorded_actions``, called by wiggle/_server/timings.py), the oth
 cancel, signal, retry or user-task completion, every schedule action) by the layer that ran them
 (``log_action``). Who: the actor the caller named, else the identity of the gRPC call
 (wiggle/_server/guard.py ``CALLER``), else "anonymous".
+
+A name the caller gives is its own say: with authentication on, the identity its credential
+proved is recorded with it (``attributed``: "ada as ops"), on the gRPC port as on the
+dashboard, so no caller can have an action recorded as someone else's alone. Every logged value
+is escaped (wiggle/_server/caller_text.py): caller text never starts a line of the log.
 """
 
 from __future__ import annotations
@@ -19,10 +24,15 @@ from collections.abc import Sequence
 
 from .._engine.state import Changes, HistoryEntry, InstanceState
 from .._limits import storable_text
+from .caller_text import check_name, loggable
 from .guard import CALLER
 
 __all__ = [
     "OPERATOR_KIND",
+    "MAX_NAME_CHARS",
+    "attributed",
+    "as_identity",
+    "caller_identity",
     "record_action",
     "log_action",
     "log_instance_action",
@@ -33,7 +43,11 @@ __all__ = [
 log = logging.getLogger("wiggle.server")
 
 OPERATOR_KIND = "OPERATOR"
-MAX_ACTOR_CHARS = 200
+#: the most characters of a name a caller gives for itself (sender, requested_by)
+MAX_NAME_CHARS = 200
+#: the most characters of a recorded actor: the caller's name, " as " and its identity (at most
+#: 100), and where from ("(dashboard, <address>)"), so that cutting never drops the identity
+MAX_ACTOR_CHARS = 400
 MAX_DETAIL_CHARS = 300  # of a detail in a log line
 
 
@@ -57,6 +71,30 @@ def record_action(
     )
 
 
+def as_identity(name: str, identity: str) -> str:
+    """``name`` (what the caller calls itself) with the ``identity`` its credential proved:
+    "ada as ops"; the identity alone when the name is empty or the same."""
+    if not name or name == identity:
+        return identity
+    return f"{name} as {identity}"
+
+
+def attributed(name: str, field: str) -> str:
+    """The actor to record for the name a gRPC caller gave in ``field`` (a signal's sender, a
+    retry's requested_by; "" when it gave none): InvalidArgument for a name that is not one
+    line of printable text; with authentication on, the caller's identity goes with it
+    (``as_identity``), else the name as given."""
+    check_name(name, field, MAX_NAME_CHARS)
+    identity = CALLER.get()
+    return name if identity is None else as_identity(name, identity.name)
+
+
+def caller_identity() -> str:
+    """The name of the gRPC caller's identity; '' with authentication off."""
+    identity = CALLER.get()
+    return identity.name if identity is not None else ""
+
+
 def who(actor: str = "") -> str:
     """The operator to name: ``actor`` if given, else the gRPC caller's identity, else anonymous."""
     if actor:
@@ -68,14 +106,14 @@ def who(actor: str = "") -> str:
 def log_action(
     actor: str, action: str, target: str, detail: str = "", *, workflow: str = "", instance_id: str = ""
 ) -> None:
-    """One INFO line: ``actor`` did ``action`` to ``target`` (an instance, a schedule)."""
-    if len(detail) > MAX_DETAIL_CHARS:
-        detail = detail[:MAX_DETAIL_CHARS] + "..."
+    """One INFO line: ``actor`` did ``action`` to ``target`` (an instance, a schedule); every
+    part escaped (``loggable``), since each may hold what a caller typed."""
+    detail = loggable(detail, MAX_DETAIL_CHARS)
     log.info(
         "operator %s: %s %s%s",
-        actor,
-        action,
-        target,
+        loggable(actor, MAX_ACTOR_CHARS),
+        loggable(action),
+        loggable(target),
         f" ({detail})" if detail else "",
         extra={"actor": actor, "action": action, "workflow": workflow, "instance_id": instance_id},
     )

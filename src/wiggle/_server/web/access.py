@@ -14,8 +14,10 @@ token: it is refused only if it says it comes from elsewhere.
 With access control on, the caller is, in this order: the bearer token of an ``Authorization``
 header; the identity an SSO proxy names in ``http_trusted_header`` (from ``http_trusted_proxies``
 only); the browser session of the cookie (wiggle/_server/web/sessions.py); the verified client
-certificate. Reading needs a role the path allows (HTTP_ROLES), an action exactly the roles of the
-RPC it stands for (the route's name; its row in wiggle/_server/routes.py). docs/dashboard.md#signing-in has the rules.
+certificate. An unknown token or certificate counts against the caller's address (throttle.py:
+429 past the limit). Reading needs a role the path allows (HTTP_ROLES), an action exactly the
+roles of the RPC it stands for (the route's name; its row in wiggle/_server/routes.py).
+docs/dashboard.md#signing-in has the rules.
 
 A request carrying ``X-Wiggle-Refresh: 1`` is a page's background refresh, not a person: it does
 not count as use of its session (sessions.py), so an open tab still reaches the idle timeout.
@@ -35,9 +37,11 @@ from aiohttp import web
 
 from ..._security.tokens import Identity
 from ...errors import ErrorCode, Unauthenticated
+from ..caller_text import loggable
 from ..http_security import HttpSecurity, peer_common_name
 from .errors import HttpProblem, wants_html
 from .sessions import Session, Sessions
+from .throttle import authenticate
 
 __all__ = [
     "Caller",
@@ -122,7 +126,14 @@ class Origins:
 
 
 def _refuse(request: web.Request, status: int, code: ErrorCode, why: str) -> HttpProblem:
-    log.warning("refused %s %s from %s: %s", request.method, request.path[:200], request.remote, why)
+    # the path is decoded (%0A is a newline) and ``why`` may quote headers: escaped, as caller text
+    log.warning(
+        "refused %s %s from %s: %s",
+        request.method,
+        loggable(request.path, 200),
+        request.remote,
+        loggable(why),
+    )
     return HttpProblem(status, code, why)
 
 
@@ -251,8 +262,8 @@ class WebAccess:
         """The caller (see the module's docstring for the order); Unauthenticated naming what is wrong."""
         authenticator = self.authenticator
         authorization = request.headers.get("Authorization", "")
-        if authorization:
-            return Caller(authenticator.identify(authorization, ""), "token")
+        if authorization:  # an unknown token counts against the address, as a sign-in's does
+            return Caller(authenticate(authenticator, request, authorization, "", "HTTP API"), "token")
         if self.trusted_header and self.trusted_header in request.headers:
             return self._proxied(request)
         peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
@@ -268,7 +279,7 @@ class WebAccess:
                 why = "the session's identity was removed or changed"
             if not common_name:
                 raise Unauthenticated(f"{why}; sign in again at /signin")
-        return Caller(authenticator.identify("", common_name), "certificate")
+        return Caller(authenticate(authenticator, request, "", common_name, "HTTP API"), "certificate")
 
     def _proxied(self, request: web.Request) -> Caller:
         header = self.trusted_header

@@ -15,6 +15,7 @@ from html import escape
 from aiohttp import web
 
 from ...errors import ErrorCode, WiggleError
+from ..caller_text import loggable
 
 __all__ = ["HttpProblem", "HTTP_STATUS", "errors", "error_reply", "wants_html", "secure_headers", "CSP"]
 
@@ -105,7 +106,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except RecursionError:  # a decoder deeper than the edge's check expected: still the caller's input
         return error_reply(request, 400, ErrorCode.INVALID_ARGUMENT, "the request nests too deep")
     except Exception:
-        log.exception("HTTP %s %s failed", request.method, request.path[:200])
+        log.exception("HTTP %s %s failed", request.method, loggable(request.path, 200))  # decoded: escaped
         message = (
             "internal error: the server logged it (logger wiggle.http); nothing was changed by this answer"
         )

@@ -34,9 +34,10 @@ from ..._model import validate_name
 from ..._security.tokens import Identity
 from ..._wire.payload import decode_object
 from ...errors import ErrorCode, InvalidArgument, PermissionDenied, WiggleError
+from ..caller_text import check_name
 from ..http_security import HttpSecurity
 from ..instances import Instances
-from ..operator import log_action
+from ..operator import as_identity, log_action
 from ..readiness import readiness_answer
 from . import actions, api, bulk, pages, schedules
 from .access import CALLER, OPEN, Origins, WebAccess
@@ -260,13 +261,11 @@ class HttpSide:
         actor = body.get("actor")
         if not isinstance(actor, str) or not actor.strip():
             raise InvalidArgument('"actor" must name who does this (it is recorded in the history)')
-        if len(actor) > MAX_ACTOR_CHARS:
-            raise InvalidArgument(f'"actor" is {len(actor)} characters; the limit is {MAX_ACTOR_CHARS}')
+        check_name(actor, '"actor"', MAX_ACTOR_CHARS)  # one line of printable text, as on gRPC
         who = actor.strip()
         caller = request.get(CALLER, OPEN)
-        identity = caller.identity.name if caller.identity is not None else None
-        if identity is not None and identity != who:  # authenticated: the credential says who it is
-            who = f"{who} as {identity}"
+        if caller.identity is not None:  # authenticated: the credential says who it is
+            who = as_identity(who, caller.identity.name)
         return body, f"{who} (dashboard, {request.remote or 'unknown address'})"
 
     async def sign_in(self, request: web.Request) -> web.Response:

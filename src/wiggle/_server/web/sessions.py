@@ -7,6 +7,11 @@ the identity that credential had, and its anti-forgery token. It ends at sign-ou
 identity file removes or changes its identity (``IdentityTable.on_reload`` calls ``revalidate``).
 Sessions live in this server process's memory: a restart signs everyone out.
 
+At most ``MAX_SESSIONS_PER_IDENTITY`` per identity: a new sign-in past it ends that identity's
+least recently used session, never another's, so signing in again and again with one credential
+(a viewer's, say) cannot push anyone else out. At most ``MAX_SESSIONS`` in all: past it the least
+recently used session of the identity holding the most ends.
+
 "Used" means a person did something: a page's own background refresh (every 2 s, the header
 ``X-Wiggle-Refresh: 1`` that /static/dashboard.js sends: access.py ``REFRESH_HEADER``) reads with
 the session but does not count as use, or a forgotten open tab would never reach ``idle``.
@@ -25,14 +30,17 @@ from dataclasses import dataclass
 
 from ..._security.tokens import Identity, IdentityTable
 
-__all__ = ["Session", "Sessions", "TOKEN", "CERTIFICATE", "MAX_SESSIONS"]
+__all__ = ["Session", "Sessions", "TOKEN", "CERTIFICATE", "MAX_SESSIONS", "MAX_SESSIONS_PER_IDENTITY"]
 
 log = logging.getLogger("wiggle.http")
 
 #: how a session was opened: ``key`` is then the token's SHA-256, or the certificate's common name
 TOKEN, CERTIFICATE = "token", "certificate"
-#: sessions held at once; past it the least recently used one ends (only a valid credential opens one)
+#: sessions held at once; past it the least recently used one of the identity with the most ends
 MAX_SESSIONS = 10_000
+#: sessions of one identity at once (browsers, devices, people sharing it); past it its own least
+#: recently used one ends
+MAX_SESSIONS_PER_IDENTITY = 20
 
 
 @dataclass
@@ -61,12 +69,14 @@ class Sessions:
         clock: Callable[[], float] = time.monotonic,
         limit: int = MAX_SESSIONS,
         now_ms: Callable[[], int] | None = None,
+        per_identity: int = MAX_SESSIONS_PER_IDENTITY,
     ) -> None:
         self.table = table
         self.idle = idle
         self.max_age = max_age
         self.clock = clock
         self.limit = limit
+        self.per_identity = per_identity
         self.now_ms = now_ms or (lambda: int(self.clock() * 1000))  # the server's Clock, for the answer
         self._lock = threading.Lock()
         self._by_id: dict[str, Session] = {}
@@ -90,10 +100,19 @@ class Sessions:
             last_used=now,
             expires_at_ms=self.now_ms() + int(self.max_age * 1000),
         )
+        name = identity.name
         with self._lock:
             self._sweep(now)
+            own = [s for s in self._by_id.values() if s.identity.name == name]
+            while len(own) >= self.per_identity:
+                oldest = min(own, key=lambda s: s.last_used)
+                own.remove(oldest)
+                del self._by_id[oldest.id]
+                log.info(
+                    "session of %s ended: %d sessions per identity is the limit", name, self.per_identity
+                )
             while len(self._by_id) >= self.limit:
-                oldest = min(self._by_id.values(), key=lambda s: s.last_used)
+                oldest = self._most_held_oldest()
                 del self._by_id[oldest.id]
                 log.info("session of %s ended: %d sessions is the limit", oldest.identity.name, self.limit)
             self._by_id[session.id] = session
@@ -156,6 +175,14 @@ class Sessions:
         if now - session.created >= self.max_age:
             return f"signed in {self.max_age:g} s ago (session_max_seconds)"
         return ""
+
+    def _most_held_oldest(self) -> Session:
+        """The least recently used session of the identity holding the most (the lock held)."""
+        held: dict[str, list[Session]] = {}
+        for session in self._by_id.values():
+            held.setdefault(session.identity.name, []).append(session)
+        most = max(held.values(), key=len)
+        return min(most, key=lambda s: s.last_used)
 
     def _sweep(self, now: float) -> None:
         for session in [s for s in self._by_id.values() if self._ended(s, now)]:

@@ -3,33 +3,37 @@
 ``GET /signin`` shows a form for a token (and, when the browser presented a client certificate
 the server knows, a button to sign in with it). ``POST /signin`` with ``{"token": "..."}`` or
 ``{"certificate": true}`` (and ``next``: where to go after) checks the credential exactly as the
-gRPC port does, opens a server-side session (wiggle/_server/web/sessions.py) and sets its cookie:
-an opaque random id, ``HttpOnly``, ``Secure`` under TLS, ``SameSite=Strict``, ``Path=/``.
+gRPC port does (an unknown one counts against the address: throttle.py), refuses one whose
+roles can read nothing here (a worker's: 403), opens a server-side session
+(wiggle/_server/web/sessions.py) and sets its cookie: an opaque random id, ``HttpOnly``,
+``Secure`` under TLS, ``SameSite=Strict``, ``Path=/``.
 ``POST /signout`` ends the session of the cookie and deletes it.
 """
 
 from __future__ import annotations
 
 import hmac
-import logging
 from html import escape
 from typing import Any
 
 from aiohttp import web
 
+from ..._security.roles import ADMIN_ONLY, HTTP_ROLES
 from ..._security.tokens import hash_token
 from ...errors import FailedPrecondition, InvalidArgument, PermissionDenied, Unauthenticated
 from ..http_security import peer_common_name
 from .access import CSRF_HEADER, WebAccess
 from .pages import layout
 from .sessions import CERTIFICATE, TOKEN, Sessions
-from .throttle import MAX_FAILURES, WINDOW_SECONDS, SignInThrottle
+from .throttle import authenticate
 
 __all__ = ["SignIn", "safe_next"]
 
-log = logging.getLogger("wiggle.http")
-
 MAX_TOKEN_CHARS = 1000
+#: the roles that can read the dashboard's pages: a credential with none of them cannot sign in
+DASHBOARD_ROLES = HTTP_ROLES["/"] | ADMIN_ONLY
+#: where a sign-in's failures are said to come from, in the log
+SIGN_IN = "dashboard sign-in"
 
 
 def safe_next(value: object) -> str:
@@ -52,7 +56,6 @@ class SignIn:
         self.access = access
         self.sessions = sessions
         self.max_age = max_age
-        self.throttle = SignInThrottle()  # failed sign-ins per address (throttle.py)
 
     def _certificate(self, request: web.Request) -> str:
         peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
@@ -99,34 +102,31 @@ class SignIn:
             raise FailedPrecondition(
                 "this server has no identity file or client certificates: nothing to sign in to"
             )
-        address = request.remote or ""
-        self.throttle.check(address)  # 429 after too many failures from this address
         token, certificate = body.get("token"), body.get("certificate")
+        # an unknown credential is counted against the address, and an address past the limit is
+        # answered 429 whatever it sends (throttle.py); both are logged, rate-limited
         if token not in (None, ""):
             if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
                 raise InvalidArgument(f'"token" must be a string of at most {MAX_TOKEN_CHARS} characters')
-            try:
-                identity = authenticator.identify(f"Bearer {token.strip()}", "")
-            except Unauthenticated:
-                if self.throttle.failed(address):
-                    log.warning(
-                        "sign-in refused from %s: unknown token; %d failures in %g s: its sign-ins wait",
-                        address,
-                        MAX_FAILURES,
-                        WINDOW_SECONDS,
-                    )
-                else:
-                    log.warning("sign-in refused from %s: unknown token", address)
-                raise
+            identity = authenticate(authenticator, request, f"Bearer {token.strip()}", "", SIGN_IN)
             kind, key = TOKEN, hash_token(token)
         elif certificate is True:
             cn = self._certificate(request)
             if not cn:
                 raise Unauthenticated("this browser presented no client certificate; sign in with a token")
-            identity = authenticator.identify("", cn)
+            identity = authenticate(authenticator, request, "", cn, SIGN_IN)
             kind, key = CERTIFICATE, cn
         else:
             raise InvalidArgument('sign in with {"token": "<token>"} or {"certificate": true}')
+        if not identity.roles & DASHBOARD_ROLES:
+            # a worker's credential reads nothing here: a session of it would only take room
+            # from those who can (sessions.py keeps at most MAX_SESSIONS)
+            have = ", ".join(sorted(r.value for r in identity.roles))
+            need = ", ".join(sorted(r.value for r in DASHBOARD_ROLES))
+            raise PermissionDenied(
+                f"{identity.name!r} (roles: {have}) can read nothing on the dashboard, so it cannot sign "
+                f"in; sign in with a credential of one of the roles {need} (wiggle token NAME --role viewer)"
+            )
         old = request.cookies.get(self.access.cookie)
         if old:  # a new sign-in never keeps the old id (no session fixation)
             self.sessions.close(old)

@@ -1,66 +1,31 @@
-"""Failed dashboard sign-ins, counted per address: past a few in a minute, that address waits.
+"""The HTTP port's face of the failure throttle (wiggle/_server/auth_failures.py).
 
-A wrong token at ``POST /signin`` is refused 401 and logged; an address that has been refused
-``MAX_FAILURES`` times in the last ``WINDOW_SECONDS`` is answered 429 for any sign-in (a right
-token included) until its oldest counted failure is that old, and is logged once for it. Tokens
-made by ``wiggle token`` are out of guessing's reach; a short hand-written one, or the log
-filled with one line per guess, is not (docs/security.md#secrets-stay-secret).
+A wrong token at ``POST /signin``, in an ``Authorization`` header of the JSON API, or a client
+certificate the identity file does not know, is counted against the caller's address with the
+gRPC port's failures; an address that presented ``MAX_FAILURES`` different unknown credentials
+in the last ``WINDOW_SECONDS`` is answered 429 (RESOURCE_EXHAUSTED) for any credential until the
+oldest of them is that old. A browser session is no credential presented: it is not refused.
 """
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict, deque
-from collections.abc import Callable
+from aiohttp import web
 
+from ..._security.tokens import Identity
 from ...errors import ErrorCode
+from ..auth_failures import MAX_FAILURES, WINDOW_SECONDS, Throttled
+from ..guard import Authenticator
 from .errors import HttpProblem
 
-__all__ = ["SignInThrottle", "MAX_FAILURES", "WINDOW_SECONDS"]
-
-MAX_FAILURES = 10
-WINDOW_SECONDS = 60.0
-MAX_ADDRESSES = 10_000  # addresses remembered at most (the one refused longest ago goes first)
+__all__ = ["authenticate", "MAX_FAILURES", "WINDOW_SECONDS"]
 
 
-class SignInThrottle:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-
-    def _recent(self, address: str, now: float) -> deque[float] | None:
-        failures = self._failures.get(address)
-        if failures is None:
-            return None
-        while failures and now - failures[0] >= WINDOW_SECONDS:
-            failures.popleft()
-        if not failures:
-            del self._failures[address]
-            return None
-        return failures
-
-    def check(self, address: str) -> None:
-        """A 429 HttpProblem if ``address`` failed MAX_FAILURES times within the window."""
-        now = self.clock()
-        failures = self._recent(address, now)
-        if failures is not None and len(failures) >= MAX_FAILURES:
-            wait = max(1, int(WINDOW_SECONDS - (now - failures[0]) + 0.999))
-            raise HttpProblem(
-                429,
-                ErrorCode.RESOURCE_EXHAUSTED,
-                f"{MAX_FAILURES} failed sign-ins from this address in the last {WINDOW_SECONDS:g} s; "
-                f"try again in {wait} s",
-            )
-
-    def failed(self, address: str) -> bool:
-        """Count a failed sign-in of ``address``; True if it reaches the limit just now (log it)."""
-        now = self.clock()
-        failures = self._recent(address, now)
-        if failures is None:
-            if len(self._failures) >= MAX_ADDRESSES:
-                self._failures.popitem(last=False)
-            failures = self._failures[address] = deque()
-        else:
-            self._failures.move_to_end(address)
-        failures.append(now)
-        return len(failures) == MAX_FAILURES
+def authenticate(
+    authenticator: Authenticator, request: web.Request, authorization: str, common_name: str, where: str
+) -> Identity:
+    """The identity of what ``request`` presents (``Authenticator.authenticate``); a waiting
+    address is a 429 HttpProblem, an unknown credential Unauthenticated (401), counted."""
+    try:
+        return authenticator.authenticate(authorization, common_name, lambda: request.remote or "", where)
+    except Throttled as exc:
+        raise HttpProblem(429, ErrorCode.RESOURCE_EXHAUSTED, str(exc)) from None
