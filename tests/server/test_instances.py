@@ -342,3 +342,39 @@ async def test_a_step_past_its_time_limit_is_not_logged_as_a_dead_worker(
     ((silent, silent_level),) = [(m, lv) for m, lv in lines.items() if "heartbeat" in m]
     assert silent.startswith("1 step(s) of worker w-alive sent no heartbeat within their heartbeat timeout")
     assert "node 'quiet'" in silent and silent_level == logging.WARNING
+
+
+async def test_schedules_fire_before_a_backlog_of_due_tokens_and_a_run_is_time_boxed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An outside trial: a for_each over 500 sub-workflows made hundreds of tokens due at once,
+    and a 2 s schedule's ticks came 6.8 s apart (some skipped) on healthy servers, because the
+    schedules ran after every round of due tokens. They run first now, and a run takes no more
+    rounds once CLOCK_RUN_SECONDS have gone by (the loop comes straight back for the rest)."""
+    from wiggle._server import clock_duties
+
+    store = MemoryStore()
+    layer = Instances(store, Engine(EngineConfig(lease_millis=1000)))
+    await layer.register(one_step())
+    views = [await layer.start("one", "", {}, "") for _ in range(250)]
+    claimed = await layer.claim("w-gone", [views[0].tokens[0].queue], 250)
+    expiry = max(c.token.lease_expires_at for c in claimed)
+    order: list[str] = []
+
+    async def run_duties(now: int) -> int:
+        order.append("schedules")
+        return 0
+
+    due_tokens = store.due_tokens
+
+    async def noting_due_tokens(now: int, limit: int) -> list[str]:
+        order.append("tokens")
+        return await due_tokens(now, limit)
+
+    monkeypatch.setattr(layer.schedules, "run_duties", run_duties)
+    monkeypatch.setattr(store, "due_tokens", noting_due_tokens)
+    monkeypatch.setattr(clock_duties, "CLOCK_RUN_SECONDS", 0.0)  # one round a run
+    assert await layer.run_clock_duties(expiry) == clock_duties.CLOCK_BATCH
+    assert order == ["schedules", "tokens"]
+    assert await layer.run_clock_duties(expiry) == 250 - clock_duties.CLOCK_BATCH  # the rest, next run
+    assert order == ["schedules", "tokens", "schedules", "tokens"]

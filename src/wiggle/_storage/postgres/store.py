@@ -98,7 +98,12 @@ class PostgresStore(Store):
         self.cluster = Cluster(schema, self.notifier, self.queries)
         self.notifier.spill = self.cluster.post_work  # a wake-up left unused goes to the others
         self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
-        self.clock_parallelism = max(1, self.db.pool_size // 2)
+        # Clock actions in flight at once. Each is a mutation that queues on the group commit (its
+        # own connections) and, for a sub-workflow's child, a read and a start: the gate bounds
+        # coroutines, not connections, and a wider one lets more of them share a commit. At half
+        # the pool a for_each over sub-workflows started 70-95 children a second, at twice the
+        # pool 270 (an outside trial; bench/README.md, round thirty-nine).
+        self.clock_parallelism = max(1, self.db.pool_size * 2)
         self.definitions = Definitions(self.db, self.queries)
         # this node's copy of the queue limits (``limited_queues``) and its fast rates' blocks
         self.limits = QueueLimitState(self.db, self.queries, self.limited_queues)
