@@ -174,3 +174,46 @@ async def test_a_stream_the_server_ends_ends_its_request_side_too() -> None:
         assert beat.lease_expires_at and len(stub.calls) == 2
     finally:
         await transport.close()
+
+
+async def test_a_report_cut_on_its_way_is_answered_and_its_next_step_handed_back_before_close() -> None:
+    """An outside trial: a second SIGTERM cut a worker while a CompleteTask that asked for the
+    next step was on its way; the worker told the server to drop the call and closed the stream,
+    so the step leased with the report sat on the stopped worker until its lease ran out (an
+    attempt spent on a step that never ran; with RetryPolicy.none() the instance failed). The
+    cut report is not cancelled on the server, and ``close`` waits for its answer and for the
+    hand-back of the step it brought."""
+    stub = FakeStub(answer)  # answers AdvanceRun (the hand-back), never CompleteTask by itself
+    transport = StreamTransport(stub)  # type: ignore[arg-type]
+    handed_back: list[pb.AdvanceRunResult] = []
+
+    def hand_back(activations: list[pb.TaskActivation]) -> None:  # as the poller does
+        async def send(act: pb.TaskActivation) -> None:
+            request = pb.AdvanceRunRequest(task_id=act.task_id, final=True, handback_reason="SHUTDOWN")
+            handed_back.append(await transport.advance(request, 5))
+
+        for act in activations:
+            asyncio.ensure_future(send(act))
+
+    transport.on_orphan_tasks = hand_back
+    request = pb.CompleteTaskRequest(task_id="a@1", lease_owner="w", next_queues=["q"])
+    report = asyncio.ensure_future(transport.complete(request, 30))
+    await asyncio.sleep(0.05)
+    report.cancel()  # the drain's cut
+    with pytest.raises(asyncio.CancelledError):
+        await report
+    [call] = stub.calls
+    call.done = lambda: False  # type: ignore[attr-defined]
+    await asyncio.sleep(0.02)
+    assert not [m for m in call.seen if m.WhichOneof("body") == "cancel"]  # the server is not told to drop it
+    (complete,) = [m for m in call.seen if m.WhichOneof("body") == "complete"]
+    closing = asyncio.ensure_future(transport.close())
+    await asyncio.sleep(0.1)
+    assert not closing.done()  # waiting for the cut report's answer
+    late = pb.ReportResult(instance_status="RUNNING", next_task=pb.TaskActivation(task_id="a-next@1"))
+    call.replies.put_nowait(
+        pb.ServerBatch(messages=[pb.ServerMessage(request_id=complete.request_id, report=late)])
+    )
+    await asyncio.wait_for(closing, 5)
+    assert [m.advance.task_id for m in call.seen if m.WhichOneof("body") == "advance"] == ["a-next@1"]
+    assert [r.instance_status for r in handed_back] == ["RUNNING"]  # answered before the stream closed

@@ -42,6 +42,11 @@ _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 OrphanHandler = Callable[[list[pb.TaskActivation]], None]
 
+#: The calls that report a step: cancelled on the worker, they are still answered (``_unanswered``).
+_REPORTS = frozenset({"CompleteTask", "FailTask", "AdvanceRun"})
+#: How long ``close`` waits for the answers of reports a drain's cut left on their way.
+SETTLE_SECONDS = 5.0
+
 
 class StreamTransport:
     """The Transport over one WorkerSession stream; reconnects when it breaks."""
@@ -56,6 +61,10 @@ class StreamTransport:
         self._outgoing: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
         #: called with activations claimed by a poll nobody waits for any more (timed out, cancelled)
         self.on_orphan_tasks: OrphanHandler | None = None
+        # Reports whose caller was cancelled (a drain's cut) before their answer came: the server
+        # is not told to drop them (it may have applied them, and leased the next step with
+        # one), and ``close`` waits a moment for their answers (``_settle``).
+        self._unanswered: set[int] = set()
 
     # ------------------------------------------------------------------ the five calls
     # (each copies its request into the message: faster than passing it to the constructor)
@@ -97,7 +106,10 @@ class StreamTransport:
         return self._call_with(message, "AdvanceRun", timeout, "advanced")
 
     async def close(self) -> None:
-        """End the stream and stop reading it."""
+        """End the stream and stop reading it; first, if reports were cut on their way, wait a
+        moment for their answers and for what they bring to be handed back (``_settle``)."""
+        if self._unanswered and self._call is not None:
+            await self._settle(SETTLE_SECONDS)
         call = self._call
         self._call = None
         if call is not None:
@@ -107,6 +119,26 @@ class StreamTransport:
             self._reader.cancel()
             with contextlib.suppress(BaseException):
                 await self._reader
+
+    async def _settle(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the answers of reports cut on their way and for the calls
+        those answers start (the hand-back of a step one brought: ``on_orphan_tasks``), until
+        none has been outstanding for a few ticks.
+
+        A worker cut by its drain (a second SIGTERM) while a CompleteTask that asked for the next
+        step was on its way had stopped listening: the step the server leased with the report
+        sat on the stopped worker until its lease ran out — an attempt spent on a step that never
+        ran, "lease expired (worker unreachable)" (an outside trial: with RetryPolicy.none() the
+        instance failed)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        quiet = 0
+        while quiet < 3 and loop.time() < end:
+            call = self._call
+            if call is None or call.done():
+                return
+            quiet = 0 if self._unanswered or self._pending else quiet + 1
+            await asyncio.sleep(0.01)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -133,7 +165,10 @@ class StreamTransport:
             raise StreamError(grpc.StatusCode.DEADLINE_EXCEEDED, f"{name} timed out") from None
         except asyncio.CancelledError:
             self._pending.pop(rid, None)
-            self._cancel_remote(rid)
+            if name in _REPORTS:
+                self._unanswered.add(rid)  # its answer may bring a step leased to us: read it
+            else:
+                self._cancel_remote(rid)
             raise
         finally:
             timer.cancel()
@@ -179,6 +214,8 @@ class StreamTransport:
                         future.set_exception(StreamError(grpc.StatusCode.UNAVAILABLE, "worker stream closed"))
 
     def _deliver(self, message: pb.ServerMessage) -> None:
+        if self._unanswered:
+            self._unanswered.discard(message.request_id)
         future = self._pending.pop(message.request_id, None)
         body = message.WhichOneof("body")
         if future is None or future.done():
