@@ -241,3 +241,46 @@ def test_processes_given_a_worker_id_are_named_apart(app: Path) -> None:
                 worker.kill()
                 worker.wait(30)
         server.stop()
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_process_that_dies_is_logged_and_started_again(app: Path) -> None:
+    # An outside trial: a child of --processes 2 killed with SIGKILL was neither restarted nor
+    # logged; the group ran on at half its capacity while its parent looked healthy.
+    server = ServerProcess(app / "server.log", server_env())
+    worker = None
+    try:
+        env = {**os.environ, "WIGGLE_WORKER_POLL_WAIT_SECONDS": "1"}
+        with open(app / "worker.log", "wb") as log:
+            worker = subprocess.Popen(
+                [*WIGGLE, "--target", server.target, "worker", "cli_worker_flows:ALL", "--processes", "2"],
+                cwd=app,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while len(_children(worker.pid)) < 2 or (app / "worker.log").read_text().count(" serving ") < 2:
+            assert worker.poll() is None and time.monotonic() < deadline, (app / "worker.log").read_text()
+            time.sleep(0.1)
+        victim = _children(worker.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        while (app / "worker.log").read_text().count(" serving ") < 3:  # its replacement is up
+            assert worker.poll() is None and time.monotonic() < deadline, (app / "worker.log").read_text()
+            time.sleep(0.1)
+        log_text = (app / "worker.log").read_text()
+        assert f"(pid {victim}) was killed by signal 9" in log_text, log_text
+        assert "starting another in its place" in log_text, log_text
+        children = _children(worker.pid)
+        assert len(children) == 2 and victim not in children, children
+        with Client(server.target) as client:
+            iid = client.start("cli-worker-nap", {"n": 1}).instance_id
+            assert client.wait(iid, timeout=30).status == "COMPLETED"
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, (app / "worker.log").read_text()  # a stop is a stop: no restart
+        worker = None
+    finally:
+        if worker is not None:
+            worker.kill()
+            worker.wait(30)
+        server.stop()

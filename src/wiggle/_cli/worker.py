@@ -8,7 +8,7 @@ SIGTERM or SIGINT drains: polling stops, running steps finish (up to 30 s, ``Wor
 local runs flush, then the process exits 0. ``--processes N`` runs N worker processes under one parent, which passes
 SIGTERM/SIGINT on to each and waits for all of them; process i gets the worker id ``X-i`` when
 one (``X``) is given (``--worker-id``, ``WIGGLE_WORKER_WORKER_ID``), and the metrics port + i.
-What each option does: ``WorkerOptions`` (README, "Worker options").
+What each option does: ``WorkerOptions`` (docs/configuration.md#worker-options, "Worker options").
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -319,26 +320,85 @@ def _supervise(given: list[str], processes: int, http_port: int, worker_id: str 
     previous: dict[signal.Signals, Callable[..., Any] | int | None] = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, forward)
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        own = {ENV_PREFIX + "METRICS_PORT": str(http_port + i)} if http_port else {}
+        # the option last: it wins over any spelling of it left in argv (an abbreviation)
+        named = [f"--worker-id={worker_id}-{i}"] if worker_id else []
+        return subprocess.Popen(
+            [sys.executable, "-m", "wiggle.cli", *argv, *named, QUIET_FLAG], env={**env, **own}
+        )
+
     try:
         for i in range(processes):
             if forwarded:
                 break
-            own = {ENV_PREFIX + "METRICS_PORT": str(http_port + i)} if http_port else {}
-            # the option last: it wins over any spelling of it left in argv (an abbreviation)
-            named = [f"--worker-id={worker_id}-{i}"] if worker_id else []
-            child = subprocess.Popen(
-                [sys.executable, "-m", "wiggle.cli", *argv, *named, QUIET_FLAG], env={**env, **own}
-            )
+            child = start(i)
             children.append(child)
             for signum in list(forwarded):  # it came while this child was being made: pass it on
                 child.send_signal(signum)
-        codes = [child.wait() for child in children]
+        codes = _watch(children, start, forwarded)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     # a child stopped by the signal passed on before it had set up its own handling (still starting:
     # nothing of its ran) stopped as asked
     return max((0 if -code in forwarded else code for code in codes), key=abs, default=0)
+
+
+#: A worker process that dies this soon after its start, this many times in a row, is not started
+#: again: the group stops (its code says why) rather than restart a process that cannot run.
+QUICK_DEATH_SECONDS = 10.0
+QUICK_DEATHS = 5
+
+
+def _watch(
+    children: list[subprocess.Popen[bytes]],
+    start: Callable[[int], subprocess.Popen[bytes]],
+    forwarded: set[int],
+) -> list[int]:
+    """Wait for the group; a worker process that ends before a stop signal came (killed, out of
+    memory, crashed) is logged and started again in its place, so the group keeps its size. Before,
+    it was neither (an outside trial: a group ran on at half its capacity, the parent healthy to
+    its supervisor, the log silent). One that keeps dying within QUICK_DEATH_SECONDS of its start
+    stops the group after QUICK_DEATHS in a row, and one that exits 2 (bad input) at once, with
+    that process's exit code. The codes, once every process has ended."""
+    began = {i: time.monotonic() for i in range(len(children))}
+    quick = {i: 0 for i in range(len(children))}
+    while True:
+        if all(child.poll() is not None for child in children):
+            return [child.returncode for child in children]
+        for i, child in enumerate(children):
+            code = child.poll()
+            if code is None or forwarded:
+                continue
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            lived = time.monotonic() - began[i]
+            quick[i] = quick[i] + 1 if lived < QUICK_DEATH_SECONDS else 0
+            if code == 2 or quick[i] >= QUICK_DEATHS:  # 2: bad input (the CLI's), the same each time
+                log.error(
+                    "worker process %d (pid %d) %s (%d time(s) within %g s of its start): stopping the group",
+                    i,
+                    child.pid,
+                    how,
+                    quick[i],
+                    QUICK_DEATH_SECONDS,
+                )
+                forwarded.add(signal.SIGTERM)
+                for other in children:
+                    if other.poll() is None:
+                        other.send_signal(signal.SIGTERM)
+                break
+            log.warning(
+                "worker process %d (pid %d) %s after %.0f s; starting another in its place",
+                i,
+                child.pid,
+                how,
+                lived,
+            )
+            children[i] = start(i)
+            began[i] = time.monotonic()
+        time.sleep(0.2)
 
 
 def _without(argv: list[str], flag: str) -> list[str]:
