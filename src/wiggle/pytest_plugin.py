@@ -12,7 +12,8 @@ or any other loop (``await wiggle_env.aio.run(bp, ctx)``). An ``async def`` test
 of them needs no async plugin: unless one (pytest-asyncio, anyio...) has taken it, this plugin runs
 it on an event loop of its own (``asyncio.run``). Configure them with the ``wiggle``
 marker, whose keyword arguments go to ``WorkflowEnvironment`` (on the test for ``wiggle_env``, on
-the module's ``pytestmark`` for ``wiggle_module_env``):
+the module's ``pytestmark`` for ``wiggle_module_env``: a test of that fixture that carries a
+marker of its own fails at its setup, saying where the marker goes):
 
 ```python
 @pytest.mark.wiggle(workflows=[orders], execution_mode="LOCAL_SYNC", workers=2)
@@ -74,6 +75,31 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     arguments = {name: funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     asyncio.run(function(**arguments))
     return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail a test that uses ``wiggle_module_env`` and carries a ``wiggle`` marker of its own.
+
+    The module's environment is made once, from the module's marker (``pytestmark``), before
+    its first test: a marker on a test (or on its class, or a ``pytest.param``'s) reaches it
+    never. Before, such a test ran on an environment without its workflows, and a wait timed
+    out naming a queue "no worker of this environment serves" (an outside trial)."""
+    names = getattr(item, "fixturenames", ())
+    if "wiggle_module_env" not in names or "wiggle_env" in names:  # wiggle_env reads the test's
+        return
+    module = item.getparent(pytest.Module)
+    above = set(module.listchain()) if module is not None else set()
+    own = [mark for node, mark in item.iter_markers_with_node("wiggle") if node not in above]
+    if own:
+        settings = ", ".join(f"{key}=..." for key in own[0].kwargs) or "..."
+        pytest.fail(
+            f"{item.name} uses wiggle_module_env and has a @pytest.mark.wiggle({settings}) of its own, "
+            "which that fixture never reads: its environment is made once for the module, from the "
+            "module's marker. Put the marker on the module (pytestmark = pytest.mark.wiggle(...)), "
+            "or use the wiggle_env fixture (one environment per test, configured by the test's marker)",
+            pytrace=False,
+        )
 
 
 def _environment(request: pytest.FixtureRequest) -> SyncWorkflowEnvironment:

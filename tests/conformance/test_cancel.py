@@ -49,13 +49,15 @@ async def _cancel_and_check(server, instance_id: str):
 
 
 async def _late_report_refused(harness: Harness, server, worker, eventually, runs_before: int) -> None:
-    """Wait until the released step's report reached the server and was refused (or applied nothing)."""
-    metrics = server.server.metrics
+    """Wait until the released step's run ended without applying anything: a local run's
+    AdvanceRun applied nothing; a SERVER step was given up at its refused heartbeat (its handler
+    abandoned in its thread: docs/semantics.md#cancellation) and reports nothing."""
     if harness.local:
         # AdvanceRun on a cancelled instance applies nothing and returns its status
         await eventually(lambda: worker.stats.local_runs.count > runs_before, what="the local run to end")
     else:
-        await eventually(lambda: metrics.rpc_errors["CompleteTask"] >= 1, what="CompleteTask to be refused")
+        await eventually(lambda: worker.stats.in_flight == 0, what="the worker to give the step up")
+        assert server.server.metrics.rpc_errors["CompleteTask"] == 0  # no late report to refuse
 
 
 async def _heartbeat_refused(server, eventually) -> None:

@@ -23,13 +23,22 @@ import msgspec
 from .._client import core
 from .._clock import VirtualClock
 from .._engine.config import LoadedDefinition
-from .._engine.state import FINISHED_INSTANCE_STATUSES, Instance, Token, TokenStatus
+from .._engine.state import (
+    FINISHED_INSTANCE_STATUSES,
+    Instance,
+    InstanceState,
+    Token,
+    TokenStatus,
+    split_task_id,
+    token_instance_id,
+)
+from .._engine.tokens import leased_token
 from .._model import ExecutionMode, Node, NodeKind
 from .._server.app import WiggleServer
 from .._server.config import ServerConfig
 from .._storage.base import InstanceView
 from ..client import AsyncClient, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
-from ..errors import NotFound
+from ..errors import FailedPrecondition, NotFound
 from ..worker import Worker, WorkerOptions
 from ..workflow import Blueprint
 
@@ -302,6 +311,8 @@ class WorkflowEnvironment:
         steps with them. ``crash=True`` stops it as a killed process would: the steps it leaves
         running wait out their leases (which time skipping reaches) and count as failed attempts
         ("lease expired (worker unreachable)"), a LOCAL_ASYNC run's unreported steps run again."""
+        if not crash:  # a step the server ended is given up now, not waited for and then cut
+            await self._give_up_ended_attempts([worker])
         self._worker_ids.discard(worker.worker_id)
         if worker in self.workers:
             self.workers.remove(worker)
@@ -322,6 +333,39 @@ class WorkflowEnvironment:
     def _live_worker(self, worker_id: str) -> bool:
         return bool(worker_id) and worker_id in self._worker_ids
 
+    async def _give_up_ended_attempts(self, workers: Iterable[Worker] | None = None) -> None:
+        """Tell each worker (of the environment, or ``workers``) which of the steps it runs the
+        server has ended, as a refused heartbeat would: the worker gives them up at once (an
+        async handler cancelled, a sync one abandoned in its thread), as at a real time limit.
+
+        Called after the clock moves (``advance``) and after ``cancel``. A worker's own
+        heartbeats come every third of the lease in real time, and its own time limits count in
+        real time too, so without this a handler the virtual clock had timed out ran on for its
+        limit's real seconds (an outside trial's async handler outlived its FAILED instance by
+        5 s). The server's state is read, not heartbeated: a heartbeat would renew the lease of
+        every step still held, and so move the heartbeat timeouts the test is reaching."""
+        now = self.clock.now()
+        for worker in list(self.workers if workers is None else workers):
+            for task_id, owner in worker._running_attempts():
+                why = await self._attempt_ended(task_id, owner, now)
+                if why is not None:
+                    worker._give_up(task_id, why)
+
+    async def _attempt_ended(self, task_id: str, owner: str, now: int) -> str | None:
+        """Why the server would refuse a heartbeat of ``task_id`` by ``owner`` now (its attempt
+        is over), or None while the attempt holds: the check a report meets (leased_token)."""
+        token_id, _ = split_task_id(task_id)
+        try:
+            view = await self.server.instances.get_instance(token_instance_id(token_id))
+        except NotFound:
+            return f"instance {token_instance_id(token_id)} no longer exists"
+        state = InstanceState(view.instance, {t.id: t for t in view.tokens})
+        try:
+            leased_token(state, task_id, owner, now)
+        except FailedPrecondition as exc:
+            return str(exc)
+        return None
+
     # ------------------------------------------------------------------ time
 
     def now(self) -> datetime:
@@ -333,9 +377,14 @@ class WorkflowEnvironment:
         return self.clock.now()
 
     async def advance(self, delta: timedelta | float) -> datetime:
-        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due."""
+        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due.
+
+        A step running on a worker of the environment whose time limit (or heartbeat timeout)
+        this passes is given up on the worker at once: an ``async def`` handler is cancelled, a
+        sync one abandoned in its thread, as at a real limit."""
         self.clock.advance(_millis(delta, "advance"))
         await self.skipper.tick()
+        await self._give_up_ended_attempts()
         return self.now()
 
     async def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
@@ -613,9 +662,11 @@ class WorkflowEnvironment:
         )
 
     async def cancel(self, instance_id: str | InstanceInfo, reason: str = "cancelled") -> InstanceInfo:
-        """Cancel the instance; its snapshot."""
+        """Cancel the instance; its snapshot. A step of it running on a worker of the
+        environment is given up there at once (an ``async def`` handler is cancelled)."""
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
         info, _ = await self.client.cancel(iid, reason)
+        await self._give_up_ended_attempts()
         return info
 
     async def history(self, instance_id: str | InstanceInfo) -> list[HistoryEntry]:

@@ -158,7 +158,11 @@ class SyncWorkflowEnvironment:
         return self.env.now_millis()
 
     def advance(self, delta: timedelta | float) -> datetime:
-        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due."""
+        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due.
+
+        A step running on a worker of the environment whose time limit (or heartbeat timeout)
+        this passes is given up on the worker at once: an ``async def`` handler is cancelled, a
+        sync one abandoned in its thread, as at a real limit."""
         return self._call(self.env.advance(delta))
 
     def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
@@ -291,7 +295,8 @@ class SyncWorkflowEnvironment:
         )
 
     def cancel(self, instance_id: str | InstanceInfo, reason: str = "cancelled") -> InstanceInfo:
-        """Cancel the instance; its snapshot."""
+        """Cancel the instance; its snapshot. A step of it running on a worker of the
+        environment is given up there at once (an ``async def`` handler is cancelled)."""
         return self._call(self.env.cancel(instance_id, reason))
 
     def history(self, instance_id: str | InstanceInfo) -> list[HistoryEntry]:
@@ -372,7 +377,11 @@ class AsyncView:
 
     # --- forwarded to WorkflowEnvironment: made by scripts/gen_testkit_faces.py, do not edit ---
     async def advance(self, delta: timedelta | float) -> datetime:
-        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due."""
+        """Move virtual time forward by ``delta`` (a timedelta or seconds) and run what became due.
+
+        A step running on a worker of the environment whose time limit (or heartbeat timeout)
+        this passes is given up on the worker at once: an ``async def`` handler is cancelled, a
+        sync one abandoned in its thread, as at a real limit."""
         return await self._await(self._env.advance(delta))
 
     async def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
@@ -505,7 +514,8 @@ class AsyncView:
         )
 
     async def cancel(self, instance_id: str | InstanceInfo, reason: str = "cancelled") -> InstanceInfo:
-        """Cancel the instance; its snapshot."""
+        """Cancel the instance; its snapshot. A step of it running on a worker of the
+        environment is given up there at once (an ``async def`` handler is cancelled)."""
         return await self._await(self._env.cancel(instance_id, reason))
 
     async def history(self, instance_id: str | InstanceInfo) -> list[HistoryEntry]:

@@ -226,6 +226,15 @@ def _lend_thread(pool: ThreadPoolExecutor, running: concurrent.futures.Future[An
 _LENDING = threading.Lock()
 
 
+def _uncancel(task: asyncio.Task[Any] | None) -> None:
+    """Withdraw the cancel request ``HandlerCaller.give_up`` made of ``task``, whose handler
+    caught the cancellation and ended otherwise: the task goes on (Python 3.11 and later count
+    cancel requests, and ``asyncio.timeout`` in that task would misread a leftover one)."""
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is not None:
+        uncancel()
+
+
 def log_failure(info: Step, failure: Failure, loaded: LoadedBlueprint | None = None) -> None:
     """Log a failed attempt with its traceback, or in one line if the handler expected it
     (RetryableError); the context, a payload, is never logged. With ``loaded`` the line says
@@ -353,6 +362,26 @@ class HandlerCaller:
         self.worker_id = worker_id
         self.pool: ThreadPoolExecutor | None = None  # set by the worker on start
         self._seconds: dict[str, Series] = {}  # workflow -> its handler-seconds series
+        # task id -> the asyncio task that awaits its handler, while ``run`` does (``give_up``)
+        self.running: dict[str, asyncio.Task[Any]] = {}
+        # task id -> why the server ended its attempt, for a handler ``give_up`` cancelled
+        self._given_up: dict[str, str] = {}
+
+    def give_up(self, task_id: str, why: str) -> bool:
+        """Stop waiting for the handler ``run`` runs for ``task_id``: the server ended its attempt
+        (``why``: its refusal, e.g. the instance finished, the attempt passed its time limit, the
+        lease was lost). An ``async def`` handler is cancelled, a sync one abandoned in its pool
+        thread (it runs on; its result is dropped), as at the step's own time limit; the task
+        that awaits ``run`` is cancelled with it, so nothing is reported (the server would refuse
+        it). A handler that catches the cancellation and returns has its outcome go on as usual
+        (and refused). False if no handler of ``task_id`` was being awaited (an inline one, or
+        none)."""
+        task = self.running.get(task_id)
+        if task is None or task.done() or task_id in self._given_up:
+            return False
+        self._given_up[task_id] = why
+        task.cancel()
+        return True
 
     def step_info(self, act: pb.TaskActivation, node_id: str, attempt: int, timeout: float = 0.0) -> Step:
         """The Step a handler sees for ``node_id`` of the activation ``act``."""
@@ -434,6 +463,10 @@ class HandlerCaller:
             timeout = loaded.timeouts.get(node_id, 0) / 1000
         info = self.step_info(act, node_id, attempt, timeout)
         started = time.perf_counter()
+        task = asyncio.current_task()
+        task_id = act.task_id
+        if task is not None:  # a refused heartbeat reaches the handler through it (``give_up``)
+            self.running[task_id] = task
         try:
             if tracing.active():
                 with tracing.span(
@@ -447,15 +480,41 @@ class HandlerCaller:
             log_failure(info, failure, loaded)
             self.observe(info, started, "failed")
             return failure
+        except asyncio.CancelledError:
+            why = self._given_up.pop(task_id, None)
+            if why is not None:  # else a drain's cut: the caller's to say
+                self._gave_up(info, started, why, loaded.blueprint.is_async[node_id])
+            raise
         except Exception as exc:  # the handler raised (its exits come as HandlerExited: call): the outcome
             failure = failure_of(exc)
             log_failure(info, failure, loaded)
             self.observe(info, started, "failed")
             return failure
+        finally:
+            self.running.pop(task_id, None)
+            if self._given_up and self._given_up.pop(task_id, None) is not None:
+                # the handler caught the cancellation and returned or raised: its outcome goes
+                # on (and is refused); the task's cancel request is withdrawn all the same
+                _uncancel(task)
         self.observe(info, started, "completed")
         return outcome_of(
             kind, node_id, result, context, loaded.context_types[node_id], loaded.blueprint.context_type
         )
+
+    def _gave_up(self, info: Step, started: float, why: str, is_async: bool) -> None:
+        """Log and count an attempt ``give_up`` ended as what it is: not a failure of the handler
+        (no traceback, no "attempt 2 follows": the server decided already)."""
+        how = "cancelled" if is_async else "abandoned in its pool thread (it runs on; its result is dropped)"
+        log.info(
+            "step %s of instance %s (attempt %d) given up, its handler %s: the server ended the attempt: %s",
+            info.node_id,
+            info.instance_id,
+            info.attempt,
+            how,
+            why,
+            extra=log_fields_of(info),
+        )
+        self.observe(info, started, "failed")
 
     async def _call_within(
         self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step

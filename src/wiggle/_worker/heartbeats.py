@@ -2,11 +2,14 @@
 
 A step is watched from the moment it starts until it is reported. The loop sends HeartbeatTask for
 each watched step not renewed within the interval (``heartbeat_seconds``, or a third of the
-server's lease). A FAILED_PRECONDITION answer means the step was taken away (its instance was
-cancelled or its lease lost): the step's ``Lease`` is marked abandoned, so a local run stops at
-its next step boundary. A heartbeat the server could not take (UNAVAILABLE, DEADLINE_EXCEEDED: a
-restart, a fail-over) renews nothing: the step stays due and is tried again a second later, not
-an interval later, so an outage shorter than the lease's remainder costs no lease.
+server's lease). A FAILED_PRECONDITION answer means the server ended the attempt (its instance
+finished or was cancelled, it passed its time limit, its lease was lost): the step is given up
+(``give_up``): a handler running for it is cancelled (async) or abandoned in its thread (sync),
+a local run's ``Lease`` is marked abandoned, so the run stops at its next step boundary, and a
+drain neither cuts nor hands it back (``attempt_over``). A heartbeat the server could not take
+(UNAVAILABLE, DEADLINE_EXCEEDED: a restart, a fail-over) renews nothing: the step stays due and is
+tried again a second later, not an interval later, so an outage shorter than the lease's
+remainder costs no lease.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -45,14 +50,30 @@ class Lease:
 class Heartbeats:
     """Watches in-flight steps and renews their leases while ``running()`` or any is watched."""
 
-    def __init__(self, transport: Transport, heartbeat_seconds: float, running: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        heartbeat_seconds: float,
+        running: Callable[[], bool],
+        on_over: Callable[[str, str], object] | None = None,
+    ) -> None:
         self.transport = transport
         self.heartbeat_seconds = heartbeat_seconds
         self.running = running
+        #: called with (task id, why) when the server ended a watched step's attempt: the worker
+        #: gives up the handler running for it (HandlerCaller.give_up)
+        self.on_over = on_over
         #: the server's lease length, as the last activation said (until one arrives: 30 s)
         self.lease_millis = 30_000
         # task id -> (activation, the local run's lease or None, watched or last renewed since)
         self.watched: dict[str, tuple[pb.TaskActivation, Lease | None, float]] = {}
+        # task id -> the asyncio task running the watched step; and the tasks whose step the
+        # server ended (``give_up``), with that step's task id and why, until they watch another
+        # step or are gone (``attempt_over``: a drain neither cuts nor hands them back)
+        self._task_of: dict[str, asyncio.Task[Any]] = {}
+        self._over: weakref.WeakKeyDictionary[asyncio.Task[Any], tuple[str, str]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._loop: asyncio.Task[None] | None = None
         self._away = False  # a heartbeat of the last round found the server away: try again soon
         # the loop's sleep, and when it ends: a step watched meanwhile that is due sooner ends it
@@ -65,6 +86,12 @@ class Heartbeats:
         step due sooner than the loop's next turn wakes the loop."""
         now = time.monotonic()
         self.watched[act.task_id] = (act, lease, now)
+        task = asyncio.current_task()
+        if task is not None:
+            self._task_of[act.task_id] = task
+            ended = self._over.get(task) if self._over else None
+            if ended is not None and ended[0] != act.task_id:  # its next step: the ended one is behind
+                del self._over[task]
         if self._loop is None or self._loop.done():
             self._loop = asyncio.ensure_future(self._run())
         elif self._nap is not None and now + self.interval(act, lease) < self._nap_until:
@@ -77,6 +104,44 @@ class Heartbeats:
     def unwatch(self, act: pb.TaskActivation) -> None:
         """Stop heartbeating ``act`` (reported, or handed back)."""
         self.watched.pop(act.task_id, None)
+        self._task_of.pop(act.task_id, None)
+
+    def give_up(self, task_id: str, why: str) -> bool:
+        """The server ended the attempt of the watched step ``task_id`` (``why``: its refusal of
+        a heartbeat, or what the test kit read from its server): stop heartbeating it, mark a
+        local run's lease abandoned (the run stops at its next step), give up the handler
+        running for it (``on_over``), and remember it for ``attempt_over``. False if it is not
+        watched (reported or handed back meanwhile)."""
+        entry = self.watched.pop(task_id, None)
+        if entry is None:
+            return False
+        act, lease, _ = entry
+        if lease is not None:
+            lease.abandoned = True
+        task = self._task_of.pop(task_id, None)
+        if task is not None:
+            self._over[task] = (task_id, why)
+        if self.on_over is None or not self.on_over(task_id, why):  # else the handler's line says it
+            what = "the local run claimed at step" if lease is not None else "step"
+            log.info("%s %s of %s abandoned: %s", what, act.node_id, act.instance_id, why)
+        return True
+
+    def attempt_over(self, task: asyncio.Task[Any] | None) -> str | None:
+        """Why the server ended the attempt of the step ``task`` runs (given up: ``give_up``);
+        None while it holds it. A drain neither cuts nor hands back such a step: there is
+        nothing to hand back, and it does not run again because of the drain."""
+        ended = self._over.get(task) if task is not None and self._over else None
+        return None if ended is None else ended[1]
+
+    async def check_now(self, timeout: float) -> None:
+        """Heartbeat every watched step now, within ``timeout`` seconds: those whose attempt the
+        server ended are given up (``give_up``) before the worker's drain cuts what still runs."""
+        due = list(self.watched.values())
+        if due:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*(self._beat(a, lease) for a, lease, _ in due)), timeout
+                )
 
     async def close(self) -> None:
         """Stop the loop."""
@@ -133,11 +198,8 @@ class Heartbeats:
                 if entry is not None and now_watched is not None:
                     self.watched[act.task_id] = (now_watched[0], now_watched[1], entry[2])
                 self._away = True
-            elif code == grpc.StatusCode.FAILED_PRECONDITION and act.task_id in self.watched:
-                log.info("step %s of %s abandoned: %s", act.node_id, act.instance_id, exc.details())
-                if lease is not None:
-                    lease.abandoned = True
-                self.unwatch(act)
+            elif code == grpc.StatusCode.FAILED_PRECONDITION:  # the attempt is over
+                self.give_up(act.task_id, exc.details() or "the server refused its heartbeat")
             return
         if lease is not None:
             lease.expires_at = max(lease.expires_at, result.lease_expires_at)

@@ -67,26 +67,40 @@ class Poller:
         self.running = True
         self._loop = asyncio.ensure_future(self._run())
 
-    async def stop(self, timeout: float, hurry: asyncio.Event | None = None) -> int:
+    async def stop(
+        self,
+        timeout: float,
+        hurry: asyncio.Event | None = None,
+        before_cut: Callable[[], Awaitable[None]] | None = None,
+        over: Callable[[asyncio.Task[None]], object] | None = None,
+    ) -> tuple[int, int]:
         """Stop pulling; wait up to ``timeout`` seconds for running activations (or until
-        ``hurry`` is set), then cancel them; how many were cancelled."""
+        ``hurry`` is set), then cancel them. (cut, ended): how many were cut, and how many ran a
+        step whose attempt the server had ended (``over(task)`` true once ``before_cut`` has
+        run, unless hurried), stopped and not counted as cut: there is nothing to hand back,
+        and they do not run again because of the drain."""
         self.running = False
-        cut = 0
+        cut = ended = 0
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(BaseException):
                 await self._loop
         if self.tasks:
             pending = await _until_done(set(self.tasks), timeout, hurry)
+            if pending and before_cut is not None and not (hurry is not None and hurry.is_set()):
+                await before_cut()
             for task in pending:
+                if over is not None and over(task):
+                    ended += 1
+                elif not task.done():  # (one done meanwhile ended by itself: not cut)
+                    cut += 1
                 task.cancel()
-            cut = len(pending)
             if pending:  # a cut local run hands back what it finished (LocalRun._hand_back_cut)
                 await asyncio.wait(pending, timeout=CUT_HANDBACK_SECONDS + 1)
         await asyncio.sleep(0.05)  # let a reply to the abandoned poll arrive and be handed back
         if self._orphans:
             await asyncio.wait(set(self._orphans), timeout=5.0)
-        return cut
+        return cut, ended
 
     def hand_back_orphans(self, activations: list[pb.TaskActivation]) -> None:
         """A poll we abandoned claimed these anyway: hand them back at once, attempt unspent."""

@@ -163,7 +163,9 @@ class Worker:
         transport = self._transport = CountedTransport(inner, self.stats.calls)
         reporter = self._reporter = Reporter(transport)
         reporter.latency = self.stats.report_seconds
-        heartbeats = self._heartbeats = Heartbeats(transport, opts.heartbeat_seconds, lambda: self._running)
+        heartbeats = self._heartbeats = Heartbeats(
+            transport, opts.heartbeat_seconds, lambda: self._running, self._caller.give_up
+        )
         self._caller.pool = ThreadPoolExecutor(
             opts.threads or opts.concurrency, thread_name_prefix="wiggle-step"
         )
@@ -210,13 +212,22 @@ class Worker:
             timeout = self.options.drain_seconds
         self._enter("draining")
         if self._poller is not None:
-            self.cut_steps = await self._poller.stop(timeout, self._hurry)
+            # a crash (the test kit's) asks nothing: a killed process sends no heartbeat
+            check = None if self._crashing else self._check_attempts
+            self.cut_steps, ended = await self._poller.stop(timeout, self._hurry, check, self._attempt_over)
+            when = "at a second stop signal" if self._hurry.is_set() else f"after the {timeout:g} s drain"
             if self.cut_steps:
-                when = "at a second stop signal" if self._hurry.is_set() else f"after the {timeout:g} s drain"
                 log.warning(
                     "%d step(s) still running %s were cut and handed back: each runs again on "
                     "another worker (WorkerOptions.drain_seconds, WIGGLE_WORKER_DRAIN_SECONDS)",
                     self.cut_steps,
+                    when,
+                )
+            if ended:  # not cut: the server had ended them (their handlers were given up)
+                log.info(
+                    "%d step(s) still running %s were stopped, not handed back: the server had "
+                    "ended their attempts (instance finished, time limit passed or lease lost)",
+                    ended,
                     when,
                 )
         if self._guard is not None:
@@ -366,8 +377,36 @@ class Worker:
         return None, False
 
     def _hands_back_cuts(self) -> bool:
-        """Whether a step cut now is handed back (the worker is closing, and not as a crash)."""
-        return self._closing and not self._crashing
+        """Whether the step cut now (the current task's) is handed back: the worker is closing,
+        not as a crash, and the server has not ended the step's attempt (nothing to hand back)."""
+        if not self._closing or self._crashing:
+            return False
+        heartbeats = self._heartbeats
+        return heartbeats is None or heartbeats.attempt_over(asyncio.current_task()) is None
+
+    async def _check_attempts(self) -> None:
+        """At the drain's end, before the cut: ask the server about each step still running (a
+        heartbeat each, within a second), so that one whose attempt it ended (its instance
+        finished meanwhile, say) is given up, not cut and reported as handed back."""
+        if self._heartbeats is not None:
+            await self._heartbeats.check_now(1.0)
+
+    def _attempt_over(self, task: asyncio.Task[None]) -> bool:
+        """Whether ``task`` (the poller's) runs a step whose attempt the server ended."""
+        return self._heartbeats is not None and self._heartbeats.attempt_over(task) is not None
+
+    def _running_attempts(self) -> list[tuple[str, str]]:
+        """(task id, lease owner) of each step this worker runs now (the test kit asks its
+        server about them after it moves the clock: wiggle/_testing/environment.py)."""
+        heartbeats = self._heartbeats
+        if heartbeats is None:
+            return []
+        return [(act.task_id, act.lease_owner) for act, _, _ in list(heartbeats.watched.values())]
+
+    def _give_up(self, task_id: str, why: str) -> bool:
+        """Give up the step of ``task_id``: its attempt is over on the server (``why``), as a
+        refused heartbeat says (Heartbeats.give_up). False if it no longer runs here."""
+        return self._heartbeats is not None and self._heartbeats.give_up(task_id, why)
 
     async def _execute(self, act: pb.TaskActivation) -> None:
         """Run ``act`` in its slot, then each next step its report took in the same call
