@@ -163,6 +163,10 @@ class LocalRun:
         self.fell_back = False
         self.failure_traceback = ""  # of the failed step that ends the batch (sent with it)
         self.flushing = False  # an AdvanceRun of this run is on its way
+        # a flush a cut came during (``_hand_back_cut``): its steps, reported but not acknowledged,
+        # or whether it was the run's own handback
+        self.unacknowledged = 0
+        self.final_unacknowledged = False
         # each buffered step's run time in ms (AdvanceRun step_millis: the history's step times),
         # and when the step running now began (perf_counter)
         self.millis: list[int] = []
@@ -316,7 +320,7 @@ class LocalRun:
         except _Abandon:
             return None
         except asyncio.CancelledError:
-            if env.hands_back_cuts() and not self.flushing:  # the worker's drain ran out: cut
+            if env.hands_back_cuts():  # the worker's drain ran out: cut
                 await self._hand_back_cut()
             raise
         finally:
@@ -334,19 +338,28 @@ class LocalRun:
         token to its lease, as before.
 
         A sync segment still running in a pool thread goes on with the step it is at; whatever it
-        records after this is dropped (the run is over), and the step runs again elsewhere."""
+        records after this is dropped (the run is over), and the step runs again elsewhere.
+
+        A cut that comes while a flush is on its way follows that flush: the transport does not
+        withdraw it (stream.py), so the hand-back counts its steps as reported and hands the run
+        back where the flush left it, the step there unstarted (SHUTDOWN, no history entry);
+        before, the run sat leased to the stopped worker until its lease ran out (an outside
+        durability trial). A cut during the run's own handback needs nothing more."""
+        if self.final_unacknowledged:
+            return
+        started = not self.unacknowledged  # after a flush the run waits for its answer
         request = pb.AdvanceRunRequest(
             task_id=self.task_id,
             lease_owner=self.lease_owner,
             steps_batch=encode_records(list(self.batch)),
-            run_offset=self.reported,
+            run_offset=self.reported + self.unacknowledged,
             final=True,
             step_millis=list(self.millis),
         )
         if self.failure_traceback:
             request.failure_traceback = self.failure_traceback
         self.batch = []
-        if not await hand_back_cut(self.env.reporter, request):
+        if not await hand_back_cut(self.env.reporter, request, started):
             log.info("a cut run of %s was not handed back; its lease expires", self.act.instance_id)
             return
         self.env.stats.handbacks[request.handback_reason] += 1
@@ -376,7 +389,7 @@ class LocalRun:
         self.last_flush = time.monotonic()
         stats = self.env.stats
         patience = (self.lease.millis or self.env.heartbeats.lease_millis) / 1000  # reporter.py
-        self.flushing = True  # a cut now leaves the run to its lease (``_hand_back_cut``)
+        self.flushing = True
         try:
             if tracing.active():
                 with tracing.span("wiggle.report AdvanceRun", tracing.CLIENT, self.act.traceparent):
@@ -386,6 +399,12 @@ class LocalRun:
         except AdvanceUnsupported:
             await self._fall_back()
             return False
+        except asyncio.CancelledError:
+            # the batch goes on to the server all the same (stream.py): the cut's hand-back
+            # follows it, or is not needed if it was the handback
+            self.unacknowledged = sent
+            self.final_unacknowledged = final
+            raise
         finally:
             self.flushing = False
         if reason is not None:

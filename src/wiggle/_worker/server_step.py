@@ -91,14 +91,15 @@ async def _hand_back_cut(reporter: Reporter, act: pb.TaskActivation) -> None:
         log.info("the cut step of %s was not handed back; its lease expires", act.instance_id)
 
 
-async def hand_back_cut(reporter: Reporter, request: pb.AdvanceRunRequest) -> bool:
+async def hand_back_cut(reporter: Reporter, request: pb.AdvanceRunRequest, started: bool = True) -> bool:
     """Send ``request``, the handback of a step the worker's drain cut, within
     ``CUT_HANDBACK_SECONDS``; False if it was not taken (the lease then covers the step).
 
     Its reason is CUT, for which the server records a RELEASED entry in the step's history (the
     step had started here and runs again). A server older than that reason refuses it
-    (InvalidArgument, nothing applied): the handback goes again as SHUTDOWN, which it knows."""
-    for reason in (Handback.CUT, Handback.SHUTDOWN):
+    (InvalidArgument, nothing applied): the handback goes again as SHUTDOWN, which it knows. A
+    step that had not started (``started`` False) goes back as SHUTDOWN: nothing to explain."""
+    for reason in (Handback.CUT, Handback.SHUTDOWN) if started else (Handback.SHUTDOWN,):
         request.handback_reason = reason.value
         try:
             await asyncio.wait_for(reporter.advance(request), CUT_HANDBACK_SECONDS)
