@@ -126,26 +126,34 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _serving_group(app: Path, target: str) -> subprocess.Popen[bytes]:
+    """`wiggle worker --processes 2` logging to worker.log, once both processes serve."""
+    env = {**os.environ, "WIGGLE_WORKER_POLL_WAIT_SECONDS": "1"}
+    with open(app / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
+            [*WIGGLE, "--target", target, "worker", "cli_worker_flows:ALL", "--processes", "2"],
+            cwd=app,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while len(_children(worker.pid)) < 2 or (app / "worker.log").read_text().count(" serving ") < 2:
+        if worker.poll() is not None or time.monotonic() > deadline:
+            worker.kill()
+            raise AssertionError((app / "worker.log").read_text())
+        time.sleep(0.1)
+    return worker
+
+
 @pytest.mark.timeout(120)
 def test_processes_serve_and_sigterm_drains_a_running_step(app: Path) -> None:
     server = ServerProcess(app / "server.log", server_env())
     worker = None
     try:
-        env = {**os.environ, "WIGGLE_WORKER_POLL_WAIT_SECONDS": "1"}
-        with open(app / "worker.log", "wb") as log:
-            worker = subprocess.Popen(
-                [*WIGGLE, "--target", server.target, "worker", "cli_worker_flows:ALL", "--processes", "2"],
-                cwd=app,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        worker = _serving_group(app, server.target)
         with Client(server.target) as client:
             deadline = time.monotonic() + 60
-            # both worker processes are up and serving
-            while len(_children(worker.pid)) < 2 or (app / "worker.log").read_text().count(" serving ") < 2:
-                assert worker.poll() is None and time.monotonic() < deadline, (app / "worker.log").read_text()
-                time.sleep(0.1)
             quick = [client.start("cli-worker-nap", {"n": i}).instance_id for i in range(6)]
             for iid in quick:
                 assert client.wait(iid, timeout=30).status == "COMPLETED"
@@ -250,19 +258,8 @@ def test_a_worker_process_that_dies_is_logged_and_started_again(app: Path) -> No
     server = ServerProcess(app / "server.log", server_env())
     worker = None
     try:
-        env = {**os.environ, "WIGGLE_WORKER_POLL_WAIT_SECONDS": "1"}
-        with open(app / "worker.log", "wb") as log:
-            worker = subprocess.Popen(
-                [*WIGGLE, "--target", server.target, "worker", "cli_worker_flows:ALL", "--processes", "2"],
-                cwd=app,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        worker = _serving_group(app, server.target)
         deadline = time.monotonic() + 60
-        while len(_children(worker.pid)) < 2 or (app / "worker.log").read_text().count(" serving ") < 2:
-            assert worker.poll() is None and time.monotonic() < deadline, (app / "worker.log").read_text()
-            time.sleep(0.1)
         victim = _children(worker.pid)[0]
         os.kill(victim, signal.SIGKILL)
         while (app / "worker.log").read_text().count(" serving ") < 3:  # its replacement is up
