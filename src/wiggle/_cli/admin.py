@@ -21,12 +21,24 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     schema = args.database_schema or server_variable("database_schema") or ServerConfig().database_schema
     checks = doctor_checks(args.target, database_url, schema)
     if args.json:
-        print_json([{"check": name, "ok": ok, "detail": detail} for name, ok, detail in checks])
+        # "ok" stays what it was, not a failure (scripts test it); "checked" false marks what
+        # was not there to check (an optional extra not installed, the schema without a URL)
+        print_json(
+            [
+                {"check": name, "ok": ok is not False, "checked": ok is not None, "detail": detail}
+                for name, ok, detail in checks
+            ]
+        )
     else:
         print(f"{'CHECK':<18} {'OK':<4} DETAIL")
         for name, ok, detail in checks:
-            print(f"{name:<18} {'yes' if ok else 'NO':<4} {detail}")
-    return 0 if all(ok for _, ok, _ in checks) else 1
+            print(f"{name:<18} {_OK_COLUMN[ok]:<4} {detail}")
+    # a check not made (ok None) is no failure: only a failed one makes the exit code 1
+    return 1 if any(ok is False for _, ok, _ in checks) else 0
+
+
+#: doctor's OK column: passed, failed, or not there to check ("-", e.g. an optional extra not installed)
+_OK_COLUMN = {True: "yes", False: "NO", None: "-"}
 
 
 def cmd_workflows(args: argparse.Namespace) -> int:

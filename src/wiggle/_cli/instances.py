@@ -9,6 +9,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from .._client.core import where_it_waits
 from .._status import InstanceStatus
 from ..errors import InvalidArgument
@@ -191,20 +193,32 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    # The table shows no context, so it asks for none (the server then does not read them);
+    # --json prints them unless --no-context.
+    with_context = bool(args.json) and not args.no_context
     with client_from_args(args) as client:
         items, next_token = client.list(
             workflow=args.workflow or "",
             status=(args.status or "").upper(),
             correlation_id=args.correlation_id or "",
+            created_after=args.created_after or 0,
+            created_before=args.created_before or 0,
             page_size=args.page_size,
             page_token=args.page_token or "",
             node=args.node or "",
             text=args.text or "",
             context=dict(args.ctx or []),
             top_level=args.top_level,
+            parent_id=args.parent or "",
+            schedule_id=args.schedule or "",
+            with_context=with_context,
         )
         if args.json:
-            print_json({"instances": items, "next_page_token": next_token})
+            rows: list[Any] = msgspec.to_builtins(items)
+            if not with_context:  # no "context": {} that a script could take for the instance's
+                for row in rows:
+                    del row["context"]
+            print_json({"instances": rows, "next_page_token": next_token})
             return 0
         print(f"{'INSTANCE':<28}  {'WORKFLOW':<20} {'STATUS':<10} {'CREATED':<24}  CORRELATION")
         for i in items:
@@ -395,6 +409,8 @@ def _add_list(sub: Any) -> None:
             "wiggle list --page-size 200 --page-token <the token the last page printed>",
             "wiggle list --ctx customer_id=c-42 --top-level",
             "wiggle list --workflow orders --node approve --text 'card declined'",
+            "wiggle list --parent wi-01jd5x... --status running",
+            "wiggle list --schedule nightly --created-after 1d",
         ],
     )
     p.add_argument("--workflow", help="only this workflow's instances")
@@ -412,9 +428,44 @@ def _add_list(sub: Any) -> None:
         help="only instances whose top-level context FIELD's value, as text, is VALUE (repeatable)",
     )
     p.add_argument("--top-level", action="store_true", help="leave out sub-workflow children")
+    p.add_argument("--parent", metavar="INSTANCE_ID", help="only this instance's sub-workflow children")
+    p.add_argument("--schedule", metavar="SCHEDULE_ID", help="only the instances this schedule started")
+    p.add_argument(
+        "--created-after",
+        type=_time_filter("--created-after"),
+        metavar="WHEN",
+        help="only instances created at or after WHEN: a date and time (UTC unless an offset is "
+        "given), a time ago (15m, 2h, 3d: by this machine's clock) or ms since the epoch",
+    )
+    p.add_argument(
+        "--created-before",
+        type=_time_filter("--created-before"),
+        metavar="WHEN",
+        help="only instances created before WHEN (as --created-after)",
+    )
     p.add_argument("--page-size", type=int, default=50, help="instances per page (default 50)")
     p.add_argument("--page-token", help="the next page (printed after a full page)")
+    p.add_argument(
+        "--no-context",
+        action="store_true",
+        help="with --json, leave each instance's context out (cheap over large contexts; the table never has them)",
+    )
     p.set_defaults(func=cmd_list)
+
+
+def _time_filter(option: str) -> Any:
+    """An argparse type for a time filter (the dashboard's forms: wiggle/_server/web/times.py),
+    a bad value reported as a usage error naming what is accepted."""
+    from .._clock import WALL_CLOCK
+    from .._server.web.times import time_arg  # light: re, datetime and the errors only
+
+    def parse(raw: str) -> int:
+        try:  # "2h ago" counts back from this machine's clock (the CLI has no server clock)
+            return time_arg(raw, option, WALL_CLOCK.now())
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
 def _add_complete_task(sub: Any) -> None:

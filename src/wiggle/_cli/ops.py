@@ -212,12 +212,14 @@ def describe(info: WorkflowInfo, out: TextIO) -> None:
         print(f"{start}{node_id:<22} {n.kind.value:<12} {queue:<20} {_edges(n)}{marks}", file=out)
 
 
-def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str, bool, str]]:
-    """(check, ok, detail) for the server, the schema, the extras and the hot paths."""
+def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str, bool | None, str]]:
+    """(check, ok, detail) for the server, the schema, the extras and the hot paths. ``ok`` is
+    None for what was not there to check and is no failure: an optional extra not installed, the
+    schema with no database URL (the table shows "-", not "yes")."""
     from .. import _fast
     from .._version import __version__
 
-    checks: list[tuple[str, bool, str]] = [
+    checks: list[tuple[str, bool | None, str]] = [
         ("wiggle", True, f"{__version__} on Python {sys.version.split()[0]}"),
         ("hot paths", True, f"{_fast.IMPL} ({_fast.IMPL_REASON})"),
     ]
@@ -226,14 +228,22 @@ def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:
             found = False
-        detail = f"installed ({what})" if found else f"not installed: pip install 'wiggle-workflows[{extra}]'"
-        checks.append((f"extra {extra}", True, detail))
+        if found:
+            checks.append((f"extra {extra}", True, f"installed ({what})"))
+        else:
+            checks.append(
+                (
+                    f"extra {extra}",
+                    None,
+                    f"optional, not installed ({what}): pip install 'wiggle-workflows[{extra}]'",
+                )
+            )
     checks.append(asyncio.run(_server_check(target)))
     if database_url:
         checks.append(asyncio.run(_schema_check(database_url, schema)))
         checks.append(asyncio.run(_vacuum_check(database_url)))
     else:
-        checks.append(("schema", True, "no --database-url / WIGGLE_DATABASE_URL: not checked"))
+        checks.append(("schema", None, "no --database-url / WIGGLE_DATABASE_URL: not checked"))
     return checks
 
 

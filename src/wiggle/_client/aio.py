@@ -305,7 +305,8 @@ class AsyncClient:
 
         A server that is away (stopping, restarting: UNAVAILABLE) is asked again, with pauses, until
         ``timeout``; Unavailable is raised only if it is still away then, or after 3 s by a client
-        that has never reached its server (a wrong target), or at once with ``patience=0``."""
+        that has never reached its server (a wrong target), or at once by a client made with
+        ``patience=0`` (an argument of the client, not of ``wait``)."""
         iid = core.instance_id_of(instance_id)
         clock = core.WaitClock(core.seconds_of(timeout, "timeout"))
         while True:
@@ -340,15 +341,31 @@ class AsyncClient:
         text: str = "",
         context: Mapping[str, str] | None = None,
         top_level: bool = False,
+        parent_id: str = "",
+        schedule_id: str = "",
+        with_context: bool = True,
     ) -> tuple[builtins.list[InstanceInfo], str]:
         """One page of instances (newest first) and the next page token ('' on the last page).
 
         Search (docs/dashboard.md#searching): ``node``, instances with an active token there;
         ``text``, the status reason or error contains it (any case); ``context``, field -> value:
         each top-level context field's value, as text, equals the value; ``top_level``, no
-        sub-workflow children.
+        sub-workflow children. ``parent_id``: only that instance's sub-workflow children;
+        ``schedule_id``: only the instances that schedule started.
+
+        ``with_context=False`` leaves every instance's context out (``info.context`` is ``{}``):
+        the server does not read it, so a page over large contexts costs little
+        (docs/performance.md#listing-instances). Pass it whenever the contexts are not read.
         """
-        search = {"node": node, "text": text, "context": context, "top_level": top_level}
+        search = {
+            "node": node,
+            "text": text,
+            "context": context,
+            "top_level": top_level,
+            "parent_id": parent_id,
+            "schedule_id": schedule_id,
+            "omit_context": not with_context,
+        }
         request = core.list_request(
             workflow, status, correlation_id, created_after, created_before, page_size, page_token, search
         )

@@ -389,7 +389,8 @@ def list_request(
     page_token: str,
     search: Mapping[str, Any] | None = None,
 ) -> pb.ListInstancesRequest:
-    """ListInstances with its filters and paging; ``search``: node, text, context, top_level."""
+    """ListInstances with its filters and paging; ``search``: node, text, context, top_level,
+    parent_id, schedule_id, omit_context."""
     more = dict(search or {})
     return pb.ListInstancesRequest(
         workflow=workflow,
@@ -403,6 +404,9 @@ def list_request(
         text=more.get("text") or "",
         context={str(k): str(v) for k, v in (more.get("context") or {}).items()},
         top_level=bool(more.get("top_level")),
+        parent_id=more.get("parent_id") or "",
+        schedule_id=more.get("schedule_id") or "",
+        omit_context=bool(more.get("omit_context")),
     )
 
 

@@ -261,7 +261,7 @@ class GetInstanceRequest(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ..., wait_millis: _Optional[int] = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
-    __slots__ = ("workflow", "status", "correlation_id", "created_after", "created_before", "page_size", "page_token", "node", "text", "context", "top_level")
+    __slots__ = ("workflow", "status", "correlation_id", "created_after", "created_before", "page_size", "page_token", "node", "text", "context", "top_level", "omit_context", "parent_id", "schedule_id")
     class ContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -280,6 +280,9 @@ class ListInstancesRequest(_message.Message):
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TOP_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    OMIT_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     workflow: str
     status: str
     correlation_id: str
@@ -291,7 +294,10 @@ class ListInstancesRequest(_message.Message):
     text: str
     context: _containers.ScalarMap[str, str]
     top_level: bool
-    def __init__(self, workflow: _Optional[str] = ..., status: _Optional[str] = ..., correlation_id: _Optional[str] = ..., created_after: _Optional[int] = ..., created_before: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., node: _Optional[str] = ..., text: _Optional[str] = ..., context: _Optional[_Mapping[str, str]] = ..., top_level: _Optional[bool] = ...) -> None: ...
+    omit_context: bool
+    parent_id: str
+    schedule_id: str
+    def __init__(self, workflow: _Optional[str] = ..., status: _Optional[str] = ..., correlation_id: _Optional[str] = ..., created_after: _Optional[int] = ..., created_before: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., node: _Optional[str] = ..., text: _Optional[str] = ..., context: _Optional[_Mapping[str, str]] = ..., top_level: _Optional[bool] = ..., omit_context: _Optional[bool] = ..., parent_id: _Optional[str] = ..., schedule_id: _Optional[str] = ...) -> None: ...
 
 class ListInstancesResponse(_message.Message):
     __slots__ = ("instances", "next_page_token")

@@ -27,6 +27,7 @@ from .faults import status_of
 from .instances import Instances
 from .operator import attributed, caller_identity
 from .pollers import Pollers
+from .schedules import correlation_of
 from .service_limits import ServiceLimits, optional_name, wait_seconds
 
 __all__ = ["InstanceHandlers"]
@@ -65,6 +66,22 @@ def search_filters(request: pb.ListInstancesRequest) -> dict[str, Any]:
         "context": tuple(sorted(request.context.items())),
         "top_level": request.top_level,
     }
+
+
+def list_correlation(request: pb.ListInstancesRequest) -> str:
+    """The correlation id a list asks for: its own, or its schedule's (a schedule's instances
+    carry ``schedule:<id>``, wiggle/_server/schedules.py); both given must agree."""
+    correlation_id = request.correlation_id
+    if request.schedule_id:
+        validate_name(request.schedule_id, "schedule_id")
+        wanted = correlation_of(request.schedule_id)
+        if correlation_id and correlation_id != wanted:
+            raise InvalidArgument(
+                f"schedule_id {request.schedule_id!r} and correlation_id {correlation_id!r} disagree "
+                f"(the schedule's instances carry {wanted!r}); give one of them"
+            )
+        return wanted
+    return correlation_id
 
 
 class InstanceHandlers:
@@ -226,6 +243,12 @@ class InstanceHandlers:
             )
         optional_name(request.workflow, "workflow")
         optional_name(request.correlation_id, "correlation_id")
+        optional_name(request.parent_id, "parent_id")
+        if request.parent_id and request.top_level:
+            raise InvalidArgument(
+                "parent_id asks for a parent's sub-workflow children and top_level leaves children out; "
+                "give one of them"
+            )
         if request.page_token and not PAGE_TOKEN_PATTERN.fullmatch(request.page_token):
             raise InvalidArgument(
                 f"page_token {request.page_token[:40]!r} is not a page token; pass the next_page_token "
@@ -234,16 +257,20 @@ class InstanceHandlers:
         query = InstanceQuery(
             workflow=request.workflow,
             status=request.status,
-            correlation_id=request.correlation_id,
+            correlation_id=list_correlation(request),
+            parent_id=request.parent_id,
             created_after=request.created_after,
             created_before=request.created_before,
             page_size=size,
             page_token=request.page_token,
+            with_context=not request.omit_context,
             **search_filters(request),
         )
         views, next_token = await self.instances.list_instances(query)
         return pb.ListInstancesResponse(
-            instances=[convert.instance_to_pb(v, with_tokens=False) for v in views],
+            instances=[
+                convert.instance_to_pb(v, with_tokens=False, with_context=query.with_context) for v in views
+            ],
             next_page_token=next_token,
         )
 

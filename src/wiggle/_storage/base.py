@@ -130,6 +130,10 @@ class InstanceQuery(msgspec.Struct):
     # (field, value): the top-level context field's value as text equals value (JSON's text of a
     # number or a boolean, the string itself for a string); see context_text
     context: tuple[tuple[str, str], ...] = ()
+    # False: the instances come without what holds user data and can be large (the context, open
+    # joins, the retry point; their tokens without branch contexts), and the store does not read
+    # it: a list shows none of it, and a page of 20,000-record contexts cost seconds and a gigabyte
+    with_context: bool = True
 
 
 #: A context field a query may name: a plain identifier (it is written into SQL as a literal).
@@ -394,3 +398,14 @@ class Store(abc.ABC):
     def view(state: InstanceState) -> InstanceView:
         """An instance and its active tokens, as returned to clients."""
         return InstanceView(state.instance, list(state.tokens.values()))
+
+    @staticmethod
+    def view_without_context(state: InstanceState) -> InstanceView:
+        """The same without the user data a list leaves out (InstanceQuery.with_context): shallow
+        copies, the held context itself neither copied nor encoded."""
+        inst = msgspec.structs.replace(state.instance, context={}, joins={}, retry_point=None)
+        tokens = [
+            t if t.context is None else msgspec.structs.replace(t, context=None)
+            for t in state.tokens.values()
+        ]
+        return InstanceView(inst, tokens)

@@ -392,7 +392,7 @@ class MemoryStore(Store):
                 continue
             if not instance_matches(query, inst, state.tokens.values()):
                 continue
-            out.append(self.view(state))
+            out.append(self.view(state) if query.with_context else self.view_without_context(state))
             if len(out) > size:
                 break
         if len(out) > size:

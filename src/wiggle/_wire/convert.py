@@ -57,15 +57,18 @@ def token_to_pb(token: Token) -> pb.TokenInfo:
     )
 
 
-def instance_to_pb(view: InstanceView, with_tokens: bool = True) -> pb.InstanceInfo:
-    """An instance (and its active tokens unless ``with_tokens`` is False, as in lists)."""
+def instance_to_pb(
+    view: InstanceView, with_tokens: bool = True, with_context: bool = True
+) -> pb.InstanceInfo:
+    """An instance (and its active tokens unless ``with_tokens`` is False, as in lists; its
+    context unless ``with_context`` is False: a list that asked without, context_json empty)."""
     inst = view.instance
     return pb.InstanceInfo(
         instance_id=inst.id,
         workflow=inst.workflow,
         version=inst.version,
         status=inst.status,
-        context_json=encode_json(inst.context),
+        context_json=encode_json(inst.context) if with_context else b"",
         correlation_id=inst.correlation_id,
         reason=inst.reason,
         error=inst.error,

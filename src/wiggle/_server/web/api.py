@@ -145,6 +145,8 @@ def instance_query(args: Mapping[str, str], now: int = 0) -> InstanceQuery:
         node=node,
         text=text,
         context=_context_arg(args.get("ctx", "")),
+        # a list row carries no context unless asked: a page of large contexts stalled the server
+        with_context=_flag(args, "with_context"),
     )
 
 
@@ -175,13 +177,14 @@ async def instances_page(src: Sources, args: Mapping[str, str]) -> dict[str, Any
             "children": not query.top_level and not query.parent_id,
             "page_size": query.page_size,
             "page_token": query.page_token,
+            "with_context": query.with_context,
         },
         "created_after_ms": query.created_after,
         "created_before_ms": query.created_before,
         "counts": by_status,
         "instances": [
             {
-                **instance_view(v, with_tokens=False),
+                **instance_view(v, with_tokens=False, with_context=query.with_context),
                 "at": sorted({t.node_id for t in v.tokens}),
                 "retrying": retrying(v.tokens),
             }
@@ -278,11 +281,16 @@ async def instance_page(src: Sources, instance_id: str) -> dict[str, Any]:
     }
 
 
-def instance_view(view: InstanceView, with_tokens: bool = True) -> dict[str, Any]:
+def instance_view(view: InstanceView, with_tokens: bool = True, with_context: bool = True) -> dict[str, Any]:
     """An instance as JSON, exactly as the gRPC answers carry it (GetInstance, ListInstances:
     wiggle/_wire/convert.py instance_to_pb) and every client reads it (wiggle/_wire/replies.py
-    instance_from_pb): one read model, so a page and a client never disagree on a field."""
-    return dict(_builtins(instance_from_pb(instance_to_pb(view, with_tokens))))
+    instance_from_pb): one read model, so a page and a client never disagree on a field.
+    ``with_context`` False (a list that did not ask for them): no ``context`` key at all, rather
+    than an empty context a reader could take for the instance's."""
+    out = dict(_builtins(instance_from_pb(instance_to_pb(view, with_tokens, with_context))))
+    if not with_context:
+        del out["context"]
+    return out
 
 
 def _counted(inst: Instance, history: Sequence[HistoryEntry]) -> dict[str, Any]:

@@ -324,7 +324,9 @@ function outcome(answer) {  // what the action did, for the notice above the pag
   }
   if (answer.action && answer.done !== undefined) {
     const errs = answer.errors.map((e) => esc(e.instance_id) + ': ' + esc(e.error)).join('<br>');
+    const skipped = (answer.skipped || []).length;  // finished before their turn (a cascade)
     return esc(answer.action) + ': ' + answer.done + ' of ' + answer.count + ' done' +
+      (skipped ? ', ' + skipped + ' already finished' : '') +
       (answer.errors.length ? ', ' + answer.errors.length + ' refused:<br>' + errs : '.');
   }
   return 'Done' + (answer.outcome ? ': ' + esc(answer.outcome) : '') + (answer.status ? ' (now ' + esc(answer.status) + ')' : '') + '.';

@@ -44,7 +44,9 @@ async def matching(instances: Instances, query: InstanceQuery, action: str) -> l
     statuses = [s for s in _APPLIES_TO[action] if not query.status or query.status == s]
     ids: list[str] = []
     for status in statuses:
-        page = msgspec.structs.replace(query, status=str(status), page_size=_PAGE, page_token="")
+        page = msgspec.structs.replace(
+            query, status=str(status), page_size=_PAGE, page_token="", with_context=False
+        )
         while True:
             views, token = await instances.list_instances(page)
             ids += [v.instance.id for v in views]
@@ -62,7 +64,8 @@ async def matching(instances: Instances, query: InstanceQuery, action: str) -> l
 async def run_bulk(
     instances: Instances, query: InstanceQuery, action: str, body: Mapping[str, Any], actor: str
 ) -> dict[str, Any]:
-    """A dry run ({"count", "ids"}), or the action on what matches: {"count", "done", "errors"}."""
+    """A dry run ({"count", "ids"}), or the action on what matches: {"count", "done", "errors",
+    "skipped"}, done + len(errors) + len(skipped) == count."""
     ids = await matching(instances, query, action)
     if body.get("dry_run") is True:
         return {"action": action, "count": len(ids), "ids": ids[:20]}
@@ -77,16 +80,30 @@ async def run_bulk(
     reason = body.get("reason") or BULK_CANCEL_REASON
     if not isinstance(reason, str):
         raise InvalidArgument('"reason" must be a string')
-    done, errors = 0, []
+    done = 0
+    errors: list[dict[str, str]] = []
+    # Finished by the time its turn came, so nothing to do: most often by the bulk action itself
+    # (a cancelled child fails its parent, which cancels the other children). Counted apart from
+    # done and refused, so that done + errors + skipped is always the count.
+    skipped: list[dict[str, str]] = []
     for iid in ids:
         try:
             if action == "cancel":
-                _, changed = await instances.cancel(iid, reason[:1000], actor)
-                done += changed
+                view, changed = await instances.cancel(iid, reason[:1000], actor)
+                if changed:
+                    done += 1
+                else:
+                    status = str(view.instance.status)
+                    skipped.append({"instance_id": iid, "status": status, "reason": f"already {status}"})
             else:
                 await instances.retry(iid, "", None, actor)
                 done += 1
         except WiggleError as exc:  # one that moved on meanwhile, or cannot be retried as it is
             errors.append({"instance_id": iid, "error": str(exc)})
-    log_action(actor, f"bulk {action}", f"{len(ids)} instances", f"{done} done, {len(errors)} refused")
-    return {"action": action, "count": len(ids), "done": done, "errors": errors}
+    log_action(
+        actor,
+        f"bulk {action}",
+        f"{len(ids)} instances",
+        f"{done} done, {len(errors)} refused, {len(skipped)} already finished",
+    )
+    return {"action": action, "count": len(ids), "done": done, "errors": errors, "skipped": skipped}

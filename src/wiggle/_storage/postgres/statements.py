@@ -104,6 +104,24 @@ def prefixed(cols: str, alias: str) -> str:
     return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
 
 
+#: What a list without contexts (InstanceQuery.with_context) selects in place of the columns of
+#: user data: constants codecs.py reads back as empty (``{}``, or NULL: none), named as the
+#: columns so that ``i.*`` keeps the instance columns' order.
+UNREAD_INSTANCE = {
+    "context": "'{}'::bytea AS context",
+    "joins": "'{}'::bytea AS joins",
+    "retry_point": "NULL::bytea AS retry_point",
+}
+UNREAD_TOKEN = {"context": "NULL::bytea AS context"}  # a fork branch's own context
+
+
+def unread_columns(fields: tuple[str, ...], unread: dict[str, str], alias: str = "") -> str:
+    """``fields`` as a select list (each prefixed by ``alias.``), those in ``unread`` replaced by
+    their constant."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(unread.get(f, prefix + f) for f in fields)
+
+
 class SetWrite:
     """A write of many rows in one statement (unnest of one array per column), and its parameters.
 
@@ -203,6 +221,16 @@ class Queries:
         )
         self.view = q(with_tokens.replace("{where}", "id = %s"))
         self.list_instances = q(with_tokens.replace("{where}", "{where} ORDER BY id DESC LIMIT %s"))
+        # The same page without the user data a list leaves out (InstanceQuery.with_context):
+        # constants in place of those columns, so PostgreSQL neither reads nor sends their TOAST
+        # (a filter on a context field is still evaluated, inside the subquery).
+        bare = (
+            f"SELECT i.*, {unread_columns(TOKEN_FIELDS, UNREAD_TOKEN, 't')} FROM (SELECT "
+            f"{unread_columns(INSTANCE_FIELDS, UNREAD_INSTANCE)} "
+            "FROM {s}.instances WHERE {where} ORDER BY id DESC LIMIT %s) i "
+            f"LEFT JOIN {{s}}.tokens t ON t.instance_id = i.id AND t.status IN {ACTIVE} ORDER BY i.id DESC"
+        )
+        self.list_instances_bare = q(bare)
         self.insert_instance = q(
             f"INSERT INTO {{s}}.instances ({INSTANCE_COLS}) VALUES ({', '.join(['%s'] * N_INSTANCE)})"
         )

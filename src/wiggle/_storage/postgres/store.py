@@ -359,7 +359,8 @@ class PostgresStore(Store):
     async def list_instances(self, query: InstanceQuery) -> tuple[list[InstanceView], str]:
         size = max(query.page_size, 1)
         conds, params = list_conditions(query, self.schema)
-        text = self.queries.list_instances.replace("{where}", " AND ".join(conds) or "TRUE")
+        statement = self.queries.list_instances if query.with_context else self.queries.list_instances_bare
+        text = statement.replace("{where}", " AND ".join(conds) or "TRUE")
         params.append(size + 1)
         found = views(await self.db.fetch("list_instances", text, params, binary=True))
         if len(found) > size:

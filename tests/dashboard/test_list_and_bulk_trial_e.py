@@ -1,0 +1,71 @@
+"""The data-platform trial's dashboard findings: the Instances list and ``GET /api/instances`` carry
+no contexts unless asked; a bulk cancel whose first cancel finishes the rest (a child's cancel
+fails its parent, which cancels its other children) says so: done + errors + skipped is the count."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import aiohttp
+from pg import TEST_DATABASE_URL
+
+from wiggle import Workflow
+
+from .helpers import dashboard_server, until
+
+BIG = {"records": [{"id": i, "name": f"record {i}"} for i in range(500)]}
+
+
+async def test_the_list_and_its_api_carry_no_context_unless_asked(store: str, pg_schema: str) -> None:
+    flow = Workflow.define(f"trial-e-list-{store}").user_task("hold").build()
+    async with dashboard_server(store, pg_schema, TEST_DATABASE_URL) as (server, base):
+        await server.client.register(flow)
+        iid = (await server.client.start(flow, BIG)).instance_id
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/api/instances?workflow={flow.name}") as r:
+                listed = await r.json()
+            async with http.get(f"{base}/api/instances?workflow={flow.name}&with_context=1") as r:
+                asked = await r.json()
+            async with http.get(f"{base}/instances?workflow={flow.name}") as r:
+                page = await r.text()
+            async with http.get(f"{base}/api/instances/{iid}") as r:
+                one = await r.json()
+    (row,) = listed["instances"]
+    assert row["instance_id"] == iid and row["status"] == "RUNNING"
+    assert "context" not in row and listed["filters"]["with_context"] is False
+    assert asked["instances"][0]["context"] == BIG
+    assert iid in page and "record 499" not in page
+    assert one["instance"]["context"] == BIG  # the instance page keeps its context
+
+
+async def test_a_bulk_cancel_counts_what_a_cascade_finished_first(store: str, pg_schema: str) -> None:
+    child = Workflow.define(f"trial-e-kid-{store}").user_task("hold").build()
+    parent = (
+        Workflow.define(f"trial-e-parent-{store}")
+        .for_each("items", lambda b: b.sub_workflow("each", child, input_keys=["item"], result_key="result"))
+        .build()
+    )
+    async with dashboard_server(store, pg_schema, TEST_DATABASE_URL) as (server, base):
+        await server.client.register(child)
+        await server.client.register(parent)
+        pid = (await server.client.start(parent, {"items": list(range(5))})).instance_id
+
+        async def five_children_running() -> bool:
+            found, _ = await server.client.list(parent_id=pid, status="RUNNING", with_context=False)
+            return len(found) == 5
+
+        await until(five_children_running)
+        url = f"{base}/api/bulk/cancel?{urlencode({'parent_id': pid, 'status': 'RUNNING'})}"
+        headers = {"Origin": base}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, json={"dry_run": True}, headers=headers) as r:
+                dry = await r.json()
+            assert dry["count"] == 5, dry
+            async with http.post(url, json={"actor": "ada", "expected": 5}, headers=headers) as r:
+                answer = await r.json()
+    assert r.status == 200, answer
+    assert answer["done"] + len(answer["errors"]) + len(answer["skipped"]) == answer["count"] == 5, answer
+    # the first cancel failed the parent, which cancelled the others before their turn
+    assert answer["done"] >= 1 and answer["skipped"], answer
+    for skipped in answer["skipped"]:
+        assert skipped["status"] == "CANCELLED" and skipped["reason"] == "already CANCELLED", skipped
