@@ -112,6 +112,12 @@ PAYLOAD_REMEDY = (
 )
 
 
+def over_payload(what: str, size: int, limit: int) -> str:
+    """The refusal of ``what`` (a context, a step result...) of ``size`` bytes over the payload
+    ``limit``: the same words from the engine, the wire, the worker and the upstream port."""
+    return f"{what} is {size} bytes; the limit is {limit} bytes{PAYLOAD_REMEDY}"
+
+
 def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """``text`` cut to ``limit`` characters, a NUL character replaced by U+FFFD.
 

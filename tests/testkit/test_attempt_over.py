@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hanging import Hang
 
 from wiggle import RetryPolicy
 
@@ -39,16 +40,8 @@ async def test_an_async_handler_is_cancelled_when_advance_passes_its_limit(
     kit: Kit, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="wiggle")
-    started, cancelled = threading.Event(), threading.Event()
-
-    async def hang(ctx: dict[str, Any]) -> dict[str, Any]:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return ctx
+    hanging = Hang()
+    started, cancelled, hang = hanging.started, hanging.cancelled, hanging.handler()
 
     bp = kit.define("hang").step(hang, timeout=REAL_LIMIT, retry=RetryPolicy.none()).step(_after).build()
     async with kit.env([bp]) as env:
@@ -96,16 +89,8 @@ async def test_a_sync_handler_is_abandoned_when_advance_passes_its_limit(
 
 
 async def test_cancel_gives_up_a_running_async_handler(kit: Kit, caplog: pytest.LogCaptureFixture) -> None:
-    started, cancelled = threading.Event(), threading.Event()
-
-    async def hang(ctx: dict[str, Any]) -> dict[str, Any]:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return ctx
+    hanging = Hang()
+    started, cancelled, hang = hanging.started, hanging.cancelled, hanging.handler()
 
     bp = kit.define("untimed").step(hang).step(_after).build()
     async with kit.env([bp]) as env:

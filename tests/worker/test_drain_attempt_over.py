@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import uuid
-from typing import Any
 
 import pytest
+from hanging import Hang
 
 from wiggle import Worker, WorkerOptions, Workflow
 from wiggle.testing import WorkflowEnvironment
@@ -25,16 +24,8 @@ async def test_a_step_of_a_cancelled_instance_is_not_cut_at_the_drain(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="wiggle.worker")
-    started, cancelled = threading.Event(), threading.Event()
-
-    async def hang(ctx: dict[str, Any]) -> dict[str, Any]:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return ctx
+    hanging = Hang()
+    started, cancelled, hang = hanging.started, hanging.cancelled, hanging.handler()
 
     bp = Workflow.define(f"drained-{uuid.uuid4().hex[:6]}").step(hang).build()
     async with WorkflowEnvironment([bp], workers=0) as env:
@@ -60,12 +51,8 @@ async def test_a_step_of_a_cancelled_instance_is_not_cut_at_the_drain(
 
 
 async def test_a_step_still_held_is_cut_and_handed_back() -> None:
-    started = threading.Event()
-
-    async def hang(ctx: dict[str, Any]) -> dict[str, Any]:
-        started.set()
-        await asyncio.sleep(3600)
-        return ctx
+    hanging = Hang()
+    started, hang = hanging.started, hanging.handler()
 
     bp = Workflow.define(f"held-{uuid.uuid4().hex[:6]}").step(hang).build()
     async with WorkflowEnvironment([bp], workers=0) as env:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "expire_lease",
+    "expiry_kind",
     "expiry_reason",
     "fire_timer",
     "start_deadline",
@@ -34,12 +35,20 @@ def expire_lease(
     return fail_step(engine, loaded, state, token, node, reason, True, now, Changes(), token.lease_owner)
 
 
-def expiry_reason(node: Node, token: Token, now: int) -> str:
-    """Why a RUNNING token's lease ran out: its attempt's time limit, its heartbeat timeout, or a
-    worker that stopped answering (docs/semantics.md#step-time-limits)."""
+def expiry_kind(node: Node, token: Token, now: int) -> str:
+    """Which way a RUNNING token's lease ran out: "timeout" (its attempt's time limit),
+    "heartbeat" (its heartbeat timeout) or "lease" (a worker that stopped answering)."""
     if token.deadline_at and now >= token.deadline_at:
+        return "timeout"
+    return "heartbeat" if node.heartbeat_timeout_millis else "lease"
+
+
+def expiry_reason(node: Node, token: Token, now: int) -> str:
+    """Why a RUNNING token's lease ran out, as its history says it (docs/semantics.md#step-time-limits)."""
+    kind = expiry_kind(node, token, now)
+    if kind == "timeout":
         return f"timed out after {_seconds(node.timeout_millis)} (the step's start-to-close limit)"
-    if node.heartbeat_timeout_millis:
+    if kind == "heartbeat":
         return f"heartbeat timed out: no heartbeat for {_seconds(node.heartbeat_timeout_millis)}"
     return "lease expired (worker unreachable)"
 

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from .. import _fast
-from .._limits import PAYLOAD_REMEDY
+from .._limits import over_payload
 from .._model import ExecutionMode, NodeKind
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from . import clock, local_runs, resume, signals, workflow_limits
@@ -109,9 +109,7 @@ class Engine:
             raise InvalidArgument(f"{what} must be a JSON object, got {type(value).__name__}")
         size = len(_json.encode(value))
         if size > self.config.max_payload_bytes:
-            raise InvalidArgument(
-                f"{what} is {size} bytes; the limit is {self.config.max_payload_bytes} bytes" + PAYLOAD_REMEDY
-            )
+            raise InvalidArgument(over_payload(what, size, self.config.max_payload_bytes))
         return value
 
     def lease_length(self, requested: int | None, what: str = "lease_millis") -> int:

@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from .._engine.children import ChildSpec
+from .._engine.clock import expiry_kind
 from .._engine.engine import LoadedDefinition
-from .._engine.state import Changes, InstanceState, InstanceStatus, Token, TokenStatus, token_instance_id
+from .._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus, token_instance_id
 from .._storage.base import Action
 from ..errors import NotFound, Unavailable
 from .subflows import ORPHAN_SWEEP_MILLIS, due_child
@@ -51,7 +52,7 @@ class Expired(NamedTuple):
     node_id: str
     worker: str
     attempt: int
-    why: str = "lease"  # "lease" (the worker stopped answering), "heartbeat", or "timeout" (its limit)
+    why: str = "lease"  # how its lease ran out (wiggle/_engine/clock.py expiry_kind)
 
 
 #: Steps named per worker in the log line of its expired leases; the rest are counted.
@@ -97,13 +98,6 @@ def log_expired(expired: Iterable[Expired]) -> None:
         )
 
 
-def _why_expired(loaded: LoadedDefinition, token: Token, now: int) -> str:
-    """The kind of a RUNNING token's expiry, as ``expiry_reason`` (wiggle/_engine/clock.py) tells it."""
-    if token.deadline_at and now >= token.deadline_at:
-        return "timeout"
-    return "heartbeat" if loaded.nodes[token.node_id].heartbeat_timeout_millis else "lease"
-
-
 class ClockDuties:
     """The time-driven work of one instance layer (docs/semantics.md#clock-duties)."""
 
@@ -144,7 +138,7 @@ class ClockDuties:
                         token.node_id,
                         token.lease_owner,
                         token.attempt,
-                        _why_expired(loaded, token, now),
+                        expiry_kind(loaded.nodes[token.node_id], token, now),
                     )
                 return 1, engine.expire_lease(loaded, state, token, now)
             if status == TokenStatus.WAITING and token.available_at <= now:

@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 
 from .._engine.schedules import Schedule
 from .._engine.state import InstanceStatus
-from .._limits import MAX_REASON_CHARS, PAYLOAD_REMEDY, check_text
+from .._limits import MAX_REASON_CHARS, check_text, over_payload
 from .._model import validate_name
 from .._rpc.upstream import wiggle_pb2 as upb
 from .._server.instances import Instances
@@ -45,7 +45,7 @@ STATUSES = tuple(s.value for s in InstanceStatus)
 def _payload_size(message: Message, what: str, limit: int) -> None:
     size = message.ByteSize()
     if size > limit:
-        raise InvalidArgument(f"{what} is {size} bytes; the limit is {limit} bytes" + PAYLOAD_REMEDY)
+        raise InvalidArgument(over_payload(what, size, limit))
 
 
 class UpstreamHandlers:
@@ -287,7 +287,7 @@ class UpstreamHandlers:
                 self.instances,
                 request.task_id,
                 request.lease_owner,
-                f"step result is {size} bytes; the limit is {limit} bytes" + PAYLOAD_REMEDY,
+                over_payload("step result", size, limit),
                 False,
             )
             return upb.Ack(ok=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .._limits import PAYLOAD_REMEDY
+from .._limits import over_payload
 from ..errors import InvalidArgument
 
 __all__ = ["MAX_JSON_DEPTH", "check_depth", "decode_object", "too_deep"]
@@ -70,7 +70,7 @@ def decode_object(data: bytes, what: str, max_bytes: int | None) -> dict[str, An
     if not data:
         return {}
     if max_bytes is not None and len(data) > max_bytes:
-        raise InvalidArgument(f"{what} is {len(data)} bytes; the limit is {max_bytes} bytes" + PAYLOAD_REMEDY)
+        raise InvalidArgument(over_payload(what, len(data), max_bytes))
     if len(data) > MAX_JSON_DEPTH:  # shorter cannot nest too deep (check_depth's first test)
         check_depth(data, what)
     try:

@@ -33,7 +33,7 @@ import msgspec
 from .. import _fast
 from .. import _tracing as tracing
 from .._engine.state import InstanceStatus, TokenStatus
-from .._limits import PAYLOAD_REMEDY
+from .._limits import over_payload
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
@@ -209,7 +209,7 @@ class LocalRun:
                 size = len(encoded)
                 if limit and size > limit:
                     # The server would refuse it: fail this step for good, as SERVER mode does.
-                    message = f"step result is {size} bytes; the limit is {limit} bytes" + PAYLOAD_REMEDY
+                    message = over_payload("step result", size, limit)
                     self.batch.append(step_record(node_id, Failure(message, False)))
                     return Decided(Decision.HANDBACK, Handback.RETRY)
                 changed, removed = _fast.diff(self.context, outcome)
@@ -364,8 +364,8 @@ class LocalRun:
             return
         self.env.stats.handbacks[request.handback_reason] += 1
 
-    async def flush(self, final: bool, reason: Handback | None) -> bool:
-        """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""
+    def _take_batch(self, final: bool, reason: Handback | None) -> pb.AdvanceRunRequest:
+        """The AdvanceRun of the buffered steps, which it takes out of the buffer."""
         # only the fields that are set (every step's flush in LOCAL_SYNC: defaults cost to pass too)
         request = pb.AdvanceRunRequest(
             task_id=self.task_id,
@@ -373,7 +373,6 @@ class LocalRun:
             steps_batch=encode_records(self.batch),
             run_offset=self.reported,
         )
-        sent = len(self.batch)
         request.step_millis.extend(self.millis)
         if final:
             request.final = True
@@ -386,6 +385,12 @@ class LocalRun:
         self.batch = []
         self.millis = []
         self.failure_traceback = ""
+        return request
+
+    async def flush(self, final: bool, reason: Handback | None) -> bool:
+        """AdvanceRun with the buffered steps; False if the run must stop (instance not RUNNING)."""
+        sent = len(self.batch)
+        request = self._take_batch(final, reason)
         self.last_flush = time.monotonic()
         stats = self.env.stats
         patience = (self.lease.millis or self.env.heartbeats.lease_millis) / 1000  # reporter.py
