@@ -5,6 +5,10 @@ database and schema, worker processes spread across them, and crashes of every p
   instance COMPLETES once with the right context, every timer fires once, no step runs in two
   places at once;
 - kill -9 of the clock leader while timers are pending: another node takes the duty over;
+- SIGSTOP of the clock leader: another node takes the duty over once PostgreSQL ends the silent
+  leader's session, and the old leader, continued, lets it be;
+- SIGSTOP of a worker's server: the worker moves to its next server at the channel's keepalive,
+  before its steps' leases run out;
 - kill -9 of a server mid-load, then a restart on its port: nothing acknowledged is lost and its
   worker reconnects by itself;
 - kill -9 of a server under clients' idle start streams, then a restart on its port: their next
@@ -197,13 +201,15 @@ class Cluster:
         server: Server,
         flows: Iterable[str] = (cluster_flows.MIXED,),
         transport: str = "stream",
+        also: Iterable[Server] = (),
     ) -> subprocess.Popen[bytes]:
+        """A worker process on ``server``, falling over to the servers ``also`` in order."""
         with open(self.dir / f"worker-{name}.log", "wb") as out:
             proc = subprocess.Popen(
                 [
                     sys.executable,
                     str(HELPERS / "cluster_worker.py"),
-                    server.target,
+                    ",".join(s.target for s in (server, *also)),
                     str(self.dir),
                     "--worker-id",
                     name,
@@ -591,6 +597,99 @@ async def test_kill_clock_leader_while_timers_pending(tmp_path: Path) -> None:
             print(f"clock duty taken over by {successor.name} within {takeover:.1f} s of the kill")
         finally:
             await close_all(clients)
+
+
+@pytest.mark.timeout(90)
+async def test_frozen_clock_leader_loses_the_duties(tmp_path: Path) -> None:
+    """A leader stopped with SIGSTOP keeps its sockets open: PostgreSQL ends its silent session
+    after WIGGLE_STALL_TIMEOUT_MILLIS and the other server fires the timers; the old leader,
+    continued, says it lost the duties and does not take them back while the other holds them."""
+    n_instances = 40
+    with cluster_in(tmp_path, WIGGLE_LEASE_MILLIS="8000", WIGGLE_STALL_TIMEOUT_MILLIS="2000") as cluster:
+        servers = await cluster.start_servers(["a", "b"])
+        leader = await cluster.wait_leader()
+        (survivor,) = [s for s in servers if s is not leader]
+        cluster.start_worker(f"w-{survivor.name}", survivor, flows=[cluster_flows.PARKED])
+        client = AsyncClient(survivor.target)
+        frozen = False
+        try:
+            await client.register(cluster_flows.parked_flow())
+            ids = await start_instances([client], cluster_flows.PARKED, range(n_instances))
+            os.kill(leader.proc.pid, signal.SIGSTOP)
+            frozen = True
+            stopped_at = time.monotonic()
+            successor = await cluster.wait_leader(exclude=[leader], timeout=15)
+            assert successor is survivor
+            takeover = time.monotonic() - stopped_at
+            await cluster.wait_finished(cluster_flows.PARKED, n_instances, timeout=40)
+            contexts = await completed_contexts(client, cluster_flows.PARKED)
+            verify(
+                cluster, ids, contexts, lambda n: {"n": n, "after": True}, {"after": 1}, "park", exact=True
+            )
+            os.kill(leader.proc.pid, signal.SIGCONT)
+            frozen = False
+            deadline = time.monotonic() + 15
+            while "lost the clock duties" not in leader.text():
+                assert time.monotonic() < deadline, f"the old leader never noticed\n{cluster.logs()}"
+                await asyncio.sleep(0.1)
+            for _ in range(20):  # and it does not take them back (wait_leader: never two at once)
+                assert await cluster.wait_leader() is survivor
+                await asyncio.sleep(0.1)
+            cluster.check_alive()
+            print(f"clock duty taken over by {survivor.name} {takeover:.1f} s after the leader froze")
+        finally:
+            if frozen:
+                os.kill(leader.proc.pid, signal.SIGCONT)
+            await client.close()
+
+
+@pytest.mark.timeout(120)
+async def test_frozen_server_its_worker_moves_on(tmp_path: Path) -> None:
+    """A worker whose server is stopped with SIGSTOP (its sockets stay open, nothing answers)
+    moves to the next server it was given within the channel's keepalive (~15 s), not at its
+    poll's timeout, and its steps in flight are reported there before their leases expire."""
+    n_instances = 120
+    with cluster_in(tmp_path) as cluster:
+        servers = await cluster.start_servers(["a", "b"])
+        leader = await cluster.wait_leader()
+        (victim,) = [s for s in servers if s is not leader]
+        cluster.start_worker("w", victim, also=[leader])
+        client = AsyncClient(leader.target)
+        frozen = False
+        try:
+            await client.register(cluster_flows.mixed_flow())
+            ids = await start_instances([client], cluster_flows.MIXED, range(n_instances))
+            await cluster.wait_completed_share(cluster_flows.MIXED, n_instances // 4)
+            os.kill(victim.proc.pid, signal.SIGSTOP)
+            frozen = True
+            stopped_at = time.monotonic()
+            await cluster.wait_finished(cluster_flows.MIXED, n_instances, timeout=60)
+            took = time.monotonic() - stopped_at
+            contexts = await completed_contexts(client, cluster_flows.MIXED)
+            stats = verify(
+                cluster,
+                ids,
+                contexts,
+                cluster_flows.mixed_expected,
+                {"prepare": 1, "left": 1, "right": 1, "flaky": 2, "finish": 1},
+                "nap",
+                exact=False,
+            )
+            # Only a claim the frozen server committed and never answered waits out its lease
+            # (docs/failover.md): the steps the worker held were reported to the other server.
+            runs, _ = cluster_flows.read_records(cluster.dir)
+            ran = {(r["i"], r["n"], r["a"]) for r in runs}
+            expired_after_running = [
+                (instance_id, node, attempt)
+                for instance_id, node, attempt, outcome, *_, error in history_of(cluster.schema, ids)
+                if outcome == "RETRY" and "lease expired" in error and (instance_id, node, attempt) in ran
+            ]
+            assert not expired_after_running, f"{expired_after_running} {stats}\n{cluster.logs()}"
+            print(f"all finished {took:.1f} s after the freeze; {stats}")
+        finally:
+            if frozen:
+                os.kill(victim.proc.pid, signal.SIGCONT)
+            await client.close()
 
 
 @pytest.mark.timeout(120)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -802,6 +804,71 @@ async def test_leadership_moves_when_the_leader_connection_dies(open_store: Call
     await _terminate(f"{a.application_name}:clock")
     assert await b.run_clock_duties(now_millis()) == 0 and b.is_clock_leader
     assert await a.run_clock_duties(now_millis()) == 0 and not a.is_clock_leader
+
+
+async def test_a_leader_that_hangs_loses_the_clock_duties(
+    open_store: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader that stops running without dying (SIGSTOP, a paused VM: here its event loop is
+    blocked) keeps its socket open; PostgreSQL ends its silent session after stall_timeout, so
+    another node takes over, and the old leader, running again, stops acting."""
+    a = await open_store(stall_timeout=0.5)
+    b = await open_store(stall_timeout=0.5)
+    assert await a.run_clock_duties(now_millis()) == 0 and a.is_clock_leader
+    time.sleep(1.5)  # noqa: ASYNC251 - the whole process stops, as a frozen server's would
+    assert await b.run_clock_duties(now_millis()) == 0 and b.is_clock_leader
+    with caplog.at_level(logging.WARNING, logger="wiggle.postgres"):
+        assert await a.run_clock_duties(now_millis()) == 0 and not a.is_clock_leader
+    assert "lost the clock duties" in caplog.text and "another node takes them over" in caplog.text
+
+
+async def test_a_leader_that_runs_keeps_the_clock_duties(open_store: Callable[..., Any]) -> None:
+    """Between clock ticks further apart than stall_timeout, a running leader's session is kept
+    alive (Cluster._keep_leading), so the leadership does not move."""
+    a = await open_store(stall_timeout=0.4)
+    b = await open_store(stall_timeout=0.4)
+    assert await a.run_clock_duties(now_millis()) == 0 and a.is_clock_leader
+    await asyncio.sleep(1.5)  # no tick of a's: only its keeper touches the session
+    assert await b.run_clock_duties(now_millis()) == 0 and not b.is_clock_leader
+    assert a.is_clock_leader and await a.run_clock_duties(now_millis()) == 0 and a.is_clock_leader
+
+
+async def test_a_stalled_transaction_is_ended_by_postgresql(open_store: Callable[..., Any]) -> None:
+    """Every pooled session carries the stall timeout as its idle_in_transaction_session_timeout."""
+    a = await open_store(stall_timeout=0.7)
+    rows = await a.db.fetch("test", "SHOW idle_in_transaction_session_timeout", ())
+    assert rows[0][0] == "700ms"
+
+
+async def test_the_leader_ends_a_stalled_transaction_of_another_server(
+    open_store: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server stopped in the middle of a pipelined transaction leaves its session active,
+    reading from the client, its row locks held, where no PostgreSQL timeout ends it: the clock
+    leader ends it after stall_timeout, so the others' work on those rows goes on."""
+    a = await open_store(stall_timeout=0.5)
+    await a.register(linear())
+    view = await a.start("linear", "", {}, "")
+    assert await a.run_clock_duties(now_millis()) == 0 and a.is_clock_leader
+    frozen = await psycopg.AsyncConnection.connect(
+        TEST_DATABASE_URL, autocommit=True, application_name=f"{a.cluster.app_prefix}0123456789ab"
+    )
+    lock = sql.SQL("SELECT id FROM {}.instances WHERE id = %s FOR UPDATE").format(sql.Identifier(a.schema))
+    ended = False
+    try:
+        with caplog.at_level(logging.WARNING, logger="wiggle.postgres"):
+            async with frozen.pipeline():
+                await frozen.execute("BEGIN")
+                await frozen.execute(lock, (view.instance.id,))  # sent, no Sync: active, ClientRead
+                # another server's lock on the same row waits for the stalled one, then gets it
+                async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL) as other:
+                    await asyncio.wait_for(other.execute(lock, (view.instance.id,)), 10)
+    except psycopg.OperationalError:  # the pipeline's Sync finds its session ended
+        ended = True
+    finally:
+        await frozen.close()
+    assert ended
+    assert "ended PostgreSQL session" in caplog.text and "0123456789ab" in caplog.text
 
 
 async def _terminate(application_name: str) -> int:

@@ -55,7 +55,19 @@ DEFAULT_TARGET = "127.0.0.1:7233"
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
-    ("grpc.keepalive_time_ms", 30_000),
+    # A server that stops without closing its connections (SIGSTOP, a paused VM, a network that
+    # drops everything) is found by an unanswered HTTP/2 ping: a ping goes out after 10 s without
+    # a read, and without its answer 5 s later the connection is closed, so the calls on it fail
+    # UNAVAILABLE and a channel given several servers moves to the next
+    # (docs/failover.md#a-server-that-hangs-instead-of-dying). gRPC 1.85 times a ping out by
+    # ping_timeout_ms (60 s by default), not keepalive_timeout_ms: both are set. Without
+    # max_pings_without_data 0 a long wait would stop pinging after two. The server permits a
+    # ping every 5 s (wiggle/_server/app.py); gRPC's core answers them, not the event loop, so
+    # a busy server is not taken for a frozen one.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
     # A server that went away (a restart, a fail-over) is dialled again within 0.1 s doubling to
     # 1 s, not gRPC's default 1 s growing to 120 s: the calls of a worker or a client find it
     # soon after it is back (docs/operations.md#stopping-a-server).

@@ -79,6 +79,7 @@ def make_store(config: ServerConfig) -> Store:
         pool_size=config.pool_size,
         context_search_fields=context_fields(config),
         group_commits=config.group_commits,
+        stall_timeout=config.stall_timeout_millis / 1000,
     )
 
 

@@ -129,6 +129,16 @@ class ServerConfig(msgspec.Struct, kw_only=True):
             16,
         ),
     ] = 1
+    stall_timeout_millis: Annotated[
+        int,
+        Setting(
+            "PostgreSQL: a server stalled this long (frozen, paused, cut off) inside a transaction, or as "
+            "the clock leader, has its session ended by PostgreSQL, so its row locks and the clock duties "
+            "go to the other servers (docs/failover.md#a-server-that-hangs-instead-of-dying)",
+            1000,
+            3600 * 1000,
+        ),
+    ] = 10_000
     context_search_fields: Annotated[
         str,
         Setting(

@@ -14,7 +14,13 @@ Several server processes on one database cooperate through PostgreSQL only:
   under load nobody waits, and every listener of the database reads every NOTIFY;
 - the clock duties (timers, lease expiry, user-task deadlines) run on the one node holding a
   session-level advisory lock on a dedicated connection; when that node dies its session ends,
-  the lock is released and another node takes over at its next tick. Advisory locks live in one
+  the lock is released and another node takes over at its next tick. A node that stops without
+  dying (SIGSTOP, a paused VM, an event loop that never yields) keeps its socket open, and
+  PostgreSQL would keep its lock for as long: so the leader's session is given an
+  ``idle_session_timeout`` of ``stall_timeout`` and touched every quarter of it while the node
+  runs (``_keep_leading``). Silent that long, PostgreSQL ends the session, the lock goes to
+  another node, and the old leader, when it moves again, finds its session gone at its next
+  check and stops acting (``ensure_leader``). Advisory locks live in one
   server's memory: after a fail-over (docs/failover.md) nobody holds the lock on the promoted
   primary, the old leader's connection is broken, and whichever node reconnects first takes it
   (never on a standby). Each duty action re-checks the token under the instance lock
@@ -65,8 +71,13 @@ class Cluster:
     #: after a quiet spell the first goes out at once (docs/architecture.md, "Scaling").
     NOTIFY_SPACING_SECONDS = 0.01
 
-    def __init__(self, schema: str, notifier: Notifier, queries: Queries) -> None:
+    def __init__(
+        self, schema: str, notifier: Notifier, queries: Queries, stall_timeout: float = 10.0
+    ) -> None:
         self.schema = schema
+        #: Seconds of silence after which PostgreSQL ends the clock leader's session (PostgreSQL
+        #: 14 and later: ``idle_session_timeout``; before, only a connection that breaks ends it).
+        self.stall_timeout = stall_timeout
         self.notifier = notifier
         self.queries = queries
         self.node_id = os.urandom(6).hex()  # tags our own NOTIFYs, so the listener skips them
@@ -92,6 +103,7 @@ class Cluster:
         self._listener: asyncio.Task[None] | None = None
         self._leader_conn: Conn | None = None
         self._leader_lock = asyncio.Lock()
+        self._keeper: asyncio.Task[None] | None = None  # touches the leader's session (_keep_leading)
         self._clock_key = lock_key("clock", schema)
         self._pending: dict[tuple[str, str], None] = {}  # posted, not yet sent (in order, once each)
         self._sender: asyncio.Task[None] | None = None
@@ -117,6 +129,11 @@ class Cluster:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._sender
             self._sender = None
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await keeper
         async with self._leader_lock:
             await self._drop_leadership()
         await self.wakeups.close()
@@ -360,6 +377,7 @@ class Cluster:
                 conn = self._leader_conn
                 if self.leader:
                     # Still our session, so still our lock, on a server that still takes writes.
+                    # (A session PostgreSQL ended while this node was silent fails here.)
                     cur = await conn.execute("SELECT pg_is_in_recovery()")
                     row = await cur.fetchone()
                     if row is not None and not row[0]:
@@ -378,15 +396,89 @@ class Cluster:
                 if row is not None and row[0]:
                     await self._drop_leadership()  # a standby: the next tick connects afresh
                 elif row is not None and row[1]:
+                    await self._limit_silence(conn)
                     self.leader = True
                     log.info(
                         "this node (%s) now runs the clock duties of schema %s", self.node_id, self.schema
                     )
+                    if self._keeper is None or self._keeper.done():
+                        self._keeper = asyncio.ensure_future(self._keep_leading())
                 return self.leader
             except psycopg.Error as exc:
-                log.warning("clock-duty leadership connection failed: %s", short(exc))
+                if self.leader:
+                    log.warning(
+                        "this node (%s) lost the clock duties of schema %s, its leadership session ended "
+                        "(%s); another node takes them over",
+                        self.node_id,
+                        self.schema,
+                        short(exc),
+                    )
+                else:
+                    log.warning("clock-duty leadership connection failed: %s", short(exc))
                 await self._drop_leadership()
                 return False
+
+    async def _limit_silence(self, conn: Conn) -> None:
+        """Have PostgreSQL end the leader's session after ``stall_timeout`` seconds without a
+        statement (``idle_session_timeout``, PostgreSQL 14 and later), releasing the lock."""
+        if conn.info.server_version >= 140000:
+            millis = max(1, round(self.stall_timeout * 1000))
+            await conn.execute("SELECT set_config('idle_session_timeout', %s, false)", (str(millis),))
+        else:
+            log.info(
+                "PostgreSQL %d has no idle_session_timeout: a clock leader that hangs without dying "
+                "keeps the clock duties until its connection breaks",
+                conn.info.server_version // 10000,
+            )
+
+    async def _keep_leading(self) -> None:
+        """While this node leads, touch its session every quarter of ``stall_timeout``, so that
+        only a node that stopped running lets PostgreSQL end it (the clock loop's own checks may
+        be further apart: one tick can take long); and end the other nodes' stalled transactions
+        (``end_stalled``)."""
+        every = max(0.05, self.stall_timeout / 4)
+        refused = ""
+        while self.leader:
+            await asyncio.sleep(every)
+            if self.leader and not await self.ensure_leader():
+                return
+            try:
+                await self.end_stalled()
+                refused = ""
+            except psycopg.Error as exc:  # the next round tries again; said once
+                if short(exc) != refused:
+                    refused = short(exc)
+                    log.warning("could not end the other servers' stalled sessions: %s", refused)
+
+    async def end_stalled(self) -> int:
+        """End the sessions of other nodes of this schema that have waited ``stall_timeout``
+        inside a transaction for their node's next message; how many.
+
+        A node that stops running (SIGSTOP, a paused VM) in the middle of a pipelined
+        transaction leaves its session *active*, reading from the client, with its row locks
+        held: ``idle_in_transaction_session_timeout`` (db.py) does not apply to it (nor does
+        ``statement_timeout``), so the READY steps its claim locked were hidden from every other
+        claim, and the others' reports on an instance it had locked waited, group commit and
+        all, for as long as it was stopped (an outside trial; tests/integration/test_cluster.py).
+        A running node never leaves a transaction waiting for it that long: its statements
+        follow each other as fast as its event loop turns."""
+        conn = self._leader_conn
+        if conn is None or not self.leader:
+            return 0
+        cur = await conn.execute(
+            self.queries.end_stalled,
+            {"prefix": self.app_prefix + "%", "node": self.node_id, "seconds": self.stall_timeout},
+        )
+        ended = await cur.fetchall()
+        for pid, name, seconds, _ in ended:
+            log.warning(
+                "ended PostgreSQL session %s of %s: it had waited %.0f s inside a transaction for its "
+                "server, holding row locks the other servers need (a server frozen or cut off)",
+                pid,
+                name,
+                seconds,
+            )
+        return len(ended)
 
 
 def _key(item: str) -> tuple[str, str]:

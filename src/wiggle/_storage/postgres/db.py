@@ -163,9 +163,23 @@ class Database:
     RECONNECT_SECONDS = 2.0
 
     def __init__(
-        self, url: str, application_name: str, pool_size: int, acquire_timeout: float, max_attempts: int
+        self,
+        url: str,
+        application_name: str,
+        pool_size: int,
+        acquire_timeout: float,
+        max_attempts: int,
+        stall_timeout: float = 0.0,
     ) -> None:
         self.url = failover_conninfo(url)
+        #: Seconds a pooled session may sit idle inside a transaction before PostgreSQL ends it
+        #: (``idle_in_transaction_session_timeout``; 0: the database's own setting). A server's
+        #: transactions never wait for it between statements for longer than its event loop takes
+        #: to come back, so a session idle that long belongs to a server that stopped running
+        #: (SIGSTOP, a paused VM): its row locks hid the READY steps its claim had locked from every
+        #: other server's claims, and held up their reports on the instances it had locked, until
+        #: it ran again (docs/failover.md#a-server-that-hangs-instead-of-dying).
+        self.stall_timeout = stall_timeout
         self.application_name = application_name
         self.pool_size = max(1, pool_size)
         self.acquire_timeout = acquire_timeout
@@ -184,6 +198,7 @@ class Database:
             kwargs={"application_name": self.application_name, "autocommit": True, **KEEPALIVES},
             name=name,
             reconnect_timeout=self.RECONNECT_SECONDS,
+            configure=self._configure if self.stall_timeout > 0 else None,
         )
         try:
             await pool.open(wait=True, timeout=max(self.acquire_timeout, 1.0))
@@ -191,6 +206,11 @@ class Database:
             await pool.close()
             raise Unavailable(f"database unavailable: {short(exc)}") from exc
         self.pool = pool
+
+    async def _configure(self, conn: Conn) -> None:
+        """A new pooled connection: a stalled transaction of this server is ended by PostgreSQL."""
+        millis = str(max(1, round(self.stall_timeout * 1000)))
+        await conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (millis,))
 
     async def close(self) -> None:
         """Close the pool."""

@@ -332,6 +332,15 @@ class Queries:
             "ARRAY(SELECT DISTINCT w.kind || ':' || w.subject FROM {s}.wakeups w WHERE w.kind <> 'node' "
             "AND w.node <> %(node)s AND w.node IN (SELECT node FROM live))"
         )
+        # cluster.py end_stalled: another node's sessions in a transaction that have been
+        # waiting for their client (ClientRead, mid-pipeline or idle) for the stall timeout
+        self.end_stalled = (
+            "SELECT pid, application_name, extract(epoch FROM now() - state_change)::float8, "
+            "pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name LIKE %(prefix)s AND split_part(application_name, ':', 3) <> %(node)s "
+            "AND xact_start IS NOT NULL AND wait_event_type = 'Client' AND wait_event = 'ClientRead' "
+            "AND state_change < now() - make_interval(secs => %(seconds)s)"
+        )
         self.drop_gone_wakeups = q(
             f"DELETE FROM {{s}}.wakeups WHERE node NOT IN ({live.format(prefix='%s')})"
         )

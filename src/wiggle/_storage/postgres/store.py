@@ -70,7 +70,10 @@ class PostgresStore(Store):
     ``pool_size`` bounds the connections of this process's pool; the store also keeps one
     LISTEN connection and, on demand, one clock-leadership connection. ``acquire_timeout`` is
     how long a call waits for a pooled connection and ``max_attempts`` how often a transient
-    failure is tried before the call fails with Unavailable.
+    failure is tried before the call fails with Unavailable. ``stall_timeout``: seconds after
+    which PostgreSQL ends a session of this node left idle inside a transaction (its row locks
+    would hold up the other nodes' claims and reports) or, for the clock leader, left silent (the
+    clock duties then go to another node: cluster.py).
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class PostgresStore(Store):
         start_linger: float = 0.002,
         context_search_fields: tuple[str, ...] = (),
         group_commits: int = 1,
+        stall_timeout: float = 10.0,
     ) -> None:
         super().__init__()
         self.url = url
@@ -95,9 +99,11 @@ class PostgresStore(Store):
         # the class of the per-key advisory locks of workflow-level limits (workflow_limits.py)
         self._conc_lock_class = lock_key("workflow-limits", self.schema) & 0x7FFFFFFF
         self.conc_queries = ConcQueries(self.schema)
-        self.cluster = Cluster(schema, self.notifier, self.queries)
+        self.cluster = Cluster(schema, self.notifier, self.queries, stall_timeout)
         self.notifier.spill = self.cluster.post_work  # a wake-up left unused goes to the others
-        self.db = Database(url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts)
+        self.db = Database(
+            url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts, stall_timeout
+        )
         # Clock actions in flight at once. Each is a mutation that queues on the group commit (its
         # own connections) and, for a sub-workflow's child, a read and a start: the gate bounds
         # coroutines, not connections, and a wider one lets more of them share a commit. At half
