@@ -128,3 +128,16 @@ def test_zsh_and_fish_completion(tmp_path, shell: str, check: list[str]) -> None
         return
     checked = subprocess.run([*check, str(path)], capture_output=True, text=True, env=dict(os.environ))
     assert checked.returncode == 0, checked.stderr
+
+
+def test_python_dash_m_wiggle_is_the_wiggle_command() -> None:
+    """Where the script is not on PATH (a venv not activated), ``python -m wiggle`` runs it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "wiggle", "workflows", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: wiggle workflows")
+    bad = subprocess.run(
+        [sys.executable, "-m", "wiggle", "nonsense"], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2 and "invalid choice: 'nonsense'" in bad.stderr
