@@ -26,6 +26,7 @@ from wiggle._server.instances import Instances
 from wiggle._storage.base import InstanceQuery
 from wiggle._storage.postgres import PostgresStore, SchemaTooNew, migrate, migration_files
 from wiggle._storage.postgres.cluster import Cluster
+from wiggle._storage.postgres.db import vacuum_problem
 from wiggle.errors import AlreadyFinished, ErrorCode, FailedPrecondition, NotFound, Unavailable
 
 pytestmark = pytest.mark.postgres
@@ -831,6 +832,29 @@ async def test_a_leader_that_runs_keeps_the_clock_duties(open_store: Callable[..
     await asyncio.sleep(1.5)  # no tick of a's: only its keeper touches the session
     assert await b.run_clock_duties(now_millis()) == 0 and not b.is_clock_leader
     assert a.is_clock_leader and await a.run_clock_duties(now_millis()) == 0 and a.is_clock_leader
+
+
+def test_vacuum_problem_names_what_is_off() -> None:
+    assert vacuum_problem("on", "on") is None
+    assert str(vacuum_problem("off", "on")).startswith("autovacuum off on this database server")
+    assert str(vacuum_problem("on", "off")).startswith("track_counts off")
+    assert str(vacuum_problem("off", "off")).startswith("autovacuum and track_counts off")
+
+
+async def test_a_server_says_at_start_when_dead_rows_are_never_reclaimed(
+    open_store: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Operators who never run `wiggle doctor` learn it from the server's log (an outside soak:
+    ~3 MB a minute of dead rows, nothing said)."""
+    async with await psycopg.AsyncConnection.connect(TEST_DATABASE_URL) as conn:
+        cur = await conn.execute("SELECT current_setting('autovacuum'), current_setting('track_counts')")
+        settings = await cur.fetchone()
+    assert settings is not None
+    with caplog.at_level(logging.WARNING, logger="wiggle.postgres"):
+        await open_store()
+    said = [r.getMessage() for r in caplog.records if "never reclaimed" in r.getMessage()]
+    expected = vacuum_problem(*settings)
+    assert said == ([] if expected is None else [f"{expected} (docs/postgresql.md#retention)"])
 
 
 async def test_a_stalled_transaction_is_ended_by_postgresql(open_store: Callable[..., Any]) -> None:

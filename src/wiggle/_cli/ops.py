@@ -261,19 +261,12 @@ async def _vacuum_check(url: str) -> tuple[str, bool, str]:
             row = await cur.fetchone()
     except psycopg.Error as exc:
         return ("autovacuum", False, f"database unreachable: {str(exc).strip().splitlines()[0]}")
-    autovacuum, track_counts = row if row else ("", "")
-    if autovacuum == "on" and track_counts == "on":
+    from .._storage.postgres.db import vacuum_problem
+
+    problem = vacuum_problem(*(row if row else ("", "")))
+    if problem is None:
         return ("autovacuum", True, "on (dead rows of steps and purged instances are reclaimed)")
-    off = " and ".join(
-        name for name, value in (("autovacuum", autovacuum), ("track_counts", track_counts)) if value != "on"
-    )
-    return (
-        "autovacuum",
-        False,
-        f"{off} off on this database server: the rows every step updates and the purge deletes are "
-        "never reclaimed and the tables grow without bound; set autovacuum = on and track_counts = on "
-        "(postgresql.conf), or VACUUM the schema's tables on a schedule",
-    )
+    return ("autovacuum", False, problem)
 
 
 async def _server_check(target: str) -> tuple[str, bool, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,7 +48,7 @@ from .claims import ClaimTransaction, KeyRoomTaken
 from .cluster import Cluster
 from .codecs import history_from, views
 from .context_indexes import ensure_context_indexes
-from .db import Conn, Database, transaction
+from .db import Conn, Database, transaction, vacuum_problem
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
 from .limits import KEY_ROOM_TAKEN
@@ -62,6 +63,8 @@ from .workflow_limits import ConcQueries, admission
 from .writes import ChangeWriter
 
 __all__ = ["PostgresStore"]
+
+log = logging.getLogger("wiggle.postgres")
 
 
 class PostgresStore(Store):
@@ -187,12 +190,23 @@ class PostgresStore(Store):
         await self.db.retry_connect("migrating", lambda: migrate(self.db.url, self.schema))
         await self.db.open(f"wiggle-{self.node_id}")
         try:
+            await self._check_vacuum()
             await self.statistics.open()
             await self.cluster.open(self.db)
             await ensure_context_indexes(self.db, self.schema, self.context_search_fields)
         except BaseException:
             await self.close()
             raise
+
+    async def _check_vacuum(self) -> None:
+        """Say at start when the database server reclaims no dead rows (db.py ``vacuum_problem``):
+        an operator who never runs ``wiggle doctor`` had no sign of it (an outside soak)."""
+        rows = await self.db.fetch(
+            "checking autovacuum", "SELECT current_setting('autovacuum'), current_setting('track_counts')"
+        )
+        problem = vacuum_problem(*rows[0])
+        if problem is not None:
+            log.warning("%s (docs/postgresql.md#retention)", problem)
 
     async def close(self) -> None:
         await self.group.close()
