@@ -312,6 +312,17 @@ class Cluster:
 
 
 @contextlib.contextmanager
+def stopped(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """``proc`` stopped with SIGSTOP (frozen: its sockets open, nothing answering) until the end
+    of the block, then continued."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
 def cluster_in(tmp_path: Path, database_url: str = TEST_DATABASE_URL, **settings: str) -> Iterator[Cluster]:
     with temp_schema(database_url) as schema:
         DATABASES[schema] = database_url
@@ -545,6 +556,13 @@ async def test_three_servers_run_500_instances_exactly_once(tmp_path: Path) -> N
 # ---------------------------------------------------------------------------- 2. crashes
 
 
+async def parked_all_fired(cluster: Cluster, client: AsyncClient, ids: dict[str, int]) -> None:
+    """Every parked instance of ``ids`` finished COMPLETED, its timer fired once, its step run once."""
+    await cluster.wait_finished(cluster_flows.PARKED, len(ids), timeout=40)
+    contexts = await completed_contexts(client, cluster_flows.PARKED)
+    verify(cluster, ids, contexts, lambda n: {"n": n, "after": True}, {"after": 1}, "park", exact=True)
+
+
 @pytest.mark.timeout(90)
 async def test_kill_clock_leader_while_timers_pending(tmp_path: Path) -> None:
     n_instances = 120
@@ -571,17 +589,7 @@ async def test_kill_clock_leader_while_timers_pending(tmp_path: Path) -> None:
             successor = await cluster.wait_leader(exclude=[leader], timeout=15)
             assert successor in survivors
             takeover = time.time() - killed_at_ms / 1000
-            await cluster.wait_finished(cluster_flows.PARKED, n_instances, timeout=40)
-            contexts = await completed_contexts(clients[servers.index(survivors[0])], cluster_flows.PARKED)
-            verify(
-                cluster,
-                ids,
-                contexts,
-                lambda n: {"n": n, "after": True},
-                {"after": 1},
-                "park",
-                exact=True,
-            )
+            await parked_all_fired(cluster, clients[servers.index(survivors[0])], ids)
             # never early, and fired by a survivor (every timer was due after the kill)
             created = dict(
                 query(
@@ -611,23 +619,15 @@ async def test_frozen_clock_leader_loses_the_duties(tmp_path: Path) -> None:
         (survivor,) = [s for s in servers if s is not leader]
         cluster.start_worker(f"w-{survivor.name}", survivor, flows=[cluster_flows.PARKED])
         client = AsyncClient(survivor.target)
-        frozen = False
         try:
             await client.register(cluster_flows.parked_flow())
             ids = await start_instances([client], cluster_flows.PARKED, range(n_instances))
-            os.kill(leader.proc.pid, signal.SIGSTOP)
-            frozen = True
-            stopped_at = time.monotonic()
-            successor = await cluster.wait_leader(exclude=[leader], timeout=15)
-            assert successor is survivor
-            takeover = time.monotonic() - stopped_at
-            await cluster.wait_finished(cluster_flows.PARKED, n_instances, timeout=40)
-            contexts = await completed_contexts(client, cluster_flows.PARKED)
-            verify(
-                cluster, ids, contexts, lambda n: {"n": n, "after": True}, {"after": 1}, "park", exact=True
-            )
-            os.kill(leader.proc.pid, signal.SIGCONT)
-            frozen = False
+            with stopped(leader.proc):
+                stopped_at = time.monotonic()
+                successor = await cluster.wait_leader(exclude=[leader], timeout=15)
+                assert successor is survivor
+                takeover = time.monotonic() - stopped_at
+                await parked_all_fired(cluster, client, ids)
             deadline = time.monotonic() + 15
             while "lost the clock duties" not in leader.text():
                 assert time.monotonic() < deadline, f"the old leader never noticed\n{cluster.logs()}"
@@ -638,8 +638,6 @@ async def test_frozen_clock_leader_loses_the_duties(tmp_path: Path) -> None:
             cluster.check_alive()
             print(f"clock duty taken over by {survivor.name} {takeover:.1f} s after the leader froze")
         finally:
-            if frozen:
-                os.kill(leader.proc.pid, signal.SIGCONT)
             await client.close()
 
 
@@ -655,15 +653,13 @@ async def test_frozen_server_its_worker_moves_on(tmp_path: Path) -> None:
         (victim,) = [s for s in servers if s is not leader]
         cluster.start_worker("w", victim, also=[leader])
         client = AsyncClient(leader.target)
-        frozen = False
         try:
             await client.register(cluster_flows.mixed_flow())
             ids = await start_instances([client], cluster_flows.MIXED, range(n_instances))
             await cluster.wait_completed_share(cluster_flows.MIXED, n_instances // 4)
-            os.kill(victim.proc.pid, signal.SIGSTOP)
-            frozen = True
-            stopped_at = time.monotonic()
-            await cluster.wait_finished(cluster_flows.MIXED, n_instances, timeout=60)
+            with stopped(victim.proc):
+                stopped_at = time.monotonic()
+                await cluster.wait_finished(cluster_flows.MIXED, n_instances, timeout=60)
             took = time.monotonic() - stopped_at
             contexts = await completed_contexts(client, cluster_flows.MIXED)
             stats = verify(
@@ -687,8 +683,6 @@ async def test_frozen_server_its_worker_moves_on(tmp_path: Path) -> None:
             assert not expired_after_running, f"{expired_after_running} {stats}\n{cluster.logs()}"
             print(f"all finished {took:.1f} s after the freeze; {stats}")
         finally:
-            if frozen:
-                os.kill(victim.proc.pid, signal.SIGCONT)
             await client.close()
 
 
