@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import decimal
+import logging
 import sys
 
 import msgspec
@@ -171,6 +172,69 @@ async def test_a_handler_that_exits_fails_its_step_and_the_worker_goes_on(harnes
         0
     ].error
     _no_lease_lost(history)
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["async raised", "async raised timed", "async awaited", "sync raised", "sync raised timed"],
+)
+async def test_a_cancelled_error_the_worker_did_not_cause_fails_its_step_at_once(
+    harness: Harness, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by an outside trial: an ``async def`` handler raising ``asyncio.CancelledError``
+    itself (not cancelled by the worker's drain, the step's time limit or a give-up) ended the
+    worker's task as if cancelled: no FailTask, nothing logged, and the step came back after its
+    lease, "lease expired (worker unreachable)". It is the step's failure, retried by its policy,
+    in every mode; so is one out of something the handler awaited that was cancelled elsewhere
+    (Python 3.11 and later tell it from the step's own cancellation: wiggle/_worker/handlers.py
+    ``cancel_requested``), and a sync handler's (nothing cancels those)."""
+    if how == "async awaited" and sys.version_info < (3, 11):
+        pytest.skip("Python 3.10 cannot tell it from the step's cancellation (docs/workflows.md#handlers)")
+    attempts: list[int] = []
+
+    async def awaits_a_cancelled_task() -> None:
+        other = asyncio.ensure_future(asyncio.sleep(3600))
+        asyncio.get_running_loop().call_later(0.01, other.cancel)
+        await other
+
+    def sync_step(ctx):
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise asyncio.CancelledError("mine")
+        return {**ctx, "done": len(attempts)}
+
+    async def async_step(ctx):
+        attempts.append(1)
+        await asyncio.sleep(0)
+        if len(attempts) == 1:
+            if how == "async awaited":
+                await awaits_a_cancelled_task()
+            raise asyncio.CancelledError("mine")
+        return {**ctx, "done": len(attempts)}
+
+    fn = async_step if how.startswith("async") else sync_step
+    timeout = 30 if how.endswith("timed") else None  # a timed step runs inside asyncio.wait_for
+    bp = (
+        harness.define("cancels")
+        .step(lambda ctx: {**ctx, "first": True}, name="first")
+        .step(fn, name="cancels", retry=FAST_RETRY, timeout=timeout)
+        .build()
+    )
+    with caplog.at_level(logging.WARNING, logger="wiggle.worker"):
+        done, history, again = await _twice(harness, bp)
+    assert done.status == "COMPLETED" and again.status == "COMPLETED", (done, again)
+    assert done.context == {"first": True, "done": 2}
+    retried = [h for h in history if h.outcome == "RETRY"]
+    assert [(h.node_id, h.attempt) for h in retried] == [("cancels", 1)], history
+    said = (
+        "(raised by the handler without its step being cancelled: it fails the step like any other exception)"
+    )
+    assert retried[0].error.startswith("CancelledError") and said in retried[0].error, retried[0].error
+    assert "Traceback" in retried[0].traceback, retried[0].traceback
+    _no_lease_lost(history)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step cancels of instance")]
+    assert len(logged) == 1 and "failed (attempt 1, attempt 2 of 3 follows): CancelledError" in logged[0]
+    assert said in logged[0], logged
 
 
 class Order(msgspec.Struct):

@@ -30,7 +30,16 @@ def provider() -> Iterator[None]:
 
 
 def first(ctx: dict) -> dict:
-    return {**ctx, "first": True}
+    with trace.get_tracer("app").start_as_current_span("app work first"):  # under the step's span
+        return {**ctx, "first": True}
+
+
+async def second(ctx: dict) -> dict:
+    # each handler runs in a context of its step's own (wiggle/_worker/handlers.py step_context),
+    # copied inside the step's span: a span the handler starts is the step span's child
+    with trace.get_tracer("app").start_as_current_span("app work second"):
+        await asyncio.sleep(0)
+        return {**ctx, "second": True}
 
 
 def flaky(ctx: dict) -> dict:
@@ -51,6 +60,7 @@ async def test_one_trace_spans_client_server_and_worker(
         Workflow.define(f"traced-{mode.value.lower()}-{store}")
         .execution(mode)
         .step(first)
+        .step(second)
         .step(flaky, retry=RetryPolicy.fixed(2, 0.01))
         .build()
     )
@@ -71,7 +81,16 @@ async def test_one_trace_spans_client_server_and_worker(
     assert start.kind == trace.SpanKind.CLIENT and start.parent is None
     assert server_span.kind == trace.SpanKind.SERVER and server_span.parent.span_id == start.context.span_id
     steps = [s for s in mine if s.name.startswith("wiggle.step ")]
-    assert sorted(s.name for s in steps) == ["wiggle.step first", "wiggle.step flaky", "wiggle.step flaky"]
+    assert sorted(s.name for s in steps) == [
+        "wiggle.step first",
+        "wiggle.step flaky",
+        "wiggle.step flaky",
+        "wiggle.step second",
+    ]
+    for name in ("first", "second"):
+        (step,) = [s for s in steps if s.name == f"wiggle.step {name}"]
+        (work,) = [s for s in mine if s.name == f"app work {name}"]
+        assert work.parent.span_id == step.context.span_id
     assert all(s.parent.span_id == server_span.context.span_id for s in steps)
     assert {s.attributes["wiggle.instance_id"] for s in steps} == {info.instance_id}
     assert sorted(s.attributes["wiggle.attempt"] for s in steps if s.name.endswith("flaky")) == [1, 2]

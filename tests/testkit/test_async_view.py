@@ -9,12 +9,13 @@ environment's own AsyncClient fails there: grpc.aio binds a channel to the loop 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from wiggle import Workflow
+from wiggle import AsyncClient, Worker, Workflow
 from wiggle.testing import SyncWorkflowEnvironment, WorkflowEnvironment
 
 START = datetime(2031, 5, 1, tzinfo=timezone.utc)
@@ -82,3 +83,39 @@ async def test_the_async_environment_takes_the_sender_too() -> None:
         assert [e.worker_id for e in await env.history(done) if e.node_id == "paid"] == [
             "(signal paid from ops)"
         ]
+
+
+async def test_the_view_s_client_is_an_async_client_and_a_worker_refuses_it_saying_why() -> None:
+    """docs/testing.md said ``wiggle_env.aio.client`` is an AsyncClient; an outside trial found it
+    was not (``isinstance`` False), while ``Worker`` took what is not one for a target and failed
+    on it. It is one now, each of AsyncClient's calls forwarded to the environment's loop; a
+    Worker, which shares its client's channel, refuses it at once, naming the way that works."""
+    bp = Workflow.define(f"typed-{uuid.uuid4().hex[:6]}").step(_ship).build()
+    with SyncWorkflowEnvironment([bp]) as sync:
+        client = sync.aio.client
+        assert isinstance(client, AsyncClient)
+        calls = [
+            n
+            for n, v in vars(AsyncClient).items()
+            if not n.startswith("_") and inspect.iscoroutinefunction(v)
+        ]
+        assert "start" in calls and "result" in calls
+        for name in calls:  # none reaches AsyncClient's own, whose channel this client has not
+            assert getattr(type(client), name) is not getattr(AsyncClient, name), name
+            assert inspect.signature(getattr(client, name)) == inspect.signature(
+                getattr(sync.env.client, name)
+            )
+
+        async def place(c: AsyncClient) -> str:  # code of the application, typed for an AsyncClient
+            done = await c.result(await c.start(bp, {"order": 2}), timeout=10)
+            return str(done.status)
+
+        assert await place(client) == "COMPLETED"
+        with pytest.raises(
+            TypeError, match=r"a Worker shares its client's channel, and wiggle_env.aio.client lends none"
+        ):
+            Worker(client, [bp])
+        with pytest.raises(TypeError, match=r"await wiggle_env\.aio\.start_worker\(\[\.\.\.\]\)"):
+            Worker(client, [bp])
+        worker = await sync.aio.start_worker([bp])  # the way that works
+        await sync.aio.stop_worker(worker)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import sys
+import time
 
 import grpc
 import pytest
@@ -144,7 +147,131 @@ async def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
     )
     assert (
         said[1][0] == "INFO"
-        and said[1][1].startswith("server back after ")
-        and said[1][1].endswith("polling q")
+        and said[1][1].startswith("reached a server again after ")
+        and said[1][1].endswith(" s without one; polling q")
     )
     assert len(said) == 2, said
+
+
+class TimedOutThenBack(FakeTransport):
+    """The first poll is never answered (the server hangs) and fails DEADLINE_EXCEEDED late, as
+    a real one does ``poll_wait_seconds + 30`` after it was sent; the next one is answered (by
+    this server or another of a fail-over list: the worker cannot tell)."""
+
+    def __init__(self, hang: float) -> None:
+        super().__init__()
+        self.hang = hang
+        self.polls = 0
+        self.answered = asyncio.Event()
+
+    async def poll(self, request: pb.PollTasksRequest, timeout: float) -> pb.PollTasksResponse:
+        self.polls += 1
+        if self.polls == 1:
+            await asyncio.sleep(self.hang)
+            raise StreamError(grpc.StatusCode.DEADLINE_EXCEEDED, "PollTasks timed out")
+        self.answered.set()
+        await asyncio.sleep(0.01)
+        return pb.PollTasksResponse()
+
+
+async def test_an_outage_is_counted_from_when_the_failed_poll_should_have_been_answered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An outside trial's worker logged "server back after 20.7 s" for an outage that began with a
+    poll timing out: the count began when the poll failed, its timeout after it was sent, not
+    when its answer was due. The poll waits 0.05 s for work and fails 0.6 s after it was sent:
+    the outage is 0.55 s at least."""
+    transport = TimedOutThenBack(hang=0.6)
+
+    async def execute(activation: pb.TaskActivation) -> None:
+        raise AssertionError("no step is polled")
+
+    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 1, 0.05, execute)
+    with caplog.at_level(logging.INFO, logger="wiggle.worker"):
+        poller.start()
+        await asyncio.wait_for(transport.answered.wait(), 5)
+        await asyncio.sleep(0.05)
+        await poller.stop(timeout=1)
+    (back,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    match = re.fullmatch(r"reached a server again after (\d+\.\d) s without one; polling q", back)
+    assert match is not None, back
+    assert 0.5 <= float(match.group(1)) < 3, back
+
+
+async def test_readiness_counts_the_trouble_from_the_same_moment() -> None:
+    transport = TimedOutThenBack(hang=0.6)
+    seen: list[float] = []
+
+    async def execute(activation: pb.TaskActivation) -> None:
+        raise AssertionError("no step is polled")
+
+    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 1, 0.05, execute)
+    poller.start()
+    while transport.polls < 2:
+        if poller.trouble is not None:
+            seen.append(time.monotonic() - poller.trouble[0])
+        await asyncio.sleep(0.005)
+    await poller.stop(timeout=1)
+    assert seen and seen[0] >= 0.5, seen  # /readyz: "its polls have failed for 0.5 s"
+
+
+class CancelledByItself(FakeTransport):
+    """One activation, whose execution raises CancelledError although nothing cancelled it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given = False
+
+    async def poll(self, request: pb.PollTasksRequest, timeout: float) -> pb.PollTasksResponse:
+        if self.given:
+            await asyncio.sleep(timeout)
+            return pb.PollTasksResponse()
+        self.given = True
+        return pb.PollTasksResponse(tasks=[pb.TaskActivation(task_id="t1@1", node_id="a")])
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() counts cancel requests from 3.11")
+async def test_a_worker_task_ended_by_a_cancelled_error_nobody_asked_for_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler's own CancelledError is its step's failure (wiggle/_worker/handlers.py
+    ``_Watched``); any other that ends a worker's task without a cancel said nothing before, and
+    the step waited out its lease in silence (an outside trial). One that a cancel caused says
+    nothing still: a drain's cut, a give-up."""
+    transport = CancelledByItself()
+    ended = asyncio.Event()
+
+    async def execute(activation: pb.TaskActivation) -> None:
+        asyncio.get_running_loop().call_soon(ended.set)
+        raise asyncio.CancelledError("raised, not cancelled")
+
+    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 2, 0.05, execute)
+    with caplog.at_level(logging.INFO, logger="wiggle.worker"):
+        poller.start()
+        await asyncio.wait_for(ended.wait(), 5)
+        await asyncio.sleep(0.05)
+        await poller.stop(timeout=1)
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage().startswith(
+        "worker task ended by a CancelledError although nothing cancelled it"
+    )
+    assert record.exc_info is not None and "raised, not cancelled" in str(record.exc_info[1])
+
+
+async def test_a_worker_task_cut_by_the_drain_is_not_logged_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    transport = CancelledByItself()
+    started = asyncio.Event()
+
+    async def execute(activation: pb.TaskActivation) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 2, 0.05, execute)
+    with caplog.at_level(logging.INFO, logger="wiggle.worker"):
+        poller.start()
+        await asyncio.wait_for(started.wait(), 5)
+        cut, _ = await poller.stop(timeout=0.05)
+    assert cut == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.records

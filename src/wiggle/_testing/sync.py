@@ -20,7 +20,9 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
 
 from ..client import AsyncClient, Client, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
 from ..worker import Worker, WorkerOptions
@@ -348,11 +350,12 @@ class AsyncView:
         """The environment's AsyncClient, its calls awaitable from any event loop.
 
         ``await env.client.list(workflow=...)`` from the test's loop: each call runs on the
-        environment's own loop, where its channel lives (``_EnvironmentClient``). The
-        environment closes it when it stops (its workers share the channel): ``close`` does
-        nothing.
+        environment's own loop, where its channel lives (``_EnvironmentClient``); code that takes
+        an AsyncClient takes it. Its channel works on that loop only and is not lent: a
+        ``Worker`` refuses it (``start_worker`` starts one of the environment). The environment
+        closes it when it stops (its workers share the channel): ``close`` does nothing.
         """
-        return cast(AsyncClient, _EnvironmentClient(self._owner))
+        return _EnvironmentClient(self._owner)
 
     async def start_worker(
         self, blueprints: Iterable[Blueprint[Any]] | None = None, options: WorkerOptions | None = None
@@ -533,7 +536,7 @@ class AsyncView:
     # --- end of the forwarded methods ---
 
 
-class _EnvironmentClient:
+class _EnvironmentClient(AsyncClient):
     """``wiggle_env.aio.client``: the environment's AsyncClient, awaitable from any event loop.
 
     grpc.aio binds a channel to the loop it was made on, and the environment's client lives on the
@@ -541,30 +544,31 @@ class _EnvironmentClient:
     "attached to a different loop". Here each coroutine method of AsyncClient runs there instead
     and is awaited from the caller's loop, as AsyncView's helpers are; plain attributes
     (``target``, ``patience``, ``credentials``) are the client's. Its ``channel`` and ``stub`` are
-    refused: they work on the environment's loop only. The environment makes the client when it
+    refused: they work on the environment's loop only (so a ``Worker``, which shares its client's
+    channel, refuses it too: wiggle/_worker/worker.py). The environment makes the client when it
     starts and closes it when it stops, so ``close`` and ``async with`` leave it open.
+
+    It is an AsyncClient (``isinstance`` holds, code typed for one takes it), made without one's
+    ``__init__``, which would open a channel on the caller's loop: every coroutine method of
+    AsyncClient is forwarded (``_forwarded``, set on the class below), whatever it is called.
+    An outside trial found it was not one, though docs/testing.md said so.
     """
 
-    def __init__(self, owner: SyncWorkflowEnvironment) -> None:
+    #: A Worker given this client refuses it (wiggle/_worker/worker.py): its channel is not lent.
+    lends_no_channel = True
+
+    def __init__(self, owner: SyncWorkflowEnvironment) -> None:  # no AsyncClient.__init__: no channel
         self._owner = owner
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name in ("channel", "stub"):
-            raise AttributeError(
-                f"wiggle_env.aio.client offers AsyncClient's calls, not {name!r}: the environment's "
-                "channel works on its own loop only (make an AsyncClient(wiggle_env.target) on yours)"
-            )
-        value = getattr(self._owner.env.client, name)
-        if not inspect.iscoroutinefunction(value):
-            return value
-        return self._forwarded(value)
+            raise _refused(name)
+        return getattr(self._owner.env.client, name)
 
-    def _forwarded(self, method: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., Awaitable[T]]:
-        @functools.wraps(method)
-        async def call(*args: Any, **kwargs: Any) -> T:
-            return await asyncio.wrap_future(self._owner._submit(method(*args, **kwargs)))
-
-        return call
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """Refused: the environment's channel works on its own loop only."""
+        raise _refused("channel")
 
     async def close(self) -> None:
         """Nothing: the environment closes its client when it stops."""
@@ -577,3 +581,34 @@ class _EnvironmentClient:
 
     def __repr__(self) -> str:
         return f"<AsyncClient of the test environment at {self._owner.target}, awaitable from any loop>"
+
+
+def _refused(name: str) -> AttributeError:
+    """What ``wiggle_env.aio.client`` says of an attribute it does not offer (its channel's)."""
+    return AttributeError(
+        f"wiggle_env.aio.client offers AsyncClient's calls, not {name!r}: the environment's channel "
+        "works on its own loop only (make an AsyncClient(wiggle_env.target) on yours; for a worker, "
+        "await wiggle_env.aio.start_worker([...]), which runs it on the environment's loop)"
+    )
+
+
+def _forwarded(name: str, method: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., Awaitable[T]]:
+    """``_EnvironmentClient``'s ``name``: AsyncClient's ``method`` of the environment's client, run
+    on the environment's loop and awaited from the caller's."""
+
+    @functools.wraps(method)
+    async def call(self: _EnvironmentClient, *args: Any, **kwargs: Any) -> T:
+        client = self._owner.env.client
+        coro: Coroutine[Any, Any, T] = getattr(client, name)(*args, **kwargs)
+        return await asyncio.wrap_future(self._owner._submit(coro))
+
+    return call
+
+
+for _name, _method in vars(AsyncClient).items():
+    if (
+        not _name.startswith("_")
+        and inspect.iscoroutinefunction(_method)
+        and _name not in vars(_EnvironmentClient)
+    ):
+        setattr(_EnvironmentClient, _name, _forwarded(_name, _method))

@@ -308,49 +308,101 @@ class _Watched:
     stall guard knows it holds the event loop (``InlinePolicy.blocking``, as a sync handler run
     inline): one that blocks (``time.sleep``, a blocking client) is named in the worker's log,
     and the steps it holds are heartbeated from the guard's thread meanwhile (stall_guard.py).
-    Before, such a handler cost the other steps their leases without a word (a docs trial)."""
+    Before, such a handler cost the other steps their leases without a word (a docs trial).
 
-    __slots__ = ("coro", "fn", "policy")
+    Each stretch of the handler runs in ``context``, its step's own (``step_context``), and a
+    CancelledError out of it is told apart: one of a cancelled step (a drain's cut, its time
+    limit, a give-up) goes on as the cancellation it is; one the handler raised without its step
+    being cancelled comes out as a HandlerExited, a failure of the step like any exception
+    (``cancel_requested``). Before, it ended the worker's task as if cancelled: nothing was
+    reported or logged, and the step waited out its lease (an outside trial)."""
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], fn: Handler, policy: InlinePolicy) -> None:
+    __slots__ = ("coro", "fn", "policy", "context")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        fn: Handler,
+        policy: InlinePolicy,
+        context: contextvars.Context,
+    ) -> None:
         self.coro = coro
         self.fn = fn
         self.policy = policy
+        self.context = context
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, fn, policy = self.coro, self.fn, self.policy
+        coro, fn, policy, run = self.coro, self.fn, self.policy, self.context.run
         sent: Any = None
         thrown: BaseException | None = None
+        cancel_thrown = False  # a CancelledError was passed into the handler (Python 3.10's sign)
         while True:
             policy.blocking = (time.perf_counter(), fn)
             try:
-                yielded = coro.send(sent) if thrown is None else coro.throw(thrown)
+                yielded = run(coro.send, sent) if thrown is None else run(coro.throw, thrown)
             except StopIteration as stop:
                 return stop.value
+            except asyncio.CancelledError as exc:
+                if cancel_requested(asyncio.current_task(), cancel_thrown):
+                    raise
+                raise HandlerExited(exc) from exc
             finally:
                 policy.blocking = None
             try:
                 sent, thrown = (yield yielded), None
             except BaseException as exc:  # noqa: BLE001 (a cancellation, passed on into the handler)
                 sent, thrown = None, exc
+                cancel_thrown = cancel_thrown or isinstance(exc, asyncio.CancelledError)
+
+
+def cancel_requested(task: asyncio.Task[Any] | None, cancel_thrown: bool) -> bool:
+    """Whether a CancelledError out of a handler run by ``task`` is its step's cancellation:
+    ``task`` was asked to cancel (by the worker's drain, the step's time limit, a give-up, or
+    whoever cancels the worker's tasks), which Python 3.11 and later count
+    (``Task.cancelling``). A handler that raises CancelledError itself, or lets one out of
+    something else it awaited that was cancelled, was not. Python 3.10 does not count: there
+    a CancelledError passed into the handler's coroutine (``cancel_thrown``) is the sign."""
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is None:
+        return cancel_thrown
+    return bool(cancelling())
+
+
+def step_context(info: Step) -> contextvars.Context:
+    """A context of the step ``info`` alone for its handler to run in: a copy of the caller's (the
+    worker's own, the context its task was started in, with what the worker set around the step,
+    such as its tracing span), ``Step.current()`` set in it. What the handler sets in its
+    contextvars stays in it, so the next step, chained in the same task or run in the same
+    thread, does not see it (docs/workflows.md#contextvars-in-handlers); before, a contextvar one
+    step set was seen by the next one run in the same task (an outside trial)."""
+    context = contextvars.copy_context()
+    context.run(_current_step.set, info)
+    return context
+
+
+def _in_step(info: Step, fn: Handler, args: tuple[object, ...]) -> object:
+    """``fn(*args)`` with ``info`` as ``Step.current()``, in the step's context (``timed_call``)."""
+    _current_step.set(info)
+    return fn(*args)
 
 
 def timed_call(
     policy: InlinePolicy, fn: Handler, args: tuple[object, ...], info: Step, inline: bool
 ) -> object:
-    """Call a sync handler with its Step set (``Step.current()``, the log fields), and tell the
-    policy how long it took."""
-    token = _current_step.set(info)
+    """Call a sync handler in a context of its step's own (``step_context``: ``Step.current()``,
+    the log fields), and tell the policy how long it took. A CancelledError it raises is its
+    own (nothing cancels a sync handler): a HandlerExited, a failure of its step."""
     started = time.perf_counter()
     if inline:  # it holds the event loop: the stall guard watches (stall_guard.py)
         policy.blocking = (started, fn)
-    try:
-        return fn(*args)
+    try:  # ``step_context`` in one call: this runs every step
+        return contextvars.copy_context().run(_in_step, info, fn, args)
+    except asyncio.CancelledError as exc:
+        raise HandlerExited(exc) from exc
     finally:
         if inline:
             policy.blocking = None
         policy.observe(fn, time.perf_counter() - started, inline)
-        _current_step.reset(token)
 
 
 class HandlerCaller:
@@ -422,7 +474,8 @@ class HandlerCaller:
     async def call(self, loaded: LoadedBlueprint, node_id: str, context: Context, info: Step) -> object:
         """Run the handler of ``node_id`` on ``context``; returns its raw result (exceptions
         propagate; a handler's SystemExit or KeyboardInterrupt as HandlerExited, which a task
-        awaiting it, such as ``asyncio.wait_for``'s, does not re-raise out of the event loop)."""
+        awaiting it, such as ``asyncio.wait_for``'s, does not re-raise out of the event loop, and
+        so does a CancelledError it raised without its step being cancelled: ``_Watched``)."""
         try:
             return await self._call(loaded, node_id, context, info)
         except HANDLER_EXITS as exc:
@@ -433,12 +486,9 @@ class HandlerCaller:
         args = self.arguments(loaded, node_id, kind, context)
         self.stats.steps += 1
         if loaded.blueprint.is_async[node_id]:
-            token = _current_step.set(info)
-            try:
-                result: object = await _Watched(fn(*args), fn, self.policy)
-                return result
-            finally:
-                _current_step.reset(token)
+            own = step_context(info)
+            result: object = await _Watched(own.run(fn, *args), fn, self.policy, own)
+            return result
         if self.policy.inline(fn) and not info.timeout:
             return timed_call(self.policy, fn, args, info, True)
         return await self.in_pool(timed_call, self.policy, fn, args, info, False)

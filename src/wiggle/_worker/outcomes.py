@@ -8,6 +8,7 @@ handlers.py calls the handlers.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import os
 import traceback
@@ -76,6 +77,11 @@ def failure_of(exc: BaseException) -> Failure:
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     if isinstance(exc, HANDLER_EXITS):
         message += " (raised by the handler: it fails the step; the worker goes on)"
+    elif isinstance(exc, asyncio.CancelledError):  # only ever carried in a HandlerExited
+        message += (
+            " (raised by the handler without its step being cancelled: it fails the step like any "
+            "other exception)"
+        )
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None and _is_plumbing(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next  # start at the user's code: the worker's own frames are the same every time
@@ -84,13 +90,16 @@ def failure_of(exc: BaseException) -> Failure:
 
 
 #: What a handler may raise besides an Exception that is still its step's outcome: ``sys.exit()``
-#: and a KeyboardInterrupt raised in its code must not end the worker (asyncio's CancelledError
-#: is not one of them: it cancels the worker's own task).
+#: and a KeyboardInterrupt raised in its code must not end the worker. asyncio's CancelledError is
+#: not one of them: out of a cancelled step (a drain's cut, a time limit, a give-up) it ends the
+#: worker's task as a cancellation. One the handler raises without its step being cancelled is
+#: its outcome, as a HandlerExited too (wiggle/_worker/handlers.py ``_Watched``, ``timed_call``).
 HANDLER_EXITS = (SystemExit, KeyboardInterrupt)
 
 
 class HandlerExited(Exception):
-    """A handler's SystemExit or KeyboardInterrupt (``exited``), carried as an Exception."""
+    """A handler's SystemExit or KeyboardInterrupt, or a CancelledError it raised without being
+    cancelled (``exited``), carried as an Exception: an ordinary failure of its step."""
 
     def __init__(self, exited: BaseException) -> None:
         super().__init__(str(exited))

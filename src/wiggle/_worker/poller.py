@@ -132,7 +132,8 @@ class Poller:
     async def _run(self) -> None:
         slots = self._slots
         backoff = 0.1
-        away: float | None = None  # since when the server has been away (UNAVAILABLE, DEADLINE_EXCEEDED)
+        # since when no server has answered (UNAVAILABLE, DEADLINE_EXCEEDED): ``_trouble_began``
+        away: float | None = None
         while self.running:
             await slots.acquire()
             free = 1
@@ -141,6 +142,7 @@ class Poller:
                 free += 1
                 if free >= self.concurrency:
                     break
+            sent = time.monotonic()
             try:
                 request = pb.PollTasksRequest(
                     worker_id=self.worker_id,
@@ -152,8 +154,9 @@ class Poller:
                 backoff = 0.1
                 self.trouble = None
                 if away is not None:
+                    # a server of its target: its own again, or another one of a fail-over list
                     log.info(
-                        "server back after %.1f s; polling %s",
+                        "reached a server again after %.1f s without one; polling %s",
                         time.monotonic() - away,
                         ", ".join(self.queues),
                     )
@@ -167,7 +170,8 @@ class Poller:
                     slots.release()
                 code = exc.code() if hasattr(exc, "code") else None
                 details = exc.details() if hasattr(exc, "details") else exc
-                since = self.trouble[0] if self.trouble is not None else time.monotonic()
+                began = self._trouble_began(sent)
+                since = self.trouble[0] if self.trouble is not None else began
                 self.trouble = (since, f"{code.name if code else 'error'}: {details}")  # the latest why
                 if code in (
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -177,7 +181,7 @@ class Poller:
                 ):
                     log.error("PollTasks refused: %s", exc.details() if hasattr(exc, "details") else exc)
                 elif code in AWAY and away is None:  # once an outage: the server stops, restarts, ...
-                    away = time.monotonic()
+                    away = began
                     log.warning(
                         "server unavailable (%s: %s); polling again every second at most",
                         code.name,
@@ -198,11 +202,40 @@ class Poller:
                 self.tasks.add(task)
                 task.add_done_callback(self._task_done)
 
+    def _trouble_began(self, sent: float) -> float:
+        """When the trouble of a poll sent at ``sent`` (monotonic) that failed just now began, as
+        near as the worker can tell: when the failure came, or, for a poll that failed later
+        than its long wait (``poll_wait_seconds``) should have been answered (DEADLINE_EXCEEDED
+        after ``poll_wait_seconds + 30``), when that answer was due. Before, an outage was
+        counted from the failure, so one that began with a poll timing out was logged at least
+        30 s short (an outside trial's "server back after 20.7 s")."""
+        return min(time.monotonic(), sent + self.poll_wait_seconds)
+
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         self._slots.release()
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled():
+            cancelling = getattr(task, "cancelling", None)  # counted from Python 3.11
+            if cancelling is not None and not cancelling():
+                # nothing cancelled it: a CancelledError raised inside, which reported nothing
+                # (a handler's own is its step's failure: wiggle/_worker/handlers.py ``_Watched``)
+                log.error(
+                    "worker task ended by a CancelledError although nothing cancelled it; its step "
+                    "was not reported and waits out its lease",
+                    exc_info=_cancelled_error(task),
+                )
+            return
+        if task.exception() is not None:
             log.error("worker task crashed", exc_info=task.exception())
+
+
+def _cancelled_error(task: asyncio.Task[None]) -> BaseException | None:
+    """The CancelledError that ended ``task`` (with its traceback, for the log)."""
+    try:
+        task.result()
+    except asyncio.CancelledError as exc:
+        return exc
+    return None
 
 
 async def _until_done(
