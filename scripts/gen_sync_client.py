@@ -32,6 +32,7 @@ REWRITES: list[tuple[str, str]] = [
     (r"\bAsyncClient\b", "Client"),
     (r"\bAsyncStartBatcher\b", "StartBatcher"),  # wiggle/_client/batching.py
     (r"\bAsyncStartStream\b", "StartStream"),  # wiggle/_client/start_stream.py
+    (r"\bAsyncLink\b", "Link"),  # wiggle/_client/link.py
     (r"\bcore\.apause\b", "core.pause"),  # wiggle/_client/core.py
     (r"\bgrpc\.aio\.Channel\b", "grpc.Channel"),
     (r"\bgrpc\.aio\.insecure_channel\b", "grpc.insecure_channel"),

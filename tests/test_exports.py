@@ -13,6 +13,7 @@ EXPECTED = {
     "Blueprint",
     "Branch",
     "Client",
+    "ClientClosed",
     "Credentials",
     "ErrorCode",
     "ExecutionMode",
@@ -48,6 +49,7 @@ EXPECTED = {
     "WorkflowDefinition",
     "WorkflowFailed",
     "WorkflowInfo",
+    "WrongEventLoop",
 }
 
 

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     )
     from .errors import (
         AlreadyFinished,
+        ClientClosed,
         ErrorCode,
         FailedPrecondition,
         InvalidArgument,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         Unavailable,
         WiggleError,
         WorkflowFailed,
+        WrongEventLoop,
     )
     from .worker import Step, Worker, WorkerOptions
     from .workflow import Blueprint, Branch, Workflow
@@ -92,6 +94,7 @@ _WHERE: dict[str, str] = {
     "Blueprint": ".workflow",
     "Branch": ".workflow",
     "Client": ".client",
+    "ClientClosed": ".errors",
     "Credentials": ".client",
     "ErrorCode": ".errors",
     "ExecutionMode": "._model",
@@ -127,6 +130,7 @@ _WHERE: dict[str, str] = {
     "WorkflowDefinition": "._model",
     "WorkflowFailed": ".errors",
     "WorkflowInfo": ".client",
+    "WrongEventLoop": ".errors",
 }
 
 
@@ -137,6 +141,7 @@ __all__ = [
     "Blueprint",
     "Branch",
     "Client",
+    "ClientClosed",
     "Credentials",
     "ErrorCode",
     "ExecutionMode",
@@ -172,6 +177,7 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowFailed",
     "WorkflowInfo",
+    "WrongEventLoop",
 ]
 
 

@@ -19,6 +19,8 @@ __all__ = [
     "PermissionDenied",
     "Unauthenticated",
     "AlreadyFinished",
+    "ClientClosed",
+    "WrongEventLoop",
     "PermanentError",
     "WorkflowFailed",
 ]
@@ -109,6 +111,24 @@ class AlreadyFinished(FailedPrecondition):
     def __init__(self, message: str, instance_status: str) -> None:
         super().__init__(message)
         self.instance_status = instance_status
+
+
+class ClientClosed(WiggleError):
+    """A call of a client that ``close()`` has closed: not sent (made after it, or still queued
+    when it came), or cut off by it while in flight (it may or may not have been applied; a start
+    with a ``request_id`` or a signal with a ``signal_id`` is safe to repeat, on a new client).
+    The message says which."""
+
+    code = ErrorCode.CANCELLED
+
+
+class WrongEventLoop(WiggleError, RuntimeError):
+    """An ``AsyncClient`` used on an event loop other than the one it serves: the loop of its
+    first call (its gRPC channel is made there and works there only). Make one AsyncClient per
+    event loop, or use the blocking ``Client``, which any thread may share. Also a
+    ``RuntimeError``, as asyncio's own "attached to a different loop" is."""
+
+    code = ErrorCode.FAILED_PRECONDITION
 
 
 class PermanentError(Exception):

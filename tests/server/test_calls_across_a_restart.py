@@ -155,3 +155,28 @@ async def test_a_client_that_never_reached_its_server_says_where_it_looked(block
         finally:
             await reached.close()
     assert "is a `wiggle server` running" not in str(away.value), away.value
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_every_call_to_a_target_never_reached_says_where_it_looked(blocking: bool) -> None:
+    # an outside trial: get and a start with a request_id said so, a start without one and
+    # complete_user_task did not (they are not asked again, and failed before the words were added)
+    target = f"127.0.0.1:{free_port()}"
+    client = EitherClient(target, blocking)
+    hint = f"(is a `wiggle server` running at {target}? none has answered there yet)"
+    try:
+        for name, args, kwargs in [
+            ("start", ("w", {}), {}),
+            ("start_many", ("w", [{}]), {}),
+            ("complete_user_task", ("wi-nothing", "approve"), {}),
+            ("signal", ("wi-nothing", "paid"), {}),
+            ("retry", ("wi-nothing",), {}),
+            ("create_schedule", ("hourly", "w", {}), {"every": 3600}),
+            ("delete_schedule", ("hourly",), {}),
+            ("trigger_schedule", ("hourly",), {}),
+        ]:
+            with pytest.raises(Unavailable) as caught:
+                await asyncio.wait_for(client.call(name, *args, **kwargs), 20)
+            assert hint in str(caught.value), (name, caught.value)
+    finally:
+        await client.close()

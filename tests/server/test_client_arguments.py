@@ -105,6 +105,12 @@ async def test_a_wait_timeout_takes_a_timedelta_and_refuses_other_things(client:
     waiting = await client.call("start", FLOW, {})
     with pytest.raises(TimeoutError, match="still RUNNING after 0.2 s"):
         await client.call("result", waiting, timedelta(milliseconds=200))
+    # a negative timeout was taken for none at all: wait answered with a snapshot, saying nothing
+    for method in ("wait", "result"):
+        for negative in (-1, timedelta(seconds=-1), float("nan")):
+            with pytest.raises(InvalidArgument, match="^timeout must be >= 0 seconds"):
+                await client.call(method, waiting, timeout=negative)
+    assert (await client.call("wait", waiting, timeout=0)).status == "RUNNING"  # 0: as it is now
 
 
 @pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])

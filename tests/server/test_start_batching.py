@@ -24,7 +24,7 @@ from wiggle._client import batching
 from wiggle._client.batching import AsyncStartBatcher, StartBatcher
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
-from wiggle.errors import InvalidArgument, NotFound, Unavailable
+from wiggle.errors import ErrorCode, InvalidArgument, NotFound, Unavailable, WiggleError
 from wiggle.testing import EmbeddedServer
 
 
@@ -267,6 +267,29 @@ async def test_a_failed_coalesced_call_fails_every_caller_of_its_batch() -> None
         *(batcher.start(pb.StartInstanceRequest(workflow="a")) for _ in range(3)), return_exceptions=True
     )
     assert all(isinstance(o, Unavailable) for o in outcomes) and batcher.coalesce is True
+
+
+async def test_a_cancelled_sender_gives_its_callers_an_error_not_their_own_cancellation() -> None:
+    # Only the sender task was cancelled (its loop closing, say): its callers were not, and a bare
+    # CancelledError escaping them was the close() trial's finding (tests/server/test_client_close.py)
+    sending = asyncio.Event()
+
+    async def one(request: pb.StartInstanceRequest) -> pb.InstanceInfo:
+        sending.set()
+        await asyncio.sleep(60)
+        return _info(request)
+
+    async def many(request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
+        raise AssertionError("one start: sent alone")
+
+    batcher = AsyncStartBatcher(one, many)
+    caller = asyncio.ensure_future(batcher.start(pb.StartInstanceRequest(workflow="a")))
+    await sending.wait()
+    assert batcher._sender is not None
+    batcher._sender.cancel()
+    with pytest.raises(WiggleError, match="may or may not have been applied") as cut:
+        await caller
+    assert cut.value.code is ErrorCode.CANCELLED and not caller.cancelled()
 
 
 def test_the_blocking_batcher_sends_what_queued_behind_a_call_in_flight() -> None:

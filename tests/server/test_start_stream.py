@@ -23,7 +23,7 @@ from wiggle._client import core, start_stream
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle._server.config import ServerConfig
-from wiggle.errors import ErrorCode, NotFound, WiggleError
+from wiggle.errors import ErrorCode, NotFound, Unavailable, WiggleError
 from wiggle.testing import EmbeddedServer
 
 
@@ -208,9 +208,9 @@ async def test_a_start_past_its_deadline_fails_and_the_next_one_opens_a_new_stre
             async def start(n: int) -> str:
                 return (await aclient.start(FLOW, {"n": n})).instance_id
 
-        with pytest.raises(WiggleError, match=r"no answer within 0\.5 s") as err:
-            await start(1)
-        assert err.value.code is ErrorCode.DEADLINE_EXCEEDED
+        with pytest.raises(Unavailable, match=r"no answer within 0\.5 s") as err:
+            await start(1)  # a lost answer is a server away: it may or may not have started
+        assert err.value.code is ErrorCode.UNAVAILABLE
         await eventually(
             lambda: server.server.metrics.client_sessions_open == 0, timeout=30, what="the late stream ended"
         )
@@ -320,3 +320,29 @@ async def test_a_write_that_fails_otherwise_fails_the_start_with_its_status() ->
 def _with_write(call: _RacedCall, write: Callable[[Any], Any]) -> _RacedCall:
     call.write = write  # type: ignore[method-assign]
     return call
+
+
+class _StuckCall(_RacedCall):
+    """A ClientSession call whose write never completes (a channel bound to an event loop that no
+    longer runs: the trial's AsyncClient made at import, tests/server/test_client_event_loops.py)."""
+
+    async def write(self, message: Any) -> None:
+        await asyncio.sleep(3600)
+
+    def done(self) -> bool:
+        return False
+
+
+async def test_a_write_that_never_completes_fails_the_start_within_its_deadline() -> None:
+    stub = _RacedStub(grpc.StatusCode.INTERNAL, delay=0)
+    calls: list[_StuckCall] = []
+
+    def session() -> _StuckCall:
+        calls.append(_StuckCall(grpc.StatusCode.INTERNAL, 0))
+        return calls[-1]
+
+    stub.ClientSession = session  # type: ignore[method-assign,assignment]
+    stream = start_stream.AsyncStartStream(stub)
+    with pytest.raises(Unavailable, match=r"no answer within 0\.3 s"):
+        await asyncio.wait_for(stream.call(pb.StartInstancesRequest(), timeout=0.3), 10)
+    assert calls[0].cancelled  # dropped: the next start opens another

@@ -192,9 +192,15 @@ class AsyncStartBatcher:
             else:
                 request = pb.StartInstancesRequest(starts=[w.request for w in batch])
                 answers = outcomes(await self._send_many(request), len(batch))
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # this sender task itself (its loop closing): not its callers
+            cut = error_for(
+                ErrorCode.CANCELLED,
+                "the start was cut off: the task that sends this client's starts was cancelled (is its "
+                "event loop closing?); it may or may not have been applied (a start with a request_id is "
+                "safe to repeat)",
+            )
             for waiting in batch:
-                waiting.answer(asyncio.CancelledError())
+                waiting.answer(cut)
             raise
         except Exception as exc:
             if len(batch) > 1 and old_server(exc):

@@ -22,7 +22,7 @@ from .._limits import MAX_DURATION_MILLIS
 from .._model import NodeKind, WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from .._status import InstanceStatus
-from ..errors import InvalidArgument, Unavailable, WorkflowFailed
+from ..errors import ClientClosed, InvalidArgument, Unavailable, WorkflowFailed
 from ..workflow import Blueprint, Workflow
 from .tls_trouble import tls_trouble
 from .types import InstanceInfo
@@ -30,7 +30,10 @@ from .types import InstanceInfo
 __all__ = [
     "instance_id_of",
     "seconds_of",
+    "wait_seconds",
     "never_reached",
+    "no_answer",
+    "client_closed",
     "where_it_waits",
     "DEFAULT_TARGET",
     "CHANNEL_OPTIONS",
@@ -218,6 +221,18 @@ def seconds_of(value: object, what: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     raise InvalidArgument(f"{what} must be a timedelta (or seconds), got {value!r}")
+
+
+def wait_seconds(value: object) -> float:
+    """A wait's ``timeout`` (``wait``, ``result``) in seconds; InvalidArgument for a negative one
+    (or NaN), which ``wait`` took for "no time at all" and answered with a snapshot, saying
+    nothing (an outside trial: ``wait(timeout=-1)``)."""
+    seconds = seconds_of(value, "timeout")
+    if not seconds >= 0:
+        raise InvalidArgument(
+            f"timeout must be >= 0 seconds (0: the instance as it is now, without waiting), got {value!r}"
+        )
+    return seconds
 
 
 def instance_id_of(instance: object, what: str = "instance_id") -> str:
@@ -469,12 +484,20 @@ def retry_request(
 
 
 class WaitClock:
-    """Slices a client-side wait into server-side waits of at most MAX_WAIT_SLICE seconds."""
+    """Slices a client-side wait into server-side waits of at most MAX_WAIT_SLICE seconds.
 
-    def __init__(self, timeout: float) -> None:
+    ``from_first_failure``: the time counts from the first ``again_in`` (the first time the
+    server was found away), not from now. A client's ``patience`` is such a clock: a call whose
+    first try got no answer within its 30 s deadline is still asked again for ``patience``
+    seconds, where a clock started with the call would have been spent by then
+    (docs/failover.md#what-a-client-does-while-the-server-is-away)."""
+
+    def __init__(self, timeout: float, *, from_first_failure: bool = False) -> None:
+        self.timeout = timeout
         self.deadline = time.monotonic() + timeout
         self.remaining = timeout
         self._delay = 0.1  # before asking again after an UNAVAILABLE (``again_in``)
+        self._from_first_failure = from_first_failure
 
     def request(self, instance_id: str) -> tuple[pb.GetInstanceRequest, float]:
         """The next GetInstance wait and the call timeout that covers it."""
@@ -495,6 +518,9 @@ class WaitClock:
     def again_in(self) -> float | None:
         """The server was away (UNAVAILABLE: stopping, restarting, unreachable): seconds to pause
         before asking again (0.1 doubling to 2), or None when the wait's time is up."""
+        if self._from_first_failure:
+            self._from_first_failure = False
+            self.deadline = time.monotonic() + self.timeout
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             return None
@@ -550,6 +576,36 @@ def never_reached(exc: Unavailable, target: str) -> Unavailable:
     if trouble:
         return Unavailable(f"{exc} ({trouble}; at {target})")
     return Unavailable(f"{exc} (is a `wiggle server` running at {target}? none has answered there yet)")
+
+
+def no_answer(timeout: float, what: str = "the call", safe: str = "") -> Unavailable:
+    """Unavailable for a call that got no answer within its ``timeout`` (DEADLINE_EXCEEDED: a
+    server or a network that is frozen, slow or away). It is the same situation as a server
+    that answers UNAVAILABLE, and is handled so: a call safe to repeat is asked again while the
+    client's patience lasts (aio.py ``_again_while_away``); one that is not fails at once, and may
+    or may not have happened. Before, a lost answer was a bare WiggleError with the code
+    DEADLINE_EXCEEDED, and a start with a request_id was not asked again (a network-fault trial).
+    ``safe``: how a repeat is made safe, for the call at hand."""
+    return Unavailable(
+        f"{what} got no answer within {timeout:g} s (the server, or the network to it, is slow or away); "
+        f"if it changes something, it may or may not have been applied{safe}"
+    )
+
+
+#: ClientClosed's two messages (wiggle/_client/link.py, wiggle/_client/start_stream.py)
+_AFTER_CLOSE = "the client is closed (close() was called on it): this call was not sent (make a new client)"
+_CUT = (
+    "the call was cut off by close() of its client: it may or may not have been applied "
+    "(a start with a request_id, or a signal with a signal_id, is safe to repeat on a new client; "
+    "a get shows where an instance is)"
+)
+
+
+def client_closed(cut: bool) -> ClientClosed:
+    """ClientClosed for a call that was not sent, being made after ``close()`` (or queued behind
+    another start when it came), or, ``cut``, for one that ``close()`` cut off in flight (it may
+    or may not have been applied)."""
+    return ClientClosed(_CUT if cut else _AFTER_CLOSE)
 
 
 def check_result(info: InstanceInfo, timeout: float) -> InstanceInfo:

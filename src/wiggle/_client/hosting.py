@@ -21,22 +21,18 @@ import ipaddress
 import threading
 from typing import NamedTuple
 
-import grpc
-
 __all__ = ["refuse_on_servers_loop", "server_on_this_loop", "hosted", "Hosted"]
 
 
-def refuse_on_servers_loop(channel: object, target: str) -> None:
+def refuse_on_servers_loop(target: str) -> None:
     """RuntimeError, before a blocking call to ``target`` is made, if a wiggle server answering
     there runs on the event loop running on this thread (``server_on_this_loop``): the call would
     hold the loop still and wait for an answer only that loop can give.
 
-    An ``AsyncClient``'s call (``channel`` is a ``grpc.aio.Channel``) hands the loop back while it
-    waits, and is let through without a look: the check is the blocking ``Client``'s, whose
-    calls scripts/gen_sync_client.py makes from the same lines of wiggle/_client/aio.py.
+    The blocking ``Client``'s check, made before each of its calls (``Link.check`` in
+    wiggle/_client/link.py); an ``AsyncClient``'s call hands the loop back while it waits, and its
+    ``AsyncLink`` makes no such check.
     """
-    if isinstance(channel, grpc.aio.Channel):
-        return
     server = server_on_this_loop(target)
     if server is None:
         return

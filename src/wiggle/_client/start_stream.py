@@ -14,9 +14,16 @@ names another request) ends the stream, to be opened again by the next start.
   stream. Any other end fails the start with the stream's status, as the unary call would have
   (a start without a request id that failed with UNAVAILABLE may or may not have happened;
   docs/semantics.md#idempotent-starts).
-- Each call has a deadline (``CALL_TIMEOUT``, as a unary call): past it the stream is cancelled
-  and the start fails with DEADLINE_EXCEEDED. The blocking client's reader is the calling thread
-  itself, so a watchdog thread cancels a stream whose reply is late (``_Watchdog``).
+- Each call has a deadline (``CALL_TIMEOUT``, as a unary call) over everything it waits for: its
+  turn on the stream, the write and the reply. Past it the stream is cancelled and the start
+  fails with Unavailable, as a unary call that got no answer does (``core.no_answer``): a start
+  with a request id is asked again while the client's patience lasts, one without may or may not
+  have happened. (The write had no deadline: an AsyncClient whose channel was bound to another
+  event loop waited in it for ever, an outside trial.) The blocking client's reader is the
+  calling thread itself, so a watchdog thread cancels a stream whose reply is late
+  (``_Watchdog``).
+- A stream that ``close()`` ended fails the start it cut off with ClientClosed, and refuses the
+  later ones so (wiggle/_client/link.py).
 
 ``AsyncStartStream`` serves an ``AsyncClient``; ``StartStream`` (the same shape, blocking) a
 ``Client`` (scripts/gen_sync_client.py maps one name to the other).
@@ -36,8 +43,9 @@ import grpc
 from .._rpc import wiggle_pb2 as pb
 from .._wire.status import error_for, error_from_rpc, from_wire_number
 from ..errors import ErrorCode, WiggleError
+from . import core
 
-__all__ = ["AsyncStartStream", "StartStream"]
+__all__ = ["AsyncStartStream", "StartStream", "cancelled_by_its_caller"]
 
 REFUSAL_WAIT = 0.1  # seconds a failed write waits for the call's own status (AsyncStartStream._unsent)
 
@@ -64,7 +72,20 @@ def _answer(frame: pb.ClientReplyBatch, rid: int) -> pb.StartInstancesResponse:
 
 
 def _timed_out(timeout: float) -> WiggleError:
-    return error_for(ErrorCode.DEADLINE_EXCEEDED, f"StartInstances got no answer within {timeout:g} s")
+    return core.no_answer(
+        timeout,
+        "the start (StartInstances)",
+        " (a start with a request_id is safe to repeat: docs/semantics.md)",
+    )
+
+
+def cancelled_by_its_caller() -> bool:
+    """Whether the running task is being cancelled itself, so that a CancelledError it meets is
+    its own to pass on, not that of a gRPC call that ``close()`` cancelled under it (asyncio raises
+    the same exception for both). Python 3.10 has no ``Task.cancelling``: there, a CancelledError
+    met after ``close()`` is taken for the close's."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is not None and bool(cancelling())
 
 
 def _ended() -> WiggleError:
@@ -80,6 +101,7 @@ class _Stream:
         self._call: Any = None  # the open call (its reply iterator, for the blocking flavour)
         self._next_id = 0
         self.usable = True  # False once the server answered that it does not know the stream
+        self.closed = False  # the client closed it: a start meeting it is ClientClosed
 
     def _drop(self, call: Any) -> None:
         raise NotImplementedError
@@ -92,6 +114,8 @@ class _Stream:
         """The stream failed with ``exc``: dropped; None if the server does not know the stream
         (the client goes back to unary calls), else the error the start fails with."""
         self._drop(call)
+        if self.closed:  # the client's close() cancelled it
+            return core.client_closed(cut=True)
         if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
             self.usable = False
             return None
@@ -116,9 +140,19 @@ class AsyncStartStream(_Stream):
     async def call(
         self, request: pb.StartInstancesRequest, timeout: float
     ) -> pb.StartInstancesResponse | None:
-        """``request``'s answer over the stream; None if the server has no ClientSession."""
+        """``request``'s answer over the stream; None if the server has no ClientSession. All it
+        waits for (its turn, the write, the reply) is within ``timeout`` seconds: past it,
+        Unavailable (the module docstring)."""
+        try:
+            return await asyncio.wait_for(self._exchange(request), timeout)
+        except asyncio.TimeoutError:  # _exchange dropped the call as it was cancelled
+            raise _timed_out(timeout) from None
+
+    async def _exchange(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse | None:
         async with self._lock:
             for _ in range(2):  # a second time only if the stream had ended cleanly, unread
+                if self.closed:
+                    raise core.client_closed(cut=False)
                 if not self.usable:
                     return None
                 call = self._call
@@ -135,30 +169,34 @@ class AsyncStartStream(_Stream):
                 except asyncio.InvalidStateError:  # it had ended with OK: the message was not sent
                     self._drop(call)
                     continue
-                except BaseException:
+                except BaseException as exc:  # cancelled: by the caller, the deadline or close()
                     self._drop(call)
-                    raise
+                    raise self._cut(exc) from None
                 try:
-                    frame = await asyncio.wait_for(call.read(), timeout)
+                    frame = await call.read()
                 except asyncio.InvalidStateError:  # it had ended with OK: the message was not sent
                     self._drop(call)
                     continue
-                except asyncio.TimeoutError:
-                    self._drop(call)
-                    raise _timed_out(timeout) from None
                 except grpc.RpcError as exc:
                     error = self._refused(call, exc)
                     if error is None:
                         return None
                     raise error from None
-                except BaseException:  # the caller was cancelled: the reply would come to the next
+                except BaseException as exc:  # cancelled: the reply would come to the next request
                     self._drop(call)
-                    raise
+                    raise self._cut(exc) from None
                 if frame is grpc.aio.EOF:  # ended cleanly before reading it: send it again
                     self._drop(call)
                     continue
                 return self._settle(call, frame, rid)
             raise _ended()
+
+    def _cut(self, exc: BaseException) -> BaseException:
+        """ClientClosed for a CancelledError that close() caused (the call was cancelled under a
+        task nobody cancelled); ``exc`` itself otherwise."""
+        if self.closed and isinstance(exc, asyncio.CancelledError) and not cancelled_by_its_caller():
+            return core.client_closed(cut=True)
+        return exc
 
     async def _unsent(self, call: Any, exc: grpc.RpcError) -> WiggleError | None:
         """The write of a start failed, so the start never reached the server: None if it is to go
@@ -170,13 +208,16 @@ class AsyncStartStream(_Stream):
         call's own status, UNIMPLEMENTED, a moment later: it is waited for (``REFUSAL_WAIT``) so
         that the client gives the stream up once rather than on every start."""
         code = exc.code()
-        if code == grpc.StatusCode.INTERNAL:
-            waited = 0.0
-            while code == grpc.StatusCode.INTERNAL and waited < REFUSAL_WAIT:
-                await asyncio.sleep(0.005)
-                waited += 0.005
-                code = await call.code()
-        self._drop(call)
+        try:
+            if code == grpc.StatusCode.INTERNAL:
+                try:
+                    code = await asyncio.wait_for(self._settled(call), REFUSAL_WAIT)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self._drop(call)
+        if self.closed:  # close() ended the stream under the write
+            return core.client_closed(cut=True)
         if code == grpc.StatusCode.UNIMPLEMENTED:
             self.usable = False
             return None
@@ -184,13 +225,24 @@ class AsyncStartStream(_Stream):
             return None  # the stream broke under the write: this one start goes as a unary call
         return error_from_rpc(exc)
 
+    @staticmethod
+    async def _settled(call: Any) -> grpc.StatusCode:
+        """The call's status once it is other than INTERNAL (``_unsent``; its caller bounds it)."""
+        code = grpc.StatusCode.INTERNAL
+        while code == grpc.StatusCode.INTERNAL:
+            await asyncio.sleep(0.005)
+            code = await call.code()
+        return code
+
     def _drop(self, call: Any) -> None:
         call.cancel()
         if self._call is call:
             self._call = None
 
     async def close(self) -> None:
-        """End the stream (the client is closing)."""
+        """End the stream (the client is closing): the start in flight is ClientClosed, as are
+        any later ones."""
+        self.closed = True
         call, self._call = self._call, None
         if call is not None:
             call.cancel()
@@ -273,13 +325,20 @@ class StartStream(_Stream):
         """``request``'s answer over the stream; None if the server has no ClientSession."""
         with self._lock:
             for _ in range(2):  # a second time only if the stream had ended cleanly, unread
+                if self.closed:
+                    raise core.client_closed(cut=False)
                 if not self.usable:
                     return None
                 call = self._call
                 if call is None or call.done():
                     self._drop(call)
                     self._outgoing = queue.SimpleQueue()
-                    call = self._call = self._stub.ClientSession(_requests(self._outgoing))
+                    try:
+                        call = self._call = self._stub.ClientSession(_requests(self._outgoing))
+                    except ValueError:  # "Channel closed!": another thread closed the client just now
+                        if self.closed:
+                            raise core.client_closed(cut=False) from None
+                        raise
                 rid = self._request_id()
                 watchdog = self._watchdog
                 watchdog.arm(call, timeout)
@@ -316,6 +375,8 @@ class StartStream(_Stream):
             self._call = None
 
     def close(self) -> None:
-        """End the stream and its watchdog (the client is closing)."""
+        """End the stream and its watchdog (the client is closing): the start in flight is
+        ClientClosed, as are any later ones."""
+        self.closed = True
         self._drop(self._call)
         self._watchdog.close()

@@ -17,7 +17,6 @@ from google.protobuf.message import Message
 from .. import _tracing as tracing
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
-from .._rpc import wiggle_pb2_grpc as pb_grpc
 from .._security.credentials import Credentials
 from .._wire.replies import (
     history_from_pb,
@@ -27,12 +26,12 @@ from .._wire.replies import (
     signal_result_from_pb,
     workflow_from_pb,
 )
-from .._wire.status import STOPPING, error_from_rpc
+from .._wire.status import STOPPING
 from ..errors import Unavailable
 from ..workflow import Blueprint
 from . import core
 from .batching import StartBatcher, only_start
-from .hosting import refuse_on_servers_loop
+from .link import Link
 from .start_stream import StartStream
 from .targets import join_targets
 from .types import HistoryEntry, InstanceInfo, QueueInfo, ScheduleInfo, SignalResult, WorkflowInfo
@@ -53,8 +52,12 @@ class Client:
     ``set_queue_limit`` (``wait`` and ``result`` within their own timeout). The others (a start or
     signal without an id, ``complete_user_task``, ``retry``, ``create_schedule``,
     ``delete_schedule``, ``trigger_schedule``) raise Unavailable at once, for they may or may not
-    have happened. A client that has never reached its server asks for 3 s at most (a wrong
-    target). docs/failover.md#what-a-client-does-while-the-server-is-away.
+    have happened. A call that gets no answer within its deadline (30 s) is taken for a server
+    away. A client that has never reached its server asks for 3 s at most (a wrong target).
+    docs/failover.md#what-a-client-does-while-the-server-is-away.
+
+    ``close()`` cuts off the calls in flight and refuses later ones, with ClientClosed
+    (docs/api/clients.md#closing-a-client).
     """
 
     def __init__(
@@ -76,16 +79,17 @@ class Client:
         self.credentials = credentials if credentials is not None else Credentials.from_env()
         secure = self.credentials.channel_credentials() if channel is None else None
         options = core.CHANNEL_OPTIONS + self.credentials.channel_options()
-        if channel is not None:
-            self._channel = channel
-        elif secure is not None:
-            self._channel = grpc.secure_channel(self.target, secure, options=options)
-        else:
-            self._channel = grpc.insecure_channel(self.target, options=options)
-        self.stub = pb_grpc.WiggleControlPlaneStub(self._channel)
+
+        def make_channel() -> grpc.Channel:
+            if secure is not None:
+                return grpc.secure_channel(self.target, secure, options=options)
+            return grpc.insecure_channel(self.target, options=options)
+
+        # the channel, its stub and the start stream, and the rules of their lifetime: close, and
+        # for the client that awaits, the event loop it serves: its first call's (link.py)
+        self._link = Link(self.target, make_channel, channel)
         # concurrent starts of this client share one call (batching.py), sent as messages of one
         # stream (start_stream.py) where the server has it
-        self._stream = StartStream(self.stub)
         self._starts = StartBatcher(self._start_alone, self._start_coalesced)
         # a call has been answered: the target is right, and a server away later is a restart
         # to ride through, not a mistake to report at once (_again_while_away)
@@ -94,12 +98,26 @@ class Client:
     @property
     def channel(self) -> grpc.Channel:
         """The underlying channel (a worker shares it)."""
-        return self._channel
+        return self._link.channel()
+
+    @property
+    def stub(self) -> Any:
+        """The gRPC stub over ``channel`` (the calls of this client use it)."""
+        return self._link.stub()
+
+    @property
+    def _stream(self) -> StartStream:
+        return self._link.stream()
 
     def close(self) -> None:
-        """Close the channel."""
-        self._stream.close()
-        self._channel.close()
+        """Close the client; a second close does nothing.
+
+        A call in flight is cut off and raises ClientClosed: it may or may not have been applied
+        (a start with a ``request_id``, or a signal with a ``signal_id``, is safe to repeat on a
+        new client). A call made afterwards raises ClientClosed at once, and nothing is sent
+        (docs/api/clients.md#closing-a-client).
+        """
+        self._link.close()
 
     def __enter__(self) -> Client:
         return self
@@ -107,24 +125,32 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, rpc: Any, request: Message, timeout: float = core.CALL_TIMEOUT) -> Any:
+    def _call(self, rpc: Any, request: Message, timeout: float | None = None) -> Any:
         # rpc is a stub method (untyped generated code); the caller converts the reply it returns.
-        # The blocking client's call on the loop its own server runs on could never be answered:
-        # refused at once (wiggle/_client/hosting.py; a call that awaits is let through)
-        refuse_on_servers_loop(self._channel, self.target)
+        # Reading ``self.stub`` for it made the link's checks (link.py): the client closed, the
+        # event loop of a client that awaits, a blocking call on the loop of its own server
+        # (hosting.py). The deadline is read at each call, as the start stream's is.
+        if timeout is None:
+            timeout = core.CALL_TIMEOUT
         try:
             reply = rpc(request, timeout=timeout, metadata=tracing.outgoing_metadata())
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
+        except BaseException as exc:  # a gRPC error, one past the deadline, or a cut by close()
+            raise self._link.error_of(exc, timeout) from None
         self._reached = True
         return reply
 
     def _call_again(self, rpc: Any, request: Message) -> Any:
         """``_call`` for a call that is safe to repeat (a read, or a write a second time changes
         nothing more): asked again while the server is away (UNAVAILABLE: stopping, restarting,
-        failing over), for up to ``core.CALL_TIMEOUT`` seconds (``_again_while_away``)."""
-        clock = core.WaitClock(self.patience)
+        failing over; or no answer within the deadline), for up to ``patience`` seconds from the
+        first failure (``_again_while_away``)."""
+        clock = core.WaitClock(self.patience, from_first_failure=True)
         return self._again_while_away(lambda: self._call(rpc, request), clock)
+
+    def _call_once(self, rpc: Any, request: Message) -> Any:
+        """``_call`` for a call that is not safe to repeat: Unavailable at once, saying where it
+        looked when the client has never reached its server, as every call's does."""
+        return self._again_while_away(lambda: self._call(rpc, request), None)
 
     def register(self, workflow: Blueprint[Any] | WorkflowDefinition) -> WorkflowInfo:
         """Register a workflow version (a no-op if this exact graph is registered already)."""
@@ -180,24 +206,21 @@ class Client:
         once (docs/performance.md#starts-that-batch-themselves).
 
         A start with a ``request_id`` is asked again while the server is away (UNAVAILABLE:
-        stopping, restarting) for up to ``patience`` seconds (30), since repeating it cannot start
-        a second instance; one without fails with Unavailable at once, for it may or may not have
-        happened. A client that has never reached its server asks for 3 s at most (a wrong
-        target).
+        stopping, restarting; or no answer within 30 s) for up to ``patience`` seconds (30), since
+        repeating it cannot start a second instance; one without fails with Unavailable at once,
+        for it may or may not have happened. A client that has never reached its server asks for
+        3 s at most (a wrong target).
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
-        refuse_on_servers_loop(self._channel, self.target)  # as _call: a start may go on the stream
+        self._link.check()  # as reading self.stub does for _call: a start may go on the stream
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
             if tracing.active():  # the call carries this start's own trace context: sent alone
                 send = self._start_one
             else:
                 send = self._starts.start
-            if request_id:
-                clock = core.WaitClock(self.patience)
-                reply = self._again_while_away(lambda: send(request), clock)
-            else:
-                reply = send(request)
+            clock = core.WaitClock(self.patience, from_first_failure=True) if request_id else None
+            reply = self._again_while_away(lambda: send(request), clock)
             self._reached = True  # the unary calls mark it in _call; a streamed start here
             return instance_from_pb(reply)
 
@@ -261,18 +284,19 @@ class Client:
     def _start_chunk(self, request: pb.StartInstancesRequest) -> pb.StartInstancesResponse:
         # a chunk of start_many: asked again while the server is away when its starts have request
         # ids (repeating them starts nothing twice), as a lone start is
-        clock = core.WaitClock(self.patience) if request.request_id else None
+        clock = core.WaitClock(self.patience, from_first_failure=True) if request.request_id else None
         reply: pb.StartInstancesResponse = self._again_while_away(
             lambda: self._call(self.stub.StartInstances, request), clock
         )
         return reply
 
     def _again_while_away(self, send: Callable[[], Any], clock: core.WaitClock | None) -> Any:
-        """``send()``'s answer; after Unavailable (the server stopping, restarting, unreachable)
-        asked again, with ``clock``'s pauses, until its time is up (None, or a client with no
-        ``patience``: not asked again). A
+        """``send()``'s answer; after Unavailable (the server stopping, restarting, unreachable,
+        or no answer within the deadline: ``core.no_answer``) asked again, with ``clock``'s
+        pauses, until its time is up (None, or a client with no ``patience``: not asked again). A
         client that has never reached its server asks for ``core.FIRST_CONTACT`` seconds at most:
-        a wrong target is a mistake to report, not a restart to wait out."""
+        a wrong target is a mistake to report, not a restart to wait out; its Unavailable says
+        where it looked, for every call (``core.never_reached``)."""
         unreached: core.WaitClock | None = None
         while True:
             try:
@@ -305,9 +329,10 @@ class Client:
         A server that is away (stopping, restarting: UNAVAILABLE) is asked again, with pauses, until
         ``timeout``; Unavailable is raised only if it is still away then, or after 3 s by a client
         that has never reached its server (a wrong target), or at once by a client made with
-        ``patience=0`` (an argument of the client, not of ``wait``)."""
+        ``patience=0`` (an argument of the client, not of ``wait``). A negative ``timeout`` is
+        InvalidArgument."""
         iid = core.instance_id_of(instance_id)
-        clock = core.WaitClock(core.seconds_of(timeout, "timeout"))
+        clock = core.WaitClock(core.wait_seconds(timeout))
         while True:
             reply = self._again_while_away(
                 lambda: self._call(self.stub.GetInstance, *clock.request(iid)), clock
@@ -322,8 +347,9 @@ class Client:
         timeout: timedelta | float = 60.0,
     ) -> InstanceInfo:
         """Wait for completion (``timeout``: a timedelta or seconds); raise WorkflowFailed if it
-        FAILED or was CANCELLED, TimeoutError if still running."""
-        seconds = core.seconds_of(timeout, "timeout")
+        FAILED or was CANCELLED, TimeoutError if still running (a negative ``timeout`` is
+        InvalidArgument)."""
+        seconds = core.wait_seconds(timeout)
         return core.check_result(self.wait(instance_id, seconds), seconds)
 
     def list(
@@ -392,7 +418,7 @@ class Client:
     ) -> InstanceInfo:
         """Complete the user task ``name``; ``data`` (a dict) merges into the context."""
         request = core.complete_user_task_request(instance_id, name, data)
-        return instance_from_pb(self._call(self.stub.CompleteUserTask, request))
+        return instance_from_pb(self._call_once(self.stub.CompleteUserTask, request))
 
     def signal(
         self,
@@ -414,7 +440,7 @@ class Client:
         request = core.signal_request(instance_id, name, data, signal_id, sender)
         if signal_id:  # a second send of the id changes nothing: asked again while the server is away
             return signal_result_from_pb(self._call_again(self.stub.SignalInstance, request))
-        return signal_result_from_pb(self._call(self.stub.SignalInstance, request))
+        return signal_result_from_pb(self._call_once(self.stub.SignalInstance, request))
 
     def retry(
         self,
@@ -432,7 +458,7 @@ class Client:
         Any other status is FailedPrecondition, and nothing changes.
         """
         request = core.retry_request(instance_id, from_node, context, requested_by)
-        return instance_from_pb(self._call(self.stub.RetryInstance, request))
+        return instance_from_pb(self._call_once(self.stub.RetryInstance, request))
 
     def history(self, instance_id: str | InstanceInfo) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""
@@ -479,7 +505,7 @@ class Client:
             paused,
             priority,
         )
-        return schedule_from_pb(self._call(self.stub.CreateSchedule, request))
+        return schedule_from_pb(self._call_once(self.stub.CreateSchedule, request))
 
     def update_schedule(
         self,
@@ -535,12 +561,12 @@ class Client:
 
     def delete_schedule(self, schedule_id: str) -> None:
         """Delete a schedule (the instances it started stay)."""
-        self._call(self.stub.DeleteSchedule, pb.ScheduleRequest(schedule_id=schedule_id))
+        self._call_once(self.stub.DeleteSchedule, pb.ScheduleRequest(schedule_id=schedule_id))
 
     def trigger_schedule(self, schedule_id: str) -> InstanceInfo:
         """Start one instance of a schedule now (whatever its overlap policy, even paused)."""
         request = pb.ScheduleRequest(schedule_id=schedule_id)
-        return instance_from_pb(self._call(self.stub.TriggerSchedule, request))
+        return instance_from_pb(self._call_once(self.stub.TriggerSchedule, request))
 
     def queues(self) -> builtins.list[QueueInfo]:
         """Every queue with ready or leased steps, and the workers polling it (the answering node)."""

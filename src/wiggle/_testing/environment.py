@@ -254,10 +254,11 @@ class WorkflowEnvironment:
         await self.server.start()
         self._started = True
         try:
-            # Made here, on the environment's loop, even with no workflow to register: grpc.aio
-            # binds a channel to the loop it is made on, and AsyncView.client (sync.py) reaches
-            # this client from other threads, whose first touch would bind it to their loop.
-            self.client  # noqa: B018
+            # Bound here to the environment's loop, even with no workflow to register: an
+            # AsyncClient serves the loop its channel is made on, on its first use
+            # (wiggle/_client/link.py), and AsyncView.client (sync.py) reaches this client from
+            # other threads, whose first touch would bind it to their loop.
+            self.client.channel  # noqa: B018
             for bp in self.workflows:
                 await self.client.register(bp)
             if self._needs_workers():

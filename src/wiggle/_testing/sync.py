@@ -539,13 +539,14 @@ class AsyncView:
 class _EnvironmentClient(AsyncClient):
     """``wiggle_env.aio.client``: the environment's AsyncClient, awaitable from any event loop.
 
-    grpc.aio binds a channel to the loop it was made on, and the environment's client lives on the
-    environment's loop (this module's thread): awaited from a test's loop, its calls fail with
-    "attached to a different loop". Here each coroutine method of AsyncClient runs there instead
-    and is awaited from the caller's loop, as AsyncView's helpers are; plain attributes
-    (``target``, ``patience``, ``credentials``) are the client's. Its ``channel`` and ``stub`` are
-    refused: they work on the environment's loop only (so a ``Worker``, which shares its client's
-    channel, refuses it too: wiggle/_worker/worker.py). The environment makes the client when it
+    An AsyncClient serves the event loop of its first call (grpc.aio binds its channel there:
+    wiggle/_client/link.py), and the environment's client serves the environment's loop (this
+    module's thread): awaited from a test's loop, its calls fail with WrongEventLoop. Here each
+    coroutine method of AsyncClient runs there instead and is awaited from the caller's loop, as
+    AsyncView's helpers are; plain attributes (``target``, ``patience``, ``credentials``) are the
+    client's. Its ``channel`` and ``stub`` are refused: they work on the environment's loop only
+    (so a ``Worker``, which shares its client's channel, refuses it too: wiggle/_worker/worker.py).
+    The environment makes the client when it
     starts and closes it when it stops, so ``close`` and ``async with`` leave it open.
 
     It is an AsyncClient (``isinstance`` holds, code typed for one takes it), made without one's
@@ -569,6 +570,11 @@ class _EnvironmentClient(AsyncClient):
     def channel(self) -> grpc.aio.Channel:
         """Refused: the environment's channel works on its own loop only."""
         raise _refused("channel")
+
+    @property
+    def stub(self) -> Any:
+        """Refused, as ``channel``."""
+        raise _refused("stub")
 
     async def close(self) -> None:
         """Nothing: the environment closes its client when it stops."""
