@@ -12,31 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from held_starts import hold_starts
 
 from wiggle import AsyncClient, Client, ClientClosed, WiggleError, Workflow
-from wiggle import _tracing as wiggle_tracing
 from wiggle.errors import ErrorCode
 from wiggle.testing import EmbeddedServer
 
 FLOW = Workflow.define("closing").wait_signal("go").build()  # stays RUNNING: something to wait for
 
 
-@pytest.fixture(autouse=True)
-def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Starts go on the stream and through the batcher, as without a TracerProvider."""
-    monkeypatch.setattr(wiggle_tracing, "active", lambda: False)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[EmbeddedServer]:
-    async with EmbeddedServer() as server:
-        await server.client.register(FLOW)
-        yield server
+pytestmark = pytest.mark.usefixtures("no_tracing")
 
 
 def cut_off(error: object) -> bool:

@@ -3,7 +3,6 @@ the argument and the limit, on both clients, before any call: never protobuf's b
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -23,13 +22,6 @@ def _step(ctx: dict) -> dict:
 
 
 FLOW = Workflow.define("client-durations").step(_step).build()
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[EmbeddedServer]:
-    async with EmbeddedServer() as server:
-        await server.client.register(FLOW)
-        yield server
 
 
 @pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])

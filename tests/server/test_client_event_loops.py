@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
@@ -29,13 +29,6 @@ def done(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 FLOW = Workflow.define("event-loops").step(done).build()
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[EmbeddedServer]:
-    async with EmbeddedServer() as server:
-        await server.client.register(FLOW)
-        yield server
 
 
 def in_a_thread(work: Callable[[], T]) -> T:

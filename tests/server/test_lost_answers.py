@@ -19,7 +19,6 @@ from both_clients import EitherClient
 from held_starts import hold_starts
 
 from wiggle import Unavailable, Workflow
-from wiggle import _tracing as wiggle_tracing
 from wiggle._client import core
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle.testing import EmbeddedServer
@@ -27,10 +26,7 @@ from wiggle.testing import EmbeddedServer
 FLOW = Workflow.define("lost-answers").wait_signal("go").build()
 
 
-@pytest.fixture(autouse=True)
-def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Starts go on the stream and through the batcher, as without a TracerProvider."""
-    monkeypatch.setattr(wiggle_tracing, "active", lambda: False)
+pytestmark = pytest.mark.usefixtures("no_tracing")
 
 
 @pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])

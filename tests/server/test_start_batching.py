@@ -19,7 +19,6 @@ from held_starts import hold_starts
 from pg import STORES, TEST_DATABASE_URL, async_temp_schema
 
 from wiggle import AsyncClient, Client, Workflow
-from wiggle import _tracing as wiggle_tracing
 from wiggle._client import batching
 from wiggle._client.batching import AsyncStartBatcher, StartBatcher
 from wiggle._rpc import wiggle_pb2 as pb
@@ -49,12 +48,7 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[EmbeddedServer
         yield server
 
 
-@pytest.fixture(autouse=True)
-def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A start under an active trace goes alone (src/wiggle/_client/sync.py): an earlier test of
-    this process that installed a TracerProvider (tests/integration/test_tracing.py) would turn
-    coalescing off here, so these tests run as a process without one does."""
-    monkeypatch.setattr(wiggle_tracing, "active", lambda: False)
+pytestmark = pytest.mark.usefixtures("no_tracing")
 
 
 def calls(server: EmbeddedServer) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -18,7 +18,6 @@ from held_starts import hold_starts
 from ports import free_port
 
 from wiggle import AsyncClient, Client, Workflow
-from wiggle import _tracing as wiggle_tracing
 from wiggle._client import core, start_stream
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
@@ -34,18 +33,7 @@ def double(ctx: dict[str, Any]) -> dict[str, Any]:
 FLOW = Workflow.define("streamed").step(double).build()
 
 
-@pytest.fixture(autouse=True)
-def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A start under an active trace is a unary call of its own (it carries the trace context):
-    these tests run as a process without a TracerProvider does."""
-    monkeypatch.setattr(wiggle_tracing, "active", lambda: False)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[EmbeddedServer]:
-    async with EmbeddedServer() as server:
-        await server.client.register(FLOW)
-        yield server
+pytestmark = pytest.mark.usefixtures("no_tracing")
 
 
 def starts_seen(server: EmbeddedServer) -> tuple[int, int]:
