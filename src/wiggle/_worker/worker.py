@@ -68,17 +68,7 @@ class Worker:
         # channel moves to another server when its own is down (wiggle/_client/targets.py)
         self._target = client_or_target
         self._credentials = credentials  # None: WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
-        self._client: AsyncClient | None = None
-        if isinstance(client_or_target, AsyncClient):
-            # the worker's calls go on its client's channel, which the test kit's
-            # wiggle_env.aio.client does not lend (wiggle/_testing/sync.py); the channel itself
-            # is not read here: an AsyncClient makes it on its first call, in that call's loop
-            if getattr(client_or_target, "lends_no_channel", False):
-                raise TypeError(
-                    "a Worker shares its client's channel, and wiggle_env.aio.client lends none (its "
-                    "channel works on the environment's loop only): await wiggle_env.aio.start_worker([...])"
-                )
-            self._client = client_or_target
+        self._client = _shared_client(client_or_target)
         self._own_client = self._client is None
         self.blueprints = list(blueprints)
         if not self.blueprints:
@@ -480,3 +470,19 @@ class Worker:
         return run_server_step(
             self._caller, self._reporter, self._heartbeats, loaded, act, next_queues, self._hands_back_cuts
         )
+
+
+def _shared_client(client_or_target: AsyncClient | str | Sequence[str]) -> AsyncClient | None:
+    """The client whose channel a worker given ``client_or_target`` shares (None: it makes its own).
+
+    The test kit's ``wiggle_env.aio.client`` lends none (wiggle/_testing/sync.py): refused. The
+    channel itself is not read here: an AsyncClient makes it on its first call, in that call's
+    loop, and a worker is often made before its loop runs."""
+    if not isinstance(client_or_target, AsyncClient):
+        return None
+    if getattr(client_or_target, "lends_no_channel", False):
+        raise TypeError(
+            "a Worker shares its client's channel, and wiggle_env.aio.client lends none (its "
+            "channel works on the environment's loop only): await wiggle_env.aio.start_worker([...])"
+        )
+    return client_or_target
