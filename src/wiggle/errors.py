@@ -82,9 +82,19 @@ class FailedPrecondition(WiggleError):
 
 
 class Unavailable(WiggleError):
-    """The server or its database cannot serve now; retry with backoff."""
+    """The server or its database cannot serve now; retry with backoff.
+
+    ``not_applied``: the server says nothing of the call was applied (its database was away
+    before the call changed anything), so any call, even one that is not safe to repeat, may be
+    made again, on this server or another (docs/failover.md#a-server-without-its-database).
+    False when that is not known: the call may or may not have happened.
+    """
 
     code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, message: str, *, not_applied: bool = False) -> None:
+        super().__init__(message)
+        self.not_applied = not_applied
 
 
 class ResourceExhausted(WiggleError):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import msgspec
 import pytest
 
-from wiggle import ExecutionMode, Workflow
-from wiggle._client.targets import join_targets
+from wiggle import AsyncClient, ExecutionMode, Workflow
+from wiggle._client.targets import balancing, join_targets
+from wiggle.errors import NotFound
 from wiggle.testing import EmbeddedServer
 from wiggle.worker import Worker, WorkerOptions
 
@@ -39,12 +42,17 @@ def test_join_targets() -> None:
 
 @pytest.mark.parametrize("transport", ["stream", "unary"])
 async def test_worker_moves_to_the_next_server_when_its_own_stops(transport: str) -> None:
+    """Each server here has its own in-memory store, so the worker keeps to the first while it is
+    up (pick_first: its reports go where its polls went), then moves to the second."""
     first = await EmbeddedServer().start()
     second = await EmbeddedServer().start()
     stopped = False
     try:
+        await first.client.register(BP)
         await second.client.register(BP)
-        options = WorkerOptions(concurrency=2, poll_wait_seconds=0.5, transport=transport)
+        options = WorkerOptions(
+            concurrency=2, poll_wait_seconds=0.5, transport=transport, balance="pick_first"
+        )
         async with Worker([first.target, second.target], [BP], options):
             started = await first.client.start(BP, Ctx())
             assert (await first.client.result(started.instance_id, timeout=30)).context == {"n": 1}
@@ -57,3 +65,48 @@ async def test_worker_moves_to_the_next_server_when_its_own_stops(transport: str
         if not stopped:
             await first.stop()
         await second.stop()
+
+
+def test_several_servers_are_served_round_robin() -> None:
+    assert balancing(join_targets(["127.0.0.1:1", "127.0.0.2:2"])) == [
+        ("grpc.service_config", '{"loadBalancingConfig": [{"round_robin": {}}]}')
+    ]
+    assert balancing(join_targets("127.0.0.1:1")) == []  # one server: gRPC's default (pick_first)
+    assert balancing("dns:///svc.internal:7233") == []
+
+
+async def test_calls_spread_over_the_servers_given() -> None:
+    """A client given two servers sends its calls to both in turn (each server here has its own
+    in-memory store, so a call that reached the other one finds no such instance)."""
+    async with EmbeddedServer() as a, EmbeddedServer() as b:
+        for server in (a, b):
+            await server.client.register(BP)
+        on_a = await a.client.start(BP, Ctx())
+        seen: Counter[str] = Counter()
+        async with AsyncClient([a.target, b.target]) as both:
+            for _ in range(20):
+                try:
+                    await both.get(on_a)
+                    seen["a"] += 1
+                except NotFound:
+                    seen["b"] += 1
+        assert seen["a"] >= 5 and seen["b"] >= 5, seen
+
+
+async def test_pick_first_keeps_the_first_server() -> None:
+    """``balance="pick_first"``: the order is a preference, every call goes to the first server
+    (docs/deployment.md#starts-apart-from-steps)."""
+    async with EmbeddedServer() as a, EmbeddedServer() as b:
+        for server in (a, b):
+            await server.client.register(BP)
+        on_a = await a.client.start(BP, Ctx())
+        async with AsyncClient([a.target, b.target], balance="pick_first") as first:
+            for _ in range(10):
+                assert (await first.get(on_a)).instance_id == on_a.instance_id
+
+
+def test_an_unknown_balance_is_refused() -> None:
+    with pytest.raises(ValueError, match="balance must be 'round_robin' or 'pick_first', got 'random'"):
+        AsyncClient(["127.0.0.1:1", "127.0.0.1:2"], balance="random")
+    with pytest.raises(ValueError, match="balance must be"):
+        Worker("127.0.0.1:1", [BP], WorkerOptions(balance="random"))

@@ -217,3 +217,46 @@ async def test_a_report_cut_on_its_way_is_answered_and_its_next_step_handed_back
     await asyncio.wait_for(closing, 5)
     assert [m.advance.task_id for m in call.seen if m.WhichOneof("body") == "advance"] == ["a-next@1"]
     assert [r.instance_status for r in handed_back] == ["RUNNING"]  # answered before the stream closed
+
+
+async def test_a_server_without_its_database_is_left_for_a_new_stream() -> None:
+    """A message answered UNAVAILABLE because the server's database is away ends the stream: the
+    calls waiting on it fail UNAVAILABLE (to be made again), and the next call opens a new stream,
+    which a channel over several servers sends to the next (docs/failover.md). A stopping
+    server's UNAVAILABLE leaves the stream alone: it ends it itself."""
+    away = grpc.StatusCode.UNAVAILABLE.value[0]
+
+    def cut(message: pb.WorkerMessage) -> pb.ServerMessage | None:
+        body = message.WhichOneof("body")
+        rid = message.request_id
+        if body == "fail":
+            text = "database unavailable: no connection within 5 s"
+            return pb.ServerMessage(
+                request_id=rid, error=pb.RpcError(code=away, message=text, not_applied=True)
+            )
+        if body == "advance":
+            text = "the server is stopping; poll again"
+            return pb.ServerMessage(request_id=rid, error=pb.RpcError(code=away, message=text))
+        return answer(message)
+
+    stub = FakeStub(cut)
+    transport = StreamTransport(stub)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(StreamError) as stopping:
+            await transport.advance(pb.AdvanceRunRequest(task_id="t"), 5)
+        assert stopping.value.code() == grpc.StatusCode.UNAVAILABLE
+        await transport.heartbeat(pb.HeartbeatTaskRequest(task_id="t"), 5)
+        assert len(stub.calls) == 1  # the stopping server's answer left the stream open
+        waiting = asyncio.ensure_future(transport.poll(pb.PollTasksRequest(worker_id="w"), 5))
+        await asyncio.sleep(0.01)
+        with pytest.raises(StreamError) as failed:
+            await transport.fail(pb.FailTaskRequest(task_id="t"), 5)
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE and failed.value.not_applied
+        with pytest.raises(StreamError) as ended:
+            await waiting  # the poll waiting on that stream: made again by the poller
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "database unavailable" in ended.value.details()
+        beat = await transport.heartbeat(pb.HeartbeatTaskRequest(task_id="t"), 5)
+        assert len(stub.calls) == 2 and beat.lease_expires_at > 0  # on a new stream
+    finally:
+        await transport.close()

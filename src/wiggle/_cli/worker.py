@@ -50,7 +50,11 @@ ENV_PREFIX = "WIGGLE_WORKER_"
 COMMAND_VARIABLES = (ENV_PREFIX + "PROCESSES", ENV_PREFIX + "BLUEPRINTS", ENV_PREFIX + "PATH")
 
 #: Fields with a closed set of values: argparse choices.
-_CHOICES = {"transport": ("stream", "unary"), "sync_handlers": ("auto", "thread", "inline")}
+_CHOICES = {
+    "transport": ("stream", "unary"),
+    "balance": ("round_robin", "pick_first"),
+    "sync_handlers": ("auto", "thread", "inline"),
+}
 
 
 def _fields() -> list[msgspec.structs.FieldInfo]:

@@ -34,7 +34,7 @@ from . import core
 from .batching import AsyncStartBatcher, only_start
 from .link import AsyncLink
 from .start_stream import AsyncStartStream
-from .targets import join_targets
+from .targets import balancing, join_targets
 from .types import HistoryEntry, InstanceInfo, QueueInfo, ScheduleInfo, SignalResult, WorkflowInfo
 
 __all__ = ["AsyncClient"]
@@ -53,9 +53,15 @@ class AsyncClient:
     ``set_queue_limit`` (``wait`` and ``result`` within their own timeout). The others (a start or
     signal without an id, ``complete_user_task``, ``retry``, ``create_schedule``,
     ``delete_schedule``, ``trigger_schedule``) raise Unavailable at once, for they may or may not
-    have happened. A call that gets no answer within its deadline (30 s) is taken for a server
-    away. A client that has never reached its server asks for 3 s at most (a wrong target).
+    have happened, unless the server said nothing of them was applied (``Unavailable.not_applied``:
+    its database was away). A call that gets no answer within its deadline (30 s) is taken for a
+    server away. A client that has never reached its server asks for 3 s at most (a wrong target).
     docs/failover.md#what-a-client-does-while-the-server-is-away.
+
+    Several servers (a list, or ``"a:7233,b:7233"``) get one call each in turn (``balance=
+    "round_robin"``), a call made again going to the next; ``balance="pick_first"`` sends every
+    call to the first that answers and the next only while it is down
+    (docs/failover.md#a-server-without-its-database).
 
     ``close()`` cuts off the calls in flight and refuses later ones, with ClientClosed
     (docs/api/clients.md#closing-a-client).
@@ -68,6 +74,7 @@ class AsyncClient:
         *,
         credentials: Credentials | None = None,
         patience: timedelta | float = core.CALL_TIMEOUT,
+        balance: str = "round_robin",
     ) -> None:
         seconds = core.seconds_of(patience, "patience")
         if seconds < 0:
@@ -79,7 +86,7 @@ class AsyncClient:
         #: TLS and token settings; by default from WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
         self.credentials = credentials if credentials is not None else Credentials.from_env()
         secure = self.credentials.channel_credentials() if channel is None else None
-        options = core.CHANNEL_OPTIONS + self.credentials.channel_options()
+        options = core.CHANNEL_OPTIONS + balancing(self.target, balance) + self.credentials.channel_options()
 
         def make_channel() -> grpc.aio.Channel:
             if secure is not None:
@@ -209,8 +216,9 @@ class AsyncClient:
         A start with a ``request_id`` is asked again while the server is away (UNAVAILABLE:
         stopping, restarting; or no answer within 30 s) for up to ``patience`` seconds (30), since
         repeating it cannot start a second instance; one without fails with Unavailable at once,
-        for it may or may not have happened. A client that has never reached its server asks for
-        3 s at most (a wrong target).
+        for it may or may not have happened, unless the server said nothing of it was applied
+        (``Unavailable.not_applied``: its database was away), when it is asked again too. A
+        client that has never reached its server asks for 3 s at most (a wrong target).
         """
         options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
         request = core.start_request(workflow, context, version, correlation_id, request_id, options)
@@ -303,12 +311,17 @@ class AsyncClient:
             try:
                 return await send()
             except Unavailable as exc:
-                if not self._reached and str(exc).startswith(STOPPING):
+                if not self._reached and (exc.not_applied or str(exc).startswith(STOPPING)):
                     self._reached = True  # the server itself answered: the target is right
                 if not self._reached:
                     unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
                     if unreached.expired():
                         raise core.never_reached(exc, self.target) from None
+                if exc.not_applied and clock is None:
+                    # nothing of it was applied (the server's database was away): any call may
+                    # be made again, and with several servers the next try goes to another
+                    # (docs/failover.md#a-server-without-its-database)
+                    clock = core.WaitClock(self.patience, from_first_failure=True)
                 pause = clock.again_in() if clock is not None and self.patience > 0 else None
                 if pause is None:
                     raise exc if self._reached else core.never_reached(exc, self.target) from None

@@ -53,7 +53,9 @@ def outcomes(reply: pb.StartInstancesResponse, count: int) -> list[Outcome]:
     out: list[Outcome] = []
     for result in reply.results:
         if result.HasField("error"):
-            out.append(error_for(from_wire_number(result.error.code), result.error.message))
+            out.append(
+                error_for(from_wire_number(result.error.code), result.error.message, result.error.not_applied)
+            )
         else:
             out.append(result.instance)
     return out

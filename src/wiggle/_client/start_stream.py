@@ -41,12 +41,13 @@ from typing import Any
 import grpc
 
 from .._rpc import wiggle_pb2 as pb
-from .._wire.status import error_for, error_from_rpc, from_wire_number
-from ..errors import ErrorCode, WiggleError
+from .._wire.status import STOPPING, error_for, error_from_rpc, from_wire_number
+from ..errors import ErrorCode, Unavailable, WiggleError
 from . import core
 
 __all__ = ["AsyncStartStream", "StartStream", "cancelled_by_its_caller"]
 
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]  # an RpcError's code (``_Stream._settle``)
 REFUSAL_WAIT = 0.1  # seconds a failed write waits for the call's own status (AsyncStartStream._unsent)
 
 
@@ -67,7 +68,7 @@ def _answer(frame: pb.ClientReplyBatch, rid: int) -> pb.StartInstancesResponse:
         raise _Crossed(f"ClientSession answered requests {got} while request {rid} was waiting")
     reply = frame.messages[0]
     if reply.WhichOneof("body") == "error":
-        raise error_for(from_wire_number(reply.error.code), reply.error.message)
+        raise error_for(from_wire_number(reply.error.code), reply.error.message, reply.error.not_applied)
     return reply.started
 
 
@@ -122,12 +123,23 @@ class _Stream:
         return error_from_rpc(exc)
 
     def _settle(self, call: Any, frame: pb.ClientReplyBatch, rid: int) -> pb.StartInstancesResponse:
-        """The answer to ``rid`` in ``frame``; a frame that answers another request drops the stream."""
+        """The answer to ``rid`` in ``frame``; a frame that answers another request drops the
+        stream, and so does an answer UNAVAILABLE because its server's database is away:
+        the next start opens a stream on the next server of a channel over several."""
         try:
-            return _answer(frame, rid)
+            reply = _answer(frame, rid)
         except _Crossed:
             self._drop(call)
             raise
+        except Unavailable as exc:
+            if not str(exc).startswith(STOPPING):  # a stopping server ends the stream itself
+                self._drop(call)
+            raise
+        for result in reply.results:
+            if result.error.code == _UNAVAILABLE and not result.error.message.startswith(STOPPING):
+                self._drop(call)
+                break
+        return reply
 
 
 class AsyncStartStream(_Stream):

@@ -1,18 +1,28 @@
-"""One gRPC target for several servers, so a channel moves to another when its own is down.
+"""One gRPC target for several servers, so a client's calls spread over them and move on from
+one that is down or cut from its database.
 
-gRPC's default load-balancing policy (pick_first) connects to the first address that answers and,
-when that connection breaks, tries the others in order: handing it every server's address is
-the whole fail-over (docs/semantics.md#fail-over). A DNS name that resolves to several addresses
-gets the same behaviour from gRPC's resolver unchanged.
+Several servers given (a list, or "a:7233,b:7233") become one ``ipv4:`` / ``ipv6:`` address list
+served by gRPC's round_robin policy (``balancing``): the channel keeps a connection to each
+server that answers and sends each call, and each new stream, to the next of them. A server that
+is down is left out until it answers again; one that answers UNAVAILABLE because its database is
+away says nothing was applied (``Unavailable.not_applied``), and the call made again goes to the
+next server (docs/failover.md#a-server-without-its-database). With gRPC's default policy
+(pick_first) every call went to the first server that answered, however many were listed: a
+server alive but cut from its database kept its clients and workers, and the others idled.
+A single target (a DNS name too) keeps gRPC's default, and so does a list given with
+``balance="pick_first"``, where the order is a preference (a group of clients kept on a server of
+its own: docs/deployment.md#starts-apart-from-steps), at the cost of staying with a server cut
+from its database.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
 from collections.abc import Sequence
 
-__all__ = ["join_targets"]
+__all__ = ["join_targets", "balancing", "check_balance", "BALANCES"]
 
 
 def _split(target: str) -> tuple[str, str]:
@@ -61,3 +71,27 @@ def join_targets(targets: str | Sequence[str]) -> str:
         raise ValueError(f"servers {items} mix IPv4 and IPv6 addresses; list one family")
     scheme = "ipv6" if versions == {6} else "ipv4"
     return f"{scheme}:" + ",".join(addr for _, addr in resolved)
+
+
+#: How a client or worker spreads its calls over several servers (``balancing``).
+BALANCES = ("round_robin", "pick_first")
+
+#: The service config of a channel over several servers (``balancing``).
+_ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+
+
+def check_balance(balance: str) -> str:
+    """``balance`` if it is one of BALANCES, else ValueError naming them."""
+    if balance not in BALANCES:
+        raise ValueError(f"balance must be 'round_robin' or 'pick_first', got {balance!r}")
+    return balance
+
+
+def balancing(target: str, balance: str = "round_robin") -> list[tuple[str, str]]:
+    """The channel options of ``target`` (``join_targets``' result): round_robin over an address
+    list of several servers, unless ``balance`` is "pick_first" (every call to the first server
+    that answers, the next only while it is down: the order given is a preference, as for
+    docs/deployment.md#starts-apart-from-steps); nothing for a single server."""
+    if check_balance(balance) == "round_robin" and target.startswith(("ipv4:", "ipv6:")) and "," in target:
+        return [("grpc.service_config", _ROUND_ROBIN)]
+    return []

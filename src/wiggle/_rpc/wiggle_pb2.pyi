@@ -540,12 +540,14 @@ class AdvanceRunResult(_message.Message):
     def __init__(self, instance_status: _Optional[str] = ..., lease_expires_at: _Optional[int] = ..., parked_task_id: _Optional[str] = ..., token_status: _Optional[str] = ..., applied_steps: _Optional[int] = ..., next_task: _Optional[_Union[TaskActivation, _Mapping]] = ...) -> None: ...
 
 class RpcError(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "not_applied")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NOT_APPLIED_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    not_applied: bool
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., not_applied: _Optional[bool] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
     __slots__ = ("request_id", "poll", "complete", "fail", "heartbeat", "advance", "cancel")

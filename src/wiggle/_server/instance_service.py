@@ -22,7 +22,7 @@ from .._storage.queue_limits import QueueLimit, check_queue_limit
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object
 from .._wire.status import to_wire_number
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, Unavailable
 from .faults import status_of
 from .instances import Instances
 from .operator import attributed, caller_identity
@@ -175,6 +175,7 @@ class InstanceHandlers:
                 code, message = status_of(outcome, "StartInstances")
                 result.error.code = to_wire_number(code)
                 result.error.message = message
+                result.error.not_applied = isinstance(outcome, Unavailable) and outcome.not_applied
             else:  # a BaseException (cancelled): the call itself ends
                 raise outcome
         return reply

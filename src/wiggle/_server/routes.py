@@ -36,7 +36,7 @@ from google.protobuf.message import Message
 from .. import _tracing as tracing
 from .._security.roles import ADMIN_ONLY, CLIENTS, READERS, WORKERS
 from .._security.tokens import Role
-from .._wire.status import to_grpc
+from .._wire.status import not_applied_metadata, to_grpc
 from ..errors import InvalidArgument
 from .faults import status_of
 
@@ -263,7 +263,8 @@ class RoutedService:
             return await self._run(route, request)
         except Exception as exc:  # CancelledError is a BaseException and passes through
             code, message = status_of(exc, route.metric)
-        await context.abort(to_grpc(code), message)
+            trailing = not_applied_metadata(exc)
+        await context.abort(to_grpc(code), message, trailing)
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
     async def dispatch(self, method: str, request: Message) -> Message:

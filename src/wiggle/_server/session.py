@@ -27,7 +27,7 @@ from google.protobuf.message import Message
 
 from .._rpc import wiggle_pb2 as pb
 from .._wire.status import to_wire_number
-from ..errors import ErrorCode, InvalidArgument
+from ..errors import ErrorCode, InvalidArgument, Unavailable
 from .faults import status_of
 from .revocation import OPEN_CALL
 
@@ -92,7 +92,10 @@ async def _answer(
         raise
     except Exception as exc:
         code, text = status_of(exc, method)
-        reply = protocol.reply(request_id=rid, error=pb.RpcError(code=to_wire_number(code), message=text))
+        error = pb.RpcError(code=to_wire_number(code), message=text)
+        if isinstance(exc, Unavailable) and exc.not_applied:
+            error.not_applied = True  # the worker may send it to another server (stream.py)
+        reply = protocol.reply(request_id=rid, error=error)
     replies.put_nowait(reply)
 
 

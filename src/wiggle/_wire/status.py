@@ -24,11 +24,18 @@ __all__ = [
     "error_for",
     "error_from_rpc",
     "STOPPING",
+    "NOT_APPLIED_KEY",
+    "not_applied_metadata",
 ]
 
 #: How a stopping server begins its UNAVAILABLE answer to a poll or a wait (wiggle/_server/
 #: instances.py): ask again, elsewhere or later. A client seeing it knows its target is right.
 STOPPING = "the server is stopping"
+
+#: The trailing metadata key of an UNAVAILABLE answer to a unary call of which nothing was
+#: applied (``Unavailable.not_applied``: the server's database was away before the call changed
+#: anything); a stream's error says it in ``RpcError.not_applied`` (proto/wiggle/_rpc/wiggle.proto).
+NOT_APPLIED_KEY = "wiggle-not-applied"
 
 # The names of ErrorCode are gRPC's own (wiggle/errors.py), so the mapping is by name; a code
 # added to one side only fails here at import, not at the first error.
@@ -72,17 +79,35 @@ def from_wire_number(number: int) -> ErrorCode:
     return _FROM_NUMBER.get(number, ErrorCode.UNKNOWN)
 
 
-def error_for(code: ErrorCode, message: str) -> WiggleError:
-    """The WiggleError a client raises for ``code`` with the server's ``message``."""
+def not_applied_metadata(exc: BaseException) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata a unary call failing with ``exc`` carries: NOT_APPLIED_KEY for an
+    Unavailable of which nothing was applied, else none."""
+    if isinstance(exc, Unavailable) and exc.not_applied:
+        return ((NOT_APPLIED_KEY, "1"),)
+    return ()
+
+
+def error_for(code: ErrorCode, message: str, not_applied: bool = False) -> WiggleError:
+    """The WiggleError a client raises for ``code`` with the server's ``message`` (``not_applied``:
+    the server said nothing of the call was applied, an UNAVAILABLE's ``Unavailable.not_applied``)."""
+    if code is ErrorCode.UNAVAILABLE:
+        return Unavailable(message or code.name, not_applied=not_applied)
     err = _CLASS_OF.get(code, WiggleError)(message or code.name)
     err.code = code
     return err
 
 
 def error_from_rpc(exc: grpc.RpcError) -> WiggleError:
-    """Turn a gRPC error into the matching WiggleError (the message is the server's)."""
+    """Turn a gRPC error into the matching WiggleError (the message is the server's; an
+    UNAVAILABLE's trailing NOT_APPLIED_KEY, or a stream error's ``not_applied``, carried over)."""
     code_of = getattr(exc, "code", None)
     details_of = getattr(exc, "details", None)
     code = from_grpc(code_of()) if callable(code_of) else ErrorCode.UNKNOWN
     details = details_of() if callable(details_of) else str(exc)
-    return error_for(code, details or str(exc))
+    not_applied = False
+    if code is ErrorCode.UNAVAILABLE:
+        not_applied = bool(getattr(exc, "not_applied", False))
+        trailing_of = getattr(exc, "trailing_metadata", None)
+        if not not_applied and callable(trailing_of):
+            not_applied = any(key == NOT_APPLIED_KEY for key, _ in trailing_of() or ())
+    return error_for(code, details or str(exc), not_applied)

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from .._client.targets import check_balance
 from .._env import setting_int
 from .._loop import EVENT_LOOPS
 
@@ -64,6 +65,11 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             steps (0: no time bound). Allowed: 0 to 3600.
         transport: `"stream"` multiplexes every call over one `WorkerSession` stream (the fast
             path); `"unary"` makes one RPC per call.
+        balance: With several servers given, `"round_robin"` sends each call and each new
+            stream to the next of them, so a stream answered UNAVAILABLE (its server stopping, or
+            cut from its database) moves on; `"pick_first"` stays with the first that answers
+            while it is up, the order a preference (docs/failover.md#a-server-without-its-database).
+            Ignored when the worker is given a client (the client's own `balance` holds).
         register: Register the blueprints when the worker starts (a worker identity without
             the admin role skips it).
         drain_seconds: On SIGTERM or SIGINT (`Worker.run()`, `wiggle worker`) or `close()`, how
@@ -113,6 +119,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
     chain_steps: int = 16  # steps a slot takes with its reports before it polls again; 0: never
     chain_seconds: float = 1.0  # ... nor once a chain has run this long; 0: no time bound
     transport: str = "stream"
+    balance: str = "round_robin"  # "round_robin" | "pick_first" over several servers
     register: bool = True  # register the blueprints on start
     drain_seconds: float = 30.0  # how long running steps get to finish on a stop
     connect_seconds: float = 60.0  # how long a start waits for a server that is not there yet
@@ -220,6 +227,7 @@ def check_options(options: WorkerOptions) -> None:
         _check_bound(name, getattr(options, name), bound)
     if options.transport not in TRANSPORTS:
         raise ValueError(f"transport must be 'stream' or 'unary', got {options.transport!r}")
+    check_balance(options.balance)
     if options.event_loop not in EVENT_LOOPS:
         raise ValueError(f"event_loop must be 'auto', 'asyncio' or 'uvloop', got {options.event_loop!r}")
     if options.sync_handlers not in SYNC_HANDLER_MODES:

@@ -4,6 +4,13 @@ Each request carries a request id; the server answers, in any order, with a Serv
 it (proto/wiggle/_rpc/wiggle.proto, ``WorkerSession``). The stream reconnects on the next call
 after it breaks; calls in flight when it breaks fail with the stream's error (UNAVAILABLE when it
 just closed), so the reporter retries them like any unary call.
+
+A message answered UNAVAILABLE because the server's database is away ends that stream at once
+(``_move_on``), and the worker's next call opens another, which a channel over several servers
+sends to the next one (wiggle/_client/targets.py). Before, the stream stayed on a server cut from
+its database, its polls and reports answered UNAVAILABLE for as long as the cut lasted, while the
+other servers had theirs. (A stopping server ends its streams itself, once it has answered what
+it read.)
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import grpc
 
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
+from .._wire.status import STOPPING
 
 __all__ = ["StreamTransport", "StreamError"]
 
@@ -24,10 +32,12 @@ __all__ = ["StreamTransport", "StreamError"]
 class StreamError(grpc.RpcError):  # type: ignore[misc]  # grpc ships no type stubs
     """An error reply on the worker stream, shaped like an AioRpcError (``code()``, ``details()``)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str, not_applied: bool = False) -> None:
         super().__init__(details)
         self._code = code
         self._details = details
+        #: UNAVAILABLE only: the server applied nothing of the call (``RpcError.not_applied``)
+        self.not_applied = not_applied
 
     def code(self) -> grpc.StatusCode:
         """The gRPC status code the server (or the stream) gave."""
@@ -181,12 +191,17 @@ class StreamTransport:
             if self._call is None:
                 outgoing: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
                 self._outgoing = outgoing
+                pending: dict[int, asyncio.Future[pb.ServerMessage]] = {}
+                self._pending = pending  # this stream's calls waiting for their replies
                 call = self.stub.WorkerSession(_frames(outgoing))
                 self._call = call
-                self._reader = asyncio.ensure_future(self._read(call, outgoing))
+                self._reader = asyncio.ensure_future(self._read(call, outgoing, pending))
 
     async def _read(
-        self, call: grpc.aio.StreamStreamCall, outgoing: asyncio.Queue[pb.WorkerMessage | None]
+        self,
+        call: grpc.aio.StreamStreamCall,
+        outgoing: asyncio.Queue[pb.WorkerMessage | None],
+        pending: dict[int, asyncio.Future[pb.ServerMessage]],
     ) -> None:
         error: BaseException | None = None
         try:
@@ -205,8 +220,11 @@ class StreamTransport:
             outgoing.put_nowait(None)
             if self._call is call:
                 self._call = None
-            pending, self._pending = self._pending, {}
-            for future in pending.values():
+            if self._pending is pending:
+                self._pending = {}
+            waiting = list(pending.values())
+            pending.clear()
+            for future in waiting:
                 if not future.done():
                     if isinstance(error, grpc.RpcError):
                         future.set_exception(error)
@@ -229,9 +247,33 @@ class StreamTransport:
             return
         if body == "error":
             code = _CODES.get(message.error.code, grpc.StatusCode.UNKNOWN)
-            future.set_exception(StreamError(code, message.error.message))
+            future.set_exception(StreamError(code, message.error.message, message.error.not_applied))
+            if code == grpc.StatusCode.UNAVAILABLE and not message.error.message.startswith(STOPPING):
+                self._move_on(message.error.message)  # a stopping server ends the stream itself
         else:
             future.set_result(message)
+
+    def _move_on(self, why: str) -> None:
+        """The stream's server answered UNAVAILABLE (its database is away): end the stream now,
+        so the next call opens another (on the next server of a channel over several: the module
+        docstring). Its calls still waiting fail UNAVAILABLE, to be made again there; a poll the
+        server answers after this is given back by the server (wiggle/_server/session.py)."""
+        call = self._call
+        if call is None:
+            return
+        self._call = None
+        pending, self._pending = self._pending, {}
+        waiting = list(pending.values())
+        pending.clear()  # the reader, ending, finds none of them
+        self._outgoing.put_nowait(None)
+        call.cancel()
+        for future in waiting:
+            if not future.done():
+                future.set_exception(
+                    StreamError(
+                        grpc.StatusCode.UNAVAILABLE, f"worker stream ended ({why})", not_applied=False
+                    )
+                )
 
     def _cancel_remote(self, rid: int) -> None:
         if self._call is not None:

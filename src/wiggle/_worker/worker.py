@@ -144,7 +144,7 @@ class Worker:
             self._http = start_worker_http(self, self._pulse, opts.metrics_port, opts.metrics_host)
             if self._client is None:
                 assert not isinstance(self._target, AsyncClient)
-                self._client = AsyncClient(self._target, credentials=self._credentials)
+                self._client = AsyncClient(self._target, credentials=self._credentials, balance=opts.balance)
             if opts.register:  # waits, up to connect_seconds, for a server that is not there yet
                 await register_when_reachable(self._client, self.blueprints, opts.connect_seconds)
         except BaseException:  # no server, a port taken, or stopped meanwhile: undo the above

@@ -83,7 +83,7 @@ class Committers(Generic[J]):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        closing = Unavailable("the store is closing")
+        closing = Unavailable("the store is closing", not_applied=True)  # these never ran
         while not self._jobs.empty():
             fail([self._jobs.get_nowait()], closing)
 
@@ -97,7 +97,7 @@ class Committers(Generic[J]):
                 try:
                     await asyncio.sleep(self.linger)
                 except asyncio.CancelledError:
-                    fail([first], Unavailable("the store is closing"))
+                    fail([first], Unavailable("the store is closing", not_applied=True))
                     raise
             batch = [first]
             weight = self.weight(first)

@@ -121,8 +121,13 @@ class CommitUnknown(psycopg.OperationalError):
     (with synchronous replication, a standby may have it although the primary never answered)."""
 
 
-def unavailable(exc: BaseException, what: str) -> Unavailable:
-    """The Unavailable a caller sees for a database failure ``exc`` during ``what``."""
+def unavailable(exc: BaseException, what: str, maybe_applied: bool = False) -> Unavailable:
+    """The Unavailable a caller sees for a database failure ``exc`` during ``what``.
+
+    Only a COMMIT whose answer was lost may have applied anything: every other failure rolled
+    the transaction back, so the error says nothing was applied (``not_applied``: the caller may
+    repeat any call, here or on another server) unless ``maybe_applied`` (an earlier attempt of
+    the same call lost its COMMIT's answer)."""
     if isinstance(exc, CommitUnknown):
         return Unavailable(
             f"database connection lost while committing ({what}): the change may or may not have been "
@@ -133,9 +138,10 @@ def unavailable(exc: BaseException, what: str) -> Unavailable:
         return Unavailable(
             f"database unavailable: the server is read-only (a standby, or a primary being demoted) "
             f"during {what}; waiting for a writable primary (does the connection string name every "
-            f"host, with target_session_attrs=read-write?)"
+            f"host, with target_session_attrs=read-write?)",
+            not_applied=not maybe_applied,
         )
-    return Unavailable(f"database unavailable: {short(exc)}")
+    return Unavailable(f"database unavailable: {short(exc)}", not_applied=not maybe_applied)
 
 
 def short(exc: BaseException) -> str:
@@ -224,7 +230,7 @@ class Database:
             await pool.open(wait=True, timeout=max(self.acquire_timeout, 1.0))
         except psycopg.OperationalError as exc:
             await pool.close()
-            raise Unavailable(f"database unavailable: {short(exc)}") from exc
+            raise Unavailable(f"database unavailable: {short(exc)}", not_applied=True) from exc
         self.pool = pool
 
     async def _configure(self, conn: Conn) -> None:
@@ -262,7 +268,7 @@ class Database:
                 delay *= 4
         log.warning("database unavailable while %s: %s", what, last)
         message = str(last) if isinstance(last, Unavailable) else f"database unavailable: {short(last)}"
-        raise Unavailable(message) from last
+        raise Unavailable(message, not_applied=True) from last
 
     async def run(
         self, what: str, body: Callable[[Conn], Awaitable[T]], *, retry_unknown_commit: bool = True
@@ -278,6 +284,7 @@ class Database:
             raise Unavailable(f"the PostgreSQL store is not open ({what})")
         delay = 0.02
         last: BaseException | None = None
+        maybe_applied = False  # an attempt's COMMIT went out and its answer was lost
         for attempt in range(1, self.max_attempts + 1):
             try:
                 async with pool.connection() as conn:
@@ -295,7 +302,8 @@ class Database:
                 # reconnecting in the background). Waiting as long again per attempt would only
                 # delay the UNAVAILABLE that callers retry on.
                 raise Unavailable(
-                    f"database unavailable: no connection within {self.acquire_timeout:g} s ({short(exc)})"
+                    f"database unavailable: no connection within {self.acquire_timeout:g} s ({short(exc)})",
+                    not_applied=not maybe_applied,
                 ) from exc
             except pg_errors.TransactionRollback as exc:  # serialization failure, deadlock
                 last = exc
@@ -305,6 +313,7 @@ class Database:
                 if not retry_unknown_commit:
                     raise unavailable(exc, what) from exc
                 last = exc
+                maybe_applied = True
                 await self._check_pool(pool, attempt)
             except (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction) as exc:
                 # connection lost, server shutting down or starting up, read-only server
@@ -320,8 +329,8 @@ class Database:
                 await asyncio.sleep(delay)
                 delay *= 4
         if last is None:
-            raise Unavailable(f"database unavailable ({what})")
-        raise unavailable(last, what) from last
+            raise Unavailable(f"database unavailable ({what})", not_applied=not maybe_applied)
+        raise unavailable(last, what, maybe_applied) from last
 
     async def _check_pool(self, pool: AsyncConnectionPool, attempt: int) -> None:
         """Before a retry, drop the pool's other dead connections (they died with this one)."""
