@@ -60,7 +60,10 @@ async def test_an_async_client_closed_with_calls_in_flight(
     # the batch in flight was cut off; the starts queued behind it were never sent, and say so
     assert all(cut_off(o) or after_close(o) for o in started), started
     assert any(cut_off(o) for o in started)
-    assert cancelled.cancelled()
+    if hasattr(asyncio.Task, "cancelling"):  # Python 3.11 and later
+        assert cancelled.cancelled()
+    else:  # 3.10 cannot tell its owner's cancel from close()'s (start_stream.py cancelled_by_its_caller)
+        assert cancelled.cancelled() or cut_off(cancelled.exception())
     assert ClientClosed.code is ErrorCode.CANCELLED and issubclass(ClientClosed, WiggleError)
 
     for call in (lambda: client.get(running), lambda: client.start(FLOW, {}), lambda: client.wait(running)):

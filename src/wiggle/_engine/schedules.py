@@ -218,8 +218,12 @@ def _ticks_back(schedule: Schedule, at_or_before: int, not_before: int, count: i
             out.append(at)
             at -= step
         return out
-    # cronsim walks backwards from a moment, yielding ticks at or before it (minute granularity)
-    for when in _cron(schedule.cron, zone_of(schedule.timezone), at_or_before + 1, reverse=True):
+    # cronsim walks backwards from a moment (minute granularity): 2.8 and later yield the ticks at
+    # or before it, 2.7 (the last for Python 3.10) only those before its minute, which lost a tick
+    # due at that very minute (a schedule due now never fired on 3.10). Walking from a minute
+    # later and keeping what is at or before the moment gives the same ticks with both.
+    later = at_or_before + 60_000
+    for when in _cron(schedule.cron, zone_of(schedule.timezone), later, reverse=True):
         at = int(when.timestamp() * 1000)
         if at < not_before or len(out) >= count:
             break
