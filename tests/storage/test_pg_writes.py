@@ -3,6 +3,7 @@ what a report sends to PostgreSQL."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -52,6 +53,24 @@ def test_one_statement_with_a_placeholder_for_every_parameter(counts: tuple[int,
     assert parts == expected
     assert text.startswith("WITH ") == (expected > 1)
     assert writer.statement(kinds)[0] is text  # rendered once per shape
+
+
+def test_rendered_statements_are_bounded() -> None:
+    """A long-running server meets ever new shapes (rows of each kind per group commit): the
+    rendered statements kept stay at MAX_SHAPES, the shape in use among them (a soak's growth)."""
+    writer = ChangeWriter(Queries("s"))
+    writes = writer.queries.row_writes
+    hot = tuple(_rows(w, n) for w, n in zip(writes, (0, 1, 0, 1, 0, 1), strict=True))
+    hot_text = writer.statement(hot)[0]
+    shapes = itertools.islice(itertools.product(range(4), repeat=len(writes)), 3 * ChangeWriter.MAX_SHAPES)
+    for i, counts in enumerate(shapes):
+        kinds = tuple(_rows(w, n) for w, n in zip(writes, counts, strict=True))
+        writer.statement(kinds)
+        writer.statement(kinds, ("SELECT %s", [1]))
+        if i % 16 == 0:
+            assert writer.statement(hot)[0] is hot_text  # used often: never rendered again
+    assert len(writer._texts) == ChangeWriter.MAX_SHAPES
+    assert writer.statement(hot)[0] is hot_text
 
 
 def test_no_rows_no_statement() -> None:

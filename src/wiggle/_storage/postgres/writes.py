@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
@@ -49,12 +50,22 @@ class ChangeWriter:
     # set-based from 2 rows measured slower again (bench/README.md, "Round nine (stepcost)").
     SET_WRITE_MIN_ROWS = 8
 
+    #: The most statement shapes kept rendered, the ones used longest ago dropped first. A shape
+    #: is the row count of each of the six kinds (0-7, or set-based) and the check: some 10^6 of
+    #: them, 1-13 KB of text each. A group commit's rows vary with the load (how many instances
+    #: it joins, forks, retries, signals), so a long-running server kept meeting shapes it had
+    #: never written, and kept each: its memory grew for hours (a 25-minute soak on PostgreSQL
+    #: at 10 instances/s: 1,094 shapes, +4.3 MB, still 6 MB an hour at its end). The few dozen
+    #: shapes of a steady load stay; a rare one is rendered again (~0.3 ms) when it comes back.
+    MAX_SHAPES = 256
+
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
         self.set_write_min_rows = self.SET_WRITE_MIN_ROWS
         # the statement of each shape (rows of each kind, None for set-based), rendered once; at
-        # most 9 choices per kind (0-7 rows, set-based), a few dozen met in practice
-        self._texts: dict[tuple[int | str | None, ...], str] = {}
+        # most 9 choices per kind (0-7 rows, set-based), a few dozen met often: the most recently
+        # used MAX_SHAPES are kept
+        self._texts: OrderedDict[tuple[int | str | None, ...], str] = OrderedDict()
 
     def statement(
         self, kinds: tuple[list[Any], ...], check: tuple[str, list[Any]] | None = None
@@ -75,9 +86,14 @@ class ChangeWriter:
                 for row in rows:
                     params.extend(row)
         key = tuple(shape)
-        text = self._texts.get(key)
+        texts = self._texts
+        text = texts.get(key)
         if text is None:
-            text = self._texts[key] = self._render(key)
+            text = texts[key] = self._render(key)
+            if len(texts) > self.MAX_SHAPES:
+                texts.popitem(last=False)
+        else:
+            texts.move_to_end(key)
         return text, params
 
     def _render(self, shape: tuple[int | str | None, ...]) -> str:
