@@ -7,9 +7,9 @@ from collections import Counter
 import msgspec
 import pytest
 
-from wiggle import AsyncClient, ExecutionMode, Workflow
+from wiggle import AsyncClient, Client, ExecutionMode, Workflow
 from wiggle._client.targets import balancing, join_targets
-from wiggle.errors import NotFound
+from wiggle.errors import NotFound, Unavailable
 from wiggle.testing import EmbeddedServer
 from wiggle.worker import Worker, WorkerOptions
 
@@ -110,3 +110,36 @@ def test_an_unknown_balance_is_refused() -> None:
         AsyncClient(["127.0.0.1:1", "127.0.0.1:2"], balance="random")
     with pytest.raises(ValueError, match="balance must be"):
         Worker("127.0.0.1:1", [BP], WorkerOptions(balance="random"))
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+async def test_a_call_not_safe_to_repeat_is_repeated_only_while_nothing_was_applied(blocking: bool) -> None:
+    """A start without a request id answered "nothing applied" is made again; once a try may
+    have been applied (a COMMIT's answer lost), it is not made again, whatever came before."""
+    answers = [
+        Unavailable("database unavailable: no connection within 5 s", not_applied=True),
+        Unavailable("database unavailable: no connection within 5 s", not_applied=True),
+        Unavailable("database connection lost while committing: may or may not have been applied"),
+        "started",
+    ]
+    tries: list[object] = []
+
+    def send() -> object:
+        answer = answers[len(tries)]
+        tries.append(answer)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def asend() -> object:
+        return send()
+
+    client: Client | AsyncClient = Client("127.0.0.1:1") if blocking else AsyncClient("127.0.0.1:1")
+    client._reached = True  # a server answered before: a restart, not a wrong target
+    with pytest.raises(Unavailable, match="may or may not"):
+        if isinstance(client, Client):
+            client._again_while_away(send, None)
+        else:
+            await client._again_while_away(asend, None)
+    assert len(tries) == 3
+    client.close() if isinstance(client, Client) else await client.close()

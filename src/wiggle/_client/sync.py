@@ -306,6 +306,7 @@ class Client:
         a wrong target is a mistake to report, not a restart to wait out; its Unavailable says
         where it looked, for every call (``core.never_reached``)."""
         unreached: core.WaitClock | None = None
+        only_unapplied = clock is None  # a call not safe to repeat: asked again only while not applied
         while True:
             try:
                 return send()
@@ -316,11 +317,14 @@ class Client:
                     unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
                     if unreached.expired():
                         raise core.never_reached(exc, self.target) from None
-                if exc.not_applied and clock is None:
-                    # nothing of it was applied (the server's database was away): any call may
-                    # be made again, and with several servers the next try goes to another
-                    # (docs/failover.md#a-server-without-its-database)
-                    clock = core.WaitClock(self.patience, from_first_failure=True)
+                if only_unapplied:
+                    # nothing of it was applied (the server's database was away): made again, on
+                    # the next server of several (docs/failover.md#a-server-without-its-database);
+                    # a try that may have been applied is not
+                    if not exc.not_applied:
+                        clock = None
+                    elif clock is None:
+                        clock = core.WaitClock(self.patience, from_first_failure=True)
                 pause = clock.again_in() if clock is not None and self.patience > 0 else None
                 if pause is None:
                     raise exc if self._reached else core.never_reached(exc, self.target) from None
