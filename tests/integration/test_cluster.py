@@ -508,6 +508,31 @@ async def completed_contexts(client: AsyncClient, workflow: str) -> dict[str, di
             return out
 
 
+async def verify_moved_on(cluster: Cluster, client: AsyncClient, ids: dict[str, int]) -> dict[str, int]:
+    """``verify`` of the mixed flow after a worker moved to another server (re-runs allowed),
+    and no step that ran waited out its lease: the steps the worker held were reported to the
+    server it moved to. Returns verify's counts."""
+    contexts = await completed_contexts(client, cluster_flows.MIXED)
+    stats = verify(
+        cluster,
+        ids,
+        contexts,
+        cluster_flows.mixed_expected,
+        {"prepare": 1, "left": 1, "right": 1, "flaky": 2, "finish": 1},
+        "nap",
+        exact=False,
+    )
+    runs, _ = cluster_flows.read_records(cluster.dir)
+    ran = {(r["i"], r["n"], r["a"]) for r in runs}
+    expired_after_running = [
+        (instance_id, node, attempt)
+        for instance_id, node, attempt, outcome, *_, error in history_of(cluster.schema, ids)
+        if outcome == "RETRY" and "lease expired" in error and (instance_id, node, attempt) in ran
+    ]
+    assert not expired_after_running, f"{expired_after_running} {stats}\n{cluster.logs()}"
+    return stats
+
+
 # ---------------------------------------------------------------------------- 1. the cluster
 
 
@@ -669,26 +694,9 @@ async def test_frozen_server_its_worker_moves_on(tmp_path: Path) -> None:
                 stopped_at = time.monotonic()
                 await cluster.wait_finished(cluster_flows.MIXED, n_instances, timeout=60)
             took = time.monotonic() - stopped_at
-            contexts = await completed_contexts(client, cluster_flows.MIXED)
-            stats = verify(
-                cluster,
-                ids,
-                contexts,
-                cluster_flows.mixed_expected,
-                {"prepare": 1, "left": 1, "right": 1, "flaky": 2, "finish": 1},
-                "nap",
-                exact=False,
-            )
             # Only a claim the frozen server committed and never answered waits out its lease
             # (docs/failover.md): the steps the worker held were reported to the other server.
-            runs, _ = cluster_flows.read_records(cluster.dir)
-            ran = {(r["i"], r["n"], r["a"]) for r in runs}
-            expired_after_running = [
-                (instance_id, node, attempt)
-                for instance_id, node, attempt, outcome, *_, error in history_of(cluster.schema, ids)
-                if outcome == "RETRY" and "lease expired" in error and (instance_id, node, attempt) in ran
-            ]
-            assert not expired_after_running, f"{expired_after_running} {stats}\n{cluster.logs()}"
+            stats = await verify_moved_on(cluster, client, ids)
             print(f"all finished {took:.1f} s after the freeze; {stats}")
         finally:
             await client.close()
@@ -725,24 +733,7 @@ async def test_server_cut_from_its_database_sends_its_clients_on(tmp_path: Path)
                 ids.update(more)
                 await cluster.wait_finished(cluster_flows.MIXED, len(ids), timeout=90)
                 took = time.monotonic() - cut_at
-                contexts = await completed_contexts(client, cluster_flows.MIXED)
-                stats = verify(
-                    cluster,
-                    ids,
-                    contexts,
-                    cluster_flows.mixed_expected,
-                    {"prepare": 1, "left": 1, "right": 1, "flaky": 2, "finish": 1},
-                    "nap",
-                    exact=False,
-                )
-                runs, _ = cluster_flows.read_records(cluster.dir)
-                ran = {(r["i"], r["n"], r["a"]) for r in runs}
-                expired_after_running = [
-                    (instance_id, node, attempt)
-                    for instance_id, node, attempt, outcome, *_, error in history_of(cluster.schema, ids)
-                    if outcome == "RETRY" and "lease expired" in error and (instance_id, node, attempt) in ran
-                ]
-                assert not expired_after_running, f"{expired_after_running} {stats}\n{cluster.logs()}"
+                stats = await verify_moved_on(cluster, client, ids)
                 print(f"all finished {took:.1f} s after the cut; {stats}")
             finally:
                 await client.close()
