@@ -31,7 +31,7 @@ FLOW = Workflow.define("away").step(one).build()
 
 @pytest.fixture
 async def cut() -> AsyncIterator[tuple[EmbeddedServer, DatabaseProxy]]:
-    """An embedded server on PostgreSQL through a proxy, FLOW registered and one instance started."""
+    """An embedded server on PostgreSQL through a proxy the test may cut, FLOW registered."""
     async with DatabaseProxy(5432) as proxy, async_temp_schema() as schema:
         url = TEST_DATABASE_URL.replace(":5432/", f":{proxy.port}/")
         async with EmbeddedServer(database_url=url, database_schema=schema, pool_size=2) as server:
