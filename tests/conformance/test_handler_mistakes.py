@@ -37,6 +37,18 @@ def _no_lease_lost(history) -> None:
     assert not [h for h in history if "lease expired" in h.error], history
 
 
+def _after_a_first_step(harness: Harness, workflow: str, node: str, fn, how: str):
+    """A blueprint whose step ``node`` (``fn``, retried fast) follows a plain first step; a
+    ``how`` ending in "timed" gives it a time limit, so that it runs inside asyncio.wait_for."""
+    timeout = 30 if how.endswith("timed") else None
+    return (
+        harness.define(workflow)
+        .step(lambda ctx: {**ctx, "first": True}, name="first")
+        .step(fn, name=node, retry=FAST_RETRY, timeout=timeout)
+        .build()
+    )
+
+
 async def _twice(harness: Harness, bp):
     """Run ``bp`` once (its end and history), then once more on the same worker: the worker goes
     on after the mistake, and the next instance runs to the same end."""
@@ -154,14 +166,7 @@ async def test_a_handler_that_exits_fails_its_step_and_the_worker_goes_on(harnes
         leave()
         return {**ctx, "done": len(attempts)}
 
-    fn = async_step if " async" in how else sync_step
-    timeout = 30 if how.endswith("timed") else None  # a timed step runs inside asyncio.wait_for
-    bp = (
-        harness.define("exits")
-        .step(lambda ctx: {**ctx, "first": True}, name="first")
-        .step(fn, name="leaves", retry=FAST_RETRY, timeout=timeout)
-        .build()
-    )
+    bp = _after_a_first_step(harness, "exits", "leaves", async_step if " async" in how else sync_step, how)
     done, history, again = await _twice(harness, bp)
     assert done.status == "COMPLETED" and again.status == "COMPLETED", (done, again)
     assert done.context == {"first": True, "done": 2}
@@ -212,13 +217,8 @@ async def test_a_cancelled_error_the_worker_did_not_cause_fails_its_step_at_once
             raise asyncio.CancelledError("mine")
         return {**ctx, "done": len(attempts)}
 
-    fn = async_step if how.startswith("async") else sync_step
-    timeout = 30 if how.endswith("timed") else None  # a timed step runs inside asyncio.wait_for
-    bp = (
-        harness.define("cancels")
-        .step(lambda ctx: {**ctx, "first": True}, name="first")
-        .step(fn, name="cancels", retry=FAST_RETRY, timeout=timeout)
-        .build()
+    bp = _after_a_first_step(
+        harness, "cancels", "cancels", async_step if how.startswith("async") else sync_step, how
     )
     with caplog.at_level(logging.WARNING, logger="wiggle.worker"):
         done, history, again = await _twice(harness, bp)

@@ -8,6 +8,7 @@ import logging
 import re
 import sys
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -124,22 +125,31 @@ class AwayThenBack(FakeTransport):
         return pb.PollTasksResponse()
 
 
-async def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    real_sleep = asyncio.sleep
-    monkeypatch.setattr("wiggle._worker.poller.asyncio.sleep", lambda seconds: real_sleep(0))
-    transport = AwayThenBack()
+#: asyncio.sleep itself: a test may patch the poller's pauses (asyncio.sleep) to none
+_REAL_SLEEP = asyncio.sleep
+
+
+async def _poll_until_answered(transport: Any, poll_wait: float) -> None:
+    """A poller on ``transport`` (which has an ``answered`` event and never hands out a step),
+    run until a poll was answered, a moment more, then stopped."""
 
     async def execute(activation: pb.TaskActivation) -> None:
         raise AssertionError("no step is polled")
 
-    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 1, 1.0, execute)
+    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 1, poll_wait, execute)
+    poller.start()
+    await asyncio.wait_for(transport.answered.wait(), 5)
+    await _REAL_SLEEP(0.05)
+    await poller.stop(timeout=1)
+
+
+async def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("wiggle._worker.poller.asyncio.sleep", lambda seconds: _REAL_SLEEP(0))
+    transport = AwayThenBack()
     with caplog.at_level(logging.INFO, logger="wiggle.worker"):
-        poller.start()
-        await asyncio.wait_for(transport.answered.wait(), 5)
-        await real_sleep(0.05)
-        await poller.stop(timeout=1)
+        await _poll_until_answered(transport, 1.0)
     said = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert said[0] == (
         "WARNING",
@@ -182,16 +192,8 @@ async def test_an_outage_is_counted_from_when_the_failed_poll_should_have_been_a
     when its answer was due. The poll waits 0.05 s for work and fails 0.6 s after it was sent:
     the outage is 0.55 s at least."""
     transport = TimedOutThenBack(hang=0.6)
-
-    async def execute(activation: pb.TaskActivation) -> None:
-        raise AssertionError("no step is polled")
-
-    poller = Poller(transport, Reporter(transport, timeout=5), "w1", ["q"], 1, 0.05, execute)
     with caplog.at_level(logging.INFO, logger="wiggle.worker"):
-        poller.start()
-        await asyncio.wait_for(transport.answered.wait(), 5)
-        await asyncio.sleep(0.05)
-        await poller.stop(timeout=1)
+        await _poll_until_answered(transport, 0.05)
     (back,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     match = re.fullmatch(r"reached a server again after (\d+\.\d) s without one; polling q", back)
     assert match is not None, back

@@ -41,7 +41,7 @@ from typing import Any
 import grpc
 
 from .._rpc import wiggle_pb2 as pb
-from .._wire.status import STOPPING, error_for, error_from_rpc, from_wire_number
+from .._wire.status import error_for, error_from_rpc, from_wire_number, leaves_stream
 from ..errors import ErrorCode, Unavailable, WiggleError
 from . import core
 
@@ -132,11 +132,11 @@ class _Stream:
             self._drop(call)
             raise
         except Unavailable as exc:
-            if not str(exc).startswith(STOPPING):  # a stopping server ends the stream itself
+            if leaves_stream(str(exc)):
                 self._drop(call)
             raise
         for result in reply.results:
-            if result.error.code == _UNAVAILABLE and not result.error.message.startswith(STOPPING):
+            if result.error.code == _UNAVAILABLE and leaves_stream(result.error.message):
                 self._drop(call)
                 break
         return reply

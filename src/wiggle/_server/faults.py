@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import uuid
 
+from .._rpc import wiggle_pb2 as pb
+from .._wire.status import said_not_applied, to_wire_number
 from ..errors import ErrorCode, WiggleError
 
-__all__ = ["status_of"]
+__all__ = ["status_of", "rpc_error"]
 
 log = logging.getLogger("wiggle.server")
 
@@ -27,3 +29,11 @@ def status_of(exc: Exception, method: str) -> tuple[ErrorCode, str]:
     incident = uuid.uuid4().hex[:12]
     log.error("internal error %s in %s", incident, method, exc_info=exc)
     return ErrorCode.INTERNAL, f"internal error (incident {incident}); see the server log"
+
+
+def rpc_error(exc: Exception, method: str) -> pb.RpcError:
+    """``exc`` as a WorkerSession / ClientSession reply's error, or a coalesced start's: its code
+    and message (``status_of``), and whether nothing of it was applied (the caller may send it to
+    another server: wiggle/_worker/stream.py)."""
+    code, message = status_of(exc, method)
+    return pb.RpcError(code=to_wire_number(code), message=message, not_applied=said_not_applied(exc))

@@ -21,9 +21,8 @@ from .._storage.base import CONTEXT_FIELD_PATTERN, InstanceQuery
 from .._storage.queue_limits import QueueLimit, check_queue_limit
 from .._wire import convert
 from .._wire.payload import check_depth, decode_object
-from .._wire.status import to_wire_number
-from ..errors import InvalidArgument, Unavailable
-from .faults import status_of
+from ..errors import InvalidArgument
+from .faults import rpc_error
 from .instances import Instances
 from .operator import attributed, caller_identity
 from .pollers import Pollers
@@ -172,10 +171,7 @@ class InstanceHandlers:
             if isinstance(outcome, pb.InstanceInfo):
                 result.instance.CopyFrom(outcome)
             elif isinstance(outcome, Exception):
-                code, message = status_of(outcome, "StartInstances")
-                result.error.code = to_wire_number(code)
-                result.error.message = message
-                result.error.not_applied = isinstance(outcome, Unavailable) and outcome.not_applied
+                result.error.CopyFrom(rpc_error(outcome, "StartInstances"))
             else:  # a BaseException (cancelled): the call itself ends
                 raise outcome
         return reply

@@ -27,8 +27,8 @@ from google.protobuf.message import Message
 
 from .._rpc import wiggle_pb2 as pb
 from .._wire.status import to_wire_number
-from ..errors import ErrorCode, InvalidArgument, Unavailable
-from .faults import status_of
+from ..errors import ErrorCode, InvalidArgument
+from .faults import rpc_error
 from .revocation import OPEN_CALL
 
 __all__ = ["BODIES", "CLIENT", "WORKER", "Dispatch", "Protocol", "serve_session"]
@@ -91,11 +91,7 @@ async def _answer(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        code, text = status_of(exc, method)
-        error = pb.RpcError(code=to_wire_number(code), message=text)
-        if isinstance(exc, Unavailable) and exc.not_applied:
-            error.not_applied = True  # the worker may send it to another server (stream.py)
-        reply = protocol.reply(request_id=rid, error=error)
+        reply = protocol.reply(request_id=rid, error=rpc_error(exc, method))
     replies.put_nowait(reply)
 
 

@@ -25,7 +25,9 @@ __all__ = [
     "error_from_rpc",
     "STOPPING",
     "NOT_APPLIED_KEY",
+    "said_not_applied",
     "not_applied_metadata",
+    "leaves_stream",
 ]
 
 #: How a stopping server begins its UNAVAILABLE answer to a poll or a wait (wiggle/_server/
@@ -79,12 +81,22 @@ def from_wire_number(number: int) -> ErrorCode:
     return _FROM_NUMBER.get(number, ErrorCode.UNKNOWN)
 
 
+def said_not_applied(exc: BaseException) -> bool:
+    """Whether ``exc`` is an Unavailable of which nothing was applied (``Unavailable.not_applied``)."""
+    return isinstance(exc, Unavailable) and exc.not_applied
+
+
 def not_applied_metadata(exc: BaseException) -> tuple[tuple[str, str], ...]:
     """The trailing metadata a unary call failing with ``exc`` carries: NOT_APPLIED_KEY for an
     Unavailable of which nothing was applied, else none."""
-    if isinstance(exc, Unavailable) and exc.not_applied:
-        return ((NOT_APPLIED_KEY, "1"),)
-    return ()
+    return ((NOT_APPLIED_KEY, "1"),) if said_not_applied(exc) else ()
+
+
+def leaves_stream(message: str) -> bool:
+    """Whether an UNAVAILABLE answer saying ``message`` ends the stream it came on (a worker's,
+    a client's start stream), so that the next call opens one on the next server: every one but
+    a stopping server's, which ends its streams itself once it has answered what it read."""
+    return not message.startswith(STOPPING)
 
 
 def error_for(code: ErrorCode, message: str, not_applied: bool = False) -> WiggleError:

@@ -24,7 +24,7 @@ import grpc
 
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
-from .._wire.status import STOPPING
+from .._wire.status import leaves_stream
 
 __all__ = ["StreamTransport", "StreamError"]
 
@@ -248,8 +248,8 @@ class StreamTransport:
         if body == "error":
             code = _CODES.get(message.error.code, grpc.StatusCode.UNKNOWN)
             future.set_exception(StreamError(code, message.error.message, message.error.not_applied))
-            if code == grpc.StatusCode.UNAVAILABLE and not message.error.message.startswith(STOPPING):
-                self._move_on(message.error.message)  # a stopping server ends the stream itself
+            if code == grpc.StatusCode.UNAVAILABLE and leaves_stream(message.error.message):
+                self._move_on(message.error.message)
         else:
             future.set_result(message)
 
