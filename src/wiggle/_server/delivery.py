@@ -21,12 +21,17 @@ from .._engine.state import Changes, InstanceState, InstanceStatus, Token, Token
 from .._storage.base import NewInstance, Store
 from .._storage.handoff import Handoff, Share
 from .timings import Timings
+from .unrunnable import Unrunnable
 
 __all__ = ["Delivery", "MAX_WAIT_SECONDS", "release"]
 
 log = logging.getLogger("wiggle.server")
 
 MAX_WAIT_SECONDS = 60.0  # the longest a poll or an await-completion may wait in one call
+#: The longest a poll that passes steps over (``Unrunnable``) waits without looking again: it
+#: takes no counted wake-ups and knows no queue's next due time, so a delayed step falling due
+#: is found within this (seconds).
+SKIPPING_LOOK_SECONDS = 1.0
 
 #: Gives a step back as a worker's release would: (token id, lease owner) -> done.
 GiveBack = Callable[[str, str], Awaitable[object]]
@@ -74,6 +79,8 @@ class Delivery:
         self.chained_again = 0  # chained steps given again to a resent report (chained_by)
         self._releases: set[asyncio.Task[None]] = set()  # hand-offs being given back (_orphaned)
         self._claims_left: set[asyncio.Future[list[Claimed]]] = set()  # of polls cancelled meanwhile
+        #: the nodes each worker gave back for lack of a handler: its claims pass them over
+        self.unrunnable = Unrunnable()
         # Per queue, the reservation of a poller that further transitions may add steps to
         # (Handoff.accepting): a start group's starts, reports committed together, share one poll.
         self._open: dict[str, Handoff] = {}
@@ -103,6 +110,9 @@ class Delivery:
             timings.claimed(loaded, token, now)
             return claim(loaded, state, token, worker_id, now, changes, lease_millis)
 
+        skip = self.unrunnable.skip_for(worker_id)
+        if skip:
+            return await self.store.claim(worker_id, queues, max_tasks, transition, skip)
         return await self.store.claim(worker_id, queues, max_tasks, transition)
 
     async def poll(
@@ -126,7 +136,11 @@ class Delivery:
         in ``Notifier``), or their earliest delayed step falls due, a poll does not claim again:
         it goes straight to its wait (``Notifier.known_empty``). A worker's next poll after a
         short claim then costs no transaction.
+
+        A worker that gave steps back for lack of a handler polls apart (``_poll_skipping``).
         """
+        if self.unrunnable.skip_for(worker_id):
+            return await self._poll_skipping(worker_id, queues, max_tasks, wait_seconds, lease_millis)
         clock = self.store.clock
         deadline = time.monotonic() + min(max(wait_seconds, 0.0), MAX_WAIT_SECONDS)
         notifier = self.store.notifier
@@ -186,6 +200,36 @@ class Delivery:
             if woken_for is not None:
                 notifier.pass_on(woken_for)
             raise
+
+    async def _poll_skipping(
+        self, worker_id: str, queues: list[str], max_tasks: int, wait_seconds: float, lease_millis: int | None
+    ) -> list[Claimed]:
+        """``poll`` for a worker whose claims pass some steps over (``Unrunnable``).
+
+        What it passes over is another worker's to run, so what it finds says nothing of its
+        queues to the other pollers: it notes no queue empty, takes no counted wake-up (it is
+        woken by every announcement on its queues besides those, and so passes none on), and is
+        handed no step (``Notifier.arm``): a step handed to it might be one it cannot run. It
+        looks again at least every ``SKIPPING_LOOK_SECONDS``."""
+        clock = self.store.clock
+        deadline = time.monotonic() + min(max(wait_seconds, 0.0), MAX_WAIT_SECONDS)
+        notifier = self.store.notifier
+        while not self.closing.is_set():
+            with notifier.watch_work(queues, counted=False) as waiter:
+                next_ready = notifier.known_empty(queues, clock.now())
+                if next_ready is None:
+                    claimed = await self._claim_to_the_end(worker_id, queues, max_tasks, lease_millis)
+                    if claimed:
+                        return claimed
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                remaining = min(remaining, SKIPPING_LOOK_SECONDS)
+                if next_ready and next_ready != notifier.NEXT_UNKNOWN:
+                    remaining = min(remaining, max((next_ready - clock.now()) / 1000, 0.001))
+                with self.store.waiting_for("work", queues):
+                    await notifier.wait(waiter, remaining)
+        return []
 
     # ------------------------------------------------------------------ hand-offs
 
@@ -291,10 +335,13 @@ class Delivery:
         if state.instance.status != InstanceStatus.RUNNING or not changes.ready_queues:
             return None
         limited = self.store.limited_queues
+        skip = self.unrunnable.skip_for(owner)
         for token in changes.tokens.values():
             queue = token.queue
             if queue not in queues or queue in limited or not _leasable(token, now):
                 continue
+            if skip and (state.instance.workflow, state.instance.version, token.node_id) in skip:
+                continue  # the reporting worker gave this node back: another worker's to run
             self.timings.claimed(loaded, token, now)
             claimed = self.engine.claim(loaded, state, token, owner, now, changes)
             token.chained_from = f"{origin} {claimed.task_id}"

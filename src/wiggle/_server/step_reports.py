@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
 from .._engine.local_runs import resent_handback
 from .._engine.records import StepRecord
-from .._engine.state import Changes, InstanceState, token_instance_id
+from .._engine.state import Changes, InstanceState, split_task_id, token_instance_id
 from ..errors import FailedPrecondition, InvalidArgument
 from .clock_duties import token_missing
 from .delivery import Delivery
@@ -144,13 +144,21 @@ class StepReports:
         retryable: bool,
         traceback: str = "",
         release: bool = False,
+        no_handler: bool = False,
     ) -> str:
         """FailTask; the instance status. ``traceback`` (bounded) goes on the attempt's history
-        entry; with ``release`` the step is given back, no attempt consumed (docs/semantics.md#mixed-fleets)."""
+        entry; with ``release`` the step is given back, no attempt consumed (docs/semantics.md#mixed-fleets).
+        ``no_handler``: given back by its worker, which has no handler for the node: that worker's
+        claims pass the node over for a while (wiggle/_server/unrunnable.py)."""
 
         def action(loaded: LoadedDefinition, state: InstanceState, now: int) -> tuple[None, Changes]:
             if release:
-                return None, self.engine.release(loaded, state, token_id, owner, message, now)
+                changes = self.engine.release(loaded, state, token_id, owner, message, now)
+                if no_handler:
+                    instance = state.instance
+                    node = state.tokens[split_task_id(token_id)[0]].node_id
+                    self.delivery.unrunnable.note(owner, instance.workflow, instance.version, node)
+                return None, changes
             changes = self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
             attach_traceback(changes, None, message, traceback)
             return None, changes

@@ -100,6 +100,7 @@ class WorkerHandlers:
             request.retryable,
             traceback=request.traceback,
             release=request.release,
+            no_handler=request.release,  # a worker releases a step only for that
         )
         return pb.ReportResult(instance_status=status)
 

@@ -36,6 +36,8 @@ __all__ = [
     "StoreStats",
     "Action",
     "ClaimTransition",
+    "Skip",
+    "NOTHING_SKIPPED",
     "AdmitAction",
     "ADMIT_BATCH",
     "not_yet_due",
@@ -71,6 +73,10 @@ def check_version_alias(workflow: object, alias: object, version: object) -> Non
 Action = Callable[[LoadedDefinition, InstanceState, int], tuple[R, Changes | None]]
 # The engine's claim transition for one due READY token: (definition, state, token, now, changes into).
 ClaimTransition = Callable[[LoadedDefinition, InstanceState, Token, int, Changes], Claimed]
+#: (workflow, version, node id) of the steps a claim passes over: the nodes its worker gave back
+#: for lack of a handler (wiggle/_server/unrunnable.py).
+Skip = frozenset[tuple[str, str, str]]
+NOTHING_SKIPPED: Skip = frozenset()
 # The admission of one workflow-level concurrency key (wiggle/_engine/workflow_limits.py):
 # (its live instances oldest first, its waiting ones FIFO, each with its definition; now) -> the
 # instances it changed and how. Runs under the key's lock with every instance named locked.
@@ -277,10 +283,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def claim(
-        self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition
+        self,
+        worker_id: str,
+        queues: list[str],
+        max_tasks: int,
+        transition: ClaimTransition,
+        skip: Skip = NOTHING_SKIPPED,
     ) -> list[Claimed]:
         """Lease up to ``max_tasks`` due READY tokens on ``queues`` through ``transition``, oldest
-        first; never one token twice. Commits and announces like ``mutate``."""
+        first; never one token twice. Commits and announces like ``mutate``. ``skip``: the nodes
+        (workflow, version, node id) whose steps the claim passes over, leaving them READY as
+        they were for other claims."""
 
     @abc.abstractmethod
     async def admit(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from typing import Any
 
 from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import (
@@ -22,6 +23,7 @@ from .._engine.state import (
     HistoryEntry,
     InstanceState,
     InstanceStatus,
+    Token,
     TokenStatus,
     task_id_of,
     token_instance_id,
@@ -29,6 +31,7 @@ from .._engine.state import (
 from .._model import validate_name
 from ..errors import NotFound, ResourceExhausted
 from .base import (
+    NOTHING_SKIPPED,
     Action,
     AdmitAction,
     ClaimTransition,
@@ -36,6 +39,7 @@ from .base import (
     InstanceView,
     NewInstance,
     R,
+    Skip,
     Store,
     WorkflowRecord,
     check_version_alias,
@@ -407,25 +411,44 @@ class MemoryStore(Store):
     # ------------------------------------------------------------------ workers
 
     async def claim(
-        self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition
+        self,
+        worker_id: str,
+        queues: list[str],
+        max_tasks: int,
+        transition: ClaimTransition,
+        skip: Skip = NOTHING_SKIPPED,
     ) -> list[Claimed]:
         now = self.clock.now()
         out: list[Claimed] = []
         ready = self.ready
         for queue in queues:
             ready.promote(queue, now)
-        while len(out) < max_tasks:
-            taken = ready.take(queues, now)  # the best step of the queues (memory_ready.py)
-            if taken is None:
-                break
-            queue, token = taken
-            state = self._instances[token_instance_id(token.id)]
-            changes = Changes()
-            claimed = transition(self._loaded(state), state, token, now, changes)
-            if self.limited_queues:
-                ready.claimed_on(queue, token, now)
-            self._apply(state, changes)
-            out.append(claimed)
+        instances = self._instances
+        passes_over = None
+        passed: list[Any] = []
+        if skip:
+
+            def passes_over(token: Token) -> bool:
+                instance = instances[token_instance_id(token.id)].instance
+                return (instance.workflow, instance.version, token.node_id) in skip
+
+        try:
+            while len(out) < max_tasks:
+                # the best step of the queues (memory_ready.py)
+                taken = ready.take(queues, now, passes_over, passed)
+                if taken is None:
+                    break
+                queue, token = taken
+                state = instances[token_instance_id(token.id)]
+                changes = Changes()
+                claimed = transition(self._loaded(state), state, token, now, changes)
+                if self.limited_queues:
+                    ready.claimed_on(queue, token, now)
+                self._apply(state, changes)
+                out.append(claimed)
+        finally:
+            if passed:
+                ready.restore(passed)
         return out
 
     # ------------------------------------------------------------------ clock duties

@@ -200,21 +200,43 @@ class ReadyQueues:
 
     # ------------------------------------------------------------------ claims
 
-    def take(self, queues: list[str], now: int) -> tuple[str, Token] | None:
+    def take(
+        self,
+        queues: list[str],
+        now: int,
+        passes_over: Callable[[Token], bool] | None = None,
+        passed: list[tuple[str, tuple[int, int, str, int], Token]] | None = None,
+    ) -> tuple[str, Token] | None:
         """The step a claim on ``queues`` takes next at ``now``, with its queue: the best head
         of the queues whose limits let one more go, popped and counted against its key's rate
-        (MemoryStore.claim, after ``promote``); None: nothing claimable now."""
-        best: tuple[tuple[int, int, int], bool] | None = None  # ((running of its key, rank, seq), keyed)
-        best_queue = ""
-        for queue in queues:
-            if self._limits and queue in self._limits and not self.queue_open(queue, now):
-                continue
-            head = self._head(queue, now)
-            if head is not None and (best is None or head[0] < best[0]):
-                best, best_queue = head, queue
-        if best is None:
-            return None
-        return best_queue, self._take(best_queue, best[1], now)
+        (MemoryStore.claim, after ``promote``); None: nothing claimable now.
+
+        ``passes_over``: steps the claim does not take (their worker gave their node back,
+        wiggle/_server/unrunnable.py), popped into ``passed`` uncounted; the claim puts them back
+        with ``restore`` when it is done, where they were."""
+        while True:
+            best: tuple[tuple[int, int, int], bool] | None = None  # ((running of its key, rank, seq), keyed)
+            best_queue = ""
+            for queue in queues:
+                if self._limits and queue in self._limits and not self.queue_open(queue, now):
+                    continue
+                head = self._head(queue, now)
+                if head is not None and (best is None or head[0] < best[0]):
+                    best, best_queue = head, queue
+            if best is None:
+                return None
+            if passes_over is None or passed is None:
+                return best_queue, self._take(best_queue, best[1], now)
+            entry, token = self._pop(best_queue, best[1])
+            if not passes_over(token):
+                self._count_rate(token, now)
+                return best_queue, token
+            passed.append((best_queue, entry, token))
+
+    def restore(self, passed: list[tuple[str, tuple[int, int, str, int], Token]]) -> None:
+        """Put back the steps a claim passed over (``take``), in their places."""
+        for queue, entry, token in passed:
+            self._place(queue, entry, token)
 
     def _head(self, queue: str, now: int) -> tuple[tuple[int, int, int], bool] | None:
         """The order (running of its key, rank, seq) of the step a claim on ``queue`` would take
@@ -235,18 +257,26 @@ class ReadyQueues:
         of ``queue`` changed since: ``_head`` of another queue changes only that queue's heaps,
         so the chosen step is still the top of ``_due``, or of the heap of the key at the top of
         the queue's index (``_keyed_head`` left that item valid)."""
+        token = self._pop(queue, keyed)[1]
+        self._count_rate(token, now)
+        return token
+
+    def _pop(self, queue: str, keyed: bool) -> tuple[tuple[int, int, str, int], Token]:
+        """Pop the step ``_head`` chose on ``queue`` (``_take``): its entry and token."""
         if keyed:
             heap = self._keyed[queue][self._key_index[queue][0][3]]
         else:
             heap = self._due[queue]
-        token_id = heapq.heappop(heap)[2]
-        token = self._instances[token_instance_id(token_id)].tokens[token_id]
+        entry = heapq.heappop(heap)
+        return entry, self._instances[token_instance_id(entry[2])].tokens[entry[2]]
+
+    def _count_rate(self, token: Token, now: int) -> None:
+        """Count a step taken at ``now`` against its key's rate."""
         if token.rate_key:
             tat = self._rate_tat.get(token.rate_key, 0.0)
             after = rate_admit(token.rate_max, token.rate_period_millis, tat, now)
             assert after is not None  # _head found it admitted, in this same step of the event loop
             self._rate_tat[token.rate_key] = after
-        return token
 
     def _due_head(self, queue: str, now: int) -> tuple[int, int, str, int] | None:
         """The best entry of ``queue``'s steps without a concurrency limit (stale ones dropped)."""

@@ -59,13 +59,21 @@ class WorkWaiter:
         "max_tasks",
         "lease_millis",
         "handoff",
+        "counted",
     )
 
     def __init__(
-        self, future: asyncio.Future[bool], queues: list[str], notifier: Notifier | None = None
+        self,
+        future: asyncio.Future[bool],
+        queues: list[str],
+        notifier: Notifier | None = None,
+        counted: bool = True,
     ) -> None:
         self.future = future
         self.queues = queues
+        # False: woken by every announcement on its queues, never by a counted wake-up
+        # (Notifier.watch_work)
+        self.counted = counted
         self.woken_for: str | None = None
         self.taken = False
         self.notifier = notifier
@@ -145,6 +153,8 @@ class Notifier:
     def __init__(self) -> None:
         # queue -> its waiters in arrival order (a dict used as an ordered set)
         self._queue_waiters: dict[str, dict[WorkWaiter, None]] = {}
+        # queue -> its uncounted waiters (watch_work): most often none
+        self._uncounted: dict[str, dict[WorkWaiter, None]] = {}
         self._armed: set[WorkWaiter] = set()  # waiting pollers that take hand-offs (arm)
         self._instance_waiters: dict[str, set[InstanceWatch]] = {}
         self._any_waiters: set[asyncio.Event] = set()
@@ -284,8 +294,12 @@ class Notifier:
         stamp = self._counter
         stamps = self._stamps
         uncovered: list[str] = []
+        uncounted = self._uncounted
         for queue in queues:
             stamps[queue] = stamp
+            if uncounted and queue in uncounted:
+                for waiter in list(uncounted[queue]):
+                    self._wake(waiter, None)
             n = None if counts is None else counts.get(queue)
             waiters = self._queue_waiters.get(queue)
             if n is None or not waiters:
@@ -320,12 +334,13 @@ class Notifier:
         return True
 
     def _forget(self, waiter: WorkWaiter) -> None:
+        by_queue = self._queue_waiters if waiter.counted else self._uncounted
         for q in waiter.queues:
-            waiters = self._queue_waiters.get(q)
+            waiters = by_queue.get(q)
             if waiters is not None:
                 waiters.pop(waiter, None)
                 if not waiters:
-                    del self._queue_waiters[q]
+                    del by_queue[q]
 
     def clock_changed(self) -> None:
         """A timer or deadline was added: wake the clock duty so it can re-plan its sleep."""
@@ -338,7 +353,7 @@ class Notifier:
         self._floor = self._counter  # every queue's stamp moves: nothing is known empty any more
         self._stamps.clear()
         self._empty.clear()
-        for waiters in list(self._queue_waiters.values()):
+        for waiters in [*self._queue_waiters.values(), *self._uncounted.values()]:
             for waiter in list(waiters):
                 self._wake(waiter, None)
         self.recheck_instances()
@@ -357,19 +372,27 @@ class Notifier:
             watch.view = view
             watch.event.set()
 
-    def watch_work(self, queues: Iterable[str]) -> WorkWaiter:
+    def watch_work(self, queues: Iterable[str], counted: bool = True) -> WorkWaiter:
         """Register for work on ``queues`` now (``with notifier.watch_work(queues) as waiter``); look
         for work inside, then ``wait`` on the waiter.
 
         On leaving, a counted wake-up the waiter took but its owner did not act on (it left
         with work found first, or was cancelled) is passed on to the next waiter of that queue:
         the work it announced must not sit unclaimed until some other poller's timeout.
+
+        ``counted=False``: a poller that may not take what it is woken for (its claims pass some
+        steps over, wiggle/_server/unrunnable.py). Every announcement on its queues wakes it, the
+        counted wake-ups go to the others, and it never passes one on: two such pollers would
+        hand one wake-up back and forth, each claiming nothing, for as long as the step waited.
         """
-        return WorkWaiter(asyncio.get_running_loop().create_future(), list(dict.fromkeys(queues)), self)
+        return WorkWaiter(
+            asyncio.get_running_loop().create_future(), list(dict.fromkeys(queues)), self, counted
+        )
 
     def _register(self, waiter: WorkWaiter) -> None:
+        by_queue = self._queue_waiters if waiter.counted else self._uncounted
         for q in waiter.queues:
-            self._queue_waiters.setdefault(q, {})[waiter] = None
+            by_queue.setdefault(q, {})[waiter] = None
 
     def _leave(self, waiter: WorkWaiter) -> None:
         self._armed.discard(waiter)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._engine.state import Token
+from ..base import NOTHING_SKIPPED, Skip
 from .codecs import token_from
 from .db import Conn
 from .statements import Queries
@@ -22,7 +23,14 @@ CLAIM_ROUNDS = 3
 
 
 async def claim_candidates(
-    conn: Conn, pipeline: Any, q: Queries, queues: list[str], max_tasks: int, now: int, rate_now: int | None
+    conn: Conn,
+    pipeline: Any,
+    q: Queries,
+    queues: list[str],
+    max_tasks: int,
+    now: int,
+    rate_now: int | None,
+    skip: Skip = NOTHING_SKIPPED,
 ) -> tuple[list[Any], list[Token]]:
     """The READY rows a claim may take, locked, in claim-rank order, and their tokens.
 
@@ -34,25 +42,39 @@ async def claim_candidates(
     can then take the steps of other keys instead of one more of a busy key (limits.py), and
     is not cut short by one key's backlog ahead of the steps of keys with room
     (docs/flow-control.md#fair-claims-across-keys). The bounds keep a claim's reads and row
-    locks a small multiple of what it takes, whatever the backlog."""
-    opening, text = (
-        (q.claim_one_first, q.claim_one) if len(queues) == 1 else (q.claim_many_first, q.claim_many)
-    )
-    queue_param: str | list[str] = queues[0] if len(queues) == 1 else list(queues)
+    locks a small multiple of what it takes, whatever the backlog.
+
+    ``skip``: the nodes whose steps the claim passes over (wiggle/_server/unrunnable.py), in
+    statements of their own, planned as the further rounds are (their arrays are the plan's)."""
+    one = len(queues) == 1
+    extra: tuple[list[str], ...] = ()  # the skipped nodes' arrays, after each round's own parameters
+    if skip:
+        nodes = sorted(skip)
+        extra = ([n[0] for n in nodes], [n[1] for n in nodes], [n[2] for n in nodes])
+        opening, text = (
+            (q.claim_one_skipping, q.claim_one_past_skipping)
+            if one
+            else (q.claim_many_skipping, q.claim_many_past_skipping)
+        )
+    else:
+        opening, text = (q.claim_one_first, q.claim_one) if one else (q.claim_many_first, q.claim_many)
+    queue_param: str | list[str] = queues[0] if one else list(queues)
     rows: list[Any] = []
     tokens: list[Token] = []
     keys: list[str] = []
     enough_keys = 2 * max_tasks + 8
     for round_ in range(CLAIM_ROUNDS):
         limit = max_tasks * 2**round_
-        limits = (limit, limit) if len(queues) > 1 else (limit,)
-        if round_ == 0:  # under its one generic plan (statements.py, _claims)
-            await conn.execute(q.generic_plans)
-            cur = await conn.execute(opening, (queue_param, now, rate_now) + limits, binary=True)
-            await conn.execute(q.default_plans)
+        limits = (limit,) if one else (limit, limit)
+        if round_ == 0:
+            if not skip:  # under its one generic plan (statements.py, _claims)
+                await conn.execute(q.generic_plans)
+            cur = await conn.execute(opening, (queue_param, now, rate_now, *extra, *limits), binary=True)
+            if not skip:
+                await conn.execute(q.default_plans)
         else:
-            params = (queue_param, now, rate_now, keys, [t.id for t in tokens])
-            cur = await conn.execute(text, params + limits, binary=True)
+            params = (queue_param, now, rate_now, keys, [t.id for t in tokens], *extra, *limits)
+            cur = await conn.execute(text, params, binary=True)
         await pipeline.sync()
         found = await cur.fetchall()
         rows.extend(found)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..._engine.engine import Claimed
 from ..._engine.state import Changes, InstanceState, InstanceStatus, Token
-from ..base import ClaimTransition, WorkflowRecord
+from ..base import NOTHING_SKIPPED, ClaimTransition, Skip, WorkflowRecord
 from ..queue_limits import QueueLimit
 from .candidates import claim_candidates
 from .codecs import N_TOKEN, instance_from
@@ -72,17 +72,19 @@ class ClaimTransaction:
         reserved: dict[str, Reservation],
         unused: dict[str, int],
         one_trip: bool,
+        skip: Skip = NOTHING_SKIPPED,
     ) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
         """Claim up to ``max_tasks`` steps of ``queues`` in one transaction: the steps claimed and,
         per instance changed, its changes. ``reserved``: the moments of fast rates reserved for
         this claim; ``unused`` is left with what the claim did not use of them. ``one_trip``: admit
         keyed rows on the read's counts, confirmed in the write statement (limits.py); a key found
-        with less room raises psycopg's error of SQLSTATE ``KEY_ROOM_TAKEN``."""
+        with less room raises psycopg's error of SQLSTATE ``KEY_ROOM_TAKEN``. ``skip``: the nodes
+        whose steps the claim passes over (candidates.py)."""
         unused.update((queue, moments.count) for queue, moments in reserved.items())  # (run again: all)
         async with transaction(conn) as pipeline:
             now = self.now()
             rows, tokens = await claim_candidates(
-                conn, pipeline, self.queries, queues, max_tasks, now, self.rate_now()
+                conn, pipeline, self.queries, queues, max_tasks, now, self.rate_now(), skip
             )
             if not rows:
                 return [], []

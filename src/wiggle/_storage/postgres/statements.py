@@ -391,6 +391,11 @@ class Queries:
         # expects one row and sorts every due token of the queue.
         self.claim_one_first, self.claim_many_first = one(""), many("")
         self.claim_one, self.claim_many = one(past), many(past)
+        # A claim of a worker that gave some nodes back (wiggle/_server/unrunnable.py) passes
+        # their steps over: (workflow, version, node) as three arrays, after the rounds' own.
+        skip = "AND (i.workflow, i.version, t.node_id) NOT IN (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])) "
+        self.claim_one_skipping, self.claim_many_skipping = one(skip), many(skip)
+        self.claim_one_past_skipping, self.claim_many_past_skipping = one(past + skip), many(past + skip)
         self.generic_plans = "SET LOCAL plan_cache_mode = force_generic_plan"
         self.default_plans = "SET LOCAL plan_cache_mode TO DEFAULT"
 

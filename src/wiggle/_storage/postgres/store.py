@@ -28,6 +28,7 @@ from ..._engine.engine import Claimed, LoadedDefinition
 from ..._engine.state import Changes, HistoryEntry, InstanceState
 from ...errors import NotFound
 from ..base import (
+    NOTHING_SKIPPED,
     Action,
     AdmitAction,
     ClaimTransition,
@@ -35,6 +36,7 @@ from ..base import (
     InstanceView,
     NewInstance,
     R,
+    Skip,
     Store,
     WorkflowRecord,
     not_yet_due,
@@ -399,7 +401,12 @@ class PostgresStore(Store):
         return history_from(rows)
 
     async def claim(
-        self, worker_id: str, queues: list[str], max_tasks: int, transition: ClaimTransition
+        self,
+        worker_id: str,
+        queues: list[str],
+        max_tasks: int,
+        transition: ClaimTransition,
+        skip: Skip = NOTHING_SKIPPED,
     ) -> list[Claimed]:
         if not queues or max_tasks <= 0:
             return []
@@ -418,6 +425,7 @@ class PostgresStore(Store):
             transition=transition,
             reserved=reserved,
             unused=unused,
+            skip=skip,
         )
 
         async def in_one_trip(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:

@@ -1,0 +1,74 @@
+"""The steps each worker said it cannot run, so its claims pass them over.
+
+A worker without a handler for a step's node gives the step back (FailTask with ``release``,
+wiggle/_worker/server_step.py ``release_step``; docs/semantics.md#mixed-fleets). Before this
+registry, the same worker claimed that step again on its next poll and gave it back again: with
+no worker that had the handler, every worker that lacked it claimed and gave back the new steps
+as fast as it polled (2,000 waiting steps kept an in-memory server 65% busy; bench/README.md,
+"Round thirty-seven"). Now a give-back notes (workflow, version, node) against the worker's id,
+and that worker's claims, polls and chained steps pass the node over (``Delivery``), for
+``HOLD_SECONDS``, after which it is offered the node again once: a worker restarted under the
+same explicit id with the handler waits that long for the node at most.
+
+Per server process, in memory: nothing here is durable or shared between the servers of a
+cluster (a worker gives a node back once to each server it polls).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from .._storage.base import NOTHING_SKIPPED, Skip
+
+__all__ = ["Unrunnable"]
+
+
+class Unrunnable:
+    """Per worker id, the nodes it gave back for lack of a handler, each until its hold ends."""
+
+    #: How long a worker is not offered a node it gave back (seconds).
+    HOLD_SECONDS = 60.0
+    #: Bounds: the workers remembered (the least recently noted go first) and the nodes each.
+    MAX_WORKERS = 10_000
+    MAX_NODES = 256
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._by_worker: OrderedDict[str, dict[tuple[str, str, str], float]] = OrderedDict()
+        self.noted = 0  # give-backs noted (the dashboard's and the tests' count)
+
+    def note(self, worker_id: str, workflow: str, version: str, node: str) -> None:
+        """``worker_id`` gave back a step of ``node`` of (``workflow``, ``version``): it has no handler."""
+        if not worker_id:
+            return
+        by_worker = self._by_worker
+        nodes = by_worker.get(worker_id)
+        if nodes is None:
+            while len(by_worker) >= self.MAX_WORKERS:
+                by_worker.popitem(last=False)
+            nodes = by_worker[worker_id] = {}
+        else:
+            by_worker.move_to_end(worker_id)
+        key = (workflow, version, node)
+        nodes.pop(key, None)
+        while len(nodes) >= self.MAX_NODES:
+            del nodes[next(iter(nodes))]  # the longest held
+        nodes[key] = self.clock() + self.HOLD_SECONDS
+        self.noted += 1
+
+    def skip_for(self, worker_id: str) -> Skip:
+        """The nodes ``worker_id``'s claims pass over now (most often none: one dict lookup)."""
+        if not self._by_worker:
+            return NOTHING_SKIPPED
+        nodes = self._by_worker.get(worker_id)
+        if not nodes:
+            return NOTHING_SKIPPED
+        now = self.clock()
+        for key in [key for key, until in nodes.items() if until <= now]:
+            del nodes[key]
+        if not nodes:
+            del self._by_worker[worker_id]
+            return NOTHING_SKIPPED
+        return frozenset(nodes)

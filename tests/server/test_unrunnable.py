@@ -1,0 +1,155 @@
+"""A worker's claims pass over the nodes it gave back for lack of a handler
+(wiggle/_server/unrunnable.py; docs/semantics.md#mixed-fleets).
+
+Before, a worker without a step's handler claimed it again on its next poll and gave it back
+again, as fast as it polled, for as long as no worker with the handler came. The claims here run
+on both stores: the PostgreSQL cases always run, PostgreSQL being unreachable fails them
+(tests/pg.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from layers import instance_layer
+
+from wiggle._engine.state import TokenStatus
+from wiggle._model import Node, NodeKind, WorkflowDefinition
+from wiggle._server.instances import Instances
+from wiggle._server.unrunnable import Unrunnable
+from wiggle._storage.notifier import Notifier
+
+QUEUE = "q"
+
+
+def _two_steps() -> WorkflowDefinition:
+    return WorkflowDefinition(
+        name="two",
+        start_node="a",
+        nodes=(
+            Node(id="a", kind=NodeKind.TASK, queue=QUEUE, next="b"),
+            Node(id="b", kind=NodeKind.TASK, queue=QUEUE, next="end"),
+            Node(id="end", kind=NodeKind.END),
+        ),
+    )
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
+    async with instance_layer(request.param, _two_steps()) as instances:
+        yield instances
+
+
+async def _at_b_given_back(layer: Instances) -> str:
+    """An instance whose step "b" worker "old" claimed and gave back (no handler): its id."""
+    view = await layer.start("two", "", {}, "")
+    (first,) = await layer.claim("new", [QUEUE], 1)
+    await layer.complete(first.task_id, "new", {"a": True}, None)
+    (b,) = await layer.claim("old", [QUEUE], 1)
+    assert b.token.node_id == "b"
+    await layer.fail(b.task_id, "old", "no handler for node 'b'", True, release=True, no_handler=True)
+    await _past_the_release_delay(layer)
+    return view.instance.id
+
+
+async def _past_the_release_delay(layer: Instances) -> None:
+    """A step given back is offered again after the engine's release delay: wait it out."""
+    await asyncio.sleep(layer.engine.config.release_delay_millis / 1000 + 0.05)
+
+
+async def test_a_claim_passes_over_the_nodes_its_worker_gave_back(layer: Instances) -> None:
+    waiting = await _at_b_given_back(layer)
+    later = [(await layer.start("two", "", {"n": n}, "")).instance.id for n in range(2)]
+    # "b" is the oldest READY step of the queue, and "old" is offered only the "a"s behind it
+    claimed = await layer.claim("old", [QUEUE], 4)
+    assert sorted((c.token.instance_id, c.token.node_id) for c in claimed) == sorted((i, "a") for i in later)
+    (token,) = (await layer.get_instance(waiting)).tokens
+    assert (token.node_id, token.status, token.attempt) == ("b", TokenStatus.READY, 1)
+    assert await layer.claim("old", [QUEUE, "other"], 4) == []  # several queues: the same
+    # another worker is offered it, and runs it on the same attempt
+    (b,) = await layer.claim("new", [QUEUE], 4)
+    assert (b.token.instance_id, b.token.node_id, b.token.attempt) == (waiting, "b", 1)
+
+
+async def test_a_step_given_back_without_no_handler_is_offered_again(layer: Instances) -> None:
+    """The server's own give-backs (a poll that had ended) say nothing of the worker."""
+    await layer.start("two", "", {}, "")
+    (a,) = await layer.claim("w", [QUEUE], 1)
+    await layer.fail(a.task_id, "w", "its poll had ended", True, release=True)
+    await _past_the_release_delay(layer)
+    (again,) = await layer.claim("w", [QUEUE], 1)
+    assert again.token.node_id == "a" and again.token.attempt == 1
+
+
+async def test_a_poll_passing_steps_over_waits_unarmed_and_takes_what_it_can(layer: Instances) -> None:
+    await _at_b_given_back(layer)
+    poll = asyncio.ensure_future(layer.poll("old", [QUEUE], 4, 10.0))
+    notifier = layer.store.notifier
+    for _ in range(200):  # waiting: uncounted, and handed nothing (it might not run it)
+        if notifier._uncounted.get(QUEUE):
+            break
+        await asyncio.sleep(0.005)
+    assert notifier._uncounted.get(QUEUE) and not notifier._armed
+    assert not poll.done()
+    view = await layer.start("two", "", {}, "")
+    (claimed,) = await asyncio.wait_for(poll, 10.0)
+    assert (claimed.token.instance_id, claimed.token.node_id) == (view.instance.id, "a")
+    assert layer.handed_off == 0
+
+
+async def test_a_chained_step_skips_a_worker_that_gave_its_node_back(layer: Instances) -> None:
+    await _at_b_given_back(layer)
+    view = await layer.start("two", "", {}, "")
+    (a,) = await layer.claim("old", [QUEUE], 1)
+    assert a.token.instance_id == view.instance.id
+    _, chained = await layer.complete_chained(a.task_id, "old", {}, None, next_queues=frozenset([QUEUE]))
+    assert chained is None  # "b" is left READY for another worker
+    tokens = (await layer.get_instance(view.instance.id)).tokens
+    assert [(t.node_id, t.status) for t in tokens] == [("b", TokenStatus.READY)]
+
+
+def test_a_hold_ends_and_is_per_worker_version_and_node() -> None:
+    now = [100.0]
+    unrunnable = Unrunnable(clock=lambda: now[0])
+    assert not unrunnable.skip_for("w")
+    unrunnable.note("w", "wf", "v2", "extra")
+    unrunnable.note("", "wf", "v2", "extra")  # no worker id: nothing to hold it against
+    assert unrunnable.skip_for("w") == {("wf", "v2", "extra")}
+    assert not unrunnable.skip_for("other")
+    now[0] += Unrunnable.HOLD_SECONDS - 1
+    unrunnable.note("w", "wf", "v2", "later")
+    assert unrunnable.skip_for("w") == {("wf", "v2", "extra"), ("wf", "v2", "later")}
+    now[0] += 1  # the first hold ends: offered once more
+    assert unrunnable.skip_for("w") == {("wf", "v2", "later")}
+    now[0] += Unrunnable.HOLD_SECONDS
+    assert not unrunnable.skip_for("w") and not unrunnable._by_worker
+
+
+def test_holds_are_bounded() -> None:
+    unrunnable = Unrunnable()
+    for n in range(Unrunnable.MAX_NODES + 10):
+        unrunnable.note("w", "wf", "v", f"n{n}")
+    held = unrunnable.skip_for("w")
+    assert len(held) == Unrunnable.MAX_NODES and ("wf", "v", "n0") not in held
+    unrunnable.MAX_WORKERS = 3
+    for n in range(5):
+        unrunnable.note(f"worker-{n}", "wf", "v", "x")
+    assert list(unrunnable._by_worker) == ["worker-2", "worker-3", "worker-4"]
+
+
+async def test_an_uncounted_waiter_is_woken_besides_the_counted_ones_and_passes_nothing_on() -> None:
+    notifier = Notifier()
+    spilled: list[str] = []
+    notifier.spill = spilled.append
+    with notifier.watch_work([QUEUE], counted=False) as skipping, notifier.watch_work([QUEUE]) as counted:
+        assert notifier.work_ready([QUEUE], {QUEUE: 1}) == []  # the counted waiter covers the step
+        assert skipping.woken and skipping.woken_for is None
+        assert counted.woken_for == QUEUE and await notifier.wait(counted, 1.0)  # taken
+    with notifier.watch_work([QUEUE], counted=False) as alone:
+        # only a waiter that may not run it: the step is announced to the other nodes too
+        assert notifier.work_ready([QUEUE], {QUEUE: 1}) == [QUEUE]
+        assert alone.woken
+    assert spilled == []  # it left without passing anything on
+    assert not notifier._uncounted and not notifier._queue_waiters
