@@ -11,7 +11,7 @@ from psycopg import sql
 
 from wiggle import ExecutionMode
 
-from .helpers import dashboard_server, orders, until
+from .helpers import dashboard_server, mixed_versions, orders, until
 
 
 async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
@@ -179,3 +179,27 @@ async def test_readyz_says_not_ready_when_the_schema_is_behind(pg_schema: str) -
             assert body["schema_version"] < body["expected_schema_version"]
             assert "this server needs" in body["detail"]
             assert (await get(http, f"{base}/healthz"))[0] == 200  # alive all the same
+
+
+async def test_queues_say_which_nodes_a_worker_passes_over(store: str, pg_schema: str) -> None:
+    """A worker of an old version gave back a new step (no handler): the Queues page says so, beside it."""
+    old, new = mixed_versions(f"api-passes-over-{store}")
+    async with dashboard_server(store, pg_schema, TEST_DATABASE_URL) as (server, base):
+        await server.client.register(new)
+        await server.client.start(new, {})
+        async with aiohttp.ClientSession() as http, server.worker([old]) as worker:
+
+            async def passed_over() -> bool:
+                _, page = await get(http, f"{base}/api/queues")
+                (queue,) = [q for q in page["queues"] if q["queue"] == old.name]
+                return any(w["passes_over"] for w in queue["workers"])
+
+            await until(passed_over)
+            _, page = await get(http, f"{base}/api/queues")
+            (queue,) = [q for q in page["queues"] if q["queue"] == old.name]
+            (held,) = [w for w in queue["workers"] if w["worker_id"] == worker.worker_id][0]["passes_over"]
+            assert (held["workflow"], held["version"], held["node"]) == (new.name, new.version, "extra")
+            assert 0 < held["for_seconds"] <= 60
+            async with http.get(f"{base}/queues") as r:
+                html = await r.text()
+            assert f"no handler: passes over extra of {new.name} version {new.version}" in html, html

@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from wiggle import ExecutionMode
 from wiggle._server.web.times import utc_text
 
-from .helpers import click, dashboard_server, orders, until
+from .helpers import click, dashboard_server, mixed_versions, orders, until
 
 CHROMIUM = os.environ.get("WIGGLE_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("WIGGLE_CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -257,3 +257,34 @@ async def test_the_queues_page_shows_flow_control_in_a_browser(
         assert waits.startswith(f"rate limited until {utc_text(scene.rate_limited_until)} (in "), waits
         assert waits.endswith(" min)") or waits.endswith(" h)"), waits
         assert "Z" not in local and ("+" in local or "-" in local[10:]), local
+
+
+async def test_the_queues_page_shows_a_worker_passing_a_node_over_in_a_browser(
+    browser: webdriver.Chrome, store: str, pg_schema: str
+) -> None:
+    """An old worker gave back a new version's new step: its row on the Queues page says which."""
+    old, new = mixed_versions(f"browser-passes-over-{store}")
+    async with dashboard_server(store, pg_schema, TEST_DATABASE_URL) as (server, base):
+        await server.client.register(new)
+        await server.client.start(new, {})
+        async with server.worker([old]) as worker:
+
+            async def noted() -> bool:
+                return bool(server.server.instances.delivery.unrunnable.holds(worker.worker_id))
+
+            await until(noted)
+
+            def queues_page() -> str:
+                browser.get(f"{base}/queues")
+                text = stable(
+                    browser,
+                    lambda d: (
+                        d.find_element(By.CSS_SELECTOR, f'tr[data-queue="{old.name}"] .passes-over').text
+                    ),
+                )
+                shot(browser, f"queues-passes-over-{store}")
+                return str(text)
+
+            text = await asyncio.to_thread(queues_page)
+        assert text.startswith(f"no handler: passes over extra of {new.name} version {new.version}"), text
+        assert "(offered again in " in text and text.endswith(" s)"), text

@@ -121,6 +121,10 @@ def test_a_hold_ends_and_is_per_worker_version_and_node() -> None:
     now[0] += Unrunnable.HOLD_SECONDS - 1
     unrunnable.note("w", "wf", "v2", "later")
     assert unrunnable.skip_for("w") == {("wf", "v2", "extra"), ("wf", "v2", "later")}
+    assert unrunnable.holds("w") == [
+        ("wf", "v2", "extra", 1.0),
+        ("wf", "v2", "later", Unrunnable.HOLD_SECONDS),
+    ]
     now[0] += 1  # the first hold ends: offered once more
     assert unrunnable.skip_for("w") == {("wf", "v2", "later")}
     now[0] += Unrunnable.HOLD_SECONDS

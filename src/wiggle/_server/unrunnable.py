@@ -72,3 +72,13 @@ class Unrunnable:
             del self._by_worker[worker_id]
             return NOTHING_SKIPPED
         return frozenset(nodes)
+
+    def holds(self, worker_id: str) -> list[tuple[str, str, str, float]]:
+        """What ``worker_id``'s claims pass over now, each with the seconds its hold has left:
+        (workflow, version, node, seconds), in that order (the dashboard's Queues page)."""
+        skip = self.skip_for(worker_id)  # drops the holds that have ended
+        if not skip:
+            return []
+        nodes = self._by_worker[worker_id]
+        now = self.clock()
+        return [(*key, nodes[key] - now) for key in sorted(skip)]

@@ -340,6 +340,7 @@ async def queues_page(src: Sources) -> dict[str, Any]:
     shown = {
         row["queue"]: row for row in queue_views([by_name.get(n) or QueueStat(queue=n) for n in names], now)
     }
+    holds = {p.worker_id: src.instances.delivery.unrunnable.holds(p.worker_id) for p in pollers}
     out = []
     for name in names:
         in_flight = by_name[name].in_flight if name in by_name else {}
@@ -355,6 +356,12 @@ async def queues_page(src: Sources) -> dict[str, Any]:
                         "first_seen": p.first_seen,
                         "polls": p.polls,
                         "in_flight": in_flight.get(p.worker_id, 0),
+                        # the nodes it gave back for lack of a handler, passed over in its claims
+                        # for a while (wiggle/_server/unrunnable.py)
+                        "passes_over": [
+                            {"workflow": w, "version": v, "node": n, "for_seconds": round(left, 1)}
+                            for w, v, n, left in holds[p.worker_id]
+                        ],
                     }
                     for p in pollers
                     if name in p.queues

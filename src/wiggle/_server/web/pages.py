@@ -408,6 +408,16 @@ def workflows_html(data: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _passes_over(holds: list[dict[str, Any]]) -> str:
+    """A worker's nodes it has no handler for, which its claims pass over for a while."""
+    return "".join(
+        f'<br><span class="err passes-over">no handler: passes over {escape(h["node"])} of'
+        f" {escape(h['workflow'])} version {escape(h['version'])}"
+        f' <span class="muted">(offered again in {age(int(h["for_seconds"] * 1000))})</span></span>'
+        for h in holds
+    )
+
+
 def queues_html(data: dict[str, Any]) -> str:
     """The Queues page body: one row per queue (its depth, what runs, its limits and the steps
     held by a key's slot or waiting for one), then the workers polling each."""
@@ -418,7 +428,7 @@ def queues_html(data: dict[str, Any]) -> str:
         warn = " err lagging" if lag.get("lagging") else ""
         workers = "<br>".join(
             f'{escape(w["worker_id"])} <span class="muted">seen {age(now - w["last_seen"])} ago,'
-            f" {w['in_flight']} in flight</span>"
+            f" {w['in_flight']} in flight</span>{_passes_over(w['passes_over'])}"
             for w in q["workers"]
         )
         rate = f"{lag['rate_per_second']:.1f}/s" if lag.get("rate_per_second") is not None else "-"
