@@ -30,6 +30,7 @@ EXPECTED = {
     "PendingSignalInfo",
     "PermanentError",
     "PermissionDenied",
+    "PassedOver",
     "QueueInfo",
     "QueueWorker",
     "ResourceExhausted",

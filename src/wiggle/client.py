@@ -15,6 +15,7 @@ from ._client.sync import Client
 from ._client.types import (
     HistoryEntry,
     InstanceInfo,
+    PassedOver,
     PendingSignalInfo,
     QueueInfo,
     QueueWorker,
@@ -40,6 +41,7 @@ __all__ = [
     "SignalResult",
     "QueueInfo",
     "QueueWorker",
+    "PassedOver",
     "DEFAULT_TARGET",
     "Credentials",
 ]

@@ -47,20 +47,6 @@ def orders(name: str, mode: ExecutionMode = ExecutionMode.SERVER) -> Any:
     )
 
 
-def mixed_versions(name: str) -> tuple[Any, Any]:
-    """Two versions of one workflow: the new one adds the step "extra" after "first"."""
-
-    def first(ctx: dict[str, Any]) -> dict[str, Any]:
-        return {**ctx, "first": True}
-
-    def extra(ctx: dict[str, Any]) -> dict[str, Any]:
-        return {**ctx, "extra": True}
-
-    old = Workflow.define(name, dict).step(first).build()
-    new = Workflow.define(name, dict).step(first).step(extra).build()
-    return old, new
-
-
 @contextlib.asynccontextmanager
 async def dashboard_server(
     store: str, schema: str, url: str, **more: Any

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from limited_queues import LONG_LEASE_MILLIS, hold_limited_queues
+from mixed_fleet_versions import mixed_versions
 from pg import TEST_DATABASE_URL
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
@@ -28,7 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from wiggle import ExecutionMode
 from wiggle._server.web.times import utc_text
 
-from .helpers import click, dashboard_server, mixed_versions, orders, until
+from .helpers import click, dashboard_server, orders, until
 
 CHROMIUM = os.environ.get("WIGGLE_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("WIGGLE_CHROMEDRIVER", "/usr/bin/chromedriver")

@@ -157,3 +157,31 @@ async def test_an_uncounted_waiter_is_woken_besides_the_counted_ones_and_passes_
         assert alone.woken
     assert spilled == []  # it left without passing anything on
     assert not notifier._uncounted and not notifier._queue_waiters
+
+
+async def test_a_poll_waiting_when_its_worker_gives_a_step_back_does_not_spin(layer: Instances) -> None:
+    """The give-back is noted while a poll of the same worker waits: that poll passes the step
+    over from then on and waits as a skipping poll does, instead of claiming again every
+    millisecond because the store says the step it passes over is due (found by
+    bench/give_backs.py: a server 100% busy for as long as such a poll lasted)."""
+    await layer.start("two", "", {}, "")
+    (a,) = await layer.claim("new", [QUEUE], 1)
+    await layer.complete(a.task_id, "new", {}, None)
+    (b,) = await layer.claim("old", [QUEUE], 1)
+    poll = asyncio.ensure_future(layer.poll("old", [QUEUE], 4, 10.0))
+    await asyncio.sleep(0.1)  # waiting, on the ordinary path (nothing given back yet)
+    claims = 0
+    real = layer.store.claim
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal claims
+        claims += 1
+        return await real(*args, **kwargs)
+
+    layer.store.claim = counted  # type: ignore[method-assign]
+    await layer.fail(b.task_id, "old", "no handler for node 'b'", True, release=True, no_handler=True)
+    await asyncio.sleep(1.5)  # "b" is due again after 0.2 s: the poll wakes, and passes it over
+    assert not poll.done()
+    assert 1 <= claims <= 5, claims
+    poll.cancel()
+    await asyncio.gather(poll, return_exceptions=True)

@@ -205,3 +205,26 @@ async def test_the_clock_lock_is_never_taken_on_a_standby(
     finally:
         await cluster.close()
         await db.close()
+
+
+async def test_a_transaction_after_its_idle_connections_were_ended_runs_on_a_live_one(db: Database) -> None:
+    """The database ended every idle session of the pool (a restart, a fail-over, an operator's
+    pg_terminate_backend): the next transaction finds its connection dead at its first statement,
+    before its COMMIT went out (psycopg reads the FATAL the backend sent as it closed), so it is
+    run again on a new connection and never says it may or may not have been applied."""
+    await db.fetch("warm", "SELECT 1")  # the pool's connections are open and idle
+    with psycopg.connect(TEST_DATABASE_URL, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+            (db.application_name,),
+        ).fetchone()
+    assert ended and ended[0] >= 1
+    await asyncio.sleep(0.2)  # the FATAL and the close reach this side
+
+    async def body(conn: Conn) -> None:
+        async with transaction(conn):
+            await conn.execute(_in(db, "INSERT INTO {s}.t VALUES (1)"))
+
+    await db.run("insert", body, retry_unknown_commit=False)
+    rows = await db.fetch("count", _in(db, "SELECT count(*) FROM {s}.t"))
+    assert rows == [(1,)]

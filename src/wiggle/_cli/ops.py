@@ -88,6 +88,12 @@ def print_queues(items: Sequence[QueueInfo], out: TextIO, now: int | None = None
             if w in quiet:
                 line += " (every slot busy, or stopped)" if w.in_flight else " (not polling: stopped?)"
             print(line, file=out)
+            for held in w.passes_over:  # docs/semantics.md#mixed-fleets
+                print(
+                    f"    no handler: passes over {held.node} of {held.workflow} version {held.version}"
+                    f" (offered again in {_ago(max(held.held_until - now, 0))})",
+                    file=out,
+                )
 
 
 def _queue_limits(q: QueueInfo) -> str:

@@ -20,6 +20,7 @@ __all__ = [
     "SignalResult",
     "QueueInfo",
     "QueueWorker",
+    "PassedOver",
     "StartOptions",
 ]
 
@@ -158,12 +159,23 @@ class SignalResult(msgspec.Struct, frozen=True):
         return self.outcome == "DELIVERED"
 
 
+class PassedOver(msgspec.Struct, frozen=True):
+    """A node a worker gave back for lack of a handler, which the answering server node passes
+    over in that worker's claims until ``held_until`` (docs/semantics.md#mixed-fleets)."""
+
+    workflow: str
+    version: str
+    node: str
+    held_until: int  # ms, the server's clock
+
+
 class QueueWorker(msgspec.Struct, frozen=True):
     """A worker polling a queue, as the answering server node saw it."""
 
     worker_id: str
     last_seen: int  # ms: its last poll on that node
     in_flight: int  # steps it holds on the queue
+    passes_over: tuple[PassedOver, ...] = ()  # the nodes it has no handler for, passed over
 
 
 class QueueInfo(msgspec.Struct, frozen=True):

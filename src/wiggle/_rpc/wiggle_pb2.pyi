@@ -710,14 +710,28 @@ class ListQueuesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class QueueWorker(_message.Message):
-    __slots__ = ("worker_id", "last_seen", "in_flight")
+    __slots__ = ("worker_id", "last_seen", "in_flight", "passes_over")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    PASSES_OVER_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     last_seen: int
     in_flight: int
-    def __init__(self, worker_id: _Optional[str] = ..., last_seen: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    passes_over: _containers.RepeatedCompositeFieldContainer[PassedOver]
+    def __init__(self, worker_id: _Optional[str] = ..., last_seen: _Optional[int] = ..., in_flight: _Optional[int] = ..., passes_over: _Optional[_Iterable[_Union[PassedOver, _Mapping]]] = ...) -> None: ...
+
+class PassedOver(_message.Message):
+    __slots__ = ("workflow", "version", "node", "held_until")
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    HELD_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    workflow: str
+    version: str
+    node: str
+    held_until: int
+    def __init__(self, workflow: _Optional[str] = ..., version: _Optional[str] = ..., node: _Optional[str] = ..., held_until: _Optional[int] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
     __slots__ = ("queue", "ready", "delayed", "oldest_ready_age_millis", "running", "in_local_run", "workers", "limit_held", "limit_waiting", "max_running", "rate_max", "rate_period_millis", "rate_limited_until", "rate_waiting", "rate_waiting_until")

@@ -148,6 +148,14 @@ class Delivery:
         woken_for: str | None = None  # a counted wake-up this poll took and has not yet looked for
         try:
             while not self.closing.is_set():
+                if self.unrunnable.skip_for(worker_id):
+                    # It gave a step back while this poll waited: from here on its claims pass
+                    # that node over, and the store would keep saying that step is due.
+                    if woken_for is not None:
+                        notifier.pass_on(woken_for)
+                        woken_for = None
+                    left = deadline - time.monotonic()
+                    return await self._poll_skipping(worker_id, queues, max_tasks, left, lease_millis)
                 with notifier.watch_work(queues) as waiter:
                     next_ready = notifier.known_empty(queues, clock.now())
                     if next_ready is None:

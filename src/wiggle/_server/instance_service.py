@@ -327,7 +327,8 @@ class InstanceHandlers:
         """Every queue with ready or leased steps, and the workers polling it on this node."""
         now = self.instances.clock.now()
         stats = await self.instances.store.queue_stats(now)
-        pollers = [(p.worker_id, p.last_seen, p.queues) for p in self.pollers.snapshot()]
+        held = self.instances.delivery.unrunnable.holds
+        pollers = [(p.worker_id, p.last_seen, p.queues, held(p.worker_id)) for p in self.pollers.snapshot()]
         return convert.queues_to_pb(stats, pollers, now)
 
     async def set_queue_limit(self, request: pb.QueueLimit) -> pb.QueueLimit:

@@ -28,8 +28,11 @@ __all__ = ["Unrunnable"]
 class Unrunnable:
     """Per worker id, the nodes it gave back for lack of a handler, each until its hold ends."""
 
-    #: How long a worker is not offered a node it gave back (seconds).
-    HOLD_SECONDS = 60.0
+    #: How long a worker is not offered a node it gave back (seconds). Short, so that a worker
+    #: restarted under the same explicit id with the handler waits little for the node; long
+    #: enough that what a worker without it gives back is a batch of its first claim every
+    #: HOLD_SECONDS (bench/give_backs.py), not one step per poll.
+    HOLD_SECONDS = 10.0
     #: Bounds: the workers remembered (the least recently noted go first) and the nodes each.
     MAX_WORKERS = 10_000
     MAX_NODES = 256

@@ -177,12 +177,15 @@ def step_record_from_pb(step: pb.StepResult) -> StepRecord:
 
 
 def queues_to_pb(
-    stats: Sequence[QueueStat], pollers: Sequence[tuple[str, int, Sequence[str]]], now: int
+    stats: Sequence[QueueStat],
+    pollers: Sequence[tuple[str, int, Sequence[str], Sequence[tuple[str, str, str, float]]]],
+    now: int,
 ) -> pb.ListQueuesResponse:
     """The queues as ListQueues answers them: the store's view plus the workers polling each
-    (``pollers``: worker id, last seen, queues)."""
+    (``pollers``: worker id, last seen, queues, and the nodes its claims pass over with the
+    seconds their holds have left: wiggle/_server/unrunnable.py ``holds``)."""
     by_name = {s.queue: s for s in stats}
-    names = sorted(set(by_name) | {q for _, _, queues in pollers for q in queues})
+    names = sorted(set(by_name) | {q for _, _, queues, _ in pollers for q in queues})
     out = []
     for name in names:
         s = by_name.get(name) or QueueStat(queue=name)
@@ -203,8 +206,16 @@ def queues_to_pb(
                 rate_waiting=s.rate_waiting,
                 rate_waiting_until=s.rate_waiting_until,
                 workers=[
-                    pb.QueueWorker(worker_id=worker, last_seen=seen, in_flight=s.in_flight.get(worker, 0))
-                    for worker, seen, queues in pollers
+                    pb.QueueWorker(
+                        worker_id=worker,
+                        last_seen=seen,
+                        in_flight=s.in_flight.get(worker, 0),
+                        passes_over=[
+                            pb.PassedOver(workflow=w, version=v, node=n, held_until=now + round(left * 1000))
+                            for w, v, n, left in holds
+                        ],
+                    )
+                    for worker, seen, queues, holds in pollers
                     if name in queues
                 ],
             )

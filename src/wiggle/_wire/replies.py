@@ -14,6 +14,7 @@ import msgspec
 from .._client.types import (
     HistoryEntry,
     InstanceInfo,
+    PassedOver,
     PendingSignalInfo,
     QueueInfo,
     QueueWorker,
@@ -112,7 +113,15 @@ def workflow_from_pb(msg: pb.WorkflowInfo) -> WorkflowInfo:
 
 def queue_from_pb(msg: pb.QueueInfo) -> QueueInfo:
     """The client's view of one queue."""
-    workers = tuple(QueueWorker(w.worker_id, w.last_seen, w.in_flight) for w in msg.workers)
+    workers = tuple(
+        QueueWorker(
+            w.worker_id,
+            w.last_seen,
+            w.in_flight,
+            tuple(PassedOver(p.workflow, p.version, p.node, p.held_until) for p in w.passes_over),
+        )
+        for w in msg.workers
+    )
     return _copied(QueueInfo, (msg,), workers=workers)
 
 
