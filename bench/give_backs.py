@@ -6,7 +6,8 @@ A rolling deploy's moment: a new version of a workflow adds the step "extra"; ``
 it wait at that step while one worker of the old version (no handler for "extra") serves the
 queue. For ``--seconds`` it measures the CPU the server and that worker spend, and how many
 steps the worker gave back; then a worker of the new version starts, and it times how long that
-worker takes to run every waiting step. Each process is a real one: ``wiggle server`` (in memory
+worker takes to run every waiting step (with ``--keep-old`` the old worker stays up meanwhile,
+passing those steps over). Each process is a real one: ``wiggle server`` (in memory
 unless ``--database-url``) and two worker processes of this file. Every instance's final
 context is checked.
 
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--database-url", default="")
     parser.add_argument(
+        "--keep-old", action="store_true", help="keep the old worker up while the new one runs the steps"
+    )
+    parser.add_argument(
         "--worker", nargs=3, metavar=("WHICH", "TARGET", "STATS_FILE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
@@ -136,19 +140,22 @@ def main(argv: list[str] | None = None) -> int:
                 before = (_cpu_seconds(server.pid), _cpu_seconds(old.pid))
                 time.sleep(args.seconds)
                 after = (_cpu_seconds(server.pid), _cpu_seconds(old.pid))
+                if not args.keep_old:
+                    _stop(old)
+                started, drain_cpu = time.monotonic(), _cpu_seconds(server.pid)
+                new = _spawn_worker(target, "new", stats_dir / "new.json")
+                try:
+                    for i in ids:
+                        done = client.result(i, timeout=300)
+                        if done.context != {"n": done.context.get("n"), "first": True, "extra": True}:
+                            raise SystemExit(f"instance {i} ended {done.status} with {done.context}")
+                    took = time.monotonic() - started
+                    drain_cpu = _cpu_seconds(server.pid) - drain_cpu
+                finally:
+                    _stop(new)
             finally:
                 _stop(old)
             released = json.loads((stats_dir / "old.json").read_text())["released"]
-            started = time.monotonic()
-            new = _spawn_worker(target, "new", stats_dir / "new.json")
-            try:
-                for i in ids:
-                    done = client.result(i, timeout=300)
-                    if done.context != {"n": done.context.get("n"), "first": True, "extra": True}:
-                        raise SystemExit(f"instance {i} ended {done.status} with {done.context}")
-                took = time.monotonic() - started
-            finally:
-                _stop(new)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
@@ -159,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.instances} instances waiting at a new step, one old worker, {store} store, {args.seconds:.0f} s:\n"
         f"  server CPU {after[0] - before[0]:.2f} s, old worker CPU {after[1] - before[1]:.2f} s, "
         f"{released} give-backs in all\n"
-        f"  a new worker then ran the {args.instances} waiting steps in {took:.2f} s (every context checked)"
+        f"  a new worker then ran the {args.instances} waiting steps in {took:.2f} s, server CPU {drain_cpu:.2f} s"
+        f" ({'the old worker still up' if args.keep_old else 'the old worker stopped'}; every context checked)"
     )
     return 0
 

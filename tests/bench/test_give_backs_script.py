@@ -17,11 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "give_backs.py"
 
 
-@pytest.mark.parametrize("store", ["memory", "postgres"])
-def test_the_old_worker_gives_back_a_few_steps_and_the_new_one_runs_them_all(store: str) -> None:
+@pytest.mark.parametrize(("store", "keep"), [("memory", False), ("postgres", False), ("memory", True)])
+def test_the_old_worker_gives_back_a_few_steps_and_the_new_one_runs_them_all(store: str, keep: bool) -> None:
     database = ["--database-url", TEST_DATABASE_URL] if store == "postgres" else []
+    kept = ["--keep-old"] if keep else []
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--instances", "40", "--seconds", "1", *database],
+        [sys.executable, str(SCRIPT), "--instances", "40", "--seconds", "1", *database, *kept],
         capture_output=True,
         text=True,
         timeout=180,
@@ -32,3 +33,4 @@ def test_the_old_worker_gives_back_a_few_steps_and_the_new_one_runs_them_all(sto
     # at most the steps of its first claims (16 slots): before the holds, thousands in a second
     assert 1 <= int(found.group(1)) <= 40, result.stdout
     assert "ran the 40 waiting steps" in result.stdout and "every context checked" in result.stdout
+    assert ("the old worker still up" in result.stdout) == keep, result.stdout
