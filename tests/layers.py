@@ -1,6 +1,7 @@
 """Instance layers over a fresh store, for the tests that drive ``Instances`` directly.
 
 ``one_step(name, limit)``: a workflow of one task step (``a``), under a concurrency limit if given;
+``two_steps(queue)``: "two", the task steps ``a`` then ``b`` on ``queue``;
 ``instance_layer("memory" | "postgres", *definitions)``: one layer with ``definitions``
 registered; ``postgres_nodes(n, *definitions)``: ``n`` layers (server nodes) sharing one fresh
 PostgreSQL schema, the definitions registered through the first. The schema is dropped afterwards.
@@ -30,6 +31,19 @@ def one_step(name: str = "one", limit: Limit | None = None) -> WorkflowDefinitio
         name=name,
         start_node="a",
         nodes=(Node(id="a", kind=NodeKind.TASK, next="end", limit=limit), Node(id="end", kind=NodeKind.END)),
+    )
+
+
+def two_steps(queue: str) -> WorkflowDefinition:
+    """The workflow "two": task steps ``a`` then ``b``, both on ``queue``, and its end."""
+    return WorkflowDefinition(
+        name="two",
+        start_node="a",
+        nodes=(
+            Node(id="a", kind=NodeKind.TASK, queue=queue, next="b"),
+            Node(id="b", kind=NodeKind.TASK, queue=queue, next="end"),
+            Node(id="end", kind=NodeKind.END),
+        ),
     )
 
 

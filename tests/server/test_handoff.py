@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from layers import instance_layer, postgres_nodes, waiting_poll
+from layers import instance_layer, postgres_nodes, two_steps, waiting_poll
 
 from wiggle._engine.state import TokenStatus
 from wiggle._model import Node, NodeKind, RetryPolicy, WorkflowDefinition
@@ -28,18 +28,6 @@ from wiggle._storage.queue_limits import QueueLimit
 from wiggle.errors import Unavailable
 
 QUEUE = "q"  # every task node below runs on it
-
-
-def _two_steps() -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name="two",
-        start_node="a",
-        nodes=(
-            Node(id="a", kind=NodeKind.TASK, queue=QUEUE, next="b"),
-            Node(id="b", kind=NodeKind.TASK, queue=QUEUE, next="end"),
-            Node(id="end", kind=NodeKind.END),
-        ),
-    )
 
 
 def _counting(store: Store) -> list[int]:
@@ -57,7 +45,7 @@ def _counting(store: Store) -> list[int]:
 
 @pytest.fixture(params=["memory", "postgres"])
 async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
-    async with instance_layer(request.param, _two_steps()) as instances:
+    async with instance_layer(request.param, two_steps(QUEUE)) as instances:
         yield instances
 
 
@@ -217,7 +205,7 @@ async def _slow_first_insert(store: Store, fail: bool) -> asyncio.Event:
 
 @pytest.mark.parametrize("first_commits", [True, False])
 async def test_a_poll_takes_steps_of_two_transactions_once_both_settle(first_commits: bool) -> None:
-    async with instance_layer("memory", _two_steps()) as layer:
+    async with instance_layer("memory", two_steps(QUEUE)) as layer:
         poll = await _waiting(layer, max_tasks=4)
         claims = _counting(layer.store)
         go = await _slow_first_insert(layer.store, fail=not first_commits)
@@ -244,7 +232,7 @@ async def test_a_slow_share_is_not_waited_for_and_its_step_is_given_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(handoff_module, "PARTIAL_SECONDS", 0.05)
-    async with instance_layer("memory", _two_steps()) as layer:
+    async with instance_layer("memory", two_steps(QUEUE)) as layer:
         poll = await _waiting(layer, max_tasks=4)
         go = await _slow_first_insert(layer.store, fail=False)
         slow = asyncio.ensure_future(layer.start("two", "", {}, ""))
@@ -262,7 +250,7 @@ async def test_a_slow_share_is_not_waited_for_and_its_step_is_given_back(
 
 
 async def test_a_share_committed_after_the_poll_ended_is_given_back() -> None:
-    async with instance_layer("memory", _two_steps()) as layer:
+    async with instance_layer("memory", two_steps(QUEUE)) as layer:
         poll = await _waiting(layer, worker="gone", max_tasks=4)
         go = await _slow_first_insert(layer.store, fail=False)
         slow = asyncio.ensure_future(layer.start("two", "", {}, ""))
@@ -352,7 +340,7 @@ async def test_a_delayed_retry_falls_due_without_an_announcement(layer: Instance
 
 @pytest.mark.parametrize("failure", ["transient", "final"])
 async def test_a_report_whose_commit_fails_or_is_retried_hands_off_once(failure: str) -> None:
-    async with postgres_nodes(1, _two_steps()) as ((store,), (layer,)):
+    async with postgres_nodes(1, two_steps(QUEUE)) as ((store,), (layer,)):
         view = await layer.start("two", "", {}, "")
         (first,) = await layer.claim("w", [QUEUE], 4)
         poll = await _waiting(layer)
@@ -392,7 +380,7 @@ async def test_a_fast_rate_lets_the_commit_hand_a_step_off(rate_max: int, handed
     exact, taken claim by claim: its steps are claimed, never handed off. (A minute's period: a
     block's moments may be spent up to 3 s late, however slow the machine.)"""
     limit = QueueLimit(queue=QUEUE, rate_max=rate_max, rate_period_millis=60_000)
-    async with instance_layer("postgres", _two_steps()) as layer:
+    async with instance_layer("postgres", two_steps(QUEUE)) as layer:
         await layer.store.set_queue_limit(limit)
         await layer.start("two", "", {"n": 1}, "")
         (claimed,) = await layer.poll("w", [QUEUE], 4, 5.0)

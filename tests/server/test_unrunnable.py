@@ -13,10 +13,9 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from layers import instance_layer
+from layers import instance_layer, two_steps
 
 from wiggle._engine.state import TokenStatus
-from wiggle._model import Node, NodeKind, WorkflowDefinition
 from wiggle._server.instances import Instances
 from wiggle._server.unrunnable import Unrunnable
 from wiggle._storage.notifier import Notifier
@@ -24,21 +23,9 @@ from wiggle._storage.notifier import Notifier
 QUEUE = "q"
 
 
-def _two_steps() -> WorkflowDefinition:
-    return WorkflowDefinition(
-        name="two",
-        start_node="a",
-        nodes=(
-            Node(id="a", kind=NodeKind.TASK, queue=QUEUE, next="b"),
-            Node(id="b", kind=NodeKind.TASK, queue=QUEUE, next="end"),
-            Node(id="end", kind=NodeKind.END),
-        ),
-    )
-
-
 @pytest.fixture(params=["memory", "postgres"])
 async def layer(request: pytest.FixtureRequest) -> AsyncIterator[Instances]:
-    async with instance_layer(request.param, _two_steps()) as instances:
+    async with instance_layer(request.param, two_steps(QUEUE)) as instances:
         yield instances
 
 
