@@ -4,6 +4,7 @@ import asyncio
 import urllib.request
 
 import msgspec
+from mixed_fleet_versions import mixed_versions
 from ports import free_port
 
 from wiggle import ExecutionMode, Workflow
@@ -70,3 +71,23 @@ async def test_a_local_sync_run_is_counted_by_its_length_not_its_last_batch() ->
         body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
     assert "wiggle_local_run_steps_count 3.0" in body, body
     assert "wiggle_local_run_steps_sum 12.0" in body, body
+
+
+async def test_a_worker_without_a_handler_is_counted_and_its_hold_shown(eventually) -> None:
+    """wiggle_steps_given_back_no_handler counts the give-backs, wiggle_worker_node_holds the
+    holds in force (docs/semantics.md#mixed-fleets)."""
+    port = free_port()
+    old, new = mixed_versions("metrics-mixed")
+    async with EmbeddedServer(http_port=port) as server:
+        body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+        assert "wiggle_steps_given_back_no_handler_total 0.0" in body
+        assert "wiggle_worker_node_holds 0.0" in body
+        await server.client.register(new)
+        await server.client.start(new, {})
+        async with server.worker([old]) as worker:
+            unrunnable = server.server.instances.delivery.unrunnable
+            await eventually(lambda: unrunnable.holds(worker.worker_id), what="the give-back")
+            body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+            assert worker.stats.released == 1
+    assert "wiggle_steps_given_back_no_handler_total 1.0" in body
+    assert "wiggle_worker_node_holds 1.0" in body

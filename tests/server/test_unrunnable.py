@@ -112,10 +112,13 @@ def test_a_hold_ends_and_is_per_worker_version_and_node() -> None:
         ("wf", "v2", "extra", 1.0),
         ("wf", "v2", "later", Unrunnable.HOLD_SECONDS),
     ]
+    unrunnable.note("other", "wf", "v2", "extra")
+    assert unrunnable.held() == 3
     now[0] += 1  # the first hold ends: offered once more
     assert unrunnable.skip_for("w") == {("wf", "v2", "later")}
+    assert unrunnable.held() == 2
     now[0] += Unrunnable.HOLD_SECONDS
-    assert not unrunnable.skip_for("w") and not unrunnable._by_worker
+    assert not unrunnable.skip_for("w") and unrunnable.held() == 0 and not unrunnable._by_worker
 
 
 def test_holds_are_bounded() -> None:

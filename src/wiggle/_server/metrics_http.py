@@ -81,6 +81,18 @@ class WiggleCollector(Collector):
         )
         again.add_metric([], self.server.instances.chained_again)
         yield again
+        unrunnable = self.server.instances.delivery.unrunnable  # wiggle/_server/unrunnable.py
+        given_back = CounterMetricFamily(
+            "wiggle_steps_given_back_no_handler",
+            "steps a worker gave back for lack of a handler (a mixed fleet: docs/semantics.md)",
+        )
+        given_back.add_metric([], unrunnable.noted)
+        yield given_back
+        holds = GaugeMetricFamily(
+            "wiggle_worker_node_holds", "nodes passed over in a worker's claims now, over every worker"
+        )
+        holds.add_metric([], unrunnable.held())
+        yield holds
         yield from queue_gauges(self.server)
         yield from timing_metrics(self.server)
         yield from pager_families(self.server)

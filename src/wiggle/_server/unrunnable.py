@@ -76,6 +76,10 @@ class Unrunnable:
             return NOTHING_SKIPPED
         return frozenset(nodes)
 
+    def held(self) -> int:
+        """The holds in force now, over every worker (the metrics' gauge; ended ones dropped)."""
+        return sum(len(self.skip_for(worker_id)) for worker_id in list(self._by_worker))
+
     def holds(self, worker_id: str) -> list[tuple[str, str, str, float]]:
         """What ``worker_id``'s claims pass over now, each with the seconds its hold has left:
         (workflow, version, node, seconds), in that order (the dashboard's Queues page)."""
