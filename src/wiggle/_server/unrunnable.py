@@ -40,7 +40,7 @@ class Unrunnable:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._by_worker: OrderedDict[str, dict[tuple[str, str, str], float]] = OrderedDict()
-        self.noted = 0  # give-backs noted (the dashboard's and the tests' count)
+        self.noted = 0  # give-backs noted (wiggle_steps_given_back_no_handler, metrics_http.py)
 
     def note(self, worker_id: str, workflow: str, version: str, node: str) -> None:
         """``worker_id`` gave back a step of ``node`` of (``workflow``, ``version``): it has no handler."""
