@@ -137,10 +137,8 @@ class Delivery:
         it goes straight to its wait (``Notifier.known_empty``). A worker's next poll after a
         short claim then costs no transaction.
 
-        A worker that gave steps back for lack of a handler polls apart (``_poll_skipping``).
-        """
-        if self.unrunnable.skip_for(worker_id):
-            return await self._poll_skipping(worker_id, queues, max_tasks, wait_seconds, lease_millis)
+        A worker whose claims pass a node over polls apart (``_poll_skipping``), from the start or
+        from the moment its give-back is noted."""
         clock = self.store.clock
         deadline = time.monotonic() + min(max(wait_seconds, 0.0), MAX_WAIT_SECONDS)
         notifier = self.store.notifier
@@ -148,9 +146,7 @@ class Delivery:
         woken_for: str | None = None  # a counted wake-up this poll took and has not yet looked for
         try:
             while not self.closing.is_set():
-                if self.unrunnable.skip_for(worker_id):
-                    # It gave a step back while this poll waited: from here on its claims pass
-                    # that node over, and the store would keep saying that step is due.
+                if self.unrunnable.skip_for(worker_id):  # the store would keep saying that step is due
                     if woken_for is not None:
                         notifier.pass_on(woken_for)
                         woken_for = None
@@ -171,14 +167,7 @@ class Delivery:
                     if remaining <= 0:
                         return []
                     if next_ready == unknown:
-                        stamps = notifier.stamps(queues)
-                        next_ready = await self.store.next_ready_at(queues)
-                        # A due READY token the claim skipped (locked by a transaction in flight)
-                        # or a delayed one due now: not empty, look again soon. Else known empty.
-                        if next_ready is not None and next_ready <= clock.now() + 50:
-                            notifier.not_empty(queues)
-                        else:
-                            notifier.note_empty(queues, stamps, next_ready)
+                        next_ready = await self._next_ready(queues)
                     if next_ready:
                         remaining = min(remaining, max((next_ready - clock.now()) / 1000, 0.001))
                     # While it waits (only then) the poller takes steps handed to it by the
@@ -208,6 +197,20 @@ class Delivery:
             if woken_for is not None:
                 notifier.pass_on(woken_for)
             raise
+
+    async def _next_ready(self, queues: list[str]) -> int | None:
+        """The earliest time a READY step of ``queues`` is due (``store.next_ready_at``), noted in
+        the notifier for the next polls (``poll``, after a claim that found nothing)."""
+        notifier = self.store.notifier
+        stamps = notifier.stamps(queues)
+        next_ready = await self.store.next_ready_at(queues)
+        # A due READY token the claim skipped (locked by a transaction in flight) or a delayed
+        # one due now: not empty, look again soon. Else known empty.
+        if next_ready is not None and next_ready <= self.store.clock.now() + 50:
+            notifier.not_empty(queues)
+        else:
+            notifier.note_empty(queues, stamps, next_ready)
+        return next_ready
 
     async def _poll_skipping(
         self, worker_id: str, queues: list[str], max_tasks: int, wait_seconds: float, lease_millis: int | None
