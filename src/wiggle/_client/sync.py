@@ -29,7 +29,7 @@ from .._wire.replies import (
 from .._wire.status import STOPPING
 from ..errors import Unavailable
 from ..workflow import Blueprint
-from . import core
+from . import core, messages
 from .batching import StartBatcher, only_start
 from .link import Link
 from .start_stream import StartStream
@@ -161,7 +161,7 @@ class Client:
 
     def register(self, workflow: Blueprint[Any] | WorkflowDefinition) -> WorkflowInfo:
         """Register a workflow version (a no-op if this exact graph is registered already)."""
-        reply = self._call_again(self.stub.RegisterWorkflow, core.register_request(workflow))
+        reply = self._call_again(self.stub.RegisterWorkflow, messages.register_request(workflow))
         return workflow_from_pb(reply)
 
     def get_workflow(self, name: str, version: str = "") -> WorkflowInfo:
@@ -219,8 +219,8 @@ class Client:
         (``Unavailable.not_applied``: its database was away), when it is asked again too. A
         client that has never reached its server asks for 3 s at most (a wrong target).
         """
-        options = core.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
-        request = core.start_request(workflow, context, version, correlation_id, request_id, options)
+        options = messages.start_options(priority, start_at, start_delay, dedup_key, dedup_window, timeout)
+        request = messages.start_request(workflow, context, version, correlation_id, request_id, options)
         self._link.check()  # as reading self.stub does for _call: a start may go on the stream
         with tracing.span("wiggle.start", tracing.CLIENT, attributes={"wiggle.workflow": request.workflow}):
             if tracing.active():  # the call carries this start's own trace context: sent alone
@@ -258,7 +258,7 @@ class Client:
         version: str = "",
         correlation_id: str = "",
         request_id: str = "",
-        chunk_size: int = core.START_CHUNK,
+        chunk_size: int = messages.START_CHUNK,
         priority: int = 0,
         start_at: datetime | None = None,
         start_delay: timedelta | float | None = None,
@@ -276,8 +276,8 @@ class Client:
         built (as ``start`` checks one): one that does not fit is InvalidArgument naming its
         index, and neither its call nor any later one is sent (the error says which went before).
         """
-        options = core.start_options(priority, start_at, start_delay, timeout=timeout)
-        chunks = core.StartChunks(
+        options = messages.start_options(priority, start_at, start_delay, timeout=timeout)
+        chunks = messages.StartChunks(
             workflow, contexts, version, correlation_id, request_id, chunk_size, options
         )
         ids: builtins.list[str] = []
@@ -332,7 +332,7 @@ class Client:
 
     def get(self, instance_id: str | InstanceInfo) -> InstanceInfo:
         """The instance as it is now (``instance_id``: its id, or an InstanceInfo of it)."""
-        request = pb.GetInstanceRequest(instance_id=core.instance_id_of(instance_id))
+        request = pb.GetInstanceRequest(instance_id=messages.instance_id_of(instance_id))
         return instance_from_pb(self._call_again(self.stub.GetInstance, request))
 
     def wait(
@@ -348,7 +348,7 @@ class Client:
         that has never reached its server (a wrong target), or at once by a client made with
         ``patience=0`` (an argument of the client, not of ``wait``). A negative ``timeout`` is
         InvalidArgument."""
-        iid = core.instance_id_of(instance_id)
+        iid = messages.instance_id_of(instance_id)
         clock = core.WaitClock(core.wait_seconds(timeout))
         while True:
             reply = self._again_while_away(
@@ -408,7 +408,7 @@ class Client:
             "schedule_id": schedule_id,
             "omit_context": not with_context,
         }
-        request = core.list_request(
+        request = messages.list_request(
             workflow, status, correlation_id, created_after, created_before, page_size, page_token, search
         )
         reply = self._call_again(self.stub.ListInstances, request)
@@ -423,7 +423,7 @@ class Client:
 
         ``changed`` is False when the instance had finished already — also when this call was
         asked again across a server restart and its first try had cancelled it."""
-        request = pb.CancelInstanceRequest(instance_id=core.instance_id_of(instance_id), reason=reason)
+        request = pb.CancelInstanceRequest(instance_id=messages.instance_id_of(instance_id), reason=reason)
         reply = self._call_again(self.stub.CancelInstance, request)
         return instance_from_pb(reply.instance), reply.changed
 
@@ -434,7 +434,7 @@ class Client:
         data: Any = None,
     ) -> InstanceInfo:
         """Complete the user task ``name``; ``data`` (a dict) merges into the context."""
-        request = core.complete_user_task_request(instance_id, name, data)
+        request = messages.complete_user_task_request(instance_id, name, data)
         return instance_from_pb(self._call_once(self.stub.CompleteUserTask, request))
 
     def signal(
@@ -454,7 +454,7 @@ class Client:
         taken makes the repeat DUPLICATE). A finished instance is FailedPrecondition; a name no wait of the
         instance's version listens for is NotFound.
         """
-        request = core.signal_request(instance_id, name, data, signal_id, sender)
+        request = messages.signal_request(instance_id, name, data, signal_id, sender)
         if signal_id:  # a second send of the id changes nothing: asked again while the server is away
             return signal_result_from_pb(self._call_again(self.stub.SignalInstance, request))
         return signal_result_from_pb(self._call_once(self.stub.SignalInstance, request))
@@ -474,12 +474,12 @@ class Client:
         replaces the context. ``requested_by`` (default ``user@host``) is recorded in the history.
         Any other status is FailedPrecondition, and nothing changes.
         """
-        request = core.retry_request(instance_id, from_node, context, requested_by)
+        request = messages.retry_request(instance_id, from_node, context, requested_by)
         return instance_from_pb(self._call_once(self.stub.RetryInstance, request))
 
     def history(self, instance_id: str | InstanceInfo) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""
-        request = pb.GetHistoryRequest(instance_id=core.instance_id_of(instance_id))
+        request = pb.GetHistoryRequest(instance_id=messages.instance_id_of(instance_id))
         reply = self._call_again(self.stub.GetHistory, request)
         return [history_from_pb(e) for e in reply.entries]
 
@@ -508,7 +508,7 @@ class Client:
         ``catchup_limit``): which ticks missed while every server was down still start one.
         ``priority`` is given to every instance it starts (docs/flow-control.md#priorities).
         """
-        request = core.schedule_spec(
+        request = messages.schedule_spec(
             schedule_id,
             workflow,
             context,
@@ -540,7 +540,7 @@ class Client:
         priority: int = 0,
     ) -> ScheduleInfo:
         """Replace a schedule's spec (same arguments as create_schedule); ticks restart from now."""
-        request = core.schedule_spec(
+        request = messages.schedule_spec(
             schedule_id,
             workflow,
             context,
@@ -602,5 +602,5 @@ class Client:
         ``max_running`` of its steps running at once, at most ``rate_max`` claims per
         ``rate_period`` (a timedelta or seconds). 0 (and no period) means no limit; with no limit
         at all, the queue's limits are removed. ``queues()`` shows them."""
-        request = core.queue_limit_request(queue, max_running, rate_max, rate_period)
+        request = messages.queue_limit_request(queue, max_running, rate_max, rate_period)
         self._call_again(self.stub.SetQueueLimit, request)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from .._client import core
+from .._client import messages
 from ..client import AsyncClient
 from ..errors import PermissionDenied, Unavailable
 from ..workflow import Blueprint
@@ -69,4 +69,4 @@ async def _register_once(client: AsyncClient, blueprint: Blueprint[Any]) -> None
     """One RegisterWorkflow call through the client's one call path (its errors, its trace
     context): not ``client.register``, which asks again by itself while the server is away (for
     3 s when it has never answered), for this loop keeps the time."""
-    await client._call(client.stub.RegisterWorkflow, core.register_request(blueprint))
+    await client._call(client.stub.RegisterWorkflow, messages.register_request(blueprint))

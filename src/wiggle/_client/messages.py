@@ -1,0 +1,464 @@
+"""The requests both clients send, built once: each argument checked and turned into its wire
+fields, with an InvalidArgument that names the argument before anything is sent.
+
+wiggle/_client/aio.py calls these (and wiggle/_client/sync.py, generated from it); the waits,
+the result check and the errors of a call that got no answer are in wiggle/_client/core.py.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+import socket
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from .._json_values import described, described_foreign, foreign, non_finite_in
+from .._limits import MAX_DURATION_MILLIS
+from .._model import NodeKind, WorkflowDefinition
+from .._rpc import wiggle_pb2 as pb
+from ..errors import InvalidArgument
+from ..workflow import Blueprint, Workflow
+from .types import InstanceInfo
+
+__all__ = [
+    "instance_id_of",
+    "workflow_name",
+    "register_request",
+    "start_options",
+    "start_request",
+    "queue_limit_request",
+    "list_request",
+    "complete_user_task_request",
+    "signal_request",
+    "retry_request",
+    "schedule_spec",
+    "who_asks",
+    "START_CHUNK",
+    "START_CHUNK_BYTES",
+    "StartChunks",
+]
+
+_encode_json = msgspec.json.Encoder().encode
+
+
+def _context_json(context: Any, what: str = "the context", argument: str | None = None) -> bytes:
+    """``context`` as JSON; InvalidArgument if it holds a NaN or an infinity, which JSON would
+    store as null (wiggle/_json_values.py), naming ``what`` and where in it. With ``argument``
+    (a start's context), also if it is not an object, naming that argument (``_as_object``)."""
+    if context is None:
+        return b""
+    if isinstance(context, dict):  # a Struct's own fields are its type's: it decodes them back
+        found = foreign(context)
+        if found is not None:  # JSON would hold it as another type (wiggle/_json_values.py)
+            raise InvalidArgument(described_foreign(what, found))
+    builtins = msgspec.to_builtins(context) if argument is None else _as_object(context, argument)
+    return _checked_json(builtins, what)
+
+
+def _as_object(value: Any, argument: str) -> Any:
+    """``value`` (a dict, a msgspec.Struct, a dataclass...) as builtins; InvalidArgument naming
+    ``argument`` unless it is a JSON object. The server refuses anything else too, but by its wire
+    field (``context_json must be a JSON object, got list``: wiggle/_wire/payload.py), which names
+    nothing the caller wrote. (A signal's or a user task's data and a resume's context are left
+    to the server: tests/conformance/test_signals.py and test_resume.py hold its refusal.)"""
+    builtins = msgspec.to_builtins(value)
+    if not isinstance(builtins, dict):
+        raise InvalidArgument(
+            f"{argument} must be a dict (a JSON object) or a msgspec.Struct, got {type(value).__name__}"
+        )
+    return builtins
+
+
+def _checked_json(builtins: Any, what: str) -> bytes:
+    data = _encode_json(builtins)
+    found = non_finite_in(data, builtins)
+    if found is not None:
+        raise InvalidArgument(described(what, found))
+    return data
+
+
+def _checked_type(workflow: str | Blueprint[Any]) -> type | None:
+    """The msgspec.Struct a start's context must fit, for a Blueprint typed so whose first node
+    is a step or a predicate (its handler gets the start's context as it is); else None: a name
+    (its registered type is not known here), a dict-typed blueprint, or one that waits first (a
+    user task's or a signal's data may complete the context before any handler sees it)."""
+    if not isinstance(workflow, Blueprint) or workflow.context_type is dict:
+        return None
+    definition = workflow.definition
+    first = next((n for n in definition.nodes if n.id == definition.start_node), None)
+    if first is None or first.kind not in (NodeKind.TASK, NodeKind.PREDICATE):
+        return None
+    return workflow.context_type
+
+
+def _start_context_json(workflow: str | Blueprint[Any], context: Any, which: str = "") -> bytes:
+    """A start's context as JSON; given a Blueprint whose context type is a msgspec.Struct (and
+    whose first node is a step: ``_checked_type``), first checked against that type as the step
+    converts it: InvalidArgument naming the workflow and what does not fit, before anything is
+    sent, instead of a step failing its attempts. ``which``: "context 3" in a bulk start."""
+    ctype = _checked_type(workflow)
+    if ctype is None:
+        return _context_json(context, which or "the context", which or "context")
+    name = workflow.name if isinstance(workflow, Blueprint) else workflow
+    what = f"{which or 'context'} of workflow {name!r} does not fit {ctype.__name__}"
+    if isinstance(context, msgspec.Struct):
+        if not isinstance(context, ctype):
+            raise InvalidArgument(
+                f"{what}: got a Struct of type {type(context).__name__} (pass one of type {ctype.__name__}, "
+                "or a dict of its fields)"
+            )
+        return _context_json(context, which or "the context")
+    builtins = {} if context is None else msgspec.to_builtins(context)
+    try:
+        msgspec.convert(builtins, ctype)  # what the worker does with the JSON (wiggle/_worker/handlers.py)
+    except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"{what}: {exc}") from None
+    return b"" if context is None else _checked_json(builtins, which or "the context")
+
+
+def workflow_name(workflow: str | Blueprint[Any], call: str) -> str:
+    """The workflow a call names: a Blueprint's name, or the name given. The Workflow builder (a
+    ``.build()`` forgotten) and any other value are TypeError naming ``call`` and what to pass;
+    before, the builder met protobuf's "bad argument type for built-in operation"."""
+    if isinstance(workflow, Blueprint):
+        return workflow.name
+    if isinstance(workflow, str):
+        return workflow
+    if isinstance(workflow, Workflow):
+        raise TypeError(
+            f"{call} takes a workflow name or a Blueprint, got the Workflow builder {workflow.name!r}: "
+            "call .build() on it"
+        )
+    raise TypeError(f"{call} takes a workflow name or a Blueprint, got {type(workflow).__name__}")
+
+
+def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.RegisterWorkflowRequest:
+    """RegisterWorkflow for a Blueprint or a WorkflowDefinition."""
+    if isinstance(workflow, Blueprint):
+        definition = workflow.definition
+    elif isinstance(workflow, WorkflowDefinition):
+        definition = workflow
+    elif isinstance(workflow, Workflow):  # the builder: a common slip
+        raise TypeError(
+            f"register() takes a Blueprint or WorkflowDefinition, got the Workflow builder "
+            f"{workflow.name!r}: call .build() on it (client.register(flow.build()))"
+        )
+    else:
+        raise TypeError(f"register() takes a Blueprint or WorkflowDefinition, got {type(workflow).__name__}")
+    return pb.RegisterWorkflowRequest(definition_json=definition.to_json())
+
+
+def _duration_millis(value: object, what: str) -> int:
+    """Whole milliseconds (rounded up) of a timedelta or a number of seconds; InvalidArgument
+    naming ``what`` for anything else, a negative one or one over MAX_DURATION_MILLIS."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+        negative = value < timedelta(0)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        seconds = float(value)
+        negative = value < 0
+    else:
+        raise InvalidArgument(f"{what} must be a timedelta (or seconds), got {value!r}")
+    if negative:
+        raise InvalidArgument(f"{what} must not be negative, got {value!r}")
+    if seconds * 1000 > MAX_DURATION_MILLIS:  # the server's limit; far beyond it cannot even be sent
+        raise InvalidArgument(
+            f"{what} is {seconds:g} seconds; the limit is {MAX_DURATION_MILLIS // 1000} seconds (10 years)"
+        )
+    return math.ceil(seconds * 1000)
+
+
+def instance_id_of(instance: object, what: str = "instance_id") -> str:
+    """The instance id a call names: the id itself, or the ``InstanceInfo`` a start, ``get`` or
+    ``wait`` returned (the test kit's calls take either: wiggle/_testing/environment.py).
+    InvalidArgument naming ``what`` for anything else, before protobuf's bare TypeError."""
+    if isinstance(instance, str):
+        return instance
+    if isinstance(instance, InstanceInfo):
+        return instance.instance_id
+    raise InvalidArgument(
+        f"{what} must be an instance id (a str) or an InstanceInfo, got {type(instance).__name__}"
+    )
+
+
+def start_options(
+    priority: int = 0,
+    start_at: datetime | None = None,
+    start_delay: timedelta | float | None = None,
+    dedup_key: str = "",
+    dedup_window: timedelta | float | None = None,
+    timeout: timedelta | float | None = None,
+) -> dict[str, Any]:
+    """A start's flow-control options as its wire fields (docs/flow-control.md); ``timeout``:
+    the start's own workflow time limit (docs/semantics.md#workflow-time-limits; 0: none).
+
+    Refused here with InvalidArgument naming the field when the value cannot be sent as meant (a
+    naive datetime, a negative delay or one over the 10-year limit, both a time and a delay); the
+    other ranges are the server's to check.
+    """
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be an integer, got {priority!r}")
+    if not -(2**31) <= priority < 2**31:
+        raise InvalidArgument(f"priority must be between -100 and 100, got {priority}")
+    fields: dict[str, Any] = {"priority": priority}
+    if start_at is not None and start_delay is not None:
+        raise InvalidArgument("give start_at or start_delay, not both")
+    if start_at is not None:
+        if not isinstance(start_at, datetime):
+            raise InvalidArgument(f"start_at must be a datetime, got {type(start_at).__name__}")
+        if start_at.tzinfo is None or start_at.utcoffset() is None:
+            raise InvalidArgument(
+                f"start_at must be timezone-aware, got the naive datetime {start_at.isoformat()} "
+                "(say which zone: e.g. datetime(..., tzinfo=timezone.utc))"
+            )
+        millis = math.floor(start_at.timestamp() * 1000)
+        if millis <= 0:
+            raise InvalidArgument(f"start_at must be after the epoch, got {start_at.isoformat()}")
+        fields["start_at"] = millis
+    if start_delay is not None:
+        fields["start_delay_millis"] = _duration_millis(start_delay, "start_delay")
+    if not isinstance(dedup_key, str):
+        raise InvalidArgument(f"dedup_key must be a string, got {type(dedup_key).__name__}")
+    if dedup_window is not None:
+        if not dedup_key:
+            raise InvalidArgument("dedup_window needs a dedup_key")
+        fields["dedup_window_millis"] = _duration_millis(dedup_window, "dedup_window")
+    if dedup_key:
+        fields["dedup_key"] = dedup_key
+    if timeout is not None:
+        fields["timeout_millis"] = _duration_millis(timeout, "timeout")
+    return fields
+
+
+def queue_limit_request(
+    queue: str, max_running: int, rate_max: int, rate_period: timedelta | float | None
+) -> pb.QueueLimit:
+    """SetQueueLimit's request; InvalidArgument for what cannot be sent as meant (the server
+    checks the ranges)."""
+    for what, value in (("max_running", max_running), ("rate_max", rate_max)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+            raise InvalidArgument(f"{what} must be an integer from 0 (no limit), got {value!r}")
+    if rate_max and rate_period is None:
+        raise InvalidArgument("rate_max needs a rate_period (e.g. rate_max=50, rate_period=1.0)")
+    period = 0 if rate_period is None else _duration_millis(rate_period, "rate_period")
+    return pb.QueueLimit(queue=queue, max_running=max_running, rate_max=rate_max, rate_period_millis=period)
+
+
+def start_request(
+    workflow: str | Blueprint[Any],
+    context: Any,
+    version: str,
+    correlation_id: str,
+    request_id: str = "",
+    options: dict[str, Any] | None = None,
+) -> pb.StartInstanceRequest:
+    """StartInstance; ``context`` is a dict, a msgspec.Struct or None; ``options`` the fields
+    ``start_options`` made."""
+    name = workflow_name(workflow, "start()")
+    return pb.StartInstanceRequest(
+        workflow=name,
+        version=version,
+        context_json=_start_context_json(workflow, context),
+        correlation_id=correlation_id,
+        request_id=request_id,
+        **(options or {}),
+    )
+
+
+START_CHUNK = 1000  # contexts per StartInstances call (the server accepts up to 10,000)
+START_CHUNK_BYTES = 8 << 20  # and at most about this many bytes of contexts per call
+
+
+class StartChunks:
+    """``start_many``'s contexts as StartInstances calls of at most ``chunk_size`` contexts.
+
+    The first call starts the latest version unless ``version`` is given; ``pin`` makes the
+    following calls start the version the first one did, so one ``start_many`` starts one version.
+    """
+
+    def __init__(
+        self,
+        workflow: str | Blueprint[Any],
+        contexts: Iterable[Any],
+        version: str,
+        correlation_id: str,
+        request_id: str,
+        chunk_size: int,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+        self.workflow = workflow
+        self.name = workflow_name(workflow, "start_many()")
+        self.contexts = iter(contexts)
+        self.version = version
+        self.correlation_id = correlation_id
+        self.request_id = request_id
+        self.chunk_size = chunk_size
+        self.sent = 0
+        # priority and a delayed start, sent with every chunk (a start_delay counts from the
+        # server's receipt of each chunk, sent one after the other)
+        self.options = dict(options or {})
+
+    def next_request(self) -> pb.StartInstancesRequest | None:
+        """The next call, or None once every context was sent."""
+        chunk: list[bytes] = []
+        size = 0
+        for context in self.contexts:
+            index = self.sent + len(chunk)
+            try:
+                data = _start_context_json(self.workflow, context, f"context {index}")
+            except InvalidArgument as exc:
+                if self.sent:  # the calls before this one started theirs
+                    again = " (repeated with the same request_id, the call starts only the rest)"
+                    raise InvalidArgument(
+                        f"{exc}; contexts 0 to {self.sent - 1} were started"
+                        + (again if self.request_id else "")
+                    ) from None
+                raise
+            chunk.append(data)
+            size += len(data)
+            if len(chunk) >= self.chunk_size or size >= START_CHUNK_BYTES:
+                break
+        if not chunk:
+            return None
+        request = pb.StartInstancesRequest(
+            workflow=self.name,
+            version=self.version,
+            contexts_json=chunk,
+            correlation_id=self.correlation_id,
+            request_id=self.request_id,
+            first_index=self.sent,
+            **self.options,
+        )
+        self.sent += len(chunk)
+        return request
+
+    def pin(self, version: str) -> None:
+        """Start the following chunks at ``version`` (the one the first chunk started)."""
+        self.version = version
+
+
+def list_request(
+    workflow: str,
+    status: str,
+    correlation_id: str,
+    created_after: int,
+    created_before: int,
+    page_size: int,
+    page_token: str,
+    search: Mapping[str, Any] | None = None,
+) -> pb.ListInstancesRequest:
+    """ListInstances with its filters and paging; ``search``: node, text, context, top_level,
+    parent_id, schedule_id, omit_context."""
+    more = dict(search or {})
+    return pb.ListInstancesRequest(
+        workflow=workflow,
+        status=status,
+        correlation_id=correlation_id,
+        created_after=created_after,
+        created_before=created_before,
+        page_size=page_size,
+        page_token=page_token,
+        node=more.get("node") or "",
+        text=more.get("text") or "",
+        context={str(k): str(v) for k, v in (more.get("context") or {}).items()},
+        top_level=bool(more.get("top_level")),
+        parent_id=more.get("parent_id") or "",
+        schedule_id=more.get("schedule_id") or "",
+        omit_context=bool(more.get("omit_context")),
+    )
+
+
+def complete_user_task_request(
+    instance_id: str | InstanceInfo, name: str, data: Any
+) -> pb.CompleteUserTaskRequest:
+    """CompleteUserTask; ``data`` (a dict, a msgspec.Struct or None) merges into the context."""
+    return pb.CompleteUserTaskRequest(
+        instance_id=instance_id_of(instance_id),
+        task_name=name,
+        payload_json=_context_json(data, "the user task's data"),
+    )
+
+
+def signal_request(
+    instance_id: str | InstanceInfo, name: str, data: Any, signal_id: str | None, sender: str
+) -> pb.SignalInstanceRequest:
+    """SignalInstance; ``data`` (a dict, a msgspec.Struct or None) is the signal's payload."""
+    return pb.SignalInstanceRequest(
+        instance_id=instance_id_of(instance_id),
+        name=name,
+        data_json=_context_json(data, "the signal's data"),
+        signal_id=signal_id or "",
+        sender=sender,
+    )
+
+
+def who_asks() -> str:
+    """``user@host`` of this process: the default requester recorded by a retry."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name (a container without a passwd entry)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def retry_request(
+    instance_id: str | InstanceInfo, from_node: str, context: Any, requested_by: str | None
+) -> pb.RetryInstanceRequest:
+    """RetryInstance; ``context`` (a dict or msgspec.Struct) replaces the context unless None."""
+    return pb.RetryInstanceRequest(
+        instance_id=instance_id_of(instance_id),
+        from_node=from_node,
+        context_json=_context_json(context) if context is not None else b"",
+        replace_context=context is not None,
+        requested_by=requested_by if requested_by is not None else who_asks(),
+    )
+
+
+def _interval_millis(every: timedelta | float | None) -> int:
+    """A schedule's ``every`` (a timedelta or seconds) in whole milliseconds (0: not given);
+    InvalidArgument for what cannot be sent (not a duration, NaN, negative, over
+    MAX_DURATION_MILLIS); the server checks the rest."""
+    if not every:
+        return 0
+    _duration_millis(every, "every")
+    seconds = every.total_seconds() if isinstance(every, timedelta) else every
+    return round(seconds * 1000)
+
+
+def schedule_spec(
+    schedule_id: str,
+    workflow: str | Blueprint[Any],
+    context: Any,
+    every: timedelta | float | None,
+    cron: str,
+    timezone: str,
+    version: str,
+    overlap: str,
+    catchup: str,
+    catchup_limit: int,
+    paused: bool,
+    priority: int = 0,
+) -> pb.ScheduleSpec:
+    """CreateSchedule / UpdateSchedule: ``every`` (a timedelta or seconds), or a 5-field ``cron``
+    expression."""
+    name = workflow_name(workflow, "create_schedule or update_schedule")
+    return pb.ScheduleSpec(
+        id=schedule_id,
+        workflow=name,
+        version=version,
+        interval_millis=_interval_millis(every),
+        cron=cron,
+        timezone=timezone,
+        context_json=_start_context_json(workflow, context),
+        overlap=str(overlap),
+        catchup=str(catchup),
+        catchup_limit=catchup_limit,
+        paused=paused,
+        priority=start_options(priority)["priority"],
+    )
