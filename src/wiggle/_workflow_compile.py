@@ -1,11 +1,13 @@
-"""Compile a workflow's item tree into definition nodes and its handler table."""
+"""Compile a workflow's item tree into definition nodes and its handler table, and the result: a
+``Blueprint`` (the definition the server keeps, the handlers a worker runs)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from ._model import Node, NodeKind
+from ._model import Node, NodeKind, WorkflowDefinition
 from ._workflow_items import (
     ChooseItem,
     EndItem,
@@ -23,9 +25,11 @@ from ._workflow_items import (
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from .workflow import Branch
+    from ._workflow_branch import Branch
 
-__all__ = ["Compiler", "HandlerKind", "ItemRule", "ITEM_RULES"]
+__all__ = ["Blueprint", "Compiler", "HandlerKind", "ItemRule", "ITEM_RULES"]
+
+C = TypeVar("C")
 
 
 class HandlerKind:
@@ -226,3 +230,32 @@ ITEM_RULES: dict[type[Item], ItemRule] = {
     SignalItem: _rule(_compile_signal, NodeKind.SIGNAL),
     EndItem: _rule(_compile_end, NodeKind.END),
 }
+
+
+class Blueprint(Generic[C]):
+    """A compiled workflow: the definition the server keeps and the handlers a worker runs."""
+
+    def __init__(
+        self,
+        definition: WorkflowDefinition,
+        handlers: dict[str, tuple[str, Callable[..., Any]]],
+        context_type: type[C],
+    ) -> None:
+        self.definition = definition
+        self.handlers = handlers
+        self.context_type = context_type
+        self.version = definition.content_version()
+        self.is_async = {node: inspect.iscoroutinefunction(fn) for node, (_, fn) in handlers.items()}
+
+    @property
+    def name(self) -> str:
+        """The workflow name."""
+        return self.definition.name
+
+    def queues(self) -> set[str]:
+        """Every queue this blueprint's worker steps run on."""
+        nodes = self.definition.node_map()
+        return {nodes[n].queue or self.name for n in self.handlers}
+
+    def __repr__(self) -> str:
+        return f"<Blueprint {self.name} version {self.version} ({len(self.definition.nodes)} nodes)>"
