@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -25,15 +24,12 @@ from .._clock import VirtualClock
 from .._engine.config import LoadedDefinition
 from .._engine.state import (
     FINISHED_INSTANCE_STATUSES,
-    Instance,
     InstanceState,
-    Token,
-    TokenStatus,
     split_task_id,
     token_instance_id,
 )
 from .._engine.tokens import leased_token
-from .._model import ExecutionMode, Node, NodeKind
+from .._model import ExecutionMode, NodeKind
 from .._server.app import WiggleServer
 from .._server.config import ServerConfig
 from .._storage.base import InstanceView
@@ -46,6 +42,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .._client.types import StartOptions
+from .diagnosis import UNSERVED_CHECK_SECONDS, UNSERVED_SECONDS, Diagnosis
 from .helpers import path_of
 from .skipping import TimeSkipper
 
@@ -53,14 +50,7 @@ __all__ = ["WorkflowEnvironment", "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = 30.0  # real seconds a wait may take before it fails the test
 CHECK_SECONDS = 0.005  # how often a wait re-checks whether every instance waits on time
-#: A wait gives up this soon (real seconds), instead of at its timeout, when a step of its
-#: instance stays READY on a queue no worker of the environment serves (nor any worker polling
-#: its server from outside): nothing can run it. How often a wait looks is the second figure.
-UNSERVED_SECONDS = 2.0
-UNSERVED_CHECK_SECONDS = 0.1
-#: A TimeoutError names at most this many running steps, and a NotFound this many node names.
-SHOWN_STEPS = 3
-SHOWN_NAMES = 20
+SHOWN_NAMES = 20  # a NotFound names at most this many nodes
 
 
 def _millis(delta: timedelta | float | int, what: str) -> int:
@@ -87,51 +77,6 @@ def _names(names: Sequence[str]) -> str:
     """``'a', 'b', 'c'``, the first SHOWN_NAMES of ``names`` (a generated workflow may have hundreds)."""
     shown = ", ".join(map(repr, names[:SHOWN_NAMES]))
     return shown + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
-
-
-def _where(info: InstanceInfo) -> str:
-    """Each token of ``info`` with its status (and last error), for a wait that timed out."""
-    return (
-        ", ".join(
-            f"{t.node_id} {t.status}" + (f" (last error: {t.last_error})" if t.last_error else "")
-            for t in info.tokens
-        )
-        or "no tokens"
-    )
-
-
-def _running_hint(token: Token, node: Node | None, owner: str, now: int, whose: str) -> str:
-    """Why a step running on a live worker holds a wait up, and how a test gets past it.
-
-    The clock does not jump while a step runs on a worker of the environment (skipping.py,
-    ``_token_due``): its own time limit (``timeout=``, the token's ``deadline_at``) and its
-    heartbeat timeout (its lease, renewed by each heartbeat) count on the virtual clock, which
-    only ``advance`` moves then. A hung handler is given up once the clock is moved past the
-    earlier of the two (docs/semantics.md#step-time-limits; docs/testing.md#a-step-that-hangs).
-    """
-    said = (
-        f"step {token.node_id!r}{whose} is RUNNING on worker {owner} (attempt {token.attempt}), and the "
-        "clock does not jump while a step runs on a worker"
-    )
-    limits: list[tuple[int, str]] = []
-    if token.deadline_at:
-        millis = (
-            node.timeout_millis
-            if node is not None and node.timeout_millis
-            else token.deadline_at - token.started_at
-        )
-        limits.append((token.deadline_at, f"time limit (timeout={millis / 1000:g} s)"))
-    if node is not None and node.heartbeat_timeout_millis and token.lease_expires_at:
-        limit = f"heartbeat timeout (heartbeat_timeout={node.heartbeat_timeout_millis / 1000:g} s)"
-        limits.append((token.lease_expires_at, limit))
-    if not limits:
-        return said + "; it has no time limit: the wait lasts as long as its handler runs"
-    ends_at, limit = min(limits)
-    seconds = max(1, math.ceil((ends_at - now) / 1000))
-    return (
-        f"{said}; its {limit} runs out in {seconds} s of virtual time: "
-        f"env.advance(timedelta(seconds={seconds})) moves the clock there"
-    )
 
 
 async def _drop_schema(url: str, schema: str) -> None:
@@ -228,6 +173,14 @@ class WorkflowEnvironment:
         self.skipper.workflows.update(bp.name for bp in self.workflows)
         self.workers: list[Worker] = []
         self._worker_ids: set[str] = set()
+        self._diagnosis = Diagnosis(
+            self.server.instances,
+            self.server.service.pollers,
+            self.clock,
+            self.skipper,
+            self.workers,
+            self._live_worker,
+        )
         self._workers_started = 0
         self._client: AsyncClient | None = None
         self._started = False
@@ -404,7 +357,7 @@ class WorkflowEnvironment:
             if self.clock.now() >= target and not await self.skipper.busy():
                 return self.now()
             if time.monotonic() >= deadline:
-                running = await self._running(await self.skipper.live())
+                running = await self._diagnosis.running(await self.skipper.live())
                 raise TimeoutError(
                     f"sleep: instances stayed busy for {timeout} s (real) at virtual {self.now().isoformat()}"
                     + "".join(f"; {hint}" for hint in running)
@@ -462,78 +415,18 @@ class WorkflowEnvironment:
             now = time.monotonic()
             if now - checked_at >= UNSERVED_CHECK_SECONDS:
                 checked_at = now
-                stranded = self._unserved(await self.client.get(iid))
+                stranded = self._diagnosis.unserved(await self.client.get(iid))
                 stranded_since = (stranded_since or now) if stranded else None
             gave_up = stranded_since is not None and now - stranded_since >= UNSERVED_SECONDS
             if now >= deadline or gave_up:
-                raise await self._still_running(iid, view.instance.status, now - started, skipping, gave_up)
+                info = await self.client.get(iid)
+                raise await self._diagnosis.still_running(
+                    info, view.instance.status, now - started, skipping, gave_up
+                )
 
-    def _unserved(self, info: InstanceInfo) -> list[str]:
-        """The queues of ``info``'s READY steps that no worker of this environment serves and no
-        worker of its server has polled (one outside the environment, pointed at ``target``)."""
-        served = {q for worker in self.workers for q in worker.queues}
-        served.update(q for poller in self.server.service.pollers.snapshot() for q in poller.queues)
-        return sorted({t.queue for t in info.tokens if t.status == "READY" and t.queue not in served})
-
-    async def _still_running(
-        self, iid: str, status: str, waited: float, skipping: bool, gave_up: bool
-    ) -> TimeoutError:
-        """The TimeoutError of a wait that ends unfinished: where each token is and why it waits."""
-        info = await self.client.get(iid)
-        when = (
-            f"after {waited:.1f} s (real): a step waited {UNSERVED_SECONDS:g} s on a queue nothing serves"
-            if gave_up
-            else f"after {waited:.1f} s (real)"
-        )
-        return TimeoutError(
-            f"instance {iid} is still {status} {when} at {_where(info)}" + await self._why(info, skipping)
-        )
-
-    async def _why(self, info: InstanceInfo, skipping: bool) -> str:
-        """Why the instance of ``info`` has not moved on, for a TimeoutError ("" if nothing is known):
-        a user task that waits on a person, a queue nobody serves, a step running on a worker
-        (which the clock does not jump over), time skipping being off."""
-        views = await self.skipper.live()
-        hints = self.skipper.waiting(views).reasons
-        hints += [
-            f"no worker of this environment serves queue {q!r} (is its workflow in "
-            "workflows=[...] or start_worker([...])?)"
-            for q in self._unserved(info)
-        ]
-        hints += await self._running(views, info.instance_id)
-        if not skipping:
-            hints.append("time skipping is off: move the clock with advance()")
-        return "".join(f"; {hint}" for hint in hints)
-
-    async def _running(self, views: Iterable[InstanceView], iid: str = "") -> list[str]:
-        """The steps of ``views`` running on a live worker of the environment, in words (those of
-        instance ``iid`` first, at most SHOWN_STEPS): while one runs the clock does not jump, for
-        any instance (skipping.py), so a wait on a hung handler lasts until its real timeout unless
-        the test moves the clock past the step's own time limit (``_running_hint``)."""
-        now = self.clock.now()
-        found: list[tuple[bool, Instance, Token, str]] = []
-        for view in views:
-            for token in view.tokens:
-                owner = token.local_run_owner or token.lease_owner
-                if token.status == TokenStatus.RUNNING and (
-                    self._live_worker(owner) or self._live_worker(token.lease_owner)
-                ):
-                    found.append((view.instance.id != iid, view.instance, token, owner))
-        found.sort(key=lambda item: item[0])  # the waited instance's own steps first
-        said: list[str] = []
-        for other, instance, token, owner in found[:SHOWN_STEPS]:
-            node = (await self._definition(instance)).nodes.get(token.node_id)
-            said.append(
-                _running_hint(token, node, owner, now, f" of instance {instance.id}" if other else "")
-            )
-        if len(found) > SHOWN_STEPS:
-            said.append(f"and {len(found) - SHOWN_STEPS} more steps running")
-        return said
-
-    async def _definition(self, instance: Instance | str) -> LoadedDefinition:
-        """The definition ``instance`` (or the instance of that id) runs: its workflow's version."""
-        if isinstance(instance, str):
-            instance = (await self.server.instances.get_instance(instance)).instance
+    async def _definition(self, iid: str) -> LoadedDefinition:
+        """The definition the instance of id ``iid`` runs: its workflow's version."""
+        instance = (await self.server.instances.get_instance(iid)).instance
         return (await self.server.instances.get_workflow(instance.workflow, instance.version)).loaded
 
     async def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
@@ -593,10 +486,7 @@ class WorkflowEnvironment:
             if skipping and await self.skipper.skip(hold=arrived):
                 continue
             if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"instance {iid} did not reach {node!r} within {timeout} s; it is at {_where(info)}"
-                    + await self._why(info, skipping)
-                )
+                raise await self._diagnosis.not_reached(info, node, timeout, skipping)
             await asyncio.sleep(CHECK_SECONDS)
 
     async def complete_user_task(
