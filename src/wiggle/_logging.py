@@ -58,7 +58,7 @@ _step_fields: contextvars.ContextVar[Mapping[str, object] | None] = contextvars.
 )
 _HANDLER_MARK = "_wiggle_handler"
 #: Called by ``JsonFormatter`` for the fields of the work being done when a record is made (None:
-#: none); the worker registers one that reads the step it is running (wiggle/_worker/handlers.py).
+#: none); the worker registers one that reads the step it is running (wiggle/_worker/step.py).
 _field_sources: list[Callable[[], Mapping[str, object] | None]] = []
 
 

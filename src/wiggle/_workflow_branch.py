@@ -64,7 +64,7 @@ def _node_name(fn: Callable[..., Any], name: str | None) -> str:
 def _check_not_generator(fn: Callable[..., Any], what: str) -> None:
     """InvalidArgument if ``fn`` is a generator function (``def`` or ``async def`` with ``yield``):
     calling it gives a generator, not a result, so every attempt of its step would fail
-    ("returned async_generator": wiggle/_worker/handlers.py). ``what`` names the node."""
+    ("returned async_generator": wiggle/_worker/outcomes.py). ``what`` names the node."""
     if inspect.isasyncgenfunction(fn):
         kind = "an async generator function"
     elif inspect.isgeneratorfunction(fn):

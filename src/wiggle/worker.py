@@ -16,9 +16,9 @@ This module is the public face; the parts live in the private package ``wiggle._
 
 from __future__ import annotations
 
-from ._worker.handlers import Step
 from ._worker.options import WorkerOptions
 from ._worker.stats import WorkerStats
+from ._worker.step import Step
 from ._worker.worker import Worker
 
 __all__ = ["Worker", "WorkerOptions", "Step", "WorkerStats"]

@@ -60,7 +60,7 @@ W = TypeVar("W", bound="Workflow[Any]")
 
 def _is_context_type(context_type: object) -> bool:
     """Whether a workflow's context may be of ``context_type``: ``dict`` or a msgspec.Struct
-    subclass (what a worker decodes a context into: wiggle/_worker/handlers.py)."""
+    subclass (what a worker decodes a context into: wiggle/_worker/loaded.py)."""
     return context_type is dict or (
         isinstance(context_type, type) and issubclass(context_type, msgspec.Struct)
     )

@@ -35,7 +35,7 @@ def first(ctx: dict) -> dict:
 
 
 async def second(ctx: dict) -> dict:
-    # each handler runs in a context of its step's own (wiggle/_worker/handlers.py step_context),
+    # each handler runs in a context of its step's own (wiggle/_worker/step.py step_context),
     # copied inside the step's span: a span the handler starts is the step span's child
     with trace.get_tracer("app").start_as_current_span("app work second"):
         await asyncio.sleep(0)

@@ -11,8 +11,9 @@ import grpc
 
 from wiggle import Blueprint
 from wiggle._rpc import wiggle_pb2 as pb
-from wiggle._worker.handlers import HandlerCaller, InlinePolicy, LoadedBlueprint
+from wiggle._worker.handlers import HandlerCaller, InlinePolicy
 from wiggle._worker.heartbeats import Heartbeats
+from wiggle._worker.loaded import LoadedBlueprint
 from wiggle._worker.local_run import AdvanceSupport, LocalRun, LocalRunEnv
 from wiggle._worker.options import WorkerOptions
 from wiggle._worker.reporter import Reporter

@@ -8,8 +8,9 @@ import logging
 import pytest
 
 from wiggle import PermanentError, RetryableError
-from wiggle._worker.handlers import Step, log_failure
+from wiggle._worker.handlers import log_failure
 from wiggle._worker.outcomes import failure_of
+from wiggle._worker.step import Step
 
 STEP = Step(
     instance_id="wi-1",

@@ -114,7 +114,7 @@ def _start_context_json(workflow: str | Blueprint[Any], context: Any, which: str
         return _context_json(context, which or "the context")
     builtins = {} if context is None else msgspec.to_builtins(context)
     try:
-        msgspec.convert(builtins, ctype)  # what the worker does with the JSON (wiggle/_worker/handlers.py)
+        msgspec.convert(builtins, ctype)  # what the worker does with the JSON (wiggle/_worker/loaded.py)
     except msgspec.ValidationError as exc:
         raise InvalidArgument(f"{what}: {exc}") from None
     return b"" if context is None else _checked_json(builtins, which or "the context")

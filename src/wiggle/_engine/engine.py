@@ -314,7 +314,7 @@ class Engine:
                 # A predicate reported as a task: a malformed report, refused like the converse
                 # (nothing changes; the step stays leased to its worker, which may report it
                 # again). A predicate that returned no bool is the worker's to report with
-                # FailTask (wiggle/_worker/handlers.py).
+                # FailTask (wiggle/_worker/outcomes.py).
                 sent = (
                     "a diff" if diff is not None else "context_json" if context is not None else "no result"
                 )

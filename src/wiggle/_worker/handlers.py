@@ -1,40 +1,35 @@
-"""Calling handlers: sync or async, with typed contexts and ``Step.current()``; what they return.
+"""Calling handlers: sync or async, on the event loop, in the thread pool or inline, within their
+step's time limit; what they return.
 
-A handler receives its context as the blueprint's context type (a ``msgspec.Struct`` or a dict)
-and returns the new context, None, or (a predicate) a bool. ``outcome_of`` turns that into what a
-report carries, or a non-retryable ``Failure`` that names the problem. Sync handlers run in the
-thread pool, or inline on the event loop once the ``InlinePolicy`` trusts them to be quick
-(WorkerOptions.sync_handlers).
+A handler is given its context as its context type (wiggle/_worker/loaded.py), in a context of its
+step's own with ``Step.current()`` set (wiggle/_worker/step.py), and returns the new context, None,
+or (a predicate) a bool. ``outcome_of`` turns that into what a report carries, or a non-retryable
+``Failure`` that names the problem. Sync handlers run in the thread pool, or inline on the event
+loop once the ``InlinePolicy`` trusts them to be quick (WorkerOptions.sync_handlers).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections.abc
 import concurrent.futures
 import contextvars
-import inspect
 import logging
 import threading
 import time
-import typing
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import msgspec
 
-from .. import _fast
 from .. import _tracing as tracing
 from .._histogram import Series
-from .._logging import add_field_source
-from .._model import NodeKind
 from .._rpc import wiggle_pb2 as pb
-from ..workflow import Blueprint, HandlerKind
+from ..workflow import HandlerKind
+from .loaded import Handler, LoadedBlueprint, typed_context
 from .outcomes import (
     HANDLER_EXITS,
     Context,
-    ContextMismatch,
     Failure,
     HandlerExited,
     Outcome,
@@ -43,127 +38,13 @@ from .outcomes import (
     outcome_of,
 )
 from .stats import WorkerStats
+from .step import Step, call_in_step, log_fields_of, span_attributes_of, step_context
 
-__all__ = [
-    "Step",
-    "LoadedBlueprint",
-    "InlinePolicy",
-    "Handler",
-    "log_failure",
-    "log_fields_of",
-    "HandlerCaller",
-]
+__all__ = ["InlinePolicy", "log_failure", "HandlerCaller"]
 
 log = logging.getLogger("wiggle.worker")
 
-#: A user's handler, as a blueprint holds it (its argument types are the blueprint's context type).
-Handler = Callable[..., Any]
-
 T = TypeVar("T")
-
-_current_step: contextvars.ContextVar[Step] = contextvars.ContextVar("wiggle_step")
-
-
-class Step(msgspec.Struct, frozen=True):
-    """What a running handler can know about its step: ``Step.current()`` inside a handler."""
-
-    instance_id: str
-    workflow: str
-    version: str
-    node_id: str
-    attempt: int  # 1-based: failures of this step so far + 1
-    task_id: str
-    worker_id: str
-    correlation_id: str
-    execution_mode: str
-    # the step's start-to-close limit in seconds (0: none; docs/semantics.md#step-time-limits)
-    # and when this attempt started here (time.monotonic()): time_left() counts from it
-    timeout: float = 0.0
-    started: float = 0.0
-
-    @staticmethod
-    def current() -> Step:
-        """The step being executed; LookupError outside a handler."""
-        return _current_step.get()
-
-    def time_left(self) -> float | None:
-        """Seconds until this attempt's time limit (negative once past it); None without a limit.
-
-        A handler with a long loop can check it and stop early: past the limit its result is
-        refused anyway (a sync handler is abandoned, an async one cancelled)."""
-        return self.timeout - (time.monotonic() - self.started) if self.timeout else None
-
-
-def _span_attributes(info: Step) -> dict[str, object]:
-    return {
-        "wiggle.instance_id": info.instance_id,
-        "wiggle.workflow": info.workflow,
-        "wiggle.node_id": info.node_id,
-        "wiggle.attempt": info.attempt,
-        "wiggle.worker_id": info.worker_id,
-    }
-
-
-def log_fields_of(info: Step) -> dict[str, object]:
-    """The log-record fields of a step (docs: README "Operating Wiggle"; never its context)."""
-    return {
-        "instance_id": info.instance_id,
-        "workflow": info.workflow,
-        "node_id": info.node_id,
-        "attempt": info.attempt,
-        "worker_id": info.worker_id,
-        "task_id": info.task_id,
-    }
-
-
-def _running_step_fields() -> dict[str, object] | None:
-    """The log fields of the step running in this task or thread, for JSON records (wiggle/_logging.py)."""
-    info = _current_step.get(None)
-    return None if info is None else log_fields_of(info)
-
-
-add_field_source(_running_step_fields)
-
-
-class LoadedBlueprint:
-    """A blueprint with what the worker needs at hand: its compiled graph and its nodes."""
-
-    __slots__ = (
-        "blueprint",
-        "graph",
-        "nodes",
-        "timeouts",
-        "heartbeat_timeouts",
-        "flush_around",
-        "context_types",
-        "mismatch_hint",
-    )
-
-    def __init__(self, blueprint: Blueprint[Any]) -> None:
-        self.blueprint = blueprint
-        # node id -> the context type its handler is given (``handler_context_type``)
-        self.context_types = {
-            node: handler_context_type(fn, blueprint.context_type)
-            for node, (_, fn) in blueprint.handlers.items()
-        }
-        self.mismatch_hint = (
-            " (a for_each body's steps get the fork-time context without its list, plus the element "
-            "and its index: annotate their handler's parameter with dict or a Struct of those fields)"
-            if any(n.kind == NodeKind.FOR_EACH for n in blueprint.definition.nodes)
-            else ""
-        )
-        self.graph = _fast.CompiledGraph(blueprint.definition)
-        self.nodes = blueprint.definition.node_map()
-        # node id -> its start-to-close limit in ms, for the steps that have one
-        self.timeouts = {n.id: n.timeout_millis for n in blueprint.definition.nodes if n.timeout_millis}
-        # node id -> its heartbeat timeout in ms (its lease), for the steps that have one
-        nodes = blueprint.definition.nodes
-        self.heartbeat_timeouts = {
-            n.id: n.heartbeat_timeout_millis for n in nodes if n.heartbeat_timeout_millis
-        }
-        # the steps a LOCAL_ASYNC run flushes before and after, so that the server holds the step's
-        # own limits while it runs (docs/semantics.md#step-time-limits)
-        self.flush_around = frozenset(self.timeouts) | frozenset(self.heartbeat_timeouts)
 
 
 class InlinePolicy:
@@ -263,46 +144,6 @@ def log_failure(info: Step, failure: Failure, loaded: LoadedBlueprint | None = N
     )
 
 
-def _typed(value: Context, ctype: type[Any], hint: str = "") -> object:
-    """The context as the handler's context type (a copy when the type is dict); ContextMismatch
-    naming the field when it does not fit (``hint``: what to add to its message)."""
-    if ctype is dict:
-        return dict(value)
-    try:
-        return msgspec.convert(value, ctype)
-    except msgspec.ValidationError as exc:
-        raise ContextMismatch(
-            f"the context does not fit {ctype.__name__}: {exc} (the start's context or an earlier "
-            f"step's result put it there; another attempt would meet the same context){hint}"
-        ) from None
-
-
-def handler_context_type(fn: Handler, default: type[Any]) -> type[Any]:
-    """The context type ``fn`` is given: what its first parameter's annotation asks for, a msgspec
-    Struct subclass or a dict (``dict``, ``dict[str, X]``, a Mapping); else (no annotation, another
-    one, or one that does not resolve) the workflow's ``default``.
-
-    A Struct-typed workflow's for_each body gets a context its Struct rarely fits (the fork-time
-    context without the list, plus the element and its index): its handlers say dict, or a Struct
-    of their own, and get that. A dict-typed workflow's handler annotated with a Struct gets its
-    context as one."""
-    try:
-        hints = typing.get_type_hints(fn)
-        params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
-    except Exception:  # noqa: BLE001 (a partial, a builtin, a forward reference: the default)
-        return default
-    if not params or params[0].name not in hints:
-        return default
-    wanted = hints[params[0].name]
-    origin = typing.get_origin(wanted) or wanted
-    if isinstance(origin, type):
-        if issubclass(origin, msgspec.Struct):
-            return origin
-        if origin is dict or origin in (collections.abc.Mapping, collections.abc.MutableMapping):
-            return dict
-    return default
-
-
 class _Watched:
     """An async handler's coroutine, awaited so that while it runs (between two of its awaits) the
     stall guard knows it holds the event loop (``InlinePolicy.blocking``, as a sync handler run
@@ -368,24 +209,6 @@ def cancel_requested(task: asyncio.Task[Any] | None, cancel_thrown: bool) -> boo
     return bool(cancelling())
 
 
-def step_context(info: Step) -> contextvars.Context:
-    """A context of the step ``info`` alone for its handler to run in: a copy of the caller's (the
-    worker's own, the context its task was started in, with what the worker set around the step,
-    such as its tracing span), ``Step.current()`` set in it. What the handler sets in its
-    contextvars stays in it, so the next step, chained in the same task or run in the same
-    thread, does not see it (docs/workflows.md#contextvars-in-handlers); before, a contextvar one
-    step set was seen by the next one run in the same task (an outside trial)."""
-    context = contextvars.copy_context()
-    context.run(_current_step.set, info)
-    return context
-
-
-def _in_step(info: Step, fn: Handler, args: tuple[object, ...]) -> object:
-    """``fn(*args)`` with ``info`` as ``Step.current()``, in the step's context (``timed_call``)."""
-    _current_step.set(info)
-    return fn(*args)
-
-
 def timed_call(
     policy: InlinePolicy, fn: Handler, args: tuple[object, ...], info: Step, inline: bool
 ) -> object:
@@ -396,7 +219,7 @@ def timed_call(
     if inline:  # it holds the event loop: the stall guard watches (stall_guard.py)
         policy.blocking = (started, fn)
     try:  # ``step_context`` in one call: this runs every step
-        return contextvars.copy_context().run(_in_step, info, fn, args)
+        return contextvars.copy_context().run(call_in_step, info, fn, args)
     except asyncio.CancelledError as exc:
         raise HandlerExited(exc) from exc
     finally:
@@ -458,10 +281,10 @@ class HandlerCaller:
         ctype = loaded.context_types[node_id]
         hint = loaded.mismatch_hint
         if kind == HandlerKind.COMBINE:
-            base = _typed(context["base"], ctype, hint)
-            branches = [_typed(b, ctype, hint) for b in context["branches"]]
+            base = typed_context(context["base"], ctype, hint)
+            branches = [typed_context(b, ctype, hint) for b in context["branches"]]
             return (base, branches)
-        return (_typed(context, ctype, hint),)
+        return (typed_context(context, ctype, hint),)
 
     def runs_inline(self, loaded: LoadedBlueprint, node_id: str) -> bool:
         """Whether ``call`` would run the handler of ``node_id`` inline on the event loop (a sync
@@ -520,7 +343,7 @@ class HandlerCaller:
         try:
             if tracing.active():
                 with tracing.span(
-                    f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+                    f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, span_attributes_of(info)
                 ):
                     result = await self._call_within(loaded, node_id, context, info)
             else:  # no span, and no span attributes built for nothing
@@ -606,14 +429,14 @@ class HandlerCaller:
         try:
             if tracing.active():
                 with tracing.span(
-                    f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, _span_attributes(info)
+                    f"wiggle.step {node_id}", tracing.INTERNAL, act.traceparent, span_attributes_of(info)
                 ):
                     result = timed_call(
                         self.policy, fn, self.arguments(loaded, node_id, kind, context), info, inline
                     )
             else:  # no span, no span attributes built for nothing; ``arguments`` of a TASK inline
                 args = (
-                    (_typed(context, ctype, loaded.mismatch_hint),)
+                    (typed_context(context, ctype, loaded.mismatch_hint),)
                     if kind != HandlerKind.COMBINE
                     else self.arguments(loaded, node_id, kind, context)
                 )

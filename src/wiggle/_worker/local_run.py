@@ -37,8 +37,9 @@ from .._limits import over_payload
 from .._model import ExecutionMode, Handback
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
-from .handlers import HandlerCaller, LoadedBlueprint
+from .handlers import HandlerCaller
 from .heartbeats import Heartbeats, Lease
+from .loaded import LoadedBlueprint
 from .options import WorkerOptions
 from .outcomes import Context, Failure, Outcome, encoded_result
 from .records import StepRecord, encode_records, step_record, task_record

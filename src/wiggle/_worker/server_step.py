@@ -19,8 +19,9 @@ from .._model import Handback
 from .._rpc import wiggle_pb2 as pb
 from ..errors import InvalidArgument
 from ..workflow import HandlerKind
-from .handlers import HandlerCaller, LoadedBlueprint
+from .handlers import HandlerCaller
 from .heartbeats import Heartbeats
+from .loaded import LoadedBlueprint
 from .outcomes import Context, Failure, Outcome, encoded_result
 from .reporter import Reporter
 

@@ -26,9 +26,10 @@ from .._security.credentials import Credentials
 from ..client import AsyncClient, Client
 from ..workflow import Blueprint, Workflow
 from .connect import register_when_reachable
-from .handlers import HandlerCaller, InlinePolicy, LoadedBlueprint, Step
+from .handlers import HandlerCaller, InlinePolicy
 from .heartbeats import Heartbeats
 from .http import Pulse, WorkerHttp, start_worker_http
+from .loaded import LoadedBlueprint
 from .local_run import AdvanceSupport, LocalRun, LocalRunEnv
 from .options import WorkerOptions, check_options
 from .outcomes import Context
@@ -37,6 +38,7 @@ from .reporter import Reporter
 from .server_step import release_step, run_server_step
 from .stall_guard import StallGuard
 from .stats import WorkerStats
+from .step import Step
 from .stream import StreamTransport
 from .transport import CountedTransport, Transport, UnaryTransport
 
