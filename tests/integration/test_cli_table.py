@@ -100,6 +100,8 @@ TABLE = [
     # schedules
     ("schedule create bad cron", ["schedule", "create", "s1", PARKED.name, "--cron", "bad"], 2, "cron expression 'bad'", "server"),
     ("schedule create no timing", ["schedule", "create", "s1", PARKED.name], 2, "exactly one of --every SECONDS and --cron EXPR", None),
+    ("schedule create every 0", ["schedule", "create", "s1", PARKED.name, "--every", "0"], 2, "--every must be more than 0 seconds, got '0'", None),
+    ("schedule update every 0", ["schedule", "update", "cli-table-sched", "--every", "0s"], 2, "--every must be more than 0 seconds, got '0s'", "server"),
     ("schedule create unknown workflow", ["schedule", "create", "s1", "no-such-workflow", "--every", "60"], 3, "not registered", "server"),
     ("schedule update unknown id", ["schedule", "update", "no-such-schedule", "--every", "5"], 3, "schedule 'no-such-schedule' does not exist", "server"),
     ("schedule update both timings", ["schedule", "update", "cli-table-sched", "--every", "5", "--cron", "* * * * *"], 2, "at most one of --every", "server"),

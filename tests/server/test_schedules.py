@@ -208,7 +208,16 @@ async def test_pause_resume_update_delete_list_trigger(instances: Instances) -> 
             InvalidArgument,
             "'Mars/Olympus' is not a known IANA time zone",
         ),
-        (Schedule(id="x", workflow="nightly"), InvalidArgument, "exactly one of an interval and a cron"),
+        (
+            Schedule(id="x", workflow="nightly"),
+            InvalidArgument,
+            "needs an interval .every, more than 0 seconds. or a cron expression; neither was given",
+        ),
+        (
+            Schedule(id="x", workflow="nightly", interval_millis=5000, cron="* * * * *"),
+            InvalidArgument,
+            "an interval or a cron expression, not both .got every 5 s and cron",
+        ),
         (
             Schedule(id="x", workflow="nightly", interval_millis=10, cron=""),
             InvalidArgument,

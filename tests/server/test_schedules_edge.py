@@ -61,7 +61,12 @@ def _spec(**fields: object) -> pb.ScheduleSpec:
             "'Nowhere/Special' is not a known IANA time zone",
         ),
         ("CreateSchedule", _spec(workflow="ghost"), "NOT_FOUND", "workflow 'ghost' is not registered"),
-        ("CreateSchedule", _spec(interval_millis=0), "INVALID_ARGUMENT", "exactly one of an interval"),
+        (
+            "CreateSchedule",
+            _spec(interval_millis=0),
+            "INVALID_ARGUMENT",
+            "needs an interval (every, more than 0",
+        ),
         ("CreateSchedule", _spec(overlap="SOMETIMES"), "INVALID_ARGUMENT", "overlap 'SOMETIMES'"),
         (
             "CreateSchedule",

@@ -58,6 +58,8 @@ def show(s: Any) -> None:
 def _every(text: str | None) -> float | None:
     """--every as seconds: a number of seconds, or a duration as --start-delay takes (``15m``)."""
     delta = duration_arg(text, "--every")
+    if delta is not None and delta.total_seconds() <= 0:
+        raise InvalidArgument(f"--every must be more than 0 seconds, got {text!r}")
     return None if delta is None else delta.total_seconds()
 
 

@@ -135,8 +135,16 @@ def check_schedule(schedule: Schedule) -> None:
     validate_name(schedule.workflow, "workflow")
     if schedule.version:
         validate_name(schedule.version, "version")
-    if bool(schedule.cron) == bool(schedule.interval_millis):
-        raise InvalidArgument("a schedule needs exactly one of an interval and a cron expression")
+    if schedule.cron and schedule.interval_millis:
+        raise InvalidArgument(
+            f"a schedule takes an interval or a cron expression, not both (got every "
+            f"{schedule.interval_millis / 1000:g} s and cron {schedule.cron!r})"
+        )
+    if not schedule.cron and not schedule.interval_millis:
+        raise InvalidArgument(
+            "a schedule needs an interval (every, more than 0 seconds) or a cron expression; "
+            "neither was given"
+        )
     if (
         schedule.interval_millis
         and not MIN_INTERVAL_MILLIS <= schedule.interval_millis <= MAX_INTERVAL_MILLIS
