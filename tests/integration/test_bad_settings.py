@@ -265,6 +265,16 @@ async def test_a_worker_with_the_most_slots_runs_steps() -> None:
             {"WIGGLE_WORKER_CONCURRENCY": "300"},
             "--concurrency (WIGGLE_WORKER_CONCURRENCY): concurrency must be <= 256, got 300; allowed: 1 to 256",
         ),
+        # --queues that names no queue (empty, or commas only) stopped the command with a traceback
+        # ("ValueError: the worker serves no queues", from Worker())
+        (
+            ["--queues", ""],
+            {},
+            "wiggle: INVALID_ARGUMENT: --queues (WIGGLE_WORKER_QUEUES): queues names no queue, so the "
+            "worker serves no queues: give queue names, or leave queues out to serve every queue of "
+            "the blueprints",
+        ),
+        ([], {"WIGGLE_WORKER_QUEUES": " , "}, "--queues (WIGGLE_WORKER_QUEUES): queues names no queue"),
     ],
 )
 def test_wiggle_worker_names_the_option_its_variable_and_what_it_allows(

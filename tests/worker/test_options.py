@@ -69,7 +69,7 @@ def test_a_malformed_env_default_names_the_variable(monkeypatch: pytest.MonkeyPa
 def test_worker_arguments() -> None:
     with pytest.raises(ValueError, match="at least one blueprint"):
         Worker("127.0.0.1:1", [])
-    with pytest.raises(ValueError, match="serves no queues"):
+    with pytest.raises(ValueError, match="queues names no queue, so the worker serves no queues"):
         Worker("127.0.0.1:1", [BP], WorkerOptions(queues=[]))
     assert Worker("127.0.0.1:1", [BP]).queues == {"opts"}
 

@@ -239,3 +239,10 @@ def check_options(options: WorkerOptions) -> None:
     if isinstance(options.queues, str):
         # a lone string is a Sequence[str] too: "orders" would serve the queues o, r, d, e, s
         raise ValueError(f"queues must be a list of queue names, got the string {options.queues!r}")
+    if options.queues is not None and not list(options.queues):
+        # `wiggle worker --queues ""` (or ","): the command stopped on "the worker serves no
+        # queues" with a traceback, from Worker() past its own checks
+        raise ValueError(
+            "queues names no queue, so the worker serves no queues: give queue names, or leave "
+            "queues out to serve every queue of the blueprints"
+        )
