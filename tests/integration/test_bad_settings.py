@@ -293,6 +293,26 @@ def test_wiggle_worker_names_the_option_its_variable_and_what_it_allows(
     assert message in one_line(done)
 
 
+@pytest.mark.parametrize("verb", [["worker", "bad_settings_flows:flow"], ["list"], ["doctor"]])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("", "no server address given"),
+        (" , ", "no server address given"),
+        ("127.0.0.1:{port},not-an-address", "server address 'not-an-address' is not host:port"),
+    ],
+)
+def test_a_target_that_names_no_server_is_one_line_naming_the_option(
+    flows: Path, closed_port: int, verb: list[str], target: str, message: str
+) -> None:
+    """``wiggle worker --target ""`` and ``wiggle doctor`` stopped with a traceback (a ValueError
+    from their client), and ``wiggle list`` said "no server address given" (exit 1) without naming
+    where."""
+    done = wiggle("--target", target.format(port=closed_port), *verb, cwd=flows)
+    assert done.returncode == 2, done.stderr
+    assert one_line(done) == f"wiggle: INVALID_ARGUMENT: --target (WIGGLE_TARGET): {message}"
+
+
 # --------------------------------------------------------------------------- ports in use
 
 

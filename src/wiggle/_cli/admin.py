@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import InvalidArgument
-from .common import client_from_args, print_json
+from .common import checked_target, client_from_args, print_json
 
 __all__ = ["cmd_doctor", "cmd_workflows", "cmd_queues", "cmd_describe", "cmd_token", "cmd_bench"]
 
@@ -19,7 +19,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     database_url = args.database_url or server_variable("database_url")
     schema = args.database_schema or server_variable("database_schema") or ServerConfig().database_schema
-    checks = doctor_checks(args.target, database_url, schema)
+    checks = doctor_checks(checked_target(args), database_url, schema)
     if args.json:
         # "ok" stays what it was, not a failure (scripts test it); "checked" false marks what
         # was not there to check (an optional extra not installed, the schema without a URL)

@@ -131,12 +131,27 @@ def credentials_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+def checked_target(args: argparse.Namespace) -> str:
+    """``--target`` (or WIGGLE_TARGET) once it names a server; InvalidArgument naming the option
+    otherwise: empty, an entry of a list that is not host:port, a name that does not resolve, a
+    list mixing IPv4 and IPv6 (wiggle/_client/targets.py). ``wiggle worker --target ""`` stopped
+    with a traceback, and the client verbs said "no server address given" without saying where."""
+    from .._client.targets import join_targets
+
+    try:
+        join_targets(args.target)
+    except ValueError as exc:
+        raise InvalidArgument(f"--target (WIGGLE_TARGET): {exc}") from None
+    return str(args.target)
+
+
 def client_from_args(args: argparse.Namespace) -> Any:
     """A sync Client for ``--target`` with the TLS and token flags (or WIGGLE_* variables)."""
     from ..client import Client
 
+    target = checked_target(args)
     try:
-        return Client(args.target, credentials=credentials_from_args(args))
+        return Client(target, credentials=credentials_from_args(args))
     except ValueError as exc:
         raise SystemExit(f"wiggle: {exc}") from None
 

@@ -29,7 +29,7 @@ import msgspec
 from .._env import EnvError, child_environment, environment, setting, warn_unknown_variables
 from .._logging import configure_logging
 from ..errors import InvalidArgument
-from .common import QUIET_FLAG, credentials_from_args
+from .common import QUIET_FLAG, checked_target, credentials_from_args
 
 log = logging.getLogger("wiggle.worker")
 
@@ -260,6 +260,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
     blueprints = [bp for path in paths for bp in blueprints_at(path)]
     options = options_from(args)  # checked here, before any process starts
+    checked_target(args)
     # as Worker.run() would (after the blueprints' imports: a program's own setup wins), so the
     # warnings below are formatted as the worker's other lines
     configure_logging(only_if_unconfigured=True)
