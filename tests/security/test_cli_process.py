@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from ports import free_port
 
 from .conftest import Pki
@@ -39,6 +40,44 @@ def test_token_command_prints_a_token_and_its_entry() -> None:
         "queues": ["payments"],
         "token_sha256": hash_token(token),
     }
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (
+            ["w", "--role", "worker"],
+            'a worker identity lists the queues it may serve ("queues": ["*"] for all) (--queue NAME',
+        ),
+        (["bad name!"], "name 'bad name!' must be 1-100 of [A-Za-z0-9_.-@]"),
+        ([""], "name '' must be 1-100 of"),
+    ],
+)
+def test_token_refuses_an_entry_a_server_would_refuse(argv: list[str], said: str, tmp_path: Path) -> None:
+    """``wiggle token`` printed entries the server's --auth-file refuses at start (a worker
+    without queues, a name outside the set): the operator learnt it from a server that would
+    not start. It is refused here, in one line, exit 2, and no token is printed."""
+    result = _wiggle("token", *argv)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert result.stderr.startswith("wiggle: INVALID_ARGUMENT: wiggle token ") and said in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_every_entry_token_prints_is_one_a_server_loads(tmp_path: Path) -> None:
+    from wiggle._security.tokens import IdentityTable
+
+    made = []
+    for argv in (["ops", "--role", "admin"], ["svc"], ["pay", "--role", "worker", "--queue", "*"]):
+        result = _wiggle("token", *argv, "--json")
+        assert result.returncode == 0, result.stderr
+        made.append(json.loads(result.stdout))
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"identities": [m["identity"] for m in made]}))
+    auth.chmod(0o600)
+    table = IdentityTable(str(auth))
+    found = [table.by_token(m["token"]) for m in made]
+    assert [i.name if i else None for i in found] == ["ops", "svc", "pay"]
 
 
 def test_secured_server_process_and_sighup_reload(pki: Pki, tmp_path: Path) -> None:

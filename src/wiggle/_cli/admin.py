@@ -107,7 +107,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from .._security.tokens import hash_token, new_token
+    from .._security.tokens import check_identity, hash_token, new_token
 
     token = new_token()
     entry: dict[str, Any] = {
@@ -117,6 +117,12 @@ def cmd_token(args: argparse.Namespace) -> int:
     }
     if args.queue:
         entry["queues"] = args.queue
+    try:  # the rule a server applies to its --auth-file: an entry it would refuse is not printed
+        check_identity(entry)
+    except ValueError as exc:
+        said = str(exc).split(": ", 1)[-1]  # "identity #1: ..." / "identity 'w': ..." names no file here
+        hint = " (--queue NAME, repeatable, or --queue '*')" if "lists the queues" in said else ""
+        raise InvalidArgument(f"wiggle token {args.name!r}: {said}{hint}") from None
     if args.json:  # as every verb's --json: one JSON document, here the token and its entry
         print(json.dumps({"token": token, "identity": entry}, indent=2))
         return 0

@@ -36,7 +36,16 @@ import msgspec
 
 from .file_checks import warn_if_exposed
 
-__all__ = ["Role", "Identity", "IdentityTable", "ReloadCallback", "hash_token", "new_token", "ALL_QUEUES"]
+__all__ = [
+    "Role",
+    "Identity",
+    "IdentityTable",
+    "ReloadCallback",
+    "hash_token",
+    "new_token",
+    "check_identity",
+    "ALL_QUEUES",
+]
 
 log = logging.getLogger("wiggle.server")
 
@@ -117,6 +126,12 @@ def _identity(entry: object, index: int) -> tuple[Identity, str, str]:
     if not isinstance(cert_cn, str) or not (digest or cert_cn):
         raise ValueError(f"{where}: give token_sha256, cert_cn, or both")
     return Identity(name, roles, frozenset(queues)), digest, cert_cn
+
+
+def check_identity(entry: Mapping[str, object]) -> None:
+    """Raise ValueError, as a server loading its --auth-file would, unless ``entry`` is a valid
+    identity entry (``wiggle token`` checks the entry it prints: wiggle/_cli/admin.py)."""
+    _identity(entry, 0)
 
 
 def _unique(entries: list[tuple[Identity, str, str]], path: str) -> None:
