@@ -38,6 +38,19 @@ BP = Workflow.define("opts").step(step).build()
         ({"lease_margin": 1.0}, r"lease_margin must be in \[0, 1\), got 1.0"),
         ({"inline_threshold_ms": -1.0}, "inline_threshold_ms must be >= 0"),
         ({"queues": "orders"}, "queues must be a list of queue names, got the string 'orders'"),
+        # msgspec does not check a Struct's field types when it is made: "4" met `<=` with a
+        # bare TypeError, 4.5 slots were taken
+        ({"concurrency": "4"}, "concurrency must be a number, got '4'"),
+        ({"concurrency": 4.5}, "concurrency must be a whole number, got 4.5"),
+        ({"chain_steps": True}, "chain_steps must be a number, got True"),
+        ({"poll_wait_seconds": None}, "poll_wait_seconds must be a number, got None"),
+        # ids the server refuses in every poll: such a worker started, then logged "PollTasks
+        # refused" twice a second for as long as it ran
+        (
+            {"worker_id": "a b"},
+            r"worker_id 'a b' has characters outside .*: the server refuses such a worker id",
+        ),
+        ({"worker_id": "w" * 201}, "worker_id is 201 characters long; the limit is 200: the server refuses"),
     ],
 )
 def test_bad_options_are_refused_by_name(fields: dict[str, Any], message: str) -> None:
@@ -46,6 +59,11 @@ def test_bad_options_are_refused_by_name(fields: dict[str, Any], message: str) -
         check_options(options)
     with pytest.raises(ValueError, match=message):
         Worker("127.0.0.1:1", [BP], options)  # the worker checks them too, before anything starts
+
+
+def test_numbers_of_either_kind_are_taken_where_they_fit() -> None:
+    check_options(WorkerOptions(poll_wait_seconds=1, heartbeat_seconds=2, drain_seconds=0))  # ints for floats
+    check_options(WorkerOptions(worker_id="payments-7.eu-west@host:1"))
 
 
 def test_defaults_are_valid() -> None:

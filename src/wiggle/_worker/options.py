@@ -10,6 +10,8 @@ import msgspec
 from .._client.targets import check_balance
 from .._env import setting_int
 from .._loop import EVENT_LOOPS
+from .._model import validate_name
+from ..errors import InvalidArgument
 
 __all__ = ["WorkerOptions", "Bound", "BOUNDS", "SYNC_HANDLER_MODES", "TRANSPORTS", "check_options"]
 
@@ -39,6 +41,7 @@ class WorkerOptions(msgspec.Struct, kw_only=True):
             for 256 steps at most).
         queues: The queues served (never empty); default: every queue of the blueprints.
         worker_id: This worker's name in leases and histories; default: the host name, the process id and a random suffix.
+            Allowed: 1 to 200 of `A-Za-z0-9_.:-/@`, not starting with one of `.:-/@` (the server's rule for names).
             `wiggle worker --processes N`: process i is this id + `-i` (`orders-0`, `orders-1`, ...;
             without an id each process makes its own).
         poll_wait_seconds: How long one long poll waits for work before asking again. Allowed:
@@ -221,10 +224,29 @@ def _check_bound(name: str, value: float, bound: Bound) -> None:
     raise ValueError(f"{text}{hint}; allowed: {bound_text(bound)}{why}")
 
 
+def _check_type(name: str, value: object) -> None:
+    """ValueError naming ``name`` unless ``value`` has the type its field declares: msgspec does
+    not check a Struct's types when it is made, so ``concurrency="4"`` met ``<=`` with "'<=' not
+    supported between instances of 'int' and 'str'", and ``concurrency=4.5`` was taken."""
+    field = next(f for f in msgspec.structs.fields(WorkerOptions) if f.name == name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if field.type is int and not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+
+
 def check_options(options: WorkerOptions) -> None:
     """Raise ValueError naming the first option that cannot work, its value and what it accepts."""
     for name, bound in BOUNDS.items():
+        _check_type(name, getattr(options, name))
         _check_bound(name, getattr(options, name), bound)
+    if options.worker_id:
+        # the server checks the id in every poll (wiggle/_server/service_limits.py): a worker
+        # with an id it refuses started, then logged "PollTasks refused" twice a second forever
+        try:
+            validate_name(options.worker_id, "worker_id")
+        except InvalidArgument as exc:
+            raise ValueError(f"{exc}: the server refuses such a worker id") from None
     if options.transport not in TRANSPORTS:
         raise ValueError(f"transport must be 'stream' or 'unary', got {options.transport!r}")
     check_balance(options.balance)
