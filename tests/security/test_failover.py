@@ -40,6 +40,16 @@ def test_join_targets() -> None:
         join_targets(" , ")
 
 
+@pytest.mark.parametrize("target", [7233, None, b"127.0.0.1:1", ["127.0.0.1:1", 2]])
+def test_a_target_of_another_type_is_named(target: object) -> None:
+    """``Client(7233)`` met "'int' object is not iterable", ``Client(b"...")`` "'int' object has no
+    attribute 'strip'"; the worker's client the same, at its start."""
+    with pytest.raises(
+        TypeError, match=r"the server address must be 'host:port' \(a str\), or a list of them, got"
+    ):
+        Client(target)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("transport", ["stream", "unary"])
 async def test_worker_moves_to_the_next_server_when_its_own_stops(transport: str) -> None:
     """Each server here has its own in-memory store, so the worker keeps to the first while it is

@@ -52,7 +52,12 @@ def _addresses(host: str, port: str) -> list[tuple[int, str]]:
 
 def join_targets(targets: str | Sequence[str]) -> str:
     """A gRPC target for ``targets``: one host:port as it is, several (a list or a comma-separated
-    string) as one ``ipv4:`` / ``ipv6:`` address list, names resolved now, in the order given."""
+    string) as one ``ipv4:`` / ``ipv6:`` address list, names resolved now, in the order given.
+    TypeError for anything else (``Client(7233)`` met "'int' object is not iterable")."""
+    if not isinstance(targets, str) and (
+        not isinstance(targets, Sequence) or not all(isinstance(t, str) for t in targets)
+    ):
+        raise TypeError(f"the server address must be 'host:port' (a str), or a list of them, got {targets!r}")
     items = (
         [t.strip() for t in targets.split(",")] if isinstance(targets, str) else [t.strip() for t in targets]
     )
