@@ -10,7 +10,6 @@ before a deadline it set up fires. See docs/semantics.md#time-in-tests.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .._client.types import StartOptions
+from .arguments import checked_workflows, epoch_millis, millis_of, with_settings
 from .diagnosis import UNSERVED_CHECK_SECONDS, UNSERVED_SECONDS, Diagnosis
 from .helpers import path_of
 from .skipping import TimeSkipper
@@ -51,26 +51,6 @@ __all__ = ["WorkflowEnvironment", "DEFAULT_TIMEOUT"]
 DEFAULT_TIMEOUT = 30.0  # real seconds a wait may take before it fails the test
 CHECK_SECONDS = 0.005  # how often a wait re-checks whether every instance waits on time
 SHOWN_NAMES = 20  # a NotFound names at most this many nodes
-
-
-def _millis(delta: timedelta | float | int, what: str) -> int:
-    if isinstance(delta, timedelta):
-        millis = delta / timedelta(milliseconds=1)
-    elif isinstance(delta, (int, float)) and not isinstance(delta, bool):
-        millis = float(delta) * 1000
-    else:
-        raise TypeError(f"{what} is a timedelta or seconds, not {type(delta).__name__}")
-    if millis < 0:
-        raise ValueError(f"{what} must not be negative (virtual time only moves forward): {delta!r}")
-    return round(millis)
-
-
-def _epoch_millis(start: datetime | None) -> int | None:
-    if start is None:
-        return None
-    if start.tzinfo is None:
-        raise ValueError(f"start={start!r} is naive: give a timezone (datetime(..., tzinfo=timezone.utc))")
-    return round(start.timestamp() * 1000)
 
 
 def _names(names: Sequence[str]) -> str:
@@ -84,33 +64,6 @@ async def _drop_schema(url: str, schema: str) -> None:
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # a name we generated
-
-
-#: The environment's own keywords, beside the server's settings (``_unknown_settings``).
-_OWN_KEYWORDS = (
-    "workflows",
-    "workers",
-    "worker_options",
-    "database_url",
-    "database_schema",
-    "execution_mode",
-    "time_skipping",
-    "start",
-)
-
-
-def _unknown_settings(unknown: list[str], fields: tuple[str, ...]) -> str:
-    """The message for keywords neither the environment nor ServerConfig has (a typo in a
-    ``@pytest.mark.wiggle(...)``, say): each with the closest known name."""
-    known = (*_OWN_KEYWORDS, *fields)
-    named = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1)
-        named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        f"unknown test environment setting(s): {', '.join(named)}; it takes "
-        f"{', '.join(_OWN_KEYWORDS)}, and the server's settings (ServerConfig fields, e.g. lease_millis)"
-    )
 
 
 class WorkflowEnvironment:
@@ -142,7 +95,7 @@ class WorkflowEnvironment:
     ) -> None:
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
-        self.workflows = list(workflows)
+        self.workflows = checked_workflows(workflows)
         self.worker_count = workers
         self.worker_options = worker_options or WorkerOptions(poll_wait_seconds=1.0)
         if workers > 1 and self.worker_options.worker_id:
@@ -151,17 +104,14 @@ class WorkflowEnvironment:
                 "workers alike: leave it empty (they become test-worker-1, -2...)"
             )
         self.time_skipping = time_skipping
-        self.clock = VirtualClock(_epoch_millis(start))
+        self.clock = VirtualClock(epoch_millis(start))
         mode = execution_mode if isinstance(execution_mode, ExecutionMode) else ExecutionMode(execution_mode)
         config = ServerConfig(port=0, execution_mode=mode)
         if database_url:
             schema = database_schema or f"wiggle_env_{uuid.uuid4().hex[:12]}"
             config = msgspec.structs.replace(config, database_url=database_url, database_schema=schema)
         if settings:
-            unknown = sorted(set(settings) - set(config.__struct_fields__))
-            if unknown:
-                raise TypeError(_unknown_settings(unknown, config.__struct_fields__))
-            config = msgspec.structs.replace(config, **settings)
+            config = with_settings(config, settings)
         self.server = WiggleServer(config, clock=self.clock)
         # A step a worker gives back for want of its handler waits 200 ms of the server's time
         # before the next claim, for another worker to take it. On a clock that stands still that
@@ -336,7 +286,7 @@ class WorkflowEnvironment:
         A step running on a worker of the environment whose time limit (or heartbeat timeout)
         this passes is given up on the worker at once: an ``async def`` handler is cancelled, a
         sync one abandoned in its thread, as at a real limit."""
-        self.clock.advance(_millis(delta, "advance"))
+        self.clock.advance(millis_of(delta, "advance"))
         await self.skipper.tick()
         await self._give_up_ended_attempts()
         return self.now()
@@ -349,7 +299,7 @@ class WorkflowEnvironment:
         before time moves on: a daily schedule over ``sleep(timedelta(days=3))`` starts three
         instances, each at its tick. TimeoutError if the instances stay busy ``timeout`` s (real).
         """
-        target = self.clock.now() + _millis(delta, "sleep")
+        target = self.clock.now() + millis_of(delta, "sleep")
         deadline = time.monotonic() + timeout
         while True:
             if await self.skipper.skip(until=target):
@@ -547,7 +497,7 @@ class WorkflowEnvironment:
         if isinstance(workflow, Blueprint):
             await self.client.register(workflow)
         self.skipper.workflows.add(workflow.name if isinstance(workflow, Blueprint) else workflow)
-        seconds = None if every is None else _millis(every, "every") / 1000
+        seconds = None if every is None else millis_of(every, "every") / 1000
         return await self.client.create_schedule(
             schedule_id, workflow, context, every=seconds, cron=cron, **options
         )

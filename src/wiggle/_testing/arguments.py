@@ -1,0 +1,122 @@
+"""The test environment's arguments, checked before anything starts: the blueprints, the server
+settings (their names, types and ranges), the start of virtual time and the durations that move
+it. wiggle/_testing/environment.py calls these; each refusal names the argument and what fits.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from .._limits import MAX_DURATION_MILLIS
+from .._server.config import ServerConfig, check_config
+from ..workflow import Blueprint, Workflow
+
+__all__ = ["checked_workflows", "epoch_millis", "millis_of", "with_settings"]
+
+
+def checked_workflows(workflows: Iterable[Blueprint[Any]]) -> list[Blueprint[Any]]:
+    """``workflows`` as a list of Blueprints; TypeError saying what to pass otherwise. A lone
+    Blueprint met "'Blueprint' object is not iterable", and a Workflow not built was found only
+    at the start, by a message about ``client.register``."""
+    if isinstance(workflows, (Blueprint, Workflow)):
+        raise TypeError(
+            f"workflows is a list of Blueprints, got the {type(workflows).__name__} {workflows.name!r} "
+            "itself: pass workflows=[...]"
+        )
+    try:
+        found = list(workflows)
+    except TypeError:
+        raise TypeError(f"workflows is a list of Blueprints, got {type(workflows).__name__}") from None
+    for index, bp in enumerate(found):
+        if isinstance(bp, Workflow):
+            raise TypeError(f"workflows[{index}] is the Workflow builder {bp.name!r}: call .build() on it")
+        if not isinstance(bp, Blueprint):
+            raise TypeError(f"workflows[{index}] is a {type(bp).__name__}, not a Blueprint")
+    return found
+
+
+def with_settings(config: ServerConfig, settings: dict[str, Any]) -> ServerConfig:
+    """``config`` with the server ``settings`` given to the environment: TypeError for a name
+    ServerConfig does not have (``_unknown_settings``) or a value not of its type
+    (``_typed_settings``), InvalidArgument for one out of its range (``check_config``, as
+    ``wiggle server`` checks its settings)."""
+    unknown = sorted(set(settings) - set(config.__struct_fields__))
+    if unknown:
+        raise TypeError(_unknown_settings(unknown, config.__struct_fields__))
+    return check_config(msgspec.structs.replace(config, **_typed_settings(settings)))
+
+
+def millis_of(delta: timedelta | float | int, what: str) -> int:
+    """``delta`` (a timedelta or seconds) in whole milliseconds, for ``advance``, ``sleep`` and a
+    schedule's ``every``; TypeError or ValueError naming ``what`` for anything else."""
+    if isinstance(delta, timedelta):
+        millis = delta / timedelta(milliseconds=1)
+    elif isinstance(delta, (int, float)) and not isinstance(delta, bool):
+        millis = float(delta) * 1000
+    else:
+        raise TypeError(f"{what} is a timedelta or seconds, not {type(delta).__name__}")
+    if millis < 0:
+        raise ValueError(f"{what} must not be negative (virtual time only moves forward): {delta!r}")
+    if not millis <= MAX_DURATION_MILLIS:  # NaN too: it was "cannot convert float NaN to integer"
+        raise ValueError(
+            f"{what} must be a finite duration of at most {MAX_DURATION_MILLIS // 1000} seconds (10 "
+            f"years, as every duration of a workflow), got {delta!r}"
+        )
+    return round(millis)
+
+
+def _typed_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The server settings given to an environment, each converted to its field's type (an
+    execution mode's name to the mode); TypeError naming the one that does not fit. Unchecked,
+    ``lease_millis="x"`` started a server whose first start was an internal error, and
+    ``lease_millis=2.5`` one whose every poll was; ``check_config`` then checks the ranges
+    (``lease_millis=-5`` ran, as a wiggle server refuses to)."""
+    types = {field.name: field.type for field in msgspec.structs.fields(ServerConfig)}
+    typed: dict[str, Any] = {}
+    for name, value in settings.items():
+        try:
+            typed[name] = msgspec.convert(value, types[name])
+        except msgspec.ValidationError as exc:
+            raise TypeError(f"the server setting {name}={value!r} does not fit: {exc}") from None
+    return typed
+
+
+def epoch_millis(start: datetime | None) -> int | None:
+    """Where the virtual clock starts (``start``, an aware datetime), in epoch ms; None: now."""
+    if start is None:
+        return None
+    if start.tzinfo is None:
+        raise ValueError(f"start={start!r} is naive: give a timezone (datetime(..., tzinfo=timezone.utc))")
+    return round(start.timestamp() * 1000)
+
+
+#: The environment's own keywords, beside the server's settings (``_unknown_settings``).
+_OWN_KEYWORDS = (
+    "workflows",
+    "workers",
+    "worker_options",
+    "database_url",
+    "database_schema",
+    "execution_mode",
+    "time_skipping",
+    "start",
+)
+
+
+def _unknown_settings(unknown: list[str], fields: tuple[str, ...]) -> str:
+    """The message for keywords neither the environment nor ServerConfig has (a typo in a
+    ``@pytest.mark.wiggle(...)``, say): each with the closest known name."""
+    known = (*_OWN_KEYWORDS, *fields)
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"unknown test environment setting(s): {', '.join(named)}; it takes "
+        f"{', '.join(_OWN_KEYWORDS)}, and the server's settings (ServerConfig fields, e.g. lease_millis)"
+    )

@@ -1,0 +1,98 @@
+"""The test environment's arguments are checked before anything starts, each refusal naming the
+argument (wiggle/_testing/arguments.py): the blueprints, the server settings' types and ranges, and
+the durations that move virtual time. Before, ``lease_millis="x"`` or ``2.5`` started a server whose
+starts or polls were internal errors, ``lease_millis=-5`` ran, a lone Blueprint met "'Blueprint'
+object is not iterable", and ``sleep(float("inf"))`` an OverflowError."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from wiggle import Workflow
+from wiggle.errors import InvalidArgument
+from wiggle.testing import SyncWorkflowEnvironment, WorkflowEnvironment
+
+
+def tidy(ctx: dict[str, Any]) -> dict[str, Any]:
+    return {**ctx, "tidy": True}
+
+
+FLOW = Workflow.define("arguments-flow").step(tidy).build()
+
+
+@pytest.mark.parametrize(
+    "workflows, message",
+    [
+        (
+            FLOW,
+            r"workflows is a list of Blueprints, got the Blueprint 'arguments-flow' itself: pass workflows=\[...\]",
+        ),
+        (
+            [Workflow.define("unbuilt").step(tidy)],
+            r"workflows\[0\] is the Workflow builder 'unbuilt': call .build\(\) on it",
+        ),
+        ([FLOW, "arguments-flow"], r"workflows\[1\] is a str, not a Blueprint"),
+        (7, "workflows is a list of Blueprints, got int"),
+    ],
+)
+def test_the_blueprints_are_a_list_of_built_ones(workflows: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        WorkflowEnvironment(workflows=workflows)
+
+
+@pytest.mark.parametrize(
+    "settings, error, message",
+    [
+        (
+            {"lease_millis": "x"},
+            TypeError,
+            "the server setting lease_millis='x' does not fit: Expected `int`, got `str`",
+        ),
+        (
+            {"lease_millis": 2.5},
+            TypeError,
+            "the server setting lease_millis=2.5 does not fit: Expected `int`, got `float`",
+        ),
+        (
+            {"max_payload_bytes": True},
+            TypeError,
+            "max_payload_bytes=True does not fit: Expected `int`, got `bool`",
+        ),
+        (
+            {"lease_millis": -5},
+            InvalidArgument,
+            r"--lease-millis \(WIGGLE_LEASE_MILLIS\) must be between 100 and",
+        ),
+    ],
+)
+def test_a_server_setting_of_the_wrong_type_or_range_is_refused(
+    settings: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        WorkflowEnvironment(workflows=[FLOW], **settings)
+    with pytest.raises(error, match=message):  # the blocking face makes its environment at its start
+        with SyncWorkflowEnvironment(workflows=[FLOW], **settings):
+            pass
+
+
+async def test_settings_that_fit_are_used() -> None:
+    async with WorkflowEnvironment(workflows=[FLOW], lease_millis=5000, execution_mode="LOCAL_SYNC") as env:
+        assert env.server.config.lease_millis == 5000
+        done = await env.run(FLOW, {})
+        assert done.context == {"tidy": True}
+        assert [e.outcome for e in await env.history(done)] == ["COMPLETED", "END"]
+
+
+@pytest.mark.parametrize("delta", [float("nan"), float("inf"), 1e300, timedelta(days=365 * 11)])
+async def test_the_clock_moves_by_a_finite_duration_of_at_most_ten_years(delta: Any) -> None:
+    async with WorkflowEnvironment(workflows=[FLOW]) as env:
+        before = env.now_millis()
+        for move in (env.advance, env.sleep):
+            with pytest.raises(ValueError, match=r"must be a finite duration of at most 315576000 seconds"):
+                await move(delta)
+        assert env.now_millis() == before
+        await env.advance(timedelta(days=365 * 10))  # the longest move is taken
+        assert env.now_millis() - before == 365 * 10 * 86_400_000
