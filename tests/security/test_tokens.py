@@ -72,3 +72,20 @@ def test_credentials_settings_and_environment(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("from-file\n")
     assert Credentials(ca_file="/ca.pem", token_file=str(token_file)).bearer() == "from-file"
+
+
+@pytest.mark.parametrize("given", ["wgl_token", {"token": "wgl_token"}])
+def test_credentials_of_another_type_are_named(given: object) -> None:
+    """A token or a dict of Credentials' fields, given as ``credentials``, met "'str' object has
+    no attribute 'channel_credentials'" in a client, and only at its start in a worker."""
+    from wiggle import AsyncClient, Client, Worker, Workflow
+
+    flow = Workflow.define("credentials-typed").step(lambda ctx: ctx, name="noop").build()
+    message = r"credentials must be a wiggle.Credentials, got (str|dict) \(e.g. Credentials\(ca_file=..., token=...\)\)"
+    for make in (
+        lambda: Client("127.0.0.1:1", credentials=given),  # type: ignore[arg-type]
+        lambda: AsyncClient("127.0.0.1:1", credentials=given),  # type: ignore[arg-type]
+        lambda: Worker("127.0.0.1:1", [flow], credentials=given),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match=message):
+            make()

@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 from .. import _tracing as tracing
 from .._model import WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
-from .._security.credentials import Credentials
+from .._security.credentials import Credentials, check_credentials
 from .._wire.replies import (
     history_from_pb,
     instance_from_pb,
@@ -82,6 +82,7 @@ class Client:
         self.patience = seconds
         # several targets (a list or "a:1,b:2"): one channel that moves to another when one is down
         self.target = join_targets(target)
+        check_credentials(credentials)
         #: TLS and token settings; by default from WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
         self.credentials = credentials if credentials is not None else Credentials.from_env()
         secure = self.credentials.channel_credentials() if channel is None else None

@@ -17,7 +17,7 @@ import msgspec
 from .._env import environment
 from ..errors import InvalidArgument
 
-__all__ = ["Credentials", "ENV_VARS"]
+__all__ = ["Credentials", "ENV_VARS", "check_credentials"]
 
 #: Credentials field -> the environment variable it is read from.
 ENV_VARS: dict[str, str] = {
@@ -166,3 +166,14 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         if self.server_name and self.tls:
             return [("grpc.ssl_target_name_override", self.server_name)]
         return []
+
+
+def check_credentials(credentials: object) -> None:
+    """TypeError unless ``credentials`` is None (the WIGGLE_* variables) or a Credentials: a client
+    or a worker given a token or a dict of its fields met "'str' object has no attribute
+    'channel_credentials'" (wiggle/_client/aio.py, wiggle/_worker/worker.py)."""
+    if credentials is not None and not isinstance(credentials, Credentials):
+        raise TypeError(
+            f"credentials must be a wiggle.Credentials, got {type(credentials).__name__} "
+            "(e.g. Credentials(ca_file=..., token=...))"
+        )

@@ -22,7 +22,7 @@ from .._loop import run
 from .._model import ExecutionMode, NodeKind
 from .._rpc import wiggle_pb2 as pb
 from .._rpc import wiggle_pb2_grpc as pb_grpc
-from .._security.credentials import Credentials
+from .._security.credentials import Credentials, check_credentials
 from ..client import AsyncClient, Client
 from ..workflow import Blueprint, Workflow
 from .connect import register_when_reachable
@@ -69,6 +69,7 @@ class Worker:
         # several addresses (a list, "a:1,b:2", or a DNS name resolving to several): the worker's
         # channel moves to another server when its own is down (wiggle/_client/targets.py)
         self._target = client_or_target
+        check_credentials(credentials)
         self._credentials = credentials  # None: WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
         self._client = _shared_client(client_or_target)
         self._own_client = self._client is None
