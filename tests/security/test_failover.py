@@ -48,6 +48,8 @@ def test_a_target_of_another_type_is_named(target: object) -> None:
         TypeError, match=r"the server address must be 'host:port' \(a str\), or a list of them, got"
     ):
         Client(target)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"the server address must be 'host:port'"):
+        Worker(target, [BP])  # type: ignore[arg-type]  # at once, not at its start
 
 
 @pytest.mark.parametrize("transport", ["stream", "unary"])

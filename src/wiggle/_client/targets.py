@@ -22,7 +22,7 @@ import json
 import socket
 from collections.abc import Sequence
 
-__all__ = ["join_targets", "balancing", "check_balance", "BALANCES"]
+__all__ = ["join_targets", "check_target_type", "balancing", "check_balance", "BALANCES"]
 
 
 def _split(target: str) -> tuple[str, str]:
@@ -50,14 +50,20 @@ def _addresses(host: str, port: str) -> list[tuple[int, str]]:
     return seen
 
 
-def join_targets(targets: str | Sequence[str]) -> str:
-    """A gRPC target for ``targets``: one host:port as it is, several (a list or a comma-separated
-    string) as one ``ipv4:`` / ``ipv6:`` address list, names resolved now, in the order given.
-    TypeError for anything else (``Client(7233)`` met "'int' object is not iterable")."""
+def check_target_type(targets: object) -> None:
+    """TypeError unless ``targets`` is a str or a list of them: ``Client(7233)`` met "'int' object
+    is not iterable", and a Worker given one found out at its start (wiggle/_worker/worker.py)."""
     if not isinstance(targets, str) and (
         not isinstance(targets, Sequence) or not all(isinstance(t, str) for t in targets)
     ):
         raise TypeError(f"the server address must be 'host:port' (a str), or a list of them, got {targets!r}")
+
+
+def join_targets(targets: str | Sequence[str]) -> str:
+    """A gRPC target for ``targets``: one host:port as it is, several (a list or a comma-separated
+    string) as one ``ipv4:`` / ``ipv6:`` address list, names resolved now, in the order given.
+    TypeError for anything else (``check_target_type``)."""
+    check_target_type(targets)
     items = (
         [t.strip() for t in targets.split(",")] if isinstance(targets, str) else [t.strip() for t in targets]
     )
