@@ -69,3 +69,50 @@ async def test_a_bulk_cancel_counts_what_a_cascade_finished_first(store: str, pg
     assert answer["done"] >= 1 and answer["skipped"], answer
     for skipped in answer["skipped"]:
         assert skipped["status"] == "CANCELLED" and skipped["reason"] == "already CANCELLED", skipped
+
+
+async def test_a_misspelt_list_filter_is_named_not_ignored(store: str, pg_schema: str) -> None:
+    """``GET /api/instances?stauts=FAILED`` answered every instance, as if unfiltered, and a bulk
+    action's count took the same filter for none. Both are a 400 naming the parameter (with the
+    closest one the list takes), and nothing is cancelled; every parameter the list takes is
+    accepted, and the pages stay lenient (their own links carry only these)."""
+    flow = Workflow.define(f"trial-e-typo-{store}").user_task("hold").build()
+    async with dashboard_server(store, pg_schema, TEST_DATABASE_URL) as (server, base):
+        await server.client.register(flow)
+        iid = (await server.client.start(flow, {})).instance_id
+        headers = {"Origin": base}
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/api/instances?stauts=FAILED") as r:
+                listed = await r.json()
+                assert r.status == 400, listed
+            async with http.post(
+                f"{base}/api/bulk/cancel?wrkflow={flow.name}", json={"dry_run": True}, headers=headers
+            ) as r:
+                dry = await r.json()
+                assert r.status == 400, dry
+            every = {
+                "workflow": flow.name,
+                "status": "RUNNING",
+                "correlation_id": "",
+                "schedule_id": "",
+                "parent_id": "",
+                "created_after": "1d",
+                "created_before": "",
+                "node": "hold",
+                "text": "",
+                "ctx": "",
+                "children": "1",
+                "page_size": "10",
+                "page_token": "",
+                "with_context": "1",
+            }
+            async with http.get(f"{base}/api/instances?{urlencode(every)}") as r:
+                found = await r.json()
+                assert r.status == 200, found
+            async with http.get(f"{base}/instances?workflow={flow.name}&utm_source=mail") as r:
+                assert r.status == 200
+        still = await server.client.get(iid)
+    assert "unknown list parameter 'stauts' (did you mean 'status'?); the list takes" in listed["error"]
+    assert "unknown list parameter 'wrkflow' (did you mean 'workflow'?)" in dry["error"]
+    assert [row["instance_id"] for row in found["instances"]] == [iid]
+    assert str(still.status) == "RUNNING"

@@ -8,6 +8,7 @@ wiggle/_wire/replies.py), with what the pages derive from it added beside.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,8 @@ from .times import iso, time_arg
 
 __all__ = [
     "Sources",
+    "LIST_PARAMS",
+    "check_list_params",
     "instances_page",
     "instance_page",
     "workflows_page",
@@ -86,6 +89,43 @@ def _context_arg(raw: str) -> tuple[tuple[str, str], ...]:
     if "\x00" in value:
         raise InvalidArgument("ctx's value must not hold U+0000")
     return ((field, value),)
+
+
+#: The query parameters ``instance_query`` reads (docs/dashboard.md#get-apiinstances).
+LIST_PARAMS = frozenset(
+    {
+        "workflow",
+        "status",
+        "correlation_id",
+        "schedule_id",
+        "parent_id",
+        "created_after",
+        "created_before",
+        "node",
+        "text",
+        "ctx",
+        "children",
+        "page_size",
+        "page_token",
+        "with_context",
+    }
+)
+
+
+def check_list_params(args: Mapping[str, str]) -> None:
+    """InvalidArgument for a query parameter the list does not read, with the closest it does: a
+    misspelt filter (``stauts=FAILED``) was ignored, and the JSON list, or a bulk action's count,
+    was every instance's. The pages take their own links' parameters and are left lenient."""
+    unknown = sorted(set(args) - LIST_PARAMS)
+    if not unknown:
+        return
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, LIST_PARAMS, n=1)
+        named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise InvalidArgument(
+        f"unknown list parameter {', '.join(named)}; the list takes {', '.join(sorted(LIST_PARAMS))}"
+    )
 
 
 def _flag(args: Mapping[str, str], name: str) -> bool:

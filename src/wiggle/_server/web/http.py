@@ -125,7 +125,7 @@ class HttpSide:
         r.add_get("/queues", self.page(self._queues_data, pages.queues_html, "queues"))
         r.add_get("/cluster", self.page(self._cluster_data, pages.cluster_html, "cluster"))
         r.add_get("/schedules", self.page(self._schedules_data, schedules.schedules_html, "schedules"))
-        r.add_get("/api/instances", self.json(self._instances_data))
+        r.add_get("/api/instances", self.json(self._instances_api))
         r.add_get("/api/instances/{id}", self.json(self._instance_data))
         r.add_get("/api/workflows", self.json(self._workflows_data))
         r.add_get("/api/queues", self.json(self._queues_data))
@@ -186,6 +186,10 @@ class HttpSide:
         data = await api.instances_page(self.sources, dict(request.query))
         _only_allowed(data["actions"], request, _BULK_RPCS)
         return data
+
+    async def _instances_api(self, request: web.Request) -> dict[str, Any]:
+        api.check_list_params(request.query)  # a script's misspelt filter is named, not ignored
+        return await self._instances_data(request)
 
     async def _instance_data(self, request: web.Request) -> dict[str, Any]:
         data = await api.instance_page(self.sources, request.match_info["id"])
@@ -319,6 +323,7 @@ class HttpSide:
 
     async def bulk(self, request: web.Request) -> web.Response:
         """Cancel or retry every instance the list filters (the query string) match (bulk.py)."""
+        api.check_list_params(request.query)
         query = api.instance_query(request.query, self.instances.clock.now())
         action = request.match_info["action"]
         body = await self._read(request)
