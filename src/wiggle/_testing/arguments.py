@@ -5,7 +5,6 @@ it. wiggle/_testing/environment.py calls these; each refusal names the argument 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,6 +13,7 @@ import msgspec
 
 from .._limits import MAX_DURATION_MILLIS
 from .._server.config import ServerConfig, check_config
+from .._spelling import with_closest
 from ..workflow import Blueprint, Workflow
 
 __all__ = ["checked_workflows", "epoch_millis", "millis_of", "with_settings"]
@@ -111,12 +111,7 @@ _OWN_KEYWORDS = (
 def _unknown_settings(unknown: list[str], fields: tuple[str, ...]) -> str:
     """The message for keywords neither the environment nor ServerConfig has (a typo in a
     ``@pytest.mark.wiggle(...)``, say): each with the closest known name."""
-    known = (*_OWN_KEYWORDS, *fields)
-    named = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1)
-        named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return (
-        f"unknown test environment setting(s): {', '.join(named)}; it takes "
+        f"unknown test environment setting(s): {with_closest(unknown, (*_OWN_KEYWORDS, *fields))}; it takes "
         f"{', '.join(_OWN_KEYWORDS)}, and the server's settings (ServerConfig fields, e.g. lease_millis)"
     )

@@ -224,14 +224,17 @@ def _check_bound(name: str, value: float, bound: Bound) -> None:
     raise ValueError(f"{text}{hint}; allowed: {bound_text(bound)}{why}")
 
 
+#: Each option's declared type (``_check_type``), read once.
+_FIELD_TYPES = {field.name: field.type for field in msgspec.structs.fields(WorkerOptions)}
+
+
 def _check_type(name: str, value: object) -> None:
     """ValueError naming ``name`` unless ``value`` has the type its field declares: msgspec does
     not check a Struct's types when it is made, so ``concurrency="4"`` met ``<=`` with "'<=' not
     supported between instances of 'int' and 'str'", and ``concurrency=4.5`` was taken."""
-    field = next(f for f in msgspec.structs.fields(WorkerOptions) if f.name == name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
-    if field.type is int and not isinstance(value, int):
+    if _FIELD_TYPES[name] is int and not isinstance(value, int):
         raise ValueError(f"{name} must be a whole number, got {value!r}")
 
 

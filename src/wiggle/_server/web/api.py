@@ -8,7 +8,6 @@ wiggle/_wire/replies.py), with what the pages derive from it added beside.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..._engine.state import (
     TokenStatus,
 )
 from ..._model import NodeKind, WorkflowDefinition, validate_name
+from ..._spelling import with_closest
 from ..._storage.base import CONTEXT_FIELD_PATTERN, InstanceQuery, InstanceView
 from ..._storage.ops import QueueStat
 from ..._wire.convert import history_to_pb, instance_to_pb, queues_to_pb
@@ -119,12 +119,9 @@ def check_list_params(args: Mapping[str, str]) -> None:
     unknown = sorted(set(args) - LIST_PARAMS)
     if not unknown:
         return
-    named = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, LIST_PARAMS, n=1)
-        named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     raise InvalidArgument(
-        f"unknown list parameter {', '.join(named)}; the list takes {', '.join(sorted(LIST_PARAMS))}"
+        f"unknown list parameter {with_closest(unknown, sorted(LIST_PARAMS))}; the list takes "
+        f"{', '.join(sorted(LIST_PARAMS))}"
     )
 
 
