@@ -463,18 +463,51 @@ async def test_a_lone_caller_never_waits_for_company(pg: tuple[PostgresStore, In
     assert committers.lingered == 0
 
 
+async def _until(condition: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the committers never got there"
+        await asyncio.sleep(0.001)
+
+
 async def test_overlapping_callers_wait_briefly_and_share_transactions(
     pg: tuple[PostgresStore, Instances],
 ) -> None:
+    # Made deterministic: the first group's commit is held until the others have queued, so a
+    # start always arrives while a group commits (with free-running callers, a loaded machine
+    # could answer them in lockstep and no start ever overlapped a commit).
     store, layer = pg
-    committers = store.starts._committers
-    before = store.starts.groups
+    starts = store.starts
+    committers = starts._committers
+    db = starts.db
+    real_run = db.run
+    committing = asyncio.Event()
+    release = asyncio.Event()
 
-    async def caller(k: int) -> list[str]:
-        await asyncio.sleep(k * 0.0005)  # staggered: starts arrive while others commit
-        return [(await layer.start("one", "", {"k": k, "i": i}, "", "")).instance.id for i in range(5)]
+    async def held(what: str, body: Callable[[Any], Awaitable[Any]]) -> Any:
+        if what == "start" and not release.is_set():
+            committing.set()
+            await release.wait()
+        return await real_run(what, body)
 
-    ids = [i for found in await asyncio.gather(*(caller(k) for k in range(16))) for i in found]
-    assert len(set(ids)) == 80 and await _all_ids(layer) == sorted(ids)
-    assert committers.lingered > 0
-    assert store.starts.groups - before < 80  # transactions held several starts
+    linger = committers.linger
+    committers.linger = 1.0  # long enough that the later callers surely reach the queue
+    db.run = held  # type: ignore[method-assign]
+    try:
+        first = asyncio.ensure_future(layer.start("one", "", {"k": 0}, "", ""))
+        await asyncio.wait_for(committing.wait(), 10)  # group one is committing (and held)
+        before = starts.groups
+        second = asyncio.ensure_future(layer.start("one", "", {"k": 1}, "", ""))
+        await _until(lambda: committers.lingered == 1)  # the other committer saw the overlap
+        rest = [asyncio.ensure_future(layer.start("one", "", {"k": k}, "", "")) for k in range(2, 8)]
+        await _until(lambda: committers._jobs.qsize() == len(rest))  # queued while it waits
+        release.set()
+        ids = [s.instance.id for s in await asyncio.gather(first, second, *rest)]
+    finally:
+        db.run = real_run  # type: ignore[method-assign]
+        committers.linger = linger
+    assert len(set(ids)) == 8 and await _all_ids(layer) == sorted(ids)
+    assert committers.lingered >= 1
+    # The first group, then the seven later starts in one or two (the first committer, freed,
+    # may take one of them and wait in turn): never a transaction each.
+    assert starts.groups - before <= 3
