@@ -277,6 +277,7 @@ async def test_malformed_step_result_is_invalid_argument(wire: Wire) -> None:
         ({"worker_id": "", "queues": ["q"]}, "worker_id"),
         ({"worker_id": WORKER, "queues": ["bad queue"]}, "queue"),
         ({"worker_id": WORKER, "queues": ["q"], "max_tasks": 100_000}, "max_tasks"),
+        ({"worker_id": WORKER, "queues": ["q"], "worker_session": "s" * 65}, "worker_session is 65"),
     ],
 )
 async def test_poll_tasks_bad_requests(wire: Wire, request_kw: dict, fragment: str) -> None:

@@ -14,11 +14,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 from layers import instance_layer, two_steps
+from mixed_fleet_versions import mixed_versions
 
+from wiggle import WorkerOptions
 from wiggle._engine.state import TokenStatus
 from wiggle._server.instances import Instances
 from wiggle._server.unrunnable import Unrunnable
 from wiggle._storage.notifier import Notifier
+from wiggle.testing import EmbeddedServer
 
 QUEUE = "q"
 
@@ -121,6 +124,29 @@ def test_a_hold_ends_and_is_per_worker_version_and_node() -> None:
     assert not unrunnable.skip_for("w") and unrunnable.held() == 0 and not unrunnable._by_worker
 
 
+def test_a_poll_with_another_session_ends_the_holds_of_its_worker_id() -> None:
+    """A worker restarted under the same explicit id, now with the handler, is offered the node
+    at once, not when the hold ends (each process stamps its polls: wiggle/_worker/poller.py)."""
+    unrunnable = Unrunnable(clock=lambda: 100.0)
+    unrunnable.seen("w", "process-1")
+    unrunnable.seen("other", "process-9")
+    unrunnable.note("w", "wf", "v2", "extra")
+    unrunnable.note("other", "wf", "v2", "extra")
+    unrunnable.seen("w", "process-1")  # the same process polls again: still held
+    unrunnable.seen("w", "")  # a worker that sends no stamp: nothing said of the process
+    assert unrunnable.skip_for("w") == {("wf", "v2", "extra")}
+    unrunnable.seen("w", "process-2")  # another process under the id
+    assert not unrunnable.skip_for("w")
+    assert unrunnable.skip_for("other") == {("wf", "v2", "extra")}  # other ids keep theirs
+    unrunnable.note("w", "wf", "v2", "extra")  # the new process gives it back in turn: held
+    unrunnable.seen("w", "process-2")
+    assert unrunnable.skip_for("w") == {("wf", "v2", "extra")}
+    unrunnable.MAX_WORKERS = 2
+    for n in range(3):
+        unrunnable.seen(f"worker-{n}", "s")
+    assert list(unrunnable._sessions) == ["worker-1", "worker-2"]
+
+
 def test_holds_are_bounded() -> None:
     unrunnable = Unrunnable()
     for n in range(Unrunnable.MAX_NODES + 10):
@@ -175,3 +201,29 @@ async def test_a_poll_waiting_when_its_worker_gives_a_step_back_does_not_spin(la
     assert 1 <= claims <= 5, claims
     poll.cancel()
     await asyncio.gather(poll, return_exceptions=True)
+
+
+async def test_a_worker_restarted_under_its_id_with_the_handler_runs_the_step_at_once(
+    eventually, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker with an explicit id and without the handler gave the step back; the same id,
+    restarted with the handler, runs it without waiting for the hold to end."""
+    monkeypatch.setattr(Unrunnable, "HOLD_SECONDS", 3600.0)  # waited out, this test would time out
+    old, new = mixed_versions("restarted-under-its-id")
+    options = WorkerOptions(worker_id="payments-0")
+    async with EmbeddedServer() as server:
+        await server.client.register(new)
+        started = await server.client.start(new, {})
+        unrunnable = server.server.instances.delivery.unrunnable
+        async with server.worker([old], options):
+            await eventually(
+                lambda: unrunnable.holds("payments-0"), what="the old worker to give 'extra' back"
+            )
+        async with server.worker([new], options):
+            done = await server.client.wait(started, timeout=30)
+        history = await server.client.history(started)
+    assert done.status == "COMPLETED", done
+    assert done.context == {"first": True, "extra": True}
+    ran = [(e.node_id, e.attempt, e.outcome, e.worker_id) for e in history if e.kind == "TASK"]
+    assert ran[-1] == ("extra", 1, "COMPLETED", "payments-0"), ran  # the attempt given back is unspent
+    assert not any("lease" in e.error for e in history), history

@@ -374,16 +374,18 @@ class GetHistoryResponse(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ...) -> None: ...
 
 class PollTasksRequest(_message.Message):
-    __slots__ = ("worker_id", "queues", "max_tasks", "wait_millis")
+    __slots__ = ("worker_id", "queues", "max_tasks", "wait_millis", "worker_session")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
     WAIT_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_SESSION_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     queues: _containers.RepeatedScalarFieldContainer[str]
     max_tasks: int
     wait_millis: int
-    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., wait_millis: _Optional[int] = ...) -> None: ...
+    worker_session: str
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., max_tasks: _Optional[int] = ..., wait_millis: _Optional[int] = ..., worker_session: _Optional[str] = ...) -> None: ...
 
 class TaskActivation(_message.Message):
     __slots__ = ("task_id", "instance_id", "workflow", "version", "node_id", "attempt", "context_json", "lease_owner", "lease_expires_at", "queue", "kind", "correlation_id", "execution_mode", "max_local_steps", "lease_millis", "max_payload_bytes", "deadline_at", "traceparent")

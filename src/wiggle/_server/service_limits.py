@@ -13,7 +13,15 @@ from .._model import NAME_PATTERN, validate_name
 from ..errors import InvalidArgument
 from .instances import MAX_WAIT_SECONDS
 
-__all__ = ["ServiceLimits", "optional_name", "wait_seconds", "poll_queues", "name_ok", "check_task_id"]
+__all__ = [
+    "ServiceLimits",
+    "optional_name",
+    "wait_seconds",
+    "poll_queues",
+    "name_ok",
+    "check_task_id",
+    "check_session",
+]
 
 #: The pattern's match alone accepts exactly the names ``validate_name`` accepts (a string of at
 #: most 200 allowed characters cannot be empty or padded), so ``validate_name`` only runs to word
@@ -102,3 +110,17 @@ def poll_queues(
     if not 1 <= max_tasks <= limit:
         raise InvalidArgument(f"{field} must be between 1 and {limit}, got {max_tasks}")
     return names
+
+
+#: The longest ``PollTasksRequest.worker_session`` (a worker sends 16 hex digits).
+MAX_SESSION_LENGTH = 64
+
+
+def check_session(session: str) -> str:
+    """A poll's ``worker_session`` (empty: none): InvalidArgument if it is too long."""
+    if len(session) > MAX_SESSION_LENGTH:
+        raise InvalidArgument(
+            f"PollTasks worker_session is {len(session)} characters long; the limit is "
+            f"{MAX_SESSION_LENGTH} (a stamp new with each worker process, such as 16 hex digits)"
+        )
+    return session

@@ -7,8 +7,12 @@ no worker that had the handler, every worker that lacked it claimed and gave bac
 as fast as it polled (2,000 waiting steps kept an in-memory server 65% busy; bench/README.md,
 "Round thirty-seven"). Now a give-back notes (workflow, version, node) against the worker's id,
 and that worker's claims, polls and chained steps pass the node over (``Delivery``), for
-``HOLD_SECONDS``, after which it is offered the node again once: a worker restarted under the
-same explicit id with the handler waits that long for the node at most.
+``HOLD_SECONDS``, after which it is offered the node again once.
+
+A worker restarted under the same explicit id, now with the handler, is not held: each worker
+process stamps its polls with a session of its own (``PollTasksRequest.worker_session``,
+wiggle/_worker/poller.py), and a poll whose stamp is not the id's last one ends that id's holds
+(``seen``). A worker that sends no stamp (an older one) waits out the hold, as before.
 
 Per server process, in memory: nothing here is durable or shared between the servers of a
 cluster (a worker gives a node back once to each server it polls).
@@ -29,8 +33,8 @@ class Unrunnable:
     """Per worker id, the nodes it gave back for lack of a handler, each until its hold ends."""
 
     #: How long a worker is not offered a node it gave back (seconds). Short, so that a worker
-    #: restarted under the same explicit id with the handler waits little for the node; long
-    #: enough that what a worker without it gives back is a batch of its first claim every
+    #: that sends no session stamp and is restarted under the same id with the handler waits
+    #: little for the node; long enough that what a worker without it gives back is a batch of its first claim every
     #: HOLD_SECONDS (bench/give_backs.py), not one step per poll.
     HOLD_SECONDS = 10.0
     #: Bounds: the workers remembered (the least recently noted go first) and the nodes each.
@@ -40,6 +44,7 @@ class Unrunnable:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._by_worker: OrderedDict[str, dict[tuple[str, str, str], float]] = OrderedDict()
+        self._sessions: OrderedDict[str, str] = OrderedDict()  # worker id -> its last poll's stamp
         self.noted = 0  # give-backs noted (wiggle_steps_given_back_no_handler, metrics_http.py)
 
     def note(self, worker_id: str, workflow: str, version: str, node: str) -> None:
@@ -60,6 +65,23 @@ class Unrunnable:
             del nodes[next(iter(nodes))]  # the longest held
         nodes[key] = self.clock() + self.HOLD_SECONDS
         self.noted += 1
+
+    def seen(self, worker_id: str, session: str) -> None:
+        """A poll of ``worker_id`` stamped ``session``: if the id's last poll had another stamp,
+        another process polls under that id now, and the holds of the one before end."""
+        if not session:
+            return
+        sessions = self._sessions
+        last = sessions.get(worker_id)
+        if last == session:
+            return
+        if last is None:
+            while len(sessions) >= self.MAX_WORKERS:
+                sessions.popitem(last=False)
+        else:
+            sessions.move_to_end(worker_id)
+            self._by_worker.pop(worker_id, None)
+        sessions[worker_id] = session
 
     def skip_for(self, worker_id: str) -> Skip:
         """The nodes ``worker_id``'s claims pass over now (most often none: one dict lookup)."""

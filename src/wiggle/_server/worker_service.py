@@ -22,7 +22,14 @@ from .._wire.status import STOPPING
 from ..errors import InvalidArgument, Unavailable
 from .instances import Instances
 from .pollers import Pollers
-from .service_limits import ServiceLimits, chain_queues, check_task_id, poll_queues, wait_seconds
+from .service_limits import (
+    ServiceLimits,
+    chain_queues,
+    check_session,
+    check_task_id,
+    poll_queues,
+    wait_seconds,
+)
 
 if TYPE_CHECKING:
     from .service import Metrics
@@ -59,7 +66,10 @@ class WorkerHandlers:
         max_tasks = request.max_tasks or 1
         queues = poll_queues(request.worker_id, request.queues, max_tasks, "max_tasks", self.limits)
         wait = wait_seconds(request.wait_millis, self.limits)
+        session = check_session(request.worker_session)
         self.pollers.seen(request.worker_id, queues)
+        if session:  # another process under this id ends the holds of the one before
+            self.instances.delivery.unrunnable.seen(request.worker_id, session)
         claimed = await self.instances.poll(request.worker_id, queues, max_tasks, wait)
         if claimed:
             self.pollers.claimed(c.token.queue for c in claimed)

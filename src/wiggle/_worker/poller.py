@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -47,6 +48,10 @@ class Poller:
         self.transport = transport
         self.reporter = reporter
         self.worker_id = worker_id
+        # This process's stamp on its polls: a new one tells the server that another process
+        # polls under this id now, and the nodes the one before gave back are offered to it
+        # (wiggle/_server/unrunnable.py ``seen``)
+        self.session = os.urandom(8).hex()
         self.queues = list(queues)
         self.concurrency = concurrency
         self.poll_wait_seconds = poll_wait_seconds
@@ -146,6 +151,7 @@ class Poller:
             try:
                 request = pb.PollTasksRequest(
                     worker_id=self.worker_id,
+                    worker_session=self.session,
                     queues=self.queues,
                     max_tasks=free,
                     wait_millis=int(self.poll_wait_seconds * 1000),
