@@ -116,3 +116,43 @@ async def test_a_misspelt_list_filter_is_named_not_ignored(store: str, pg_schema
     assert "unknown list parameter 'wrkflow' (did you mean 'workflow'?)" in dry["error"]
     assert [row["instance_id"] for row in found["instances"]] == [iid]
     assert str(still.status) == "RUNNING"
+
+
+async def test_the_other_json_answers_name_a_query_parameter_they_do_not_read(
+    store: str, pg_schema: str
+) -> None:
+    """``GET /api/queues?queue=payments`` answered every queue, as if it filtered; the JSON
+    answers that read no parameter refuse any, and ``/api/schedules`` names a misspelt
+    ``workflow``. The pages stay lenient."""
+    flow = Workflow.define(f"trial-e-other-{store}").user_task("hold").build()
+    async with dashboard_server(store, pg_schema, TEST_DATABASE_URL) as (server, base):
+        await server.client.register(flow)
+        iid = (await server.client.start(flow, {})).instance_id
+        refused: dict[str, str] = {}
+        async with aiohttp.ClientSession() as http:
+            for path in (
+                "queues?queue=payments",
+                f"instances/{iid}?with_context=0",
+                "workflows?name=x",
+                "cluster?node=a",
+                "schedules?workflw=x",
+            ):
+                async with http.get(f"{base}/api/{path}") as r:
+                    answer = await r.json()
+                    assert r.status == 400, (path, answer)
+                    refused[path.split("?")[0]] = answer["error"]
+            for path in (
+                "api/schedules?workflow=x",
+                "api/queues",
+                "queues?queue=payments",
+                "schedules?workflw=x",
+            ):
+                async with http.get(f"{base}/{path}") as r:
+                    assert r.status == 200, path
+    assert refused["queues"].startswith("GET /api/queues takes no query parameters, got 'queue'")
+    assert refused[f"instances/{iid}"].startswith(f"GET /api/instances/{iid} takes no query parameters")
+    assert "GET /api/workflows takes no query parameters, got 'name'" in refused["workflows"]
+    assert "GET /api/cluster takes no query parameters, got 'node'" in refused["cluster"]
+    assert refused["schedules"].startswith(
+        "unknown schedules list parameter 'workflw' (did you mean 'workflow'?); the schedules list takes workflow"
+    )

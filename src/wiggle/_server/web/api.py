@@ -40,6 +40,7 @@ __all__ = [
     "Sources",
     "LIST_PARAMS",
     "check_list_params",
+    "check_params",
     "instances_page",
     "instance_page",
     "workflows_page",
@@ -112,17 +113,28 @@ LIST_PARAMS = frozenset(
 )
 
 
-def check_list_params(args: Mapping[str, str]) -> None:
-    """InvalidArgument for a query parameter the list does not read, with the closest it does: a
-    misspelt filter (``stauts=FAILED``) was ignored, and the JSON list, or a bulk action's count,
-    was every instance's. The pages take their own links' parameters and are left lenient."""
-    unknown = sorted(set(args) - LIST_PARAMS)
+def check_params(args: Mapping[str, str], allowed: frozenset[str], what: str) -> None:
+    """InvalidArgument for a query parameter ``what`` (a JSON answer) does not read, with the
+    closest it does: a misspelt filter (``stauts=FAILED``) was ignored, and the JSON list, or a
+    bulk action's count, was every instance's. The pages take their own links' parameters and
+    are left lenient."""
+    unknown = sorted(set(args) - allowed)
     if not unknown:
         return
+    if not allowed:
+        raise InvalidArgument(
+            f"{what} takes no query parameters, got {', '.join(map(repr, unknown))}; it answers "
+            "the whole of what it shows"
+        )
     raise InvalidArgument(
-        f"unknown list parameter {with_closest(unknown, sorted(LIST_PARAMS))}; the list takes "
-        f"{', '.join(sorted(LIST_PARAMS))}"
+        f"unknown {what} parameter {with_closest(unknown, sorted(allowed))}; the {what} takes "
+        f"{', '.join(sorted(allowed))}"
     )
+
+
+def check_list_params(args: Mapping[str, str]) -> None:
+    """``check_params`` for the instance list and the bulk actions (LIST_PARAMS)."""
+    check_params(args, LIST_PARAMS, "list")
 
 
 def _flag(args: Mapping[str, str], name: str) -> bool:

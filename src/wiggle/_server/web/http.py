@@ -125,12 +125,14 @@ class HttpSide:
         r.add_get("/queues", self.page(self._queues_data, pages.queues_html, "queues"))
         r.add_get("/cluster", self.page(self._cluster_data, pages.cluster_html, "cluster"))
         r.add_get("/schedules", self.page(self._schedules_data, schedules.schedules_html, "schedules"))
-        r.add_get("/api/instances", self.json(self._instances_api))
+        r.add_get("/api/instances", self.json(self._instances_data, api.LIST_PARAMS, "list"))
         r.add_get("/api/instances/{id}", self.json(self._instance_data))
         r.add_get("/api/workflows", self.json(self._workflows_data))
         r.add_get("/api/queues", self.json(self._queues_data))
         r.add_get("/api/cluster", self.json(self._cluster_data))
-        r.add_get("/api/schedules", self.json(self._schedules_data))
+        r.add_get(
+            "/api/schedules", self.json(self._schedules_data, frozenset({"workflow"}), "schedules list")
+        )
         # each action's route is named after the RPC whose roles it needs (access.py)
         r.add_post("/api/instances/{id}/cancel", self.cancel, name="CancelInstance")
         r.add_post("/api/instances/{id}/user-tasks/{name}", self.complete_user_task, name="CompleteUserTask")
@@ -187,10 +189,6 @@ class HttpSide:
         _only_allowed(data["actions"], request, _BULK_RPCS)
         return data
 
-    async def _instances_api(self, request: web.Request) -> dict[str, Any]:
-        api.check_list_params(request.query)  # a script's misspelt filter is named, not ignored
-        return await self._instances_data(request)
-
     async def _instance_data(self, request: web.Request) -> dict[str, Any]:
         data = await api.instance_page(self.sources, request.match_info["id"])
         _only_allowed(data["actions"], request, _ACTION_RPCS)
@@ -237,10 +235,19 @@ class HttpSide:
         response.headers["Cache-Control"] = "public, max-age=86400"
         return response
 
-    def json(self, data: Callable[[web.Request], Awaitable[dict[str, Any]]]) -> Handler:
-        """A GET handler answering ``data`` as JSON."""
+    def json(
+        self,
+        data: Callable[[web.Request], Awaitable[dict[str, Any]]],
+        params: frozenset[str] = frozenset(),
+        what: str = "",
+    ) -> Handler:
+        """A GET handler answering ``data`` as JSON. A query parameter outside ``params`` is
+        refused (400, naming it and the closest of ``params``): a script's misspelt filter is
+        named, not ignored (``what`` names the answer in the message; default: the path)."""
 
         async def handler(request: web.Request) -> web.StreamResponse:
+            if request.query:
+                api.check_params(request.query, params, what or f"GET {request.path}")
             return web.json_response(await data(request))
 
         return handler
