@@ -31,6 +31,35 @@ async def test_linear(harness: Harness, trace) -> None:
     assert done.tokens == ()
 
 
+async def test_integers_past_64_bits_round_trip_in_a_context(harness: Harness, trace) -> None:
+    """JSON numbers have no size limit, nor do the contexts. On PostgreSQL, an integer past 64 bits
+    made the server's copy of the instance (wiggle/_storage/postgres/state_cache.py) fail after
+    the commit: the start was answered INTERNAL though made, and a step's report likewise, the
+    instance then stuck RUNNING."""
+    huge = 12345678901234567890123
+
+    def checksum(ctx):
+        trace.hit("checksum")
+        return {**ctx, "checksum": 2**64, "negative": -(2**70)}
+
+    def ship(ctx):
+        trace.hit("ship")
+        return {**ctx, "shipped": ctx["checksum"] + 1}
+
+    bp = harness.define("big-ints").step(checksum).step(ship).build()
+    async with harness.running([bp]) as (server, _):
+        request_id = f"{bp.name}-1"  # the PostgreSQL schema is the session's: one id per run
+        info = await server.client.start(bp, {"order": huge}, request_id=request_id)
+        again = await server.client.start(bp, {"order": huge}, request_id=request_id)
+        done = await harness.finish(server, info.instance_id)
+        history = await server.client.history(info.instance_id)
+    assert again.instance_id == info.instance_id
+    assert done.status == "COMPLETED", done
+    assert done.context == {"order": huge, "checksum": 2**64, "negative": -(2**70), "shipped": 2**64 + 1}
+    assert trace.steps == ["checksum", "ship"]
+    assert all(e.attempt == 1 and "lease" not in e.error for e in history), history
+
+
 async def test_handler_returning_none_leaves_context_unchanged(harness: Harness, trace) -> None:
     def look(ctx):
         trace.hit("look")

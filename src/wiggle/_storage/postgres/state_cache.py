@@ -153,7 +153,13 @@ class StateCache:
         if instance_xmin is None:
             self._drop(iid)
             return
-        data = _ENCODER.encode((state.instance, list(state.tokens.values())))
+        try:
+            data = _ENCODER.encode((state.instance, list(state.tokens.values())))
+        except OverflowError:
+            # An integer past 64 bits in a context (JSON has no limit; msgpack has): read each
+            # time. This runs after the commit, so it must not fail the caller's answer.
+            self._drop(iid)
+            return
         if len(data) > self.MAX_BYTES_PER_ENTRY:
             self._drop(iid)
             return
