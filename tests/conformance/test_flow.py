@@ -192,6 +192,33 @@ async def test_loop_runs_body_until_predicate_is_false(harness: Harness, trace) 
     assert trace.attempts["more"] == [1, 1, 1, 1]
 
 
+async def test_the_runaway_guard_keeps_the_context_of_every_step_the_history_records(
+    harness: Harness, trace
+) -> None:
+    """A loop that never exits is failed by the runaway guard (``max_instance_steps``); the steps
+    the history records as COMPLETED are the ones the context holds, in every mode. In
+    LOCAL_ASYNC a batch that ran past the guard recorded its steps and kept none of their
+    contexts (wiggle/_engine/local_runs.py ``_apply_steps``), so a retry started from a context
+    that did not match the history."""
+
+    def forever(ctx):
+        return True
+
+    def inc(ctx):
+        trace.hit("inc")
+        return {**ctx, "n": ctx["n"] + 1}
+
+    bp = harness.define("runaway").loop(forever, lambda b: b.step(inc)).build()
+    async with harness.running([bp], max_instance_steps=50) as (server, _):
+        info = await server.client.start(bp, {"n": 0})
+        done = await harness.finish(server, info.instance_id)
+        history = await server.client.history(info.instance_id)
+    assert done.status == "FAILED" and "runaway: more than 50 steps" in done.error, done
+    completed = [e for e in history if e.node_id == "inc" and e.outcome == "COMPLETED"]
+    assert len(completed) == 25  # the guard counts the predicate's steps too: 25 of each, then one
+    assert done.context == {"n": 25}
+
+
 async def test_end_with_failure_fails_the_instance_with_its_reason(harness: Harness, trace) -> None:
     def check(ctx):
         trace.hit("check")

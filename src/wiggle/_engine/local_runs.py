@@ -409,7 +409,8 @@ def _apply_steps(
     times: list[tuple[int, int]] | None = None,
 ) -> int | None:
     """Record each planned step and move the token past it, then set the batch's last context.
-    Returns how many steps stood if the instance's step budget ran out on the way (None: all did).
+    Returns how many steps stood if the instance's step budget ran out on the way (None: all did);
+    the context is then the one after the step at which it ran out.
     ``times``: each step's (started, ended), from the worker's durations (``step_times``);
     without them the batch's first step is charged from the claim, the others get none."""
     token = plan.token
@@ -434,6 +435,11 @@ def _apply_steps(
         )
         began = now
         if not count_step(engine, state, token, now, changes):
+            # The guard failed the instance at this step. The history records it and the steps
+            # before it as COMPLETED, so the context is the one after it, as in SERVER mode
+            # (Engine.complete sets a step's context, then counts it).
+            if plan.contexts and plan.contexts[done] is not context:
+                set_context(state, token, plan.contexts[done], changes)
             return done
         leave_limit(token, changes)
         move(token, loaded.graph.successor(step.node_id, step.value) or "")
