@@ -347,6 +347,7 @@ async def _echo_server(port: int) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("echo.Echo", {"S": handler}),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
+    print("listening", flush=True)  # the parent waits for this line, not a guessed time
     await server.wait_for_termination()
 
 
@@ -477,9 +478,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "request_ids": args.request_ids,
     }
     echo_port = free_port()
-    echo = subprocess.Popen([*me, "_echo", str(echo_port)])
+    echo = subprocess.Popen([*me, "_echo", str(echo_port)], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.0)
+        assert echo.stdout is not None
+        # a fixed second's wait was too short on a loaded machine (connection refused)
+        if echo.stdout.readline().strip() != "listening":
+            raise SystemExit(f"the echo server did not start (exit status {echo.wait(10)})")
         result["grpc_stream_echo_ms"] = asyncio.run(_echo_client(echo_port, 2000))
     finally:
         echo.terminate()
