@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +143,12 @@ def test_python_dash_m_wiggle_is_the_wiggle_command() -> None:
         [sys.executable, "-m", "wiggle", "nonsense"], capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "invalid choice: 'nonsense'" in bad.stderr
+
+
+def test_the_command_line_page_maps_every_verb() -> None:
+    """docs/cli.md calls its table the map: `wiggle ready` and `wiggle completion` were missing."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    mapped = set(re.findall(r"^\| `wiggle ([a-z-]+(?: [a-z-]+)?)", page, re.MULTILINE))
+    top = {name for name, _ in VERBS if " " not in name}
+    missing = sorted(v for v in top if v not in mapped and not any(m.startswith(v + " ") for m in mapped))
+    assert not missing, f"verbs missing from docs/cli.md's map: {missing}"

@@ -115,7 +115,7 @@ async def test_a_closed_pipe_is_not_a_traceback() -> None:
         ),
         (["server", "--port", "70000"], "--port (WIGGLE_PORT) must be between 0 and 65535, got 70000"),
         (["server", "--pool-size", "zero"], "--pool-size (WIGGLE_POOL_SIZE) must be an integer, got 'zero'"),
-        (["server", "--processes", "2"], "--processes > 1 needs a PostgreSQL database"),
+        (["server", "--processes", "2"], "--processes > 1 (WIGGLE_PROCESSES) needs a PostgreSQL database"),
         (["migrate"], "migrate needs --database-url"),
         (["list", "--page-size", "x"], "invalid int value: 'x'"),
         # refused before anything is started (it used to wait no time and exit 6)

@@ -15,7 +15,7 @@ from .._engine.state import InstanceStatus
 from .._env import child_environment, warn_unknown_variables
 from .._logging import configure_logging
 from ..errors import InvalidArgument
-from .common import QUIET_FLAG
+from .common import QUIET_FLAG, print_json
 
 if TYPE_CHECKING:
     from .._server.app import WiggleServer
@@ -30,15 +30,19 @@ def cmd_server(args: argparse.Namespace) -> int:
     from .._server.app import serve
     from .._server.config import SETTINGS, from_mapping
 
-    values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
-    config = from_mapping(values)
+    # Logging first: what reading the settings warns of (an older variable's name) goes through
+    # it, in the log's format (WIGGLE_LOG_FORMAT=json), not to bare stderr.
     configure_logging()
-    if not getattr(args, "no_variable_warnings", False):
+    child = getattr(args, "no_variable_warnings", False)  # a child of --processes N: its parent warned
+    if not child:
+        for old, new in getattr(args, "deprecated_flags", []):
+            log.warning("%s is deprecated: use %s", old, new)
+    values = {field: getattr(args, field, None) for field, _, _ in SETTINGS}
+    config = from_mapping(values, warn=not child)
+    if not child:
         warn_unknown_variables(log)  # a misspelled setting is read by nothing: say so, once
     if config.processes > 1:
-        if not config.database_url:
-            raise InvalidArgument("--processes > 1 needs a PostgreSQL database (--database-url)")
-        return _run_processes(config.processes)
+        return _run_processes(config.processes, config.http_port)
     run(serve(config, ready=_announce), config.event_loop)  # uvloop where installed (process.py)
     return 0
 
@@ -48,18 +52,38 @@ def _announce(server: WiggleServer) -> None:
     print(f"wiggle server listening on {server.target}{extra}", flush=True)
 
 
-def _run_processes(n: int) -> int:
-    """N server processes sharing the port (SO_REUSEPORT); the kernel spreads connections.
+def _run_processes(n: int, http_port: int = 0) -> int:
+    """N server processes sharing the gRPC port (SO_REUSEPORT); the kernel spreads connections.
+    With an HTTP port, process i serves HTTP on the port + i (its own /metrics, /healthz and
+    /readyz; the dashboard on each), as ``wiggle worker --processes`` does: counters scraped from
+    whichever process a shared port picked would jump between processes.
 
     SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully; so is
-    SIGHUP, which makes each child reload its certificate and identity files.
+    SIGHUP, which makes each child reload its certificate and identity files. A child that ends
+    on its own (it could not start: a port taken, the database refusing) stops the others, and
+    its exit status is the parent's: a group short of a process does not run on unnoticed.
     """
     env = child_environment(WIGGLE_PROCESSES="1", WIGGLE_REUSE_PORT="1")
     # argparse keeps the last value of a repeated flag: the children each run one process.
     argv = [*sys.argv[1:], "--processes", "1", QUIET_FLAG]
-    children = [subprocess.Popen([sys.executable, "-m", "wiggle.cli", *argv], env=env) for _ in range(n)]
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "wiggle.cli",
+                *argv,
+                *([f"--http-port={http_port + i}"] if http_port else []),
+            ],
+            env=env,
+        )
+        for i in range(n)
+    ]
+    asked_to_stop: list[bool] = []  # a SIGTERM or SIGINT came (SIGHUP only reloads)
 
     def forward(signum: int, _frame: object) -> None:
+        if signum != getattr(signal, "SIGHUP", None):
+            asked_to_stop.append(True)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
@@ -67,12 +91,29 @@ def _run_processes(n: int) -> int:
     # SIGHUP too: each child re-reads its certificate and identity files
     forwarded = (signal.SIGTERM, signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []))
     previous = {sig: signal.signal(sig, forward) for sig in forwarded}
+    first: int | None = None  # the status of a child that ended while nobody asked it to
     try:
-        codes = [child.wait() for child in children]
+        while running := [c for c in children if c.poll() is None]:
+            ended = [c for c in children if c.returncode is not None]
+            if ended and first is None and not asked_to_stop:
+                first = ended[0].returncode
+                log.error(
+                    "server process %d of %d ended with status %s; stopping the others",
+                    children.index(ended[0]) + 1,
+                    n,
+                    first,
+                )
+                forward(signal.SIGTERM, None)
+            try:
+                running[0].wait(0.5)
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return max((abs(c) for c in codes), default=0)
+    if first is not None:
+        return abs(first) or 1
+    return max((abs(c.returncode or 0) for c in children), default=0)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -86,7 +127,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from .._storage.postgres import migrate
 
     applied = asyncio.run(migrate(config.database_url, config.database_schema))
-    print(f"schema {config.database_schema!r}: {applied} migration(s) applied; up to date")
+    if getattr(args, "json", False):
+        print_json({"schema": config.database_schema, "applied": applied, "up_to_date": True})
+    else:
+        print(f"schema {config.database_schema!r}: {applied} migration(s) applied; up to date")
     return 0
 
 
@@ -98,15 +142,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     mode = ExecutionMode(args.mode.upper())
     configure_logging(default_level="WARNING")
 
+    as_json = getattr(args, "json", False)
+    say = (lambda *_args, **_kwargs: None) if as_json else print  # --json: one object at the end
+
     async def run() -> int:
         async with EmbeddedServer(http_port=args.dashboard_port) as server:
-            print(f"embedded server (in-memory store) on {server.target}")
+            say(f"embedded server (in-memory store) on {server.target}")
             # the demo's own output is the point: its worker logs warnings (tracebacks) and up
             env = {"WIGGLE_LOG_LEVEL": "WARNING", **child_environment()}
             worker = subprocess.Popen(
                 [sys.executable, "-m", "wiggle._demo", server.target, mode.value], env=env
             )
-            print(f"worker process pid {worker.pid} serving workflow demo-orders in {mode.value} mode")
+            say(f"worker process pid {worker.pid} serving workflow demo-orders in {mode.value} mode")
             try:
                 client = server.client
                 await client.register(_demo.blueprint(mode))
@@ -115,22 +162,38 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     order = _demo.Order(order_id=f"order-{i + 1}", quantity=i + 1, in_stock=(i % 4 != 3))
                     info = await client.start("demo-orders", order, correlation_id=order.order_id)
                     ids.append(info.instance_id)
-                    print(f"started {info.instance_id} for {order.order_id}")
+                    say(f"started {info.instance_id} for {order.order_id}")
                 ok = True
+                done = []
                 for instance_id in ids:
                     info = await client.wait(instance_id, timeout=60)
                     history = await client.history(instance_id)
-                    steps = " -> ".join(
+                    steps = [
                         f"{e.node_id}{'(retry)' if e.outcome == 'RETRY' else ''}"
                         for e in history
                         if e.kind in ("TASK", "PREDICATE")
-                    )
+                    ]
                     extra = f" ({info.reason})" if info.reason else ""
-                    print(
-                        f"{info.correlation_id}: {info.status}{extra}  steps: {steps}  total_cents={info.context.get('total_cents')}"
+                    say(
+                        f"{info.correlation_id}: {info.status}{extra}  steps: {' -> '.join(steps)}  "
+                        f"total_cents={info.context.get('total_cents')}"
+                    )
+                    done.append(
+                        {
+                            "instance_id": instance_id,
+                            "correlation_id": info.correlation_id,
+                            "status": str(info.status),
+                            "reason": info.reason,
+                            "steps": steps,
+                            "total_cents": info.context.get("total_cents"),
+                        }
                     )
                     ok = ok and info.status == InstanceStatus.COMPLETED
-                print("all instances COMPLETED" if ok else "some instances did not complete", flush=True)
+                say("all instances COMPLETED" if ok else "some instances did not complete", flush=True)
+                if as_json:
+                    print_json(
+                        {"target": server.target, "mode": mode.value, "instances": done, "completed": ok}
+                    )
                 if args.dashboard_port:
                     await _serve_dashboard(server.server.http_port)
                 return 0 if ok else 1
@@ -242,13 +305,14 @@ def add_parsers(sub: Any) -> None:
 
 
 def _deprecated(old: str, new: str) -> type[argparse.Action]:
-    """An argparse action that stores the value and says on stderr that ``old`` is now ``new``."""
+    """An argparse action that stores the value and notes that ``old`` is now ``new``."""
 
     class Deprecated(argparse.Action):
         def __call__(
             self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None
         ) -> None:
-            print(f"wiggle: {old} is deprecated; use {new}", file=sys.stderr)
+            # said once logging is set up (cmd_server), in the log's format
+            namespace.deprecated_flags = [*getattr(namespace, "deprecated_flags", []), (old, new)]
             setattr(namespace, self.dest, values)
 
     return Deprecated

@@ -114,7 +114,8 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     http_port: Annotated[
         int,
         Setting(
-            "the HTTP port: the dashboard, /metrics, /healthz and /readyz (0: off)",
+            "the HTTP port: the dashboard, /metrics, /healthz and /readyz (0: off); with --processes N, "
+            "process i on this port + i",
             *_PORT,
             old=("WIGGLE_METRICS_PORT", "--metrics-port"),
         ),
@@ -124,7 +125,7 @@ class ServerConfig(msgspec.Struct, kw_only=True):
         int,
         Setting(
             "PostgreSQL: groups of reports committed at once per server process, at most pool_size - 2 "
-            "(docs/performance.md#group-commits)",
+            "(more is refused; docs/performance.md#group-commits)",
             1,
             16,
         ),
@@ -146,11 +147,20 @@ class ServerConfig(msgspec.Struct, kw_only=True):
             "(each index slows every step's write; docs/dashboard.md#searching)"
         ),
     ] = ""
-    processes: Annotated[int, Setting("server processes sharing the port (PostgreSQL only)", 1, 256)] = 1
+    processes: Annotated[
+        int,
+        Setting(
+            "server processes sharing the port (PostgreSQL only); one that ends on its own stops the "
+            "others, and its exit status is the command's",
+            1,
+            256,
+        ),
+    ] = 1
     reuse_port: Annotated[
         bool,
         Setting(
-            "share the gRPC port with other server processes (SO_REUSEPORT; set for --processes' children)",
+            "share the gRPC port with other server processes (SO_REUSEPORT; set for --processes' "
+            "children; PostgreSQL only)",
             old=("WIGGLE_REUSEPORT",),
         ),
     ] = False
@@ -369,16 +379,20 @@ def database_address(url: str) -> str:
     return f"{user + '@' if user else ''}{where}{'/' + dbname if dbname else ''}"
 
 
-def from_mapping(values: Mapping[str, object], env: Mapping[str, str] | None = None) -> ServerConfig:
+def from_mapping(
+    values: Mapping[str, object], env: Mapping[str, str] | None = None, warn: bool = True
+) -> ServerConfig:
     """Settings from ``env`` (default: the process environment), overridden by non-None ``values`` (CLI flags).
 
-    A variable's older name (OLD_VARIABLES) is read too, with a warning, unless the new one is set.
+    A variable's older name (OLD_VARIABLES) is read too, with a warning (unless not ``warn``: the
+    children of ``--processes``, whose parent warned), unless the new one is set.
     """
     env = environment() if env is None else env
     kwargs: dict[str, object] = {}
     for old, field in OLD_VARIABLES.items():
         if env.get(old, "") != "" and env.get(env_name(field), "") == "":
-            log.warning("%s is deprecated: set %s instead", old, env_name(field))
+            if warn:
+                log.warning("%s is deprecated: set %s instead", old, env_name(field))
             kwargs[field] = _convert(field, env[old])
     for field, var, _ in SETTINGS:
         if var in env and env[var] != "":
@@ -407,6 +421,29 @@ def check_config(config: ServerConfig) -> ServerConfig:
                 f"--context-search-fields (WIGGLE_CONTEXT_SEARCH_FIELDS) names {field!r}: each field must be "
                 "a plain identifier (letters, digits, '_', at most 63 characters), comma-separated"
             )
+    if not config.database_url and (config.processes > 1 or config.reuse_port):
+        # In-memory servers sharing a port would each hold their own workflows and instances: a
+        # client's calls would land on one or the other (a start "not registered" every other time).
+        flag = (
+            "--processes > 1 (WIGGLE_PROCESSES)"
+            if config.processes > 1
+            else "--reuse-port (WIGGLE_REUSE_PORT)"
+        )
+        raise InvalidArgument(
+            f"{flag} needs a PostgreSQL database (--database-url): in-memory servers sharing a "
+            "port would each keep their own workflows and instances"
+        )
+    if config.database_url and config.group_commits > max(1, config.pool_size - 2):
+        raise InvalidArgument(
+            f"--group-commits ({config.group_commits}) must be at most --pool-size - 2 "
+            f"({max(1, config.pool_size - 2)}): each group holds a connection, and two of the pool "
+            "are kept for the claims and the starts"
+        )
+    if config.processes > 1 and config.http_port and config.http_port + config.processes - 1 > 65535:
+        raise InvalidArgument(
+            f"--http-port ({config.http_port}) with --processes {config.processes}: process i serves "
+            f"HTTP on the port + i, past 65535 here; choose a lower port"
+        )
     if config.queue_lag_clear_millis >= config.queue_lag_warn_millis:
         raise InvalidArgument(
             f"--queue-lag-clear-millis ({config.queue_lag_clear_millis}) must be below "
