@@ -116,11 +116,15 @@ class AwayThenBack(FakeTransport):
         self.polls = 0
         self.answered = asyncio.Event()
 
+        self.waits: list[int] = []  # each poll's wait_millis
+
     async def poll(self, request: pb.PollTasksRequest, timeout: float) -> pb.PollTasksResponse:
         self.polls += 1
+        self.waits.append(request.wait_millis)
         if self.polls <= 3:
             raise StreamError(grpc.StatusCode.UNAVAILABLE, "the server is stopping; poll again")
-        self.answered.set()
+        if self.polls >= 5:
+            self.answered.set()
         await asyncio.sleep(0.01)
         return pb.PollTasksResponse()
 
@@ -161,6 +165,17 @@ async def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(
         and said[1][1].endswith(" s without one; polling q")
     )
     assert len(said) == 2, said
+
+
+async def test_polls_do_not_wait_for_work_until_one_is_answered_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first poll a server answers after an outage ends the trouble (/readyz) at once: the
+    polls sent while in trouble ask for no wait; the long polls resume once one is answered."""
+    monkeypatch.setattr("wiggle._worker.poller.asyncio.sleep", lambda seconds: _REAL_SLEEP(0))
+    transport = AwayThenBack()
+    await _poll_until_answered(transport, 1.0)
+    assert transport.waits[:5] == [1000, 0, 0, 0, 1000], transport.waits
 
 
 class TimedOutThenBack(FakeTransport):

@@ -5,6 +5,7 @@ goes away and comes back, and a handler that blocks the loop."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import subprocess
@@ -89,6 +90,39 @@ async def test_probes_follow_the_server_away_and_back() -> None:
             await back.stop()
     with pytest.raises(urllib.error.URLError):  # the port is closed with the worker
         get(http_port, "/healthz")
+
+
+async def test_a_worker_is_ready_again_as_soon_as_its_server_answers_not_after_a_long_poll(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An outside trial's /readyz stayed 503 ("its polls have failed for 13.0 s") for up to
+    ``poll_wait_seconds`` after the server was back: the trouble ended only when a long poll
+    returned. Here a long poll waits 30 s and the test waits 10 s at most for 200: a worker that
+    polls without waiting while in trouble is ready at its first poll the server answers."""
+    server_port, http_port = free_port(), free_port()
+    server = await EmbeddedServer(ServerConfig(port=server_port)).start()
+    back: EmbeddedServer | None = None
+    options = WorkerOptions(metrics_port=http_port, poll_wait_seconds=30, worker_id="probed-2")
+    worker = Worker(f"127.0.0.1:{server_port}", [FLOW], options)
+    try:
+        await worker.start()
+        assert await until(http_port, "/readyz", 200) == "serving probed-q\n"
+        await server.stop()
+        why = await until(http_port, "/readyz", 503)
+        assert why.startswith("its polls have failed for ") and "UNAVAILABLE" in why, why
+
+        with caplog.at_level(logging.INFO, logger="wiggle.worker"):
+            back = await EmbeddedServer(ServerConfig(port=server_port)).start()
+            assert await until(http_port, "/readyz", 200, seconds=10) == "serving probed-q\n"
+        assert any(r.getMessage().startswith("reached a server again after ") for r in caplog.records)
+        # the long polls resume: a step started now is claimed and run
+        await back.client.register(FLOW)
+        info = await back.client.result((await back.client.start(FLOW, {})).instance_id, timeout=30)
+        assert info.context == {"one": True}
+    finally:
+        await worker.close()
+        if back is not None:
+            await back.stop()
 
 
 async def test_a_worker_waiting_for_its_server_is_alive_but_not_ready() -> None:

@@ -10,7 +10,9 @@ its own port), so a probe is answered even while the worker's event loop is stuc
   handler blocking it: an ``inline`` sync handler that sleeps, a CPU-bound async one) answers 503.
 - ``/readyz`` (readiness): 200 while the worker serves its queues and its server answers its
   polls; 503 while it waits for its server at start, after its polls failed (the server away, or
-  refusing them), while it drains, and once it stopped. The body says which.
+  refusing them), while it drains, and once it stopped. The body says which. After failed polls
+  it is 200 again with the first poll a server answers (wiggle/_worker/poller.py polls without
+  waiting for work until then).
 
 Each answer is one line of text. Nothing here reaches the event loop: the handlers read plain
 attributes (``Worker.readiness``, ``Pulse.last``).

@@ -3,7 +3,9 @@
 A worker holds ``concurrency`` slots. The loop waits for one free slot, takes every other free one
 (up to ``concurrency``), and long-polls PollTasks for that many; each activation runs as a task
 that frees its slot when it ends. A failed poll backs off and tries again: 0.1 s doubling to 1 s
-while the server is away (UNAVAILABLE, DEADLINE_EXCEEDED), to 5 s when it refuses.
+while the server is away (UNAVAILABLE, DEADLINE_EXCEEDED), to 5 s when it refuses. Until a poll
+is answered again, polls do not wait for work (``wait_millis`` 0), so the first one a server
+answers ends the trouble (``Poller.trouble``, the worker's /readyz) at once.
 """
 
 from __future__ import annotations
@@ -148,15 +150,19 @@ class Poller:
                 if free >= self.concurrency:
                     break
             sent = time.monotonic()
+            # While its polls fail, a poll does not wait for work: the first one a server answers
+            # tells the worker (and its /readyz) that the server is back at once, not when a
+            # long poll ends, up to ``poll_wait_seconds`` later; the long polls resume after it
+            wait = 0.0 if self.trouble is not None else self.poll_wait_seconds
             try:
                 request = pb.PollTasksRequest(
                     worker_id=self.worker_id,
                     worker_session=self.session,
                     queues=self.queues,
                     max_tasks=free,
-                    wait_millis=int(self.poll_wait_seconds * 1000),
+                    wait_millis=int(wait * 1000),
                 )
-                response = await self.transport.poll(request, self.poll_wait_seconds + 30)
+                response = await self.transport.poll(request, wait + 30)
                 backoff = 0.1
                 self.trouble = None
                 if away is not None:
@@ -176,7 +182,7 @@ class Poller:
                     slots.release()
                 code = exc.code() if hasattr(exc, "code") else None
                 details = exc.details() if hasattr(exc, "details") else exc
-                began = self._trouble_began(sent)
+                began = self._trouble_began(sent, wait)
                 since = self.trouble[0] if self.trouble is not None else began
                 self.trouble = (since, f"{code.name if code else 'error'}: {details}")  # the latest why
                 if code in (
@@ -208,14 +214,14 @@ class Poller:
                 self.tasks.add(task)
                 task.add_done_callback(self._task_done)
 
-    def _trouble_began(self, sent: float) -> float:
+    def _trouble_began(self, sent: float, wait: float) -> float:
         """When the trouble of a poll sent at ``sent`` (monotonic) that failed just now began, as
         near as the worker can tell: when the failure came, or, for a poll that failed later
-        than its long wait (``poll_wait_seconds``) should have been answered (DEADLINE_EXCEEDED
-        after ``poll_wait_seconds + 30``), when that answer was due. Before, an outage was
-        counted from the failure, so one that began with a poll timing out was logged at least
-        30 s short (an outside trial's "server back after 20.7 s")."""
-        return min(time.monotonic(), sent + self.poll_wait_seconds)
+        than its wait (``wait``: ``poll_wait_seconds``, 0 while in trouble) should have been
+        answered (DEADLINE_EXCEEDED after ``wait + 30``), when that answer was due. Before, an
+        outage was counted from the failure, so one that began with a poll timing out was
+        logged at least 30 s short (an outside trial's "server back after 20.7 s")."""
+        return min(time.monotonic(), sent + wait)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
