@@ -4,6 +4,7 @@ import asyncio
 import urllib.request
 
 import msgspec
+import pytest
 from mixed_fleet_versions import mixed_versions
 from ports import free_port
 
@@ -91,3 +92,39 @@ async def test_a_worker_without_a_handler_is_counted_and_its_hold_shown(eventual
             assert worker.stats.released == 1
     assert "wiggle_steps_given_back_no_handler_total 1.0" in body
     assert "wiggle_worker_node_holds 1.0" in body
+
+
+@pytest.mark.parametrize("mode", [ExecutionMode.SERVER, ExecutionMode.LOCAL_ASYNC])
+async def test_a_step_cut_by_a_drain_is_a_local_run_only_in_a_local_mode(mode: ExecutionMode) -> None:
+    """An outside trial: a SERVER-mode step cut by its worker's drain (handed back CUT) was
+    counted as a local run of 0 steps (wiggle_local_run_handbacks_total{reason="CUT"},
+    wiggle_local_run_steps_count). It is a SERVER-mode step handed back: counted in
+    wiggle_step_handbacks_total; a local run cut the same way stays a local run."""
+    port = free_port()
+    running = asyncio.Event()
+
+    async def slow(c: Ctx) -> Ctx:
+        running.set()
+        await asyncio.sleep(60)  # outlasts the drain
+        return c
+
+    bp = Workflow.define(f"metrics-cut-{mode.value.lower()}", Ctx).execution(mode).step(slow).build()
+    async with EmbeddedServer(http_port=port) as server:
+        worker = server.worker([bp])
+        await worker.start()
+        try:
+            await server.client.start(bp, Ctx())
+            await asyncio.wait_for(running.wait(), 20)
+        finally:
+            await worker.close(timeout=0.2)  # the drain runs out: the step is cut and handed back
+        body = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+    released = [line for line in body.splitlines() if line.startswith("wiggle_step_attempts_total{")]
+    assert any('outcome="released"' in line and line.endswith(" 1.0") for line in released), released
+    if mode is ExecutionMode.SERVER:
+        assert 'wiggle_step_handbacks_total{reason="CUT"} 1.0' in body, body
+        assert "wiggle_local_run_handbacks_total{" not in body, body
+        assert "wiggle_local_run_steps_count 0.0" in body, body
+    else:
+        assert 'wiggle_local_run_handbacks_total{reason="CUT"} 1.0' in body, body
+        assert "wiggle_local_run_steps_count 1.0" in body, body
+        assert "wiggle_step_handbacks_total{" not in body, body

@@ -64,6 +64,13 @@ def doomed(ctx: dict) -> dict:
     raise ValueError("never works")
 
 
+async def lingering(ctx: dict) -> dict:
+    """Outlasts its worker's drain: cut and handed back."""
+    _calls["lingering"] = _calls.get("lingering", 0) + 1
+    await asyncio.sleep(60)
+    return ctx
+
+
 def parse_doc_table(path: Path = DOC) -> dict[str, tuple[str, frozenset[str], bool]]:
     """name -> (type, labels, PostgreSQL only) from the "## Families" table of docs/metrics.md."""
     text = path.read_text()
@@ -133,13 +140,14 @@ def flows(tag: str) -> dict[str, Any]:
         .build(),
         "wait": Workflow.define(f"fam-wait-{tag}").user_task("approve").step(ok).build(),
         "idle": Workflow.define(f"fam-idle-{tag}").step(ok, queue=f"idle-q-{tag}").build(),
+        "cut": Workflow.define(f"fam-cut-{tag}").step(lingering).build(),
     }
 
 
 async def drive(server: EmbeddedServer, f: dict[str, Any]) -> list[str]:
     """Run every path; the ids of the instances started by hand."""
     client = server.client
-    for name in ("child", "ok", "flaky", "slow", "doomed", "local", "parent", "ghost", "wait", "idle"):
+    for name in ("child", "ok", "flaky", "slow", "doomed", "local", "parent", "ghost", "wait", "idle", "cut"):
         await client.register(f[name])
     # a lease that runs out: claimed by a "worker" that never reports, its queue served by none
     ghost = (await client.start(f["ghost"], {})).instance_id
@@ -169,6 +177,21 @@ async def drive(server: EmbeddedServer, f: dict[str, Any]) -> list[str]:
         await client.complete_user_task(waiting[0], "approve", {})
         assert (await client.wait(waiting[0], timeout=30)).status == "COMPLETED"
     assert (await client.wait(ghost, timeout=30)).status == "FAILED"  # its lease ran out, no retry
+    # a SERVER-mode step cut by its worker's drain, handed back CUT (wiggle_step_handbacks_total)
+    cut = (await client.start(f["cut"], {})).instance_id
+    ids.append(cut)
+    _calls.pop("lingering", None)
+    cutter = server.worker([f["cut"]])
+    await cutter.start()
+    try:
+
+        async def lingers() -> bool:
+            return _calls.get("lingering", 0) == 1
+
+        await until(lingers, "the step that outlasts the drain runs")
+    finally:
+        await cutter.close(timeout=0.1)
+    await client.cancel(cut)
     with pytest.raises(Exception, match="does not exist"):
         await client.get("wi-00000000000000000000ffff")  # an RPC error
     return ids
@@ -256,6 +279,8 @@ async def test_every_family_is_documented_and_every_documented_family_exported(
     assert value(exported, attempts, workflow=f["child"].name, node="kid_step", outcome="completed") == 1
     assert value(exported, attempts, workflow=f["parent"].name, node="call", outcome="completed") == 1
     assert value(exported, attempts, workflow=f["wait"].name, node="approve", outcome="completed") == 1
+    assert value(exported, attempts, workflow=f["cut"].name, node="lingering", outcome="released") == 1
+    assert value(exported, "wiggle_step_handbacks_total", reason="CUT") == 1
     assert value(exported, "wiggle_step_retries_total", workflow=f["slow"].name, node="slowpoke") == 1
     assert value(exported, "wiggle_step_failures_total", workflow=ghost, node="abandoned") == 1
     duration = "wiggle_step_duration_seconds_count"

@@ -69,6 +69,10 @@ class AdvanceOutcome(msgspec.Struct):
     # A final batch that asked for it: the step its handback made READY next, leased to the same
     # worker in the same commit (the server's Delivery.chain; docs/semantics.md#chained-steps).
     chained: Any = None
+    # The instance runs in SERVER mode: the AdvanceRun handed back one step (a worker's drain cut
+    # it, or it was claimed as the worker stopped); no local run ended (the server's metrics
+    # count it apart: wiggle_step_handbacks_total). Set by the server (step_reports.py).
+    server_mode: bool = False
 
 
 class StepFailure(msgspec.Struct, frozen=True):

@@ -52,6 +52,14 @@ class WiggleCollector(Collector):
         for reason, n in sorted(metrics.handbacks.items()):
             handbacks.add_metric([reason], n)
         yield handbacks
+        step_handbacks = CounterMetricFamily(
+            "wiggle_step_handbacks",
+            "SERVER-mode steps their worker handed back, by handback reason",
+            labels=["reason"],
+        )
+        for reason, n in sorted(metrics.step_handbacks.items()):
+            step_handbacks.add_metric([reason], n)
+        yield step_handbacks
         buckets = []
         cumulative = 0
         for bound in metrics.RUN_LENGTH_BUCKETS:

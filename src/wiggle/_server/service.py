@@ -50,6 +50,7 @@ class Metrics:
         self.sessions_open = 0  # WorkerSession streams open on this node
         self.client_sessions_open = 0  # ClientSession streams open on this node
         self.handbacks: Counter[str] = Counter()
+        self.step_handbacks: Counter[str] = Counter()  # SERVER-mode steps handed back, by reason
         self.local_run_steps: Counter[int] = Counter()  # bucket upper bound -> count
         self.local_steps_total = 0
 
@@ -63,12 +64,17 @@ class Metrics:
                 return
         self.local_run_steps[0] += 1  # 0: above the last bucket
 
+    def observe_step_handback(self, reason: str) -> None:
+        """Record one SERVER-mode step its worker handed back (AdvanceRun): not a local run."""
+        self.step_handbacks[reason] += 1
+
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able copy of every counter."""
         return {
             "rpc_calls": dict(self.rpc_calls),
             "rpc_errors": dict(self.rpc_errors),
             "handbacks": dict(self.handbacks),
+            "step_handbacks": dict(self.step_handbacks),
             "local_run_steps": {str(k): v for k, v in self.local_run_steps.items()},
             "local_steps_total": self.local_steps_total,
         }

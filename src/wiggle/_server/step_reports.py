@@ -16,6 +16,7 @@ from .._engine.engine import AdvanceOutcome, Claimed, Engine, LoadedDefinition
 from .._engine.local_runs import resent_handback
 from .._engine.records import StepRecord
 from .._engine.state import Changes, InstanceState, split_task_id, token_instance_id
+from .._model import ExecutionMode
 from ..errors import FailedPrecondition, InvalidArgument
 from .clock_duties import token_missing
 from .delivery import Delivery
@@ -215,7 +216,10 @@ class StepReports:
                 if again is None:
                     raise
                 # a final batch resent after its answer was lost: that answer again, nothing applied
-                return resent_handback(state, token_id, len(steps), again), None
+                resent = resent_handback(state, token_id, len(steps), again)
+                resent.server_mode = self.engine.resolve_mode(loaded) is ExecutionMode.SERVER
+                return resent, None
+            outcome.server_mode = self.engine.resolve_mode(loaded) is ExecutionMode.SERVER
             if failed is not None:
                 attach_traceback(changes, failed.node_id, failed.message, failure_traceback)
             if chains:

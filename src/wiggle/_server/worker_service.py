@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["WorkerHandlers", "HANDBACK_REASONS"]
 
 #: The reasons an AdvanceRun may give for a handback (``wiggle._model.Handback``; "" gives none).
-#: Each becomes a label value of wiggle_local_run_handbacks_total: any other text is refused, so a
-#: worker cannot grow /metrics without bound.
+#: Each becomes a label value of wiggle_local_run_handbacks_total (wiggle_step_handbacks_total for
+#: a SERVER-mode step): any other text is refused, so a worker cannot grow /metrics without bound.
 HANDBACK_REASONS = frozenset(h.value for h in Handback)
 
 
@@ -161,7 +161,13 @@ class WorkerHandlers:
             next_queues=self._chain(request.next_queues),
             durations=request.step_millis,
         )
-        if request.final or outcome.token_status != TokenStatus.RUNNING:
+        if outcome.server_mode:
+            # a SERVER-mode step handed back (a drain's cut, a claim as the worker stopped): no
+            # local run ended, so it is not one in the local-run families (an outside trial's
+            # cut step read as a local run of 0 steps)
+            if request.handback_reason:
+                self.metrics.observe_step_handback(request.handback_reason)
+        elif request.final or outcome.token_status != TokenStatus.RUNNING:
             # the run's length: the steps its earlier batches reported (run_offset) and this one's
             # (a worker that sends no run_offset: this batch's alone)
             self.metrics.observe_run((run_offset or 0) + outcome.applied_steps, request.handback_reason)
