@@ -96,3 +96,23 @@ async def test_the_clock_moves_by_a_finite_duration_of_at_most_ten_years(delta: 
         assert env.now_millis() == before
         await env.advance(timedelta(days=365 * 10))  # the longest move is taken
         assert env.now_millis() - before == 365 * 10 * 86_400_000
+
+
+@pytest.mark.parametrize("value", ["false", 0, None, "off"])
+def test_time_skipping_is_a_bool(value: Any) -> None:
+    # "false" is truthy: time_skipping="false" (or @pytest.mark.wiggle(time_skipping="false"))
+    # left the clock skipping, silently.
+    message = rf"time_skipping is True or False, got {value!r} \({type(value).__name__}\)"
+    with pytest.raises(TypeError, match=message):
+        WorkflowEnvironment(workflows=[FLOW], time_skipping=value)
+    with pytest.raises(TypeError, match=message):  # the marker's keywords reach this face
+        with SyncWorkflowEnvironment(workflows=[FLOW], time_skipping=value):
+            pass
+
+
+async def test_a_wait_s_skip_is_a_bool() -> None:
+    async with WorkflowEnvironment(workflows=[FLOW], time_skipping=False) as env:
+        info = await env.start_workflow(FLOW, {})
+        for wait in (env.wait(info, skip="yes"), env.wait_for(info, "end", skip="yes")):  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match=r"skip is True or False, got 'yes' \(str\)"):
+                await wait

@@ -16,7 +16,7 @@ from .._server.config import ServerConfig, check_config
 from .._spelling import with_closest
 from ..workflow import Blueprint, Workflow
 
-__all__ = ["checked_workflows", "epoch_millis", "millis_of", "with_settings"]
+__all__ = ["checked_flag", "checked_workflows", "epoch_millis", "millis_of", "with_settings"]
 
 
 def checked_workflows(workflows: Iterable[Blueprint[Any]]) -> list[Blueprint[Any]]:
@@ -38,6 +38,14 @@ def checked_workflows(workflows: Iterable[Blueprint[Any]]) -> list[Blueprint[Any
         if not isinstance(bp, Blueprint):
             raise TypeError(f"workflows[{index}] is a {type(bp).__name__}, not a Blueprint")
     return found
+
+
+def checked_flag(value: object, what: str) -> bool:
+    """``value`` if it is a bool; TypeError naming ``what`` otherwise. A string is truthy:
+    ``time_skipping="false"`` (a marker's keyword read from a config, say) left skipping on."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} is True or False, got {value!r} ({type(value).__name__})")
+    return value
 
 
 def with_settings(config: ServerConfig, settings: dict[str, Any]) -> ServerConfig:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .._client.types import StartOptions
-from .arguments import checked_workflows, epoch_millis, millis_of, with_settings
+from .arguments import checked_flag, checked_workflows, epoch_millis, millis_of, with_settings
 from .diagnosis import UNSERVED_CHECK_SECONDS, UNSERVED_SECONDS, Diagnosis
 from .helpers import path_of
 from .skipping import TimeSkipper
@@ -103,7 +103,7 @@ class WorkflowEnvironment:
                 f"worker_options.worker_id={self.worker_options.worker_id!r} would name all {workers} "
                 "workers alike: leave it empty (they become test-worker-1, -2...)"
             )
-        self.time_skipping = time_skipping
+        self.time_skipping = checked_flag(time_skipping, "time_skipping")
         self.clock = VirtualClock(epoch_millis(start))
         mode = execution_mode if isinstance(execution_mode, ExecutionMode) else ExecutionMode(execution_mode)
         config = ServerConfig(port=0, execution_mode=mode)
@@ -349,7 +349,7 @@ class WorkflowEnvironment:
         ``skip`` overrides the environment's ``time_skipping`` for this wait.
         """
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
-        skipping = self.time_skipping if skip is None else skip
+        skipping = self.time_skipping if skip is None else checked_flag(skip, "skip")
         instances = self.server.instances
         started = time.monotonic()
         deadline = started + timeout
@@ -414,7 +414,7 @@ class WorkflowEnvironment:
         sub-workflow is its child instance's).
         """
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
-        skipping = self.time_skipping if skip is None else skip
+        skipping = self.time_skipping if skip is None else checked_flag(skip, "skip")
         deadline = time.monotonic() + timeout
         loaded = await self._definition(iid)
         if node not in loaded.nodes:
