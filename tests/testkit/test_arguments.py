@@ -116,3 +116,45 @@ async def test_a_wait_s_skip_is_a_bool() -> None:
         for wait in (env.wait(info, skip="yes"), env.wait_for(info, "end", skip="yes")):  # type: ignore[arg-type]
             with pytest.raises(TypeError, match=r"skip is True or False, got 'yes' \(str\)"):
                 await wait
+
+
+@pytest.mark.parametrize(
+    "keywords, error, message",
+    [
+        ({"workers": "2"}, TypeError, r"workers is a number of workers \(an int, 0 or more\), got '2' \(str\)"),
+        ({"workers": 2.0}, TypeError, r"workers is a number of workers \(an int, 0 or more\), got 2.0 \(float\)"),
+        ({"workers": -1}, ValueError, "workers must be >= 0, got -1"),
+        (
+            {"worker_options": {"concurrency": 4}},
+            TypeError,
+            r"worker_options is a wiggle.WorkerOptions, got dict .*: pass worker_options=WorkerOptions\(\*\*\{...\}\)",
+        ),
+        ({"database_url": 5}, TypeError, r"database_url is a str, got 5 \(int\)"),
+        ({"database_schema": None}, TypeError, r"database_schema is a str, got None \(NoneType\)"),
+        (
+            {"start": "2030-01-01"},
+            TypeError,
+            r"start is an aware datetime \(datetime\(2030, 1, 1, tzinfo=timezone.utc\)\), got '2030-01-01' \(str\)",
+        ),
+        (
+            {"execution_mode": "local_sync"},
+            TypeError,
+            "execution_mode is an ExecutionMode or one of SERVER, LOCAL_SYNC, LOCAL_ASYNC, DEFAULT, got 'local_sync'",
+        ),
+        ({"lease_millis": "x"}, TypeError, "the server setting lease_millis='x' does not fit"),
+    ],
+)
+def test_the_environment_s_own_keywords_are_checked_before_anything_starts(
+    keywords: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    # The marker's keywords go to SyncWorkflowEnvironment, which made its environment only at its
+    # start, on its loop's thread: each of these met an error naming nothing there.
+    with pytest.raises(error, match=message):
+        WorkflowEnvironment(workflows=[FLOW], **keywords)
+    with pytest.raises(error, match=message):
+        SyncWorkflowEnvironment(workflows=[FLOW], **keywords)  # not started: refused at once
+
+
+def test_the_blocking_face_refuses_a_lone_blueprint_at_once() -> None:
+    with pytest.raises(TypeError, match=r"workflows is a list of Blueprints, got the Blueprint 'arguments-flow'"):
+        SyncWorkflowEnvironment(FLOW)

@@ -5,18 +5,47 @@ it. wiggle/_testing/environment.py calls these; each refusal names the argument 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
 from .._limits import MAX_DURATION_MILLIS
+from .._model import ExecutionMode
 from .._server.config import ServerConfig, check_config
 from .._spelling import with_closest
+from ..worker import WorkerOptions
 from ..workflow import Blueprint, Workflow
 
-__all__ = ["checked_flag", "checked_workflows", "epoch_millis", "millis_of", "with_settings"]
+__all__ = [
+    "check_arguments",
+    "checked_flag",
+    "checked_mode",
+    "checked_text",
+    "checked_worker_options",
+    "checked_workers",
+    "checked_workflows",
+    "epoch_millis",
+    "millis_of",
+    "with_settings",
+]
+
+
+def check_arguments(workflows: Iterable[Blueprint[Any]], options: dict[str, Any]) -> list[Blueprint[Any]]:
+    """Every argument of a WorkflowEnvironment, checked as its ``__init__`` checks them, without
+    making one; ``workflows`` as a list. SyncWorkflowEnvironment makes its environment at its
+    start, on its loop's thread (sync.py), and a marker's ``workers="2"`` or a lone Blueprint
+    met errors naming nothing there ("'<' not supported between 'str' and 'int'", "'Blueprint'
+    object is not iterable"); with this its constructor refuses them, as the async one does."""
+    found = checked_workflows(workflows)
+    settings = dict(options)
+    for name, check in _OWN_CHECKS.items():
+        if name in settings:
+            check(settings.pop(name))
+    if settings:
+        with_settings(ServerConfig(port=0), settings)
+    return found
 
 
 def checked_workflows(workflows: Iterable[Blueprint[Any]]) -> list[Blueprint[Any]]:
@@ -46,6 +75,47 @@ def checked_flag(value: object, what: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{what} is True or False, got {value!r} ({type(value).__name__})")
     return value
+
+
+def checked_workers(workers: object) -> int:
+    """How many in-process workers (an int >= 0); TypeError or ValueError naming ``workers``.
+    ``workers="2"`` met "'<' not supported between 'str' and 'int'", ``2.0`` "'float' object
+    cannot be interpreted as an integer"."""
+    if not isinstance(workers, int) or isinstance(workers, bool):
+        raise TypeError(f"workers is a number of workers (an int, 0 or more), got {workers!r} ({type(workers).__name__})")
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    return workers
+
+
+def checked_worker_options(options: object) -> WorkerOptions | None:
+    """``options`` if it is a WorkerOptions (or None); TypeError saying what to pass. A dict met
+    "'dict' object has no attribute 'queues'" at the start."""
+    if options is not None and not isinstance(options, WorkerOptions):
+        hint = "WorkerOptions(**{...})" if isinstance(options, dict) else "WorkerOptions(...)"
+        raise TypeError(
+            f"worker_options is a wiggle.WorkerOptions, got {type(options).__name__} {options!r}: pass "
+            f"worker_options={hint}"
+        )
+    return options
+
+
+def checked_text(value: object, what: str) -> str:
+    """``value`` if it is a str; TypeError naming ``what`` (``database_url=5`` met "'int' object
+    has no attribute 'encode'" at the start)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is a str, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def checked_mode(mode: object) -> ExecutionMode:
+    """``mode`` (an ExecutionMode or its name) as an ExecutionMode; TypeError naming the modes."""
+    if isinstance(mode, ExecutionMode):
+        return mode
+    names = [m.value for m in ExecutionMode]
+    if isinstance(mode, str) and mode in names:
+        return ExecutionMode(mode)
+    raise TypeError(f"execution_mode is an ExecutionMode or one of {', '.join(names)}, got {mode!r}")
 
 
 def with_settings(config: ServerConfig, settings: dict[str, Any]) -> ServerConfig:
@@ -98,6 +168,11 @@ def epoch_millis(start: datetime | None) -> int | None:
     """Where the virtual clock starts (``start``, an aware datetime), in epoch ms; None: now."""
     if start is None:
         return None
+    if not isinstance(start, datetime):  # "2030-01-01" met "'str' object has no attribute 'tzinfo'"
+        raise TypeError(
+            f"start is an aware datetime (datetime(2030, 1, 1, tzinfo=timezone.utc)), got {start!r} "
+            f"({type(start).__name__})"
+        )
     if start.tzinfo is None:
         raise ValueError(f"start={start!r} is naive: give a timezone (datetime(..., tzinfo=timezone.utc))")
     return round(start.timestamp() * 1000)
@@ -114,6 +189,18 @@ _OWN_KEYWORDS = (
     "time_skipping",
     "start",
 )
+
+
+#: How ``check_arguments`` checks each of them (WorkflowEnvironment.__init__ calls the same).
+_OWN_CHECKS: dict[str, Callable[[Any], object]] = {
+    "workers": checked_workers,
+    "worker_options": checked_worker_options,
+    "database_url": lambda value: checked_text(value, "database_url"),
+    "database_schema": lambda value: checked_text(value, "database_schema"),
+    "execution_mode": checked_mode,
+    "time_skipping": lambda value: checked_flag(value, "time_skipping"),
+    "start": epoch_millis,
+}
 
 
 def _unknown_settings(unknown: list[str], fields: tuple[str, ...]) -> str:

@@ -41,7 +41,17 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .._client.types import StartOptions
-from .arguments import checked_flag, checked_workflows, epoch_millis, millis_of, with_settings
+from .arguments import (
+    checked_flag,
+    checked_mode,
+    checked_text,
+    checked_worker_options,
+    checked_workers,
+    checked_workflows,
+    epoch_millis,
+    millis_of,
+    with_settings,
+)
 from .diagnosis import UNSERVED_CHECK_SECONDS, UNSERVED_SECONDS, Diagnosis
 from .helpers import path_of
 from .skipping import TimeSkipper
@@ -93,11 +103,12 @@ class WorkflowEnvironment:
         start: datetime | None = None,
         **settings: Any,
     ) -> None:
-        if workers < 0:
-            raise ValueError(f"workers must be >= 0, got {workers}")
+        # Each argument checked before anything is made (arguments.py: its checks name it).
         self.workflows = checked_workflows(workflows)
-        self.worker_count = workers
-        self.worker_options = worker_options or WorkerOptions(poll_wait_seconds=1.0)
+        self.worker_count = checked_workers(workers)
+        self.worker_options = checked_worker_options(worker_options) or WorkerOptions(poll_wait_seconds=1.0)
+        database_url = checked_text(database_url, "database_url")
+        database_schema = checked_text(database_schema, "database_schema")
         if workers > 1 and self.worker_options.worker_id:
             raise ValueError(
                 f"worker_options.worker_id={self.worker_options.worker_id!r} would name all {workers} "
@@ -105,8 +116,7 @@ class WorkflowEnvironment:
             )
         self.time_skipping = checked_flag(time_skipping, "time_skipping")
         self.clock = VirtualClock(epoch_millis(start))
-        mode = execution_mode if isinstance(execution_mode, ExecutionMode) else ExecutionMode(execution_mode)
-        config = ServerConfig(port=0, execution_mode=mode)
+        config = ServerConfig(port=0, execution_mode=checked_mode(execution_mode))
         if database_url:
             schema = database_schema or f"wiggle_env_{uuid.uuid4().hex[:12]}"
             config = msgspec.structs.replace(config, database_url=database_url, database_schema=schema)

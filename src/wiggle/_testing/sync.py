@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .._client.types import StartOptions
+from .arguments import check_arguments
 from .environment import DEFAULT_TIMEOUT, WorkflowEnvironment
 
 __all__ = ["SyncWorkflowEnvironment", "AsyncView"]
@@ -46,7 +47,9 @@ class SyncWorkflowEnvironment:
     """
 
     def __init__(self, workflows: Iterable[Blueprint[Any]] = (), **options: Any) -> None:
-        self._workflows = list(workflows)
+        # Checked here, before anything starts: the environment itself is made at the start, on
+        # the loop's thread, and list(workflows) met "'Blueprint' object is not iterable".
+        self._workflows = check_arguments(workflows, options)
         self._options = options
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
