@@ -172,3 +172,34 @@ async def test_a_virtual_clock_s_children_and_schedule_ticks_leave_wall_clock_id
     assert all(int(i.instance_id[3:15], 16) >= i.created_at for i in page)  # virtual-time ids
     wall = new_instance_id()
     assert abs(int(wall[3:15], 16) - now_millis()) < 60_000, "wall-clock ids ran ahead with the virtual clock"
+
+
+async def test_the_waits_take_a_timedelta_or_seconds_as_the_clients_do() -> None:
+    # timeout=timedelta(seconds=10) met "unsupported operand type(s) for +: 'float' and
+    # 'datetime.timedelta'" in wait, run, wait_for and sleep.
+    nap = Workflow.define("timedelta-timeouts").sleep("nap", timedelta(hours=1)).build()
+    ten = timedelta(seconds=10)
+    async with WorkflowEnvironment([nap]) as env:
+        info = await env.start_workflow(nap, {})
+        assert (await env.wait_for(info, "nap", timeout=ten)).status == "RUNNING"
+        assert (await env.wait(info, timeout=ten)).status == "COMPLETED"
+        assert (await env.result(info, timeout=ten)).status == "COMPLETED"
+        assert (await env.run(nap, {}, timeout=ten)).status == "COMPLETED"
+        await env.sleep(timedelta(minutes=5), timeout=ten)
+        for bad, error, message in [
+            ("10", TypeError, r"timeout is a timedelta or seconds \(real time\), got '10' \(str\)"),
+            (-1, ValueError, r"timeout must be 0 or more seconds \(real time\), got -1"),
+            (float("nan"), ValueError, r"timeout must be 0 or more seconds \(real time\), got nan"),
+            (timedelta(seconds=-1), ValueError, "timeout must be 0 or more seconds"),
+        ]:
+            for wait in (
+                env.wait(info, timeout=bad),
+                env.result(info, timeout=bad),
+                env.wait_for(info, "nap", timeout=bad),
+                env.sleep(1, timeout=bad),
+                env.run(nap, {}, timeout=bad),
+            ):
+                with pytest.raises(error, match=message):
+                    await wait
+        instances, _ = await env.client.list(workflow=nap.name)
+        assert len(instances) == 2  # a run with a wrong timeout starts nothing

@@ -28,6 +28,7 @@ __all__ = [
     "checked_workflows",
     "epoch_millis",
     "millis_of",
+    "wait_seconds",
     "with_settings",
 ]
 
@@ -146,6 +147,22 @@ def millis_of(delta: timedelta | float | int, what: str) -> int:
             f"years, as every duration of a workflow), got {delta!r}"
         )
     return round(millis)
+
+
+def wait_seconds(timeout: object, what: str = "timeout") -> float:
+    """A wait's real ``timeout`` (a timedelta or seconds, as every duration the clients take:
+    docs/api/clients.md) in seconds; TypeError or ValueError naming ``what`` for anything else.
+    ``timeout=timedelta(seconds=10)`` met "unsupported operand type(s) for +: 'float' and
+    'datetime.timedelta'". ``inf`` waits as long as it takes."""
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise TypeError(f"{what} is a timedelta or seconds (real time), got {timeout!r} ({type(timeout).__name__})")
+    if not seconds >= 0:  # NaN too
+        raise ValueError(f"{what} must be 0 or more seconds (real time), got {timeout!r}")
+    return seconds
 
 
 def _typed_settings(settings: dict[str, Any]) -> dict[str, Any]:

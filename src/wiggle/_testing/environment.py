@@ -50,6 +50,7 @@ from .arguments import (
     checked_workflows,
     epoch_millis,
     millis_of,
+    wait_seconds,
     with_settings,
 )
 from .diagnosis import UNSERVED_CHECK_SECONDS, UNSERVED_SECONDS, Diagnosis
@@ -219,19 +220,20 @@ class WorkflowEnvironment:
         self._worker_ids.add(worker.worker_id)
         return worker
 
-    async def stop_worker(self, worker: Worker, timeout: float = 1.0, *, crash: bool = False) -> None:
+    async def stop_worker(self, worker: Worker, timeout: timedelta | float = 1.0, *, crash: bool = False) -> None:
         """Stop ``worker`` as ``Worker.close`` does: its running steps get ``timeout`` seconds,
         then are cut and handed back (READY at once, no attempt spent), a local run's unreported
         steps with them. ``crash=True`` stops it as a killed process would: the steps it leaves
         running wait out their leases (which time skipping reaches) and count as failed attempts
         ("lease expired (worker unreachable)"), a LOCAL_ASYNC run's unreported steps run again."""
+        seconds = wait_seconds(timeout)
         if not crash:  # a step the server ended is given up now, not waited for and then cut
             await self._give_up_ended_attempts([worker])
         self._worker_ids.discard(worker.worker_id)
         if worker in self.workers:
             self.workers.remove(worker)
         worker._crashing = crash
-        await worker.close(timeout=timeout)
+        await worker.close(timeout=seconds)
 
     def _needs_workers(self) -> bool:
         """Whether the environment's workflows give a worker something to serve.
@@ -301,7 +303,7 @@ class WorkflowEnvironment:
         await self._give_up_ended_attempts()
         return self.now()
 
-    async def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
+    async def sleep(self, delta: timedelta | float, timeout: timedelta | float = DEFAULT_TIMEOUT) -> datetime:
         """Let ``delta`` of virtual time pass, stopping at every due moment on the way.
 
         Unlike ``advance`` (one jump, then one round of clock duties), each timer, deadline and
@@ -310,6 +312,7 @@ class WorkflowEnvironment:
         instances, each at its tick. TimeoutError if the instances stay busy ``timeout`` s (real).
         """
         target = self.clock.now() + millis_of(delta, "sleep")
+        timeout = wait_seconds(timeout)
         deadline = time.monotonic() + timeout
         while True:
             if await self.skipper.skip(until=target):
@@ -352,7 +355,7 @@ class WorkflowEnvironment:
         )
 
     async def wait(
-        self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT, *, skip: bool | None = None
     ) -> InstanceInfo:
         """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
 
@@ -361,6 +364,7 @@ class WorkflowEnvironment:
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
         skipping = self.time_skipping if skip is None else checked_flag(skip, "skip")
         instances = self.server.instances
+        timeout = wait_seconds(timeout)
         started = time.monotonic()
         deadline = started + timeout
         stranded_since: float | None = None  # since when a step waits on a queue nobody serves
@@ -389,19 +393,21 @@ class WorkflowEnvironment:
         instance = (await self.server.instances.get_instance(iid)).instance
         return (await self.server.instances.get_workflow(instance.workflow, instance.version)).loaded
 
-    async def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
+    async def result(self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT) -> InstanceInfo:
         """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
-        return core.check_result(await self.wait(instance_id, timeout), timeout)
+        seconds = wait_seconds(timeout)
+        return core.check_result(await self.wait(instance_id, seconds), seconds)
 
     async def run(
         self,
         workflow: Blueprint[Any] | str,
         context: Any = None,
         *,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
         check: bool = True,
     ) -> InstanceInfo:
         """Start an instance and wait for it to finish, in one call (``check``: raise unless COMPLETED)."""
+        timeout = wait_seconds(timeout)  # before the start: a wrong one starts nothing
         info = await self.start_workflow(workflow, context)
         if check:
             return await self.result(info, timeout)
@@ -411,7 +417,7 @@ class WorkflowEnvironment:
         self,
         instance_id: str | InstanceInfo,
         node: str,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
         *,
         skip: bool | None = None,
     ) -> InstanceInfo:
@@ -425,6 +431,7 @@ class WorkflowEnvironment:
         """
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
         skipping = self.time_skipping if skip is None else checked_flag(skip, "skip")
+        timeout = wait_seconds(timeout)
         deadline = time.monotonic() + timeout
         loaded = await self._definition(iid)
         if node not in loaded.nodes:

@@ -146,7 +146,7 @@ class SyncWorkflowEnvironment:
         """Start one more in-process worker (for ``blueprints``, by default the environment's)."""
         return self._call(self.env.start_worker(blueprints, options))
 
-    def stop_worker(self, worker: Worker, timeout: float = 1.0, *, crash: bool = False) -> None:
+    def stop_worker(self, worker: Worker, timeout: timedelta | float = 1.0, *, crash: bool = False) -> None:
         """Stop ``worker`` as ``Worker.close`` does: its running steps get ``timeout`` seconds,
         then are cut and handed back (READY at once, no attempt spent), a local run's unreported
         steps with them. ``crash=True`` stops it as a killed process would: the steps it leaves
@@ -170,7 +170,7 @@ class SyncWorkflowEnvironment:
         sync one abandoned in its thread, as at a real limit."""
         return self._call(self.env.advance(delta))
 
-    def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
+    def sleep(self, delta: timedelta | float, timeout: timedelta | float = DEFAULT_TIMEOUT) -> datetime:
         """Let ``delta`` of virtual time pass, stopping at every due moment on the way.
 
         Unlike ``advance`` (one jump, then one round of clock duties), each timer, deadline and
@@ -205,7 +205,7 @@ class SyncWorkflowEnvironment:
         )
 
     def wait(
-        self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT, *, skip: bool | None = None
     ) -> InstanceInfo:
         """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
 
@@ -213,7 +213,7 @@ class SyncWorkflowEnvironment:
         """
         return self._call(self.env.wait(instance_id, timeout, skip=skip))
 
-    def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
+    def result(self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT) -> InstanceInfo:
         """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
         return self._call(self.env.result(instance_id, timeout))
 
@@ -222,7 +222,7 @@ class SyncWorkflowEnvironment:
         workflow: Blueprint[Any] | str,
         context: Any = None,
         *,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
         check: bool = True,
     ) -> InstanceInfo:
         """Start an instance and wait for it to finish, in one call (``check``: raise unless COMPLETED)."""
@@ -232,7 +232,7 @@ class SyncWorkflowEnvironment:
         self,
         instance_id: str | InstanceInfo,
         node: str,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
         *,
         skip: bool | None = None,
     ) -> InstanceInfo:
@@ -369,7 +369,7 @@ class AsyncView:
         """
         return await self._await(self._env.start_worker(blueprints, options))
 
-    async def stop_worker(self, worker: Worker, timeout: float = 1.0, *, crash: bool = False) -> None:
+    async def stop_worker(self, worker: Worker, timeout: timedelta | float = 1.0, *, crash: bool = False) -> None:
         """Stop ``worker`` (``WorkflowEnvironment.stop_worker``: handed back, or as a crash)."""
         await self._await(self._env.stop_worker(worker, timeout, crash=crash))
 
@@ -390,7 +390,7 @@ class AsyncView:
         sync one abandoned in its thread, as at a real limit."""
         return await self._await(self._env.advance(delta))
 
-    async def sleep(self, delta: timedelta | float, timeout: float = DEFAULT_TIMEOUT) -> datetime:
+    async def sleep(self, delta: timedelta | float, timeout: timedelta | float = DEFAULT_TIMEOUT) -> datetime:
         """Let ``delta`` of virtual time pass, stopping at every due moment on the way.
 
         Unlike ``advance`` (one jump, then one round of clock duties), each timer, deadline and
@@ -425,7 +425,7 @@ class AsyncView:
         )
 
     async def wait(
-        self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT, *, skip: bool | None = None
     ) -> InstanceInfo:
         """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
 
@@ -433,7 +433,7 @@ class AsyncView:
         """
         return await self._await(self._env.wait(instance_id, timeout, skip=skip))
 
-    async def result(self, instance_id: str | InstanceInfo, timeout: float = DEFAULT_TIMEOUT) -> InstanceInfo:
+    async def result(self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT) -> InstanceInfo:
         """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
         return await self._await(self._env.result(instance_id, timeout))
 
@@ -442,7 +442,7 @@ class AsyncView:
         workflow: Blueprint[Any] | str,
         context: Any = None,
         *,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
         check: bool = True,
     ) -> InstanceInfo:
         """Start an instance and wait for it to finish, in one call (``check``: raise unless COMPLETED)."""
@@ -452,7 +452,7 @@ class AsyncView:
         self,
         instance_id: str | InstanceInfo,
         node: str,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
         *,
         skip: bool | None = None,
     ) -> InstanceInfo:
