@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from wiggle import WorkerOptions, Workflow, WorkflowFailed
+from wiggle.errors import ClientClosed
 from wiggle.testing import SyncWorkflowEnvironment, WorkflowEnvironment, mock_step
 
 from .conftest import Kit
@@ -203,3 +204,19 @@ async def test_the_waits_take_a_timedelta_or_seconds_as_the_clients_do() -> None
                     await wait
         instances, _ = await env.client.list(workflow=nap.name)
         assert len(instances) == 2  # a run with a wrong timeout starts nothing
+
+
+def test_the_blocking_face_s_client_outlives_a_with_block() -> None:
+    # `with env.client as client:` closed the environment's client for good: later calls on
+    # env.client raised ClientClosed. It is the environment's, as env.aio.client is.
+    flow = Workflow.define("owned-client").sleep("nap", timedelta(hours=1)).build()
+    with SyncWorkflowEnvironment([flow]) as env:
+        info = env.start_workflow(flow, {})
+        with env.client as client:
+            assert client.get(info.instance_id).status == "RUNNING"
+        env.client.close()
+        assert env.client.get(info.instance_id).status == "RUNNING"
+        assert env.run(flow, {}).status == "COMPLETED"
+        kept = env.client
+    with pytest.raises(ClientClosed):  # the environment closes it when it stops
+        kept.get(info.instance_id)

@@ -97,7 +97,7 @@ class SyncWorkflowEnvironment:
     def stop(self) -> None:
         """Stop the environment and its loop thread."""
         if self._client is not None:
-            self._client.close()
+            Client.close(self._client)  # its own close does nothing (_OwnedClient)
             self._client = None
         if self._env is not None:
             try:
@@ -127,9 +127,14 @@ class SyncWorkflowEnvironment:
 
     @property
     def client(self) -> Client:
-        """A sync Client connected to the embedded server."""
+        """A sync Client connected to the embedded server.
+
+        The environment closes it when it stops: its ``close`` (and ``with env.client as c:``)
+        leaves it open, as ``env.aio.client``'s does (``_EnvironmentClient``), since later
+        calls on ``env.client`` use it again.
+        """
         if self._client is None:
-            self._client = Client(self.target)
+            self._client = _OwnedClient(self.target)
         return self._client
 
     @property
@@ -537,6 +542,19 @@ class AsyncView:
         await self._await(self._env.assert_path(instance_id, expected))
 
     # --- end of the forwarded methods ---
+
+
+class _OwnedClient(Client):
+    """``wiggle_env.client``: a sync Client the environment owns. ``with wiggle_env.client as c:``
+    closed it for good, and every later ``wiggle_env.client`` call raised ClientClosed (an outside
+    trial); ``close`` does nothing here, and SyncWorkflowEnvironment.stop closes it
+    (``Client.close``), as the async view's client is closed by its environment only."""
+
+    def close(self) -> None:
+        """Nothing: the environment closes its client when it stops."""
+
+    def __repr__(self) -> str:
+        return f"<Client of the test environment at {self.target}>"
 
 
 class _EnvironmentClient(AsyncClient):
