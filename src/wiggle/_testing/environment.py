@@ -533,7 +533,8 @@ class WorkflowEnvironment:
         return await self.client.history(iid)
 
     async def path(self, instance_id: str | InstanceInfo) -> list[str]:
-        """The nodes the instance went through, in order (attempts of one visit counted once)."""
+        """The nodes the instance went through, in the order the visits began: a token's attempts
+        at a node are one visit, however parallel branches interleave (``path_of``)."""
         return path_of(await self.history(instance_id))
 
     async def assert_path(self, instance_id: str | InstanceInfo, expected: Sequence[str]) -> None:

@@ -31,13 +31,19 @@ def mock_step(blueprint: Blueprint[C], step: str, fn: Callable[..., Any]) -> Blu
 
 
 def path_of(history: Iterable[HistoryEntry]) -> list[str]:
-    """The nodes visited in ``history``, in order: consecutive entries of one token at one node
-    (its attempts) count once."""
+    """The nodes visited in ``history``, in the order the visits began: the entries of one token
+    at one node until it moves on (its attempts, a sub-workflow's start and end) are one visit.
+
+    Parallel branches interleave their entries (a fork's step retried after the other branch's
+    step ran, a for_each's sub-workflows started before any ended), so a visit is told by each
+    token's own last node, not by the entry before: merging consecutive entries only counted
+    such a visit twice (``['fork', 'flaky', 'other', 'flaky', ...]``, an outside trial). A token
+    that comes back to a node later (a loop) visits it again.
+    """
     path: list[str] = []
-    last: tuple[str, str] | None = None
+    at: dict[str, str] = {}  # each token's node (the visit it is in)
     for entry in history:
-        key = (entry.token_id, entry.node_id)
-        if key != last:
+        if at.get(entry.token_id) != entry.node_id:
             path.append(entry.node_id)
-            last = key
+            at[entry.token_id] = entry.node_id
     return path

@@ -314,7 +314,8 @@ class SyncWorkflowEnvironment:
         return self._call(self.env.history(instance_id))
 
     def path(self, instance_id: str | InstanceInfo) -> list[str]:
-        """The nodes the instance went through, in order (attempts of one visit counted once)."""
+        """The nodes the instance went through, in the order the visits began: a token's attempts
+        at a node are one visit, however parallel branches interleave (``path_of``)."""
         return self._call(self.env.path(instance_id))
 
     def assert_path(self, instance_id: str | InstanceInfo, expected: Sequence[str]) -> None:
@@ -534,7 +535,8 @@ class AsyncView:
         return await self._await(self._env.history(instance_id))
 
     async def path(self, instance_id: str | InstanceInfo) -> list[str]:
-        """The nodes the instance went through, in order (attempts of one visit counted once)."""
+        """The nodes the instance went through, in the order the visits began: a token's attempts
+        at a node are one visit, however parallel branches interleave (``path_of``)."""
         return await self._await(self._env.path(instance_id))
 
     async def assert_path(self, instance_id: str | InstanceInfo, expected: Sequence[str]) -> None:
