@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from wiggle import WorkerOptions, Workflow, WorkflowFailed
-from wiggle.errors import ClientClosed
+from wiggle.errors import ClientClosed, InvalidArgument
 from wiggle.testing import SyncWorkflowEnvironment, WorkflowEnvironment, mock_step
 
 from .conftest import Kit
@@ -52,6 +52,31 @@ def test_mock_step_names_the_steps_when_one_is_unknown() -> None:
         mock_step(bp, "charge", _ship)
     with pytest.raises(TypeError, match="must be callable"):
         mock_step(bp, "_charge", 3)  # type: ignore[arg-type]
+
+
+def test_mock_step_checks_the_mock_as_the_dsl_checks_a_handler() -> None:
+    # Unchecked, a mock taking two arguments or a generator function was taken and every
+    # attempt of the step failed; a workflow's name met "'str' object has no attribute 'handlers'".
+    def charge_twice(ctx):
+        yield ctx
+
+    def combine_all(base, branches):
+        yield base
+
+    bp = Workflow.define(f"m-{uuid.uuid4().hex[:6]}").step(_charge).step(_ship).build()
+    with pytest.raises(InvalidArgument, match=r"step '_charge': its handler .*\(ctx, amount\) cannot be called with one argument"):
+        mock_step(bp, "_charge", lambda ctx, amount: ctx)
+    with pytest.raises(InvalidArgument, match=r"step '_charge': its handler .*charge_twice is a generator function"):
+        mock_step(bp, "_charge", charge_twice)
+    with pytest.raises(TypeError, match=r"mock_step takes a Blueprint, got str 'orders' \(the workflow's name\)"):
+        mock_step("orders", "_charge", _ship)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"got Workflow .*: call .build\(\) on it"):
+        mock_step(Workflow.define("unbuilt").step(_charge), "_charge", _ship)  # type: ignore[arg-type]
+    forked = Workflow.define(f"j-{uuid.uuid4().hex[:6]}").fork(lambda b: b.step(_ship)).join(lambda base, bs: base).build()
+    with pytest.raises(InvalidArgument, match="join 'join': its handler .*combine_all is a generator function"):
+        mock_step(forked, "join", combine_all)
+    assert mock_step(forked, "join", lambda base, branches: base).handlers["join"][1] is not None
+    assert mock_step(bp, "_charge", lambda ctx, amount=0: ctx).name == bp.name  # one argument will do
 
 
 async def test_result_raises_for_a_failed_instance_and_wait_returns_it() -> None:

@@ -6,7 +6,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..client import HistoryEntry
-from ..workflow import Blueprint
+from .._workflow_branch import _check_not_generator, _check_one_argument
+from .._workflow_compile import HandlerKind
+from ..workflow import Blueprint, Workflow
 
 __all__ = ["mock_step", "path_of"]
 
@@ -18,7 +20,17 @@ def mock_step(blueprint: Blueprint[C], step: str, fn: Callable[..., Any]) -> Blu
 
     The workflow is not edited: the server sees the same definition, only the worker that is
     given the copy calls ``fn`` (sync or async, with the step's usual arguments).
+
+    ``fn`` meets the checks ``Workflow.step()`` makes of a handler (wiggle/_workflow_branch.py:
+    callable with the context alone, not a generator function; a join's ``combine``, not a
+    generator function), InvalidArgument otherwise: unchecked, ``lambda ctx, amount: ...`` or a
+    generator function was taken and every attempt of the step failed.
     """
+    if not isinstance(blueprint, Blueprint):
+        hint = " (the workflow's name): pass the built Blueprint" if isinstance(blueprint, str) else ""
+        if isinstance(blueprint, Workflow):
+            hint = ": call .build() on it and pass the Blueprint"
+        raise TypeError(f"mock_step takes a Blueprint, got {type(blueprint).__name__} {blueprint!r}{hint}")
     if step not in blueprint.handlers:
         names = ", ".join(sorted(blueprint.handlers)) or "none"
         raise KeyError(f"workflow {blueprint.name!r} has no step {step!r} to mock; its steps: {names}")
@@ -26,6 +38,10 @@ def mock_step(blueprint: Blueprint[C], step: str, fn: Callable[..., Any]) -> Blu
         raise TypeError(f"the mock for step {step!r} must be callable, not {type(fn).__name__}")
     handlers = dict(blueprint.handlers)
     kind, _ = handlers[step]
+    if kind == HandlerKind.COMBINE:  # combine(base, [branch contexts]), as .join() checks it
+        _check_not_generator(fn, f"join {step!r}")
+    else:
+        _check_one_argument(fn, step)
     handlers[step] = (kind, fn)
     return Blueprint(blueprint.definition, handlers, blueprint.context_type)
 
