@@ -421,13 +421,19 @@ class WorkflowEnvironment:
         *,
         skip: bool | None = None,
     ) -> InstanceInfo:
-        """Wait until a token of the instance is at ``node``; its snapshot.
+        """Wait until a token of the instance is at ``node``, or has been; its snapshot.
 
+        The instance's history decides as well as its tokens: a step passed between two looks
+        (started, finished and moved on at once), or one run before the call, counts as reached,
+        and this returns at once with the snapshot as it is then, the token maybe past ``node``.
         Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
-        never past the arrival: a deadline that starts at ``node`` has not run when this returns.
-        For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
-        NotFound at once if the instance's workflow version has no node ``node`` (a node of a
-        sub-workflow is its child instance's).
+        never past the arrival: the clock jumps only while no token of the instance is or has
+        been at ``node``, so a deadline or timer that starts at ``node`` (or after it) has not
+        run when this returns, unless it was due at the arrival already. For a user task:
+        ``await env.wait_for(info, "approve")``, then ``complete_user_task``. AssertionError,
+        with the path it took, if the instance finishes without reaching ``node``; NotFound at
+        once if the instance's workflow version has no node ``node`` (a node of a sub-workflow
+        is its child instance's).
         """
         iid = instance_id if isinstance(instance_id, str) else instance_id.instance_id
         skipping = self.time_skipping if skip is None else checked_flag(skip, "skip")
@@ -439,18 +445,25 @@ class WorkflowEnvironment:
                 f"workflow {loaded.definition.name!r} (version {loaded.version}) has no node {node!r}; "
                 f"its nodes: {_names([n.id for n in loaded.definition.nodes])}"
             )
+
+        async def reached(views: Sequence[InstanceView] = ()) -> bool:
+            # A token there now (in ``views``, the skipper's look), or an arrival in the history:
+            # a quick step's token is gone before the next look (CHECK_SECONDS later), and
+            # before, such a wait ran the instance to its end and said it never got there.
+            there = any(v.instance.id == iid and any(t.node_id == node for t in v.tokens) for v in views)
+            return there or any(e.node_id == node for e in await self.server.instances.history(iid))
+
         while True:
             info = await self.client.get(iid)
-            if any(t.node_id == node for t in info.tokens):
+            if any(t.node_id == node for t in info.tokens) or await reached():
                 return info
             if info.finished:
-                raise AssertionError(f"instance {iid} finished ({info.status}) without reaching {node!r}")
+                raise AssertionError(
+                    f"instance {iid} finished ({info.status}) without reaching {node!r}; "
+                    f"its path: {path_of(await self.client.history(iid))}"
+                )
             self.skipper.workflows.add(info.workflow)
-
-            def arrived(views: list[InstanceView]) -> bool:  # there already: do not jump past it
-                return any(v.instance.id == iid and any(t.node_id == node for t in v.tokens) for v in views)
-
-            if skipping and await self.skipper.skip(hold=arrived):
+            if skipping and await self.skipper.skip(hold=reached):
                 continue
             if time.monotonic() >= deadline:
                 raise await self._diagnosis.not_reached(info, node, timeout, skipping)

@@ -19,7 +19,7 @@ else due, time does not run on from tick to tick. See docs/semantics.md#time-in-
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from .._clock import VirtualClock
 from .._engine.state import InstanceStatus, Token, TokenStatus
@@ -206,23 +206,26 @@ class TimeSkipper:
         return self.waiting(views, await self.limits(views)).busy
 
     async def skip(
-        self, until: int | None = None, hold: Callable[[list[InstanceView]], bool] | None = None
+        self, until: int | None = None, hold: Callable[[list[InstanceView]], Awaitable[bool]] | None = None
     ) -> bool:
         """Jump to the next due moment if every live instance waits on time; True if it jumped.
 
         With ``until`` (ms), never past it, and to it when nothing comes due before. ``hold``
         sees the live instances the decision is made on and may keep the clock still (a wait
-        whose condition already holds there must not jump past it).
+        whose condition already holds there must not jump past it); it is awaited under the lock,
+        so nothing of ours moves between its answer and the jump.
         """
         async with self._lock:
             return await self._skip(until, hold)
 
-    async def _skip(self, until: int | None, hold: Callable[[list[InstanceView]], bool] | None) -> bool:
+    async def _skip(
+        self, until: int | None, hold: Callable[[list[InstanceView]], Awaitable[bool]] | None
+    ) -> bool:
         ticks = await self.instances.schedules.next_due_at()
         if ticks is not None:  # a schedule made through the client directly: its instances are ours
             self.workflows.update(sc.workflow for sc in await self.instances.schedules.list())
         views = await self.live()
-        if hold is not None and hold(views):
+        if hold is not None and await hold(views):
             return False
         waiting = self.waiting(views, await self.limits(views))
         if waiting.busy:

@@ -241,13 +241,19 @@ class SyncWorkflowEnvironment:
         *,
         skip: bool | None = None,
     ) -> InstanceInfo:
-        """Wait until a token of the instance is at ``node``; its snapshot.
+        """Wait until a token of the instance is at ``node``, or has been; its snapshot.
 
+        The instance's history decides as well as its tokens: a step passed between two looks
+        (started, finished and moved on at once), or one run before the call, counts as reached,
+        and this returns at once with the snapshot as it is then, the token maybe past ``node``.
         Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
-        never past the arrival: a deadline that starts at ``node`` has not run when this returns.
-        For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
-        NotFound at once if the instance's workflow version has no node ``node`` (a node of a
-        sub-workflow is its child instance's).
+        never past the arrival: the clock jumps only while no token of the instance is or has
+        been at ``node``, so a deadline or timer that starts at ``node`` (or after it) has not
+        run when this returns, unless it was due at the arrival already. For a user task:
+        ``await env.wait_for(info, "approve")``, then ``complete_user_task``. AssertionError,
+        with the path it took, if the instance finishes without reaching ``node``; NotFound at
+        once if the instance's workflow version has no node ``node`` (a node of a sub-workflow
+        is its child instance's).
         """
         return self._call(self.env.wait_for(instance_id, node, timeout, skip=skip))
 
@@ -462,13 +468,19 @@ class AsyncView:
         *,
         skip: bool | None = None,
     ) -> InstanceInfo:
-        """Wait until a token of the instance is at ``node``; its snapshot.
+        """Wait until a token of the instance is at ``node``, or has been; its snapshot.
 
+        The instance's history decides as well as its tokens: a step passed between two looks
+        (started, finished and moved on at once), or one run before the call, counts as reached,
+        and this returns at once with the snapshot as it is then, the token maybe past ``node``.
         Idle time is skipped on the way (unless ``skip`` or the environment says otherwise), but
-        never past the arrival: a deadline that starts at ``node`` has not run when this returns.
-        For a user task: ``await env.wait_for(info, "approve")``, then ``complete_user_task``.
-        NotFound at once if the instance's workflow version has no node ``node`` (a node of a
-        sub-workflow is its child instance's).
+        never past the arrival: the clock jumps only while no token of the instance is or has
+        been at ``node``, so a deadline or timer that starts at ``node`` (or after it) has not
+        run when this returns, unless it was due at the arrival already. For a user task:
+        ``await env.wait_for(info, "approve")``, then ``complete_user_task``. AssertionError,
+        with the path it took, if the instance finishes without reaching ``node``; NotFound at
+        once if the instance's workflow version has no node ``node`` (a node of a sub-workflow
+        is its child instance's).
         """
         return await self._await(self._env.wait_for(instance_id, node, timeout, skip=skip))
 
