@@ -103,12 +103,52 @@ class Diagnosis:
         self.workers = workers
         self.live_worker = live_worker
 
-    def unserved(self, info: InstanceInfo) -> list[str]:
-        """The queues of ``info``'s READY steps that no worker of this environment serves and no
-        worker of its server has polled (one outside the environment, pointed at its target)."""
+    def served(self) -> set[str]:
+        """The queues a worker of this environment serves or a worker of its server has polled
+        (one outside the environment, pointed at its target)."""
         served = {q for worker in self.workers for q in worker.queues}
         served.update(q for poller in self.pollers.snapshot() for q in poller.queues)
+        return served
+
+    def unserved(self, info: InstanceInfo) -> list[str]:
+        """The queues of ``info``'s READY steps that nothing serves (``served``)."""
+        served = self.served()
         return sorted({t.queue for t in info.tokens if t.status == "READY" and t.queue not in served})
+
+    async def holding(self, views: Sequence[InstanceView], iid: str = "") -> list[str]:
+        """The due READY steps of instances other than ``iid`` that keep the clock still, in words.
+
+        A due READY step counts as busy (skipping.py, ``_token_due``: a worker is about to claim
+        it), for every instance: one on a queue nothing serves, left by an earlier test on a
+        shared environment (``wiggle_module_env``), held the clock for good, and another test's
+        30-day sleep timed out saying only where its own token was (an outside trial). Steps a
+        limit holds back wait on time, not here."""
+        now = self.clock.now()
+        limits = await self.skipper.limits(list(views))
+        served = self.served()
+        found: list[tuple[str, Token]] = []
+        for view in views:
+            if view.instance.id == iid:
+                continue  # its own READY steps: ``unserved`` and where its tokens are say them
+            for token in view.tokens:
+                if token.status == TokenStatus.READY and token.available_at <= now:
+                    if not limits.holds_back(token, now)[0]:
+                        found.append((view.instance.id, token))
+        said = []
+        for other, token in found[:SHOWN_STEPS]:
+            why = (
+                "which no worker of this environment serves"
+                if token.queue not in served
+                else "due" + (f" (last error: {token.last_error})" if token.last_error else "")
+            )
+            said.append(
+                f"the clock is held by instance {other}: its step {token.node_id!r} is READY on queue "
+                f"{token.queue!r}, {why}, and time does not jump for any instance while a step is due; "
+                f"cancel it (env.cancel({other!r})) or serve its queue (start_worker([...]))"
+            )
+        if len(found) > SHOWN_STEPS:
+            said.append(f"and {len(found) - SHOWN_STEPS} more steps holding the clock")
+        return said
 
     async def still_running(
         self, info: InstanceInfo, status: str, waited: float, skipping: bool, gave_up: bool
@@ -146,6 +186,7 @@ class Diagnosis:
             for q in self.unserved(info)
         ]
         hints += await self.running(views, info.instance_id)
+        hints += await self.holding(views, info.instance_id)
         if not skipping:
             hints.append("time skipping is off: move the clock with advance()")
         return "".join(f"; {hint}" for hint in hints)

@@ -320,7 +320,8 @@ class WorkflowEnvironment:
             if self.clock.now() >= target and not await self.skipper.busy():
                 return self.now()
             if time.monotonic() >= deadline:
-                running = await self._diagnosis.running(await self.skipper.live())
+                views = await self.skipper.live()
+                running = await self._diagnosis.running(views) + await self._diagnosis.holding(views)
                 raise TimeoutError(
                     f"sleep: instances stayed busy for {timeout} s (real) at virtual {self.now().isoformat()}"
                     + "".join(f"; {hint}" for hint in running)
