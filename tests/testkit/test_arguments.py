@@ -121,8 +121,16 @@ async def test_a_wait_s_skip_is_a_bool() -> None:
 @pytest.mark.parametrize(
     "keywords, error, message",
     [
-        ({"workers": "2"}, TypeError, r"workers is a number of workers \(an int, 0 or more\), got '2' \(str\)"),
-        ({"workers": 2.0}, TypeError, r"workers is a number of workers \(an int, 0 or more\), got 2.0 \(float\)"),
+        (
+            {"workers": "2"},
+            TypeError,
+            r"workers is a number of workers \(an int, 0 or more\), got '2' \(str\)",
+        ),
+        (
+            {"workers": 2.0},
+            TypeError,
+            r"workers is a number of workers \(an int, 0 or more\), got 2.0 \(float\)",
+        ),
         ({"workers": -1}, ValueError, "workers must be >= 0, got -1"),
         (
             {"worker_options": {"concurrency": 4}},
@@ -156,5 +164,7 @@ def test_the_environment_s_own_keywords_are_checked_before_anything_starts(
 
 
 def test_the_blocking_face_refuses_a_lone_blueprint_at_once() -> None:
-    with pytest.raises(TypeError, match=r"workflows is a list of Blueprints, got the Blueprint 'arguments-flow'"):
+    with pytest.raises(
+        TypeError, match=r"workflows is a list of Blueprints, got the Blueprint 'arguments-flow'"
+    ):
         SyncWorkflowEnvironment(FLOW)

@@ -64,16 +64,30 @@ def test_mock_step_checks_the_mock_as_the_dsl_checks_a_handler() -> None:
         yield base
 
     bp = Workflow.define(f"m-{uuid.uuid4().hex[:6]}").step(_charge).step(_ship).build()
-    with pytest.raises(InvalidArgument, match=r"step '_charge': its handler .*\(ctx, amount\) cannot be called with one argument"):
+    with pytest.raises(
+        InvalidArgument,
+        match=r"step '_charge': its handler .*\(ctx, amount\) cannot be called with one argument",
+    ):
         mock_step(bp, "_charge", lambda ctx, amount: ctx)
-    with pytest.raises(InvalidArgument, match=r"step '_charge': its handler .*charge_twice is a generator function"):
+    with pytest.raises(
+        InvalidArgument, match=r"step '_charge': its handler .*charge_twice is a generator function"
+    ):
         mock_step(bp, "_charge", charge_twice)
-    with pytest.raises(TypeError, match=r"mock_step takes a Blueprint, got str 'orders' \(the workflow's name\)"):
+    with pytest.raises(
+        TypeError, match=r"mock_step takes a Blueprint, got str 'orders' \(the workflow's name\)"
+    ):
         mock_step("orders", "_charge", _ship)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"got Workflow .*: call .build\(\) on it"):
         mock_step(Workflow.define("unbuilt").step(_charge), "_charge", _ship)  # type: ignore[arg-type]
-    forked = Workflow.define(f"j-{uuid.uuid4().hex[:6]}").fork(lambda b: b.step(_ship)).join(lambda base, bs: base).build()
-    with pytest.raises(InvalidArgument, match="join 'join': its handler .*combine_all is a generator function"):
+    forked = (
+        Workflow.define(f"j-{uuid.uuid4().hex[:6]}")
+        .fork(lambda b: b.step(_ship))
+        .join(lambda base, bs: base)
+        .build()
+    )
+    with pytest.raises(
+        InvalidArgument, match="join 'join': its handler .*combine_all is a generator function"
+    ):
         mock_step(forked, "join", combine_all)
     assert mock_step(forked, "join", lambda base, branches: base).handlers["join"][1] is not None
     assert mock_step(bp, "_charge", lambda ctx, amount=0: ctx).name == bp.name  # one argument will do

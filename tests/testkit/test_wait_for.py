@@ -66,5 +66,8 @@ async def test_a_node_never_reached_is_said_with_the_path(kit: Kit) -> None:
     flow = kit.define("wait-for-gate").step(receive).gate(lambda ctx: False, name="open").step(ship).build()
     async with kit.env([flow]) as env:
         info = await env.start_workflow(flow, {})
-        with pytest.raises(AssertionError, match=r"finished \(COMPLETED\) without reaching 'ship'; its path: \['receive', 'open', 'gated.open'\]"):
+        with pytest.raises(
+            AssertionError,
+            match=r"finished \(COMPLETED\) without reaching 'ship'; its path: \['receive', 'open', 'gated.open'\]",
+        ):
             await env.wait_for(info, "ship")

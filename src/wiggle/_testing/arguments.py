@@ -83,7 +83,9 @@ def checked_workers(workers: object) -> int:
     ``workers="2"`` met "'<' not supported between 'str' and 'int'", ``2.0`` "'float' object
     cannot be interpreted as an integer"."""
     if not isinstance(workers, int) or isinstance(workers, bool):
-        raise TypeError(f"workers is a number of workers (an int, 0 or more), got {workers!r} ({type(workers).__name__})")
+        raise TypeError(
+            f"workers is a number of workers (an int, 0 or more), got {workers!r} ({type(workers).__name__})"
+        )
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
     return workers
@@ -159,7 +161,9 @@ def wait_seconds(timeout: object, what: str = "timeout") -> float:
     elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         seconds = float(timeout)
     else:
-        raise TypeError(f"{what} is a timedelta or seconds (real time), got {timeout!r} ({type(timeout).__name__})")
+        raise TypeError(
+            f"{what} is a timedelta or seconds (real time), got {timeout!r} ({type(timeout).__name__})"
+        )
     if not seconds >= 0:  # NaN too
         raise ValueError(f"{what} must be 0 or more seconds (real time), got {timeout!r}")
     return seconds

@@ -220,7 +220,9 @@ class WorkflowEnvironment:
         self._worker_ids.add(worker.worker_id)
         return worker
 
-    async def stop_worker(self, worker: Worker, timeout: timedelta | float = 1.0, *, crash: bool = False) -> None:
+    async def stop_worker(
+        self, worker: Worker, timeout: timedelta | float = 1.0, *, crash: bool = False
+    ) -> None:
         """Stop ``worker`` as ``Worker.close`` does: its running steps get ``timeout`` seconds,
         then are cut and handed back (READY at once, no attempt spent), a local run's unreported
         steps with them. ``crash=True`` stops it as a killed process would: the steps it leaves
@@ -356,7 +358,11 @@ class WorkflowEnvironment:
         )
 
     async def wait(
-        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self,
+        instance_id: str | InstanceInfo,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
+        *,
+        skip: bool | None = None,
     ) -> InstanceInfo:
         """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
 
@@ -394,7 +400,9 @@ class WorkflowEnvironment:
         instance = (await self.server.instances.get_instance(iid)).instance
         return (await self.server.instances.get_workflow(instance.workflow, instance.version)).loaded
 
-    async def result(self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT) -> InstanceInfo:
+    async def result(
+        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT
+    ) -> InstanceInfo:
         """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
         seconds = wait_seconds(timeout)
         return core.check_result(await self.wait(instance_id, seconds), seconds)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..client import HistoryEntry
 from .._workflow_branch import _check_not_generator, _check_one_argument
 from .._workflow_compile import HandlerKind
+from ..client import HistoryEntry
 from ..workflow import Blueprint, Workflow
 
 __all__ = ["mock_step", "path_of"]

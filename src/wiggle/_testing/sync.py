@@ -210,7 +210,11 @@ class SyncWorkflowEnvironment:
         )
 
     def wait(
-        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self,
+        instance_id: str | InstanceInfo,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
+        *,
+        skip: bool | None = None,
     ) -> InstanceInfo:
         """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
 
@@ -218,7 +222,9 @@ class SyncWorkflowEnvironment:
         """
         return self._call(self.env.wait(instance_id, timeout, skip=skip))
 
-    def result(self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT) -> InstanceInfo:
+    def result(
+        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT
+    ) -> InstanceInfo:
         """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
         return self._call(self.env.result(instance_id, timeout))
 
@@ -381,7 +387,9 @@ class AsyncView:
         """
         return await self._await(self._env.start_worker(blueprints, options))
 
-    async def stop_worker(self, worker: Worker, timeout: timedelta | float = 1.0, *, crash: bool = False) -> None:
+    async def stop_worker(
+        self, worker: Worker, timeout: timedelta | float = 1.0, *, crash: bool = False
+    ) -> None:
         """Stop ``worker`` (``WorkflowEnvironment.stop_worker``: handed back, or as a crash)."""
         await self._await(self._env.stop_worker(worker, timeout, crash=crash))
 
@@ -437,7 +445,11 @@ class AsyncView:
         )
 
     async def wait(
-        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT, *, skip: bool | None = None
+        self,
+        instance_id: str | InstanceInfo,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
+        *,
+        skip: bool | None = None,
     ) -> InstanceInfo:
         """Wait until the instance finishes (any status), skipping idle time; TimeoutError if it does not.
 
@@ -445,7 +457,9 @@ class AsyncView:
         """
         return await self._await(self._env.wait(instance_id, timeout, skip=skip))
 
-    async def result(self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT) -> InstanceInfo:
+    async def result(
+        self, instance_id: str | InstanceInfo, timeout: timedelta | float = DEFAULT_TIMEOUT
+    ) -> InstanceInfo:
         """Wait for completion; WorkflowFailed if it FAILED or was CANCELLED, TimeoutError if it runs on."""
         return await self._await(self._env.result(instance_id, timeout))
 
