@@ -43,7 +43,8 @@ async def test_a_retried_step_in_a_fork_is_one_visit(kit: Kit) -> None:
         done = await env.run(flow, {"run": flow.name})
         entries = [(e.node_id, e.outcome) for e in await env.history(done)]
         assert entries.index(("other", "COMPLETED")) < entries.index(("flaky", "COMPLETED"))  # interleaved
-        await env.assert_path(done, ["fork", "flaky", "other", "join", "end"])
+        path = await env.path(done)  # the branches' first entries come in either order
+        assert path in (["fork", "flaky", "other", "join", "end"], ["fork", "other", "flaky", "join", "end"])
 
 
 async def test_a_for_each_of_sub_workflows_visits_its_body_once_per_item(kit: Kit) -> None:
