@@ -137,7 +137,7 @@ class Branch(Generic[C]):
     ) -> StepItem:
         if not callable(fn):
             raise InvalidArgument(f"a step handler must be callable, got {type(fn).__name__}")
-        node_id = self._root._unique(validate_name(_node_name(fn, name), "step name"))
+        node_id = self._root._node(name, _node_name(fn, name), "step name")
         _check_one_argument(fn, node_id)
         if queue is not None:
             validate_name(queue, "queue")
@@ -286,7 +286,7 @@ class Branch(Generic[C]):
         """
         self._add(
             SleepItem(
-                self._root._unique(validate_name(name, "sleep name")),
+                self._root._node(name, name, "sleep name"),
                 duration_millis(duration, "sleep duration"),
             )
         )
@@ -296,7 +296,7 @@ class Branch(Generic[C]):
         """Run the branches in parallel, each on its own copy of the context, then ``.join()``."""
         if not branches:
             raise InvalidArgument("fork() needs at least one branch")
-        fork_name = self._root._unique(validate_name(name or "fork", "fork name"))
+        fork_name = self._root._node(name, "fork", "fork name")
         built = [self._sub(b, f"fork branch {i}") for i, b in enumerate(branches)]
         self._add(ForkItem(fork_name, built))
         return self
@@ -314,9 +314,7 @@ class Branch(Generic[C]):
         last = self._items[-1] if self._items else None
         if not isinstance(last, ForkItem) or last.join_name:
             raise InvalidArgument(".join() must directly follow .fork(...)")
-        last.join_name = self._root._unique(
-            validate_name(name or last.name.replace("fork", "join", 1) or "join", "join name")
-        )
+        last.join_name = self._root._node(name, last.name.replace("fork", "join", 1) or "join", "join name")
         if combine is not None:
             _check_not_generator(combine, f"join {last.join_name!r}")
         last.combine = combine
@@ -369,7 +367,7 @@ class Branch(Generic[C]):
         if key is not None:
             validate_name(key, "signal key")
         ms = duration_millis(timeout, "timeout") if timeout is not None else 0
-        node_id = self._root._unique(validate_name(name or signal_name, "signal node name"))
+        node_id = self._root._node(name, signal_name, "signal node name")
         branch = self._sub(on_timeout, "on_timeout") if on_timeout is not None else None
         self._add(SignalItem(node_id, signal_name, ms, branch, key))
         return self
@@ -395,7 +393,7 @@ class Branch(Generic[C]):
         empty list goes straight on with ``[]``. A value that is not a list fails the instance (or,
         at the start, refuses the start).
         """
-        fe_name = self._root._unique(validate_name(name or "for_each", "for_each name"))
+        fe_name = self._root._node(name, "for_each", "for_each name")
         join_name = self._root._unique(f"{fe_name}.join")
         keys = {
             "item_key": item_key if item_key != "item" else None,
@@ -428,7 +426,7 @@ class Branch(Generic[C]):
         """
         keys = _input_keys(input_keys)
         _retry_policy(retry)
-        node_name = self._root._unique(validate_name(name, "sub_workflow name"))
+        node_name = self._root._node(name, name, "sub_workflow name")
         target = workflow.name if isinstance(workflow, Blueprint) else workflow
         spec: dict[str, Any] = {
             "workflow": target,

@@ -147,6 +147,21 @@ class Workflow(Branch[C]):
         workflow._step_timeout = optional_millis(step_timeout, f"workflow {name!r} step_timeout")
         return workflow
 
+    def _node(self, given: str | None, default: str, what: str) -> str:
+        """A node's name: ``given`` when the caller named it (refused if another node has it: a
+        second node of that name would be renamed behind the caller's back, and ``mock_step``
+        or ``wait_for`` by that name would find the first only), else ``default``, made unique."""
+        if given is None:
+            return self._unique(validate_name(default, what))
+        name = validate_name(given, what)
+        if name in self._names:
+            raise InvalidArgument(
+                f"{what} {name!r} is already used by another node of workflow {self.name!r}: node "
+                f"names are unique (a name left to its default is numbered instead: {name}.2)"
+            )
+        self._names.add(name)
+        return name
+
     def _unique(self, name: str) -> str:
         candidate = name
         n = 1

@@ -155,3 +155,57 @@ def test_the_other_graph_refusals_are_unchanged() -> None:
         Node(id="end", kind=END),
     )
     assert spin == "node 'spin' cannot reach an END node (an endless loop?)"
+
+
+def send_email(ctx: dict[str, Any]) -> dict[str, Any]:
+    return ctx
+
+
+def send_sms(ctx: dict[str, Any]) -> dict[str, Any]:
+    return ctx
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda w: w.step(send_email, name="notify").step(send_sms, name="notify"),
+            "step name 'notify' is already used by another node of workflow 'dup'",
+        ),
+        (lambda w: w.step(keep).step(send_sms, name="keep"), "step name 'keep' is already used"),
+        (lambda w: w.sleep("wait", 5).sleep("wait", 10), "sleep name 'wait' is already used"),
+        (lambda w: w.step(keep, name="hold").sleep("hold", 5), "sleep name 'hold' is already used"),
+        (
+            lambda w: w.step(keep, name="go").wait_signal("approved", name="go"),
+            "signal node name 'go' is already used",
+        ),
+        (
+            lambda w: w.step(keep, name="f").fork(lambda b: b.step(send_sms), name="f"),
+            "fork name 'f' is already used",
+        ),
+        (
+            lambda w: w.step(keep, name="each").for_each("items", lambda b: b.step(send_sms), name="each"),
+            "for_each name 'each' is already used",
+        ),
+    ],
+)
+def test_a_name_given_twice_is_refused_not_renamed(build: Any, message: str) -> None:
+    """A second ``name="notify"`` was renamed ``notify.2`` behind the caller's back, so
+    ``mock_step(flow, "notify", fake)`` mocked the first only and the real SMS went out in a test."""
+    with pytest.raises(InvalidArgument) as refused:
+        build(Workflow.define("dup", dict)).build()
+    assert message in str(refused.value)
+    assert "a name left to its default is numbered instead" in str(refused.value)
+
+
+def test_names_left_to_their_default_are_still_numbered() -> None:
+    flow = (
+        Workflow.define("defaults", dict)
+        .step(keep)
+        .step(keep)
+        .sleep("pause", 1)
+        .wait_signal("go")
+        .wait_signal("go")
+        .build()
+    )
+    assert [n.id for n in flow.definition.nodes][:5] == ["keep", "keep.2", "pause", "go", "go.2"]
