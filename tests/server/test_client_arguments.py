@@ -8,11 +8,15 @@
   and the client's ``patience``;
 - a start's context that is not a JSON object (a list, a string) is refused before it is sent,
   naming the argument, instead of by the server naming its wire field ("context_json must be a
-  JSON object, got list").
+  JSON object, got list");
+- a list's context filter sends a number or a bool as its JSON text (``{"vip": True}`` sent
+  "True", and found nothing), and refuses None, a list or a dict naming the field.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -20,6 +24,7 @@ from typing import Any
 
 import pytest
 from both_clients import EitherClient
+from pg import STORES, TEST_DATABASE_URL, temp_schema
 
 from wiggle import AsyncClient, Client, FailedPrecondition, InvalidArgument, Workflow
 from wiggle.testing import EmbeddedServer
@@ -143,3 +148,84 @@ async def test_a_context_that_is_not_an_object_is_refused_naming_the_argument(
     instances, _ = await client.call("list", workflow=QUICK.name)
     assert instances == []  # nothing was started
     assert await client.call("list_schedules") == []
+
+
+@pytest.fixture(params=STORES)
+async def searched(request: pytest.FixtureRequest) -> AsyncIterator[EmbeddedServer]:
+    """A server on each store holding one instance of SEARCHED with CONTEXT (and one with none)."""
+    with contextlib.ExitStack() as stack:
+        settings: dict[str, Any] = {}
+        if request.param == "postgres":
+            settings = {
+                "database_url": TEST_DATABASE_URL,
+                "database_schema": stack.enter_context(temp_schema()),
+            }
+        async with EmbeddedServer(**settings) as server:
+            await server.client.register(SEARCHED)
+            await server.client.start(SEARCHED, CONTEXT)
+            await server.client.start(SEARCHED, {})
+            yield server
+
+
+SEARCHED = Workflow.define("client-arguments-search").user_task("hold").build()
+CONTEXT = {
+    "vip": True,
+    "off": False,
+    "total": 1e20,
+    "ratio": 1.5,
+    "n": 3,
+    "big": 2**70,
+    "s": "x",
+    "items": [1, 2],
+    "nested": {"a": 1, "b": [True, None]},
+    "nul": ["a\x00b"],
+    "none": None,
+}
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+async def test_a_context_filter_sends_numbers_and_booleans_as_json_text(
+    searched: EmbeddedServer, blocking: bool
+) -> None:
+    """``list(context={"vip": True})`` sent "True" and found nothing; the stores compare JSON's
+    "true" (docs/dashboard.md#searching), and an object or an array as its compact JSON text."""
+    client = EitherClient(searched.target, blocking)
+    try:
+
+        async def found(context: Any) -> int:
+            instances, _ = await client.call("list", workflow=SEARCHED.name, context=context)
+            return len(instances)
+
+        for field, value in [("vip", True), ("off", False), ("total", 1e20), ("ratio", 1.5), ("n", 3)]:
+            assert await found({field: value}) == 1, (field, value)
+        assert await found({"big": 2**70}) == 1
+        assert await found({"vip": "true", "n": "3", "total": "1e20", "s": "x"}) == 1  # as text too
+        assert await found({"vip": False}) == 0
+        assert await found({"n": 3.0}) == 0  # 3.0 is JSON's "3.0": a float field's value, not 3
+        # an object or an array: its compact JSON text, as stored, on either store
+        assert await found({"items": "[1,2]", "nested": '{"a":1,"b":[true,null]}'}) == 1
+        assert await found({"items": "[1, 2]"}) == 0
+        assert await found({"nul": '["ab"]'}) == 1  # U+0000 is left out (PostgreSQL's text has none)
+        for value, kind in [([1, 2], "list"), ({"a": 1}, "dict"), ((1, 2), "tuple")]:
+            with pytest.raises(InvalidArgument) as err:
+                await found({"items": value})
+            assert str(err.value).startswith(
+                f"context filter 'items' takes a str, a number or a bool, got {kind} (an object or "
+                "an array field matches its compact JSON text: pass that string, e.g. '[1,2]')"
+            ), err.value
+        with pytest.raises(
+            InvalidArgument, match="^context filter 'none' is None: a null field never matches"
+        ):
+            await found({"none": None})
+        with pytest.raises(InvalidArgument, match="^context filter 'ratio' is nan: JSON has no NaN"):
+            await found({"ratio": float("nan")})
+        with pytest.raises(
+            InvalidArgument, match="^context filter 'when' takes a str, a number or a bool, got date"
+        ):
+            await found({"when": datetime.date(2024, 1, 1)})
+        with pytest.raises(InvalidArgument, match=r"^context must be a dict of field -> value .*got list$"):
+            await found([("s", "x")])
+        with pytest.raises(InvalidArgument, match="^context's field names must be strings, got int$"):
+            await found({1: "x"})
+    finally:
+        await client.close()

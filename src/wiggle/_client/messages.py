@@ -32,6 +32,7 @@ __all__ = [
     "start_request",
     "queue_limit_request",
     "list_request",
+    "context_filter",
     "complete_user_task_request",
     "signal_request",
     "retry_request",
@@ -343,6 +344,52 @@ class StartChunks:
         self.version = version
 
 
+def _filter_text(field: str, value: object) -> str:
+    """A context filter's value as the stores compare it (wiggle/_storage/base.py context_text):
+    a str as it is, a bool or a number as its JSON text (True -> "true", 1e20 -> "1e20"); a bool
+    was sent as "True" and matched nothing. InvalidArgument naming the field for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(int(value))  # an IntEnum's number, not its name
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArgument(
+                f"context filter {field!r} is {value!r}: JSON has no NaN or infinity, so no context holds it"
+            )
+        return _encode_json(value).decode()
+    if value is None:
+        raise InvalidArgument(
+            f"context filter {field!r} is None: a null field never matches (pass a str, a number or a bool)"
+        )
+    if isinstance(value, (list, tuple, dict)):
+        raise InvalidArgument(
+            f"context filter {field!r} takes a str, a number or a bool, got {type(value).__name__} (an "
+            "object or an array field matches its compact JSON text: pass that string, e.g. '[1,2]')"
+        )
+    raise InvalidArgument(
+        f"context filter {field!r} takes a str, a number or a bool, got {type(value).__name__}"
+    )
+
+
+def context_filter(context: object) -> dict[str, str]:
+    """``list(context=...)`` as ListInstances' field -> text map (``_filter_text``)."""
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise InvalidArgument(
+            f"context must be a dict of field -> value (e.g. {{'customer_id': 'c-42'}}), got {type(context).__name__}"
+        )
+    filters: dict[str, str] = {}
+    for field, value in context.items():
+        if not isinstance(field, str):
+            raise InvalidArgument(f"context's field names must be strings, got {type(field).__name__}")
+        filters[field] = _filter_text(field, value)
+    return filters
+
+
 def list_request(
     workflow: str,
     status: str,
@@ -366,7 +413,7 @@ def list_request(
         page_token=page_token,
         node=more.get("node") or "",
         text=more.get("text") or "",
-        context={str(k): str(v) for k, v in (more.get("context") or {}).items()},
+        context=context_filter(more.get("context")),
         top_level=bool(more.get("top_level")),
         parent_id=more.get("parent_id") or "",
         schedule_id=more.get("schedule_id") or "",

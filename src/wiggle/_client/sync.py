@@ -382,7 +382,7 @@ class Client:
         page_token: str = "",
         node: str = "",
         text: str = "",
-        context: Mapping[str, str] | None = None,
+        context: Mapping[str, str | int | float | bool] | None = None,
         top_level: bool = False,
         parent_id: str = "",
         schedule_id: str = "",
@@ -392,7 +392,10 @@ class Client:
 
         Search (docs/dashboard.md#searching): ``node``, instances with an active token there;
         ``text``, the status reason or error contains it (any case); ``context``, field -> value:
-        each top-level context field's value, as text, equals the value; ``top_level``, no
+        each top-level context field's value, as text, equals the value (a str as it is, a number
+        or a bool as its JSON text: ``{"vip": True}`` matches ``true``; None, a list or a dict is
+        InvalidArgument: an object or an array field matches its compact JSON text, given as a
+        str); ``top_level``, no
         sub-workflow children. ``parent_id``: only that instance's sub-workflow children;
         ``schedule_id``: only the instances that schedule started.
 

@@ -148,13 +148,21 @@ CONTEXT_FIELD_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 def context_text(value: object) -> str | None:
     """A context value as a context filter compares it: a string as itself (less any U+0000),
-    null as None (never equal), anything else as its JSON text (PostgreSQL's ``->>`` gives the same for numbers and
-    booleans; objects and arrays are normalised differently there, so they are best left alone)."""
+    null as None (never equal), anything else as its compact JSON text, as msgspec writes it (a
+    number or a boolean, and an object or an array too: ``[1,2]``), less any escaped U+0000 in it.
+    The same as PostgreSQL's ``context_text`` (migration 0015: ``->>`` of the stored JSON, which
+    is msgspec's text; the escapes are left out of the whole document there first)."""
     if value is None:
         return None
     if isinstance(value, str):
         return value.replace("\x00", "")  # left out, as PostgreSQL's text cannot hold it
-    return msgspec.json.encode(value).decode()
+    text = msgspec.json.encode(value).decode()
+    return _ESCAPED_NUL.sub(r"\1", text) if "\\u0000" in text else text
+
+
+#: An escaped U+0000 in JSON text, stepping over escaped backslashes (``\\u0000`` is a backslash
+#: and "u0000", kept): what migration 0015's regular expression leaves out.
+_ESCAPED_NUL = re.compile(r"(\\\\)|\\u0000")
 
 
 def instance_matches(query: InstanceQuery, inst: Instance, tokens: Iterable[Token]) -> bool:
