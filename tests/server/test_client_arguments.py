@@ -229,3 +229,103 @@ async def test_a_context_filter_sends_numbers_and_booleans_as_json_text(
             await found({1: "x"})
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    "method, args, kwargs, argument",
+    [
+        ("start", (QUICK, {}), {"correlation_id": 42}, "correlation_id"),
+        ("start", (QUICK, {}), {"request_id": 42}, "request_id"),
+        ("start", (QUICK, {}), {"version": 1}, "version"),
+        ("start_many", (QUICK, [{}]), {"correlation_id": 42}, "correlation_id"),
+        ("start_many", (QUICK, [{}]), {"request_id": 42}, "request_id"),
+        ("signal", ("IID", 5), {}, "name"),
+        ("signal", ("IID", "go"), {"signal_id": 5}, "signal_id"),
+        ("signal", ("IID", "go"), {"sender": 5}, "sender"),
+        ("cancel", ("IID", 5), {}, "reason"),
+        ("complete_user_task", ("IID", 5), {}, "name"),
+        ("retry", ("IID",), {"from_node": 5}, "from_node"),
+        ("retry", ("IID",), {"requested_by": 5}, "requested_by"),
+        ("list", (), {"text": 5}, "text"),
+        ("list", (), {"node": 5}, "node"),
+        ("list", (), {"status": 5}, "status"),
+        ("list", (), {"correlation_id": 5}, "correlation_id"),
+        ("list", (), {"parent_id": 5}, "parent_id"),
+        ("list", (), {"schedule_id": 5}, "schedule_id"),
+        ("list", (), {"page_token": 5}, "page_token"),
+        ("get_workflow", (QUICK.name, 1), {}, "version"),
+        ("get_schedule", (5,), {}, "schedule_id"),
+        ("trigger_schedule", (5,), {}, "schedule_id"),
+        ("create_schedule", ("s", QUICK), {"every": 60, "timezone": 5}, "timezone"),
+        ("set_queue_limit", (5,), {}, "queue"),
+    ],
+)
+async def test_a_text_argument_of_another_type_is_refused_naming_it(
+    client: EitherClient, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], argument: str
+) -> None:
+    """Each was protobuf's "TypeError: bad argument type for built-in operation", naming nothing;
+    ``dedup_key=5`` said "dedup_key must be a string, got int", as each now does."""
+    if "IID" in args:
+        info = await client.call("start", FLOW, {})
+        args = tuple(info.instance_id if a == "IID" else a for a in args)
+    with pytest.raises(InvalidArgument) as err:
+        await client.call(method, *args, **kwargs)
+    assert str(err.value) == f"{argument} must be a string, got int"
+    with pytest.raises(InvalidArgument, match="^dedup_key must be a string, got int$"):
+        await client.call("start", QUICK, {}, dedup_key=5)
+
+
+async def test_a_blueprint_names_its_workflow_wherever_a_workflow_name_is_taken(client: EitherClient) -> None:
+    """``list(workflow=bp)``, ``get_workflow(bp)``, ``list_workflows(bp)`` and
+    ``list_schedules(bp)`` met protobuf's "bad argument type"; ``start`` and ``register`` took one."""
+    info = await client.call("start", QUICK, {"n": 1})
+    instances, _ = await client.call("list", workflow=QUICK)
+    assert [i.instance_id for i in instances] == [info.instance_id]
+    assert (await client.call("get_workflow", QUICK)).name == QUICK.name
+    assert [w.name for w in await client.call("list_workflows", QUICK)] == [QUICK.name]
+    await client.call("create_schedule", "hourly", QUICK, {}, every=3600)
+    assert [s.schedule_id for s in await client.call("list_schedules", QUICK)] == ["hourly"]
+    assert await client.call("list_schedules", FLOW) == []
+    for method, args, kwargs, named in [
+        ("list", (), {"workflow": 5}, r"list\(\) takes a workflow name or a Blueprint as workflow, got int"),
+        ("get_workflow", (5,), {}, r"get_workflow\(\) takes a workflow name or a Blueprint as name, got int"),
+        ("list_workflows", (5,), {}, r"list_workflows\(\) takes a workflow name or a Blueprint as name"),
+        ("list_schedules", (5,), {}, r"list_schedules\(\) takes a workflow name or a Blueprint as workflow"),
+    ]:
+        with pytest.raises(TypeError, match=f"^{named}"):
+            await client.call(method, *args, **kwargs)
+
+
+async def test_a_list_takes_aware_datetimes_and_refuses_other_times_and_page_sizes(
+    client: EitherClient,
+) -> None:
+    """``created_after=<datetime>`` met "'datetime.datetime' object cannot be interpreted as an
+    integer"; an int is epoch milliseconds, as before."""
+    info = await client.call("start", QUICK, {})
+    now = datetime.datetime.now(datetime.timezone.utc)
+    hour = timedelta(hours=1)
+
+    async def ids(**kwargs: Any) -> list[str]:
+        instances, _ = await client.call("list", workflow=QUICK.name, **kwargs)
+        return [i.instance_id for i in instances]
+
+    assert await ids(created_after=now - hour) == [info.instance_id]
+    assert await ids(created_after=now + hour) == []
+    assert await ids(created_before=now - hour) == []
+    assert await ids(created_before=now + hour, created_after=now - hour) == [info.instance_id]
+    assert await ids(created_after=int((now + hour).timestamp() * 1000)) == []  # epoch ms
+    assert await ids(created_after=int((now - hour).timestamp() * 1000)) == [info.instance_id]
+    with pytest.raises(
+        InvalidArgument, match="^created_after must be timezone-aware, got the naive datetime"
+    ):
+        await ids(created_after=datetime.datetime(2024, 1, 1))
+    with pytest.raises(
+        InvalidArgument,
+        match=r"^created_before must be a timezone-aware datetime or epoch milliseconds \(an int\), got str$",
+    ):
+        await ids(created_before="2024-01-01")
+    with pytest.raises(InvalidArgument, match="^created_after must be .* got bool$"):
+        await ids(created_after=True)
+    for size in (True, "10", 2.5, -1):
+        with pytest.raises(InvalidArgument, match="^page_size must be a whole number"):
+            await ids(page_size=size)

@@ -166,15 +166,20 @@ class AsyncClient:
         reply = await self._call_again(self.stub.RegisterWorkflow, messages.register_request(workflow))
         return workflow_from_pb(reply)
 
-    async def get_workflow(self, name: str, version: str = "") -> WorkflowInfo:
-        """A registered workflow (the latest version unless ``version`` is given)."""
-        request = pb.GetWorkflowRequest(name=name, version=version)
+    async def get_workflow(self, name: str | Blueprint[Any], version: str = "") -> WorkflowInfo:
+        """A registered workflow (``name``, or a Blueprint's; the latest version unless ``version``
+        is given)."""
+        request = pb.GetWorkflowRequest(
+            name=messages.workflow_name(name, "get_workflow()", "name"),
+            version=messages.text_of(version, "version"),
+        )
         reply = await self._call_again(self.stub.GetWorkflow, request)
         return workflow_from_pb(reply)
 
-    async def list_workflows(self, name: str = "") -> builtins.list[WorkflowInfo]:
-        """Every registered workflow version (of ``name``)."""
-        reply = await self._call_again(self.stub.ListWorkflows, pb.ListWorkflowsRequest(name=name))
+    async def list_workflows(self, name: str | Blueprint[Any] = "") -> builtins.list[WorkflowInfo]:
+        """Every registered workflow version (of ``name``, or of a Blueprint's)."""
+        request = pb.ListWorkflowsRequest(name=messages.workflow_name(name, "list_workflows()", "name"))
+        reply = await self._call_again(self.stub.ListWorkflows, request)
         return [workflow_from_pb(w) for w in reply.workflows]
 
     async def start(
@@ -374,11 +379,11 @@ class AsyncClient:
     async def list(
         self,
         *,
-        workflow: str = "",
+        workflow: str | Blueprint[Any] = "",
         status: str = "",
         correlation_id: str = "",
-        created_after: int = 0,
-        created_before: int = 0,
+        created_after: int | datetime = 0,
+        created_before: int | datetime = 0,
         page_size: int = 50,
         page_token: str = "",
         node: str = "",
@@ -390,6 +395,11 @@ class AsyncClient:
         with_context: bool = True,
     ) -> tuple[builtins.list[InstanceInfo], str]:
         """One page of instances (newest first) and the next page token ('' on the last page).
+
+        ``workflow``: a name or a Blueprint; ``created_after`` / ``created_before``: a
+        timezone-aware datetime, or epoch milliseconds (an int; 0: no bound); ``page_size`` up to
+        the server's limit. An argument of another type (a naive datetime too) is InvalidArgument
+        naming it.
 
         Search (docs/dashboard.md#searching): ``node``, instances with an active token there;
         ``text``, the status reason or error contains it (any case); ``context``, field -> value:
@@ -428,7 +438,9 @@ class AsyncClient:
 
         ``changed`` is False when the instance had finished already — also when this call was
         asked again across a server restart and its first try had cancelled it."""
-        request = pb.CancelInstanceRequest(instance_id=messages.instance_id_of(instance_id), reason=reason)
+        request = pb.CancelInstanceRequest(
+            instance_id=messages.instance_id_of(instance_id), reason=messages.text_of(reason, "reason")
+        )
         reply = await self._call_again(self.stub.CancelInstance, request)
         return instance_from_pb(reply.instance), reply.changed
 
@@ -563,31 +575,35 @@ class AsyncClient:
 
     async def get_schedule(self, schedule_id: str) -> ScheduleInfo:
         """A schedule with its next fire times."""
-        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        request = pb.ScheduleRequest(schedule_id=messages.text_of(schedule_id, "schedule_id"))
         return schedule_from_pb(await self._call_again(self.stub.GetSchedule, request))
 
-    async def list_schedules(self, workflow: str = "") -> builtins.list[ScheduleInfo]:
-        """Every schedule (of ``workflow``), by id, with their next fire times."""
-        reply = await self._call_again(self.stub.ListSchedules, pb.ListSchedulesRequest(workflow=workflow))
+    async def list_schedules(self, workflow: str | Blueprint[Any] = "") -> builtins.list[ScheduleInfo]:
+        """Every schedule (of ``workflow``: a name or a Blueprint), by id, with their next fire times."""
+        name = messages.workflow_name(workflow, "list_schedules()", "workflow")
+        reply = await self._call_again(self.stub.ListSchedules, pb.ListSchedulesRequest(workflow=name))
         return [schedule_from_pb(s) for s in reply.schedules]
 
     async def pause_schedule(self, schedule_id: str) -> ScheduleInfo:
         """Stop a schedule firing (its ticks meanwhile are dropped)."""
-        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        request = pb.ScheduleRequest(schedule_id=messages.text_of(schedule_id, "schedule_id"))
         return schedule_from_pb(await self._call_again(self.stub.PauseSchedule, request))
 
     async def resume_schedule(self, schedule_id: str) -> ScheduleInfo:
         """Fire a paused schedule again, from its next tick after now."""
-        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        request = pb.ScheduleRequest(schedule_id=messages.text_of(schedule_id, "schedule_id"))
         return schedule_from_pb(await self._call_again(self.stub.ResumeSchedule, request))
 
     async def delete_schedule(self, schedule_id: str) -> None:
         """Delete a schedule (the instances it started stay)."""
-        await self._call_once(self.stub.DeleteSchedule, pb.ScheduleRequest(schedule_id=schedule_id))
+        await self._call_once(
+            self.stub.DeleteSchedule,
+            pb.ScheduleRequest(schedule_id=messages.text_of(schedule_id, "schedule_id")),
+        )
 
     async def trigger_schedule(self, schedule_id: str) -> InstanceInfo:
         """Start one instance of a schedule now (whatever its overlap policy, even paused)."""
-        request = pb.ScheduleRequest(schedule_id=schedule_id)
+        request = pb.ScheduleRequest(schedule_id=messages.text_of(schedule_id, "schedule_id"))
         return instance_from_pb(await self._call_once(self.stub.TriggerSchedule, request))
 
     async def queues(self) -> builtins.list[QueueInfo]:
@@ -607,5 +623,7 @@ class AsyncClient:
         ``max_running`` of its steps running at once, at most ``rate_max`` claims per
         ``rate_period`` (a timedelta or seconds). 0 (and no period) means no limit; with no limit
         at all, the queue's limits are removed. ``queues()`` shows them."""
-        request = messages.queue_limit_request(queue, max_running, rate_max, rate_period)
+        request = messages.queue_limit_request(
+            messages.text_of(queue, "queue"), max_running, rate_max, rate_period
+        )
         await self._call_again(self.stub.SetQueueLimit, request)

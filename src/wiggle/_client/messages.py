@@ -27,6 +27,8 @@ from .types import InstanceInfo
 __all__ = [
     "instance_id_of",
     "workflow_name",
+    "text_of",
+    "epoch_millis",
     "register_request",
     "start_options",
     "start_request",
@@ -121,20 +123,20 @@ def _start_context_json(workflow: str | Blueprint[Any], context: Any, which: str
     return b"" if context is None else _checked_json(builtins, which or "the context")
 
 
-def workflow_name(workflow: str | Blueprint[Any], call: str) -> str:
+def workflow_name(workflow: str | Blueprint[Any], call: str, argument: str = "") -> str:
     """The workflow a call names: a Blueprint's name, or the name given. The Workflow builder (a
-    ``.build()`` forgotten) and any other value are TypeError naming ``call`` and what to pass;
-    before, the builder met protobuf's "bad argument type for built-in operation"."""
+    ``.build()`` forgotten) and any other value are TypeError naming ``call`` (and ``argument``,
+    where it is not the first) and what to pass; before, the builder met protobuf's "bad argument
+    type for built-in operation", and so did a Blueprint given to ``list``, ``get_workflow``,
+    ``list_workflows`` or ``list_schedules``: they take one now, as ``start`` does."""
     if isinstance(workflow, Blueprint):
         return workflow.name
     if isinstance(workflow, str):
         return workflow
+    takes = f"{call} takes a workflow name or a Blueprint" + (f" as {argument}" if argument else "")
     if isinstance(workflow, Workflow):
-        raise TypeError(
-            f"{call} takes a workflow name or a Blueprint, got the Workflow builder {workflow.name!r}: "
-            "call .build() on it"
-        )
-    raise TypeError(f"{call} takes a workflow name or a Blueprint, got {type(workflow).__name__}")
+        raise TypeError(f"{takes}, got the Workflow builder {workflow.name!r}: call .build() on it")
+    raise TypeError(f"{takes}, got {type(workflow).__name__}")
 
 
 def register_request(workflow: Blueprint[Any] | WorkflowDefinition) -> pb.RegisterWorkflowRequest:
@@ -186,6 +188,44 @@ def instance_id_of(instance: object, what: str = "instance_id") -> str:
     )
 
 
+def text_of(value: object, argument: str, *, none: bool = False) -> str:
+    """``value`` if it is a str (None too, as "", with ``none``); InvalidArgument naming
+    ``argument`` for anything else: protobuf's "bad argument type for built-in operation" named
+    nothing (``signal(iid, 5)``, ``start(..., correlation_id=42)``)."""
+    if isinstance(value, str):
+        return value
+    if value is None and none:
+        return ""
+    raise InvalidArgument(f"{argument} must be a string, got {type(value).__name__}")
+
+
+def _aware(value: datetime, argument: str) -> datetime:
+    """``value`` if it is timezone-aware; InvalidArgument naming ``argument`` otherwise."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgument(
+            f"{argument} must be timezone-aware, got the naive datetime {value.isoformat()} "
+            "(say which zone: e.g. datetime(..., tzinfo=timezone.utc))"
+        )
+    return value
+
+
+def epoch_millis(value: object, argument: str) -> int:
+    """A time filter (``list``'s ``created_after``, ``created_before``): a timezone-aware
+    datetime, or epoch milliseconds (an int; 0: none) as it is. InvalidArgument naming
+    ``argument`` for a naive datetime or anything else (a datetime met "'datetime.datetime'
+    object cannot be interpreted as an integer")."""
+    if isinstance(value, datetime):
+        return math.floor(_aware(value, argument).timestamp() * 1000)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(
+            f"{argument} must be a timezone-aware datetime or epoch milliseconds (an int), "
+            f"got {type(value).__name__}"
+        )
+    if not -(2**63) <= value < 2**63:
+        raise InvalidArgument(f"{argument} is {value} milliseconds, past what a 64-bit time holds")
+    return value
+
+
 def start_options(
     priority: int = 0,
     start_at: datetime | None = None,
@@ -211,19 +251,13 @@ def start_options(
     if start_at is not None:
         if not isinstance(start_at, datetime):
             raise InvalidArgument(f"start_at must be a datetime, got {type(start_at).__name__}")
-        if start_at.tzinfo is None or start_at.utcoffset() is None:
-            raise InvalidArgument(
-                f"start_at must be timezone-aware, got the naive datetime {start_at.isoformat()} "
-                "(say which zone: e.g. datetime(..., tzinfo=timezone.utc))"
-            )
-        millis = math.floor(start_at.timestamp() * 1000)
+        millis = math.floor(_aware(start_at, "start_at").timestamp() * 1000)
         if millis <= 0:
             raise InvalidArgument(f"start_at must be after the epoch, got {start_at.isoformat()}")
         fields["start_at"] = millis
     if start_delay is not None:
         fields["start_delay_millis"] = _duration_millis(start_delay, "start_delay")
-    if not isinstance(dedup_key, str):
-        raise InvalidArgument(f"dedup_key must be a string, got {type(dedup_key).__name__}")
+    text_of(dedup_key, "dedup_key")
     if dedup_window is not None:
         if not dedup_key:
             raise InvalidArgument("dedup_window needs a dedup_key")
@@ -262,10 +296,10 @@ def start_request(
     name = workflow_name(workflow, "start()")
     return pb.StartInstanceRequest(
         workflow=name,
-        version=version,
+        version=text_of(version, "version"),
         context_json=_start_context_json(workflow, context),
-        correlation_id=correlation_id,
-        request_id=request_id,
+        correlation_id=text_of(correlation_id, "correlation_id"),
+        request_id=text_of(request_id, "request_id"),
         **(options or {}),
     )
 
@@ -296,9 +330,9 @@ class StartChunks:
         self.workflow = workflow
         self.name = workflow_name(workflow, "start_many()")
         self.contexts = iter(contexts)
-        self.version = version
-        self.correlation_id = correlation_id
-        self.request_id = request_id
+        self.version = text_of(version, "version")
+        self.correlation_id = text_of(correlation_id, "correlation_id")
+        self.request_id = text_of(request_id, "request_id")
         self.chunk_size = chunk_size
         self.sent = 0
         # priority and a delayed start, sent with every chunk (a start_delay counts from the
@@ -391,32 +425,37 @@ def context_filter(context: object) -> dict[str, str]:
 
 
 def list_request(
-    workflow: str,
+    workflow: str | Blueprint[Any],
     status: str,
     correlation_id: str,
-    created_after: int,
-    created_before: int,
+    created_after: int | datetime,
+    created_before: int | datetime,
     page_size: int,
     page_token: str,
     search: Mapping[str, Any] | None = None,
 ) -> pb.ListInstancesRequest:
     """ListInstances with its filters and paging; ``search``: node, text, context, top_level,
-    parent_id, schedule_id, omit_context."""
+    parent_id, schedule_id, omit_context. Each argument of another type is InvalidArgument (a
+    workflow TypeError) naming it, before protobuf's bare TypeError."""
     more = dict(search or {})
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or not 0 <= page_size < 2**31:
+        raise InvalidArgument(
+            f"page_size must be a whole number (0: the server's default), got {page_size!r}"
+        )
     return pb.ListInstancesRequest(
-        workflow=workflow,
-        status=status,
-        correlation_id=correlation_id,
-        created_after=created_after,
-        created_before=created_before,
+        workflow=workflow_name(workflow, "list()", "workflow"),
+        status=text_of(status, "status"),
+        correlation_id=text_of(correlation_id, "correlation_id"),
+        created_after=epoch_millis(created_after, "created_after"),
+        created_before=epoch_millis(created_before, "created_before"),
         page_size=page_size,
-        page_token=page_token,
-        node=more.get("node") or "",
-        text=more.get("text") or "",
+        page_token=text_of(page_token, "page_token"),
+        node=text_of(more.get("node"), "node", none=True),
+        text=text_of(more.get("text"), "text", none=True),
         context=context_filter(more.get("context")),
         top_level=bool(more.get("top_level")),
-        parent_id=more.get("parent_id") or "",
-        schedule_id=more.get("schedule_id") or "",
+        parent_id=text_of(more.get("parent_id"), "parent_id", none=True),
+        schedule_id=text_of(more.get("schedule_id"), "schedule_id", none=True),
         omit_context=bool(more.get("omit_context")),
     )
 
@@ -427,7 +466,7 @@ def complete_user_task_request(
     """CompleteUserTask; ``data`` (a dict, a msgspec.Struct or None) merges into the context."""
     return pb.CompleteUserTaskRequest(
         instance_id=instance_id_of(instance_id),
-        task_name=name,
+        task_name=text_of(name, "name"),
         payload_json=_context_json(data, "the user task's data"),
     )
 
@@ -438,10 +477,10 @@ def signal_request(
     """SignalInstance; ``data`` (a dict, a msgspec.Struct or None) is the signal's payload."""
     return pb.SignalInstanceRequest(
         instance_id=instance_id_of(instance_id),
-        name=name,
+        name=text_of(name, "name"),
         data_json=_context_json(data, "the signal's data"),
-        signal_id=signal_id or "",
-        sender=sender,
+        signal_id=text_of(signal_id, "signal_id", none=True),
+        sender=text_of(sender, "sender"),
     )
 
 
@@ -460,10 +499,10 @@ def retry_request(
     """RetryInstance; ``context`` (a dict or msgspec.Struct) replaces the context unless None."""
     return pb.RetryInstanceRequest(
         instance_id=instance_id_of(instance_id),
-        from_node=from_node,
+        from_node=text_of(from_node, "from_node"),
         context_json=_context_json(context) if context is not None else b"",
         replace_context=context is not None,
-        requested_by=requested_by if requested_by is not None else who_asks(),
+        requested_by=text_of(requested_by, "requested_by") if requested_by is not None else who_asks(),
     )
 
 
@@ -496,12 +535,12 @@ def schedule_spec(
     expression."""
     name = workflow_name(workflow, "create_schedule or update_schedule")
     return pb.ScheduleSpec(
-        id=schedule_id,
+        id=text_of(schedule_id, "schedule_id"),
         workflow=name,
-        version=version,
+        version=text_of(version, "version"),
         interval_millis=_interval_millis(every),
-        cron=cron,
-        timezone=timezone,
+        cron=text_of(cron, "cron"),
+        timezone=text_of(timezone, "timezone"),
         context_json=_start_context_json(workflow, context),
         overlap=str(overlap),
         catchup=str(catchup),
