@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 
+import grpc
 import pytest
 
 from wiggle import FailedPrecondition, InvalidArgument, NotFound, PermanentError, RetryPolicy
+from wiggle._rpc import wiggle_pb2 as pb
 
 from .conftest import Harness
 
@@ -153,9 +155,15 @@ async def test_retry_bad_input_changes_nothing(harness: Harness, trace, eventual
         with pytest.raises(InvalidArgument) as end:
             await server.client.retry(running.instance_id, from_node="end")
         assert "END" in str(end.value)
-        with pytest.raises(InvalidArgument) as not_object:
+        with pytest.raises(InvalidArgument, match="^context must be a dict"):  # the client's own check
             await server.client.retry(running.instance_id, context=[1])
-        assert "context_json" in str(not_object.value)
+        with pytest.raises(grpc.RpcError) as not_object:  # the server's, past the client
+            await server.client.stub.RetryInstance(
+                pb.RetryInstanceRequest(
+                    instance_id=running.instance_id, context_json=b"[1]", replace_context=True
+                )
+            )
+        assert "context_json must be a JSON object" in str(not_object.value.details())
         assert await server.client.get(running.instance_id) == failed
         assert await server.client.history(running.instance_id) == history_before
         # a node inside a fork branch is refused too

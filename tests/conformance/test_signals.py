@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from wiggle import FailedPrecondition, InvalidArgument, NotFound
+from wiggle._rpc import wiggle_pb2 as pb
 
 from .conftest import Harness
 
@@ -150,9 +152,13 @@ async def test_signal_bad_input_changes_nothing(harness: Harness, trace, eventua
         with pytest.raises(NotFound) as unknown:
             await server.client.signal(info.instance_id, "no-such-signal", {})
         assert "no-such-signal" in str(unknown.value) and "'approved'" in str(unknown.value)
-        with pytest.raises(InvalidArgument) as not_object:
+        with pytest.raises(InvalidArgument, match="^data must be a dict"):  # the client's own check
             await server.client.signal(info.instance_id, "approved", [1, 2])
-        assert "data_json" in str(not_object.value)
+        with pytest.raises(grpc.RpcError) as not_object:  # the server's, past the client
+            await server.client.stub.SignalInstance(
+                pb.SignalInstanceRequest(instance_id=info.instance_id, name="approved", data_json=b"[1,2]")
+            )
+        assert "data_json must be a JSON object" in str(not_object.value.details())
         with pytest.raises(NotFound):
             await server.client.signal("wi-000000000000000000000000", "approved", {})
         assert await server.client.get(info.instance_id) == before

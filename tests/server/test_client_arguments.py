@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -329,3 +330,33 @@ async def test_a_list_takes_aware_datetimes_and_refuses_other_times_and_page_siz
     for size in (True, "10", 2.5, -1):
         with pytest.raises(InvalidArgument, match="^page_size must be a whole number"):
             await ids(page_size=size)
+
+
+async def test_data_and_contexts_are_refused_naming_the_argument_not_the_wire_field(
+    client: EitherClient,
+) -> None:
+    """``signal(iid, "go", [1, 2])`` said "data_json must be a JSON object, got list",
+    ``complete_user_task`` "payload_json ...", a start over the payload limit "context_json is
+    2000008 bytes": each named a wire field the caller never wrote."""
+    info = await client.call("start", FLOW, {"n": 1})
+    object_refusal = "must be a dict (a JSON object) or a msgspec.Struct, got list"
+    with pytest.raises(InvalidArgument, match=f"^data {re.escape(object_refusal)}$"):
+        await client.call("complete_user_task", info, "approve", [1, 2])
+    with pytest.raises(InvalidArgument, match=f"^data {re.escape(object_refusal)}$"):
+        await client.call("signal", info, "go", [1, 2])
+    with pytest.raises(InvalidArgument, match=f"^context {re.escape(object_refusal)}$"):
+        await client.call("retry", info, context=[1, 2])
+    big = {"q": "x" * 2_000_000}
+    size = len(json.dumps(big, separators=(",", ":")))
+    over = f"is {size} bytes; the limit is 1048576 bytes (the server's WIGGLE_MAX_PAYLOAD_BYTES"
+    with pytest.raises(InvalidArgument, match=f"^context {re.escape(over)}"):
+        await client.call("start", QUICK, big)
+    with pytest.raises(InvalidArgument, match=f"^context {re.escape(over)}"):
+        await client.call("create_schedule", "big", QUICK, big, every=60)
+    with pytest.raises(InvalidArgument, match=f"^data {re.escape(over)}"):
+        await client.call("complete_user_task", info, "approve", big)
+    await client.call("complete_user_task", info, "approve", {"ok": True})
+    with pytest.raises(InvalidArgument, match=f"^data {re.escape(over)}"):
+        await client.call("signal", info, "go", big)
+    now = await client.call("get", info)
+    assert now.context == {"n": 1, "ok": True}, now

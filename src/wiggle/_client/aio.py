@@ -28,7 +28,7 @@ from .._wire.replies import (
     workflow_from_pb,
 )
 from .._wire.status import STOPPING
-from ..errors import Unavailable
+from ..errors import InvalidArgument, Unavailable
 from ..workflow import Blueprint
 from . import core, messages
 from .batching import AsyncStartBatcher, only_start
@@ -235,7 +235,10 @@ class AsyncClient:
             else:
                 send = self._starts.start
             clock = core.WaitClock(self.patience, from_first_failure=True) if request_id else None
-            reply = await self._again_while_away(lambda: send(request), clock)
+            try:
+                reply = await self._again_while_away(lambda: send(request), clock)
+            except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+                raise messages.renamed(exc, "context_json", "context") from None
             self._reached = True  # the unary calls mark it in _call; a streamed start here
             return instance_from_pb(reply)
 
@@ -452,7 +455,10 @@ class AsyncClient:
     ) -> InstanceInfo:
         """Complete the user task ``name``; ``data`` (a dict) merges into the context."""
         request = messages.complete_user_task_request(instance_id, name, data)
-        return instance_from_pb(await self._call_once(self.stub.CompleteUserTask, request))
+        try:
+            return instance_from_pb(await self._call_once(self.stub.CompleteUserTask, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "payload_json", "data") from None
 
     async def signal(
         self,
@@ -472,9 +478,12 @@ class AsyncClient:
         instance's version listens for is NotFound.
         """
         request = messages.signal_request(instance_id, name, data, signal_id, sender)
-        if signal_id:  # a second send of the id changes nothing: asked again while the server is away
-            return signal_result_from_pb(await self._call_again(self.stub.SignalInstance, request))
-        return signal_result_from_pb(await self._call_once(self.stub.SignalInstance, request))
+        try:
+            if signal_id:  # a second send of the id changes nothing: asked again while the server is away
+                return signal_result_from_pb(await self._call_again(self.stub.SignalInstance, request))
+            return signal_result_from_pb(await self._call_once(self.stub.SignalInstance, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "data_json", "data") from None
 
     async def retry(
         self,
@@ -492,7 +501,10 @@ class AsyncClient:
         Any other status is FailedPrecondition, and nothing changes.
         """
         request = messages.retry_request(instance_id, from_node, context, requested_by)
-        return instance_from_pb(await self._call_once(self.stub.RetryInstance, request))
+        try:
+            return instance_from_pb(await self._call_once(self.stub.RetryInstance, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "context_json", "context") from None
 
     async def history(self, instance_id: str | InstanceInfo) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""
@@ -539,7 +551,10 @@ class AsyncClient:
             paused,
             priority,
         )
-        return schedule_from_pb(await self._call_once(self.stub.CreateSchedule, request))
+        try:
+            return schedule_from_pb(await self._call_once(self.stub.CreateSchedule, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "context_json", "context") from None
 
     async def update_schedule(
         self,
@@ -571,7 +586,10 @@ class AsyncClient:
             False,
             priority,
         )
-        return schedule_from_pb(await self._call_again(self.stub.UpdateSchedule, request))
+        try:
+            return schedule_from_pb(await self._call_again(self.stub.UpdateSchedule, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "context_json", "context") from None
 
     async def get_schedule(self, schedule_id: str) -> ScheduleInfo:
         """A schedule with its next fire times."""

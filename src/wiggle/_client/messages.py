@@ -28,6 +28,7 @@ __all__ = [
     "instance_id_of",
     "workflow_name",
     "text_of",
+    "renamed",
     "epoch_millis",
     "register_request",
     "start_options",
@@ -66,14 +67,26 @@ def _as_object(value: Any, argument: str) -> Any:
     """``value`` (a dict, a msgspec.Struct, a dataclass...) as builtins; InvalidArgument naming
     ``argument`` unless it is a JSON object. The server refuses anything else too, but by its wire
     field (``context_json must be a JSON object, got list``: wiggle/_wire/payload.py), which names
-    nothing the caller wrote. (A signal's or a user task's data and a resume's context are left
-    to the server: tests/conformance/test_signals.py and test_resume.py hold its refusal.)"""
+    nothing the caller wrote: a start's context, a signal's or a user task's ``data`` and a
+    resume's ``context`` are checked here (tests/conformance/test_signals.py and test_resume.py
+    hold the server's own refusal, sent past the client). A payload over the server's limit, which
+    only the server knows, is its refusal renamed (``renamed``)."""
     builtins = msgspec.to_builtins(value)
     if not isinstance(builtins, dict):
         raise InvalidArgument(
             f"{argument} must be a dict (a JSON object) or a msgspec.Struct, got {type(value).__name__}"
         )
     return builtins
+
+
+def renamed(exc: InvalidArgument, wire: str, argument: str) -> InvalidArgument:
+    """The server's refusal ``exc`` of the wire field ``wire`` (``context_json is 2000008 bytes;
+    the limit is 1048576 bytes ...``: the payload limit is the server's setting) as naming the
+    caller's ``argument`` instead; any other refusal as it is."""
+    text = str(exc)
+    if text.startswith(wire + " "):
+        return InvalidArgument(argument + text[len(wire) :])
+    return exc
 
 
 def _checked_json(builtins: Any, what: str) -> bytes:
@@ -467,7 +480,7 @@ def complete_user_task_request(
     return pb.CompleteUserTaskRequest(
         instance_id=instance_id_of(instance_id),
         task_name=text_of(name, "name"),
-        payload_json=_context_json(data, "the user task's data"),
+        payload_json=_context_json(data, "the user task's data", "data"),
     )
 
 
@@ -478,7 +491,7 @@ def signal_request(
     return pb.SignalInstanceRequest(
         instance_id=instance_id_of(instance_id),
         name=text_of(name, "name"),
-        data_json=_context_json(data, "the signal's data"),
+        data_json=_context_json(data, "the signal's data", "data"),
         signal_id=text_of(signal_id, "signal_id", none=True),
         sender=text_of(sender, "sender"),
     )
@@ -500,7 +513,7 @@ def retry_request(
     return pb.RetryInstanceRequest(
         instance_id=instance_id_of(instance_id),
         from_node=text_of(from_node, "from_node"),
-        context_json=_context_json(context) if context is not None else b"",
+        context_json=_context_json(context, "the context", "context") if context is not None else b"",
         replace_context=context is not None,
         requested_by=text_of(requested_by, "requested_by") if requested_by is not None else who_asks(),
     )

@@ -27,7 +27,7 @@ from .._wire.replies import (
     workflow_from_pb,
 )
 from .._wire.status import STOPPING
-from ..errors import Unavailable
+from ..errors import InvalidArgument, Unavailable
 from ..workflow import Blueprint
 from . import core, messages
 from .batching import StartBatcher, only_start
@@ -234,7 +234,10 @@ class Client:
             else:
                 send = self._starts.start
             clock = core.WaitClock(self.patience, from_first_failure=True) if request_id else None
-            reply = self._again_while_away(lambda: send(request), clock)
+            try:
+                reply = self._again_while_away(lambda: send(request), clock)
+            except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+                raise messages.renamed(exc, "context_json", "context") from None
             self._reached = True  # the unary calls mark it in _call; a streamed start here
             return instance_from_pb(reply)
 
@@ -451,7 +454,10 @@ class Client:
     ) -> InstanceInfo:
         """Complete the user task ``name``; ``data`` (a dict) merges into the context."""
         request = messages.complete_user_task_request(instance_id, name, data)
-        return instance_from_pb(self._call_once(self.stub.CompleteUserTask, request))
+        try:
+            return instance_from_pb(self._call_once(self.stub.CompleteUserTask, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "payload_json", "data") from None
 
     def signal(
         self,
@@ -471,9 +477,12 @@ class Client:
         instance's version listens for is NotFound.
         """
         request = messages.signal_request(instance_id, name, data, signal_id, sender)
-        if signal_id:  # a second send of the id changes nothing: asked again while the server is away
-            return signal_result_from_pb(self._call_again(self.stub.SignalInstance, request))
-        return signal_result_from_pb(self._call_once(self.stub.SignalInstance, request))
+        try:
+            if signal_id:  # a second send of the id changes nothing: asked again while the server is away
+                return signal_result_from_pb(self._call_again(self.stub.SignalInstance, request))
+            return signal_result_from_pb(self._call_once(self.stub.SignalInstance, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "data_json", "data") from None
 
     def retry(
         self,
@@ -491,7 +500,10 @@ class Client:
         Any other status is FailedPrecondition, and nothing changes.
         """
         request = messages.retry_request(instance_id, from_node, context, requested_by)
-        return instance_from_pb(self._call_once(self.stub.RetryInstance, request))
+        try:
+            return instance_from_pb(self._call_once(self.stub.RetryInstance, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "context_json", "context") from None
 
     def history(self, instance_id: str | InstanceInfo) -> builtins.list[HistoryEntry]:
         """Every step attempt and event of the instance, in order."""
@@ -538,7 +550,10 @@ class Client:
             paused,
             priority,
         )
-        return schedule_from_pb(self._call_once(self.stub.CreateSchedule, request))
+        try:
+            return schedule_from_pb(self._call_once(self.stub.CreateSchedule, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "context_json", "context") from None
 
     def update_schedule(
         self,
@@ -570,7 +585,10 @@ class Client:
             False,
             priority,
         )
-        return schedule_from_pb(self._call_again(self.stub.UpdateSchedule, request))
+        try:
+            return schedule_from_pb(self._call_again(self.stub.UpdateSchedule, request))
+        except InvalidArgument as exc:  # over the server's payload limit: named as the caller did
+            raise messages.renamed(exc, "context_json", "context") from None
 
     def get_schedule(self, schedule_id: str) -> ScheduleInfo:
         """A schedule with its next fire times."""
