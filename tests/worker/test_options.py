@@ -104,6 +104,23 @@ def test_a_workflow_not_built_is_refused_naming_build() -> None:
         Worker("127.0.0.1:1", ["orders"])  # type: ignore[list-item]
 
 
+def test_a_lone_blueprint_is_refused_saying_to_pass_a_list() -> None:
+    """``Worker(target, flow)`` met "'Blueprint' object is not iterable" (``wiggle worker`` takes
+    a lone Blueprint: its module attribute, not this argument); as the test kit's ``workflows``."""
+    with pytest.raises(
+        TypeError,
+        match=r"^blueprints is a list of Blueprints, got the Blueprint 'opts' itself: pass blueprints=\[\.\.\.\]",
+    ):
+        Worker("127.0.0.1:1", BP)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"^blueprints is a list of Blueprints, got the Workflow 'opts' itself"
+    ):
+        Worker("127.0.0.1:1", Workflow.define("opts").step(step))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^blueprints is a list of Blueprints, got int$"):
+        Worker("127.0.0.1:1", 5)  # type: ignore[arg-type]
+    assert [bp.name for bp in Worker("127.0.0.1:1", (BP,)).blueprints] == ["opts"]  # any iterable
+
+
 def test_a_queue_no_blueprint_uses_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:
     """``--queues paymnets`` served nothing and said nothing (a docs trial)."""
     with caplog.at_level(logging.WARNING, logger="wiggle.worker"):

@@ -74,7 +74,7 @@ class Worker:
         self._credentials = credentials  # None: WIGGLE_TLS_CA, WIGGLE_TOKEN, ... (credentials.py)
         self._client = _shared_client(client_or_target)
         self._own_client = self._client is None
-        self.blueprints = list(blueprints)
+        self.blueprints = _blueprint_list(blueprints)
         if not self.blueprints:
             raise ValueError("a worker needs at least one blueprint")
         for index, bp in enumerate(self.blueprints):
@@ -474,6 +474,21 @@ class Worker:
         return run_server_step(
             self._caller, self._reporter, self._heartbeats, loaded, act, next_queues, self._hands_back_cuts
         )
+
+
+def _blueprint_list(blueprints: Iterable[Blueprint[Any]]) -> list[Blueprint[Any]]:
+    """``blueprints`` as a list; TypeError saying what to pass for a lone Blueprint (or Workflow
+    builder), which met "'Blueprint' object is not iterable", or anything else not iterable (as
+    the test kit's ``workflows``: wiggle/_testing/arguments.py). The items are checked after."""
+    if isinstance(blueprints, (Blueprint, Workflow)):
+        raise TypeError(
+            f"blueprints is a list of Blueprints, got the {type(blueprints).__name__} {blueprints.name!r} "
+            "itself: pass blueprints=[...] (Worker(target, [flow]))"
+        )
+    try:
+        return list(blueprints)
+    except TypeError:
+        raise TypeError(f"blueprints is a list of Blueprints, got {type(blueprints).__name__}") from None
 
 
 def _shared_client(client_or_target: AsyncClient | str | Sequence[str]) -> AsyncClient | None:
