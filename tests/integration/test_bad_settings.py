@@ -299,7 +299,16 @@ def test_wiggle_worker_names_the_option_its_variable_and_what_it_allows(
     [
         ("", "no server address given"),
         (" , ", "no server address given"),
-        ("127.0.0.1:{port},not-an-address", "server address 'not-an-address' is not host:port"),
+        (
+            "127.0.0.1:{port},not-an-address",
+            "server address 'not-an-address' has no port: add it, e.g. 'not-an-address:7233'",
+        ),
+        ("127.0.0.1:{port},host:port", "server address 'host:port' is not host:port"),
+        (
+            "http://127.0.0.1:{port}",
+            "server address 'http://127.0.0.1:{port}' is a URL (http://): a target is host:port, "
+            "e.g. '127.0.0.1:{port}'",
+        ),
     ],
 )
 def test_a_target_that_names_no_server_is_one_line_naming_the_option(
@@ -310,7 +319,9 @@ def test_a_target_that_names_no_server_is_one_line_naming_the_option(
     where."""
     done = wiggle("--target", target.format(port=closed_port), *verb, cwd=flows)
     assert done.returncode == 2, done.stderr
-    assert one_line(done) == f"wiggle: INVALID_ARGUMENT: --target (WIGGLE_TARGET): {message}"
+    assert one_line(done).startswith(
+        f"wiggle: INVALID_ARGUMENT: --target (WIGGLE_TARGET): {message.format(port=closed_port)}"
+    ), one_line(done)
 
 
 # --------------------------------------------------------------------------- ports in use

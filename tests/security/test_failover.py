@@ -32,7 +32,7 @@ def test_join_targets() -> None:
     assert join_targets(["127.0.0.1:1", "127.0.0.2:2"]) == "ipv4:127.0.0.1:1,127.0.0.2:2"
     assert join_targets("127.0.0.1:1, localhost:2").startswith("ipv")
     assert join_targets(["[::1]:5", "::1:6"]) == "ipv6:[::1]:5,[::1]:6"
-    with pytest.raises(ValueError, match="not host:port"):
+    with pytest.raises(ValueError, match="'127.0.0.1' has no port: add it, e.g. '127.0.0.1:7233'"):
         join_targets(["127.0.0.1", "127.0.0.1:2"])
     with pytest.raises(ValueError, match="mix IPv4 and IPv6"):
         join_targets(["127.0.0.1:1", "[::1]:2"])

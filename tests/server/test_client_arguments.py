@@ -27,7 +27,7 @@ import pytest
 from both_clients import EitherClient
 from pg import STORES, TEST_DATABASE_URL, temp_schema
 
-from wiggle import AsyncClient, Client, FailedPrecondition, InvalidArgument, Workflow
+from wiggle import AsyncClient, Client, FailedPrecondition, InvalidArgument, Worker, Workflow
 from wiggle.testing import EmbeddedServer
 
 
@@ -360,3 +360,50 @@ async def test_data_and_contexts_are_refused_naming_the_argument_not_the_wire_fi
         await client.call("signal", info, "go", big)
     now = await client.call("get", info)
     assert now.context == {"n": 1, "ok": True}, now
+
+
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        (
+            "http://127.0.0.1:47105",
+            "server address 'http://127.0.0.1:47105' is a URL (http://): a target is host:port, "
+            "e.g. '127.0.0.1:47105'",
+        ),
+        (
+            "https://wiggle.example",
+            "server address 'https://wiggle.example' is a URL (https://): a target is host:port, "
+            "e.g. 'wiggle.example:7233' (a wiggle server listens on 7233 unless told otherwise)",
+        ),
+        ("grpc://[::1]:5", "is a URL (grpc://): a target is host:port, e.g. '[::1]:5'"),
+        (
+            "127.0.0.1",
+            "server address '127.0.0.1' has no port: add it, e.g. '127.0.0.1:7233' (a wiggle server "
+            "listens on 7233 unless told otherwise); without one gRPC dials port 443",
+        ),
+        ("[::1]", "server address '[::1]' has no port: add it, e.g. '[::1]:7233'"),
+        ("localhost:http", "server address 'localhost:http' is not host:port"),
+        (["127.0.0.1:1", "http://127.0.0.2:2"], "server address 'http://127.0.0.2:2' is a URL"),
+        ("127.0.0.1:1,localhost", "server address 'localhost' has no port"),
+    ],
+)
+def test_a_target_that_is_a_url_or_has_no_port_is_refused_at_once(target: Any, message: str) -> None:
+    """``Client("http://127.0.0.1:47105")`` waited 3 s and said "Unavailable errors resolving
+    http://..."; ``Client("127.0.0.1")`` dialled port 443. A worker's target is checked when it is
+    made (its names are resolved at its start), and ``--target`` alike (tests/integration/test_bad_settings.py)."""
+    for make in (Client, AsyncClient):
+        with pytest.raises(ValueError) as err:
+            make(target)
+        assert message in str(err.value), err.value
+    with pytest.raises(ValueError) as err:
+        Worker(target, [QUICK])
+    assert message in str(err.value), err.value
+
+
+@pytest.mark.parametrize(
+    "target", ["127.0.0.1:7233", "[::1]:7233", "dns:///wiggle.internal:7233", "unix:/tmp/w.sock"]
+)
+def test_host_port_and_grpc_s_own_target_forms_are_taken(target: str) -> None:
+    with Client(target) as made:
+        assert made.target == target
+    Worker(target, [QUICK])

@@ -19,10 +19,22 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import socket
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
-__all__ = ["join_targets", "check_target_type", "balancing", "check_balance", "BALANCES"]
+__all__ = ["join_targets", "check_target_type", "check_targets", "balancing", "check_balance", "BALANCES"]
+
+#: The port a wiggle server listens on unless told otherwise (``wiggle server --port``).
+DEFAULT_PORT = 7233
+
+#: gRPC's own target forms (its name resolvers), taken as they are: ``dns:///name:port`` (a DNS
+#: name resolving to several servers), ``unix:/path``, the ``ipv4:`` / ``ipv6:`` lists
+#: ``join_targets`` makes.
+_GRPC_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def _split(target: str) -> tuple[str, str]:
@@ -59,11 +71,52 @@ def check_target_type(targets: object) -> None:
         raise TypeError(f"the server address must be 'host:port' (a str), or a list of them, got {targets!r}")
 
 
+def check_target(target: str) -> None:
+    """ValueError saying what to write unless ``target`` (one server) is ``host:port`` or one of
+    gRPC's own forms (``_GRPC_SCHEMES``). A URL (``http://127.0.0.1:7233``) waited 3 s and said
+    "Unavailable errors resolving http://..."; a host without a port silently dialled port 443."""
+    if target.startswith(_GRPC_SCHEMES):
+        return
+    url = _URL.match(target)
+    if url:
+        try:
+            parts = urlsplit(target)
+            named, given = parts.hostname or "host", parts.port
+        except ValueError:
+            named, given = "host", None
+        shown = f"[{named}]" if ":" in named else named
+        raise ValueError(
+            f"server address {target!r} is a URL ({url.group(1)}://): a target is host:port, "
+            f"e.g. '{shown}:{given or DEFAULT_PORT}'"
+            + ("" if given else f" (a wiggle server listens on {DEFAULT_PORT} unless told otherwise)")
+        )
+    host, sep, port = target.rpartition(":")
+    if target.startswith("[") and target.endswith("]") or not sep:  # "[::1]", "localhost"
+        raise ValueError(
+            f"server address {target!r} has no port: add it, e.g. '{target}:{DEFAULT_PORT}' (a wiggle "
+            f"server listens on {DEFAULT_PORT} unless told otherwise); without one gRPC dials port 443"
+        )
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"server address {target!r} is not host:port (e.g. 'localhost:{DEFAULT_PORT}')")
+
+
+def check_targets(targets: object) -> None:
+    """``check_target_type``, then ``check_target`` for each server named: what a client, a
+    worker (at once, though its names are resolved at its start) and ``--target`` share."""
+    check_target_type(targets)
+    assert isinstance(targets, (str, Sequence))
+    items = targets.split(",") if isinstance(targets, str) else list(targets)
+    for item in items:
+        if item.strip():
+            check_target(item.strip())
+
+
 def join_targets(targets: str | Sequence[str]) -> str:
     """A gRPC target for ``targets``: one host:port as it is, several (a list or a comma-separated
     string) as one ``ipv4:`` / ``ipv6:`` address list, names resolved now, in the order given.
-    TypeError for anything else (``check_target_type``)."""
-    check_target_type(targets)
+    TypeError for anything else (``check_target_type``), ValueError for a URL, a server without a
+    port (``check_target``)."""
+    check_targets(targets)
     items = (
         [t.strip() for t in targets.split(",")] if isinstance(targets, str) else [t.strip() for t in targets]
     )

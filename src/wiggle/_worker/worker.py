@@ -17,7 +17,7 @@ from collections.abc import Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .._client.targets import check_target_type
+from .._client.targets import check_targets
 from .._logging import configure_logging
 from .._loop import run
 from .._model import ExecutionMode, NodeKind
@@ -498,7 +498,7 @@ def _shared_client(client_or_target: AsyncClient | str | Sequence[str]) -> Async
     channel itself is not read here: an AsyncClient makes it on its first call, in that call's
     loop, and a worker is often made before its loop runs."""
     if not isinstance(client_or_target, AsyncClient):
-        check_target_type(client_or_target)  # its names are resolved by its client, at the start
+        check_targets(client_or_target)  # its names are resolved by its client, at the start
         return None
     if getattr(client_or_target, "lends_no_channel", False):
         raise TypeError(
