@@ -68,7 +68,8 @@ VARIABLES: dict[str, Variable] = {
             "WIGGLE_TARGET",
             "127.0.0.1:7233",
             "the `wiggle` command",
-            "the server's `host:port` (or several, comma-separated, for fail-over); `--target` wins",
+            "the server's `host:port` (or several, comma-separated, for fail-over; a URL or a host without "
+            "its port is refused); `--target` wins",
         ),
         Variable(
             "WIGGLE_IMPL",
