@@ -389,13 +389,15 @@ def test_the_servers_processes_are_told_not_to_warn_again(monkeypatch: pytest.Mo
     started: list[list[str]] = []
 
     class Child:
+        returncode = 0
+
         def __init__(self, argv: list[str], env: dict[str, str]) -> None:
             started.append(argv)
 
         def poll(self) -> int:
             return 0
 
-        def wait(self) -> int:
+        def wait(self, timeout: float | None = None) -> int:
             return 0
 
     monkeypatch.setattr(server_cli.subprocess, "Popen", Child)

@@ -383,6 +383,9 @@ async def test_data_and_contexts_are_refused_naming_the_argument_not_the_wire_fi
         ),
         ("[::1]", "server address '[::1]' has no port: add it, e.g. '[::1]:7233'"),
         ("localhost:http", "server address 'localhost:http' is not host:port"),
+        # a mistyped port reached another server: gRPC took 112746 as 112746 - 65536
+        ("127.0.0.1:112746", "server address '127.0.0.1:112746': port 112746 is not between 1 and 65535"),
+        ("127.0.0.1:0", "port 0 is not between 1 and 65535"),
         (["127.0.0.1:1", "http://127.0.0.2:2"], "server address 'http://127.0.0.2:2' is a URL"),
         ("127.0.0.1:1,localhost", "server address 'localhost' has no port"),
     ],

@@ -96,7 +96,9 @@ def check_target(target: str) -> None:
             f"server address {target!r} has no port: add it, e.g. '{target}:{DEFAULT_PORT}' (a wiggle "
             f"server listens on {DEFAULT_PORT} unless told otherwise); without one gRPC dials port 443"
         )
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if host and port.isdigit() and not 0 < int(port) < 65536:  # gRPC would wrap 112746 to 47210
+        raise ValueError(f"server address {target!r}: port {int(port)} is not between 1 and 65535")
+    if not host or not port.isdigit():
         raise ValueError(f"server address {target!r} is not host:port (e.g. 'localhost:{DEFAULT_PORT}')")
 
 
