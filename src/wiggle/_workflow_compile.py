@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from ._model import Node, NodeKind, WorkflowDefinition
@@ -27,7 +27,7 @@ from .errors import InvalidArgument
 if TYPE_CHECKING:
     from ._workflow_branch import Branch
 
-__all__ = ["Blueprint", "Compiler", "HandlerKind", "ItemRule", "ITEM_RULES"]
+__all__ = ["Blueprint", "Compiler", "HandlerKind", "ItemRule", "ITEM_RULES", "registration_order"]
 
 C = TypeVar("C")
 
@@ -259,3 +259,31 @@ class Blueprint(Generic[C]):
 
     def __repr__(self) -> str:
         return f"<Blueprint {self.name} version {self.version} ({len(self.definition.nodes)} nodes)>"
+
+
+def registration_order(blueprints: Iterable[Blueprint[Any]]) -> list[Blueprint[Any]]:
+    """``blueprints`` with each after the ones its sub-workflow nodes start, otherwise in the order
+    given. The server refuses a parent whose child is not registered yet ("register it first"),
+    so a worker given ``[parent, child]`` (or a set, in whatever order it iterates) failed to
+    start; the worker and the test environment register in this order. Members of a cycle (two
+    workflows starting each other) keep the order given among themselves."""
+    given = list(blueprints)
+    by_name: dict[str, list[int]] = {}
+    for i, bp in enumerate(given):
+        by_name.setdefault(bp.name, []).append(i)
+    seen: set[int] = set()
+    ordered: list[Blueprint[Any]] = []
+
+    def place(i: int) -> None:
+        seen.add(i)
+        for node in given[i].definition.nodes:
+            if node.kind is NodeKind.SUB_WORKFLOW and node.workflow:
+                for j in by_name.get(node.workflow, ()):
+                    if j not in seen:
+                        place(j)
+        ordered.append(given[i])
+
+    for i in range(len(given)):
+        if i not in seen:
+            place(i)
+    return ordered

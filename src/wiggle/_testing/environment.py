@@ -32,6 +32,7 @@ from .._model import ExecutionMode, NodeKind
 from .._server.app import WiggleServer
 from .._server.config import ServerConfig
 from .._storage.base import InstanceView
+from .._workflow_compile import registration_order
 from ..client import AsyncClient, HistoryEntry, InstanceInfo, ScheduleInfo, SignalResult
 from ..errors import FailedPrecondition, NotFound
 from ..worker import Worker, WorkerOptions
@@ -173,7 +174,7 @@ class WorkflowEnvironment:
             # (wiggle/_client/link.py), and AsyncView.client (sync.py) reaches this client from
             # other threads, whose first touch would bind it to their loop.
             self.client.channel  # noqa: B018
-            for bp in self.workflows:
+            for bp in registration_order(self.workflows):  # a sub-workflow's child first
                 await self.client.register(bp)
             if self._needs_workers():
                 for _ in range(self.worker_count):

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._client import messages
+from .._workflow_compile import registration_order
 from ..client import AsyncClient
 from ..errors import PermissionDenied, Unavailable
 from ..workflow import Blueprint
@@ -31,12 +32,12 @@ AGAIN_EVERY = 1.0  # seconds between tries while no server answers
 async def register_when_reachable(
     client: AsyncClient, blueprints: Iterable[Blueprint[Any]], connect_seconds: float
 ) -> None:
-    """Register each blueprint (a no-op for one registered already). While the server answers
+    """Register each blueprint (a no-op for one registered already), children before parents. While the server answers
     UNAVAILABLE, ask again every second; after ``connect_seconds`` of that (0: ask once), raise
     Unavailable naming the target. A worker identity without the admin role skips registering
     (PermissionDenied: an admin registers the workflows), with a warning."""
     since: float | None = None  # when the server was first found away
-    for bp in blueprints:
+    for bp in registration_order(blueprints):  # a sub-workflow's child before its parent
         while True:
             try:
                 await _register_once(client, bp)
