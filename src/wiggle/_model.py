@@ -183,6 +183,20 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         )
 
     @staticmethod
+    def _backoffs(helper: str, initial_seconds: float, max_seconds: float) -> tuple[int, int]:
+        """The two delays in ms; InvalidArgument if the first is over the cap, which would make
+        every delay the cap (``exponential(3, 10, max_seconds=1)``: arguments swapped, likely)."""
+        initial = seconds_to_millis(initial_seconds, "retry initial delay")
+        cap = seconds_to_millis(max_seconds, "retry maximum delay")
+        if initial > cap:
+            raise InvalidArgument(
+                f"RetryPolicy.{helper}: the first delay ({initial_seconds:g} s) is longer than "
+                f"max_seconds ({max_seconds:g} s), so every delay would be {max_seconds:g} s; give "
+                "max_seconds at least the first delay (were the two swapped?)"
+            )
+        return initial, cap
+
+    @staticmethod
     def exponential(
         attempts: int,
         initial_seconds: float,
@@ -192,22 +206,21 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ) -> RetryPolicy:
         """Up to ``attempts`` attempts (1 or more); the delay starts at ``initial_seconds`` and grows."""
         _check_attempts(attempts, "exponential")
+        initial, cap = RetryPolicy._backoffs("exponential", initial_seconds, max_seconds)
         return RetryPolicy(
             max_attempts=attempts,
-            initial_backoff_millis=seconds_to_millis(initial_seconds, "retry initial delay"),
+            initial_backoff_millis=initial,
             multiplier=multiplier,
-            max_backoff_millis=seconds_to_millis(max_seconds, "retry maximum delay"),
+            max_backoff_millis=cap,
             jitter=jitter,
         )
 
     @staticmethod
     def forever(initial_seconds: float = 1.0, max_seconds: float = 300.0) -> RetryPolicy:
         """Retry without limit (exponential backoff): only for steps that must eventually pass."""
+        initial, cap = RetryPolicy._backoffs("forever", initial_seconds, max_seconds)
         return RetryPolicy(
-            max_attempts=0,
-            initial_backoff_millis=seconds_to_millis(initial_seconds, "retry initial delay"),
-            multiplier=2.0,
-            max_backoff_millis=seconds_to_millis(max_seconds, "retry maximum delay"),
+            max_attempts=0, initial_backoff_millis=initial, multiplier=2.0, max_backoff_millis=cap
         )
 
     def allows_another(self, failures: int) -> bool:

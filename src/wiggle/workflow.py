@@ -178,7 +178,14 @@ class Workflow(Branch[C]):
         re-runs the unflushed local run, so its steps must be idempotent (see the module docs).
         """
         try:
-            self._mode = ExecutionMode(mode.value if isinstance(mode, ExecutionMode) else mode)
+            # any case, as `wiggle demo --mode` takes it: "local_sync" is LOCAL_SYNC
+            self._mode = ExecutionMode(
+                mode.value
+                if isinstance(mode, ExecutionMode)
+                else mode.upper()
+                if isinstance(mode, str)
+                else mode
+            )
         except ValueError:
             raise InvalidArgument(
                 f"execution mode {mode!r} is not SERVER, LOCAL_SYNC, LOCAL_ASYNC or DEFAULT"

@@ -470,8 +470,17 @@ async def test_user_task_complete_and_deadline() -> None:
     _, iid = await started(s, wf, {"a": 1})
     [tok] = await tokens(s, iid)
     assert tok.status == "AWAITING"
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound) as unknown:
         await s.complete_user_task(iid, "other", {})
+    assert str(unknown.value) == "workflow 'ut' has no user task 'other'; its user tasks: 'approval'"
+    with pytest.raises(NotFound) as misspelt:  # a typo is named with the task it likely meant
+        await s.complete_user_task(iid, "aproval", {})
+    assert "has no user task 'aproval' (did you mean 'approval'?); its user tasks: 'approval'" in str(
+        misspelt.value
+    )
+    with pytest.raises(NotFound) as not_a_task:
+        await s.complete_user_task(iid, "after", {})
+    assert "has no user task 'after'" in str(not_a_task.value)
     view = await s.complete_user_task(iid, "approval", {"ok": True})
     assert view.instance.context == {"a": 1, "ok": True}
     assert [(t.node_id, t.status) for t in view.tokens] == [("after", "READY")]

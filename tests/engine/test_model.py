@@ -638,6 +638,7 @@ def test_dsl_durations_are_bounded_and_raise_invalid_argument(duration: object, 
     ],
 )
 def test_dsl_misuse_is_always_invalid_argument(make) -> None:
+    # (RetryPolicy's swapped delays: test_a_first_delay_over_the_cap_is_refused below)
     # one family: never a bare TypeError, ValueError or OverflowError from the model or the DSL
     with pytest.raises(InvalidArgument):
         make()
@@ -681,3 +682,29 @@ def test_retry_helpers_refuse_attempts_below_one_naming_none_and_forever(attempt
         with pytest.raises(InvalidArgument, match=r"must be 1 or more .*none\(\).*forever\(\)"):
             make()
     assert RetryPolicy.fixed(1, 0).max_attempts == 1
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: RetryPolicy.exponential(3, 10, max_seconds=1),
+            "RetryPolicy.exponential: the first delay (10 s) is longer than max_seconds (1 s), so every "
+            "delay would be 1 s",
+        ),
+        (lambda: RetryPolicy.forever(10, 1), "RetryPolicy.forever: the first delay (10 s) is longer"),
+    ],
+)
+def test_a_first_delay_over_the_cap_is_refused(make: object, message: str) -> None:
+    """``exponential(3, 10, max_seconds=1)`` (the two swapped) was taken, every delay 1 s."""
+    with pytest.raises(InvalidArgument) as refused:
+        make()
+    assert message in str(refused.value)
+    assert RetryPolicy.exponential(3, 1, max_seconds=1).max_backoff_millis == 1000  # equal: fine
+
+
+def test_an_execution_mode_is_taken_in_any_case() -> None:
+    """``.execution("local_sync")`` was refused, though ``wiggle demo --mode`` takes any case."""
+    assert (
+        Workflow.define("w").execution("local_sync").step(a).build().definition.execution_mode == "LOCAL_SYNC"
+    )

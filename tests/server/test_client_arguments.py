@@ -119,6 +119,13 @@ async def test_a_wait_timeout_takes_a_timedelta_and_refuses_other_things(client:
     assert (await client.call("wait", waiting, timeout=0)).status == "RUNNING"  # 0: as it is now
 
 
+async def test_a_negative_duration_is_named_in_seconds(client: EitherClient) -> None:
+    """It was shown as Python's repr of the timedelta: "got datetime.timedelta(days=-1, seconds=86399)"."""
+    with pytest.raises(InvalidArgument) as refused:
+        await client.call("start", QUICK, {"n": 1}, start_delay=timedelta(seconds=-1))
+    assert str(refused.value) == "start_delay must not be negative, got -1 s"
+
+
 @pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
 async def test_patience_takes_a_timedelta(blocking: bool) -> None:
     kind = Client if blocking else AsyncClient

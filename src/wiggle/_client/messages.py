@@ -179,8 +179,8 @@ def _duration_millis(value: object, what: str) -> int:
         negative = value < 0
     else:
         raise InvalidArgument(f"{what} must be a timedelta (or seconds), got {value!r}")
-    if negative:
-        raise InvalidArgument(f"{what} must not be negative, got {value!r}")
+    if negative:  # in seconds: a timedelta's repr of -1 s is "timedelta(days=-1, seconds=86399)"
+        raise InvalidArgument(f"{what} must not be negative, got {seconds:g} s")
     if seconds * 1000 > MAX_DURATION_MILLIS:  # the server's limit; far beyond it cannot even be sent
         raise InvalidArgument(
             f"{what} is {seconds:g} seconds; the limit is {MAX_DURATION_MILLIS // 1000} seconds (10 years)"

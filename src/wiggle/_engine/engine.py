@@ -24,6 +24,7 @@ import msgspec
 from .. import _fast
 from .._limits import over_payload
 from .._model import ExecutionMode, NodeKind
+from .._spelling import with_closest
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from . import clock, local_runs, resume, signals, workflow_limits
 from . import drive as driving
@@ -515,7 +516,11 @@ class Engine:
         if inst.status in FINISHED_INSTANCE_STATUSES:
             raise FailedPrecondition(f"instance {inst.id} is {inst.status}; it awaits no user task")
         if name not in loaded.nodes or loaded.nodes[name].kind is not NodeKind.USER_TASK:
-            raise NotFound(f"workflow {inst.workflow!r} has no user task {name!r}")
+            tasks = sorted(n.id for n in loaded.nodes.values() if n.kind is NodeKind.USER_TASK)
+            listed = f"its user tasks: {', '.join(map(repr, tasks))}" if tasks else "it has no user task"
+            raise NotFound(
+                f"workflow {inst.workflow!r} has no user task {with_closest([name], tasks)}; {listed}"
+            )
         self.check_context(payload, "payload")
         waiting = [t for t in state.tokens.values() if t.status == TokenStatus.AWAITING and t.node_id == name]
         if not waiting:
