@@ -147,6 +147,19 @@ def test_a_poll_with_another_session_ends_the_holds_of_its_worker_id() -> None:
     assert list(unrunnable._sessions) == ["worker-1", "worker-2"]
 
 
+def test_a_hold_is_shown_under_its_node_s_queue_only() -> None:
+    """A worker polling jobs, slow and waits was shown its hold of a jobs node under all three
+    (``wiggle queues``, the Queues page)."""
+    unrunnable = Unrunnable(clock=lambda: 100.0)
+    unrunnable.note("w", "wf", "v2", "audit", "jobs")
+    unrunnable.note("w", "wf", "v2", "old", "")  # given back before queues were noted: shown on each
+    left = Unrunnable.HOLD_SECONDS
+    assert unrunnable.holds("w", "jobs") == [("wf", "v2", "audit", left), ("wf", "v2", "old", left)]
+    assert unrunnable.holds("w", "slow") == [("wf", "v2", "old", left)]
+    assert unrunnable.holds("w") == [("wf", "v2", "audit", left), ("wf", "v2", "old", left)]
+    assert unrunnable.skip_for("w") == {("wf", "v2", "audit"), ("wf", "v2", "old")}  # claims: all
+
+
 def test_holds_are_bounded() -> None:
     unrunnable = Unrunnable()
     for n in range(Unrunnable.MAX_NODES + 10):

@@ -328,7 +328,10 @@ class InstanceHandlers:
         now = self.instances.clock.now()
         stats = await self.instances.store.queue_stats(now)
         held = self.instances.delivery.unrunnable.holds
-        pollers = [(p.worker_id, p.last_seen, p.queues, held(p.worker_id)) for p in self.pollers.snapshot()]
+        pollers = [
+            (p.worker_id, p.last_seen, p.queues, {q: held(p.worker_id, q) for q in p.queues})
+            for p in self.pollers.snapshot()
+        ]
         return convert.queues_to_pb(stats, pollers, now)
 
     async def set_queue_limit(self, request: pb.QueueLimit) -> pb.QueueLimit:

@@ -157,8 +157,10 @@ class StepReports:
                 changes = self.engine.release(loaded, state, token_id, owner, message, now)
                 if no_handler:
                     instance = state.instance
-                    node = state.tokens[split_task_id(token_id)[0]].node_id
-                    self.delivery.unrunnable.note(owner, instance.workflow, instance.version, node)
+                    token = state.tokens[split_task_id(token_id)[0]]
+                    self.delivery.unrunnable.note(
+                        owner, instance.workflow, instance.version, token.node_id, token.queue
+                    )
                 return None, changes
             changes = self.engine.fail(loaded, state, token_id, owner, message, retryable, now)
             attach_traceback(changes, None, message, traceback)

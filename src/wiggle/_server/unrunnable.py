@@ -45,10 +45,12 @@ class Unrunnable:
         self.clock = clock
         self._by_worker: OrderedDict[str, dict[tuple[str, str, str], float]] = OrderedDict()
         self._sessions: OrderedDict[str, str] = OrderedDict()  # worker id -> its last poll's stamp
+        self._queues: dict[tuple[str, str, str], str] = {}  # (workflow, version, node) -> its queue
         self.noted = 0  # give-backs noted (wiggle_steps_given_back_no_handler, metrics_http.py)
 
-    def note(self, worker_id: str, workflow: str, version: str, node: str) -> None:
-        """``worker_id`` gave back a step of ``node`` of (``workflow``, ``version``): it has no handler."""
+    def note(self, worker_id: str, workflow: str, version: str, node: str, queue: str = "") -> None:
+        """``worker_id`` gave back a step of ``node`` of (``workflow``, ``version``): it has no
+        handler. ``queue``: the step's queue, where the hold is shown (``holds``)."""
         if not worker_id:
             return
         by_worker = self._by_worker
@@ -64,6 +66,12 @@ class Unrunnable:
         while len(nodes) >= self.MAX_NODES:
             del nodes[next(iter(nodes))]  # the longest held
         nodes[key] = self.clock() + self.HOLD_SECONDS
+        if queue:
+            queues = self._queues
+            queues.pop(key, None)
+            while len(queues) >= self.MAX_WORKERS:
+                del queues[next(iter(queues))]
+            queues[key] = queue  # a node's queue is fixed by its version
         self.noted += 1
 
     def seen(self, worker_id: str, session: str) -> None:
@@ -102,12 +110,19 @@ class Unrunnable:
         """The holds in force now, over every worker (the metrics' gauge; ended ones dropped)."""
         return sum(len(self.skip_for(worker_id)) for worker_id in list(self._by_worker))
 
-    def holds(self, worker_id: str) -> list[tuple[str, str, str, float]]:
+    def holds(self, worker_id: str, queue: str | None = None) -> list[tuple[str, str, str, float]]:
         """What ``worker_id``'s claims pass over now, each with the seconds its hold has left:
-        (workflow, version, node, seconds), in that order (the dashboard's Queues page)."""
+        (workflow, version, node, seconds), in that order (the dashboard's Queues page). With
+        ``queue``, only the nodes on it (one whose queue was not noted is on every queue): a
+        worker polling several queues was shown every hold under each of them."""
         skip = self.skip_for(worker_id)  # drops the holds that have ended
         if not skip:
             return []
         nodes = self._by_worker[worker_id]
+        queues = self._queues
         now = self.clock()
-        return [(*key, nodes[key] - now) for key in sorted(skip)]
+        return [
+            (*key, nodes[key] - now)
+            for key in sorted(skip)
+            if queue is None or queues.get(key, queue) == queue
+        ]

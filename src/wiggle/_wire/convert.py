@@ -7,7 +7,7 @@ client's value types, is wiggle/_wire/replies.py (it imports no engine or store 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -178,12 +178,12 @@ def step_record_from_pb(step: pb.StepResult) -> StepRecord:
 
 def queues_to_pb(
     stats: Sequence[QueueStat],
-    pollers: Sequence[tuple[str, int, Sequence[str], Sequence[tuple[str, str, str, float]]]],
+    pollers: Sequence[tuple[str, int, Sequence[str], Mapping[str, Sequence[tuple[str, str, str, float]]]]],
     now: int,
 ) -> pb.ListQueuesResponse:
     """The queues as ListQueues answers them: the store's view plus the workers polling each
-    (``pollers``: worker id, last seen, queues, and the nodes its claims pass over with the
-    seconds their holds have left: wiggle/_server/unrunnable.py ``holds``)."""
+    (``pollers``: worker id, last seen, queues, and by queue the nodes its claims pass over with
+    the seconds their holds have left: wiggle/_server/unrunnable.py ``holds``)."""
     by_name = {s.queue: s for s in stats}
     names = sorted(set(by_name) | {q for _, _, queues, _ in pollers for q in queues})
     out = []
@@ -212,7 +212,7 @@ def queues_to_pb(
                         in_flight=s.in_flight.get(worker, 0),
                         passes_over=[
                             pb.PassedOver(workflow=w, version=v, node=n, held_until=now + round(left * 1000))
-                            for w, v, n, left in holds
+                            for w, v, n, left in holds.get(name, ())
                         ],
                     )
                     for worker, seen, queues, holds in pollers

@@ -389,7 +389,7 @@ async def queues_page(src: Sources) -> dict[str, Any]:
     shown = {
         row["queue"]: row for row in queue_views([by_name.get(n) or QueueStat(queue=n) for n in names], now)
     }
-    holds = {p.worker_id: src.instances.delivery.unrunnable.holds(p.worker_id) for p in pollers}
+    holds = src.instances.delivery.unrunnable.holds
     out = []
     for name in names:
         in_flight = by_name[name].in_flight if name in by_name else {}
@@ -409,7 +409,7 @@ async def queues_page(src: Sources) -> dict[str, Any]:
                         # for a while (wiggle/_server/unrunnable.py)
                         "passes_over": [
                             {"workflow": w, "version": v, "node": n, "for_seconds": round(left, 1)}
-                            for w, v, n, left in holds[p.worker_id]
+                            for w, v, n, left in holds(p.worker_id, name)
                         ],
                     }
                     for p in pollers
