@@ -63,6 +63,7 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             "(e.g. cli_worker_flows:NAME, or cli_worker_flows alone for every Blueprint in it)",
         ),
         (["cli_worker_flows:missing"], {}, "has no attribute 'missing'"),
+        (["cli_worker_flows:nappin"], {}, "has no attribute 'nappin' (did you mean 'napping'?)"),
         (["cli_worker_flows:not_a_blueprint"], {}, "is a int, not a Blueprint"),
         ([":napping"], {}, "names no module"),
         (["cli_worker_flows:ALL", "--concurrency", "0"], {}, "concurrency must be >= 1"),
@@ -281,3 +282,23 @@ def test_a_worker_process_that_dies_is_logged_and_started_again(app: Path) -> No
             worker.kill()
             worker.wait(30)
         server.stop()
+
+
+def test_a_module_with_only_a_list_of_blueprints_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wiggle worker exp` on a module whose blueprints sit in a top-level list said "defines no
+    Blueprint at its top level", with no word of the list."""
+    (tmp_path / "listed_flows.py").write_text(
+        "from wiggle import Workflow\n"
+        "def a(ctx):\n    return ctx\n"
+        "FLOWS = [Workflow.define('listed-a').step(a).build()]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "listed_flows", raising=False)
+    assert cli.main(["--target", "127.0.0.1:1", "worker", "listed_flows"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "module 'listed_flows' defines no Blueprint at its top level; it has a list of them: listed_flows:FLOWS"
+        in err
+    )

@@ -28,6 +28,7 @@ import msgspec
 
 from .._env import EnvError, child_environment, environment, setting, warn_unknown_variables
 from .._logging import configure_logging
+from .._spelling import with_closest
 from ..errors import InvalidArgument
 from .common import QUIET_FLAG, checked_target, credentials_from_args
 
@@ -198,14 +199,29 @@ def blueprints_at(path: str) -> list[Any]:
     if not attr:
         found = [v for v in vars(module).values() if isinstance(v, Blueprint)]
         if not found:
-            raise InvalidArgument(f"module {module_name!r} defines no Blueprint at its top level")
+            # a list of blueprints at the top level is not scanned: name it
+            lists = [
+                name
+                for name, v in vars(module).items()
+                if isinstance(v, (list, tuple, set, frozenset))
+                and v
+                and all(isinstance(b, Blueprint) for b in v)
+            ]
+            hint = (
+                f"; it has a list of them: {', '.join(f'{module_name}:{n}' for n in sorted(lists))}"
+                if lists
+                else ""
+            )
+            raise InvalidArgument(f"module {module_name!r} defines no Blueprint at its top level{hint}")
         return found
     value: Any = module
     for part in attr.split("."):
         try:
             value = getattr(value, part)
         except AttributeError:
-            raise InvalidArgument(f"{module_name!r} has no attribute {attr!r}") from None
+            names = [n for n in dir(value) if not n.startswith("_")]
+            shown = with_closest([part], names) if part == attr else f"{attr!r} ({part!r} is missing)"
+            raise InvalidArgument(f"{module_name!r} has no attribute {shown}") from None
     if isinstance(value, Blueprint):
         return [value]
     if (
