@@ -53,6 +53,22 @@ async def test_start_many_in_chunks_runs_every_instance_in_order(server: Embedde
             assert info.context == {"n": 2 * i}
 
 
+async def test_a_context_over_the_limit_is_named_by_its_index_in_the_whole_list(
+    server: EmbeddedServer,
+) -> None:
+    """The server's refusal named the wire field and the index in the chunk ("contexts_json[1] is
+    5012 bytes"); it names the caller's context and says which contexts were started."""
+    contexts = [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3, "x": "y" * 5000}]
+    with pytest.raises(InvalidArgument) as refused:
+        await server.client.start_many(FLOW, contexts, chunk_size=2, request_id="big-bulk")
+    text = str(refused.value)
+    assert text.startswith("context 3 is ") and "the limit is 4096 bytes" in text, text
+    assert text.endswith(
+        "; contexts 0 to 1 were started (repeated with the same request_id, the call starts only the rest)"
+    ), text
+    assert "contexts_json" not in text
+
+
 async def test_start_many_with_a_request_id_repeats_safely(server: EmbeddedServer) -> None:
     client = server.client
     first = await client.start_many(FLOW, [{"n": i} for i in range(7)], request_id="load-1", chunk_size=3)

@@ -293,7 +293,10 @@ class AsyncClient:
         ids: builtins.list[str] = []
         request = chunks.next_request()
         while request is not None:
-            reply = await self._start_chunk(request)
+            try:
+                reply = await self._start_chunk(request)
+            except InvalidArgument as exc:  # named as the caller's context i, not the wire field
+                raise messages.chunk_refused(exc, request.first_index, request.request_id) from None
             ids.extend(reply.instance_ids)
             chunks.pin(reply.version)
             request = chunks.next_request()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import math
+import re
 import socket
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -87,6 +88,21 @@ def renamed(exc: InvalidArgument, wire: str, argument: str) -> InvalidArgument:
     if text.startswith(wire + " "):
         return InvalidArgument(argument + text[len(wire) :])
     return exc
+
+
+def chunk_refused(exc: InvalidArgument, first_index: int, request_id: str) -> InvalidArgument:
+    """The server's refusal ``exc`` of one of start_many's chunks (``contexts_json[3] is 2000008
+    bytes ...``, counted in the chunk) as naming the caller's context by its index in the whole
+    list, as the client's own checks do (``context 1003 ...``), and saying which were started."""
+    text = str(exc)
+    found = re.match(r"contexts_json\[(\d+)\] ", text)
+    if found is None:
+        return exc
+    message = f"context {first_index + int(found.group(1))} {text[found.end() :]}"
+    if first_index:  # the calls before this one started theirs
+        again = " (repeated with the same request_id, the call starts only the rest)"
+        message += f"; contexts 0 to {first_index - 1} were started" + (again if request_id else "")
+    return InvalidArgument(message)
 
 
 def _checked_json(builtins: Any, what: str) -> bytes:
