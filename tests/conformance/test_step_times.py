@@ -35,8 +35,11 @@ async def test_each_step_s_history_entry_spans_its_own_run(harness: Harness) -> 
     assert done.status == "COMPLETED", done
     spans = {h.node_id: h.ended_at - h.started_at for h in history if h.kind == "TASK"}
     for name, seconds in SLEEPS.items():
-        # at least its own sleep, and not its neighbours' (the longest, b, is 300 ms)
-        assert seconds * 1000 - 5 <= spans[name] < seconds * 1000 + 250, (name, spans, history)
+        # at least its own sleep (the bug gave every step but the first 0 ms); the upper bound
+        # is a sanity bound only, for a loaded machine stretches a 50 ms step to 400 ms
+        assert seconds * 1000 - 5 <= spans[name] < seconds * 1000 + 2000, (name, spans, history)
     entries = [h for h in history if h.kind == "TASK"]
     for earlier, later in zip(entries, entries[1:], strict=False):
-        assert earlier.ended_at <= later.started_at + 5, entries  # one after the other
+        # one after the other: with each at least its own sleep, no entry holds its neighbours'
+        # run (the first held the whole batch)
+        assert earlier.ended_at <= later.started_at + 5, entries

@@ -465,8 +465,10 @@ class WorkflowEnvironment:
 
         while True:
             info = await self.client.get(iid)
-            if any(t.node_id == node for t in info.tokens) or await reached():
+            if any(t.node_id == node for t in info.tokens):
                 return info
+            if await reached():  # in the history, maybe after ``info`` was read: read it again
+                return await self.client.get(iid)
             if info.finished:
                 raise AssertionError(
                     f"instance {iid} finished ({info.status}) without reaching {node!r}; "
