@@ -421,6 +421,8 @@ def check_config(config: ServerConfig) -> ServerConfig:
                 f"--context-search-fields (WIGGLE_CONTEXT_SEARCH_FIELDS) names {field!r}: each field must be "
                 "a plain identifier (letters, digits, '_', at most 63 characters), comma-separated"
             )
+    if config.database_url:
+        check_database_url(config.database_url)
     if not config.database_url and (config.processes > 1 or config.reuse_port):
         # In-memory servers sharing a port would each hold their own workflows and instances: a
         # client's calls would land on one or the other (a start "not registered" every other time).
@@ -450,6 +452,18 @@ def check_config(config: ServerConfig) -> ServerConfig:
             f"--queue-lag-warn-millis ({config.queue_lag_warn_millis}): the lag must end below where it starts"
         )
     return config
+
+
+def check_database_url(url: str) -> None:
+    """A database URL libpq cannot read, or with a parameter it would refuse when it connects (a
+    port that is not a number, ``connect_timeout=abc``, ``sslmode=bogus``): InvalidArgument naming
+    --database-url and the parameter, before anything connects. Nothing is checked without the
+    PostgreSQL driver (the server says it is missing when it opens the store)."""
+    try:
+        from .._storage.postgres.db import check_conninfo
+    except ImportError:
+        return
+    check_conninfo(url)
 
 
 def context_fields(config: ServerConfig) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -41,7 +42,9 @@ __all__ = [
     "Conn",
     "Database",
     "KEEPALIVES",
+    "check_conninfo",
     "failover_conninfo",
+    "url_option_error",
     "vacuum_problem",
     "short",
     "transaction",
@@ -87,6 +90,84 @@ def vacuum_problem(autovacuum: str, track_counts: str) -> str | None:
     )
 
 
+#: How a message names the database URL: its flag and its variable.
+URL_SETTING = "--database-url (WIGGLE_DATABASE_URL)"
+
+#: The connection parameters libpq reads as integers (it checks them only when it connects).
+_INTEGER_OPTIONS = (
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+)
+
+#: The connection parameters libpq takes one of a few words for, and those words.
+_WORD_OPTIONS = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby", "prefer-standby"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "load_balance_hosts": ("disable", "random"),
+}
+
+#: libpq's and psycopg's words for a connection parameter they could not use: the URL is wrong,
+#: not the server away (``invalid sslmode value: "bogus"``, ``invalid integer value "x" for
+#: connection option "port"``, ``invalid port number``, ``bad value for connect_timeout``).
+_OPTION_ERROR = re.compile(
+    r"invalid [\w\" ]*value\b|\bvalue \"[^\"]*\" invalid\b|invalid port number|bad value for|"
+    r"invalid connection option|invalid URI query parameter"
+)
+
+
+def check_conninfo(url: str) -> dict[str, Any]:
+    """``url``'s parameters, read as libpq reads them (``conninfo_to_dict``), with the values
+    libpq checks only when it connects checked here first: a port, a timeout or an sslmode it
+    cannot use is InvalidArgument naming the setting and the parameter, before anything connects
+    (it was INTERNAL, or UNAVAILABLE asking whether PostgreSQL was running). The password is never
+    quoted."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        # libpq quotes the string back, password and all
+        text = short(exc).replace(url, without_password(url))
+        raise InvalidArgument(f"invalid PostgreSQL connection string in {URL_SETTING}: {text}") from None
+    for port in str(params.get("port") or "").split(","):
+        if port.strip() and not (port.strip().isdigit() and 1 <= int(port) <= 65535):
+            raise InvalidArgument(
+                f"{URL_SETTING} has port {port.strip()!r}: a port is a number from 1 to 65535 "
+                "(postgresql://user@host:5432/db); fix the URL"
+            )
+    for name in _INTEGER_OPTIONS:
+        value = params.get(name)
+        if value is not None and not re.fullmatch(r"\s*-?\d+\s*", str(value)):
+            raise InvalidArgument(
+                f"{URL_SETTING} has {name}={str(value)!r}: it must be a whole number"
+                f"{' of seconds' if name == 'connect_timeout' else ''}; fix the URL's parameter"
+            )
+    for name, words in _WORD_OPTIONS.items():
+        value = params.get(name)
+        if value is not None and str(value) not in words:
+            raise InvalidArgument(
+                f"{URL_SETTING} has {name}={str(value)!r}: it must be one of {', '.join(words)}; "
+                "fix the URL's parameter"
+            )
+    return params
+
+
+def url_option_error(exc: BaseException) -> InvalidArgument | None:
+    """The InvalidArgument for a connection failure ``exc`` that is about the URL's parameters (a
+    value libpq refused when it connected), not about the server; None for any other failure."""
+    if not isinstance(exc, psycopg.Error):
+        return None
+    text = short(exc)
+    if not _OPTION_ERROR.search(text):
+        return None
+    text = text.removeprefix("connection is bad: ")
+    return InvalidArgument(f"{URL_SETTING} has a parameter libpq cannot use: {text}; fix the URL's parameter")
+
+
 def failover_conninfo(url: str) -> str:
     """``url`` with the connection settings fail-over needs, where it does not set them itself.
 
@@ -98,12 +179,7 @@ def failover_conninfo(url: str) -> str:
     A string naming one host and setting connect_timeout is returned unchanged. Raises
     InvalidArgument for a string libpq cannot parse.
     """
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        # libpq quotes the string back, password and all
-        text = short(exc).replace(url, without_password(url))
-        raise InvalidArgument(f"invalid PostgreSQL connection string: {text}") from None
+    params = check_conninfo(url)
     # libpq's own PG* variables fill in what the string leaves out, so they are read here, where
     # the string is completed; they are libpq's settings, not Wiggle's (the only reader of the
     # environment besides wiggle/_env.py, as tests/test_settings_home.py allows)
@@ -228,8 +304,13 @@ class Database:
         )
         try:
             await pool.open(wait=True, timeout=max(self.acquire_timeout, 1.0))
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             await pool.close()
+            bad_url = url_option_error(exc)
+            if bad_url is not None:
+                raise bad_url from None
+            if not isinstance(exc, psycopg.OperationalError):
+                raise
             raise Unavailable(f"database unavailable: {short(exc)}", not_applied=True) from exc
         self.pool = pool
 
@@ -261,7 +342,12 @@ class Database:
                 return await connect()
             except Unavailable as exc:
                 last: BaseException = exc
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                bad_url = url_option_error(exc)
+                if bad_url is not None:  # the URL is wrong: trying again would not help
+                    raise bad_url from None
+                if not isinstance(exc, psycopg.OperationalError):
+                    raise
                 last = exc
             if attempt < self.max_attempts:
                 await asyncio.sleep(delay)

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from ..._engine.state import now_millis
 from ...errors import FailedPrecondition, InvalidArgument, WiggleError
-from .db import Conn, failover_conninfo, short, unavailable
+from .db import Conn, failover_conninfo, short, unavailable, url_option_error
 
 __all__ = ["SchemaTooNew", "check_schema", "lock_key", "migrate", "migration_files"]
 
@@ -113,7 +113,10 @@ async def migrate(url: str, schema: str = "wiggle") -> int:
         conninfo = failover_conninfo(url)  # several hosts: the one accepting writes (db.py)
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
             return await migrate_on(conn, schema)
-    except (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction) as exc:
-        raise unavailable(exc, f"migrating schema {schema!r}") from exc
     except psycopg.Error as exc:
+        bad_url = url_option_error(exc)  # a parameter libpq refused when it connected
+        if bad_url is not None:
+            raise bad_url from None
+        if isinstance(exc, (psycopg.OperationalError, pg_errors.ReadOnlySqlTransaction)):
+            raise unavailable(exc, f"migrating schema {schema!r}") from exc
         raise WiggleError(f"database error while migrating schema {schema!r}: {short(exc)}") from exc
