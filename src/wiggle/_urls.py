@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["without_password"]
+__all__ = ["bare_host", "host_address", "without_password"]
 
 _KEY_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
 
@@ -26,3 +26,19 @@ def without_password(url: str) -> str:
         if at and colon:
             url = f"{scheme}://{user}:****@{hosts}{slash}{tail}"
     return _KEY_PASSWORD.sub(r"\1****", url)
+
+
+def bare_host(host: str) -> str:
+    """``host`` as a socket binds it: an IPv6 literal without its brackets (``[::1]`` -> ``::1``);
+    anything else as given."""
+    inner = host.strip()
+    if inner.startswith("[") and inner.endswith("]"):
+        inner = inner[1:-1]
+    return inner if ":" in inner else host
+
+
+def host_address(host: str, port: int | str) -> str:
+    """``host:port`` as gRPC and a client take it: an IPv6 literal in brackets (``[::1]:50051``),
+    whether ``host`` came with them (``--host '[::1]'``) or not (``--host ::1``)."""
+    bare = bare_host(host)
+    return f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"

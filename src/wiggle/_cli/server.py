@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .._engine.state import InstanceStatus
 from .._env import child_environment, warn_unknown_variables
 from .._logging import configure_logging
+from .._urls import host_address
 from ..errors import InvalidArgument
 from .common import QUIET_FLAG, print_json
 
@@ -48,7 +49,7 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 
 def _announce(server: WiggleServer) -> None:
-    extra = f" and {server.config.host}:{server.upstream_port}" if server.upstream_port else ""
+    extra = f" and {host_address(server.config.host, server.upstream_port)}" if server.upstream_port else ""
     print(f"wiggle server listening on {server.target}{extra}", flush=True)
 
 

@@ -21,6 +21,8 @@ import ipaddress
 import threading
 from typing import NamedTuple
 
+from .._urls import host_address
+
 __all__ = ["refuse_on_servers_loop", "server_on_this_loop", "hosted", "Hosted"]
 
 
@@ -85,7 +87,7 @@ def server_on_this_loop(target: str) -> str | None:
     for server in servers:
         for port in server.ports:
             if port and any(p == port and _local(h, server.host) for h, p in wanted):
-                return f"{server.host}:{port}"
+                return host_address(server.host, port)
     return None
 
 

@@ -22,6 +22,7 @@ from .._rpc.upstream import wiggle_pb2 as upstream_pb
 from .._storage.base import Store
 from .._storage.memory import MemoryStore
 from .._upstream.service import UpstreamControlPlane
+from .._urls import bare_host, host_address
 from ..errors import FailedPrecondition
 from .config import ServerConfig, context_fields
 from .decoding import add_service
@@ -139,7 +140,7 @@ class WiggleServer:
     @property
     def target(self) -> str:
         """host:port to connect to."""
-        return f"{self.config.host}:{self.port}"
+        return host_address(self.config.host, self.port)
 
     async def start(self) -> int:
         """Open the store, bind, start serving and the clock duties; returns the bound port.
@@ -180,9 +181,11 @@ class WiggleServer:
         add_service(server, pb.DESCRIPTOR.services_by_name["WiggleControlPlane"], self.service)
         add_service(server, upstream_pb.DESCRIPTOR.services_by_name["WiggleControlPlane"], self.upstream)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        self.port = _bind(server, security, f"{self.config.host}:{self.config.port}", "--port, WIGGLE_PORT")
+        self.port = _bind(
+            server, security, host_address(self.config.host, self.config.port), "--port, WIGGLE_PORT"
+        )
         if self.config.upstream_port:  # a second port, e.g. upstream Wiggle's 8080 (docs/upstream.md)
-            extra = f"{self.config.host}:{self.config.upstream_port}"
+            extra = host_address(self.config.host, self.config.upstream_port)
             self.upstream_port = _bind(server, security, extra, "--upstream-port, WIGGLE_UPSTREAM_PORT")
         await server.start()
         self._server = server
@@ -193,7 +196,7 @@ class WiggleServer:
         hosting.hosted(
             asyncio.get_running_loop(),
             self,
-            hosting.Hosted(str(self.config.host), (self.port, self.upstream_port)),
+            hosting.Hosted(bare_host(str(self.config.host)), (self.port, self.upstream_port)),
         )
         self._tasks.append(asyncio.ensure_future(self.instances.clock_loop(self._stopping)))
         self._tasks.append(asyncio.ensure_future(self.lag.run(self._stopping)))
@@ -303,10 +306,10 @@ async def _open_http(server: WiggleServer) -> HttpPort | None:
         why = {
             errno.EADDRINUSE: "the port is in use (another wiggle server?)",
             errno.EACCES: "the port is not allowed",
-            errno.EADDRNOTAVAIL: f"{host} is not an address of this host",
+            errno.EADDRNOTAVAIL: f"{bare_host(host)} is not an address of this host",
         }.get(exc.errno or 0, os.strerror(exc.errno) if exc.errno else str(exc))
         raise FailedPrecondition(
-            f"the HTTP port cannot listen on {host}:{port}: {why}; choose another (--http-port, "
+            f"the HTTP port cannot listen on {host_address(host, port)}: {why}; choose another (--http-port, "
             "WIGGLE_HTTP_PORT; --host, WIGGLE_HOST)"
         ) from None
 

@@ -55,7 +55,9 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     """Every server setting, declared once: ``SETTINGS``, ``BOUNDS``, the ``wiggle server``
     flags and the README's table (scripts/gen_settings_table.py) are made from these fields."""
 
-    host: Annotated[str, Setting("address the gRPC server binds")] = "127.0.0.1"
+    host: Annotated[
+        str, Setting("address the gRPC server binds; an IPv6 address with or without brackets (::1, [::1])")
+    ] = "127.0.0.1"
     port: Annotated[int, Setting("gRPC port (0 picks a free port)", *_PORT)] = 7233
     upstream_port: Annotated[
         int,

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._urls import bare_host, host_address
+
 if TYPE_CHECKING:
     from .app import WiggleServer
 
@@ -68,12 +70,14 @@ async def open_http_port(server: WiggleServer) -> HttpPort | None:
             )
             return None
         log.warning("the dashboard is unavailable (%s): pip install 'wiggle-workflows[dashboard]'", exc)
-        http_server = start_metrics_server(config.host, config.http_port, server, server.http_security)
+        http_server = start_metrics_server(
+            bare_host(config.host), config.http_port, server, server.http_security
+        )
         return _MetricsThread(http_server, http_server.server_address[1])
     sources = Sources(server.instances, server.service.pollers, getattr(server, "lag", None))
     security = server.http_security
     side = HttpSide(server.instances, sources, _metrics_text(server), server.serving, security, config)
-    await side.start(config.host, config.http_port)
+    await side.start(bare_host(config.host), config.http_port)
     scheme = "https" if security is not None and security.tls is not None else "http"
-    log.info("dashboard and /metrics on %s://%s:%d/", scheme, config.host, side.port)
+    log.info("dashboard and /metrics on %s://%s/", scheme, host_address(config.host, side.port))
     return _Dashboard(side)
