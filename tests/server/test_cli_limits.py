@@ -5,6 +5,8 @@ start --workflow-timeout`` against a running server (docs/flow-control.md#queue-
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import grpc
@@ -38,11 +40,44 @@ async def test_set_limit_shows_the_limits_and_clear_removes_them() -> None:
             (["--rate", "fifty/s"], "is not N/PERIOD"),
             ([], "say what to limit"),
             (["--clear", "--max-running", "2"], "--clear removes"),
-            (["--rate", "5/-1s"], "must not be negative"),
+            (["--rate", "5/-1s"], "the period must be from 1ms to 1d"),
         ]:
             refused = await wiggle(target, "queues", "set-limit", "stripe", *bad)
             assert refused.returncode == 2, (bad, refused.stdout, refused.stderr)
             assert words in refused.stderr, (bad, refused.stderr)
+
+
+def test_set_limit_names_the_flag_and_the_value_typed_and_what_is_allowed() -> None:
+    """An outside trial: ``--rate 5/x`` said "--rate period '1x' is not a duration" (a 1 nobody
+    typed), ``--rate 0/1s`` "rate_period_millis without rate_max" (the API's fields), and
+    ``--max-running 0`` "say what to limit". Each is refused before any call (the target is
+    nothing), naming the flag and the value as typed."""
+    for bad, words in [
+        (["--rate", "5/x"], ["--rate '5/x'", "the period 'x' is not a duration", "50/1s"]),
+        (["--rate", "0/1s"], ["--rate '0/1s' allows no claims", "from 1 to", "--clear"]),
+        (["--max-running", "0"], ["--max-running 0 limits nothing", "from 1 to", "--clear"]),
+        (["--rate", "5/2d"], ["--rate '5/2d'", "from 1ms to 1d"]),
+    ]:
+        refused = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "wiggle.cli",
+                "queues",
+                "set-limit",
+                "jobs",
+                *bad,
+                "--target",
+                "127.0.0.1:1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 2, (bad, refused.stderr)
+        for word in words:
+            assert word in refused.stderr, (bad, word, refused.stderr)
+        assert "rate_period_millis" not in refused.stderr and "1x" not in refused.stderr
 
 
 async def test_start_takes_the_instances_own_time_limit() -> None:

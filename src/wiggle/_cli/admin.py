@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from datetime import timedelta
 from typing import Any
 
+from .._limits import MAX_COUNT, MAX_RATE_PERIOD_MILLIS
 from ..errors import InvalidArgument
 from .common import checked_target, client_from_args, print_json
 
@@ -67,19 +70,21 @@ def cmd_queues(args: argparse.Namespace) -> int:
 
 def cmd_set_limit(args: argparse.Namespace) -> int:
     """``wiggle queues set-limit``: a queue's limits (docs/flow-control.md#queue-limits)."""
-    from .common import duration_arg
-
-    if args.clear and (args.max_running or args.rate):
+    given = args.max_running is not None or args.rate is not None
+    if args.clear and given:
         raise InvalidArgument("--clear removes the queue's limits: drop --max-running and --rate")
-    if not args.clear and not (args.max_running or args.rate):
-        raise InvalidArgument("say what to limit: --max-running N and/or --rate N/PERIOD (or --clear)")
+    if not args.clear and not given:
+        raise InvalidArgument(
+            "say what to limit: --max-running N and/or --rate N/PERIOD (e.g. 50/1s), or --clear to remove the limits"
+        )
+    if args.max_running is not None and not 1 <= args.max_running <= MAX_COUNT:
+        raise InvalidArgument(
+            f"--max-running {args.max_running} limits nothing: give N from 1 to {MAX_COUNT} "
+            "(steps running at once), or --clear to remove the queue's limits"
+        )
     rate_max, period = 0, None
-    if args.rate:
-        count, slash, per = args.rate.partition("/")
-        if not slash or not count.strip().isdigit():
-            raise InvalidArgument(f"--rate {args.rate!r} is not N/PERIOD (e.g. 50/1s, 600/1m)")
-        per = per.strip()
-        rate_max, period = int(count), duration_arg("1" + per if per[:1].isalpha() else per, "--rate period")
+    if args.rate is not None:
+        rate_max, period = _rate_arg(args.rate)
     with client_from_args(args) as client:
         client.set_queue_limit(
             args.queue, max_running=args.max_running or 0, rate_max=rate_max, rate_period=period
@@ -92,6 +97,40 @@ def cmd_set_limit(args: argparse.Namespace) -> int:
 
         print_queues(items, sys.stdout)
     return 0
+
+
+def _rate_arg(text: str) -> tuple[int, timedelta]:
+    """``--rate N/PERIOD`` (``50/1s``, ``600/1m``, ``10/h``: a unit alone is one of it) as
+    (N, PERIOD); InvalidArgument quoting what was typed and saying what is allowed."""
+    allowed = f"N from 1 to {MAX_COUNT} claims per PERIOD from 1ms to 1d, e.g. 50/1s, 600/1m, 10/h"
+    count, slash, per = text.partition("/")
+    count, per = count.strip(), per.strip()
+    if not slash or not count.isdigit() or not per:
+        raise InvalidArgument(f"--rate {text!r} is not N/PERIOD: {allowed}")
+    if not 1 <= int(count) <= MAX_COUNT:
+        raise InvalidArgument(
+            f"--rate {text!r} allows no claims: N must be from 1 to {MAX_COUNT} (e.g. 50/1s), "
+            "or --clear to remove the queue's limits"
+        )
+    lowered = per.lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if lowered.endswith(u)), "")
+    number = lowered[: len(lowered) - len(unit)] if unit else lowered
+    try:  # a unit alone is one of it (10/h); a number alone is seconds, as every duration flag
+        seconds: float | None = float(number or "1") * _SECONDS[unit or "s"]
+    except ValueError:
+        seconds = None
+    if seconds is None or not math.isfinite(seconds):
+        raise InvalidArgument(
+            f"--rate {text!r}: the period {per!r} is not a duration: a number with ms, s, m, h or d, "
+            f"or the unit alone ({allowed})"
+        )
+    millis = round(seconds * 1000)
+    if not 1 <= millis <= MAX_RATE_PERIOD_MILLIS:
+        raise InvalidArgument(f"--rate {text!r}: the period must be from 1ms to 1d ({allowed})")
+    return int(count), timedelta(milliseconds=millis)
+
+
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
