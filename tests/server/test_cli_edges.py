@@ -126,6 +126,9 @@ async def test_a_closed_pipe_is_not_a_traceback() -> None:
         (["start", "wf", "--wait", "--timeout=nan"], "--timeout: must be a finite number of seconds"),
         (["retry", "wi-1", "--wait", "--timeout", "-1"], "--timeout: must be a finite number of seconds"),
         (["ready", "--timeout", "0"], "--timeout: must be more than 0 seconds"),
+        # --timeout is how long --wait waits: without --wait it was taken and ignored
+        (["start", "wf", "--context", "{}", "--timeout", "5"], "--timeout 5 goes with --wait"),
+        (["retry", "wi-1", "--timeout", "5"], "--timeout 5 goes with --wait"),
         (["nope"], "invalid choice: 'nope'"),
     ],
 )

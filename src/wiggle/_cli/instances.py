@@ -131,7 +131,24 @@ def cmd_start_many(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wait_timeout(args: argparse.Namespace) -> None:
+    """``--timeout`` is how long ``--wait`` waits: without it, refused (it was taken and ignored);
+    with it, 60 s unless given."""
+    if args.timeout is not None and not args.wait:
+        raise InvalidArgument(
+            f"--timeout {args.timeout:g} goes with --wait (it is how long --wait waits): add --wait, "
+            "or drop --timeout"
+        )
+    if args.timeout is None:
+        args.timeout = DEFAULT_WAIT_SECONDS
+
+
+#: How long ``--wait`` waits without ``--timeout``, in seconds.
+DEFAULT_WAIT_SECONDS = 60.0
+
+
 def cmd_start(args: argparse.Namespace) -> int:
+    _wait_timeout(args)
     if args.from_file is not None:
         return cmd_start_many(args)
     with client_from_args(args) as client:
@@ -249,6 +266,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
+    _wait_timeout(args)
     with client_from_args(args) as client:
         context = json_arg(args.context, "--context")
         info = client.retry(
@@ -314,7 +332,7 @@ def _add_start(sub: Any) -> None:
         action="store_true",
         help="wait until it finishes: exit 1 if it FAILED or was CANCELLED, 6 if still running at --timeout",
     )
-    p.add_argument("--timeout", type=seconds_arg, default=60.0, help="seconds --wait waits (default 60)")
+    p.add_argument("--timeout", type=seconds_arg, default=None, help="seconds --wait waits (default 60)")
     # flow control (docs/flow-control.md)
     p.add_argument(
         "--priority",
@@ -522,5 +540,5 @@ def _add_retry(sub: Any) -> None:
     p.add_argument(
         "--wait", action="store_true", help="wait until it finishes (exit codes as for start --wait)"
     )
-    p.add_argument("--timeout", type=seconds_arg, default=60.0, help="seconds --wait waits (default 60)")
+    p.add_argument("--timeout", type=seconds_arg, default=None, help="seconds --wait waits (default 60)")
     p.set_defaults(func=cmd_retry)
