@@ -213,3 +213,23 @@ async def test_queues_lists_depth_and_workers() -> None:
         (queue,) = as_json
         assert queue["queue"] == "cli-edges" and queue["ready"] == 0
         assert len(queue["workers"]) == 1 and queue["workers"][0]["last_seen"] > 0
+
+
+def test_demo_names_its_dashboard_port_when_the_port_is_taken() -> None:
+    """``wiggle demo --dashboard-port P`` with P in use said "choose another (--http-port,
+    WIGGLE_HTTP_PORT; --host, WIGGLE_HOST)", flags the demo does not have."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "wiggle.cli", "demo", "--dashboard-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 4, done.stderr
+    assert "the dashboard port cannot listen on 127.0.0.1:" in done.stderr, done.stderr
+    assert "choose another (--dashboard-port)" in done.stderr and "--http-port" not in done.stderr

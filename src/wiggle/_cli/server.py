@@ -138,6 +138,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .. import _demo
     from .._model import ExecutionMode
+    from .._server.app import HttpPortUnavailable
     from ..testing import EmbeddedServer
 
     mode = ExecutionMode(args.mode.upper())
@@ -147,6 +148,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     say = (lambda *_args, **_kwargs: None) if as_json else print  # --json: one object at the end
 
     async def run() -> int:
+        try:
+            return await demo()
+        except HttpPortUnavailable as exc:  # the demo's HTTP port is its --dashboard-port
+            raise HttpPortUnavailable(
+                exc.address, exc.why, "--dashboard-port", "the dashboard port"
+            ) from None
+
+    async def demo() -> int:
         async with EmbeddedServer(http_port=args.dashboard_port) as server:
             say(f"embedded server (in-memory store) on {server.target}")
             # the demo's own output is the point: its worker logs warnings (tracebacks) and up

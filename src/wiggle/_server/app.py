@@ -308,10 +308,23 @@ async def _open_http(server: WiggleServer) -> HttpPort | None:
             errno.EACCES: "the port is not allowed",
             errno.EADDRNOTAVAIL: f"{bare_host(host)} is not an address of this host",
         }.get(exc.errno or 0, os.strerror(exc.errno) if exc.errno else str(exc))
-        raise FailedPrecondition(
-            f"the HTTP port cannot listen on {host_address(host, port)}: {why}; choose another (--http-port, "
-            "WIGGLE_HTTP_PORT; --host, WIGGLE_HOST)"
-        ) from None
+        raise HttpPortUnavailable(host_address(host, port), why) from None
+
+
+class HttpPortUnavailable(FailedPrecondition):
+    """The HTTP port cannot listen at ``address`` (``why``): said naming the settings that chose
+    it, --http-port and --host; ``wiggle demo`` says it of its dashboard port, --dashboard-port."""
+
+    def __init__(
+        self,
+        address: str,
+        why: str,
+        settings: str = "--http-port, WIGGLE_HTTP_PORT; --host, WIGGLE_HOST",
+        what: str = "the HTTP port",
+    ) -> None:
+        super().__init__(f"{what} cannot listen on {address}: {why}; choose another ({settings})")
+        self.address = address
+        self.why = why
 
 
 def _bind(server: grpc.aio.Server, security: Security, address: str, setting: str) -> int:
