@@ -153,6 +153,28 @@ def test_a_broken_certificate_stops_the_start_naming_the_file(tmp_path: Path, pk
         build_security(ServerConfig(tls_cert=str(bad), tls_key=str(pki.server_key)))
 
 
+def test_a_bad_pair_names_no_ca_bundle_unless_one_was_given(tmp_path: Path, pki: Pki) -> None:
+    """A certificate and key that are not PEM said "(or '' not a CA bundle)" with no CA given;
+    a CA bundle that is not one is named alone, by its flag."""
+    from wiggle._server.exposure import build_security
+    from wiggle.errors import FailedPrecondition
+
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate")
+    with pytest.raises(FailedPrecondition) as caught:
+        build_security(ServerConfig(tls_cert=str(bad), tls_key=str(bad)))
+    text = str(caught.value)
+    assert "--tls-cert" in text and "--tls-key" in text and "not a PEM certificate" in text, text
+    assert "CA" not in text and "''" not in text, text
+    with pytest.raises(FailedPrecondition) as caught:
+        build_security(
+            ServerConfig(tls_cert=str(pki.server_cert), tls_key=str(pki.server_key), tls_client_ca=str(bad))
+        )
+    text = str(caught.value)
+    assert f"--tls-client-ca {str(bad)!r} is not a PEM bundle of CA certificates" in text, text
+    assert "--tls-cert" not in text, text
+
+
 async def test_grpc_takes_a_certificate_another_reload_loaded_first(tmp_path: Path, pki: Pki) -> None:
     live_cert, live_key = tmp_path / "live.crt", tmp_path / "live.key"
     shutil.copy(pki.server_cert, live_cert)

@@ -77,13 +77,18 @@ class ServerTLS:
         probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             probe.load_cert_chain(self.cert_file, self.key_file)
-            if self.client_ca_file:
-                probe.load_verify_locations(self.client_ca_file)
         except (ssl.SSLError, OSError) as exc:
             raise ValueError(
-                f"TLS files {self.cert_file!r} / {self.key_file!r} are not a valid certificate and key "
-                f"(or {self.client_ca_file!r} not a CA bundle): {exc}"
+                f"--tls-cert {self.cert_file!r} / --tls-key {self.key_file!r} are not a PEM certificate "
+                f"and its private key: {exc}; give the server's certificate (chain) and the key it was made for"
             ) from None
+        if self.client_ca_file:  # named only when one was given: a bad pair is no CA's fault
+            try:
+                probe.load_verify_locations(self.client_ca_file)
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(
+                    f"--tls-client-ca {self.client_ca_file!r} is not a PEM bundle of CA certificates: {exc}"
+                ) from None
         return cert, key, ca
 
     def reload_if_changed(self, force: bool = False) -> bool:
