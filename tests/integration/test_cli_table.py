@@ -95,7 +95,7 @@ TABLE = [
     ("retry context @missing-file", ["retry", "{running}", "--context", "@{missing}"], 2, "no-such-file.json", "server"),
     # list
     ("list bad status", ["list", "--status", "sleeping"], 2, "invalid choice: 'SLEEPING'", None),
-    ("list bad page size", ["list", "--page-size", "5000"], 2, "page_size must be between 1 and 1000", "server"),
+    ("list bad page size", ["list", "--page-size", "5000"], 2, "--page-size: must be from 1 to 1000", "server"),
     ("list unreachable server", ["list"], 5, "UNAVAILABLE", "closed"),
     # schedules
     ("schedule create bad cron", ["schedule", "create", "s1", PARKED.name, "--cron", "bad"], 2, "cron expression 'bad'", "server"),

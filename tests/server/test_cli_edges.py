@@ -118,6 +118,9 @@ async def test_a_closed_pipe_is_not_a_traceback() -> None:
         (["server", "--processes", "2"], "--processes > 1 (WIGGLE_PROCESSES) needs a PostgreSQL database"),
         (["migrate"], "migrate needs --database-url"),
         (["list", "--page-size", "x"], "invalid int value: 'x'"),
+        # 0 was taken and meant the server's default page, while 1001 was refused
+        (["list", "--page-size", "0"], "--page-size: must be from 1 to 1000 instances per page"),
+        (["list", "--page-size", "1001"], "--page-size: must be from 1 to 1000 instances per page"),
         # refused before anything is started (it used to wait no time and exit 6)
         (
             ["start", "wf", "--wait", "--timeout", "-5"],

@@ -278,6 +278,25 @@ def cmd_retry(args: argparse.Namespace) -> int:
     return waited(info, args)
 
 
+#: The most instances a page holds: the server's limit (wiggle/_server/service_limits.py).
+MAX_PAGE_SIZE = 1000
+
+
+def page_size_arg(text: str) -> int:
+    """An argparse ``type``: ``--page-size``, 1 to MAX_PAGE_SIZE. 0 was taken and meant the
+    server's default page (the API's unset page_size), while every other value outside the range
+    was refused: refused too, before any call."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 1 <= value <= MAX_PAGE_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"must be from 1 to {MAX_PAGE_SIZE} instances per page (default 50), got {value}"
+        )
+    return value
+
+
 def _verb(sub: Any, name: str, help: str, description: str, examples: list[str]) -> Any:
     """A verb's parser: its one-line help, a description and an examples epilog."""
     epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
@@ -461,7 +480,12 @@ def _add_list(sub: Any) -> None:
         metavar="WHEN",
         help="only instances created before WHEN (as --created-after)",
     )
-    p.add_argument("--page-size", type=int, default=50, help="instances per page (default 50)")
+    p.add_argument(
+        "--page-size",
+        type=page_size_arg,
+        default=50,
+        help=f"instances per page, 1 to {MAX_PAGE_SIZE} (default 50)",
+    )
     p.add_argument("--page-token", help="the next page (printed after a full page)")
     p.add_argument(
         "--no-context",
