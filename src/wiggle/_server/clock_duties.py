@@ -19,7 +19,7 @@ from .._engine.children import ChildSpec
 from .._engine.clock import expiry_kind
 from .._engine.engine import LoadedDefinition
 from .._engine.state import Changes, InstanceState, InstanceStatus, TokenStatus, token_instance_id
-from .._storage.base import Action
+from .._storage.base import Action, SchemaMissing
 from ..errors import NotFound, Unavailable
 from .subflows import ORPHAN_SWEEP_MILLIS, due_child
 
@@ -251,7 +251,8 @@ class ClockDuties:
                 if ticks is not None:
                     due = ticks if due is None else min(due, ticks)
             except Exception as exc:  # the database is down: keep trying, never die
-                log.warning("clock duties failed: %s", exc)
+                if not isinstance(exc, SchemaMissing):  # the store says that once a minute
+                    log.warning("clock duties failed: %s", exc)
                 due = None
             timeout = CLOCK_IDLE_SECONDS
             if due is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from .._storage.base import Store
+from .._storage.base import SchemaMissing, Store
 from .._storage.ops import QueueStat
 
 __all__ = ["QueueLagMonitor", "QueueLag"]
@@ -141,7 +141,8 @@ class QueueLagMonitor:
             try:
                 await self.tick()
             except Exception as exc:  # the database is away: the next tick tries again
-                log.warning("queue-lag check failed: %s", exc)
+                if not isinstance(exc, SchemaMissing):  # the store says that once a minute
+                    log.warning("queue-lag check failed: %s", exc)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stopping.wait(), self.interval_seconds)
 

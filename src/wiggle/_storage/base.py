@@ -21,13 +21,14 @@ from .._clock import WALL_CLOCK, Clock
 from .._engine.engine import Claimed, LoadedDefinition
 from .._engine.state import Changes, HistoryEntry, Instance, InstanceState, Token
 from .._model import validate_name
-from ..errors import InvalidArgument, WiggleError
+from ..errors import FailedPrecondition, InvalidArgument, WiggleError
 from .notifier import Notifier, not_yet_due, ready_counts
 from .ops import NodeInfo, QueueStat, Readiness
 from .queue_limits import QueueLimit
 from .schedules import ScheduleStore
 
 __all__ = [
+    "SchemaMissing",
     "Store",
     "WorkflowRecord",
     "InstanceView",
@@ -49,6 +50,13 @@ __all__ = [
     "context_text",
     "CONTEXT_FIELD_PATTERN",
 ]
+
+
+class SchemaMissing(FailedPrecondition):
+    """The store's tables are not there: its schema was dropped, or never migrated, under a
+    running server. Every call fails with it (FAILED_PRECONDITION, naming the schema and what to
+    do) until the schema is back; the store logs it once a minute, the server's loops not at all."""
+
 
 R = TypeVar("R")
 

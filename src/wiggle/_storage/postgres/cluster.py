@@ -38,9 +38,11 @@ import os
 from collections.abc import Iterable
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql
 
 from ..._engine.state import Changes
+from ..base import SchemaMissing
 from ..notifier import Notifier
 from .db import Conn, Database, short, transaction
 from .migrations import lock_key
@@ -226,7 +228,10 @@ class Cluster:
                 raise
             except Exception as exc:
                 self.filtering = False  # what the others want is not heard now: send them everything
-                log.warning("notification listener lost its connection (%s); reconnecting", short(exc))
+                if isinstance(exc, (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName)) and self.db:
+                    self.db.schema_missing(exc, "listening")  # said once a minute while it lasts
+                elif not isinstance(exc, SchemaMissing):  # the store says that once a minute
+                    log.warning("notification listener lost its connection (%s); reconnecting", short(exc))
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()

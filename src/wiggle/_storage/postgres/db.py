@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -35,6 +36,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..._urls import without_password
 from ...errors import InvalidArgument, Unavailable, WiggleError
+from ..base import SchemaMissing
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -69,6 +71,10 @@ KEEPALIVES: dict[str, Any] = {
 #: Seconds a connection attempt waits for one host before trying the next one (unless the
 #: connection string or PGCONNECT_TIMEOUT says otherwise; libpq's default is to wait forever).
 CONNECT_TIMEOUT = 5
+
+
+#: How often a missing schema (SchemaMissing) is logged while it lasts, in seconds.
+SCHEMA_MISSING_LOG_SECONDS = 60.0
 
 
 def vacuum_problem(autovacuum: str, track_counts: str) -> str | None:
@@ -287,6 +293,9 @@ class Database:
         self.acquire_timeout = acquire_timeout
         self.max_attempts = max(1, max_attempts)
         self.pool: AsyncConnectionPool | None = None
+        #: The schema the store's statements name (set by the store): named by SchemaMissing.
+        self.schema = ""
+        self._missing_said = -SCHEMA_MISSING_LOG_SECONDS  # monotonic time SchemaMissing was last logged
 
     async def open(self, name: str) -> None:
         """Open the pool (autocommit connections; a read is one statement, one round trip)."""
@@ -408,6 +417,8 @@ class Database:
                     "%s: database error (%s), attempt %d of %d", what, short(exc), attempt, self.max_attempts
                 )
                 await self._check_pool(pool, attempt)
+            except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName) as exc:
+                raise self.schema_missing(exc, what) from None
             except psycopg.Error as exc:
                 log.exception("%s: unexpected database error", what)
                 raise WiggleError(f"database error in {what}: {short(exc)}") from exc
@@ -417,6 +428,22 @@ class Database:
         if last is None:
             raise Unavailable(f"database unavailable ({what})", not_applied=not maybe_applied)
         raise unavailable(last, what, maybe_applied) from last
+
+    def schema_missing(self, exc: BaseException, what: str) -> SchemaMissing:
+        """The SchemaMissing for ``exc`` (a table or the schema not there) during ``what``; logged
+        once every SCHEMA_MISSING_LOG_SECONDS while it lasts (it was a traceback a second, from
+        each of the server's loops, and INTERNAL to every client)."""
+        schema = self.schema or "the store's"
+        error = SchemaMissing(
+            f"database schema {schema!r} is missing or not migrated ({short(exc)}): "
+            f"run `wiggle migrate --database-schema {schema}` against this database, or restart the "
+            "server (it migrates its schema at start)"
+        )
+        now = time.monotonic()
+        if now - self._missing_said >= SCHEMA_MISSING_LOG_SECONDS:
+            self._missing_said = now
+            log.error("%s [during %s; said once a minute while it lasts]", error, what)
+        return error
 
     async def _check_pool(self, pool: AsyncConnectionPool, attempt: int) -> None:
         """Before a retry, drop the pool's other dead connections (they died with this one)."""

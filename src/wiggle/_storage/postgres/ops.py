@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 
 from ...errors import WiggleError
+from ..base import SchemaMissing
 from ..ops import NodeInfo, QueueStat, Readiness
 from .claim_terms import DB_NOW_MILLIS, key_held
 from .db import Database, short
@@ -118,6 +119,8 @@ async def readiness(db: Database, schema: str) -> Readiness:
         rows = await db.fetch(
             "readiness", f"SELECT coalesce(max(version), 0) FROM {_s(schema)}.schema_version"
         )
+    except SchemaMissing as exc:  # the database answers: its tables are not there
+        return Readiness(ready=False, detail=str(exc), expected_version=expected)
     except (WiggleError, psycopg.Error) as exc:
         return Readiness(ready=False, detail=f"database unavailable: {short(exc)}", expected_version=expected)
     current = int(rows[0][0]) if rows else 0

@@ -109,6 +109,7 @@ class PostgresStore(Store):
         self.db = Database(
             url, self.cluster.application_name, pool_size, acquire_timeout, max_attempts, stall_timeout
         )
+        self.db.schema = self.schema  # named when the schema is not there (SchemaMissing)
         # Clock actions in flight at once. Each is a mutation that queues on the group commit (its
         # own connections) and, for a sub-workflow's child, a read and a start: the gate bounds
         # coroutines, not connections, and a wider one lets more of them share a commit. At half
