@@ -7,6 +7,7 @@ PostgreSQL being unreachable fails the PostgreSQL cases, never skips them (tests
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pg import TEST_DATABASE_URL, temp_schema
@@ -47,6 +49,15 @@ def _until_listening(proc: subprocess.Popen[bytes], log: Path, count: int, timeo
         time.sleep(0.05)
 
 
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL to ``proc``'s session (it was started with start_new_session): a parent killed
+    alone leaves its server processes running."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
 def _http_port_pair() -> int:
     """A port p with p and p + 1 free."""
     for _ in range(50):
@@ -74,6 +85,7 @@ def test_processes_with_an_http_port_each_serve_http_on_the_port_plus_i(tmp_path
                 env=_env(WIGGLE_DATABASE_URL=TEST_DATABASE_URL, WIGGLE_DATABASE_SCHEMA=schema),
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its children too are killed should the test fail
             )
         try:
             _until_listening(parent, log, 2)
@@ -82,9 +94,7 @@ def test_processes_with_an_http_port_each_serve_http_on_the_port_plus_i(tmp_path
             parent.send_signal(signal.SIGTERM)
             assert parent.wait(30) == 0, log.read_text()
         finally:
-            if parent.poll() is None:
-                parent.kill()
-                parent.wait(10)
+            _kill_group(parent)
     text = log.read_text()
     assert f"on http://127.0.0.1:{http}/" in text and f"on http://127.0.0.1:{http + 1}/" in text, text
     assert "cannot listen" not in text and "ended with status" not in text, text
@@ -97,16 +107,21 @@ def test_a_process_of_the_group_that_cannot_start_stops_the_group(tmp_path: Path
     with temp_schema() as schema, socket.socket() as taken:
         taken.bind(("127.0.0.1", http + 1))  # the second process's HTTP port
         taken.listen()
-        done = subprocess.run(
+        parent = subprocess.Popen(
             [*WIGGLE, "server", "--port", str(free_port()), "--http-port", str(http), "--processes", "2"],
             env=_env(WIGGLE_DATABASE_URL=TEST_DATABASE_URL, WIGGLE_DATABASE_SCHEMA=schema),
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=90,
+            start_new_session=True,  # the group lasted until killed: its children too, then
         )
-    assert done.returncode == 4, done.stdout + done.stderr  # the child's: a port in use
-    assert f"the HTTP port cannot listen on 127.0.0.1:{http + 1}" in done.stderr, done.stderr
-    assert "server process 2 of 2 ended with status 4; stopping the others" in done.stderr, done.stderr
+        try:
+            stdout, stderr = parent.communicate(timeout=90)
+        finally:
+            _kill_group(parent)
+    assert parent.returncode == 4, stdout + stderr  # the child's: a port in use
+    assert f"the HTTP port cannot listen on 127.0.0.1:{http + 1}" in stderr, stderr
+    assert "server process 2 of 2 ended with status 4; stopping the others" in stderr, stderr
 
 
 @pytest.mark.postgres

@@ -28,6 +28,14 @@ __all__ = ["start_metrics_server", "WiggleCollector", "metrics_text"]
 log = logging.getLogger("wiggle.server")
 
 
+def _by_label(name: str, text: str, label: str, counts: dict[str, int]) -> CounterMetricFamily:
+    """A counter family with one series per ``counts`` key (under ``label``), in key order."""
+    family = CounterMetricFamily(name, text, labels=[label])
+    for value, n in sorted(counts.items()):
+        family.add_metric([value], n)
+    return family
+
+
 class WiggleCollector(Collector):
     """Reads the server's counters at scrape time."""
 
@@ -36,30 +44,19 @@ class WiggleCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         metrics = self.server.metrics
-        calls = CounterMetricFamily("wiggle_rpc_calls", "RPCs served, by method", labels=["method"])
-        for method, n in sorted(metrics.rpc_calls.items()):
-            calls.add_metric([method], n)
-        yield calls
-        errors = CounterMetricFamily(
-            "wiggle_rpc_errors", "RPCs answered with an error, by method", labels=["method"]
+        yield _by_label("wiggle_rpc_calls", "RPCs served, by method", "method", metrics.rpc_calls)
+        yield _by_label(
+            "wiggle_rpc_errors", "RPCs answered with an error, by method", "method", metrics.rpc_errors
         )
-        for method, n in sorted(metrics.rpc_errors.items()):
-            errors.add_metric([method], n)
-        yield errors
-        handbacks = CounterMetricFamily(
-            "wiggle_local_run_handbacks", "local runs ended, by handback reason", labels=["reason"]
+        yield _by_label(
+            "wiggle_local_run_handbacks", "local runs ended, by handback reason", "reason", metrics.handbacks
         )
-        for reason, n in sorted(metrics.handbacks.items()):
-            handbacks.add_metric([reason], n)
-        yield handbacks
-        step_handbacks = CounterMetricFamily(
+        yield _by_label(
             "wiggle_step_handbacks",
             "SERVER-mode steps their worker handed back, by handback reason",
-            labels=["reason"],
+            "reason",
+            metrics.step_handbacks,
         )
-        for reason, n in sorted(metrics.step_handbacks.items()):
-            step_handbacks.add_metric([reason], n)
-        yield step_handbacks
         buckets = []
         cumulative = 0
         for bound in metrics.RUN_LENGTH_BUCKETS:
