@@ -173,32 +173,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     info = await client.start("demo-orders", order, correlation_id=order.order_id)
                     ids.append(info.instance_id)
                     say(f"started {info.instance_id} for {order.order_id}")
-                ok = True
-                done = []
-                for instance_id in ids:
-                    info = await client.wait(instance_id, timeout=60)
-                    history = await client.history(instance_id)
-                    steps = [
-                        f"{e.node_id}{'(retry)' if e.outcome == 'RETRY' else ''}"
-                        for e in history
-                        if e.kind in ("TASK", "PREDICATE")
-                    ]
-                    extra = f" ({info.reason})" if info.reason else ""
-                    say(
-                        f"{info.correlation_id}: {info.status}{extra}  steps: {' -> '.join(steps)}  "
-                        f"total_cents={info.context.get('total_cents')}"
-                    )
-                    done.append(
-                        {
-                            "instance_id": instance_id,
-                            "correlation_id": info.correlation_id,
-                            "status": str(info.status),
-                            "reason": info.reason,
-                            "steps": steps,
-                            "total_cents": info.context.get("total_cents"),
-                        }
-                    )
-                    ok = ok and info.status == InstanceStatus.COMPLETED
+                done = [await _outcome(client, instance_id) for instance_id in ids]
+                for outcome in done:
+                    say(_outcome_line(outcome))
+                ok = all(o["status"] == InstanceStatus.COMPLETED for o in done)
                 say("all instances COMPLETED" if ok else "some instances did not complete", flush=True)
                 if as_json:
                     print_json(
@@ -215,6 +193,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     worker.kill()
 
     return asyncio.run(run())
+
+
+async def _outcome(client: Any, instance_id: str) -> dict[str, Any]:
+    """A demo instance once finished: what ``--json`` prints of it (``_outcome_line``: the text)."""
+    info = await client.wait(instance_id, timeout=60)
+    history = await client.history(instance_id)
+    return {
+        "instance_id": instance_id,
+        "correlation_id": info.correlation_id,
+        "status": str(info.status),
+        "reason": info.reason,
+        "steps": [
+            f"{e.node_id}{'(retry)' if e.outcome == 'RETRY' else ''}"
+            for e in history
+            if e.kind in ("TASK", "PREDICATE")
+        ],
+        "total_cents": info.context.get("total_cents"),
+    }
+
+
+def _outcome_line(outcome: dict[str, Any]) -> str:
+    reason = f" ({outcome['reason']})" if outcome["reason"] else ""
+    return (
+        f"{outcome['correlation_id']}: {outcome['status']}{reason}  steps: {' -> '.join(outcome['steps'])}  "
+        f"total_cents={outcome['total_cents']}"
+    )
 
 
 async def _serve_dashboard(port: int) -> None:
