@@ -3,6 +3,7 @@ processes, a graceful drain on SIGTERM; bad input as exit 2 and one line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -178,6 +179,56 @@ def test_processes_serve_and_sigterm_drains_a_running_step(app: Path) -> None:
             (token,) = info.tokens  # handed on: ready on the other queue, nobody holds it
             assert (token.node_id, token.status, token.lease_owner) == ("fast", "READY", "")
     finally:
+        if worker is not None:
+            worker.kill()
+            worker.wait(30)
+        server.stop()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"  # ended, not yet reaped by init
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_parent_killed_outright_takes_its_processes_with_it_after_their_steps(app: Path) -> None:
+    """SIGKILL to the parent passes nothing on: its processes ran on, re-parented to init, and a
+    restarted group worked beside them (wiggle/_cli/parent.py). Now each drains as at SIGTERM:
+    the running step finishes and is reported, nothing waits out a lease."""
+    server = ServerProcess(app / "server.log", server_env())
+    worker = None
+    children: list[int] = []
+    try:
+        worker = _serving_group(app, server.target)
+        children = _children(worker.pid)
+        with Client(server.target) as client:
+            napping = client.start("cli-worker-nap", {"nap": 2}).instance_id
+            deadline = time.monotonic() + 60
+            while not (app / "napping").exists():
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            worker.kill()
+            worker.wait(10)
+            worker = None
+            while not all(_gone(pid) for pid in children):
+                assert time.monotonic() < deadline, (app / "worker.log").read_text()
+                time.sleep(0.05)
+            info = client.get(napping)
+            history = client.history(napping)
+            assert info.context.get("slow") is True, (app / "worker.log").read_text()
+            assert [(h.node_id, h.outcome, h.attempt) for h in history if h.kind == "TASK"] == [
+                ("slow", "COMPLETED", 1)
+            ]
+            (token,) = info.tokens  # handed on at the drain, not held until a lease expires
+            assert (token.node_id, token.status, token.lease_owner) == ("fast", "READY", "")
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if worker is not None:
             worker.kill()
             worker.wait(30)

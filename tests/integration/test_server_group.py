@@ -214,3 +214,58 @@ def test_older_names_are_warned_of_in_the_logs_format(tmp_path: Path) -> None:
     warned = {r["message"] for r in records if r["level"] == "WARNING"}
     assert "--metrics-port is deprecated: use --http-port" in warned, warned
     assert "WIGGLE_RETENTION is deprecated: set WIGGLE_RETENTION_SECONDS instead" in warned, warned
+
+
+def _children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"  # ended, not yet reaped by init
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_parent_killed_outright_takes_its_server_processes_with_it(tmp_path: Path) -> None:
+    """SIGKILL to the parent passes nothing on: its processes ran on, re-parented to init, holding
+    the gRPC port and the group's leases (wiggle/_cli/parent.py). Now each stops gracefully."""
+    with temp_schema() as schema:
+        log = tmp_path / "server.log"
+        with open(log, "wb") as out:
+            parent = subprocess.Popen(
+                [*WIGGLE, "server", "--port", str(free_port()), "--processes", "2"],
+                env=_env(WIGGLE_DATABASE_URL=TEST_DATABASE_URL, WIGGLE_DATABASE_SCHEMA=schema),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its children too are killed should the test fail
+            )
+        try:
+            _until_listening(parent, log, 2)
+            children = _children_of(parent.pid)
+            assert len(children) == 2, children
+            parent.kill()
+            parent.wait(10)
+            deadline = time.monotonic() + 30
+            while not all(_gone(pid) for pid in children):
+                assert time.monotonic() < deadline, (
+                    f"still running after their parent: {children}\n{log.read_text()}"
+                )
+                time.sleep(0.1)
+        finally:
+            for pid in _children_of(parent.pid) + locals().get("children", []):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            _kill_group(parent)
+    assert log.read_text().count("stopped in ") == 2, log.read_text()  # each stopped gracefully

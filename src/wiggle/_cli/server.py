@@ -17,6 +17,7 @@ from .._logging import configure_logging
 from .._urls import host_address
 from ..errors import InvalidArgument
 from .common import QUIET_FLAG, print_json
+from .parent import follow_parent, parent_marker
 
 if TYPE_CHECKING:
     from .._server.app import WiggleServer
@@ -44,6 +45,8 @@ def cmd_server(args: argparse.Namespace) -> int:
         warn_unknown_variables(log)  # a misspelled setting is read by nothing: say so, once
     if config.processes > 1:
         return _run_processes(config.processes, config.http_port)
+    if child:
+        follow_parent()  # a parent killed outright takes this process with it (wiggle/_cli/parent.py)
     run(serve(config, ready=_announce), config.event_loop)  # uvloop where installed (process.py)
     return 0
 
@@ -64,7 +67,7 @@ def _run_processes(n: int, http_port: int = 0) -> int:
     on its own (it could not start: a port taken, the database refusing) stops the others, and
     its exit status is the parent's: a group short of a process does not run on unnoticed.
     """
-    env = child_environment(WIGGLE_PROCESSES="1", WIGGLE_REUSE_PORT="1")
+    env = child_environment(WIGGLE_PROCESSES="1", WIGGLE_REUSE_PORT="1", **parent_marker())
     # argparse keeps the last value of a repeated flag: the children each run one process.
     argv = [*sys.argv[1:], "--processes", "1", QUIET_FLAG]
     children = [

@@ -31,6 +31,7 @@ from .._logging import configure_logging
 from .._spelling import with_closest
 from ..errors import InvalidArgument
 from .common import QUIET_FLAG, checked_target, credentials_from_args
+from .parent import follow_parent, parent_marker
 
 log = logging.getLogger("wiggle.worker")
 
@@ -289,6 +290,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
     if processes > 1:
         return _supervise(args.argv, processes, options.metrics_port, options.worker_id)
+    if getattr(args, "no_variable_warnings", False):
+        follow_parent()  # a parent killed outright takes this process with it (wiggle/_cli/parent.py)
     return _run_one(args, blueprints, options)
 
 
@@ -325,7 +328,8 @@ def _supervise(given: list[str], processes: int, http_port: int, worker_id: str 
     the processes apart (without one, each makes its own: host, process id, a random suffix)."""
     argv = _without(_without(_without(given, "--processes"), "--metrics-port"), "--worker-id")
     env = child_environment(
-        drop=[ENV_PREFIX + "PROCESSES", ENV_PREFIX + "METRICS_PORT", ENV_PREFIX + "WORKER_ID"]
+        drop=[ENV_PREFIX + "PROCESSES", ENV_PREFIX + "METRICS_PORT", ENV_PREFIX + "WORKER_ID"],
+        **parent_marker(),
     )
     children: list[subprocess.Popen[bytes]] = []
     forwarded: set[int] = set()
