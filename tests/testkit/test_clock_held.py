@@ -46,3 +46,36 @@ async def test_a_wait_names_the_instance_that_holds_the_clock() -> None:
             await env.sleep(timedelta(days=1), timeout=0.5)
         await env.cancel(stuck)  # as the message says: then the clock moves again
         assert (await env.result(info)).context == {"done": True}
+
+
+async def test_a_wait_on_time_held_for_good_gives_up_early() -> None:
+    """A wait whose instance waits only on time while another instance's due step sits on a queue
+    nothing serves cannot end: it lasted its whole timeout (30 s by default). It now gives up as
+    for its own instance's unserved step, saying which instance holds the clock."""
+    async with WorkflowEnvironment([NET30]) as env:
+        stuck = await env.start_workflow(REFUNDS, {})
+        info = await env.start_workflow(NET30, {})
+        with pytest.raises(TimeoutError) as raised:
+            await env.wait(info)  # the default timeout, 30 s
+        said = str(raised.value)
+        assert "a step waited 2 s on a queue nothing serves" in said, said
+        assert f"the clock is held by instance {stuck.instance_id}" in said, said
+
+
+def slow(ctx: dict[str, Any]) -> dict[str, Any]:
+    import time
+
+    time.sleep(2.5)  # real time, longer than a wait's give-up on an unserved queue (2 s)
+    return {**ctx, "slow": True}
+
+
+SLOW = Workflow.define("held-slow").step(slow).build()
+
+
+async def test_a_wait_on_a_running_step_is_not_given_up_while_the_clock_is_held() -> None:
+    """The early give-up is for an instance that waits on time only: one whose step runs on a
+    worker moves on in real time, whatever holds the clock."""
+    async with WorkflowEnvironment([SLOW]) as env:
+        await env.start_workflow(REFUNDS, {})  # holds the clock: nothing serves 'refunds'
+        info = await env.start_workflow(SLOW, {})
+        assert (await env.result(info, timeout=20)).context == {"slow": True}

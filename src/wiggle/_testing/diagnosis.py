@@ -78,6 +78,20 @@ def _running_hint(token: Token, node: Node | None, owner: str, now: int, whose: 
     )
 
 
+def _waits_on_time(tokens: Iterable[Token], now: int) -> bool:
+    """True if none of ``tokens`` runs or is due and one waits for a moment of the clock (a
+    sleep's end, a backoff, a user task's deadline): only time moves such an instance on."""
+    waiting = False
+    for token in tokens:
+        if token.status == TokenStatus.RUNNING:
+            return False
+        if token.status == TokenStatus.READY and token.available_at <= now:
+            return False
+        if token.status in (TokenStatus.READY, TokenStatus.WAITING, TokenStatus.AWAITING):
+            waiting = waiting or token.available_at > now
+    return waiting
+
+
 class Diagnosis:
     """Says why the instances of one environment have not moved on.
 
@@ -115,17 +129,11 @@ class Diagnosis:
         served = self.served()
         return sorted({t.queue for t in info.tokens if t.status == "READY" and t.queue not in served})
 
-    async def holding(self, views: Sequence[InstanceView], iid: str = "") -> list[str]:
-        """The due READY steps of instances other than ``iid`` that keep the clock still, in words.
-
-        A due READY step counts as busy (skipping.py, ``_token_due``: a worker is about to claim
-        it), for every instance: one on a queue nothing serves, left by an earlier test on a
-        shared environment (``wiggle_module_env``), held the clock for good, and another test's
-        30-day sleep timed out saying only where its own token was (an outside trial). Steps a
-        limit holds back wait on time, not here."""
+    async def _holders(self, views: Sequence[InstanceView], iid: str) -> list[tuple[str, Token]]:
+        """The due READY steps of instances other than ``iid`` that no limit holds back, with
+        their instances' ids: each keeps the clock still (skipping.py, ``_token_due``)."""
         now = self.clock.now()
         limits = await self.skipper.limits(list(views))
-        served = self.served()
         found: list[tuple[str, Token]] = []
         for view in views:
             if view.instance.id == iid:
@@ -134,6 +142,32 @@ class Diagnosis:
                 if token.status == TokenStatus.READY and token.available_at <= now:
                     if not limits.holds_back(token, now)[0]:
                         found.append((view.instance.id, token))
+        return found
+
+    async def held_for_good(self, view: InstanceView) -> bool:
+        """Whether ``view``'s instance waits only on time (a sleep, a retry's backoff, a deadline:
+        nothing of it runs or is due) while a due step of another instance holds the clock on a
+        queue nothing serves: nothing will run that step, so time stays still for every instance
+        until the test cancels it or serves its queue. A wait that finds this for
+        UNSERVED_SECONDS gives up then, as for its own instance's unserved step, rather than at
+        its timeout (30 s by default)."""
+        now = self.clock.now()
+        if not _waits_on_time(view.tokens, now):
+            return False
+        served = self.served()
+        holders = await self._holders(await self.skipper.live(), view.instance.id)
+        return any(token.queue not in served for _, token in holders)
+
+    async def holding(self, views: Sequence[InstanceView], iid: str = "") -> list[str]:
+        """The due READY steps of instances other than ``iid`` that keep the clock still, in words.
+
+        A due READY step counts as busy (skipping.py, ``_token_due``: a worker is about to claim
+        it), for every instance: one on a queue nothing serves, left by an earlier test on a
+        shared environment (``wiggle_module_env``), held the clock for good, and another test's
+        30-day sleep timed out saying only where its own token was (an outside trial). Steps a
+        limit holds back wait on time, not here."""
+        served = self.served()
+        found = await self._holders(views, iid)
         said = []
         for other, token in found[:SHOWN_STEPS]:
             why = (

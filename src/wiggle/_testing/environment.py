@@ -387,7 +387,9 @@ class WorkflowEnvironment:
             now = time.monotonic()
             if now - checked_at >= UNSERVED_CHECK_SECONDS:
                 checked_at = now
-                stranded = self._diagnosis.unserved(await self.client.get(iid))
+                stranded = bool(self._diagnosis.unserved(await self.client.get(iid)))
+                if not stranded and skipping:  # time waits on another instance's unserved step
+                    stranded = await self._diagnosis.held_for_good(view)
                 stranded_since = (stranded_since or now) if stranded else None
             gave_up = stranded_since is not None and now - stranded_since >= UNSERVED_SECONDS
             if now >= deadline or gave_up:
