@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from wiggle import Workflow
+from wiggle import WorkerOptions, Workflow
 from wiggle.errors import InvalidArgument
 from wiggle.testing import SyncWorkflowEnvironment, WorkflowEnvironment
 
@@ -150,6 +150,11 @@ async def test_a_wait_s_skip_is_a_bool() -> None:
             "execution_mode is an ExecutionMode or one of SERVER, LOCAL_SYNC, LOCAL_ASYNC, DEFAULT, got 'local_sync'",
         ),
         ({"lease_millis": "x"}, TypeError, "the server setting lease_millis='x' does not fit"),
+        (
+            {"workers": 2, "worker_options": WorkerOptions(worker_id="w")},
+            ValueError,
+            "worker_options.worker_id='w' would name all 2 workers alike",
+        ),
     ],
 )
 def test_the_environment_s_own_keywords_are_checked_before_anything_starts(

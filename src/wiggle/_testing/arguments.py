@@ -44,6 +44,7 @@ def check_arguments(workflows: Iterable[Blueprint[Any]], options: dict[str, Any]
     for name, check in _OWN_CHECKS.items():
         if name in settings:
             check(settings.pop(name))
+    check_worker_naming(options.get("workers", 1), options.get("worker_options"))
     if settings:
         with_settings(ServerConfig(port=0), settings)
     return found
@@ -101,6 +102,16 @@ def checked_worker_options(options: object) -> WorkerOptions | None:
             f"worker_options={hint}"
         )
     return options
+
+
+def check_worker_naming(workers: int, options: WorkerOptions | None) -> None:
+    """ValueError if one ``worker_id`` would name several workers: their leases, holds and
+    histories could not be told apart."""
+    if workers > 1 and options is not None and options.worker_id:
+        raise ValueError(
+            f"worker_options.worker_id={options.worker_id!r} would name all {workers} "
+            "workers alike: leave it empty (they become test-worker-1, -2...)"
+        )
 
 
 def checked_text(value: object, what: str) -> str:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from .._client.types import StartOptions
 from .arguments import (
+    check_worker_naming,
     checked_flag,
     checked_mode,
     checked_text,
@@ -111,11 +112,7 @@ class WorkflowEnvironment:
         self.worker_options = checked_worker_options(worker_options) or WorkerOptions(poll_wait_seconds=1.0)
         database_url = checked_text(database_url, "database_url")
         database_schema = checked_text(database_schema, "database_schema")
-        if workers > 1 and self.worker_options.worker_id:
-            raise ValueError(
-                f"worker_options.worker_id={self.worker_options.worker_id!r} would name all {workers} "
-                "workers alike: leave it empty (they become test-worker-1, -2...)"
-            )
+        check_worker_naming(self.worker_count, self.worker_options)
         self.time_skipping = checked_flag(time_skipping, "time_skipping")
         self.clock = VirtualClock(epoch_millis(start))
         config = ServerConfig(port=0, execution_mode=checked_mode(execution_mode))
