@@ -24,6 +24,7 @@ import msgspec
 
 from .. import _tracing as tracing
 from .._histogram import Series
+from .._model import Limit
 from .._rpc import wiggle_pb2 as pb
 from ..workflow import HandlerKind
 from .loaded import Handler, LoadedBlueprint, typed_context
@@ -45,6 +46,26 @@ __all__ = ["InlinePolicy", "log_failure", "HandlerCaller"]
 log = logging.getLogger("wiggle.worker")
 
 T = TypeVar("T")
+
+
+def _warn_unstoppable(info: Step, limit: Limit | None) -> None:
+    """A sync handler abandoned at its step's time limit runs on in its thread, and the server
+    has given its concurrency slot to the next attempt of its key: say so where an operator looks
+    (docs/flow-control.md#concurrency-limits)."""
+    if limit is None:
+        return
+    log.warning(
+        "step %s of instance %s (attempt %d): its sync handler runs on past the time limit, and "
+        "its concurrency-limit slot (key %r, max %d) is free for the next attempt: the two may run "
+        "at once; write the handler async def (cancelled at the limit) or give its calls shorter "
+        "timeouts (docs/flow-control.md#concurrency-limits)",
+        info.node_id,
+        info.instance_id,
+        info.attempt,
+        limit.key,
+        limit.max,
+        extra=log_fields_of(info),
+    )
 
 
 class InlinePolicy:
@@ -351,6 +372,8 @@ class HandlerCaller:
         except StepTimedOut as exc:
             failure = Failure(str(exc), True)
             log_failure(info, failure, loaded)
+            if not loaded.blueprint.is_async[node_id]:
+                _warn_unstoppable(info, loaded.nodes[node_id].limit)
             self.observe(info, started, "failed")
             return failure
         except asyncio.CancelledError:
