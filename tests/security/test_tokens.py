@@ -33,8 +33,19 @@ def test_a_bad_identity_file_is_refused_naming_the_entry(tmp_path: Path, doc: ob
     path.write_text(json.dumps(doc))
     with pytest.raises(
         ValueError, match=fragment.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
-    ):
+    ) as refused:
         IdentityTable(str(path))
+    assert f"identity file {str(path)!r}" in str(refused.value)  # every refusal names the file
+
+
+def test_an_identity_file_that_is_not_text_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "ids.json"
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ValueError) as refused:
+        IdentityTable(str(path))
+    assert str(refused.value) == (
+        f"identity file {str(path)!r} is not UTF-8 text (byte 0): it must be a JSON document"
+    )
 
 
 def test_lookups_and_a_broken_reload_keeps_the_identities(tmp_path: Path) -> None:

@@ -202,10 +202,17 @@ class IdentityTable:
             raise ValueError(f"cannot read the identity file {self.path!r}: {exc.strerror or exc}") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"identity file {self.path!r} is not valid JSON: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"identity file {self.path!r} is not UTF-8 text (byte {exc.start}): it must be a JSON document"
+            ) from None
         entries = doc.get("identities") if isinstance(doc, dict) else None
         if not isinstance(entries, list):
             raise ValueError(f'identity file {self.path!r} must be {{"identities": [...]}}')
-        parsed = [_identity(entry, i) for i, entry in enumerate(entries)]
+        try:
+            parsed = [_identity(entry, i) for i, entry in enumerate(entries)]
+        except ValueError as exc:  # the entry's own words, under the file's name (as _unique's are)
+            raise ValueError(f"identity file {self.path!r}: {exc}") from None
         _unique(parsed, self.path)
         return {identity.name: (identity, digest, cn) for identity, digest, cn in parsed}
 
