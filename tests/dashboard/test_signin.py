@@ -250,6 +250,8 @@ async def started_mtls(server: Any, name: str) -> str:
 
 @pytest.mark.parametrize("proxies, trusted", [("127.0.0.1, 10.0.0.0/8", True), ("10.9.9.9", False)])
 async def test_sso_proxy_header(pki: Pki, proxies: str, trusted: bool) -> None:  # noqa: F811
+    # a person the proxy signs in needs no token or certificate in the identity file (docs/dashboard.md)
+    write_identities(pki.auth_file, [{"name": "alice", "roles": ["viewer"]}])
     async with secured_server(
         "memory", "", "", pki, http_trusted_header="X-Forwarded-User", http_trusted_proxies=proxies
     ) as (server, base):
@@ -280,6 +282,10 @@ async def test_sso_proxy_header(pki: Pki, proxies: str, trusted: bool) -> None: 
             "GET", f"{base}/api/instances", tls, headers={"X-Forwarded-User": "mallory"}
         )
         assert status == 401 and "not in the identity file" in answer["error"]
+        status, _, page = await call(
+            "GET", f"{base}/instances/{iid}", tls, headers={"X-Forwarded-User": "alice"}
+        )
+        assert status == 200 and 'id="who">alice<' in page
 
 
 async def test_sign_in_act_and_sign_out_in_a_browser(store: str, pg_schema: str, pki: Pki) -> None:  # noqa: F811

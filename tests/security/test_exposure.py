@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from wiggle import cli
+from wiggle._security.tokens import Role
 from wiggle._server.app import WiggleServer
 from wiggle._server.config import ServerConfig, from_mapping
 from wiggle._server.exposure import build_security, is_loopback
 from wiggle.errors import FailedPrecondition
 
-from .conftest import Pki
+from .conftest import Pki, write_identities
 
 
 def test_loopback_addresses() -> None:
@@ -45,6 +46,28 @@ def test_non_loopback_bind_without_tls_and_auth_is_refused_naming_the_flags(pki:
 def test_tokens_need_tls(pki: Pki) -> None:
     with pytest.raises(FailedPrecondition, match="--auth-file needs TLS"):
         build_security(ServerConfig(auth_file=str(pki.auth_file)))
+
+
+def test_an_identity_without_a_credential_is_only_taken_behind_an_sso_proxy(pki: Pki) -> None:
+    write_identities(pki.auth_file, [{"name": "alice", "roles": ["viewer"]}])
+    tls = {"tls_cert": str(pki.server_cert), "tls_key": str(pki.server_key)}
+    with pytest.raises(FailedPrecondition) as refused:
+        build_security(ServerConfig(auth_file=str(pki.auth_file), **tls))
+    assert str(refused.value) == (
+        f"identity file {str(pki.auth_file)!r}: identity 'alice': give token_sha256, cert_cn, or both "
+        "(an entry with neither is a person an SSO proxy signs in, taken only with --http-trusted-header)"
+    )
+    proxied = build_security(
+        ServerConfig(
+            auth_file=str(pki.auth_file),
+            http_trusted_header="X-Forwarded-User",
+            http_trusted_proxies="127.0.0.2",
+            **tls,
+        )
+    )
+    assert proxied.identities is not None
+    alice = proxied.identities.by_name("alice")
+    assert alice is not None and alice.roles == {Role.VIEWER}
 
 
 async def test_insecure_bind_on_every_interface_serves() -> None:

@@ -88,7 +88,9 @@ def new_token() -> str:
     return "wgl_" + secrets.token_urlsafe(32)
 
 
-def _identity(entry: object, index: int) -> tuple[Identity, str, str]:
+def _identity(entry: object, index: int, proxied: bool = False) -> tuple[Identity, str, str]:
+    """One entry, checked; ``proxied``: an SSO proxy may sign people in by name (a trusted header is
+    set), so an entry with neither a token hash nor a certificate name is a person it signs in."""
     where = f"identity #{index + 1}"
     if not isinstance(entry, Mapping):
         raise ValueError(f"{where} must be an object with name, roles and token_sha256 or cert_cn")
@@ -123,8 +125,13 @@ def _identity(entry: object, index: int) -> tuple[Identity, str, str]:
     cert_cn = entry.get("cert_cn", "")
     if not isinstance(digest, str) or (digest and not _HEX64.fullmatch(digest)):
         raise ValueError(f"{where}: token_sha256 must be 64 lowercase hex digits (wiggle token makes one)")
-    if not isinstance(cert_cn, str) or not (digest or cert_cn):
-        raise ValueError(f"{where}: give token_sha256, cert_cn, or both")
+    if not isinstance(cert_cn, str):
+        raise ValueError(f"{where}: cert_cn must be a certificate's common name (a string)")
+    if not (digest or cert_cn or proxied):
+        raise ValueError(
+            f"{where}: give token_sha256, cert_cn, or both (an entry with neither is a person an SSO "
+            "proxy signs in, taken only with --http-trusted-header)"
+        )
     return Identity(name, roles, frozenset(queues)), digest, cert_cn
 
 
@@ -161,8 +168,11 @@ def _unique(entries: list[tuple[Identity, str, str]], path: str) -> None:
 class IdentityTable:
     """The identities of one file, looked up by token or certificate name; thread-safe reloads."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, proxied: bool = False) -> None:
+        """``proxied``: an SSO proxy signs people in by name (``http_trusted_header``), so entries
+        with neither ``token_sha256`` nor ``cert_cn`` are taken (they can sign in only through it)."""
         self.path = path
+        self.proxied = proxied
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] = (0, 0)
         self._by_digest: dict[str, Identity] = {}
@@ -210,7 +220,7 @@ class IdentityTable:
         if not isinstance(entries, list):
             raise ValueError(f'identity file {self.path!r} must be {{"identities": [...]}}')
         try:
-            parsed = [_identity(entry, i) for i, entry in enumerate(entries)]
+            parsed = [_identity(entry, i, self.proxied) for i, entry in enumerate(entries)]
         except ValueError as exc:  # the entry's own words, under the file's name (as _unique's are)
             raise ValueError(f"identity file {self.path!r}: {exc}") from None
         _unique(parsed, self.path)

@@ -54,7 +54,11 @@ def build_security(config: ServerConfig) -> Security:
         tls = None
         if config.tls_cert or config.tls_key or config.tls_client_ca:
             tls = ServerTLS(config.tls_cert, config.tls_key, config.tls_client_ca)
-        identities = IdentityTable(config.auth_file) if config.auth_file else None
+        identities = (
+            IdentityTable(config.auth_file, proxied=bool(config.http_trusted_header))
+            if config.auth_file
+            else None
+        )
     except ValueError as exc:
         raise FailedPrecondition(str(exc)) from None
     if identities is not None and tls is None:
