@@ -189,6 +189,21 @@ def rows(iid: str, limit: int) -> list[tuple[str, str, str, dict[str, str], byte
             "INVALID_ARGUMENT",
             "created_after",
         ),
+        *(
+            (f"time filter {value} past 9999", method, path, headers, body, 400, "INVALID_ARGUMENT", words)
+            for value in ("253402300800000", "9223372036854775807", "99999999999999999999999")
+            for name in ("created_after", "created_before")
+            for method, path, headers, body, words in (
+                ("GET", f"/api/instances?{name}={value}", {}, None, f"{name} must be from 1970-01-01"),
+                (
+                    "POST",
+                    f"/api/bulk/cancel?{name}={value}",
+                    JSON,
+                    b'{"dry_run": true}',
+                    "0 to 253402300799999 milliseconds",
+                ),
+            )
+        ),
         (
             "bad workflow filter",
             "GET",
@@ -272,6 +287,9 @@ async def test_malformed_input_table(store: str, pg_schema: str, caplog: pytest.
             # a browser navigating to a missing page gets the message as a page
             async with http.get(f"{base}/instances/{UNKNOWN}", headers={"Accept": "text/html"}) as r:
                 assert r.status == 404 and r.content_type == "text/html" and UNKNOWN in await r.text()
+            far = f"{base}/instances?created_before=253402300800000"
+            async with http.get(far, headers={"Accept": "text/html"}) as r:
+                assert r.status == 400 and "created_before must be from 1970-01-01" in await r.text()
 
         after = (await client.get(iid), await client.history(iid), await client.get_schedule("nightly"))
         assert after == before  # nothing changed: status, tokens, context, history, schedule

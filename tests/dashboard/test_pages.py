@@ -143,6 +143,13 @@ def test_time_filters_as_a_person_writes_them() -> None:
     assert iso(now) == "2025-12-02T14:00:00Z" and iso(now + 5) == "2025-12-02T14:00:00.005Z"
     with pytest.raises(InvalidArgument, match="t must be a date and time"):
         time_arg("yesterday", "t", now)
+    # the latest a filter can name is the latest a page can show back: 9999-12-31 UTC
+    assert iso(time_arg("253402300799999", "t", now)) == "9999-12-31T23:59:59.999Z"
+    for late in ("253402300800000", "9" * 5000, "9999-12-31T23:30:00-01:00"):
+        with pytest.raises(InvalidArgument, match=r"t must be from 1970-01-01 to 9999-12-31 UTC"):
+            time_arg(late, "t", now)
+    with pytest.raises(InvalidArgument, match="t must be from 1970-01-01"):
+        time_arg("1969-12-31", "t", now)
 
 
 def test_context_search_fields_are_checked_and_listed_once() -> None:

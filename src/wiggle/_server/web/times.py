@@ -18,6 +18,18 @@ __all__ = ["time_arg", "utc_text", "iso"]
 
 _AGO = re.compile(r"(\d{1,9})\s*(s|m|h|d)(?:\s+ago)?", re.IGNORECASE)
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+#: The last millisecond of 9999-12-31 UTC: the latest time ``iso`` and ``utc_text`` can show back
+#: (Python's datetime ends at year 9999), so the latest a time filter may name.
+LATEST_MS = 253_402_300_799_999
+
+
+def _in_range(ms: int, raw: str, name: str) -> int:
+    if not 0 <= ms <= LATEST_MS:
+        raise InvalidArgument(
+            f"{name} must be from 1970-01-01 to 9999-12-31 UTC (0 to {LATEST_MS} milliseconds since "
+            f"the epoch), got {raw[:60]!r}"
+        )
+    return ms
 
 
 def time_arg(raw: str, name: str, now: int) -> int:
@@ -26,7 +38,7 @@ def time_arg(raw: str, name: str, now: int) -> int:
     if not raw:
         return 0
     if raw.isdigit():
-        return int(raw)
+        return _in_range(int(raw) if len(raw) <= 20 else LATEST_MS + 1, raw, name)  # no 4300-digit parse
     ago = _AGO.fullmatch(raw)
     if ago:
         return max(now - int(ago.group(1)) * _UNIT_MS[ago.group(2).lower()], 0)
@@ -39,10 +51,11 @@ def time_arg(raw: str, name: str, now: int) -> int:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
-    ms = int(parsed.timestamp() * 1000)
-    if ms < 0:
-        raise InvalidArgument(f"{name} must not be before 1970, got {raw[:60]!r}")
-    return ms
+    try:
+        ms = int(parsed.timestamp() * 1000)
+    except (OverflowError, ValueError):  # 9999-12-31 23:00-01:00: past the range in UTC
+        ms = LATEST_MS + 1
+    return _in_range(ms, raw, name)
 
 
 def utc_text(ms: int) -> str:
