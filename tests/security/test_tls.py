@@ -190,3 +190,64 @@ async def test_grpc_takes_a_certificate_another_reload_loaded_first(tmp_path: Pa
         assert await _reachable(server.target, Credentials(ca_file=str(renewed.ca_file))) is None
     finally:
         await server.stop(grace=0.5)
+
+
+async def _refused(target: str, credentials: Credentials) -> str:
+    """What a client that never reached ``target`` says (after its first contact's tries)."""
+    async with AsyncClient(target, credentials=credentials) as client:
+        with pytest.raises(Unavailable) as refused:
+            await client.list_workflows()
+    return str(refused.value)
+
+
+async def test_a_connection_closed_unanswered_is_said_to_be_a_likely_tls_mismatch(
+    tmp_path: Path, pki: Pki
+) -> None:
+    # a TLS server closes a plaintext client's connection, an mTLS server a client's without a
+    # certificate it takes: gRPC says only "Socket closed", which read as "is a server running?"
+    clients = Authority(tmp_path, "client-ca")
+    plain = WiggleServer(ServerConfig(port=0, tls_cert=str(pki.server_cert), tls_key=str(pki.server_key)))
+    mutual = WiggleServer(
+        ServerConfig(
+            port=0,
+            tls_cert=str(pki.server_cert),
+            tls_key=str(pki.server_key),
+            tls_client_ca=str(clients.ca_file),
+        )
+    )
+    await plain.start()
+    await mutual.start()
+    try:
+        ca = str(pki.ca.ca_file)
+        rogue_cert, rogue_key = pki.ca.issue("rogue", server=False)
+        for target, credentials, advice in (
+            (plain.target, Credentials(), "may speak TLS: set WIGGLE_TLS_CA (--tls-ca)"),
+            (mutual.target, Credentials(ca_file=ca), "may require a client certificate (mTLS)"),
+            (
+                mutual.target,
+                Credentials(ca_file=ca, cert_file=str(rogue_cert), key_file=str(rogue_key)),
+                "may refuse this client certificate (WIGGLE_TLS_CLIENT_CERT, --client-cert)",
+            ),
+        ):
+            said = await _refused(target, credentials)
+            assert "a TLS problem, likely, not a missing server" in said and advice in said, said
+            assert "is a `wiggle server` running" not in said, said
+    finally:
+        await plain.stop(grace=0.5)
+        await mutual.stop(grace=0.5)
+
+
+def test_a_client_certificate_and_a_key_that_are_no_pair_are_refused_when_the_client_is_made(
+    tmp_path: Path, pki: Pki
+) -> None:
+    cert, _ = pki.ca.issue("billing.internal", server=False)
+    _, other_key = pki.ca.issue("another", server=False)
+    credentials = Credentials(ca_file=str(pki.ca.ca_file), cert_file=str(cert), key_file=str(other_key))
+    with pytest.raises(ValueError) as refused:
+        AsyncClient("127.0.0.1:1", credentials=credentials)
+    assert str(refused.value) == (
+        f"the client certificate {str(cert)!r} and key {str(other_key)!r} (cert_file and key_file, "
+        "WIGGLE_TLS_CLIENT_CERT and WIGGLE_TLS_CLIENT_KEY, --client-cert and --client-key) are not a PEM "
+        "certificate and its unencrypted private key (KEY_VALUES_MISMATCH): give the key made with that "
+        "certificate"
+    )

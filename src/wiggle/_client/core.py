@@ -13,9 +13,10 @@ import time
 from datetime import timedelta
 
 from .._rpc import wiggle_pb2 as pb
+from .._security.credentials import Credentials
 from .._status import InstanceStatus
 from ..errors import ClientClosed, InvalidArgument, Unavailable, WorkflowFailed
-from .tls_trouble import tls_trouble
+from .tls_trouble import closed_unanswered, tls_trouble
 from .types import InstanceInfo
 
 __all__ = [
@@ -170,11 +171,15 @@ def where_it_waits(info: InstanceInfo) -> str:
     return "; ".join(said) + (f"; and {more} more" if more > 0 and said else "")
 
 
-def never_reached(exc: Unavailable, target: str) -> Unavailable:
+def never_reached(exc: Unavailable, target: str, credentials: Credentials | None = None) -> Unavailable:
     """``exc`` of a client that has never reached its server, saying where it looked: a wrong
     target or a server not started is the likely cause, not a restart; or, when the details
-    tell of a failed TLS handshake, that it is one and what to check (tls_trouble.py)."""
+    tell of a failed TLS handshake, or of a server that closed the connection unanswered (a TLS
+    mismatch, a client certificate missing or refused, as ``credentials`` say), that it is one
+    and what to check (tls_trouble.py)."""
     trouble = tls_trouble(str(exc))
+    if not trouble and credentials is not None:
+        trouble = closed_unanswered(str(exc), credentials.tls, bool(credentials.cert_file))
     if trouble:
         return Unavailable(f"{exc} ({trouble}; at {target})")
     return Unavailable(f"{exc} (is a `wiggle server` running at {target}? none has answered there yet)")

@@ -328,7 +328,7 @@ class Client:
                 if not self._reached:
                     unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
                     if unreached.expired():
-                        raise core.never_reached(exc, self.target) from None
+                        raise core.never_reached(exc, self.target, self.credentials) from None
                 if only_unapplied:
                     # nothing of it was applied (the server's database was away): made again, on
                     # the next server of several (docs/failover.md#a-server-without-its-database);
@@ -339,7 +339,9 @@ class Client:
                         clock = core.WaitClock(self.patience, from_first_failure=True)
                 pause = clock.again_in() if clock is not None and self.patience > 0 else None
                 if pause is None:
-                    raise exc if self._reached else core.never_reached(exc, self.target) from None
+                    if self._reached:
+                        raise exc from None
+                    raise core.never_reached(exc, self.target, self.credentials) from None
                 core.pause(pause)
 
     def get(self, instance_id: str | InstanceInfo) -> InstanceInfo:

@@ -10,7 +10,7 @@ and which setting or file to look at, rather than asking whether a server runs t
 
 from __future__ import annotations
 
-__all__ = ["tls_trouble"]
+__all__ = ["tls_trouble", "closed_unanswered"]
 
 #: text of gRPC's and OpenSSL's handshake failures (lower case)
 _MARKERS = (
@@ -22,7 +22,11 @@ _MARKERS = (
     "wrong_version_number",
     "certificate_required",
     "alert handshake failure",
+    "security handshaker",  # the client's own certificate and key refused by gRPC (not a pair)
 )
+
+#: a server that took the TCP connection and closed it unanswered: gRPC's words, lower case
+_CLOSED = "socket closed"
 
 #: (what the details say, lower case; what to check), the first that matches wins
 _ADVICE = (
@@ -68,3 +72,28 @@ def tls_trouble(details: str) -> str:
         return ""
     advice = next((says for signs, says in _ADVICE if any(s in text for s in signs)), _GENERAL)
     return f"a TLS problem, not a missing server: {advice}"
+
+
+def closed_unanswered(details: str, tls: bool, client_cert: bool) -> str:
+    """'' unless ``details`` say a server took the connection and closed it before answering
+    ("Socket closed"), which is how a TLS server meets a plaintext client, and an mTLS server a
+    client without a certificate it takes (OpenSSL's words stay on the server's side); else that
+    clause, for a client using TLS (``tls``) with a certificate of its own (``client_cert``) or not."""
+    if _CLOSED not in details.lower() or tls_trouble(details):
+        return ""
+    if not tls:
+        why = "the server there may speak TLS: set WIGGLE_TLS_CA (--tls-ca) to the CA of its certificate"
+    elif not client_cert:
+        why = (
+            "the server may require a client certificate (mTLS): set WIGGLE_TLS_CLIENT_CERT and "
+            "WIGGLE_TLS_CLIENT_KEY (--client-cert, --client-key) to one signed by its --tls-client-ca"
+        )
+    else:
+        why = (
+            "the server may refuse this client certificate (WIGGLE_TLS_CLIENT_CERT, --client-cert): "
+            "check that it is signed by the server's --tls-client-ca and has not expired"
+        )
+    return (
+        "a TLS problem, likely, not a missing server: a server took the connection and closed it "
+        f"unanswered; {why}"
+    )

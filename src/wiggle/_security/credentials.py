@@ -7,6 +7,7 @@ agree on the names. A token is only ever sent over TLS (docs/semantics.md#securi
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -151,15 +152,38 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
         self.check()
         if not self.tls:
             return None
-        ssl = grpc.ssl_channel_credentials(
+        if self.cert_file:
+            self._check_pair()
+        secure = grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca_file, "CA file") if self.ca_file else None,
             private_key=_read(self.key_file, "client key") if self.key_file else None,
             certificate_chain=_read(self.cert_file, "client certificate") if self.cert_file else None,
         )
         token = self.bearer()
         if not token:
-            return ssl
-        return grpc.composite_channel_credentials(ssl, grpc.access_token_call_credentials(token))
+            return secure
+        return grpc.composite_channel_credentials(secure, grpc.access_token_call_credentials(token))
+
+    def _check_pair(self) -> None:
+        """InvalidArgument naming the files unless ``cert_file`` and ``key_file`` are a PEM
+        certificate and its unencrypted private key: gRPC finds out only at each connection, says
+        "Failed to create security handshaker" (and "Invalid private key." on stderr), and the
+        client took that for a server away."""
+        _read(self.cert_file, "client certificate")
+        _read(self.key_file, "client key")
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
+                self.cert_file,
+                self.key_file,
+                password=lambda: b"",  # gRPC takes no encrypted key
+            )
+        except ssl.SSLError as exc:
+            raise InvalidArgument(
+                f"the client certificate {self.cert_file!r} and key {self.key_file!r} (cert_file and "
+                "key_file, WIGGLE_TLS_CLIENT_CERT and WIGGLE_TLS_CLIENT_KEY, --client-cert and "
+                f"--client-key) are not a PEM certificate and its unencrypted private key "
+                f"({exc.reason or exc}): give the key made with that certificate"
+            ) from None
 
     def channel_options(self) -> list[tuple[str, str]]:
         """Extra channel options: the certificate name to check when ``server_name`` is set."""
