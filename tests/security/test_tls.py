@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from wiggle._client import core
 from wiggle._rpc import wiggle_pb2 as pb
 from wiggle._security.credentials import Credentials
 from wiggle._security.tokens import hash_token
@@ -251,3 +252,38 @@ def test_a_client_certificate_and_a_key_that_are_no_pair_are_refused_when_the_cl
         "certificate and its unencrypted private key (KEY_VALUES_MISMATCH): give the key made with that "
         "certificate"
     )
+
+
+CLOSED = "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:46501: Socket closed"
+REFUSED = (
+    "failed to connect to all addresses; last error: UNKNOWN: ipv6:%5B::1%5D:46501: "
+    "Failed to connect to remote host: Connection refused"
+)
+
+
+async def test_a_tls_failure_on_one_address_wins_over_a_refusal_on_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # localhost is ::1 and 127.0.0.1; a server on 127.0.0.1 only: gRPC's details name the last
+    # address tried, at random. The client says the most telling of its tries (core.more_telling)
+    monkeypatch.setattr(core, "FIRST_CONTACT", 0.5)
+    tries = iter([CLOSED, REFUSED, CLOSED])
+
+    async def send() -> None:
+        raise Unavailable(next(tries, REFUSED))
+
+    async with AsyncClient("localhost:46501", credentials=Credentials()) as client:
+        with pytest.raises(Unavailable) as refused:
+            await client._again_while_away(send, core.WaitClock(client.patience, from_first_failure=True))
+    said = str(refused.value)
+    assert said.startswith(CLOSED) and "may speak TLS" in said and "at localhost:46501" in said, said
+
+
+async def test_a_tls_server_named_localhost_is_said_to_be_one(pki: Pki) -> None:
+    server = WiggleServer(ServerConfig(port=0, tls_cert=str(pki.server_cert), tls_key=str(pki.server_key)))
+    await server.start()  # on 127.0.0.1 only: localhost's ::1 refuses the connection
+    try:
+        said = await _refused(server.target.replace("127.0.0.1", "localhost"), Credentials())
+        assert "may speak TLS: set WIGGLE_TLS_CA" in said, said
+    finally:
+        await server.stop(grace=0.5)

@@ -16,13 +16,14 @@ from .._rpc import wiggle_pb2 as pb
 from .._security.credentials import Credentials
 from .._status import InstanceStatus
 from ..errors import ClientClosed, InvalidArgument, Unavailable, WorkflowFailed
-from .tls_trouble import closed_unanswered, tls_trouble
+from .tls_trouble import closed_unanswered, telling, tls_trouble
 from .types import InstanceInfo
 
 __all__ = [
     "seconds_of",
     "wait_seconds",
     "never_reached",
+    "more_telling",
     "no_answer",
     "client_closed",
     "where_it_waits",
@@ -183,6 +184,15 @@ def never_reached(exc: Unavailable, target: str, credentials: Credentials | None
     if trouble:
         return Unavailable(f"{exc} ({trouble}; at {target})")
     return Unavailable(f"{exc} (is a `wiggle server` running at {target}? none has answered there yet)")
+
+
+def more_telling(kept: Unavailable | None, exc: Unavailable) -> Unavailable:
+    """Of a client's tries that never reached its server, the failure that tells most of why
+    (tls_trouble.telling): a TLS failure on one of a name's addresses wins over a refused
+    connection on another (``localhost``: ::1 refused, 127.0.0.1 a TLS server); of two alike, the later."""
+    if kept is None or telling(str(exc)) >= telling(str(kept)):
+        return exc
+    return kept
 
 
 def no_answer(timeout: float, what: str = "the call", safe: str = "") -> Unavailable:

@@ -318,6 +318,7 @@ class Client:
         a wrong target is a mistake to report, not a restart to wait out; its Unavailable says
         where it looked, for every call (``core.never_reached``)."""
         unreached: core.WaitClock | None = None
+        told: Unavailable | None = None  # the tries' most telling failure (core.more_telling)
         only_unapplied = clock is None  # a call not safe to repeat: asked again only while not applied
         while True:
             try:
@@ -326,9 +327,10 @@ class Client:
                 if not self._reached and (exc.not_applied or str(exc).startswith(STOPPING)):
                     self._reached = True  # the server itself answered: the target is right
                 if not self._reached:
+                    told = core.more_telling(told, exc)
                     unreached = unreached or core.WaitClock(core.FIRST_CONTACT)
                     if unreached.expired():
-                        raise core.never_reached(exc, self.target, self.credentials) from None
+                        raise core.never_reached(told, self.target, self.credentials) from None
                 if only_unapplied:
                     # nothing of it was applied (the server's database was away): made again, on
                     # the next server of several (docs/failover.md#a-server-without-its-database);
@@ -341,7 +343,7 @@ class Client:
                 if pause is None:
                     if self._reached:
                         raise exc from None
-                    raise core.never_reached(exc, self.target, self.credentials) from None
+                    raise core.never_reached(told or exc, self.target, self.credentials) from None
                 core.pause(pause)
 
     def get(self, instance_id: str | InstanceInfo) -> InstanceInfo:

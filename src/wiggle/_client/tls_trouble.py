@@ -10,7 +10,7 @@ and which setting or file to look at, rather than asking whether a server runs t
 
 from __future__ import annotations
 
-__all__ = ["tls_trouble", "closed_unanswered"]
+__all__ = ["tls_trouble", "telling", "closed_unanswered"]
 
 #: text of gRPC's and OpenSSL's handshake failures (lower case)
 _MARKERS = (
@@ -97,3 +97,13 @@ def closed_unanswered(details: str, tls: bool, client_cert: bool) -> str:
         "a TLS problem, likely, not a missing server: a server took the connection and closed it "
         f"unanswered; {why}"
     )
+
+
+def telling(details: str) -> int:
+    """How much ``details`` tell of why a server was not reached: 2 a failed TLS handshake, 1 a
+    connection closed unanswered, 0 else (refused: nothing listens). A target that resolves to
+    several addresses (``localhost``: ::1 and 127.0.0.1) fails on each, and gRPC's details name
+    the last one tried only; the client keeps the most telling of its tries (aio.py)."""
+    if tls_trouble(details):
+        return 2
+    return 1 if _CLOSED in details.lower() else 0
