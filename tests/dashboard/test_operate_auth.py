@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 import urllib.error
 import urllib.request
 
+import pytest
 from security.conftest import Pki, pki  # noqa: F401  (pki: a fixture)
 
 from wiggle import Workflow
@@ -35,7 +37,10 @@ def call(url: str, keys: Pki, token: str = "", body: dict[str, object] | None = 
         return exc.code, exc.read().decode()
 
 
-async def test_signal_retry_and_schedule_actions_need_the_admin_role(pki: Pki) -> None:  # noqa: F811
+async def test_signal_retry_and_schedule_actions_need_the_admin_role(
+    pki: Pki,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     flow = Workflow.define("guarded-operate").user_task("approve").build()
     port = free_port()
     config = ServerConfig(
@@ -84,5 +89,22 @@ async def test_signal_retry_and_schedule_actions_need_the_admin_role(pki: Pki) -
         assert entry.outcome == "SIGNALLED" and entry.worker_id.startswith("eve as ops (dashboard")
         paused = await asyncio.to_thread(call, f"{base}/api/schedules/guarded/pause", pki, "tok-ops", who)
         assert paused[0] == 200 and (await server.instances.schedules.get("guarded")).paused
+
+        # an action no page has is 400 for every role, before any role check (it named RPCs that
+        # do not exist: "may not call GetSchedule"), and no operator's action is logged for it
+        with caplog.at_level(logging.INFO, logger="wiggle.server"):
+            for token in ("tok-ops", "tok-app", "tok-watcher"):
+                for path, words in (
+                    ("/api/schedules/guarded/get", "schedule action must be one of pause, resume, trigger"),
+                    (
+                        "/api/schedules/guarded/delete",
+                        "schedule action must be one of pause, resume, trigger",
+                    ),
+                    ("/api/bulk/list", "bulk action must be one of cancel, retry, got 'list'"),
+                ):
+                    got = await asyncio.to_thread(call, f"{base}{path}", pki, token, who)
+                    assert got[0] == 400 and words in got[1] and "may not call" not in got[1], (token, got)
+        acted = [r.getMessage() for r in caplog.records if r.getMessage().startswith("operator ")]
+        assert not acted, acted
     finally:
         await server.stop(grace=0.5)

@@ -39,7 +39,9 @@ from ..._security.tokens import Identity
 from ...errors import ErrorCode, Unauthenticated
 from ..caller_text import loggable
 from ..http_security import HttpSecurity, peer_common_name
+from .bulk import BULK_ACTIONS
 from .errors import HttpProblem, wants_html
+from .schedules import ACTIONS as SCHEDULE_ACTIONS
 from .sessions import Session, Sessions
 from .throttle import authenticate
 
@@ -178,6 +180,7 @@ class WebAccess:
                 )
             changes = request.method not in SAFE_METHODS
             vouched = self.check_forgery(request) if changes else False
+            rpc = self.action_of(request) if changes else ""  # an unknown action: 400, for anyone
             if path.startswith(PUBLIC_PATHS) or self.security is None or self.security.is_open(path):
                 request[CALLER] = OPEN
                 return await handler(request)
@@ -190,7 +193,6 @@ class WebAccess:
             assert caller.identity is not None
             if changes:
                 self.check_token(request, caller, vouched)
-                rpc = self.action_of(request)
                 if rpc:
                     self.security.check_action(caller.identity, rpc)
             else:
@@ -241,13 +243,22 @@ class WebAccess:
 
     @staticmethod
     def action_of(request: web.Request) -> str:
-        """The RPC a POST route stands for ('' for a path that is not an action: 404 / 405 follow)."""
+        """The RPC a POST route stands for ('' for a path that is not an action: 404 / 405 follow).
+        A schedule or bulk action that is none of its page's is 400 naming those, before any role
+        is checked: its made-up RPC was refused naming RPCs that do not exist ("may not call
+        GetSchedule"), or passed for a read and was logged as an operator's refused action."""
         route = request.match_info.route
         name = route.name if route is not None else None
-        if name == "schedule_action":
-            return f"{request.match_info.get('action', '').title()}Schedule"
-        if name == "bulk_action":  # each instance is acted on as by CancelInstance / RetryInstance
-            return f"{request.match_info.get('action', '').title()}Instance"
+        for route_name, what, actions, rpc in (
+            ("schedule_action", "schedule action", SCHEDULE_ACTIONS, "Schedule"),
+            ("bulk_action", "bulk action", BULK_ACTIONS, "Instance"),  # each as by CancelInstance, ...
+        ):
+            if name == route_name:
+                action = request.match_info.get("action", "")
+                if action not in actions:
+                    why = f"{what} must be one of {', '.join(actions)}, got {action[:40]!r}"
+                    raise _refuse(request, 400, ErrorCode.INVALID_ARGUMENT, why)
+                return f"{action.title()}{rpc}"
         return name or ""
 
     def proxy_ok(self, peer: str | None) -> bool:
