@@ -394,6 +394,10 @@ async def test_a_final_failure_and_every_operator_action_log_one_line(
     assert not [e for e in kid_history if e.kind == "OPERATOR"], kid_history
     schedule_actions = [r.action for r in _records(caplog) if "schedule log-sched" in r.getMessage()]
     assert schedule_actions == ["created", "paused", "triggered", "deleted"], schedule_actions
+    # a trigger's line names the workflow and the instance it started, as fields (JSON logs)
+    (triggered,) = _records(caplog, action="triggered")
+    assert triggered.workflow == "log-wait" and triggered.instance_id.startswith("wi-"), vars(triggered)
+    assert f"started instance {triggered.instance_id}" in triggered.getMessage()
     assert all(r.levelname == "INFO" for r in _records(caplog) if getattr(r, "actor", None))
 
 

@@ -219,7 +219,12 @@ class Schedules:
                 await self.admit([start.state])
                 instance_id = start.state.instance.id
                 log_action(
-                    who(actor), "triggered", f"schedule {schedule_id}", f"started instance {instance_id}"
+                    who(actor),
+                    "triggered",
+                    f"schedule {schedule_id}",
+                    f"started instance {instance_id}",
+                    workflow=new.workflow,
+                    instance_id=instance_id,
                 )
                 return new, instance_id
         raise Unavailable(f"schedule {schedule_id!r} is being changed concurrently; try again")
