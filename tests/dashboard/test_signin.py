@@ -22,7 +22,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from wiggle import Workflow
 from wiggle._security.tokens import Identity, Role, hash_token
-from wiggle._server.web.sessions import TOKEN, Sessions
+from wiggle._server.web.sessions import ENDED_KEPT_SECONDS, TOKEN, UNKNOWN, Sessions
 from wiggle._server.web.signin import safe_next
 
 from .helpers import (
@@ -142,7 +142,10 @@ async def test_sessions_cookie_roles_csrf_and_reload(store: str, pg_schema: str,
         write_changed(pki.auth_file, IDENTITIES_CHANGED)
         server.reload()
         status, _, answer = await call("GET", f"{base}/api/instances", tls, headers=as_browser(base, session))
-        assert status == 401 and "sign in again" in answer["error"], answer
+        assert status == 401 and answer["error"] == (
+            "the session ended: its identity was removed or changed (the identity file was reloaded); "
+            "sign in again at /signin"
+        ), answer
         assert (await call("GET", f"{base}/api/instances", tls, headers=as_browser(base, ops)))[0] == 200
         # ... and one that removes the identity ends its sessions too
         write_changed(pki.auth_file, {k: v for k, v in IDENTITIES_CHANGED.items() if k != "ops"})
@@ -198,6 +201,23 @@ def test_idle_and_absolute_expiry() -> None:
     now[0] += 50
     session, why = sessions.get(second.id)
     assert session is None and "signed in 300 s ago" in why and len(sessions) == 0
+
+
+def test_why_a_session_ended_is_said_after_it_is_gone() -> None:
+    # a revoked session said "the session is unknown" (the log said why); one swept by another's
+    # sign-in likewise; the reason is kept for ENDED_KEPT_SECONDS
+    now = [1000.0]
+    sessions = Sessions(None, idle=600, max_age=3600, clock=lambda: now[0])
+    ada = Identity("ada", frozenset({Role.ADMIN}))
+    revoked = sessions.open(ada, TOKEN, hash_token("tok"))
+    sessions.revalidate(frozenset({"ada"}))
+    assert sessions.get(revoked.id) == (
+        None,
+        "the session ended: its identity was removed or changed (the identity file was reloaded)",
+    )
+    assert sessions.get("never-was") == (None, UNKNOWN)
+    now[0] += ENDED_KEPT_SECONDS
+    assert sessions.get(revoked.id) == (None, UNKNOWN)
 
 
 async def test_certificate_sign_in_under_mtls(store: str, pg_schema: str, pki: Pki, tmp_path: Path) -> None:  # noqa: F811

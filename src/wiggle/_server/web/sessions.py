@@ -7,6 +7,11 @@ the identity that credential had, and its anti-forgery token. It ends at sign-ou
 identity file removes or changes its identity (``IdentityTable.on_reload`` calls ``revalidate``).
 Sessions live in this server process's memory: a restart signs everyone out.
 
+Why a session ended (idle, its maximum age, its identity removed or changed, a limit) is kept for
+``ENDED_KEPT_SECONDS`` after, so that its cookie, which outlives the session's maximum age by as
+much (signin.py), is answered with the reason, not "the session is unknown": the idle timeout said
+why, the maximum age and a revocation did not (an outside trial).
+
 At most ``MAX_SESSIONS_PER_IDENTITY`` per identity: a new sign-in past it ends that identity's
 least recently used session, never another's, so signing in again and again with one credential
 (a viewer's, say) cannot push anyone else out. At most ``MAX_SESSIONS`` in all: past it the least
@@ -30,7 +35,16 @@ from dataclasses import dataclass
 
 from ..._security.tokens import Identity, IdentityTable
 
-__all__ = ["Session", "Sessions", "TOKEN", "CERTIFICATE", "MAX_SESSIONS", "MAX_SESSIONS_PER_IDENTITY"]
+__all__ = [
+    "Session",
+    "Sessions",
+    "TOKEN",
+    "CERTIFICATE",
+    "MAX_SESSIONS",
+    "MAX_SESSIONS_PER_IDENTITY",
+    "ENDED_KEPT_SECONDS",
+    "UNKNOWN",
+]
 
 log = logging.getLogger("wiggle.http")
 
@@ -41,6 +55,11 @@ MAX_SESSIONS = 10_000
 #: sessions of one identity at once (browsers, devices, people sharing it); past it its own least
 #: recently used one ends
 MAX_SESSIONS_PER_IDENTITY = 20
+#: how long why a session ended is kept (at most MAX_SESSIONS reasons), and how long its cookie
+#: outlives its maximum age (signin.py): the cookie that comes back then is told why
+ENDED_KEPT_SECONDS = 3600
+UNKNOWN = "the session is unknown (signed out, expired, or the server restarted)"
+REVOKED = "its identity was removed or changed (the identity file was reloaded)"
 
 
 @dataclass
@@ -80,6 +99,7 @@ class Sessions:
         self.now_ms = now_ms or (lambda: int(self.clock() * 1000))  # the server's Clock, for the answer
         self._lock = threading.Lock()
         self._by_id: dict[str, Session] = {}
+        self._why_ended: dict[str, tuple[float, str]] = {}  # id -> (when, why), oldest first
         self._secret = secrets.token_bytes(32)  # for the anti-forgery token of proxy-signed requests
         if table is not None:
             table.on_reload(self.revalidate)
@@ -107,13 +127,13 @@ class Sessions:
             while len(own) >= self.per_identity:
                 oldest = min(own, key=lambda s: s.last_used)
                 own.remove(oldest)
-                del self._by_id[oldest.id]
+                self._end(oldest, f"{self.per_identity} sessions per identity is the limit", now)
                 log.info(
                     "session of %s ended: %d sessions per identity is the limit", name, self.per_identity
                 )
             while len(self._by_id) >= self.limit:
                 oldest = self._most_held_oldest()
-                del self._by_id[oldest.id]
+                self._end(oldest, f"{self.limit} sessions is the limit", now)
                 log.info("session of %s ended: %d sessions is the limit", oldest.identity.name, self.limit)
             self._by_id[session.id] = session
         log.info("%s signed in to the dashboard with a %s", identity.name, kind)
@@ -126,10 +146,13 @@ class Sessions:
         with self._lock:
             session = self._by_id.get(session_id)
             if session is None:
-                return None, "the session is unknown (signed out, expired, or the server restarted)"
+                ended = self._why_ended.get(session_id)
+                if ended is not None and now - ended[0] < ENDED_KEPT_SECONDS:
+                    return None, f"the session ended: {ended[1]}"
+                return None, UNKNOWN
             why = self._ended(session, now)
             if why:
-                del self._by_id[session_id]
+                self._end(session, why, now)
                 log.info("session of %s ended: %s", session.identity.name, why)
                 return None, f"the session ended: {why}"
             if touch:
@@ -152,10 +175,11 @@ class Sessions:
             gone = [
                 s for s in self._by_id.values() if s.identity.name in revoked or self.current(s) != s.identity
             ]
+            now = self.clock()
             for session in gone:
-                del self._by_id[session.id]
+                self._end(session, REVOKED, now)
         for session in gone:
-            log.info("session of %s ended: its identity was removed or changed", session.identity.name)
+            log.info("session of %s ended: %s", session.identity.name, REVOKED)
 
     def current(self, session: Session) -> Identity | None:
         """What the session's credential is worth now (None: nothing)."""
@@ -184,6 +208,20 @@ class Sessions:
         most = max(held.values(), key=len)
         return min(most, key=lambda s: s.last_used)
 
+    def _end(self, session: Session, why: str, now: float) -> None:
+        """End ``session`` and keep why for ENDED_KEPT_SECONDS (the lock held)."""
+        self._by_id.pop(session.id, None)
+        self._why_ended[session.id] = (now, why)
+        while len(self._why_ended) > self.limit:
+            del self._why_ended[next(iter(self._why_ended))]
+
     def _sweep(self, now: float) -> None:
-        for session in [s for s in self._by_id.values() if self._ended(s, now)]:
-            del self._by_id[session.id]
+        for session in list(self._by_id.values()):
+            why = self._ended(session, now)
+            if why:
+                self._end(session, why, now)
+        while self._why_ended:
+            oldest = next(iter(self._why_ended))
+            if now - self._why_ended[oldest][0] < ENDED_KEPT_SECONDS:
+                break
+            del self._why_ended[oldest]
