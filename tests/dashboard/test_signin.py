@@ -114,6 +114,10 @@ async def test_sessions_cookie_roles_csrf_and_reload(store: str, pg_schema: str,
         attributes = {a.strip().split("=")[0].lower() for a in line.split(";")[1:]}
         assert {"httponly", "secure", "path", "samesite", "max-age"} <= attributes, line
         assert "SameSite=Strict" in line and "Path=/" in line and "tok-app" not in line and len(session) >= 40
+        # the cookie outlives the session, so that the server sees it and says why the session ended
+        # (at Max-Age == session_max_seconds the browser dropped it and the page said nothing)
+        max_age = int(server.config.session_max_seconds) + ENDED_KEPT_SECONDS
+        assert f"Max-Age={max_age}" in line, line
         session, csrf = await sign_in(base, tls, "tok-app")
         # roles exactly as on gRPC: a client may signal (SignalInstance) but not cancel (CancelInstance)
         who = {"actor": "ada", "data": {}}
@@ -199,8 +203,10 @@ def test_idle_and_absolute_expiry() -> None:
         now[0] += 50
         assert sessions.get(second.id)[0] is second
     now[0] += 50
+    third = sessions.open(ada, TOKEN, hash_token("tok"))  # sweeps the ended one: its reason stays
     session, why = sessions.get(second.id)
-    assert session is None and "signed in 300 s ago" in why and len(sessions) == 0
+    assert session is None and why == "the session ended: signed in 300 s ago (session_max_seconds)"
+    assert sessions.get(third.id)[0] is third and len(sessions) == 1
 
 
 def test_why_a_session_ended_is_said_after_it_is_gone() -> None:

@@ -24,7 +24,7 @@ from ...errors import FailedPrecondition, InvalidArgument, PermissionDenied, Una
 from ..http_security import peer_common_name
 from .access import CSRF_HEADER, WebAccess
 from .pages import layout
-from .sessions import CERTIFICATE, TOKEN, Sessions
+from .sessions import CERTIFICATE, ENDED_KEPT_SECONDS, TOKEN, Sessions
 from .throttle import authenticate
 
 __all__ = ["SignIn", "safe_next"]
@@ -142,7 +142,9 @@ class SignIn:
             self.access.cookie,
             session.id,
             path="/",
-            max_age=int(self.max_age),
+            # past the session's own end, so that the server sees the cookie and says why it ended
+            # (a browser that dropped it at session_max_seconds was sent to sign in with no reason)
+            max_age=int(self.max_age) + ENDED_KEPT_SECONDS,
             secure=self.access.secure_cookie,
             httponly=True,
             samesite="Strict",
