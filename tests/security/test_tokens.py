@@ -10,6 +10,8 @@ import pytest
 from wiggle._security.credentials import Credentials
 from wiggle._security.tokens import IdentityTable, Role, hash_token, new_token
 
+from .certs import Authority
+
 GOOD = {"name": "w", "roles": ["worker"], "queues": ["q"], "token_sha256": hash_token("t")}
 
 
@@ -83,6 +85,22 @@ def test_credentials_settings_and_environment(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("from-file\n")
     assert Credentials(ca_file="/ca.pem", token_file=str(token_file)).bearer() == "from-file"
+
+
+def test_an_empty_token_file_is_refused_when_the_client_is_made(tmp_path: Path) -> None:
+    # it sent no token, and the server answered "no credential: send a bearer token (WIGGLE_TOKEN)"
+    from wiggle import AsyncClient, Client
+
+    ca, token_file = Authority(tmp_path).ca_file, tmp_path / "token"
+    token_file.write_text(" \n")
+    credentials = Credentials(ca_file=str(ca), token_file=str(token_file))
+    for make in (AsyncClient, Client):
+        with pytest.raises(ValueError) as refused:
+            make("127.0.0.1:1", credentials=credentials)
+        assert str(refused.value) == (
+            f"the token file {str(token_file)!r} (token_file, WIGGLE_TOKEN_FILE) is empty: write the "
+            "token in it (`wiggle token` prints one), or unset it"
+        )
 
 
 @pytest.mark.parametrize("given", ["wgl_token", {"token": "wgl_token"}])

@@ -129,7 +129,12 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
             return _metadata_safe(_trimmed(self.token), "the token (token, WIGGLE_TOKEN)")
         if self.token_file:
             text = _trimmed(_read(self.token_file, "token file").decode("utf-8", "replace"))
-            return _metadata_safe(text, f"the token file {self.token_file!r} (token_file, WIGGLE_TOKEN_FILE)")
+            where = f"the token file {self.token_file!r} (token_file, WIGGLE_TOKEN_FILE)"
+            if not text:  # else no token was sent, and the server said "no credential"
+                raise InvalidArgument(
+                    f"{where} is empty: write the token in it (`wiggle token` prints one), or unset it"
+                )
+            return _metadata_safe(text, where)
         return ""
 
     def check(self) -> None:
