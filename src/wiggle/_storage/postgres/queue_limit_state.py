@@ -10,7 +10,6 @@ here within a second), and changed at once by a limit set through this node.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from ..queue_limits import QueueLimit, check_queue_limit, next_admit_at
 from .db import Conn, Database
@@ -96,20 +95,27 @@ class QueueLimitState:
             return False
         return not spend or self.rate_blocks.spend(queue, 1, now) == 1  # a moment of this node's blocks
 
-    async def next_under_limits(self, rows: list[Any], limited: set[str], now: int) -> list[tuple[str, int]]:
-        """``rows`` (queue, earliest READY) with the limited queues' waits: a full queue has
-        nothing to claim until one of its steps ends (which wakes it), a rate-limited one not
-        before its rate admits a claim."""
+    async def next_under_limits(
+        self, rows: list[tuple[str, int, float | None]], limited: set[str], now: int
+    ) -> list[tuple[str, int, float | None]]:
+        """``rows`` (queue, earliest READY, ms since the moment of its key's rate or None) with the
+        limited queues' waits: a full queue has nothing to claim until one of its steps ends
+        (which wakes it), a rate-limited one not before its rate admits a claim. A step its
+        queue's rate held back (the rate's first moment after the step was due is later) has the
+        time since that moment as its own (the latest of its rates' moments counts)."""
         state = {limit.queue: (limit, tat) for limit, tat in await self.rows() if limit.queue in limited}
         held = dict(await self.db.fetch("next_ready_at", self.queries.queue_held, (sorted(state),)))
-        out: list[tuple[str, int]] = []
-        for queue, at in rows:
+        out: list[tuple[str, int, float | None]] = []
+        for queue, at, since in rows:
             known = state.get(queue)
             if known is None:
-                out.append((queue, int(at)))
+                out.append((queue, at, since))
                 continue
             limit, tat = known
             if limit.max_running and int(held.get(queue, 0)) >= limit.max_running:
                 continue
-            out.append((queue, max(int(at), next_admit_at(limit, tat, now))))
+            moment = next_admit_at(limit, tat, at)
+            if moment > at:  # the queue's rate held the step back
+                since = float(now - moment) if since is None else min(since, float(now - moment))
+            out.append((queue, moment, since))
         return out

@@ -464,15 +464,21 @@ class Queries:
 
     def _clock_duties(self, q: Callable[[str], str]) -> None:
         """The clock duties: due tokens and instances, orphans, the purge."""
+        # per queue: its earliest due READY step, and how long ago (ms, on the rates' clock) the
+        # moment of that step's key's rate came (NULL: no key's rate), which says whether the
+        # rate is what held it back from a claim just made (store.py ``next_ready_at``)
         self.next_ready = q(
-            "SELECT qs.queue, x.available_at FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
-            "SELECT available_at FROM {s}.tokens t WHERE status = 'READY' AND queue = qs.queue "
+            "SELECT qs.queue, x.available_at, x.rate_since FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
+            f"SELECT available_at, (SELECT COALESCE(%s::float8, {DB_NOW_MILLIS}) - r.tat "
+            "FROM {s}.rate_keys r WHERE r.key = t.rate_key) AS rate_since "
+            "FROM {s}.tokens t WHERE status = 'READY' AND queue = qs.queue "
             # a step waiting for its key's slot is not due work: the end of an attempt of its key
             # wakes the queue (wiggle/_engine/limits.py); one waiting for its key's rate is due at
             # the rate's next moment (next_rate)
             f"AND {UNDER_LIMIT} AND {RATE_OPEN} ORDER BY available_at LIMIT 1) x "
             "UNION ALL "
-            "SELECT t.queue, ceil(min(r.tat))::bigint FROM {s}.rate_keys r JOIN {s}.tokens t ON t.rate_key = r.key "
+            "SELECT t.queue, ceil(min(r.tat))::bigint, NULL::float8 FROM {s}.rate_keys r "
+            "JOIN {s}.tokens t ON t.rate_key = r.key "
             "AND t.status = 'READY' AND t.rate_key <> '' WHERE t.queue = ANY(%s) "
             f"AND r.tat > COALESCE(%s::float8, {DB_NOW_MILLIS}) + 1 GROUP BY t.queue"
         )
