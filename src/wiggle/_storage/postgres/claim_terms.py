@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from ..._engine.start_options import PRIORITY_AGING_MILLIS
 
-__all__ = ["DB_NOW_MILLIS", "KEY_RUNNING", "RANK", "RATE_OPEN", "UNDER_LIMIT", "key_held"]
+__all__ = [
+    "DB_NOW_MILLIS",
+    "KEY_RUNNING",
+    "RANK",
+    "RATE_NOW",
+    "RATE_OPEN",
+    "UNDER_LIMIT",
+    "key_held",
+    "rate_open",
+]
 
 #: A token's claim rank (start_options.claim_rank), exactly as the tokens_claim index spells it.
 RANK = f"(t.available_at - t.priority * {PRIORITY_AGING_MILLIS})"
@@ -36,13 +45,23 @@ UNDER_LIMIT = f"(t.limit_key = '' OR {key_held('t.limit_key')} < t.limit_max)"
 #: on the wall clock, so that every server's claims count one key's rate alike.
 DB_NOW_MILLIS = "(extract(epoch FROM clock_timestamp()) * 1000)"
 
-#: A READY token ``t`` whose key's rate may admit a claim at the rate clock (the parameter, or
-#: without one the database's): no rate key, or no ``rate_keys`` moment more than a millisecond
-#: ahead (the claim decides exactly, under the key's lock: limits.py).
-RATE_OPEN = (
-    "(t.rate_key = '' OR NOT EXISTS (SELECT 1 FROM {s}.rate_keys r WHERE r.key = t.rate_key "
-    f"AND r.tat > COALESCE(%s::float8, {DB_NOW_MILLIS}) + 1))"
-)
+#: The rates' clock in epoch milliseconds: the parameter (a test kit's virtual clock), or
+#: without one the database's.
+RATE_NOW = f"COALESCE(%s::float8, {DB_NOW_MILLIS})"
+
+
+def rate_open(now: str) -> str:
+    """A READY token ``t`` whose key's rate may admit a claim at ``now`` (an SQL expression, ms):
+    no rate key, or no ``rate_keys`` moment more than a millisecond ahead (the claim decides
+    exactly, under the key's lock: limits.py)."""
+    return (
+        "(t.rate_key = '' OR NOT EXISTS (SELECT 1 FROM {s}.rate_keys r WHERE r.key = t.rate_key "
+        f"AND r.tat > {now} + 1))"
+    )
+
+
+#: ``rate_open`` at the rates' clock (``RATE_NOW``).
+RATE_OPEN = rate_open(RATE_NOW)
 
 #: How many attempts of a READY token ``t``'s concurrency-limit key run now (0 without a key).
 KEY_RUNNING = f"(CASE WHEN t.limit_key = '' THEN 0 ELSE {key_held('t.limit_key')} END)"

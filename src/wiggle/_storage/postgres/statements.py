@@ -9,7 +9,16 @@ from psycopg import sql
 
 from ..._engine.state import ACTIVE_TOKEN_STATUSES
 from ..base import CONTEXT_FIELD_PATTERN, InstanceQuery
-from .claim_terms import DB_NOW_MILLIS, KEY_RUNNING, RANK, RATE_OPEN, UNDER_LIMIT, key_held
+from .claim_terms import (
+    DB_NOW_MILLIS,
+    KEY_RUNNING,
+    RANK,
+    RATE_NOW,
+    RATE_OPEN,
+    UNDER_LIMIT,
+    key_held,
+    rate_open,
+)
 from .codecs import (
     HISTORY_COLS,
     HISTORY_WRITE_FIELDS,
@@ -464,23 +473,28 @@ class Queries:
 
     def _clock_duties(self, q: Callable[[str], str]) -> None:
         """The clock duties: due tokens and instances, orphans, the purge."""
-        # per queue: its earliest due READY step, and how long ago (ms, on the rates' clock) the
-        # moment of that step's key's rate came (NULL: no key's rate), which says whether the
-        # rate is what held it back from a claim just made (store.py ``next_ready_at``)
+        # per queue: its earliest due READY step, and how long ago (ms) the moment of that step's
+        # key's rate came (NULL: no key's rate), which says whether the rate is what held it back
+        # from a claim just made (store.py ``next_ready_at``); and the earliest moment of the keys'
+        # rates that hold its other steps back. One reading of the rates' clock for both halves:
+        # read row by row (clock_timestamp), a key's moment that came while the first half
+        # scanned the queue's steps was in neither (a poll then slept its whole wait, 10 s, with
+        # the step due)
         self.next_ready = q(
+            f"WITH clock AS MATERIALIZED (SELECT {RATE_NOW} AS now) "
             "SELECT qs.queue, x.available_at, x.rate_since FROM unnest(%s::text[]) AS qs(queue), LATERAL ("
-            f"SELECT available_at, (SELECT COALESCE(%s::float8, {DB_NOW_MILLIS}) - r.tat "
+            "SELECT available_at, (SELECT (SELECT now FROM clock) - r.tat "
             "FROM {s}.rate_keys r WHERE r.key = t.rate_key) AS rate_since "
             "FROM {s}.tokens t WHERE status = 'READY' AND queue = qs.queue "
             # a step waiting for its key's slot is not due work: the end of an attempt of its key
             # wakes the queue (wiggle/_engine/limits.py); one waiting for its key's rate is due at
             # the rate's next moment (next_rate)
-            f"AND {UNDER_LIMIT} AND {RATE_OPEN} ORDER BY available_at LIMIT 1) x "
+            f"AND {UNDER_LIMIT} AND {rate_open('(SELECT now FROM clock)')} ORDER BY available_at LIMIT 1) x "
             "UNION ALL "
             "SELECT t.queue, ceil(min(r.tat))::bigint, NULL::float8 FROM {s}.rate_keys r "
             "JOIN {s}.tokens t ON t.rate_key = r.key "
             "AND t.status = 'READY' AND t.rate_key <> '' WHERE t.queue = ANY(%s) "
-            f"AND r.tat > COALESCE(%s::float8, {DB_NOW_MILLIS}) + 1 GROUP BY t.queue"
+            "AND r.tat > (SELECT now FROM clock) + 1 GROUP BY t.queue"
         )
         self.due = q(
             "(SELECT id FROM {s}.tokens WHERE status = 'RUNNING' AND lease_expires_at <= %(now)s "

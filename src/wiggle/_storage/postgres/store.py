@@ -503,7 +503,7 @@ class PostgresStore(Store):
             return None
 
         rate_now = self._rate_now()
-        params = (list(queues), rate_now, rate_now, list(queues), rate_now)
+        params = (rate_now, list(queues), list(queues))
         rows = await self.db.fetch("next_ready_at", self.queries.next_ready, params)
         now = self.clock.now()
         moments = [(queue, int(at), None if since is None else float(since)) for queue, at, since in rows]
