@@ -39,6 +39,7 @@ __all__ = [
     "known_variables",
     "setting",
     "setting_int",
+    "take_variable",
     "unknown_variables",
     "warn_unknown_variables",
 ]
@@ -135,6 +136,13 @@ def child_environment(drop: Iterable[str] = (), **values: str) -> dict[str, str]
     env = {k: v for k, v in os.environ.items() if k not in set(drop)}
     env.update(values)
     return env
+
+
+def take_variable(name: str) -> str:
+    """The stripped value of ``name`` ("" if unset), removed from this process's environment so
+    that the processes it starts do not inherit it: a variable a parent sets for its child alone
+    (wiggle/_cli/parent.py), never a setting."""
+    return os.environ.pop(name, "").strip()
 
 
 def env_str(name: str, default: str = "", env: Mapping[str, str] | None = None) -> str:

@@ -19,6 +19,8 @@ import os
 import signal
 import sys
 
+from .._env import take_variable
+
 __all__ = ["PARENT_VARIABLE", "follow_parent", "parent_marker"]
 
 log = logging.getLogger("wiggle")
@@ -40,7 +42,7 @@ def follow_parent() -> bool:
     parent dies; if it has died already (before this call: the request would never fire), send
     it now. True when the request was made; False where there is no such request (not Linux, no
     parent named, a libc without prctl)."""
-    raw = os.environ.pop(PARENT_VARIABLE, "")  # not passed on to what this process starts
+    raw = take_variable(PARENT_VARIABLE)  # not passed on to what this process starts
     if not raw.isdigit() or not sys.platform.startswith("linux"):
         return False
     try:
