@@ -61,11 +61,12 @@ async def filled(pg_schema: str) -> str:  # noqa: F811
     ("statement", "args"),
     [
         # queue(s), now, the rates' clock (NULL: the database's), [keys and ids already found], limit(s)
+        # (next_ready: the rates' clock first, then the queues twice)
         ("claim_one_first", "'q', 9e15::bigint, NULL, 16"),
         ("claim_one", "'q', 9e15::bigint, NULL, '{k3}', '{ready1}', 16"),
         ("claim_many_first", "'{q,r}', 9e15::bigint, NULL, 16, 16"),
         ("claim_many", "'{q,r}', 9e15::bigint, NULL, '{k3}', '{ready1}', 16, 16"),
-        ("next_ready", "'{q}', NULL, '{q}', NULL"),
+        ("next_ready", "NULL, '{q}', '{q}'"),
         ("limit_held", "'{k2,k4,k6,k9}'"),
     ],
 )
