@@ -353,3 +353,14 @@ def test_a_module_with_only_a_list_of_blueprints_names_it(
         "module 'listed_flows' defines no Blueprint at its top level; it has a list of them: listed_flows:FLOWS"
         in err
     )
+
+
+def test_a_worker_group_whose_process_was_killed_exits_128_plus_n() -> None:
+    """A process killed by signal N made the group parent return -N, which ``sys.exit`` turns
+    into 256 - N (247 for SIGKILL); the shell's way is 128 + N."""
+    from wiggle._cli.worker import group_status
+
+    assert group_status([0, -signal.SIGKILL], set()) == 128 + signal.SIGKILL
+    assert group_status([0, 3], set()) == 3
+    # stopped by the SIGTERM passed on while it started: a stop as asked
+    assert group_status([0, -signal.SIGTERM], {signal.SIGTERM}) == 0

@@ -269,3 +269,45 @@ def test_a_parent_killed_outright_takes_its_server_processes_with_it(tmp_path: P
                     os.kill(pid, signal.SIGKILL)
             _kill_group(parent)
     assert log.read_text().count("stopped in ") == 2, log.read_text()  # each stopped gracefully
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+def test_a_process_of_the_group_killed_by_a_signal_gives_128_plus_n(tmp_path: Path) -> None:
+    """An outside trial: ``kill -9`` of one process logged "ended with status -9" and the parent
+    exited 9, which reads as the child's exit(9); the shell's way is 128 + 9."""
+    with temp_schema() as schema:
+        log = tmp_path / "server.log"
+        with open(log, "wb") as out:
+            parent = subprocess.Popen(
+                [*WIGGLE, "server", "--port", str(free_port()), "--processes", "2"],
+                env=_env(WIGGLE_DATABASE_URL=TEST_DATABASE_URL, WIGGLE_DATABASE_SCHEMA=schema),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            _until_listening(parent, log, 2)
+            children = _children(parent.pid)
+            assert len(children) == 2, children
+            os.kill(children[1], signal.SIGKILL)
+            assert parent.wait(60) == 128 + signal.SIGKILL, log.read_text()
+        finally:
+            _kill_group(parent)
+    text = log.read_text()
+    assert "was killed by signal 9 (SIGKILL); stopping the others" in text, text
+    assert "status -9" not in text, text

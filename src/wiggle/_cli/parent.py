@@ -21,7 +21,7 @@ import sys
 
 from .._env import take_variable
 
-__all__ = ["PARENT_VARIABLE", "follow_parent", "parent_marker"]
+__all__ = ["PARENT_VARIABLE", "exit_status", "follow_parent", "killed_by", "parent_marker"]
 
 log = logging.getLogger("wiggle")
 
@@ -55,3 +55,22 @@ def follow_parent() -> bool:
     if os.getppid() != int(raw):  # the parent died before the request: it never fires
         os.kill(os.getpid(), signal.SIGTERM)
     return True
+
+
+def killed_by(code: int) -> str:
+    """How a child with this ``returncode`` ended, for a log line: "was killed by signal 9
+    (SIGKILL)" for a negative code, "exited with code N" otherwise."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"was killed by signal {-code}"
+    return f"was killed by signal {-code} ({name})"
+
+
+def exit_status(code: int) -> int:
+    """A group parent's exit status for a child's ``returncode``: the shell's 128 + N for a child
+    killed by signal N (a parent exiting N looked like the child's own exit(N)), the code as it is
+    otherwise."""
+    return 128 - code if code < 0 else code

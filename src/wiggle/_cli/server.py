@@ -17,7 +17,7 @@ from .._logging import configure_logging
 from .._urls import host_address
 from ..errors import InvalidArgument
 from .common import QUIET_FLAG, print_json
-from .parent import follow_parent, parent_marker
+from .parent import exit_status, follow_parent, killed_by, parent_marker
 
 if TYPE_CHECKING:
     from .._server.app import WiggleServer
@@ -65,7 +65,8 @@ def _run_processes(n: int, http_port: int = 0) -> int:
     SIGTERM or SIGINT to this parent is passed on to every child, which stops gracefully; so is
     SIGHUP, which makes each child reload its certificate and identity files. A child that ends
     on its own (it could not start: a port taken, the database refusing) stops the others, and
-    its exit status is the parent's: a group short of a process does not run on unnoticed.
+    its exit status is the parent's: a group short of a process does not run on unnoticed. One
+    killed by signal N (SIGKILL, the out-of-memory killer) gives 128 + N, as a shell says it.
     """
     env = child_environment(WIGGLE_PROCESSES="1", WIGGLE_REUSE_PORT="1", **parent_marker())
     # argparse keeps the last value of a repeated flag: the children each run one process.
@@ -102,10 +103,10 @@ def _run_processes(n: int, http_port: int = 0) -> int:
             if ended and first is None and not asked_to_stop:
                 first = ended[0].returncode
                 log.error(
-                    "server process %d of %d ended with status %s; stopping the others",
+                    "server process %d of %d %s; stopping the others",
                     children.index(ended[0]) + 1,
                     n,
-                    first,
+                    f"ended with status {first}" if first >= 0 else killed_by(first),
                 )
                 forward(signal.SIGTERM, None)
             try:
@@ -115,9 +116,10 @@ def _run_processes(n: int, http_port: int = 0) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    # a child killed by signal N: 128 + N, as a shell says it (its N alone read as the child's exit(N))
     if first is not None:
-        return abs(first) or 1
-    return max((abs(c.returncode or 0) for c in children), default=0)
+        return exit_status(first) or 1
+    return max((exit_status(c.returncode or 0) for c in children), default=0)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

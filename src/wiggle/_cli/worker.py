@@ -31,7 +31,7 @@ from .._logging import configure_logging
 from .._spelling import with_closest
 from ..errors import InvalidArgument
 from .common import QUIET_FLAG, checked_target, credentials_from_args
-from .parent import follow_parent, parent_marker
+from .parent import exit_status, follow_parent, killed_by, parent_marker
 
 log = logging.getLogger("wiggle.worker")
 
@@ -368,7 +368,15 @@ def _supervise(given: list[str], processes: int, http_port: int, worker_id: str 
             signal.signal(sig, handler)
     # a child stopped by the signal passed on before it had set up its own handling (still starting:
     # nothing of its ran) stopped as asked
-    return max((0 if -code in forwarded else code for code in codes), key=abs, default=0)
+    return group_status(codes, forwarded)
+
+
+def group_status(codes: list[int], forwarded: set[int]) -> int:
+    """The group parent's exit status from its processes' ``codes``: the largest, a process killed
+    by signal N counting as 128 + N (the shell's way; a negative code made ``sys.exit`` give 247
+    for SIGKILL). One stopped by a signal passed on before it had set up its own handling (still
+    starting: nothing of its ran) stopped as asked: 0."""
+    return max((0 if -code in forwarded else exit_status(code) for code in codes), default=0)
 
 
 #: A worker process that dies this soon after its start, this many times in a row, is not started
@@ -397,7 +405,7 @@ def _watch(
             code = child.poll()
             if code is None or forwarded:
                 continue
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            how = killed_by(code)
             lived = time.monotonic() - began[i]
             quick[i] = quick[i] + 1 if lived < QUICK_DEATH_SECONDS else 0
             if code == 2 or quick[i] >= QUICK_DEATHS:  # 2: bad input (the CLI's), the same each time
