@@ -122,7 +122,11 @@ async def readiness(db: Database, schema: str) -> Readiness:
     except SchemaMissing as exc:  # the database answers: its tables are not there
         return Readiness(ready=False, detail=str(exc), expected_version=expected)
     except (WiggleError, psycopg.Error) as exc:
-        return Readiness(ready=False, detail=f"database unavailable: {short(exc)}", expected_version=expected)
+        # the store's Unavailable says "database unavailable: ..." itself (db.py): said once, not
+        # "database unavailable: database unavailable: no connection within 5 s" (an outside trial)
+        why = short(exc)
+        detail = why if why.startswith("database unavailable") else f"database unavailable: {why}"
+        return Readiness(ready=False, detail=detail, expected_version=expected)
     current = int(rows[0][0]) if rows else 0
     if current != expected:
         return Readiness(
