@@ -22,7 +22,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     database_url = args.database_url or server_variable("database_url")
     schema = args.database_schema or server_variable("database_schema") or ServerConfig().database_schema
-    checks = doctor_checks(checked_target(args), database_url, schema)
+    if args.no_server and not database_url:
+        raise InvalidArgument(
+            "--no-server leaves the database alone to check: give --database-url (WIGGLE_DATABASE_URL)"
+        )
+    target = args.target if args.no_server else checked_target(args)
+    checks = doctor_checks(target, database_url, schema, server=not args.no_server)
     if args.json:
         # "ok" stays what it was, not a failure (scripts test it); "checked" false marks what
         # was not there to check (an optional extra not installed, the schema without a URL)
@@ -225,13 +230,20 @@ def _add_doctor(sub: Any) -> None:
         sub,
         "doctor",
         "check the server, the schema, the extras and the hot-path implementation",
-        "Check that the server at --target answers, that the database schema is current (with "
-        "--database-url), which extras are installed and which hot-path implementation is "
+        "Check that the server at --target answers (unless --no-server), that the database schema "
+        "is current (with --database-url), which extras are installed and which hot-path implementation is "
         "active. Exit 1 if a check fails.",
         [
             "wiggle doctor",
             "wiggle --target wiggle-1:7233 doctor --database-url postgresql://wiggle@db/wiggle",
+            "wiggle doctor --no-server --database-url postgresql://wiggle@db/wiggle",
         ],
+    )
+    p.add_argument(
+        "--no-server",
+        action="store_true",
+        help="check the database without a server (no --target check): e.g. after a restore, "
+        "before any server starts",
     )
     p.add_argument("--database-url", default=None, help="check this database's schema (WIGGLE_DATABASE_URL)")
     p.add_argument(

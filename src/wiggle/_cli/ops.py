@@ -218,10 +218,13 @@ def describe(info: WorkflowInfo, out: TextIO) -> None:
         print(f"{start}{node_id:<22} {n.kind.value:<12} {queue:<20} {_edges(n)}{marks}", file=out)
 
 
-def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str, bool | None, str]]:
+def doctor_checks(
+    target: str, database_url: str, schema: str, server: bool = True
+) -> list[tuple[str, bool | None, str]]:
     """(check, ok, detail) for the server, the schema, the extras and the hot paths. ``ok`` is
     None for what was not there to check and is no failure: an optional extra not installed, the
-    schema with no database URL (the table shows "-", not "yes")."""
+    schema with no database URL, the server with ``server`` False (``--no-server``: a database
+    checked while no server runs, as in a restore; the table shows "-", not "yes")."""
     from .. import _fast
     from .._version import __version__
 
@@ -244,7 +247,13 @@ def doctor_checks(target: str, database_url: str, schema: str) -> list[tuple[str
                     f"optional, not installed ({what}): pip install 'wiggle-workflows[{extra}]'",
                 )
             )
-    checks.append(asyncio.run(_server_check(target)))
+    if server:
+        name, ok, detail = asyncio.run(_server_check(target))
+        if not ok and database_url:  # a database checked while no server runs (a restore's step)
+            detail += "; with no server running, --no-server checks the database alone"
+        checks.append((name, ok, detail))
+    else:
+        checks.append(("server", None, "--no-server: not checked"))
     if database_url:
         checks.append(asyncio.run(_schema_check(database_url, schema)))
         checks.append(asyncio.run(_vacuum_check(database_url)))
