@@ -221,6 +221,9 @@ class WiggleServer:
             # a rolling switch needs to see which servers have it (docs/upgrading.md#compact-joins)
             ", join diffs on" if self.config.join_diffs else "",
         )
+        node = getattr(self.instances.store, "node_id", "")
+        if node:  # the id /api/cluster, the Cluster page and the clock-duty lines name it by
+            log.info("this node is %s (gRPC %s)", node, self.target)
         return self.port
 
     async def _reload_loop(self, security: Security) -> None:

@@ -74,7 +74,7 @@ async def open_http_port(server: WiggleServer) -> HttpPort | None:
             bare_host(config.host), config.http_port, server, server.http_security
         )
         return _MetricsThread(http_server, http_server.server_address[1])
-    sources = Sources(server.instances, server.service.pollers, getattr(server, "lag", None))
+    sources = Sources(server.instances, server.service.pollers, getattr(server, "lag", None), server.target)
     security = server.http_security
     side = HttpSide(server.instances, sources, _metrics_text(server), server.serving, security, config)
     await side.start(bare_host(config.host), config.http_port)

@@ -63,10 +63,13 @@ MAX_PAGE_SIZE = 500
 class Sources:
     """What the pages read: the instance layer, this node's pollers, the queue-lag monitor."""
 
-    def __init__(self, instances: Instances, pollers: Pollers, lag: Any = None) -> None:
+    def __init__(
+        self, instances: Instances, pollers: Pollers, lag: Any = None, grpc_address: str = ""
+    ) -> None:
         self.instances = instances
         self.pollers = pollers
         self.lag = lag  # a QueueLagMonitor (wiggle/_server/lag.py) or None
+        self.grpc_address = grpc_address  # host:port of this node's gRPC port (/api/cluster)
 
 
 def _builtins(value: object) -> Any:
@@ -465,4 +468,11 @@ async def cluster_page(src: Sources) -> dict[str, Any]:
     nodes = await src.instances.store.cluster_nodes()
     ready = await src.instances.store.readiness()
     now = src.instances.clock.now()
-    return {"nodes": [_builtins(n) for n in nodes], "readiness": _builtins(ready), "now": now}
+    # A node records no gRPC port in the store (the database sees only the address it connects
+    # from, ``address``): this node's own, the one answering, is its ``grpc_address``; the others
+    # answer with theirs at their own /api/cluster (docs/dashboard.md#get-apicluster).
+    return {
+        "nodes": [{**_builtins(n), "grpc_address": src.grpc_address if n.this_node else ""} for n in nodes],
+        "readiness": _builtins(ready),
+        "now": now,
+    }

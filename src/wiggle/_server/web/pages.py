@@ -500,11 +500,19 @@ def _period(ms: int) -> str:
     return f"{ms} ms"
 
 
+def _this_node(node: dict[str, Any]) -> str:
+    """After the answering node's id: "(this node, gRPC host:port)"; nothing after the others'."""
+    if not node["this_node"]:
+        return ""
+    grpc = node.get("grpc_address", "")
+    return f" (this node, gRPC {escape(grpc)})" if grpc else " (this node)"
+
+
 def cluster_html(data: dict[str, Any]) -> str:
     """The Cluster page body: nodes, the clock leader, readiness."""
     ready = data["readiness"]
     rows = "".join(
-        f"<tr><td>{escape(n['node_id'])}{' (this node)' if n['this_node'] else ''}</td>"
+        f"<tr><td>{escape(n['node_id'])}{_this_node(n)}</td>"
         f"<td>{'leader' if n['clock_leader'] else ''}</td><td>{escape(n['address'])}</td>"
         f"<td>{when(n['connected_since'])}</td><td>{age(max(data['now'] - n['last_seen'], 0))} ago</td></tr>"
         for n in data["nodes"]
@@ -512,7 +520,7 @@ def cluster_html(data: dict[str, Any]) -> str:
     return (
         f"<h2>Cluster</h2><p>this node: {'ready' if ready['ready'] else 'NOT READY'} — {escape(ready['detail'])}</p>"
         + wide(
-            "<table><thead><tr><th>node</th><th>clock</th><th>address</th><th>connected since</th>"
+            "<table><thead><tr><th>node</th><th>clock</th><th>database client address</th><th>connected since</th>"
             f"<th>last activity</th></tr></thead><tbody>{rows}</tbody></table>"
         )
     )
