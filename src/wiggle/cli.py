@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 
@@ -92,6 +93,15 @@ def _database_url(args: argparse.Namespace) -> str:
     return str(args.database_url or server_variable("database_url"))
 
 
+#: What PostgreSQL says when it runs and refuses a login: a database or role that does not exist,
+#: a wrong password, no pg_hba.conf line. The hint asked "is PostgreSQL running at ...?" after
+#: `FATAL: database "trial_c_nodb" does not exist` (an outside trial).
+_REFUSED_LOGIN = re.compile(
+    r'FATAL: +(database "[^"]*" does not exist|role "[^"]*" does not exist|password authentication '
+    r"failed|no pg_hba\.conf entry|.*authentication failed)"
+)
+
+
 def _hint(args: argparse.Namespace, exc: WiggleError, url: str) -> str:
     """Where an UNAVAILABLE verb looked, and the setting that chose it: the database for
     ``DATABASE_VERBS`` (and any "database unavailable"), the server at --target for the rest
@@ -107,6 +117,12 @@ def _hint(args: argparse.Namespace, exc: WiggleError, url: str) -> str:
         if not url:
             return ""
         from ._server.config import database_address
+
+        if _REFUSED_LOGIN.search(str(exc)):  # PostgreSQL answered: it runs, and refused this login
+            return (
+                f" (PostgreSQL at {database_address(url)} answered and refused this connection: check "
+                "the database name, role and password in --database-url or WIGGLE_DATABASE_URL)"
+            )
 
         return (
             f" (is PostgreSQL running at {database_address(url)}? "

@@ -33,3 +33,21 @@ def test_an_absent_server_and_database_still_get_theirs() -> None:
     )
     args = argparse.Namespace(command="server", target="")
     assert "is PostgreSQL running at" in _hint(args, Unavailable("database unavailable: refused"), URL)
+
+
+def test_a_database_that_answers_and_refuses_is_not_asked_whether_it_runs() -> None:
+    # an outside trial: `FATAL: database "trial_c_nodb" does not exist (is PostgreSQL running at ...?)`
+    args = argparse.Namespace(command="migrate", target="")
+    for fatal in [
+        'database "trial_c_nodb" does not exist',
+        'role "nobody" does not exist',
+        'password authentication failed for user "postgres"',
+        'no pg_hba.conf entry for host "10.0.0.9", user "w", database "w", no encryption',
+    ]:
+        exc = Unavailable(
+            'database unavailable: connection failed: connection to server at "127.0.0.1", port 5432 '
+            f"failed: FATAL:  {fatal}"
+        )
+        hint = _hint(args, exc, URL)
+        assert "is PostgreSQL running" not in hint, (fatal, hint)
+        assert "answered and refused this connection: check the database name, role and password" in hint

@@ -166,9 +166,12 @@ class Poller:
                 backoff = 0.1
                 self.trouble = None
                 if away is not None:
-                    # a server of its target: its own again, or another one of a fail-over list
+                    # a server of its target: its own again, or another one of a fail-over list. "without
+                    # an answer", not "without a server": the time also counts this process's own
+                    # pauses (an outside trial: a worker frozen 42 s by SIGSTOP said "without one",
+                    # and a pause cannot be told apart from an outage without a loop watchdog)
                     log.info(
-                        "reached a server again after %.1f s without one; polling %s",
+                        "reached a server again after %.1f s without an answer; polling %s",
                         time.monotonic() - away,
                         ", ".join(self.queues),
                     )
