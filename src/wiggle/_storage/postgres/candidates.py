@@ -31,6 +31,7 @@ async def claim_candidates(
     now: int,
     rate_now: int | None,
     skip: Skip = NOTHING_SKIPPED,
+    xid: list[str] | None = None,
 ) -> tuple[list[Any], list[Token]]:
     """The READY rows a claim may take, locked, in claim-rank order, and their tokens.
 
@@ -45,7 +46,10 @@ async def claim_candidates(
     locks a small multiple of what it takes, whatever the backlog.
 
     ``skip``: the nodes whose steps the claim passes over (wiggle/_server/unrunnable.py), in
-    statements of their own, planned as the further rounds are (their arrays are the plan's)."""
+    statements of their own, planned as the further rounds are (their arrays are the plan's).
+
+    ``xid``, if given, is filled with the transaction's id once rows were found (their locks gave
+    it one), read in the first round's round trip (claims.py ``ClaimAttempt``)."""
     one = len(queues) == 1
     extra: tuple[list[str], ...] = ()  # the skipped nodes' arrays, after each round's own parameters
     if skip:
@@ -63,6 +67,7 @@ async def claim_candidates(
     tokens: list[Token] = []
     keys: list[str] = []
     enough_keys = 2 * max_tasks + 8
+    xid_cur = None
     for round_ in range(CLAIM_ROUNDS):
         limit = max_tasks * 2**round_
         limits = (limit,) if one else (limit, limit)
@@ -72,11 +77,17 @@ async def claim_candidates(
             cur = await conn.execute(opening, (queue_param, now, rate_now, *extra, *limits), binary=True)
             if not skip:
                 await conn.execute(q.default_plans)
+            xid_cur = await conn.execute(q.claim_xid) if xid is not None else None
         else:
             params = (queue_param, now, rate_now, keys, [t.id for t in tokens], *extra, *limits)
             cur = await conn.execute(text, params, binary=True)
         await pipeline.sync()
         found = await cur.fetchall()
+        if xid_cur is not None and xid is not None:
+            row = await xid_cur.fetchone()
+            if row is not None and row[0]:
+                xid.append(row[0])
+            xid_cur = None
         rows.extend(found)
         tokens.extend(token_from(row) for row in found)
         idle = {t.limit_key for t, row in zip(tokens, rows, strict=True) if t.limit_key and not row[-1]}

@@ -26,7 +26,7 @@ from .limits import Admission
 from .rate_blocks import Reservation
 from .statements import Queries
 
-__all__ = ["ClaimTransaction", "KeyRoomTaken"]
+__all__ = ["ClaimAttempt", "ClaimTransaction", "KeyRoomTaken"]
 
 #: Writes a transaction's items, with a check run first in the same statement (store.py ``_persist``).
 Persist = Callable[
@@ -38,6 +38,23 @@ LoadRecord = Callable[[Conn, str, str], Awaitable[WorkflowRecord]]
 
 class KeyRoomTaken(Exception):
     """A claim admitted on its read's counts found a key with less room under the lock (limits.py)."""
+
+
+class ClaimAttempt:
+    """What a claim's transaction was about to commit: its transaction id (``xid``, with its
+    epoch: "" when it took nothing) and its result, set just before its COMMIT. When the COMMIT's
+    answer is lost (``CommitUnknown``), the store asks PostgreSQL whether that transaction
+    committed (store.py ``_lost_claim``): if so, this result is the claim's (its steps are leased
+    to the worker, who must get them), else the claim runs again."""
+
+    __slots__ = ("result", "xid")
+
+    def __init__(self) -> None:
+        self.xid = ""
+        self.result: tuple[list[Claimed], list[tuple[str, Changes]]] | None = None
+
+    def clear(self) -> None:
+        self.xid, self.result = "", None
 
 
 class ClaimTransaction:
@@ -73,18 +90,24 @@ class ClaimTransaction:
         unused: dict[str, int],
         one_trip: bool,
         skip: Skip = NOTHING_SKIPPED,
+        attempt: ClaimAttempt | None = None,
     ) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
         """Claim up to ``max_tasks`` steps of ``queues`` in one transaction: the steps claimed and,
         per instance changed, its changes. ``reserved``: the moments of fast rates reserved for
         this claim; ``unused`` is left with what the claim did not use of them. ``one_trip``: admit
         keyed rows on the read's counts, confirmed in the write statement (limits.py); a key found
         with less room raises psycopg's error of SQLSTATE ``KEY_ROOM_TAKEN``. ``skip``: the nodes
-        whose steps the claim passes over (candidates.py)."""
+        whose steps the claim passes over (candidates.py). ``attempt``: filled with what is about
+        to be committed, before the COMMIT (``ClaimAttempt``)."""
         unused.update((queue, moments.count) for queue, moments in reserved.items())  # (run again: all)
+        xid: list[str] | None = None
+        if attempt is not None:
+            attempt.clear()
+            xid = []
         async with transaction(conn) as pipeline:
             now = self.now()
             rows, tokens = await claim_candidates(
-                conn, pipeline, self.queries, queues, max_tasks, now, self.rate_now(), skip
+                conn, pipeline, self.queries, queues, max_tasks, now, self.rate_now(), skip, xid
             )
             if not rows:
                 return [], []
@@ -101,7 +124,10 @@ class ClaimTransaction:
             items = [(state, changes, state.instance.context) for state, changes in states.values()]
             # the keys' room confirmed in the writes' statement, before its writes (limits.py)
             await self.persist(conn, items, existing, check)
-        return out, [(state.instance.id, changes) for state, changes in states.values()]
+            result = out, [(state.instance.id, changes) for state, changes in states.values()]
+            if attempt is not None and xid:
+                attempt.xid, attempt.result = xid[0], result
+        return result
 
     async def _admit_rows(
         self,

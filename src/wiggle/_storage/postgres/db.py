@@ -254,11 +254,29 @@ async def transaction(conn: Conn) -> AsyncIterator[AsyncPipeline]:
         if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
             with contextlib.suppress(Exception):  # a broken connection: the pool discards it
                 await conn.rollback()
-        if committing and isinstance(exc, psycopg.OperationalError) and conn.broken:
+        if committing and isinstance(exc, psycopg.OperationalError) and _lost(conn):
             # The connection broke with COMMIT on its way: a statement error would have left it
             # usable, so this is a lost server or network, and the outcome is not known.
+            if not conn.closed:  # not handed out again (_lost: it may not look broken yet)
+                with contextlib.suppress(Exception):
+                    await conn.close()
             raise CommitUnknown(f"connection lost during COMMIT: {short(exc)}") from exc
         raise
+
+
+def _lost(conn: Conn) -> bool:
+    """Whether ``conn``, after a failure, cannot be used again: broken, or not back out of its
+    pipeline and its transaction. A session cut by ``pg_terminate_backend`` after the server
+    ran the COMMIT leaves the connection not yet broken: libpq has the server's FATAL message
+    but not the end of the stream, and the pipeline's exit fails with "cannot exit pipeline mode
+    while busy" (an outside trial: such a claim was run again as if nothing had committed, and the
+    steps the first one leased were delivered to nobody)."""
+    return (
+        conn.broken
+        or conn.pgconn.status != pq.ConnStatus.OK
+        or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF
+        or conn.info.transaction_status in (pq.TransactionStatus.ACTIVE, pq.TransactionStatus.UNKNOWN)
+    )
 
 
 class Database:
@@ -404,9 +422,10 @@ class Database:
                 last = exc
                 log.debug("%s: transaction rolled back (%s), attempt %d", what, short(exc), attempt)
             except CommitUnknown as exc:
-                log.warning("%s: %s, attempt %d of %d", what, short(exc), attempt, self.max_attempts)
                 if not retry_unknown_commit:
+                    log.warning("%s: %s; not retried: its outcome is unknown", what, short(exc))
                     raise unavailable(exc, what) from exc
+                log.warning("%s: %s, attempt %d of %d", what, short(exc), attempt, self.max_attempts)
                 last = exc
                 maybe_applied = True
                 await self._check_pool(pool, attempt)

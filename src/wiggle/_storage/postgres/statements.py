@@ -406,6 +406,11 @@ class Queries:
         self.claim_one_skipping, self.claim_many_skipping = one(skip), many(skip)
         self.claim_one_past_skipping, self.claim_many_past_skipping = one(past + skip), many(past + skip)
         self.generic_plans = "SET LOCAL plan_cache_mode = force_generic_plan"
+        # The claim's transaction id (with its epoch), read with its first rows: their row locks
+        # gave it one (NULL when none were found). A claim whose COMMIT's answer was lost asks
+        # pg_xact_status whether it committed (store.py ``_lost_claim``).
+        self.claim_xid = "SELECT pg_current_xact_id_if_assigned()::text"
+        self.xact_status = "SELECT pg_xact_status(%s::xid8)"
         self.default_plans = "SET LOCAL plan_cache_mode TO DEFAULT"
 
     def _limits(self, q: Callable[[str], str]) -> None:

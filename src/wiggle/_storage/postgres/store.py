@@ -14,6 +14,7 @@ leadership). Connections and retries are in db.py; no raw psycopg error leaves t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -26,7 +27,7 @@ from psycopg import errors as pg_errors
 from ..._clock import WallClock
 from ..._engine.engine import Claimed, LoadedDefinition
 from ..._engine.state import Changes, HistoryEntry, InstanceState
-from ...errors import NotFound
+from ...errors import NotFound, Unavailable
 from ..base import (
     NOTHING_SKIPPED,
     Action,
@@ -46,11 +47,11 @@ from ..handoff import settle
 from ..ops import NodeInfo, QueueStat, Readiness
 from ..queue_limits import QueueLimit, describe
 from . import ops
-from .claims import ClaimTransaction, KeyRoomTaken
+from .claims import ClaimAttempt, ClaimTransaction, KeyRoomTaken
 from .cluster import Cluster
 from .codecs import history_from, views
 from .context_indexes import ensure_context_indexes
-from .db import Conn, Database, transaction, vacuum_problem
+from .db import CommitUnknown, Conn, Database, transaction, vacuum_problem
 from .definitions import Definitions
 from .group_commit import GroupCommit, Items
 from .limits import KEY_ROOM_TAKEN
@@ -426,7 +427,8 @@ class PostgresStore(Store):
             spent = await self.rate_blocks.reserve(fast, max_tasks, self.clock.now)
             reserved = {queue: moments for queue, moments in spent.items() if moments.count}
         unused: dict[str, int] = {}  # what the claim did not use of them, given back after it
-        body = functools.partial(
+        attempt = ClaimAttempt()  # what the last run was about to commit
+        run = functools.partial(
             self.claims.run,
             queues=queues,
             max_tasks=max_tasks,
@@ -434,7 +436,27 @@ class PostgresStore(Store):
             reserved=reserved,
             unused=unused,
             skip=skip,
+            attempt=attempt,
         )
+
+        async def body(conn: Conn, one_trip: bool) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
+            # A run whose COMMIT's answer was lost left its result in ``attempt``: if it
+            # committed, its steps are leased to the worker, who gets them now. Running the claim
+            # again instead took other steps, and those were delivered to nobody: they waited out
+            # their lease and lost an attempt ("lease expired", an outside trial).
+            if attempt.result is not None:
+                result = attempt.result
+                committed = await self._lost_claim(conn, attempt.xid)
+                attempt.clear()
+                if committed:
+                    return result
+            try:
+                return await run(conn, one_trip=one_trip)
+            except CommitUnknown:
+                raise  # (``attempt`` is kept: the next run asks what became of it)
+            except BaseException:
+                attempt.clear()  # rolled back
+                raise
 
         async def in_one_trip(conn: Conn) -> tuple[list[Claimed], list[tuple[str, Changes]]]:
             try:
@@ -462,6 +484,33 @@ class PostgresStore(Store):
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
+
+    #: How long a claim whose COMMIT's answer was lost waits for PostgreSQL to settle its
+    #: transaction (the cut session's backend ending it), in seconds.
+    LOST_CLAIM_WAIT = 5.0
+
+    async def _lost_claim(self, conn: Conn, xid: str) -> bool:
+        """Whether the claim transaction ``xid``, whose COMMIT's answer was lost, committed
+        (``pg_xact_status``); waits while it is still in progress. Unavailable when that cannot
+        be told: its steps, if it committed, are then redelivered when their lease expires."""
+        waited = 0.0
+        status = None
+        while xid:
+            cur = await conn.execute(self.queries.xact_status, (xid,))
+            row = await cur.fetchone()
+            status = row[0] if row is not None else None
+            if status != "in progress" or waited >= self.LOST_CLAIM_WAIT:
+                break
+            await asyncio.sleep(0.05)
+            waited += 0.05
+        if status in ("committed", "aborted"):
+            log.info("claim: the transaction whose COMMIT's answer was lost %s", status)
+            return bool(status == "committed")
+        raise Unavailable(
+            f"database connection lost while committing a claim, whose outcome could not be told "
+            f"(transaction {xid or 'unknown'}: {status or 'no status'}); a step it leased is "
+            "redelivered when its lease expires"
+        )
 
     def hand_off_admits(self, queue: str, now: int, spend: bool = False) -> bool:
         return self.limits.hand_off_admits(queue, now, spend)
