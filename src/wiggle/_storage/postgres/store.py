@@ -496,7 +496,10 @@ class PostgresStore(Store):
         waited = 0.0
         status = None
         while xid:
-            cur = await conn.execute(self.queries.xact_status, (xid,))
+            try:
+                cur = await conn.execute(self.queries.xact_status, (xid,))
+            except (pg_errors.InvalidParameterValue, pg_errors.ObjectNotInPrerequisiteState):
+                break  # an id this server has not reached, or too old (a promoted standby)
             row = await cur.fetchone()
             status = row[0] if row is not None else None
             if status != "in progress" or waited >= self.LOST_CLAIM_WAIT:
