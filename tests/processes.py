@@ -3,13 +3,35 @@ in a process's log, and stop what is still running at the end (SIGTERM, then SIG
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import time
 from pathlib import Path
 
 from upstream.servers import WIGGLE, server_env
 
-__all__ = ["wait_for_text", "stop_all", "spawn"]
+__all__ = ["children_of", "gone", "wait_for_text", "stop_all", "spawn"]
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc: Linux)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie not yet reaped counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
 
 
 def wait_for_text(path: Path, text: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:

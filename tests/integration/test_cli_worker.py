@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import children_of, gone
 from upstream.servers import WIGGLE, ServerProcess, server_env
 
 from wiggle import Client, TokenStatus, cli
@@ -114,20 +115,6 @@ def test_options_then_variables_then_defaults(app: Path, monkeypatch: pytest.Mon
     assert options.poll_wait_seconds == 10.0  # the default
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
 def _serving_group(app: Path, target: str) -> subprocess.Popen[bytes]:
     """`wiggle worker --processes 2` logging to worker.log, once both processes serve."""
     env = {**os.environ, "WIGGLE_WORKER_POLL_WAIT_SECONDS": "1"}
@@ -140,7 +127,7 @@ def _serving_group(app: Path, target: str) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 60
-    while len(_children(worker.pid)) < 2 or (app / "worker.log").read_text().count(" serving ") < 2:
+    while len(children_of(worker.pid)) < 2 or (app / "worker.log").read_text().count(" serving ") < 2:
         if worker.poll() is not None or time.monotonic() > deadline:
             worker.kill()
             raise AssertionError((app / "worker.log").read_text())
@@ -185,14 +172,6 @@ def test_processes_serve_and_sigterm_drains_a_running_step(app: Path) -> None:
         server.stop()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"  # ended, not yet reaped by init
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_parent_killed_outright_takes_its_processes_with_it_after_their_steps(app: Path) -> None:
@@ -204,7 +183,7 @@ def test_a_parent_killed_outright_takes_its_processes_with_it_after_their_steps(
     children: list[int] = []
     try:
         worker = _serving_group(app, server.target)
-        children = _children(worker.pid)
+        children = children_of(worker.pid)
         with Client(server.target) as client:
             napping = client.start("cli-worker-nap", {"nap": 2}).instance_id
             deadline = time.monotonic() + 60
@@ -214,7 +193,7 @@ def test_a_parent_killed_outright_takes_its_processes_with_it_after_their_steps(
             worker.kill()
             worker.wait(10)
             worker = None
-            while not all(_gone(pid) for pid in children):
+            while not all(gone(pid) for pid in children):
                 assert time.monotonic() < deadline, (app / "worker.log").read_text()
                 time.sleep(0.05)
             info = client.get(napping)
@@ -248,7 +227,7 @@ def test_sigterm_while_the_processes_start_is_a_clean_stop(app: Path) -> None:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30
-        while len(_children(worker.pid)) < 2:
+        while len(children_of(worker.pid)) < 2:
             assert worker.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
         worker.send_signal(signal.SIGTERM)
@@ -312,7 +291,7 @@ def test_a_worker_process_that_dies_is_logged_and_started_again(app: Path) -> No
     try:
         worker = _serving_group(app, server.target)
         deadline = time.monotonic() + 60
-        victim = _children(worker.pid)[0]
+        victim = children_of(worker.pid)[0]
         os.kill(victim, signal.SIGKILL)
         while (app / "worker.log").read_text().count(" serving ") < 3:  # its replacement is up
             assert worker.poll() is None and time.monotonic() < deadline, (app / "worker.log").read_text()
@@ -320,7 +299,7 @@ def test_a_worker_process_that_dies_is_logged_and_started_again(app: Path) -> No
         log_text = (app / "worker.log").read_text()
         assert f"(pid {victim}) was killed by signal 9" in log_text, log_text
         assert "starting another in its place" in log_text, log_text
-        children = _children(worker.pid)
+        children = children_of(worker.pid)
         assert len(children) == 2 and victim not in children, children
         with Client(server.target) as client:
             iid = client.start("cli-worker-nap", {"n": 1}).instance_id

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from pg import TEST_DATABASE_URL, temp_schema
 from ports import free_port
+from processes import children_of, gone
 
 from wiggle._server.config import SETTINGS
 
@@ -58,6 +59,19 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
         proc.wait(10)
 
 
+def _group(log: Path, schema: str, *flags: str) -> subprocess.Popen[bytes]:
+    """``wiggle server --processes 2`` on ``schema`` with ``flags``, logging to ``log``, in a
+    session of its own (``_kill_group`` kills its children too, should the test fail)."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [*WIGGLE, "server", "--port", str(free_port()), *flags, "--processes", "2"],
+            env=_env(WIGGLE_DATABASE_URL=TEST_DATABASE_URL, WIGGLE_DATABASE_SCHEMA=schema),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def _http_port_pair() -> int:
     """A port p with p and p + 1 free."""
     for _ in range(50):
@@ -79,14 +93,7 @@ def test_processes_with_an_http_port_each_serve_http_on_the_port_plus_i(tmp_path
     http = _http_port_pair()
     with temp_schema() as schema:
         log = tmp_path / "server.log"
-        with open(log, "wb") as out:
-            parent = subprocess.Popen(
-                [*WIGGLE, "server", "--port", str(free_port()), "--http-port", str(http), "--processes", "2"],
-                env=_env(WIGGLE_DATABASE_URL=TEST_DATABASE_URL, WIGGLE_DATABASE_SCHEMA=schema),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its children too are killed should the test fail
-            )
+        parent = _group(log, schema, "--http-port", str(http))
         try:
             _until_listening(parent, log, 2)
             assert _ready(http)["ready"] is True
@@ -216,25 +223,6 @@ def test_older_names_are_warned_of_in_the_logs_format(tmp_path: Path) -> None:
     assert "WIGGLE_RETENTION is deprecated: set WIGGLE_RETENTION_SECONDS instead" in warned, warned
 
 
-def _children_of(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-    return found
-
-
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"  # ended, not yet reaped by init
-
-
 @pytest.mark.postgres
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
@@ -243,46 +231,26 @@ def test_a_parent_killed_outright_takes_its_server_processes_with_it(tmp_path: P
     the gRPC port and the group's leases (wiggle/_cli/parent.py). Now each stops gracefully."""
     with temp_schema() as schema:
         log = tmp_path / "server.log"
-        with open(log, "wb") as out:
-            parent = subprocess.Popen(
-                [*WIGGLE, "server", "--port", str(free_port()), "--processes", "2"],
-                env=_env(WIGGLE_DATABASE_URL=TEST_DATABASE_URL, WIGGLE_DATABASE_SCHEMA=schema),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its children too are killed should the test fail
-            )
+        parent = _group(log, schema)
+        children: list[int] = []
         try:
             _until_listening(parent, log, 2)
-            children = _children_of(parent.pid)
+            children = children_of(parent.pid)
             assert len(children) == 2, children
             parent.kill()
             parent.wait(10)
             deadline = time.monotonic() + 30
-            while not all(_gone(pid) for pid in children):
+            while not all(gone(pid) for pid in children):
                 assert time.monotonic() < deadline, (
                     f"still running after their parent: {children}\n{log.read_text()}"
                 )
                 time.sleep(0.1)
         finally:
-            for pid in _children_of(parent.pid) + locals().get("children", []):
+            for pid in children:  # re-parented to init once the parent is gone: killed by pid
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             _kill_group(parent)
     assert log.read_text().count("stopped in ") == 2, log.read_text()  # each stopped gracefully
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 @pytest.mark.postgres
@@ -292,17 +260,10 @@ def test_a_process_of_the_group_killed_by_a_signal_gives_128_plus_n(tmp_path: Pa
     exited 9, which reads as the child's exit(9); the shell's way is 128 + 9."""
     with temp_schema() as schema:
         log = tmp_path / "server.log"
-        with open(log, "wb") as out:
-            parent = subprocess.Popen(
-                [*WIGGLE, "server", "--port", str(free_port()), "--processes", "2"],
-                env=_env(WIGGLE_DATABASE_URL=TEST_DATABASE_URL, WIGGLE_DATABASE_SCHEMA=schema),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        parent = _group(log, schema)
         try:
             _until_listening(parent, log, 2)
-            children = _children(parent.pid)
+            children = children_of(parent.pid)
             assert len(children) == 2, children
             os.kill(children[1], signal.SIGKILL)
             assert parent.wait(60) == 128 + signal.SIGKILL, log.read_text()
