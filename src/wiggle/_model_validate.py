@@ -16,6 +16,7 @@ from ._limits import (
     MAX_RATE_PERIOD_MILLIS,
     check_count,
     check_millis,
+    check_positive_count,
     check_text,
 )
 from ._model import LIMIT_STRATEGIES, JoinMerge, Limit, Node, NodeKind, validate_name
@@ -140,7 +141,7 @@ def _check_limit(node: Node) -> None:
         raise InvalidArgument(
             f"node {node.id!r} is a {node.kind.value}: only a TASK or PREDICATE takes a concurrency limit"
         )
-    _check_key_and_max(limit, what, "a limit of 0 would never run the step")
+    _check_key_and_max(limit, what)
     if limit.group is not None:
         validate_name(limit.group, f"{what} concurrency group")
     if limit.strategy != "queue":
@@ -154,7 +155,7 @@ def check_workflow_limit(name: str, limit: Limit) -> None:
     """A workflow's concurrency limit (docs/flow-control.md#workflow-concurrency): a context key, a
     max of at least 1, a known strategy, and no group (it counts the workflow's own instances)."""
     what = f"workflow {name!r}"
-    _check_key_and_max(limit, what, "a limit of 0 would never start an instance")
+    _check_key_and_max(limit, what)
     if limit.strategy not in LIMIT_STRATEGIES:
         raise InvalidArgument(
             f"{what}: concurrency strategy {limit.strategy!r} is not one of {', '.join(LIMIT_STRATEGIES)}"
@@ -166,7 +167,7 @@ def check_workflow_limit(name: str, limit: Limit) -> None:
         )
 
 
-def _check_key_and_max(limit: Limit, what: str, zero: str) -> None:
+def _check_key_and_max(limit: Limit, what: str) -> None:
     """A limit's key names a context key (1 to MAX_LIMIT_KEY_CHARS characters, no NUL) and its
     max is an integer of at least 1."""
     key = limit.key
@@ -175,9 +176,7 @@ def _check_key_and_max(limit: Limit, what: str, zero: str) -> None:
             f"{what}: a concurrency limit's key must name a context key (1 to {MAX_LIMIT_KEY_CHARS} "
             f"characters), got {key!r}"
         )
-    check_count(limit.max, "concurrency max", what, zero)
-    if limit.max < 1:
-        raise InvalidArgument(f"{what}: concurrency max must be at least 1, got {limit.max}")
+    check_positive_count(limit.max, "concurrency max", what)
 
 
 def _check_sleep(node: Node, graph: _Graph) -> None:
@@ -442,9 +441,7 @@ def _check_rate(node: Node) -> None:
             f"{what}: a rate limit's key must name a context key (1 to {MAX_LIMIT_KEY_CHARS} characters), "
             "or be left out for one budget for all"
         )
-    check_count(rate.max, "rate limit max", what, "a rate of 0 would never run the step")
-    if rate.max < 1:
-        raise InvalidArgument(f"{what}: rate limit max must be at least 1, got {rate.max}")
+    check_positive_count(rate.max, "rate limit max", what)
     period = rate.period
     if (
         isinstance(period, bool)

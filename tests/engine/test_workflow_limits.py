@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from wiggle import InvalidArgument, Limit, Workflow
+from wiggle import InvalidArgument, Limit, RateLimit, Workflow
 from wiggle._engine.state import Instance, InstanceStatus
 from wiggle._engine.workflow_limits import decide, waiting_reason
 from wiggle._model import WorkflowDefinition, definition_from_json
@@ -35,6 +35,21 @@ def test_a_bad_workflow_limit_is_refused_at_define(limit: Limit, message: str) -
     with pytest.raises(InvalidArgument, match="workflow 'sync'") as err:
         Workflow.define("sync", concurrency=limit)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("below", [0, -1, -1000])
+def test_every_max_below_one_says_at_least_one(below: int) -> None:
+    # a negative max was told "must be >= 0 (a limit of 0 would never run the step)", which the
+    # refusal of 0 then contradicted (an outside trial); docs/flow-control.md's tables
+    with pytest.raises(InvalidArgument) as err:
+        Workflow.define("pay").step(_step, name="charge", concurrency=Limit(key="c", max=below)).build()
+    assert str(err.value) == f"step 'charge': concurrency max must be at least 1, got {below}"
+    with pytest.raises(InvalidArgument) as err:
+        Workflow.define("pay", concurrency=Limit(key="c", max=below))
+    assert str(err.value) == f"workflow 'pay': concurrency max must be at least 1, got {below}"
+    with pytest.raises(InvalidArgument) as err:
+        Workflow.define("pay").step(_step, name="charge", rate_limit=RateLimit(key="c", max=below)).build()
+    assert str(err.value) == f"step 'charge': rate limit max must be at least 1, got {below}"
 
 
 def test_a_workflow_limit_must_be_a_limit() -> None:
