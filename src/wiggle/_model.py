@@ -158,7 +158,7 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``max_backoff``, times a uniform factor in ``[1-jitter, 1+jitter]``. ``max_attempts == 0``
     means no limit (``RetryPolicy.forever``).
 
-    Limits (checked at register): ``max_attempts`` in [0, 2**31-1]; both backoffs in
+    Limits (checked by the helpers, by ``build()`` and at register): ``max_attempts`` in [0, 2**31-1]; both backoffs in
     [0, MAX_DURATION_MILLIS] (10 years); ``multiplier`` finite, in [1, 1000]; ``jitter`` in [0, 1).
     """
 
@@ -207,13 +207,17 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """Up to ``attempts`` attempts (1 or more); the delay starts at ``initial_seconds`` and grows."""
         _check_attempts(attempts, "exponential")
         initial, cap = RetryPolicy._backoffs("exponential", initial_seconds, max_seconds)
-        return RetryPolicy(
+        policy = RetryPolicy(
             max_attempts=attempts,
             initial_backoff_millis=initial,
             multiplier=multiplier,
             max_backoff_millis=cap,
             jitter=jitter,
         )
+        # the multiplier and jitter refused here, as the attempts and delays are, not first by
+        # build() or the server (an outside trial took exponential(3, 1, jitter=2) for valid)
+        policy.check("RetryPolicy.exponential")
+        return policy
 
     @staticmethod
     def forever(initial_seconds: float = 1.0, max_seconds: float = 300.0) -> RetryPolicy:

@@ -703,6 +703,29 @@ def test_a_first_delay_over_the_cap_is_refused(make: object, message: str) -> No
     assert RetryPolicy.exponential(3, 1, max_seconds=1).max_backoff_millis == 1000  # equal: fine
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"jitter": 2}, "RetryPolicy.exponential: retry jitter must be in [0, 1), got 2"),
+        ({"jitter": -0.1}, "RetryPolicy.exponential: retry jitter must be in [0, 1), got -0.1"),
+        ({"multiplier": 0.5}, "RetryPolicy.exponential: retry multiplier must be >= 1.0, got 0.5"),
+        ({"multiplier": 0}, "RetryPolicy.exponential: retry multiplier must be >= 1.0, got 0"),
+        ({"multiplier": 1e6}, "RetryPolicy.exponential: retry multiplier is 1000000.0; the limit is 1000.0"),
+        ({"multiplier": "2"}, "RetryPolicy.exponential: retry multiplier must be a number, got '2'"),
+    ],
+)
+def test_exponential_refuses_a_bad_multiplier_or_jitter_at_once(
+    options: dict[str, object], message: str
+) -> None:
+    """``exponential(3, 1, jitter=2)`` was taken, refused only by build() (an outside trial)."""
+    with pytest.raises(InvalidArgument) as refused:
+        RetryPolicy.exponential(3, 1, **options)  # type: ignore[arg-type]
+    assert str(refused.value) == message
+    # a policy made without the helper is still refused by build(), naming the step
+    with pytest.raises(InvalidArgument, match=r"node 'a': retry (jitter|multiplier)"):
+        Workflow.define("w").step(a, retry=RetryPolicy(**options)).build()  # type: ignore[arg-type]
+
+
 def test_an_execution_mode_is_taken_in_any_case() -> None:
     """``.execution("local_sync")`` was refused, though ``wiggle demo --mode`` takes any case."""
     assert (
