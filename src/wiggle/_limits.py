@@ -7,6 +7,7 @@ Shared by the model's types (``wiggle._model``) and its graph validation
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 from .errors import InvalidArgument
 
@@ -20,6 +21,8 @@ __all__ = [
     "seconds_to_millis",
     "check_millis",
     "check_count",
+    "check_positive_count",
+    "exact_millis",
     "MAX_ERROR_CHARS",
     "storable_text",
     "MAX_REASON_CHARS",
@@ -111,6 +114,13 @@ def check_positive_count(value: object, field: str, where: str, limit: int = MAX
         raise InvalidArgument(f"{where}: {field} must be at least 1, got {value}")
     if value > limit:
         raise InvalidArgument(f"{where}: {field} is {value}; the limit is {limit}")
+
+
+def exact_millis(seconds: int | float) -> Decimal:
+    """The milliseconds of ``seconds`` as written, exactly: from its repr, so 0.007 s is 7 ms (where
+    ``0.007 * 1000`` is 7.000000000000001). Tells a rate period that is a whole number of ms (the
+    unit the stores count rates in) from one they would round."""
+    return Decimal(repr(seconds)) * 1000
 
 
 #: The most characters of an error message kept (a token's last error, an instance's error).

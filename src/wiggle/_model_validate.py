@@ -18,8 +18,9 @@ from ._limits import (
     check_millis,
     check_positive_count,
     check_text,
+    exact_millis,
 )
-from ._model import LIMIT_STRATEGIES, JoinMerge, Limit, Node, NodeKind, validate_name
+from ._model import LIMIT_STRATEGIES, JoinMerge, Limit, Node, NodeKind, RateLimit, validate_name
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -449,9 +450,36 @@ def _check_rate(node: Node) -> None:
         or not math.isfinite(period)
         or not 1 <= round(period * 1000) <= MAX_RATE_PERIOD_MILLIS
     ):
-        raise InvalidArgument(
-            f"{what}: rate limit period must be from 0.001 to {MAX_RATE_PERIOD_MILLIS // 1000} seconds "
-            f"(a day), got {period!r}"
-        )
+        raise InvalidArgument(_rate_period_range(what, period))
     if rate.group is not None:
         validate_name(rate.group, f"{what} rate limit group")
+
+
+def _rate_period_range(what: str, period: object) -> str:
+    return (
+        f"{what}: rate limit period must be from 0.001 to {MAX_RATE_PERIOD_MILLIS // 1000} seconds "
+        f"(a day), got {period!r}"
+    )
+
+
+def check_rate_period_in_millis(rate: RateLimit, what: str) -> None:
+    """A step's rate limit period is a whole number of milliseconds, the unit the stores count
+    rates in: ``period=0.0006`` ran as 1 ms and ``0.0016`` as 2 ms (an outside trial). One under
+    1 ms gets _check_rate's range message.
+
+    The SDK's check, made when a step is added (wiggle/_workflow_branch.py), not by
+    validate_definition: a store re-validates the definitions it loads
+    (wiggle/_storage/postgres/definitions.py), and one registered before this check must still
+    load. Anything but a finite number is left to _check_rate."""
+    period = rate.period
+    if isinstance(period, bool) or not isinstance(period, (int, float)) or not math.isfinite(period):
+        return
+    exact = exact_millis(period)
+    if exact == exact.to_integral_value():
+        return
+    if exact < 1:
+        raise InvalidArgument(_rate_period_range(what, period))
+    raise InvalidArgument(
+        f"{what}: rate limit period must be a whole number of milliseconds (rates are counted in "
+        f"them), got {period!r} ({exact.normalize():f} ms)"
+    )

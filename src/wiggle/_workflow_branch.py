@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union
 
 from ._model import Limit, RateLimit, RetryPolicy, validate_name
+from ._model_validate import check_rate_period_in_millis
 from ._workflow_compile import Blueprint
 from ._workflow_items import (
     ChooseItem,
@@ -154,6 +155,8 @@ class Branch(Generic[C]):
             raise InvalidArgument(
                 f"step {node_id!r} rate_limit must be a wiggle.RateLimit, got {type(rate_limit).__name__}"
             )
+        if rate_limit is not None:
+            check_rate_period_in_millis(rate_limit, f"step {node_id!r}")
         return cls(fn, node_id, queue, _retry_policy(retry), limits, concurrency, rate_limit)
 
     def step(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -130,6 +131,26 @@ async def test_bad_limits_are_refused_and_change_nothing(harness: Harness) -> No
         assert queue not in [q.queue for q in await server.client.queues()]
         with pytest.raises(InvalidArgument, match="needs a rate_period"):
             await server.client.set_queue_limit(queue, rate_max=5)
+        # a period that is not a whole number of ms was rounded: 0.0001 s stored as 1 ms, 0.0016 s
+        # as 2 ms (an outside trial); 2.007 s was stored as 2008 ms
+        for period, words in [
+            (
+                0.0001,
+                "a rate limit needs a period from 1 ms to 86400000 ms (a day), got 0.1 ms (rate_period=0.0001 s)",
+            ),
+            (
+                timedelta(microseconds=600),
+                "a rate limit needs a period from 1 ms to 86400000 ms (a day), got 0.6 ms",
+            ),
+            (0.0016, "rate_period must be a whole number of milliseconds"),
+        ]:
+            with pytest.raises(InvalidArgument) as err:
+                await server.client.set_queue_limit(queue, rate_max=1, rate_period=period)
+            assert words in str(err.value), (period, str(err.value))
+        assert queue not in [q.queue for q in await server.client.queues()]
+        await server.client.set_queue_limit(queue, rate_max=1, rate_period=2.007)
+        [stat] = [q for q in await server.client.queues() if q.queue == queue]
+        assert stat.rate_period_millis == 2007
 
 
 async def drain_on_two_servers(

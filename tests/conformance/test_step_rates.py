@@ -139,6 +139,12 @@ async def test_bad_rate_limits_are_refused_when_the_workflow_is_built(harness: H
         (RateLimit(key="m", max=1, period=-1.0), "step 's': rate limit period"),
         (RateLimit(key="m", max=1, period=2 * 86400.0), "step 's': rate limit period"),
         (RateLimit(key="m", max=1, period=float("nan")), "step 's': rate limit period"),
+        # under 1 ms ran as 1 ms, 1.6 ms as 2 ms (an outside trial)
+        (RateLimit(key="m", max=1, period=0.0006), "step 's': rate limit period must be from 0.001"),
+        (
+            RateLimit(key="m", max=1, period=0.0016),
+            r"step 's': rate limit period must be a whole number of milliseconds .*got 0.0016 \(1.6 ms\)",
+        ),
         (RateLimit(max=1, group="no spaces"), "rate limit group"),
     ]:
         with pytest.raises(InvalidArgument, match=words):

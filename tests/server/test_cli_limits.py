@@ -57,6 +57,9 @@ def test_set_limit_names_the_flag_and_the_value_typed_and_what_is_allowed() -> N
         (["--rate", "0/1s"], ["--rate '0/1s' allows no claims", "from 1 to", "--clear"]),
         (["--max-running", "0"], ["--max-running 0 limits nothing", "from 1 to", "--clear"]),
         (["--rate", "5/2d"], ["--rate '5/2d'", "from 1ms to 1d"]),
+        # rounded to 1 ms and 2 ms before (an outside trial)
+        (["--rate", "5/0.6ms"], ["--rate '5/0.6ms'", "from 1ms to 1d"]),
+        (["--rate", "5/0.0016s"], ["--rate '5/0.0016s'", "1.6 ms", "whole number of milliseconds", "2ms"]),
     ]:
         refused = subprocess.run(
             [

@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .._limits import MAX_COUNT, MAX_RATE_PERIOD_MILLIS
@@ -121,21 +122,33 @@ def _rate_arg(text: str) -> tuple[int, timedelta]:
     unit = next((u for u in ("ms", "s", "m", "h", "d") if lowered.endswith(u)), "")
     number = lowered[: len(lowered) - len(unit)] if unit else lowered
     try:  # a unit alone is one of it (10/h); a number alone is seconds, as every duration flag
-        seconds: float | None = float(number or "1") * _SECONDS[unit or "s"]
-    except ValueError:
-        seconds = None
-    if seconds is None or not math.isfinite(seconds):
+        float(number or "1")  # what float takes (not "1,5"), as before; counted exactly below
+        millis: Decimal | None = Decimal(number or "1") * _MILLIS[unit or "s"]
+    except (ValueError, InvalidOperation):
+        millis = None
+    if millis is None or not millis.is_finite():
         raise InvalidArgument(
             f"--rate {text!r}: the period {per!r} is not a duration: a number with ms, s, m, h or d, "
             f"or the unit alone ({allowed})"
         )
-    millis = round(seconds * 1000)
+    # exactly, not rounded: 1/0.6ms ran as 1 ms and 1/1.6ms as 2 ms (an outside trial)
     if not 1 <= millis <= MAX_RATE_PERIOD_MILLIS:
         raise InvalidArgument(f"--rate {text!r}: the period must be from 1ms to 1d ({allowed})")
-    return int(count), timedelta(milliseconds=millis)
+    if millis != millis.to_integral_value():
+        raise InvalidArgument(
+            f"--rate {text!r}: the period is {millis.normalize():f} ms; give a whole number of "
+            f"milliseconds (rates are counted in them), e.g. {math.floor(millis)}ms or {math.ceil(millis)}ms"
+        )
+    return int(count), timedelta(milliseconds=int(millis))
 
 
-_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_MILLIS = {
+    "ms": Decimal(1),
+    "s": Decimal(1000),
+    "m": Decimal(60_000),
+    "h": Decimal(3_600_000),
+    "d": Decimal(86_400_000),
+}
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

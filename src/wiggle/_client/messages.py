@@ -13,12 +13,13 @@ import re
 import socket
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import msgspec
 
 from .._json_values import described, described_foreign, foreign, non_finite_in
-from .._limits import MAX_DURATION_MILLIS
+from .._limits import MAX_DURATION_MILLIS, MAX_RATE_PERIOD_MILLIS, exact_millis
 from .._model import NodeKind, WorkflowDefinition
 from .._rpc import wiggle_pb2 as pb
 from ..errors import InvalidArgument
@@ -204,6 +205,31 @@ def _duration_millis(value: object, what: str) -> int:
     return math.ceil(seconds * 1000)
 
 
+def _rate_period_millis(value: object) -> int:
+    """``rate_period`` in milliseconds, the unit the stores count a queue's rate in; InvalidArgument
+    for a period that is not a whole number of them (0.0001 s was sent as 1 ms and 0.0016 s as
+    2 ms: an outside trial), one under 1 ms in the server's words (wiggle/_storage/queue_limits.py)."""
+    _duration_millis(value, "rate_period")  # a timedelta or seconds, not negative, not over 10 years
+    if isinstance(value, timedelta):
+        exact = Decimal(value // timedelta(microseconds=1)) / 1000
+        given = f"{value.total_seconds()!r} s"
+    else:
+        assert isinstance(value, (int, float))
+        exact = exact_millis(value)
+        given = f"{value!r} s"
+    if exact == exact.to_integral_value():
+        return int(exact)
+    shown = f"{exact.normalize():f} ms (rate_period={given})"
+    if exact < 1:
+        raise InvalidArgument(
+            f"a rate limit needs a period from 1 ms to {MAX_RATE_PERIOD_MILLIS} ms (a day), got {shown}"
+        )
+    raise InvalidArgument(
+        f"rate_period must be a whole number of milliseconds (a queue's rate is counted in them), got "
+        f"{shown}: give {math.floor(exact)} ms or {math.ceil(exact)} ms"
+    )
+
+
 def instance_id_of(instance: object, what: str = "instance_id") -> str:
     """The instance id a call names: the id itself, or the ``InstanceInfo`` a start, ``get`` or
     ``wait`` returned (the test kit's calls take either: wiggle/_testing/environment.py).
@@ -308,7 +334,7 @@ def queue_limit_request(
             raise InvalidArgument(f"{what} must be an integer from 0 (no limit), got {value!r}")
     if rate_max and rate_period is None:
         raise InvalidArgument("rate_max needs a rate_period (e.g. rate_max=50, rate_period=1.0)")
-    period = 0 if rate_period is None else _duration_millis(rate_period, "rate_period")
+    period = 0 if rate_period is None else _rate_period_millis(rate_period)
     return pb.QueueLimit(queue=queue, max_running=max_running, rate_max=rate_max, rate_period_millis=period)
 
 
