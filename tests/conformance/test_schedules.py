@@ -11,7 +11,12 @@ import asyncio
 import uuid
 from typing import Any
 
-from wiggle import InstanceInfo
+import grpc
+import pytest
+
+from wiggle import InstanceInfo, InvalidArgument
+from wiggle._rpc import wiggle_pb2 as pb
+from wiggle._rpc import wiggle_pb2_grpc as pb_grpc
 from wiggle.testing import EmbeddedServer
 
 from .conftest import Harness
@@ -74,3 +79,45 @@ async def test_interval_schedule_runs_through_workers(harness: Harness) -> None:
         assert await client.list_schedules(flow.name) == []
         # the instances it started stay
         assert len(await _scheduled(server, sid)) == before + 1
+
+
+async def test_an_interval_with_a_time_zone_is_refused_by_the_client_and_the_server(
+    server_harness: Harness,
+) -> None:
+    """An outside trial: ``create_schedule(..., every=60, timezone="Europe/Paris")`` was taken and
+    the zone stored on an interval, where it means nothing (``wiggle schedule create --every 60
+    --timezone ...`` was refused). Now the client refuses it, and the server a raw request with
+    both; UTC, the default every client sends with an interval, is still taken."""
+    flow = server_harness.define("zoned").step(lambda ctx: ctx, name="s").build()
+    async with server_harness.server() as server:
+        client = server.client
+        await client.register(flow)
+        await client.create_schedule("cron-paris", flow, {}, cron="0 3 * * *", timezone="Europe/Paris")
+        await client.create_schedule("every-minute", flow, {}, every=60)
+        before = await client.list_schedules()
+        for call in (client.create_schedule, client.update_schedule):
+            with pytest.raises(InvalidArgument) as err:
+                await call("every-minute", flow, {}, every=60, timezone="Europe/Paris")
+            assert str(err.value).startswith(
+                "timezone 'Europe/Paris' applies to a cron schedule only: every=60 ticks every so many"
+            ), str(err.value)
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            stub = pb_grpc.WiggleControlPlaneStub(channel)
+            for method, sid in (("CreateSchedule", "raw"), ("UpdateSchedule", "every-minute")):
+                spec = pb.ScheduleSpec(
+                    id=sid, workflow=flow.name, interval_millis=60_000, timezone="Europe/Paris"
+                )
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await getattr(stub, method)(spec)
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+                assert (refused.value.details() or "").startswith(
+                    "timezone 'Europe/Paris' applies to a cron schedule only: an interval (every 60 s)"
+                ), refused.value.details()
+            assert await client.list_schedules() == before
+            for zone in ("UTC", ""):  # what clients send with an interval: taken
+                spec = pb.ScheduleSpec(
+                    id=f"raw-{zone or 'unset'}", workflow=flow.name, interval_millis=60_000, timezone=zone
+                )
+                assert (await stub.CreateSchedule(spec)).spec.timezone == "UTC"
+        moved = await client.update_schedule("cron-paris", flow, {}, every=120)  # the cron's zone is not kept
+        assert (moved.interval_seconds, moved.timezone) == (120, "UTC")

@@ -84,7 +84,7 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
         "context": json_arg(args.context, "--context") or {},
         "every": _every(args.every),
         "cron": args.cron or "",
-        "timezone": args.timezone or "UTC",
+        "timezone": args.timezone,
         "version": args.version or "",
         "overlap": args.overlap.upper(),
         "catchup": args.catchup.upper(),
@@ -120,6 +120,8 @@ def changed_spec(current: Any, args: argparse.Namespace) -> tuple[str, dict[str,
         "catchup_limit": args.catchup_limit,
     }
     kept = {name: getattr(current, name) if value is None else value for name, value in given.items()}
+    if not cron:  # an interval has no zone (the client refuses one): a cron's is not carried over
+        kept["timezone"] = None
     workflow = args.workflow_flag or args.workflow or current.workflow
     return workflow, {"context": context, "every": every, "cron": cron, **kept}
 

@@ -529,7 +529,7 @@ class AsyncClient:
         *,
         every: timedelta | float | None = None,
         cron: str = "",
-        timezone: str = "UTC",
+        timezone: str | None = None,
         version: str = "",
         overlap: str = "SKIP",
         catchup: str = "NONE",
@@ -539,7 +539,8 @@ class AsyncClient:
     ) -> ScheduleInfo:
         """Start an instance of ``workflow`` every ``every`` (a timedelta or seconds) or on a 5-field ``cron``.
 
-        ``timezone`` is an IANA zone for cron; ``overlap`` is SKIP, BUFFER_ONE or ALLOW (what a
+        ``timezone`` is an IANA zone for cron (unset: UTC); an interval has none, and one given
+        with ``every`` is refused; ``overlap`` is SKIP, BUFFER_ONE or ALLOW (what a
         tick does while the previous instance runs); ``catchup`` is NONE, LAST or ALL (up to
         ``catchup_limit``): which ticks missed while every server was down still start one.
         ``priority`` is given to every instance it starts (docs/flow-control.md#priorities).
@@ -571,7 +572,7 @@ class AsyncClient:
         *,
         every: timedelta | float | None = None,
         cron: str = "",
-        timezone: str = "UTC",
+        timezone: str | None = None,
         version: str = "",
         overlap: str = "SKIP",
         catchup: str = "NONE",

@@ -578,7 +578,7 @@ def schedule_spec(
     context: Any,
     every: timedelta | float | None,
     cron: str,
-    timezone: str,
+    timezone: str | None,
     version: str,
     overlap: str,
     catchup: str,
@@ -587,15 +587,23 @@ def schedule_spec(
     priority: int = 0,
 ) -> pb.ScheduleSpec:
     """CreateSchedule / UpdateSchedule: ``every`` (a timedelta or seconds), or a 5-field ``cron``
-    expression."""
+    expression in ``timezone`` (None: UTC). A zone with ``every`` is refused, as the server and
+    ``wiggle schedule --every --timezone`` refuse it: an interval ticks whatever the zone, and
+    the zone was stored where it meant nothing (an outside trial)."""
     name = workflow_name(workflow, "create_schedule or update_schedule")
+    zone = "UTC" if timezone is None else text_of(timezone, "timezone")
+    if timezone is not None and every is not None:
+        raise InvalidArgument(
+            f"timezone {timezone!r} applies to a cron schedule only: every={every!r} ticks every so "
+            "many seconds whatever the zone; leave timezone out, or give a cron expression"
+        )
     return pb.ScheduleSpec(
         id=text_of(schedule_id, "schedule_id"),
         workflow=name,
         version=text_of(version, "version"),
         interval_millis=_interval_millis(every),
         cron=text_of(cron, "cron"),
-        timezone=text_of(timezone, "timezone"),
+        timezone=zone,
         context_json=_start_context_json(workflow, context),
         overlap=str(overlap),
         catchup=str(catchup),

@@ -153,6 +153,14 @@ def check_schedule(schedule: Schedule) -> None:
             f"interval is {schedule.interval_millis} ms; it must be between {MIN_INTERVAL_MILLIS} ms "
             f"and {MAX_INTERVAL_MILLIS} ms"
         )
+    # "UTC" is the default, which a client sends with every interval (wiggle/_wire/schedules.py
+    # spec_from_pb reads "" as it); any other zone on an interval was stored where it meant nothing
+    if schedule.interval_millis and schedule.timezone != "UTC":
+        raise InvalidArgument(
+            f"timezone {schedule.timezone!r} applies to a cron schedule only: an interval (every "
+            f"{schedule.interval_millis / 1000:g} s) ticks every so many seconds whatever the zone; "
+            "leave the timezone out (or UTC), or give a cron expression"
+        )
     zone = zone_of(schedule.timezone)
     if schedule.cron:
         fields = schedule.cron.split()
