@@ -152,3 +152,37 @@ def test_the_command_line_page_maps_every_verb() -> None:
     top = {name for name, _ in VERBS if " " not in name}
     missing = sorted(v for v in top if v not in mapped and not any(m.startswith(v + " ") for m in mapped))
     assert not missing, f"verbs missing from docs/cli.md's map: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["start", "wf", "--start-delay", "-5m"], "--start-delay must not be negative, got '-5m'"),
+        (["start", "wf", "--workflow-timeout", "-5m"], "--workflow-timeout must not be negative, got '-5m'"),
+        (
+            ["start", "wf", "--dedup-key", "k", "--dedup-window", "-.5h"],
+            "--dedup-window must not be negative",
+        ),
+        (["schedule", "create", "s", "wf", "--every", "-5m"], "--every must not be negative, got '-5m'"),
+        (["queues", "set-limit", "qx", "--rate", "-5/1s"], "--rate '-5/1s' is not N/PERIOD"),
+    ],
+)
+def test_a_negative_duration_after_a_space_reaches_its_flags_check(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--start-delay -5m`` was argparse's "argument --start-delay: expected one argument" (an
+    outside trial): "-5m" looked like an option, where "-5" is a number. It now says what
+    ``--start-delay=-5m`` says; nothing is called (the target answers nothing)."""
+    flag, value = argv[-2:]
+    for words in (argv, [*argv[:-2], f"{flag}={value}"]):
+        assert cli.main(["--target", "127.0.0.1:1", *words]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("wiggle: INVALID_ARGUMENT: ") and message in err, (words, err)
+
+
+def test_an_option_after_an_option_that_takes_a_value_is_still_missing_its_value() -> None:
+    parser = cli.build_parser()
+    assert parser.parse_args(["start", "wf", "--priority", "-101"]).priority == -101
+    with pytest.raises(SystemExit):  # "argument --start-delay: expected one argument", as before
+        parser.parse_args(["start", "wf", "--start-delay", "--json"])
+    assert parser.parse_args(["start", "wf", "--start-delay", "-1.5s"]).start_delay == "-1.5s"

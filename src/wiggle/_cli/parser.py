@@ -7,6 +7,7 @@ puts them together, in the order ``wiggle --help`` lists them.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any, NoReturn
 
 from .._env import setting
@@ -57,12 +58,27 @@ def _parser_with(common: argparse.ArgumentParser) -> type[argparse.ArgumentParse
     return SubParser
 
 
+#: A value that starts with a minus and a digit: a negative number, duration or rate (``-5``,
+#: ``-5m``, ``-.5s``, ``-5/1s``). No option of ours is spelt so (none starts "-" and a digit).
+NEGATIVE_VALUE = re.compile(r"-\.?\d")
+
+
 class OneLineErrors(argparse.ArgumentParser):
     """A parser whose usage errors are one line on stderr, exit 2 (argparse prints the usage too).
 
     The line names the problem and where the usage is: ``wiggle start: error: the following
     arguments are required: workflow (see wiggle start --help)``.
+
+    A word like ``-5m`` is a value, as argparse takes ``-5`` for one: ``--start-delay -5m`` and
+    ``--rate -5/1s`` reach their own check ("--start-delay must not be negative, got '-5m'"),
+    where argparse said "argument --start-delay: expected one argument" (an outside trial).
     """
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        # argparse's own test is _negative_number_matcher: only a plain number ("-5", "-1.5")
+        if NEGATIVE_VALUE.match(arg_string):
+            return None  # a positional word, or the value of the option before it
+        return super()._parse_optional(arg_string)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
