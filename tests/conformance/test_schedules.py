@@ -89,35 +89,43 @@ async def test_an_interval_with_a_time_zone_is_refused_by_the_client_and_the_ser
     --timezone ...`` was refused). Now the client refuses it, and the server a raw request with
     both; UTC, the default every client sends with an interval, is still taken."""
     flow = server_harness.define("zoned").step(lambda ctx: ctx, name="s").build()
+    cron_id, every_id = f"{flow.name}-cron", f"{flow.name}-every"
     async with server_harness.server() as server:
         client = server.client
         await client.register(flow)
-        await client.create_schedule("cron-paris", flow, {}, cron="0 3 * * *", timezone="Europe/Paris")
-        await client.create_schedule("every-minute", flow, {}, every=60)
-        before = await client.list_schedules()
-        for call in (client.create_schedule, client.update_schedule):
-            with pytest.raises(InvalidArgument) as err:
-                await call("every-minute", flow, {}, every=60, timezone="Europe/Paris")
-            assert str(err.value).startswith(
-                "timezone 'Europe/Paris' applies to a cron schedule only: every=60 ticks every so many"
-            ), str(err.value)
-        async with grpc.aio.insecure_channel(server.target) as channel:
-            stub = pb_grpc.WiggleControlPlaneStub(channel)
-            for method, sid in (("CreateSchedule", "raw"), ("UpdateSchedule", "every-minute")):
-                spec = pb.ScheduleSpec(
-                    id=sid, workflow=flow.name, interval_millis=60_000, timezone="Europe/Paris"
-                )
-                with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await getattr(stub, method)(spec)
-                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
-                assert (refused.value.details() or "").startswith(
-                    "timezone 'Europe/Paris' applies to a cron schedule only: an interval (every 60 s)"
-                ), refused.value.details()
-            assert await client.list_schedules() == before
-            for zone in ("UTC", ""):  # what clients send with an interval: taken
-                spec = pb.ScheduleSpec(
-                    id=f"raw-{zone or 'unset'}", workflow=flow.name, interval_millis=60_000, timezone=zone
-                )
-                assert (await stub.CreateSchedule(spec)).spec.timezone == "UTC"
-        moved = await client.update_schedule("cron-paris", flow, {}, every=120)  # the cron's zone is not kept
-        assert (moved.interval_seconds, moved.timezone) == (120, "UTC")
+        await client.create_schedule(cron_id, flow, {}, cron="0 3 * * *", timezone="Europe/Paris")
+        await client.create_schedule(every_id, flow, {}, every=60)
+        try:
+            before = await client.list_schedules(flow)
+            for call in (client.create_schedule, client.update_schedule):
+                with pytest.raises(InvalidArgument) as err:
+                    await call(every_id, flow, {}, every=60, timezone="Europe/Paris")
+                assert str(err.value).startswith(
+                    "timezone 'Europe/Paris' applies to a cron schedule only: every=60 ticks every so many"
+                ), str(err.value)
+            async with grpc.aio.insecure_channel(server.target) as channel:
+                stub = pb_grpc.WiggleControlPlaneStub(channel)
+                for method, sid in (("CreateSchedule", f"{flow.name}-raw"), ("UpdateSchedule", every_id)):
+                    spec = pb.ScheduleSpec(
+                        id=sid, workflow=flow.name, interval_millis=60_000, timezone="Europe/Paris"
+                    )
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await getattr(stub, method)(spec)
+                    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+                    assert (refused.value.details() or "").startswith(
+                        "timezone 'Europe/Paris' applies to a cron schedule only: an interval (every 60 s)"
+                    ), refused.value.details()
+                assert await client.list_schedules(flow) == before
+                for zone in ("UTC", ""):  # what clients send with an interval: taken
+                    spec = pb.ScheduleSpec(
+                        id=f"{flow.name}-{zone or 'unset'}",
+                        workflow=flow.name,
+                        interval_millis=60_000,
+                        timezone=zone,
+                    )
+                    assert (await stub.CreateSchedule(spec)).spec.timezone == "UTC"
+            moved = await client.update_schedule(cron_id, flow, {}, every=120)  # the cron's zone is not kept
+            assert (moved.interval_seconds, moved.timezone) == (120, "UTC")
+        finally:  # the store is shared: a schedule left would fire on a later test's virtual clock
+            for schedule in await client.list_schedules(flow):
+                await client.delete_schedule(schedule.schedule_id)
