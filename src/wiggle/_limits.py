@@ -108,12 +108,9 @@ def check_positive_count(value: object, field: str, where: str, limit: int = MAX
     """A count that must be 1 or more (a limit's ``max``): an int in [1, ``limit``]. Every value
     below 1 gets the one message; a negative one was told ">= 0" by check_count, which 0 then
     contradicted (an outside trial)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{where}: {field} must be an integer, got {type(value).__name__}")
-    if value < 1:
+    if isinstance(value, int) and not isinstance(value, bool) and value < 1:
         raise InvalidArgument(f"{where}: {field} must be at least 1, got {value}")
-    if value > limit:
-        raise InvalidArgument(f"{where}: {field} is {value}; the limit is {limit}")
+    check_count(value, field, where, "", limit)  # its type and its upper bound
 
 
 def exact_millis(seconds: int | float) -> Decimal:

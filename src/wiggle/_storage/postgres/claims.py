@@ -11,11 +11,16 @@ a key with less room (``KeyRoomTaken``).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from psycopg import errors as pg_errors
+
 from ..._engine.engine import Claimed
 from ..._engine.state import Changes, InstanceState, InstanceStatus, Token
+from ...errors import Unavailable
 from ..base import NOTHING_SKIPPED, ClaimTransition, Skip, WorkflowRecord
 from ..queue_limits import QueueLimit
 from .candidates import claim_candidates
@@ -27,6 +32,8 @@ from .rate_blocks import Reservation
 from .statements import Queries
 
 __all__ = ["ClaimAttempt", "ClaimTransaction", "KeyRoomTaken"]
+
+log = logging.getLogger("wiggle.postgres")
 
 #: Writes a transaction's items, with a check run first in the same statement (store.py ``_persist``).
 Persist = Callable[
@@ -40,11 +47,16 @@ class KeyRoomTaken(Exception):
     """A claim admitted on its read's counts found a key with less room under the lock (limits.py)."""
 
 
+#: How long a claim whose COMMIT's answer was lost waits for PostgreSQL to settle its transaction
+#: (the cut session's backend ending it), in seconds.
+LOST_CLAIM_WAIT = 5.0
+
+
 class ClaimAttempt:
     """What a claim's transaction was about to commit: its transaction id (``xid``, with its
     epoch: "" when it took nothing) and its result, set just before its COMMIT. When the COMMIT's
     answer is lost (``CommitUnknown``), the store asks PostgreSQL whether that transaction
-    committed (store.py ``_lost_claim``): if so, this result is the claim's (its steps are leased
+    committed (``settle``): if so, this result is the claim's (its steps are leased
     to the worker, who must get them), else the claim runs again."""
 
     __slots__ = ("result", "xid")
@@ -55,6 +67,38 @@ class ClaimAttempt:
 
     def clear(self) -> None:
         self.xid, self.result = "", None
+
+    async def settle(
+        self, conn: Conn, xact_status: str
+    ) -> tuple[list[Claimed], list[tuple[str, Changes]]] | None:
+        """What became of the run whose COMMIT's answer was lost (``result`` is set): its result
+        if its transaction committed, None if it aborted (the claim runs again); cleared either
+        way. ``xact_status`` is the statement asking ``pg_xact_status``; a transaction still in
+        progress is asked about again for up to LOST_CLAIM_WAIT s. Unavailable when it cannot be
+        told: its steps, if it committed, are then redelivered when their lease expires."""
+        result, xid = self.result, self.xid
+        self.clear()
+        waited = 0.0
+        status = None
+        while xid:
+            try:
+                cur = await conn.execute(xact_status, (xid,))
+            except (pg_errors.InvalidParameterValue, pg_errors.ObjectNotInPrerequisiteState):
+                break  # an id this server has not reached, or too old (a promoted standby)
+            row = await cur.fetchone()
+            status = row[0] if row is not None else None
+            if status != "in progress" or waited >= LOST_CLAIM_WAIT:
+                break
+            await asyncio.sleep(0.05)
+            waited += 0.05
+        if status in ("committed", "aborted"):
+            log.info("claim: the transaction whose COMMIT's answer was lost %s", status)
+            return result if status == "committed" else None
+        raise Unavailable(
+            f"database connection lost while committing a claim, whose outcome could not be told "
+            f"(transaction {xid or 'unknown'}: {status or 'no status'}); a step it leased is "
+            "redelivered when its lease expires"
+        )
 
 
 class ClaimTransaction:

@@ -408,7 +408,7 @@ class Queries:
         self.generic_plans = "SET LOCAL plan_cache_mode = force_generic_plan"
         # The claim's transaction id (with its epoch), read with its first rows: their row locks
         # gave it one (NULL when none were found). A claim whose COMMIT's answer was lost asks
-        # pg_xact_status whether it committed (store.py ``_lost_claim``).
+        # pg_xact_status whether it committed (claims.py ``ClaimAttempt.settle``).
         self.claim_xid = "SELECT pg_current_xact_id_if_assigned()::text"
         self.xact_status = "SELECT pg_xact_status(%s::xid8)"
         self.default_plans = "SET LOCAL plan_cache_mode TO DEFAULT"

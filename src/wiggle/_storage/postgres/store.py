@@ -14,7 +14,6 @@ leadership). Connections and retries are in db.py; no raw psycopg error leaves t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -27,7 +26,7 @@ from psycopg import errors as pg_errors
 from ..._clock import WallClock
 from ..._engine.engine import Claimed, LoadedDefinition
 from ..._engine.state import Changes, HistoryEntry, InstanceState
-from ...errors import NotFound, Unavailable
+from ...errors import NotFound
 from ..base import (
     NOTHING_SKIPPED,
     Action,
@@ -445,11 +444,9 @@ class PostgresStore(Store):
             # again instead took other steps, and those were delivered to nobody: they waited out
             # their lease and lost an attempt ("lease expired", an outside trial).
             if attempt.result is not None:
-                result = attempt.result
-                committed = await self._lost_claim(conn, attempt.xid)
-                attempt.clear()
-                if committed:
-                    return result
+                found = await attempt.settle(conn, self.queries.xact_status)
+                if found is not None:
+                    return found
             try:
                 return await run(conn, one_trip=one_trip)
             except CommitUnknown:
@@ -484,36 +481,6 @@ class PostgresStore(Store):
         for instance_id, changes in announced:
             self._announce(instance_id, changes)
         return claimed
-
-    #: How long a claim whose COMMIT's answer was lost waits for PostgreSQL to settle its
-    #: transaction (the cut session's backend ending it), in seconds.
-    LOST_CLAIM_WAIT = 5.0
-
-    async def _lost_claim(self, conn: Conn, xid: str) -> bool:
-        """Whether the claim transaction ``xid``, whose COMMIT's answer was lost, committed
-        (``pg_xact_status``); waits while it is still in progress. Unavailable when that cannot
-        be told: its steps, if it committed, are then redelivered when their lease expires."""
-        waited = 0.0
-        status = None
-        while xid:
-            try:
-                cur = await conn.execute(self.queries.xact_status, (xid,))
-            except (pg_errors.InvalidParameterValue, pg_errors.ObjectNotInPrerequisiteState):
-                break  # an id this server has not reached, or too old (a promoted standby)
-            row = await cur.fetchone()
-            status = row[0] if row is not None else None
-            if status != "in progress" or waited >= self.LOST_CLAIM_WAIT:
-                break
-            await asyncio.sleep(0.05)
-            waited += 0.05
-        if status in ("committed", "aborted"):
-            log.info("claim: the transaction whose COMMIT's answer was lost %s", status)
-            return bool(status == "committed")
-        raise Unavailable(
-            f"database connection lost while committing a claim, whose outcome could not be told "
-            f"(transaction {xid or 'unknown'}: {status or 'no status'}); a step it leased is "
-            "redelivered when its lease expires"
-        )
 
     def hand_off_admits(self, queue: str, now: int, spend: bool = False) -> bool:
         return self.limits.hand_off_admits(queue, now, spend)
